@@ -1,0 +1,1 @@
+"""Strom: a Kafka-compatible distributed commit log."""
