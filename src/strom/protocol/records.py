@@ -1,0 +1,296 @@
+"""RecordBatch v2: a view of the 61-byte header, validation, and offset assignment in place.
+
+The broker's produce and fetch paths only ever touch batch headers. Records are decoded
+(`iter_records`) only where semantics need them, e.g. to find an exact offset by timestamp.
+
+Layout (big endian): baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 |
+crc u32 | attributes i16 | lastOffsetDelta i32 | baseTimestamp i64 | maxTimestamp i64 |
+producerId i64 | producerEpoch i16 | baseSequence i32 | recordCount i32. The CRC32C covers
+everything from `attributes` to the end of the batch, so baseOffset and partitionLeaderEpoch
+can be rewritten without recomputing it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from strom.protocol import compression
+from strom.protocol.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+
+HEADER = struct.Struct(">qiiBIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the part of a batch not counted in batchLength
+CRC_START = 21
+MAGIC_OFFSET = 16
+ATTRIBUTES_OFFSET = 21
+MAX_TIMESTAMP_OFFSET = 35
+CURRENT_MAGIC = 2
+
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_LEADER_EPOCH = struct.Struct(">i")
+_CRC = struct.Struct(">I")
+_ATTRIBUTES = struct.Struct(">h")
+_TIMESTAMP = struct.Struct(">q")
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+
+NO_TIMESTAMP = -1
+
+
+@dataclass(slots=True, frozen=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the batch takes in a log or a request."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+
+def read_header(buf, pos: int = 0) -> BatchHeader:
+    return BatchHeader(*HEADER.unpack_from(buf, pos))
+
+
+def peek_offset_and_size(buf, pos: int = 0) -> tuple[int, int]:
+    """(baseOffset, total size) of the batch at `pos`, reading only 12 bytes."""
+    base_offset, length = _OFFSET_AND_LENGTH.unpack_from(buf, pos)
+    return base_offset, length + LOG_OVERHEAD
+
+
+def crc_ok(buf, pos: int, header: BatchHeader) -> bool:
+    end = pos + header.size
+    return crc32c(memoryview(buf)[pos + CRC_START : end]) == header.crc
+
+
+def scan_valid_prefix(buf) -> tuple[list[tuple[int, BatchHeader]], int]:
+    """The well-formed batches at the start of `buf` and the byte length they cover.
+
+    Used by log recovery: everything after the first torn or corrupt batch is to be truncated.
+    """
+    view = memoryview(buf)
+    batches: list[tuple[int, BatchHeader]] = []
+    pos, end = 0, len(view)
+    while end - pos >= HEADER_SIZE:
+        header = read_header(view, pos)
+        if (
+            header.magic != CURRENT_MAGIC
+            or header.batch_length < HEADER_SIZE - LOG_OVERHEAD
+            or pos + header.size > end
+            or not crc_ok(view, pos, header)
+        ):
+            break
+        batches.append((pos, header))
+        pos += header.size
+    return batches, pos
+
+
+def validate_batches(buf, max_batch_bytes: int) -> list[tuple[int, BatchHeader]]:
+    """Check a produce request's record set; return (position, header) of each batch.
+
+    Raises the error Kafka returns for the record set: CORRUPT_MESSAGE for a torn set or a CRC
+    mismatch, MESSAGE_TOO_LARGE for a batch over `max_batch_bytes`, INVALID_RECORD for a batch
+    that is not magic v2 or claims no records.
+    """
+    view = memoryview(buf)
+    end = len(view)
+    if end == 0:
+        raise InvalidRecordError("empty record set")
+    batches: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            raise CorruptRecordError(f"truncated batch header at byte {pos}")
+        if view[pos + MAGIC_OFFSET] != CURRENT_MAGIC:
+            raise InvalidRecordError(f"record batch magic {view[pos + MAGIC_OFFSET]} is not 2")
+        header = read_header(view, pos)
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+            raise CorruptRecordError(f"batch length {header.batch_length} below the header size")
+        if pos + header.size > end:
+            raise CorruptRecordError("record batch runs past the end of the record set")
+        if header.size > max_batch_bytes:
+            raise RecordTooLargeError(
+                f"record batch of {header.size} bytes exceeds the limit of {max_batch_bytes}"
+            )
+        if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
+            raise InvalidRecordError("record count does not match last offset delta")
+        if not crc_ok(view, pos, header):
+            raise CorruptRecordError(f"CRC mismatch in batch at byte {pos}")
+        batches.append((pos, header))
+        pos += header.size
+    return batches
+
+
+def assign_offsets(
+    buf: bytearray,
+    batches: list[tuple[int, BatchHeader]],
+    base_offset: int,
+    leader_epoch: int,
+    log_append_time_ms: int | None = None,
+) -> int:
+    """Rewrite base offsets and leader epochs in place; return the next offset after the set.
+
+    With `log_append_time_ms`, each batch is stamped LogAppendTime: maxTimestamp set and the
+    timestamp-type bit raised, which moves the CRC, so only then it is recomputed.
+    """
+    next_offset = base_offset
+    for pos, header in batches:
+        _OFFSET_AND_LENGTH.pack_into(buf, pos, next_offset, header.batch_length)
+        _LEADER_EPOCH.pack_into(buf, pos + 12, leader_epoch)
+        if log_append_time_ms is not None:
+            _ATTRIBUTES.pack_into(buf, pos + ATTRIBUTES_OFFSET, header.attributes | TIMESTAMP_TYPE_MASK)
+            _TIMESTAMP.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, log_append_time_ms)
+            end = pos + header.size
+            _CRC.pack_into(buf, pos + 17, crc32c(memoryview(buf)[pos + CRC_START : end]))
+        next_offset += header.last_offset_delta + 1
+    return next_offset
+
+
+@dataclass(slots=True, frozen=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+def _varint(buf, pos: int) -> tuple[int, int]:
+    """Zig-zag varint as used inside records."""
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError("varint too long")
+
+
+def _varbytes(buf, pos: int) -> tuple[bytes | None, int]:
+    n, pos = _varint(buf, pos)
+    if n < 0:
+        return None, pos
+    return bytes(buf[pos : pos + n]), pos + n
+
+
+def iter_records(batch, pos: int = 0) -> Iterator[Record]:
+    """Decode the records of the batch at `pos` (decompressing if needed). Slow path only."""
+    header = read_header(batch, pos)
+    body = memoryview(batch)[pos + HEADER_SIZE : pos + header.size]
+    data = compression.decompress(header.compression, body)
+    p = 0
+    for _ in range(header.record_count):
+        length, p = _varint(data, p)
+        end = p + length
+        p += 1  # record attributes, unused
+        ts_delta, p = _varint(data, p)
+        off_delta, p = _varint(data, p)
+        key, p = _varbytes(data, p)
+        value, p = _varbytes(data, p)
+        n_headers, p = _varint(data, p)
+        headers = []
+        for _h in range(n_headers):
+            hkey, p = _varbytes(data, p)
+            hval, p = _varbytes(data, p)
+            headers.append(((hkey or b"").decode("utf-8", "replace"), hval))
+        if p != end:
+            raise CorruptRecordError("record length does not match its fields")
+        timestamp = header.max_timestamp if header.log_append_time else header.base_timestamp + ts_delta
+        yield Record(header.base_offset + off_delta, timestamp, key, value, tuple(headers))
+
+
+def _zigzag(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _encode_bytes(b: bytes | None) -> bytes:
+    return _zigzag(-1) if b is None else _zigzag(len(b)) + b
+
+
+def build_batch(
+    records: list[tuple[bytes | None, bytes | None]] | list[Record],
+    *,
+    base_offset: int = 0,
+    timestamp: int = 0,
+    codec: int = compression.NONE,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """Encode one RecordBatch v2 (for tools and tests; the broker never builds batches).
+
+    `records` are (key, value) pairs or `Record`s whose offsets and timestamps are taken as
+    absolute and made relative to the batch.
+    """
+    body = bytearray()
+    max_ts = timestamp
+    for i, rec in enumerate(records):
+        if isinstance(rec, Record):
+            key, value, headers = rec.key, rec.value, rec.headers
+            delta, ts_delta = rec.offset - base_offset, rec.timestamp - timestamp
+        else:
+            (key, value), headers, delta, ts_delta = rec, (), i, 0
+        max_ts = max(max_ts, timestamp + ts_delta)
+        fields = bytearray(b"\x00")
+        fields += _zigzag(ts_delta) + _zigzag(delta) + _encode_bytes(key) + _encode_bytes(value)
+        fields += _zigzag(len(headers))
+        for hkey, hval in headers:
+            fields += _encode_bytes(hkey.encode()) + _encode_bytes(hval)
+        body += _zigzag(len(fields)) + fields
+    payload = compression.compress(codec, bytes(body))
+    last_delta = (records[-1].offset - base_offset) if records and isinstance(records[-1], Record) else len(records) - 1
+    tail = struct.pack(
+        ">hiqqqhii", codec, last_delta, timestamp, max_ts,
+        producer_id, producer_epoch, base_sequence, len(records),
+    ) + payload
+    crc = crc32c(tail)
+    return _OFFSET_AND_LENGTH.pack(base_offset, HEADER_SIZE - LOG_OVERHEAD + len(payload)) + struct.pack(
+        ">iBI", 0, CURRENT_MAGIC, crc
+    ) + tail
