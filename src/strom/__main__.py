@@ -1,0 +1,3 @@
+from strom.cli.main import main
+
+main()

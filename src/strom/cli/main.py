@@ -1,0 +1,77 @@
+"""The `strom` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from strom.server import config as broker_config
+
+
+@click.group()
+def main() -> None:
+    """Strom: a Kafka-compatible commit log."""
+
+
+@main.command()
+@click.argument("properties", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Set a broker config, e.g. --override log.dirs=/tmp/strom (repeatable).")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+def serve(properties: Path | None, overrides: tuple[str, ...], log_level: str) -> None:
+    """Run a broker. With no arguments: 127.0.0.1:9092, data under ./strom-data."""
+    started = time.monotonic()
+    try:
+        if properties is not None and not properties.is_file():
+            raise broker_config.ConfigError(f"no such properties file: {properties}")
+        cfg = broker_config.load(properties, list(overrides))
+    except broker_config.ConfigError as e:
+        click.echo(f"strom: {e}", err=True)
+        sys.exit(2)
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    runner = asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop and _use_uvloop() else None)
+    with runner:
+        sys.exit(runner.run(_serve(cfg, started)))
+
+
+def _use_uvloop() -> bool:
+    import os
+
+    return os.environ.get("STROM_EVENT_LOOP", "asyncio") == "uvloop"
+
+
+async def _serve(cfg: broker_config.BrokerConfig, started: float) -> int:
+    from strom.server.broker import Broker
+
+    broker = Broker(cfg)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await broker.startup()
+    except (OSError, ValueError) as e:
+        click.echo(f"strom: cannot start: {e}", err=True)
+        await broker.shutdown()
+        return 1
+    listeners = ", ".join(str(listener) for listener in broker.advertised)
+    elapsed = (time.monotonic() - started) * 1000
+    click.echo(f"strom: broker {broker.broker_id} ready on {listeners} "
+               f"(cluster {broker.cluster_id}, started in {elapsed:.0f} ms)")
+    sys.stdout.flush()
+    await stop.wait()
+    logging.getLogger("strom").info("shutting down")
+    await broker.shutdown()
+    return 0

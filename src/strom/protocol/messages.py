@@ -1,0 +1,196 @@
+"""The one adapter between Strom and the message codec tables of `kafka.protocol`.
+
+kafka-python generates (api_key, version) codecs from Kafka's own JSON message schemas and
+keeps unknown tagged fields, so Strom does not hand-write message layouts. Everything Strom
+needs from it passes through here:
+
+- `parse_request(frame)` -> `Request` (header + decoded body), raising `UnsupportedRequest`
+  for an api key or version the codec does not know;
+- `encode_response(header, body)` -> the framed response bytes, with the response header
+  version Kafka uses (v1 for flexible versions, but always v0 for ApiVersions);
+- `build(cls, version, fields)` turns plain dicts and lists into the codec's objects, so
+  handlers write responses the way the schemas read.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol import admin, consumer, metadata, producer  # noqa: F401  (registers APIs)
+from kafka.protocol.api_message import ApiMessage
+
+from strom.protocol.frames import frame
+
+_HEADER_V1 = struct.Struct(">hhih")
+_CORRELATION = struct.Struct(">i")
+API_VERSIONS_KEY = 18
+
+
+def _all_subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+def _codec_table() -> tuple[dict[int, type], dict[int, type]]:
+    requests: dict[int, type] = {}
+    responses: dict[int, type] = {}
+    for cls in _all_subclasses(ApiMessage):
+        if getattr(cls, "_class_version", None) is not None or cls._json is None:
+            continue
+        (requests if cls.is_request() else responses)[cls.API_KEY] = cls
+    return requests, responses
+
+
+REQUESTS, RESPONSES = _codec_table()
+
+
+class UnsupportedRequest(Exception):
+    """The api key or version is not one the codec can parse: Kafka closes the connection."""
+
+
+class InvalidRequest(Exception):
+    """The bytes do not parse as the request they claim to be."""
+
+
+@dataclass(slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    flexible: bool
+
+
+@dataclass(slots=True)
+class Request:
+    header: RequestHeader
+    body: Any  # the codec's object for (api_key, api_version)
+    size: int
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    cls = REQUESTS.get(api_key)
+    if cls is None:
+        return False
+    if api_key == API_VERSIONS_KEY and version > cls.max_version:
+        return True  # newer ApiVersions versions stay flexible; needed to answer them at all
+    return cls.flexible_version_q(version)
+
+
+def _uvarint(buf, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if pos >= len(buf):
+            raise InvalidRequest("truncated varint in request header")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise InvalidRequest("varint too long in request header")
+
+
+def parse_header(buf) -> tuple[RequestHeader, int]:
+    """Request header v1 (or v2 with tagged fields when the body version is flexible)."""
+    if len(buf) < _HEADER_V1.size:
+        raise InvalidRequest("request shorter than its header")
+    api_key, api_version, correlation_id, client_len = _HEADER_V1.unpack_from(buf, 0)
+    pos = _HEADER_V1.size
+    client_id = None
+    if client_len >= 0:
+        if pos + client_len > len(buf):
+            raise InvalidRequest("client id runs past the end of the request")
+        client_id = bytes(buf[pos : pos + client_len]).decode("utf-8", "replace")
+        pos += client_len
+    flexible = is_flexible(api_key, api_version)
+    if flexible:
+        count, pos = _uvarint(buf, pos)
+        for _ in range(count):
+            _tag, pos = _uvarint(buf, pos)
+            size, pos = _uvarint(buf, pos)
+            pos += size
+        if pos > len(buf):
+            raise InvalidRequest("tagged fields run past the end of the request header")
+    return RequestHeader(api_key, api_version, correlation_id, client_id, flexible), pos
+
+
+def parse_request(buf) -> Request:
+    if len(buf) >= 4:
+        api_key, api_version = struct.unpack_from(">hh", buf, 0)
+        cls = REQUESTS.get(api_key)
+        if cls is None:
+            raise UnsupportedRequest(f"unknown api key {api_key}")
+        if not 0 <= api_version <= cls.max_version:
+            raise UnsupportedRequest(f"{cls.name} v{api_version} is not known")
+    header, pos = parse_header(buf)
+    cls = REQUESTS[header.api_key]
+    try:
+        body = cls.decode(memoryview(buf)[pos:], version=header.api_version)
+    except Exception as e:  # the codec raises assorted errors on truncated or garbled bodies
+        raise InvalidRequest(f"malformed {cls.name} v{header.api_version}: {e!r}") from e
+    return Request(header, body, len(buf))
+
+
+def response_header(header: RequestHeader) -> bytes:
+    """Correlation id, plus an empty tag buffer for flexible versions except ApiVersions."""
+    if header.flexible and header.api_key != API_VERSIONS_KEY:
+        return _CORRELATION.pack(header.correlation_id) + b"\x00"
+    return _CORRELATION.pack(header.correlation_id)
+
+
+def build(cls: type, version: int, fields: dict[str, Any]) -> Any:
+    """Make the codec object of struct `cls` at `version` from plain (nested) dicts."""
+    struct_fields = cls._struct.fields
+    kwargs = {}
+    for name, value in fields.items():
+        field = struct_fields[name]
+        if value is not None and field.is_struct():
+            value = build(field.data_class, version, value)
+        elif value is not None and field.is_struct_array():
+            sub = field.data_class
+            value = [build(sub, version, v) if isinstance(v, dict) else v for v in value]
+        kwargs[name] = value
+    return cls(version=version, **kwargs)
+
+
+def encode_body(api_key: int, version: int, fields: dict[str, Any]) -> bytes:
+    return build(RESPONSES[api_key], version, fields).encode(version=version)
+
+
+def encode_response(header: RequestHeader, fields: dict[str, Any], version: int | None = None) -> bytes:
+    """Frame a response to `header` from plain dicts. `version` overrides the header's (used
+    to answer an unsupported ApiVersions request at v0)."""
+    version = header.api_version if version is None else version
+    body = encode_body(header.api_key, version, fields)
+    return frame(response_header(header) + body)
+
+
+def encode_request(api_key: int, version: int, fields: dict[str, Any], correlation_id: int = 1,
+                   client_id: str = "strom") -> bytes:
+    """A framed request, for tools and tests that speak to a broker without a client library."""
+    cls = REQUESTS[api_key]
+    cid = client_id.encode()
+    head = _HEADER_V1.pack(api_key, version, correlation_id, len(cid)) + cid
+    if is_flexible(api_key, version):
+        head += b"\x00"
+    return frame(head + build(cls, version, fields).encode(version=version))
+
+
+def decode_response(api_key: int, version: int, payload) -> tuple[int, Any]:
+    """(correlation id, body) of a response frame's payload, for tools and tests."""
+    (correlation_id,) = _CORRELATION.unpack_from(payload, 0)
+    pos = 4
+    if is_flexible(api_key, version) and api_key != API_VERSIONS_KEY:
+        count, pos = _uvarint(payload, pos)
+        for _ in range(count):
+            _tag, pos = _uvarint(payload, pos)
+            size, pos = _uvarint(payload, pos)
+            pos += size
+    return correlation_id, RESPONSES[api_key].decode(memoryview(payload)[pos:], version=version)

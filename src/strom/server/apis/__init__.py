@@ -1,0 +1,67 @@
+"""KafkaApis: one handler per API, registered with the versions Strom implements.
+
+A handler gets the broker, the request context and the decoded body, and returns the
+response as plain dicts (encoded by `strom.protocol.messages`), a `RawResponse` already laid
+out as buffers and file regions (Fetch), or None when Kafka sends no response (acks=0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from strom.protocol.messages import RequestHeader
+
+
+@dataclass(slots=True)
+class RequestContext:
+    header: RequestHeader
+    listener: str
+    client: str
+
+
+@dataclass(slots=True)
+class RawResponse:
+    """A response body already encoded: bytes and regions with `fd`, `position`, `size`."""
+
+    parts: list[Any]
+
+
+Handler = Callable[[Any, RequestContext, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+
+
+HANDLERS: dict[int, Api] = {}
+
+
+def api(key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
+        HANDLERS[key] = Api(key, min_version, max_version, handler)
+        return handler
+
+    return register
+
+
+def supports(api_key: int, version: int) -> bool:
+    entry = HANDLERS.get(api_key)
+    return entry is not None and entry.min_version <= version <= entry.max_version
+
+
+def load_all() -> None:
+    """Import every handler module so that it registers itself."""
+    from strom.server.apis import (  # noqa: F401
+        api_versions,
+        fetch,
+        list_offsets,
+        metadata,
+        produce,
+        topics,
+    )

@@ -1,0 +1,54 @@
+"""Fetch: read from leader logs up to the high watermark, long-polling through the purgatory.
+
+The first read happens at once; if it brings fewer than `min_bytes` and `max_wait_ms` allows,
+the request waits until an append to one of its partitions or the deadline, then reads again.
+Record bytes are never copied into Python: the response carries file regions.
+"""
+
+from __future__ import annotations
+
+import time
+
+from strom.protocol.errors import ErrorCode
+from strom.protocol.fetch import PartitionData, encode_fetch_response
+from strom.server.apis import RawResponse, RequestContext, api
+
+FETCH = 1
+
+
+def _read_all(broker, request, wanted) -> tuple[list[tuple[str, list[PartitionData]]], int, bool]:
+    rm = broker.replica_manager
+    remaining = request.max_bytes
+    topics, total, errors = [], 0, False
+    for topic, partitions in wanted:
+        out = []
+        for p in partitions:
+            tp = (topic, p.partition)
+            limit = max(0, min(p.partition_max_bytes, remaining))
+            # Kafka returns at least one whole batch, once per response, so that a batch larger
+            # than the limits cannot stall a consumer.
+            result = rm.read(tp, p.fetch_offset, limit, min_one_message=total == 0)
+            records = result.records if result.records is not None and result.records.size else None
+            size = records.size if records is not None else 0
+            total += size
+            remaining -= size
+            errors |= result.error != ErrorCode.NONE
+            out.append(PartitionData(p.partition, result.error, result.high_watermark,
+                                     result.high_watermark, result.log_start_offset, records))
+        topics.append((topic, out))
+    return topics, total, errors
+
+
+@api(FETCH, 4, 12)
+async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
+    wanted = [(t.topic, t.partitions) for t in request.topics]
+    deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
+    keys = [(topic, p.partition) for topic, ps in wanted for p in ps]
+    while True:
+        topics, total, errors = _read_all(broker, request, wanted)
+        remaining = deadline - time.monotonic()
+        if total >= request.min_bytes or errors or remaining <= 0 or not keys or broker.stopping:
+            break
+        await broker.replica_manager.fetch_purgatory.wait_any(keys, remaining)
+    parts, _ = encode_fetch_response(ctx.header.api_version, topics)
+    return RawResponse(parts)

@@ -1,0 +1,103 @@
+"""Metadata and DescribeCluster: who the brokers are and where partition leaders live."""
+
+from __future__ import annotations
+
+import logging
+
+from strom.controller.controller import TopicMetadata, validate_topic_name
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.server.apis import RequestContext, api
+
+log = logging.getLogger(__name__)
+
+METADATA, DESCRIBE_CLUSTER = 3, 60
+
+
+def _topic_entry(topic: TopicMetadata) -> dict:
+    return {
+        "error_code": ErrorCode.NONE,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": topic.internal,
+        "partitions": [
+            {
+                "error_code": ErrorCode.NONE if state.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                "partition_index": index,
+                "leader_id": state.leader,
+                "leader_epoch": state.leader_epoch,
+                "replica_nodes": state.replicas,
+                "isr_nodes": state.isr,
+                "offline_replicas": [r for r in state.replicas if r not in state.isr],
+            }
+            for index, state in sorted(topic.partitions.items())
+        ],
+    }
+
+
+def _error_entry(name: str | None, code: ErrorCode) -> dict:
+    return {"error_code": code, "name": name, "is_internal": False, "partitions": []}
+
+
+def _requested_names(broker, version: int, request) -> list[str | None] | None:
+    """None means every topic; v0 says so with an empty list, later versions with null."""
+    if request.topics is None or (version == 0 and not request.topics):
+        return None
+    by_id = {t.topic_id: name for name, t in broker.controller.topics.items()}
+    names = []
+    for t in request.topics:
+        if t.name is None and getattr(t, "topic_id", None) is not None:
+            names.append(by_id.get(t.topic_id))
+        else:
+            names.append(t.name)
+    return names
+
+
+@api(METADATA, 0, 12)
+async def handle_metadata(broker, ctx: RequestContext, request) -> dict:
+    version = ctx.header.api_version
+    topics = broker.controller.topics
+    names = _requested_names(broker, version, request)
+    allow_create = (version < 4 or request.allow_auto_topic_creation) and broker.config[
+        "auto.create.topics.enable"
+    ]
+    entries = []
+    for name in sorted(topics) if names is None else names:
+        topic = topics.get(name) if name is not None else None
+        if topic is None and name is not None and allow_create:
+            try:
+                topic = broker.auto_create_topic(name)
+            except KafkaError as e:
+                log.info("auto-creation of topic %r refused: %s", name, e)
+                entries.append(_error_entry(name, e.code))
+                continue
+        if topic is None:
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
+            try:
+                validate_topic_name(name) if name is not None else None
+            except KafkaError as e:
+                code = e.code
+            entries.append(_error_entry(name, code))
+            continue
+        entries.append(_topic_entry(topic))
+    return {
+        "throttle_time_ms": 0,
+        "brokers": broker.endpoints(ctx.listener),
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.controller_id,
+        "topics": entries,
+    }
+
+
+@api(DESCRIBE_CLUSTER, 0, 1)
+async def handle_describe_cluster(broker, ctx: RequestContext, request) -> dict:
+    return {
+        "throttle_time_ms": 0,
+        "error_code": ErrorCode.NONE,
+        "endpoint_type": 1,
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.controller_id,
+        "brokers": [
+            {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+            for b in broker.endpoints(ctx.listener)
+        ],
+    }

@@ -1,0 +1,174 @@
+"""One broker process: start-up and shut-down in the order of seed 000's KafkaServer.startup.
+
+config -> log manager (recovery) -> metadata store and controller -> replica manager ->
+socket server -> scheduled tasks (retention, checkpoints) -> RUNNING. Shut-down reverses
+it: stop accepting, let in-flight requests finish, flush and checkpoint, mark the clean
+shutdown so the next start skips recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import socket
+from collections.abc import Callable, Mapping
+
+from strom.controller.controller import Controller, TopicMetadata
+from strom.controller.store import LocalMetadataStore
+from strom.log.config import LogConfig
+from strom.log.manager import LogManager
+from strom.server.apis import load_all
+from strom.server.config import BrokerConfig, Listener
+from strom.server.replica_manager import ReplicaManager
+from strom.server.socket_server import SocketServer
+
+log = logging.getLogger(__name__)
+
+METADATA_FILE = "strom-metadata.json"
+
+
+class BrokerState(enum.Enum):
+    NOT_RUNNING = 0
+    STARTING = 1
+    RECOVERY = 2
+    RUNNING = 3
+    PENDING_CONTROLLED_SHUTDOWN = 6
+    SHUTTING_DOWN = 7
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.state = BrokerState.NOT_RUNNING
+        self.default_log_config = config.default_log_config()
+        self.log_manager = LogManager(config.log_dirs, self.default_log_config)
+        self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, config["min.insync.replicas"])
+        self.socket_server = SocketServer(self, config["socket.request.max.bytes"])
+        self.controller: Controller | None = None
+        self.cluster_id = ""
+        self.advertised: list[Listener] = []
+        self._tasks: list[asyncio.Task] = []
+        self.stopping = False
+
+    # --- lifecycle -----------------------------------------------------------------------
+    async def startup(self) -> None:
+        self.state = BrokerState.STARTING
+        load_all()
+        self.state = BrokerState.RECOVERY
+        self.cluster_id = self.log_manager.startup(self.broker_id, None, self.log_config_for)
+        store = LocalMetadataStore(self.config.log_dirs[0] / METADATA_FILE)
+        self.controller = Controller(store, self.broker_id, lambda: [self.broker_id], self,
+                                     self._validate_topic_configs)
+        self.controller.startup()
+        self._delete_orphan_logs()
+        await self.socket_server.start(self.config.listeners, self.config["socket.send.buffer.bytes"],
+                                       self.config["socket.receive.buffer.bytes"])
+        self.advertised = self._advertised_listeners()
+        self._schedule("log-retention", self.config["log.retention.check.interval.ms"], self._retention)
+        self._schedule("recovery-point-checkpoint",
+                       self.config["log.flush.offset.checkpoint.interval.ms"], self._checkpoint)
+        self.state = BrokerState.RUNNING
+
+    async def shutdown(self) -> None:
+        if self.state == BrokerState.SHUTTING_DOWN:
+            return
+        self.state = BrokerState.SHUTTING_DOWN
+        self.stopping = True
+        await self.socket_server.stop_accepting()
+        for key in list(self.replica_manager.partitions):
+            self.replica_manager.fetch_purgatory.wake(key)  # long polls answer now
+        await self.socket_server.drain(timeout=10)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.to_thread(self.log_manager.shutdown)
+        self.state = BrokerState.NOT_RUNNING
+
+    def _schedule(self, name: str, interval_ms: int, job: Callable[[], object]) -> None:
+        async def run() -> None:
+            while True:
+                await asyncio.sleep(interval_ms / 1000)
+                try:
+                    result = job()
+                    if asyncio.iscoroutine(result):
+                        await result
+                except Exception:
+                    log.exception("scheduled task %s failed", name)
+
+        if 0 < interval_ms < 2**31:
+            self._tasks.append(asyncio.get_running_loop().create_task(run(), name=name))
+
+    def _retention(self) -> None:
+        deleted = self.log_manager.cleanup()
+        if deleted:
+            log.info("retention deleted %d segments", deleted)
+
+    async def _checkpoint(self) -> None:
+        await asyncio.to_thread(self.log_manager.checkpoint)
+
+    def _delete_orphan_logs(self) -> None:
+        """Logs on disk for topics the metadata no longer has (deleted while we were down)."""
+        hosted = set(self.replica_manager.partitions)
+        for tp, _ in list(self.log_manager.logs()):
+            if tp not in hosted:
+                log.info("deleting log %s-%d of a topic that no longer exists", *tp)
+                self.log_manager.delete_log(*tp)
+
+    # --- what handlers and the controller use -----------------------------------------------
+    @property
+    def controller_id(self) -> int:
+        return self.broker_id
+
+    def _advertised_listeners(self) -> list[Listener]:
+        configured = self.config["advertised.listeners"]
+        by_name = {a.name: a for a in configured or []}
+        out = []
+        for listener in self.config.listeners:
+            bound_host, bound_port = self.socket_server.bound[listener.name]
+            chosen = by_name.get(listener.name)
+            if chosen is not None:
+                out.append(Listener(chosen.name, chosen.host, chosen.port or bound_port))
+                continue
+            host = listener.host
+            if host in ("", "0.0.0.0", "::"):
+                host = socket.getfqdn()
+            out.append(Listener(listener.name, host, bound_port))
+        return out
+
+    def endpoints(self, listener_name: str) -> list[dict]:
+        for listener in self.advertised:
+            if listener.name == listener_name:
+                return [{"node_id": self.broker_id, "host": listener.host, "port": listener.port,
+                         "rack": self.config["broker.rack"]}]
+        return []
+
+    def auto_create_topic(self, name: str) -> TopicMetadata:
+        topic = self.controller.create_topic(
+            name, -1, -1, None, {},
+            default_partitions=self.config["num.partitions"],
+            default_replication_factor=self.config["default.replication.factor"],
+        )
+        log.info("auto-created topic %s with %d partitions", name, len(topic.partitions))
+        return topic
+
+    def log_config_for(self, topic: str) -> LogConfig:
+        meta = self.controller.topics.get(topic) if self.controller else None
+        if meta is None or not meta.configs:
+            return self.default_log_config
+        return self.default_log_config.with_overrides(meta.configs)
+
+    def _validate_topic_configs(self, configs: Mapping[str, str]) -> None:
+        self.default_log_config.with_overrides(configs)
+
+    # BrokerChannel: the controller's LeaderAndIsr and StopReplica, delivered in-process.
+    def leader_and_isr(self, topic: TopicMetadata, partition: int) -> None:
+        state = topic.partitions[partition]
+        if state.leader != self.broker_id:
+            return
+        config = self.default_log_config.with_overrides(topic.configs) if topic.configs else self.default_log_config
+        self.replica_manager.become_leader(topic.name, partition, topic.topic_id, state.leader_epoch,
+                                          state.replicas, state.isr, config)
+
+    def stop_replica(self, topic: str, partition: int, delete: bool) -> None:
+        self.replica_manager.stop_replica(topic, partition, delete)

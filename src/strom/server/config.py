@@ -1,0 +1,246 @@
+"""Broker configuration: Kafka's names, types and defaults, validated up front.
+
+`strom serve` reads a server.properties file and `--override key=value` pairs. An unknown key
+or a bad value is a `ConfigError` with one line that names the key; the CLI exits with 2.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from strom.log.config import LogConfig
+
+LONG_MAX = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ConfigError(f"expected an integer, got {text!r}") from None
+        if lo is not None and value < lo:
+            raise ConfigError(f"must be at least {lo}, got {value}")
+        if hi is not None and value > hi:
+            raise ConfigError(f"must be at most {hi}, got {value}")
+        return value
+
+    return parse
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ConfigError(f"expected true or false, got {text!r}")
+    return lowered == "true"
+
+
+def _str(text: str) -> str:
+    return text.strip()
+
+
+def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    return lambda text: None if text.strip() in ("", "null") else parse(text)
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text.strip() not in options:
+            raise ConfigError(f"must be one of {', '.join(options)}, got {text!r}")
+        return text.strip()
+
+    return parse
+
+
+_LISTENER = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)://(?P<host>\[[0-9a-fA-F:]+\]|[^:/\s]*):(?P<port>\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+def parse_listeners(text: str) -> list[Listener]:
+    listeners = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        match = _LISTENER.match(item)
+        if not match or int(match["port"]) > 65535:
+            raise ConfigError(f"{item!r} is not of the form NAME://host:port")
+        listeners.append(Listener(match["name"].upper(), match["host"].strip("[]"), int(match["port"])))
+    names = [listener.name for listener in listeners]
+    if len(set(names)) != len(names):
+        raise ConfigError("each listener name may appear once")
+    return listeners
+
+
+def _dirs(text: str) -> list[Path]:
+    dirs = [Path(s.strip()) for s in text.split(",") if s.strip()]
+    if not dirs:
+        raise ConfigError("at least one directory is needed")
+    return dirs
+
+
+# name -> (parser, default as Kafka writes it). None means "no value" (Kafka's null).
+DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
+    "broker.id": (_int(0), "0"),
+    "node.id": (_optional(_int(0)), None),
+    "listeners": (parse_listeners, "PLAINTEXT://127.0.0.1:9092"),
+    "advertised.listeners": (_optional(parse_listeners), None),
+    "inter.broker.listener.name": (_optional(_str), None),
+    "listener.security.protocol.map": (_optional(_str), None),
+    "log.dirs": (_optional(_dirs), None),
+    "log.dir": (_dirs, "./strom-data"),
+    "num.partitions": (_int(1), "1"),
+    "default.replication.factor": (_int(1), "1"),
+    "auto.create.topics.enable": (_bool, "true"),
+    "delete.topic.enable": (_bool, "true"),
+    "log.segment.bytes": (_int(14), "1073741824"),
+    "log.roll.ms": (_optional(_int(1)), None),
+    "log.roll.hours": (_int(1), "168"),
+    "log.retention.ms": (_optional(_int(-1)), None),
+    "log.retention.minutes": (_optional(_int(-1)), None),
+    "log.retention.hours": (_int(-1), "168"),
+    "log.retention.bytes": (_int(-1), "-1"),
+    "log.retention.check.interval.ms": (_int(1), "300000"),
+    "log.index.interval.bytes": (_int(0), "4096"),
+    "index.interval.bytes": (_optional(_int(0)), None),  # the topic-level name, accepted as a synonym
+    "log.index.size.max.bytes": (_int(4), "10485760"),
+    "log.segment.delete.delay.ms": (_int(0), "60000"),
+    "log.cleanup.policy": (_choice("delete", "compact", "compact,delete", "delete,compact"), "delete"),
+    "log.message.timestamp.type": (_choice("CreateTime", "LogAppendTime"), "CreateTime"),
+    "log.flush.interval.messages": (_int(1), str(LONG_MAX)),
+    "log.flush.interval.ms": (_optional(_int(0)), None),
+    "log.flush.scheduler.interval.ms": (_int(1), str(LONG_MAX)),
+    "log.flush.offset.checkpoint.interval.ms": (_int(0), "60000"),
+    "log.flush.start.offset.checkpoint.interval.ms": (_int(0), "60000"),
+    "message.max.bytes": (_int(0), "1048588"),
+    "socket.request.max.bytes": (_int(1), "104857600"),
+    "socket.send.buffer.bytes": (_int(-1), "102400"),
+    "socket.receive.buffer.bytes": (_int(-1), "102400"),
+    "queued.max.requests": (_int(1), "500"),
+    "num.network.threads": (_int(1), "3"),
+    "num.io.threads": (_int(1), "8"),
+    "num.recovery.threads.per.data.dir": (_int(1), "1"),
+    "min.insync.replicas": (_int(1), "1"),
+    "replica.lag.time.max.ms": (_int(0), "30000"),
+    "offsets.topic.num.partitions": (_int(1), "50"),
+    "offsets.topic.replication.factor": (_int(1), "3"),
+    "transaction.state.log.num.partitions": (_int(1), "50"),
+    "transaction.state.log.replication.factor": (_int(1), "3"),
+    "transaction.state.log.min.isr": (_int(1), "2"),
+    "group.initial.rebalance.delay.ms": (_int(0), "3000"),
+    "zookeeper.connect": (_optional(_str), None),
+    "broker.rack": (_optional(_str), None),
+}
+
+
+class BrokerConfig:
+    """Validated broker settings; `values` holds every key, explicit or default."""
+
+    def __init__(self, props: Mapping[str, str] | None = None) -> None:
+        props = dict(props or {})
+        unknown = sorted(set(props) - set(DEFINITIONS))
+        if unknown:
+            raise ConfigError(f"unknown config key {unknown[0]!r}")
+        self.explicit = frozenset(props)
+        self.values: dict[str, Any] = {}
+        for key, (parse, default) in DEFINITIONS.items():
+            text = props.get(key, default)
+            try:
+                self.values[key] = None if text is None else parse(text)
+            except ConfigError as e:
+                raise ConfigError(f"invalid value for {key}: {e}") from None
+        self._check_advertised()
+
+    def _check_advertised(self) -> None:
+        advertised = self.values["advertised.listeners"]
+        if advertised:
+            names = {listener.name for listener in self.listeners}
+            for listener in advertised:
+                if listener.name not in names:
+                    raise ConfigError(f"advertised listener {listener} has no matching listener")
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def broker_id(self) -> int:
+        node_id = self.values["node.id"]
+        return self.values["broker.id"] if node_id is None else node_id
+
+    @property
+    def listeners(self) -> list[Listener]:
+        return self.values["listeners"]
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        return self.values["log.dirs"] or self.values["log.dir"]
+
+    @property
+    def log_roll_ms(self) -> int:
+        ms = self.values["log.roll.ms"]
+        return ms if ms is not None else self.values["log.roll.hours"] * 3_600_000
+
+    @property
+    def log_retention_ms(self) -> int:
+        # Kafka's precedence: ms, then minutes, then hours; any negative value means unlimited.
+        ms = self.values["log.retention.ms"]
+        if ms is None and self.values["log.retention.minutes"] is not None:
+            ms = self.values["log.retention.minutes"] * 60_000
+        if ms is None:
+            ms = self.values["log.retention.hours"] * 3_600_000
+        return -1 if ms < 0 else ms
+
+    def default_log_config(self) -> LogConfig:
+        """The topic defaults this broker applies to topics without overrides."""
+        index_interval = self.values["index.interval.bytes"]
+        return LogConfig(
+            segment_bytes=self.values["log.segment.bytes"],
+            segment_ms=self.log_roll_ms,
+            retention_ms=self.log_retention_ms,
+            retention_bytes=self.values["log.retention.bytes"],
+            index_interval_bytes=(
+                index_interval if index_interval is not None else self.values["log.index.interval.bytes"]
+            ),
+            segment_index_bytes=self.values["log.index.size.max.bytes"],
+            max_message_bytes=self.values["message.max.bytes"],
+            message_timestamp_type=self.values["log.message.timestamp.type"],
+            file_delete_delay_ms=self.values["log.segment.delete.delay.ms"],
+        )
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Java-properties subset: `key=value` or `key: value` lines, `#`/`!` comments."""
+    props: dict[str, str] = {}
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        match = re.match(r"^([^=:\s]+)\s*[=:]\s*(.*)$", line)
+        if not match:
+            raise ConfigError(f"{path}:{number}: expected key=value, got {raw!r}")
+        props[match[1]] = match[2]
+    return props
+
+
+def load(path: Path | None, overrides: list[str]) -> BrokerConfig:
+    props = read_properties(path) if path is not None else {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--override expects key=value, got {item!r}")
+        props[key.strip()] = value
+    return BrokerConfig(props)

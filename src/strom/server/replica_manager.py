@@ -1,0 +1,156 @@
+"""ReplicaManager and Partition: the partitions this broker hosts, their logs and watermarks.
+
+A `Partition` knows its replicas and ISR and moves the high watermark to the smallest log end
+offset in the ISR. With ISR = {this broker} that is the leader's own log end offset right after
+the append, so a cluster of one needs no special case: acks=-1 completes as soon as the
+write is in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from strom.log.config import LogConfig
+from strom.log.log import FetchSlice, Log
+from strom.log.manager import LogManager
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.server.purgatory import Purgatory
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+class Partition:
+    def __init__(self, topic: str, index: int, topic_id: uuid.UUID, broker_id: int, log: Log) -> None:
+        self.topic = topic
+        self.index = index
+        self.topic_id = topic_id
+        self.broker_id = broker_id
+        self.log = log
+        self.leader_id = broker_id
+        self.leader_epoch = 0
+        self.replicas: list[int] = [broker_id]
+        self.isr: list[int] = [broker_id]
+        # Log end offsets of follower replicas, reported by their fetches.
+        self.follower_leo: dict[int, int] = {}
+        self.high_watermark = log.log_end_offset
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.broker_id
+
+    def make_leader(self, leader_epoch: int, replicas: list[int], isr: list[int]) -> None:
+        self.leader_id = self.broker_id
+        self.leader_epoch = leader_epoch
+        self.replicas = list(replicas)
+        self.isr = list(isr)
+        self.maybe_increment_high_watermark()
+
+    def maybe_increment_high_watermark(self) -> bool:
+        leo = self.log.log_end_offset
+        ends = [leo if r == self.broker_id else self.follower_leo.get(r, 0) for r in self.isr]
+        new_hw = min(ends) if ends else leo
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+            return True
+        return False
+
+    def append_records_to_leader(self, records: bytearray, required_acks: int, min_insync: int):
+        if not self.is_leader:
+            raise KafkaError("this broker is not the leader", ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if required_acks == -1 and len(self.isr) < min_insync:
+            raise KafkaError(
+                f"ISR {self.isr} is smaller than min.insync.replicas={min_insync}",
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+            )
+        info = self.log.append(records, leader_epoch=self.leader_epoch)
+        self.maybe_increment_high_watermark()
+        return info
+
+
+@dataclass(slots=True)
+class ProduceResult:
+    error: ErrorCode = ErrorCode.NONE
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+@dataclass(slots=True)
+class ReadResult:
+    error: ErrorCode
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: FetchSlice | None = None
+
+
+class ReplicaManager:
+    def __init__(self, broker_id: int, log_manager: LogManager, min_insync: int) -> None:
+        self.broker_id = broker_id
+        self.log_manager = log_manager
+        self.min_insync = min_insync
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.fetch_purgatory = Purgatory()
+
+    def get_partition(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get((topic, index))
+
+    def become_leader(
+        self, topic: str, index: int, topic_id: uuid.UUID, leader_epoch: int,
+        replicas: list[int], isr: list[int], config: LogConfig,
+    ) -> Partition:
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            log_ = self.log_manager.get_or_create_log(topic, index, config)
+            partition = Partition(topic, index, topic_id, self.broker_id, log_)
+            self.partitions[(topic, index)] = partition
+        partition.log.config = config
+        partition.make_leader(leader_epoch, replicas, isr)
+        return partition
+
+    def stop_replica(self, topic: str, index: int, delete: bool) -> None:
+        partition = self.partitions.pop((topic, index), None)
+        if partition is not None and delete:
+            self.log_manager.delete_log(topic, index)
+        self.fetch_purgatory.wake((topic, index))
+
+    def append_records(self, required_acks: int, entries: Iterable[tuple[TopicPartition, bytearray]]
+                       ) -> dict[TopicPartition, ProduceResult]:
+        results: dict[TopicPartition, ProduceResult] = {}
+        for tp, records in entries:
+            partition = self.partitions.get(tp)
+            if partition is None:
+                results[tp] = ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            try:
+                info = partition.append_records_to_leader(records, required_acks, self.min_insync)
+            except KafkaError as e:
+                log.warning("produce to %s-%d rejected: %s (%s)", tp[0], tp[1], e.code.name, e)
+                results[tp] = ProduceResult(e.code, message=str(e) or None)
+                continue
+            except OSError as e:
+                log.error("produce to %s-%d failed writing the log: %s", tp[0], tp[1], e)
+                results[tp] = ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(e))
+                continue
+            results[tp] = ProduceResult(
+                ErrorCode.NONE, info.first_offset, info.log_append_time, partition.log.log_start_offset
+            )
+            self.fetch_purgatory.wake(tp)
+        return results
+
+    def read(self, tp: TopicPartition, offset: int, max_bytes: int, min_one_message: bool) -> ReadResult:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            return ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        log_ = partition.log
+        hw = partition.high_watermark
+        try:
+            records = log_.read(offset, max_bytes, max_offset=hw, min_one_message=min_one_message)
+        except KafkaError as e:
+            return ReadResult(e.code, hw, log_.log_start_offset)
+        return ReadResult(ErrorCode.NONE, hw, log_.log_start_offset, records)

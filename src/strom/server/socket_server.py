@@ -1,0 +1,234 @@
+"""SocketServer: listeners, connections, and in-order request processing per connection.
+
+Like Kafka's processors, a connection handles one request at a time and answers in order:
+frames are read as they arrive (BufferedProtocol, no per-chunk copies), queued, and a worker
+task per connection parses, dispatches to KafkaApis and writes the response. Fetch responses
+send record bytes straight from segment files with sendfile where the event loop can.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections import deque
+from typing import Any
+
+from strom.protocol import messages
+from strom.protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrame
+from strom.server.apis import HANDLERS, RawResponse, RequestContext, supports
+from strom.server.apis.api_versions import API_VERSIONS, unsupported_version_response
+
+log = logging.getLogger(__name__)
+
+_PAUSE_AT = 64  # queued requests on one connection before we stop reading from it
+_SIZE_PREFIX = 4
+
+
+class _Region:
+    """The file object asyncio's sendfile wants, over a segment fd we must not close."""
+
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def seek(self, *_: Any) -> None:
+        pass  # the segment is read with pread/sendfile offsets; its file position is unused
+
+
+class Connection(asyncio.BufferedProtocol):
+    def __init__(self, server: SocketServer, listener: str) -> None:
+        self.server = server
+        self.listener = listener
+        self.decoder = FrameDecoder(server.max_request_bytes)
+        self.queue: deque[bytearray] = deque()
+        self.ready = asyncio.Event()
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.paused = False
+        self.closing = False
+        self.worker: asyncio.Task | None = None
+
+    # --- transport callbacks -------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.server.connections.add(self)
+        self.worker = asyncio.get_running_loop().create_task(self._work())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            frames = self.decoder.buffer_updated(nbytes)
+        except (FrameTooLarge, InvalidFrame) as e:
+            log.warning("closing connection from %s: %s", self.peer, e)
+            self.close()
+            return
+        if frames:
+            self.queue.extend(frames)
+            self.ready.set()
+            if len(self.queue) >= _PAUSE_AT and not self.paused:
+                self.paused = True
+                self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self.closing = True
+        self.ready.set()
+        return True  # keep the write side open until queued requests are answered
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.connections.discard(self)
+        if self.worker is not None and not self.worker.done():
+            self.worker.cancel()
+
+    def close(self) -> None:
+        self.closing = True
+        self.queue.clear()
+        self.ready.set()
+        if self.transport is not None:
+            self.transport.close()
+
+    # --- request processing ---------------------------------------------------------------
+    async def _work(self) -> None:
+        try:
+            while True:
+                while not self.queue:
+                    if self.closing:
+                        if self.transport is not None and not self.transport.is_closing():
+                            self.transport.close()
+                        return
+                    self.ready.clear()
+                    await self.ready.wait()
+                frame = self.queue.popleft()
+                if self.paused and len(self.queue) < _PAUSE_AT // 2:
+                    self.paused = False
+                    self.transport.resume_reading()
+                self.server.in_flight += 1
+                try:
+                    await self._process(frame)
+                finally:
+                    self.server.in_flight -= 1
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("connection from %s failed; closing it", self.peer)
+            self.close()
+
+    async def _process(self, frame: bytearray) -> None:
+        try:
+            request = messages.parse_request(frame)
+        except messages.UnsupportedRequest as e:
+            self._reject_unsupported(frame, str(e))
+            return
+        except messages.InvalidRequest as e:
+            log.warning("closing connection from %s: %s", self.peer, e)
+            self.close()
+            return
+        header = request.header
+        if not supports(header.api_key, header.api_version):
+            self._reject_unsupported(frame, f"api key {header.api_key} v{header.api_version} is not supported")
+            return
+        ctx = RequestContext(header, self.listener, self.peer)
+        response = await HANDLERS[header.api_key].handler(self.server.broker, ctx, request.body)
+        if response is None or self.transport is None or self.transport.is_closing():
+            return
+        if isinstance(response, RawResponse):
+            await self._send_parts(messages.response_header(header), response.parts)
+        else:
+            self.transport.write(messages.encode_response(header, response))
+
+    def _reject_unsupported(self, frame: bytearray, reason: str) -> None:
+        """Kafka answers ApiVersions of an unknown version with UNSUPPORTED_VERSION at v0 and
+        closes the connection for any other api key or version it cannot parse."""
+        try:
+            header, _ = messages.parse_header(frame)
+        except messages.InvalidRequest:
+            header = None
+        if header is not None and header.api_key == API_VERSIONS:
+            log.info("ApiVersions v%d from %s is not supported; answering with v0",
+                     header.api_version, self.peer)
+            self.transport.write(messages.encode_response(header, unsupported_version_response(), version=0))
+            return
+        log.warning("closing connection from %s: %s", self.peer, reason)
+        self.close()
+
+    async def _send_parts(self, response_header: bytes, parts: list[Any]) -> None:
+        size = len(response_header) + sum(len(p) if isinstance(p, bytes) else p.size for p in parts)
+        pending = [size.to_bytes(_SIZE_PREFIX, "big"), response_header]
+        for part in parts:
+            if isinstance(part, bytes):
+                pending.append(part)
+                continue
+            self.transport.write(b"".join(pending))
+            pending = []
+            await self.server.send_region(self.transport, part)
+        if pending:
+            self.transport.write(b"".join(pending))
+
+
+class SocketServer:
+    def __init__(self, broker: Any, max_request_bytes: int) -> None:
+        self.broker = broker
+        self.max_request_bytes = max_request_bytes
+        self.servers: list[asyncio.base_events.Server] = []
+        self.connections: set[Connection] = set()
+        self.in_flight = 0
+        self.bound: dict[str, tuple[str, int]] = {}
+        self._native_sendfile = True
+
+    async def start(self, listeners: list[Any], send_buffer: int, receive_buffer: int) -> None:
+        loop = asyncio.get_running_loop()
+        for listener in listeners:
+            server = await loop.create_server(
+                lambda name=listener.name: Connection(self, name),
+                host=listener.host or None, port=listener.port, reuse_address=True, backlog=1024,
+            )
+            for sock in server.sockets:
+                if send_buffer > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+                if receive_buffer > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+            host, port = server.sockets[0].getsockname()[:2]
+            self.bound[listener.name] = (host, port)
+            self.servers.append(server)
+
+    async def send_region(self, transport: asyncio.Transport, region: Any) -> None:
+        """Send a file region: zero copy with sendfile where the loop's transport allows."""
+        if self._native_sendfile:
+            loop = asyncio.get_running_loop()
+            try:
+                await loop.sendfile(transport, _Region(region.fd), region.position, region.size,
+                                    fallback=False)
+                return
+            except (NotImplementedError, asyncio.SendfileNotAvailableError, AttributeError):
+                self._native_sendfile = False
+                log.info("event loop has no native sendfile; fetch responses are copied")
+        transport.write(os.pread(region.fd, region.size, region.position))
+
+    async def stop_accepting(self) -> None:
+        for server in self.servers:
+            server.close()
+
+    async def drain(self, timeout: float) -> None:
+        """Let in-flight requests finish (their responses written), then close connections."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while self.in_flight and loop.time() < end:
+            await asyncio.sleep(0.01)
+        for conn in list(self.connections):
+            conn.close()

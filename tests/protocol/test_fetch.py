@@ -1,0 +1,34 @@
+from dataclasses import dataclass
+
+import pytest
+
+from strom.protocol import messages
+from strom.protocol.fetch import PartitionData, encode_fetch_response
+from strom.protocol.records import build_batch
+
+
+@dataclass
+class Region:
+    data: bytes
+
+    @property
+    def size(self):
+        return len(self.data)
+
+
+@pytest.mark.parametrize("version", [4, 5, 7, 11, 12])
+def test_hand_encoded_fetch_response_matches_the_schema(version):
+    batch = build_batch([(b"k", b"v")], base_offset=3)
+    topics = [("orders", [PartitionData(0, 0, 10, 10, 2, Region(batch)),
+                          PartitionData(1, 1, -1, -1, -1, None)]),
+              ("empty", [])]
+    parts, size = encode_fetch_response(version, topics)
+    body = b"".join(p.data if isinstance(p, Region) else p for p in parts)
+    assert len(body) == size
+    decoded = messages.RESPONSES[1].decode(body, version=version)
+    p0, p1 = decoded.responses[0].partitions
+    assert decoded.responses[0].topic == "orders" and decoded.responses[1].topic == "empty"
+    assert (p0.partition_index, p0.high_watermark, bytes(p0.records)) == (0, 10, batch)
+    if version >= 5:
+        assert p0.log_start_offset == 2
+    assert p1.error_code == 1 and not p1.records

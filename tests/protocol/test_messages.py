@@ -1,0 +1,66 @@
+import struct
+
+import pytest
+
+from strom.protocol import messages
+
+
+def test_request_round_trip_flexible_header():
+    raw = messages.encode_request(3, 12, {"topics": [{"name": "t"}], "allow_auto_topic_creation": False},
+                                  correlation_id=7, client_id="me")
+    request = messages.parse_request(raw[4:])
+    assert request.header.api_key == 3 and request.header.api_version == 12
+    assert request.header.correlation_id == 7 and request.header.client_id == "me"
+    assert request.header.flexible
+    assert [t.name for t in request.body.topics] == ["t"]
+    assert request.body.allow_auto_topic_creation is False
+
+
+def test_non_flexible_header_has_no_tag_buffer():
+    raw = messages.encode_request(3, 1, {"topics": None}, correlation_id=3)
+    header, pos = messages.parse_header(raw[4:])
+    assert not header.flexible
+    assert pos == 10 + len("strom")
+
+
+def test_header_tagged_fields_are_skipped():
+    body = messages.build(messages.REQUESTS[18], 3, {"client_software_name": "x",
+                                                     "client_software_version": "1"}).encode(version=3)
+    head = struct.pack(">hhih", 18, 3, 9, 1) + b"c" + b"\x01" + b"\x05\x02ab"  # one unknown tag
+    request = messages.parse_request(head + body)
+    assert request.header.correlation_id == 9
+    assert request.body.client_software_name == "x"
+
+
+def test_unknown_api_key_and_version():
+    with pytest.raises(messages.UnsupportedRequest):
+        messages.parse_request(struct.pack(">hhih", 999, 0, 1, -1))
+    with pytest.raises(messages.UnsupportedRequest):
+        messages.parse_request(struct.pack(">hhih", 3, 99, 1, -1))
+
+
+def test_truncated_request_is_invalid():
+    raw = messages.encode_request(19, 5, {"topics": [{"name": "abc", "num_partitions": 1,
+                                                      "replication_factor": 1, "assignments": [],
+                                                      "configs": []}], "timeout_ms": 1000})
+    with pytest.raises(messages.InvalidRequest):
+        messages.parse_request(raw[4:-6])
+    with pytest.raises(messages.InvalidRequest):
+        messages.parse_request(b"\x00\x03")
+
+
+def test_response_header_versions():
+    flex = messages.RequestHeader(3, 12, 5, None, True)
+    assert messages.response_header(flex) == struct.pack(">i", 5) + b"\x00"
+    api_versions = messages.RequestHeader(18, 3, 5, None, True)
+    assert messages.response_header(api_versions) == struct.pack(">i", 5)
+
+
+def test_response_encode_decode_round_trip():
+    header = messages.RequestHeader(20, 4, 11, "c", True)
+    raw = messages.encode_response(header, {"throttle_time_ms": 0, "responses": [
+        {"name": "t", "error_code": 3, "error_message": None}]})
+    (size,) = struct.unpack_from(">i", raw)
+    assert size == len(raw) - 4
+    correlation_id, body = messages.decode_response(20, 4, raw[4:])
+    assert correlation_id == 11 and body.responses[0].error_code == 3
