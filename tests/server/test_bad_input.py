@@ -1,0 +1,174 @@
+"""Bad input over raw sockets against a real broker: Kafka's error codes or a closed
+connection, one log line, and the broker keeps serving everyone else."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import pytest
+
+from strom.protocol import messages
+from strom.protocol.frames import FrameDecoder
+from strom.protocol.records import build_batch
+from strom.testing import BrokerProcess
+
+PRODUCE, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 2, 3, 18, 19
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with BrokerProcess(overrides={"auto.create.topics.enable": "false",
+                                  "message.max.bytes": "10000",
+                                  "socket.request.max.bytes": "200000"}) as b:
+        yield b
+
+
+class RawClient:
+    def __init__(self, broker: BrokerProcess) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+        self.decoder = FrameDecoder(10**8)
+        self.correlation = 0
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read_frame(self) -> bytes | None:
+        while True:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            frames = self.decoder.feed(chunk)
+            if frames:
+                return bytes(frames[0])
+
+    def call(self, api_key: int, version: int, fields: dict):
+        self.correlation += 1
+        self.send_raw(messages.encode_request(api_key, version, fields, self.correlation))
+        payload = self.read_frame()
+        assert payload is not None, "broker closed the connection"
+        correlation, body = messages.decode_response(api_key, version, payload)
+        assert correlation == self.correlation
+        return body
+
+    def is_closed(self) -> bool:
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _create_topic(client: RawClient, name: str) -> int:
+    body = client.call(CREATE_TOPICS, 5, {"topics": [{"name": name, "num_partitions": 1,
+                                                      "replication_factor": 1, "assignments": [],
+                                                      "configs": []}], "timeout_ms": 5000})
+    return body.topics[0].error_code
+
+
+def _produce(client: RawClient, topic: str, records: bytes) -> tuple[int, int]:
+    body = client.call(PRODUCE, 9, {"transactional_id": None, "acks": -1, "timeout_ms": 5000,
+                                     "topic_data": [{"name": topic, "partition_data": [
+                                         {"index": 0, "records": records}]}]})
+    p = body.responses[0].partition_responses[0]
+    return p.error_code, p.base_offset
+
+
+def _latest(client: RawClient, topic: str) -> int:
+    body = client.call(LIST_OFFSETS, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                        "timestamp": -1}]}]})
+    return body.topics[0].partitions[0].offset
+
+
+def _still_serving(broker: BrokerProcess) -> None:
+    client = RawClient(broker)
+    body = client.call(API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+    assert body.error_code == 0 and any(k.api_key == PRODUCE for k in body.api_keys)
+    client.close()
+
+
+def test_garbage_bytes_close_the_connection(broker):
+    client = RawClient(broker)
+    client.send_raw(struct.pack(">i", 12) + b"\xff" * 12)
+    assert client.is_closed()
+    _still_serving(broker)
+
+
+def test_frame_longer_than_allowed(broker):
+    client = RawClient(broker)
+    client.send_raw(struct.pack(">i", 300000))
+    assert client.is_closed()
+    assert "exceeds socket.request.max.bytes" in broker.log_text()
+    _still_serving(broker)
+
+
+def test_unknown_api_key_closes(broker):
+    client = RawClient(broker)
+    client.send_raw(struct.pack(">ihhih", 10, 4242, 0, 1, -1))
+    assert client.is_closed()
+    _still_serving(broker)
+
+
+def test_unsupported_api_versions_version_answered_at_v0(broker):
+    client = RawClient(broker)
+    client.send_raw(struct.pack(">ihhihb", 11, API_VERSIONS, 99, 5, -1, 0))
+    payload = client.read_frame()
+    correlation, body = messages.decode_response(API_VERSIONS, 0, payload)
+    assert correlation == 5 and body.error_code == 35  # UNSUPPORTED_VERSION
+    assert {k.api_key for k in body.api_keys} >= {PRODUCE, METADATA, API_VERSIONS}
+
+
+def test_unsupported_version_of_other_api_closes(broker):
+    client = RawClient(broker)
+    client.send_raw(messages.encode_request(METADATA, 13, {"topics": None}))
+    assert client.is_closed()
+    _still_serving(broker)
+
+
+def test_truncated_request_closes(broker):
+    client = RawClient(broker)
+    raw = messages.encode_request(CREATE_TOPICS, 5, {"topics": [
+        {"name": "truncated", "num_partitions": 1, "replication_factor": 1, "assignments": [],
+         "configs": []}], "timeout_ms": 1000})
+    body = raw[4:-8]
+    client.send_raw(struct.pack(">i", len(body)) + body)
+    assert client.is_closed()
+    _still_serving(broker)
+
+
+def test_crc_mismatch_and_oversize_leave_the_log_untouched(broker):
+    client = RawClient(broker)
+    assert _create_topic(client, "bad-batches") == 0
+    assert _produce(client, "bad-batches", build_batch([(b"k", b"v")])) == (0, 0)
+    corrupt = bytearray(build_batch([(b"k", b"v")] * 3))
+    corrupt[-1] ^= 0x55
+    assert _produce(client, "bad-batches", bytes(corrupt))[0] == 2  # CORRUPT_MESSAGE
+    big = build_batch([(None, b"x" * 20000)])
+    assert _produce(client, "bad-batches", big)[0] == 10  # MESSAGE_TOO_LARGE
+    assert _latest(client, "bad-batches") == 1
+    assert _produce(client, "bad-batches", build_batch([(b"k", b"v")] * 2)) == (0, 1)
+    assert _latest(client, "bad-batches") == 3
+    assert "CORRUPT_MESSAGE" in broker.log_text()
+
+
+def test_invalid_topic_names(broker):
+    client = RawClient(broker)
+    assert _create_topic(client, "bad/name") == 17
+    assert _create_topic(client, "x" * 250) == 17
+    assert _create_topic(client, "..") == 17
+    body = client.call(METADATA, 12, {"topics": [{"name": "bad name!"}],
+                                       "allow_auto_topic_creation": True})
+    assert body.topics[0].error_code == 17
+
+
+def test_produce_to_missing_topic_without_auto_create(broker):
+    client = RawClient(broker)
+    assert _produce(client, "does-not-exist", build_batch([(b"k", b"v")]))[0] == 3
+    body = client.call(METADATA, 12, {"topics": [{"name": "does-not-exist"}],
+                                       "allow_auto_topic_creation": True})
+    assert body.topics[0].error_code == 3
