@@ -1,0 +1,103 @@
+"""Per-topic log settings under Kafka's names and defaults.
+
+Topic configs arrive as Kafka's string key/value pairs (CreateTopics, AlterConfigs, the
+`--config` of the CLI); `LogConfig.with_overrides` validates them the way Kafka's `LogConfig`
+does, so a bad value is refused with INVALID_CONFIG before any log is touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+
+
+@dataclass(slots=True)
+class LogConfig:
+    segment_bytes: int = 1073741824  # segment.bytes (broker: log.segment.bytes)
+    segment_ms: int = 604800000  # segment.ms (broker: log.roll.ms / log.roll.hours)
+    retention_ms: int = 604800000  # retention.ms; -1 = unlimited
+    retention_bytes: int = -1  # retention.bytes; -1 = unlimited
+    index_interval_bytes: int = 4096  # index.interval.bytes
+    segment_index_bytes: int = 10485760  # segment.index.bytes: roll when the index is this big
+    max_message_bytes: int = 1048588  # max.message.bytes: the largest batch accepted
+    message_timestamp_type: str = CREATE_TIME  # message.timestamp.type
+    file_delete_delay_ms: int = 60000  # file.delete.delay.ms
+    cleanup_policy: str = "delete"  # cleanup.policy (compaction is not implemented yet)
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == LOG_APPEND_TIME
+
+    @property
+    def delete_enabled(self) -> bool:
+        return "delete" in self.cleanup_policy.split(",")
+
+    def with_overrides(self, overrides: Mapping[str, str]) -> LogConfig:
+        """A copy with Kafka topic config overrides applied; ValueError("<key>: <reason>")."""
+        changes: dict[str, Any] = {}
+        for key, raw in overrides.items():
+            spec = TOPIC_CONFIG_KEYS.get(key)
+            if spec is None:
+                raise ValueError(f"{key}: unknown topic config")
+            field, parse = spec
+            try:
+                changes[field] = parse(str(raw).strip())
+            except ValueError as e:
+                raise ValueError(f"{key}: {e}") from None
+        return dataclasses.replace(self, **changes)
+
+    def to_topic_configs(self) -> dict[str, str]:
+        """Kafka config name -> string value, e.g. for DescribeConfigs."""
+        return {key: str(getattr(self, field)) for key, (field, _) in TOPIC_CONFIG_KEYS.items()}
+
+
+def _int(low: int, high: int) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an integer") from None
+        if not low <= n <= high:
+            raise ValueError(f"{n} is not in [{low}, {high}]")
+        return n
+
+    return parse
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value not in options:
+            raise ValueError(f"{value!r} is not one of {', '.join(options)}")
+        return value
+
+    return parse
+
+
+def _cleanup_policy(value: str) -> str:
+    parts = [p.strip() for p in value.split(",")]
+    if not parts or any(p not in ("delete", "compact") for p in parts):
+        raise ValueError(f"{value!r} is not a list of delete, compact")
+    return ",".join(parts)
+
+
+# Kafka topic config name -> (LogConfig field, parser). Bounds are Kafka's.
+TOPIC_CONFIG_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "segment.bytes": ("segment_bytes", _int(14, INT_MAX)),
+    "segment.ms": ("segment_ms", _int(1, LONG_MAX)),
+    "retention.ms": ("retention_ms", _int(-1, LONG_MAX)),
+    "retention.bytes": ("retention_bytes", _int(-1, LONG_MAX)),
+    "index.interval.bytes": ("index_interval_bytes", _int(0, INT_MAX)),
+    "segment.index.bytes": ("segment_index_bytes", _int(4, INT_MAX)),
+    "max.message.bytes": ("max_message_bytes", _int(0, INT_MAX)),
+    "message.timestamp.type": ("message_timestamp_type", _choice(CREATE_TIME, LOG_APPEND_TIME)),
+    "file.delete.delay.ms": ("file_delete_delay_ms", _int(0, LONG_MAX)),
+    "cleanup.policy": ("cleanup_policy", _cleanup_policy),
+}

@@ -1,0 +1,319 @@
+"""A segment's sparse offset index (`.index`) and time index (`.timeindex`) in Kafka's layout.
+
+`.index` holds 8-byte entries (offset relative to the segment base: int32 BE, file position:
+int32 BE); `.timeindex` holds 12-byte entries (timestamp: int64 BE, relative offset: int32 BE).
+Unlike Kafka the files are not preallocated or memory-mapped: entries live in compact arrays
+in memory for bisect lookups and are appended to the file, one write per append call. The
+write descriptor is opened lazily and closed when the segment stops being active, so an idle
+log holds no index descriptors at all.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import struct
+import sys
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from itertools import islice
+from pathlib import Path
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+def _strictly_increasing(values: Sequence[int]) -> bool:
+    return all(map(operator.lt, values, islice(values, 1, None)))
+
+
+def _non_decreasing(values: Sequence[int]) -> bool:
+    return all(map(operator.le, values, islice(values, 1, None)))
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file through a fresh descriptor (Linux syncs the inode whatever fd is used), so a
+    flush thread never races the event loop over a descriptor it may close."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return  # deleted meanwhile: nothing left to make durable
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _IndexFile:
+    entry_size = 0
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self.path = Path(path)
+        self.base_offset = base_offset
+        self._wfd: int | None = None
+        self._dirty = False  # written since the last flush
+        try:
+            data = self.path.read_bytes()
+            self.existed = True
+        except FileNotFoundError:
+            data = b""
+            self.existed = False
+        tail = len(data) % self.entry_size
+        # A torn last entry means the file is damaged; sanity_check reports it.
+        self._whole = tail == 0
+        self._load(memoryview(data)[: len(data) - tail])
+        if not self.existed:
+            self._create()
+
+    # -- subclass hooks
+    def _load(self, data: memoryview) -> None:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    # -- file handling
+    def _create(self) -> None:
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
+
+    def _fd(self) -> int:
+        if self._wfd is None:
+            self._wfd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        return self._wfd
+
+    def _write_at(self, data: bytes, entry_index: int) -> None:
+        self._dirty = True
+        fd = self._fd()
+        pos = entry_index * self.entry_size
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(fd, view, pos)
+            pos += n
+            view = view[n:]
+
+    def _truncate_file(self, entries: int) -> None:
+        self._dirty = True
+        os.ftruncate(self._fd(), entries * self.entry_size)
+
+    def is_full(self, max_index_bytes: int) -> bool:
+        return len(self) >= max_index_bytes // self.entry_size
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self) * self.entry_size
+
+    def flush(self) -> None:
+        if self._dirty:
+            # Cleared first: a write racing this flush sets it again or is covered by the fsync.
+            self._dirty = False
+            fsync_path(self.path)
+
+    def close(self) -> None:
+        """Close the write descriptor; entries stay available for lookups."""
+        if self._wfd is not None:
+            os.close(self._wfd)
+            self._wfd = None
+
+    def rename(self, path: Path) -> None:
+        try:
+            os.rename(self.path, path)
+        except FileNotFoundError:
+            pass
+        self.path = Path(path)
+
+    def delete(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class OffsetIndex(_IndexFile):
+    """Sparse map offset -> file position of the batch holding it."""
+
+    entry_size = _OFFSET_ENTRY.size
+
+    def _load(self, data: memoryview) -> None:
+        flat = array("i")
+        flat.frombytes(data)
+        if _LITTLE_ENDIAN:
+            flat.byteswap()
+        self._rel = flat[0::2]
+        self._pos = flat[1::2]
+
+    def __len__(self) -> int:
+        return len(self._rel)
+
+    def entries(self) -> list[tuple[int, int]]:
+        base = self.base_offset
+        return [(base + r, p) for r, p in zip(self._rel, self._pos, strict=True)]
+
+    def entry(self, i: int) -> tuple[int, int]:
+        return self.base_offset + self._rel[i], self._pos[i]
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(offset, position) of the last entry, or (base offset, 0) when empty."""
+        if not self._rel:
+            return self.base_offset, 0
+        return self.base_offset + self._rel[-1], self._pos[-1]
+
+    def append(self, offset: int, position: int) -> None:
+        self.append_many([(offset, position)])
+
+    def append_many(self, entries: Sequence[tuple[int, int]]) -> None:
+        """Add (absolute offset, position) entries, increasing, with one write to the file."""
+        if not entries:
+            return
+        base = self.base_offset
+        last = self._rel[-1] if self._rel else -1
+        last_pos = self._pos[-1] if self._pos else -1
+        data = bytearray()
+        rels, poss = [], []
+        for offset, position in entries:
+            rel = offset - base
+            if rel <= last or position <= last_pos:
+                raise ValueError(f"index entry ({offset}, {position}) is not after the last one")
+            last, last_pos = rel, position
+            rels.append(rel)
+            poss.append(position)
+            data += _OFFSET_ENTRY.pack(rel, position)
+        self._write_at(bytes(data), len(self._rel))
+        self._rel.extend(rels)
+        self._pos.extend(poss)
+
+    def lookup(self, target: int) -> tuple[int, int]:
+        """(offset, position) of the largest entry with offset <= target, else (base, 0)."""
+        i = bisect_right(self._rel, target - self.base_offset) - 1
+        if i < 0:
+            return self.base_offset, 0
+        return self.base_offset + self._rel[i], self._pos[i]
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries for offsets >= `offset`."""
+        keep = bisect_left(self._rel, offset - self.base_offset)
+        if keep < len(self._rel):
+            del self._rel[keep:]
+            del self._pos[keep:]
+            self._truncate_file(keep)
+
+    def truncate_to_position(self, position: int) -> None:
+        """Drop entries pointing at or beyond `position` of the log."""
+        keep = bisect_left(self._pos, position)
+        if keep < len(self._pos):
+            del self._rel[keep:]
+            del self._pos[keep:]
+            self._truncate_file(keep)
+
+    def reset(self, entries: Sequence[tuple[int, int]]) -> None:
+        """Replace the whole index (recovery, rebuild)."""
+        self._rel = array("i")
+        self._pos = array("i")
+        self._truncate_file(0)
+        self._whole = True
+        self.append_many(entries)
+
+    def sanity_check(self, log_size: int) -> bool:
+        """False when the file is damaged: torn entry, entries out of order, or past the log."""
+        if not self._whole:
+            return False
+        if not self._rel:
+            return True
+        return (
+            self._rel[0] >= 0
+            and self._pos[0] >= 0
+            and self._pos[-1] < log_size
+            and _strictly_increasing(self._rel)
+            and _strictly_increasing(self._pos)
+        )
+
+
+class TimeIndex(_IndexFile):
+    """Sparse map max-timestamp-so-far -> offset of the batch that reached it."""
+
+    entry_size = _TIME_ENTRY.size
+
+    def _load(self, data: memoryview) -> None:
+        rows = list(_TIME_ENTRY.iter_unpack(data))
+        self._ts = array("q", [r[0] for r in rows])
+        self._rel = array("i", [r[1] for r in rows])
+
+    def __len__(self) -> int:
+        return len(self._ts)
+
+    def entries(self) -> list[tuple[int, int]]:
+        base = self.base_offset
+        return [(t, base + r) for t, r in zip(self._ts, self._rel, strict=True)]
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry, or (-1, base offset) when empty."""
+        if not self._ts:
+            return -1, self.base_offset
+        return self._ts[-1], self.base_offset + self._rel[-1]
+
+    def append(self, timestamp: int, offset: int) -> None:
+        self.append_many([(timestamp, offset)])
+
+    def append_many(self, entries: Sequence[tuple[int, int]]) -> None:
+        """Add (timestamp, absolute offset) entries with one write; entries whose timestamp does
+        not grow past the last one are skipped (Kafka's maybeAppend)."""
+        base = self.base_offset
+        last_ts = self._ts[-1] if self._ts else -1
+        last_rel = self._rel[-1] if self._rel else 0
+        data = bytearray()
+        tss, rels = [], []
+        for timestamp, offset in entries:
+            rel = offset - base
+            if timestamp <= last_ts:
+                continue
+            if rel < last_rel:
+                raise ValueError(f"time index entry ({timestamp}, {offset}) goes back in offset")
+            last_ts, last_rel = timestamp, rel
+            tss.append(timestamp)
+            rels.append(rel)
+            data += _TIME_ENTRY.pack(timestamp, rel)
+        if not data:
+            return
+        self._write_at(bytes(data), len(self._ts))
+        self._ts.extend(tss)
+        self._rel.extend(rels)
+
+    def lookup(self, timestamp: int) -> tuple[int, int]:
+        """(timestamp, offset) of the largest entry with timestamp <= target, else (-1, base).
+
+        Every batch before the one holding the returned offset has timestamps <= that entry's,
+        so a search for `timestamp` can start at that offset.
+        """
+        i = bisect_right(self._ts, timestamp) - 1
+        if i < 0:
+            return -1, self.base_offset
+        return self._ts[i], self.base_offset + self._rel[i]
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries for offsets >= `offset`."""
+        keep = bisect_left(self._rel, offset - self.base_offset)
+        if keep < len(self._rel):
+            del self._ts[keep:]
+            del self._rel[keep:]
+            self._truncate_file(keep)
+
+    def reset(self, entries: Sequence[tuple[int, int]]) -> None:
+        self._ts = array("q")
+        self._rel = array("i")
+        self._truncate_file(0)
+        self._whole = True
+        self.append_many(entries)
+
+    def sanity_check(self, log_size: int) -> bool:
+        """False when the file is damaged: torn entry or entries out of order."""
+        if not self._whole:
+            return False
+        if not self._ts:
+            return True
+        if log_size == 0:
+            return False  # entries for an empty log
+        return self._rel[0] >= 0 and _non_decreasing(self._ts) and _non_decreasing(self._rel)

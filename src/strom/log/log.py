@@ -1,0 +1,590 @@
+"""One partition's log: an ordered list of segments in `<log.dir>/<topic>-<partition>/`.
+
+This is the broker's produce and fetch hot path, so everything is per batch and per call:
+appends validate batch headers, rewrite offsets in place and write the record set with one
+syscall; reads hand back a file region (`FetchSlice`) for `os.sendfile`. The log is owned by
+the broker's single event loop and takes no locks; only `flush()` is meant to run in a thread
+and it touches nothing but descriptors and the recovery point.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from strom.log.config import INT_MAX, LogConfig
+from strom.log.segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    LogSegment,
+)
+from strom.protocol.errors import OffsetOutOfRangeError, StorageError
+from strom.protocol.records import assign_offsets, validate_batches
+
+log = logging.getLogger(__name__)
+
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def parse_log_dir_name(name: str) -> tuple[str, int]:
+    """`<topic>-<partition>` -> (topic, partition); the partition follows the LAST '-'."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        raise ValueError(f"{name!r} is not a <topic>-<partition> log directory name")
+    return topic, int(partition)
+
+
+@dataclass(slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int  # base offset of the batch carrying max_timestamp
+    log_append_time: int  # -1 unless message.timestamp.type is LogAppendTime
+    log_start_offset: int
+    valid_bytes: int
+
+
+@dataclass(slots=True)
+class FetchSlice:
+    """A region of a segment file. `segment` keeps the segment (and so `fd`) referenced; a
+    deleted segment keeps its descriptor open for file.delete.delay.ms."""
+
+    fd: int
+    position: int
+    size: int
+    segment: LogSegment | None = None
+
+    def read_bytes(self) -> bytes:
+        """The region's bytes via pread, for callers that cannot sendfile."""
+        if self.size <= 0:
+            return b""
+        data = os.pread(self.fd, self.size, self.position)
+        if len(data) < self.size:  # pread may return less; loop for the rest
+            parts = [data]
+            got = len(data)
+            while got < self.size:
+                more = os.pread(self.fd, self.size - got, self.position + got)
+                if not more:
+                    break
+                parts.append(more)
+                got += len(more)
+            data = b"".join(parts)
+        return data
+
+
+def _segment_base(segment: LogSegment) -> int:
+    return segment.base_offset
+
+
+class Log:
+    """A partition's segments, offsets and retention. Create with `Log.open`."""
+
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        segments: list[LogSegment],
+        *,
+        log_start_offset: int,
+        log_end_offset: int,
+        recovery_point: int,
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.dir = Path(dir)
+        self.topic, self.partition = parse_log_dir_name(self.dir.name)
+        self._config = config
+        self._segments = segments
+        self.log_start_offset = log_start_offset
+        self._log_end_offset = log_end_offset
+        self.recovery_point = recovery_point
+        self._now_ms = now_ms
+        # Deleted segments waiting for file.delete.delay.ms: (deadline ms, segment).
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._dir_dirty = False  # a segment file was created since the last flush
+        self._parent_dirty = False  # the partition directory itself is new
+        self.closed = False
+
+    # -- opening and recovery
+
+    @classmethod
+    def open(
+        cls,
+        dir: Path,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        clean_shutdown: bool = False,
+        now_ms: Callable[[], int] = wall_clock_ms,
+    ) -> Log:
+        """Load (and where needed recover) the log in `dir`, creating it if missing.
+
+        After a clean shutdown the indexes are trusted once they pass a sanity check, so opening
+        costs a few reads per segment. Otherwise every segment holding offsets at or above
+        `recovery_point` is re-validated; a torn or corrupt batch is cut off together with all
+        later segments.
+        """
+        dir = Path(dir)
+        parse_log_dir_name(dir.name)
+        new_dir = not dir.exists()
+        dir.mkdir(parents=True, exist_ok=True)
+        now = now_ms()
+        bases = _clean_dir(dir)
+        segments: list[LogSegment] = []
+        created = False
+        try:
+            for base in bases:
+                segments.append(LogSegment(dir, base, config, now_ms=now))
+            segments = _recover_segments(dir, segments, config, recovery_point, clean_shutdown)
+            if not segments:
+                segments.append(LogSegment(dir, log_start_offset, config, now_ms=now, create=True))
+                created = True
+        except BaseException:
+            for segment in segments:
+                segment._close_fd()
+            raise
+        log_end_offset = segments[-1].next_offset
+        start = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
+        # Kafka's rule: only a clean shutdown lets the recovery point jump to the end; after a
+        # recovery the segments are still unflushed.
+        point = log_end_offset if clean_shutdown else min(recovery_point, log_end_offset)
+        opened = cls(
+            dir,
+            config,
+            segments,
+            log_start_offset=start,
+            log_end_offset=log_end_offset,
+            recovery_point=point,
+            now_ms=now_ms,
+        )
+        opened._dir_dirty = created
+        opened._parent_dirty = new_dir
+        return opened
+
+    # -- properties
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        self._config = config
+        for segment in self._segments:
+            segment.config = config
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._log_end_offset
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.dir}, start={self.log_start_offset}, end={self._log_end_offset}, "
+            f"segments={len(self._segments)})"
+        )
+
+    # -- appending
+
+    def append(self, records: bytearray, *, leader_epoch: int = 0) -> AppendInfo:
+        """Validate, assign offsets in place and write a produce request's record set.
+
+        Raises a KafkaError subclass (CorruptRecordError, RecordTooLargeError,
+        InvalidRecordError) before anything is written, or StorageError if the write fails.
+        """
+        self._check_open()
+        config = self._config
+        if not isinstance(records, bytearray):
+            records = bytearray(records)
+        batches = validate_batches(records, config.max_message_bytes)
+        first = self._log_end_offset
+        last = first + len(batches) - 1 + sum(h.last_offset_delta for _, h in batches)
+        now = self._now_ms()
+        segment = self._maybe_roll(len(records), last, now)
+        append_time = now if config.log_append_time else None
+        assign_offsets(records, batches, first, leader_epoch, append_time)
+        _, max_ts, offset_of_max = segment.append(records, batches, first, append_time)
+        self._log_end_offset = last + 1
+        return AppendInfo(
+            first_offset=first,
+            last_offset=last,
+            max_timestamp=max_ts,
+            offset_of_max_timestamp=offset_of_max,
+            log_append_time=-1 if append_time is None else append_time,
+            log_start_offset=self.log_start_offset,
+            valid_bytes=len(records),
+        )
+
+    def _maybe_roll(self, size: int, last_offset: int, now: int) -> LogSegment:
+        segment = self._segments[-1]
+        if segment.size == 0:
+            return segment  # an empty segment takes any record set, however big
+        config = self._config
+        if (
+            segment.size + size > config.segment_bytes
+            or now - segment.created_ms > config.segment_ms
+            or segment.index_full()
+            or last_offset - segment.base_offset > INT_MAX
+        ):
+            return self.roll(now)
+        return segment
+
+    def roll(self, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset and return it."""
+        self._check_open()
+        now = self._now_ms() if now_ms is None else now_ms
+        active = self._segments[-1]
+        end = self._log_end_offset
+        if active.size == 0 and active.base_offset == end:
+            active.created_ms = now
+            return active
+        active.seal()
+        try:
+            segment = LogSegment(self.dir, end, self._config, now_ms=now, create=True)
+        except FileExistsError:
+            # A leftover file at the new base offset: only an empty one may be reused.
+            segment = LogSegment(self.dir, end, self._config, now_ms=now)
+            if segment.size:
+                segment._close_fd()
+                raise StorageError(f"segment {segment.log_path} already exists") from None
+            segment.recover(self._config.max_message_bytes)
+        self._segments.append(segment)
+        self._dir_dirty = True
+        return segment
+
+    # -- reading
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> FetchSlice:
+        """The file region to send for a fetch at `offset` (see LogSegment.read for the rules).
+
+        Raises OffsetOutOfRangeError outside [log_start_offset, log_end_offset]. Batches with a
+        base offset >= `max_offset` (the high watermark) are never included.
+        """
+        self._check_open()
+        end = self._log_end_offset
+        if offset < self.log_start_offset or offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {end}] of {self.name}"
+            )
+        segments = self._segments
+        if offset == end or (max_offset is not None and offset >= max_offset):
+            return self._empty_slice()
+        i = max(bisect_right(segments, offset, key=_segment_base) - 1, 0)
+        while i < len(segments):
+            segment = segments[i]
+            max_position = None
+            if max_offset is not None:
+                upper = segments[i + 1].base_offset if i + 1 < len(segments) else end
+                if max_offset < upper:
+                    max_position = segment.position_of(max_offset)
+            found = segment.read(offset, max_bytes, max_position, min_one_message)
+            if found is not None:
+                return FetchSlice(segment.fd, found[0], found[1], segment)
+            i += 1  # `offset` fell in a gap: the next segment holds the next batch
+        return self._empty_slice()
+
+    def _empty_slice(self) -> FetchSlice:
+        active = self._segments[-1]
+        return FetchSlice(active.fd, active.size, 0, active)
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record whose timestamp is >= `timestamp`."""
+        self._check_open()
+        for segment in list(self._segments):
+            if segment.max_timestamp >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    def offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record with the largest timestamp in the log."""
+        self._check_open()
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best.max_timestamp):
+                best = segment
+        return None if best is None else best.max_timestamp_record()
+
+    # -- durability
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync the segments holding offsets in [recovery_point, up_to) and advance the
+        recovery point to `up_to` (default: the log end offset). Blocking: meant for a thread,
+        so it works on a snapshot of the segment list and mutates nothing else."""
+        end = self._log_end_offset
+        target = end if up_to is None else min(up_to, end)
+        start = self.recovery_point
+        if target > start:
+            segments = list(self._segments)
+            for i, segment in enumerate(segments):
+                if segment.base_offset >= target:
+                    break
+                upper = segments[i + 1].base_offset if i + 1 < len(segments) else None
+                if upper is not None and upper <= start:
+                    continue
+                try:
+                    segment.flush()
+                except OSError:
+                    if not (segment.closed or segment.deleted):
+                        raise
+        if self._dir_dirty:
+            self._dir_dirty = False
+            _fsync_dir(self.dir)
+        if self._parent_dirty:
+            self._parent_dirty = False
+            _fsync_dir(self.dir.parent)
+        if target > self.recovery_point:
+            self.recovery_point = target
+
+    # -- retention
+
+    def delete_retention_segments(
+        self, now_ms: int | None = None, *, high_watermark: int | None = None
+    ) -> int:
+        """Delete whole segments past retention.ms / retention.bytes, or wholly below the log
+        start offset; return how many. Segments above `high_watermark` (default: the log end
+        offset) are kept, and the log is never left without an active segment."""
+        self._check_open()
+        now = self._now_ms() if now_ms is None else now_ms
+        config = self._config
+        segments = self._segments
+        end = self._log_end_offset
+        hw = end if high_watermark is None else high_watermark
+
+        def deletable(predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
+            count = 0
+            for i, segment in enumerate(segments):
+                nxt = segments[i + 1] if i + 1 < len(segments) else None
+                if nxt is None and segment.size == 0:
+                    break
+                if (nxt.base_offset if nxt is not None else end) > hw:
+                    break
+                if not predicate(segment, nxt):
+                    break
+                count += 1
+            return count
+
+        n = deletable(lambda _s, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset)
+        if config.delete_enabled:
+            if config.retention_ms >= 0:
+                limit = config.retention_ms
+                n = max(n, deletable(lambda s, _n: now - s.largest_timestamp > limit))
+            if config.retention_bytes >= 0:
+                excess = self.size_in_bytes - config.retention_bytes
+
+                def over_size(s: LogSegment, _n: LogSegment | None) -> bool:
+                    nonlocal excess
+                    if excess - s.size >= 0:
+                        excess -= s.size
+                        return True
+                    return False
+
+                n = max(n, deletable(over_size))
+        if n == 0:
+            return 0
+        if n == len(segments):
+            self.roll(now)  # Kafka keeps an empty active segment rather than no segment at all
+        victims = self._segments[:n]
+        del self._segments[:n]
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        self._schedule_delete(victims, now)
+        log.info(
+            "%s: deleted %d segment(s) by retention; log start offset now %d",
+            self.name, n, self.log_start_offset,
+        )
+        return n
+
+    def _schedule_delete(self, segments: list[LogSegment], now: int) -> None:
+        deadline = now + self._config.file_delete_delay_ms
+        for segment in segments:
+            segment.delete()
+            self._pending_deletes.append((deadline, segment))
+
+    def purge_deleted(self, now_ms: int | None = None) -> int:
+        """Close and unlink deleted segments whose file.delete.delay.ms has passed."""
+        now = self._now_ms() if now_ms is None else now_ms
+        keep: list[tuple[int, LogSegment]] = []
+        purged = 0
+        for deadline, segment in self._pending_deletes:
+            if deadline <= now:
+                segment.purge()
+                purged += 1
+            else:
+                keep.append((deadline, segment))
+        self._pending_deletes = keep
+        return purged
+
+    # -- truncation
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything from the batch holding `offset` on (follower truncation); True if
+        anything was removed."""
+        self._check_open()
+        if offset >= self._log_end_offset:
+            return False
+        if offset < self._segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        now = self._now_ms()
+        victims = [s for s in self._segments if s.base_offset > offset]
+        if victims:
+            del self._segments[-len(victims):]
+            self._schedule_delete(victims, now)
+        self._segments[-1].truncate_to(offset)
+        self._log_end_offset = offset
+        self.recovery_point = min(self.recovery_point, offset)
+        self.log_start_offset = min(self.log_start_offset, offset)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and restart the log empty at `offset`."""
+        self._check_open()
+        now = self._now_ms()
+        victims = self._segments
+        self._segments = []
+        self._schedule_delete(victims, now)
+        self._segments.append(LogSegment(self.dir, offset, self._config, now_ms=now, create=True))
+        self._dir_dirty = True
+        self._log_end_offset = offset
+        self.log_start_offset = offset
+        self.recovery_point = offset
+
+    # -- lifecycle
+
+    def close(self) -> None:
+        """Close every segment (recording final time index entries) and finish pending
+        deletions."""
+        if self.closed:
+            return
+        self.closed = True
+        for segment in self._segments:
+            segment.close()
+        for _, segment in self._pending_deletes:
+            segment.purge()
+        self._pending_deletes = []
+
+    def delete(self) -> None:
+        """Close the log and remove its directory (topic deletion)."""
+        if not self.closed:
+            self.closed = True
+            # No final index writes: the files are about to go.
+            for segment in self._segments:
+                segment._close_fd()
+            for _, segment in self._pending_deletes:
+                segment._close_fd()
+            self._pending_deletes = []
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise StorageError(f"log {self.name} is closed")
+
+
+def _clean_dir(dir: Path) -> list[int]:
+    """Remove leftovers of interrupted deletes/compactions and orphan index files; return the
+    base offsets of the segments present, sorted."""
+    bases: set[int] = set()
+    indexes: list[tuple[int, str]] = []
+    with os.scandir(dir) as entries:
+        names = [e.name for e in entries if e.is_file()]
+    for name in names:
+        if name.endswith(_LEFTOVER_SUFFIXES):
+            os.unlink(dir / name)
+            continue
+        stem, dot, suffix = name.partition(".")
+        if not dot or not stem.isdigit():
+            continue
+        if "." + suffix == LOG_SUFFIX:
+            bases.add(int(stem))
+        elif "." + suffix in _INDEX_SUFFIXES:
+            indexes.append((int(stem), name))
+    for base, name in indexes:
+        if base not in bases:
+            log.info("%s: deleting index file %s without a log file", dir.name, name)
+            os.unlink(dir / name)
+    return sorted(bases)
+
+
+def _recover_segments(
+    dir: Path,
+    segments: list[LogSegment],
+    config: LogConfig,
+    recovery_point: int,
+    clean_shutdown: bool,
+) -> list[LogSegment]:
+    for i, segment in enumerate(segments):
+        last = i == len(segments) - 1
+        # A segment holds offsets [base, next base): it has unflushed data if that range
+        # reaches the recovery point (Kafka's rule, which includes the segment containing it).
+        unflushed = not clean_shutdown and (last or segments[i + 1].base_offset > recovery_point)
+        if unflushed:
+            truncated = segment.recover(config.max_message_bytes)
+        elif not segment.sanity_check(None if last else segments[i + 1].base_offset) or (
+            # the active segment's end is found by a short scan, which also bounds its entries
+            last and not (segment.load_tail() and segment.sanity_check(segment.next_offset))
+        ):
+            log.warning("%s: rebuilding the indexes of %s", dir.name, segment.log_path.name)
+            truncated = segment.recover(config.max_message_bytes)
+        else:
+            continue
+        if truncated:
+            log.warning(
+                "%s: truncated %d invalid bytes at the end of %s",
+                dir.name, truncated, segment.log_path.name,
+            )
+            if unflushed and not last:
+                for later in segments[i + 1 :]:
+                    log.warning("%s: deleting %s after a corrupt batch", dir.name, later.log_path.name)
+                    later.purge()
+                return segments[: i + 1]
+    return segments
+
+
+def _fsync_dir(dir: Path) -> None:
+    fd = os.open(dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

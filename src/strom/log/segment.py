@@ -1,0 +1,505 @@
+"""One log segment: `<base offset>.log` plus its `.index` and `.timeindex`, as Kafka lays them out.
+
+Writes go straight to an `os.open` descriptor with `pwrite`, so an acknowledged append is in the
+page cache (and survives kill -9) before `append` returns; durability against power loss is
+`flush()`'s job. Reads never decode records: they bisect the sparse offset index and then hop
+over batch headers (`pread` of small chunks) to the batch that holds the wanted offset.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from strom.log.config import INT_MAX, LogConfig
+from strom.log.index import OffsetIndex, TimeIndex
+from strom.protocol.errors import StorageError
+from strom.protocol.records import (
+    CURRENT_MAGIC,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    iter_records,
+    peek_offset_and_size,
+    scan_valid_prefix,
+)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+DELETED_SUFFIX = ".deleted"
+SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+# Fields of a HEADER tuple (see strom.protocol.records): the scan loops use raw tuples, which
+# are several times cheaper than building BatchHeader objects.
+_BASE, _LENGTH, _MAGIC, _ATTRIBUTES, _LAST_DELTA, _MAX_TS = 0, 1, 3, 5, 6, 8
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+# Header scans read this much at a time: enough for several small batches per syscall.
+_SCAN_CHUNK = 16 * 1024
+# Recovery reads the log in chunks this big rather than the whole segment at once.
+_RECOVER_CHUNK = 8 * 1024 * 1024
+
+
+def segment_name(base_offset: int) -> str:
+    """Kafka's file stem: the base offset as 20 zero-padded digits."""
+    return f"{base_offset:020d}"
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LogSegment:
+    """A `.log` file of whole batches and its two sparse indexes.
+
+    `LogSegment(dir, base_offset, config)` opens the segment's files, creating missing ones
+    (`create=True` insists the log file is new). Loaded indexes are trusted only after
+    `sanity_check()`; otherwise call `recover()`.
+    """
+
+    def __init__(
+        self,
+        dir: Path,
+        base_offset: int,
+        config: LogConfig,
+        *,
+        now_ms: int | None = None,
+        create: bool = False,
+    ) -> None:
+        self.dir = Path(dir)
+        self.base_offset = base_offset
+        self.config = config
+        stem = segment_name(base_offset)
+        self.log_path = self.dir / (stem + LOG_SUFFIX)
+        flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if create else 0)
+        self.fd = os.open(self.log_path, flags, 0o644)
+        try:
+            self.size = os.fstat(self.fd).st_size
+            self.offset_index = OffsetIndex(self.dir / (stem + INDEX_SUFFIX), base_offset)
+            self.time_index = TimeIndex(self.dir / (stem + TIME_INDEX_SUFFIX), base_offset)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        # Segment age for segment.ms counts from creation, or from loading (as Kafka's `created`).
+        self.created_ms = now_ms if now_ms is not None else _wall_ms()
+        self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry
+        self._next_offset: int | None = base_offset if self.size == 0 else None
+        self._bytes_since_index = self.size - self.offset_index.last_entry[1]
+        self.deleted = False
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path}, size={self.size})"
+
+    # -- state
+
+    @property
+    def next_offset(self) -> int:
+        """Offset after the last batch (the base offset when empty)."""
+        if self._next_offset is None:
+            self.load_tail()
+        assert self._next_offset is not None
+        return self._next_offset
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Max record timestamp, or the file's mtime when no batch carries one (retention)."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return self.last_modified_ms
+
+    @property
+    def last_modified_ms(self) -> int:
+        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+
+    def index_full(self) -> bool:
+        max_bytes = self.config.segment_index_bytes
+        return self.offset_index.is_full(max_bytes) or self.time_index.is_full(max_bytes)
+
+    def sanity_check(self, next_base_offset: int | None = None) -> bool:
+        """Whether the loaded indexes can be trusted for this log file (no re-scan needed).
+
+        `next_base_offset` (the following segment's base) bounds the offsets entries may name.
+        """
+        if self.size == 0:
+            return len(self.offset_index) == 0 and len(self.time_index) == 0
+        if not (self.offset_index.existed and self.time_index.existed):
+            return False
+        if not (self.offset_index.sanity_check(self.size) and self.time_index.sanity_check(self.size)):
+            return False
+        index = self.offset_index
+        if len(index):
+            # The first and last entries must point at the batch holding their offset; this
+            # catches plausible-looking garbage that passed the ordering checks.
+            for i in (0, len(index) - 1):
+                offset, position = index.entry(i)
+                head = os.pread(self.fd, HEADER_SIZE, position)
+                if len(head) < HEADER_SIZE:
+                    return False
+                h = HEADER.unpack_from(head)
+                if h[_MAGIC] != CURRENT_MAGIC or not h[_BASE] <= offset <= h[_BASE] + h[_LAST_DELTA]:
+                    return False
+        if next_base_offset is not None:
+            if max(self.offset_index.last_entry[0], self.time_index.last_entry[1]) >= next_base_offset:
+                return False
+        return True
+
+    def load_tail(self) -> bool:
+        """Find the next offset and exact max timestamp by scanning from the last index entry.
+
+        Returns False if the batches do not end exactly at the end of the file (torn tail).
+        """
+        _, start = self.offset_index.last_entry
+        next_offset = self.base_offset
+        max_ts, max_off = self.time_index.last_entry
+        end = start
+        for pos, h in self._headers(start, self.size):
+            if h[_MAX_TS] > max_ts:
+                max_ts, max_off = h[_MAX_TS], h[_BASE]
+            next_offset = h[_BASE] + h[_LAST_DELTA] + 1
+            end = pos + h[_LENGTH] + LOG_OVERHEAD
+        self._next_offset = next_offset
+        self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_off
+        self._bytes_since_index = self.size - start
+        return end == self.size
+
+    # -- writing
+
+    def append(
+        self,
+        buf,
+        batches: list[tuple[int, BatchHeader]],
+        first_offset: int,
+        log_append_time: int | None = None,
+    ) -> tuple[int, int, int]:
+        """Write an offset-assigned record set in one write and index it.
+
+        `batches` are (position in buf, header) from validation (offsets in those headers are
+        stale; they are recomputed from `first_offset`). Returns (last offset, max timestamp of
+        the set, base offset of the batch holding it). Cost is per batch, never per record.
+        """
+        start = self.size
+        self._write(buf, start)
+        self.size = start + len(buf)
+
+        config = self.config
+        interval = config.index_interval_bytes
+        index_room = config.segment_index_bytes // OffsetIndex.entry_size - len(self.offset_index)
+        time_room = config.segment_index_bytes // TimeIndex.entry_size - len(self.time_index)
+        last_time_ts = self.time_index.last_entry[0]
+        since = self._bytes_since_index
+        max_ts, max_off = self.max_timestamp, self.offset_of_max_timestamp
+        set_max, set_off = NO_TIMESTAMP, first_offset
+        entries: list[tuple[int, int]] = []
+        time_entries: list[tuple[int, int]] = []
+        offset = first_offset
+        for pos, header in batches:
+            ts = header.max_timestamp if log_append_time is None else log_append_time
+            if ts > set_max:
+                set_max, set_off = ts, offset
+            if ts > max_ts:
+                max_ts, max_off = ts, offset
+            if since > interval:
+                since = 0
+                if len(entries) < index_room:
+                    entries.append((offset, start + pos))
+                if max_ts > last_time_ts and len(time_entries) < time_room:
+                    time_entries.append((max_ts, max_off))
+                    last_time_ts = max_ts
+            since += header.batch_length + LOG_OVERHEAD
+            offset += header.last_offset_delta + 1
+        if entries:
+            self.offset_index.append_many(entries)
+        if time_entries:
+            self.time_index.append_many(time_entries)
+        self._bytes_since_index = since
+        self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_off
+        self._next_offset = offset
+        return offset - 1, set_max, set_off
+
+    def _write(self, buf, position: int) -> None:
+        view = memoryview(buf)
+        try:
+            while view:
+                n = os.pwrite(self.fd, view, position)
+                position += n
+                view = view[n:]
+        except OSError as e:
+            # Never leave half a record set behind: readers and recovery would see a torn batch.
+            try:
+                os.ftruncate(self.fd, self.size)
+            except OSError:
+                pass
+            raise StorageError(f"write to {self.log_path} failed: {e}") from e
+
+    def seal(self) -> None:
+        """Stop being the active segment: record the final max timestamp in the time index (so
+        a reload knows it without a scan) and release the index write descriptors."""
+        if self.deleted or self.closed:
+            return
+        if self.max_timestamp > self.time_index.last_entry[0]:
+            self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.offset_index.close()
+        self.time_index.close()
+
+    def flush(self) -> None:
+        """fsync the log and both indexes (blocking; safe to run in a thread)."""
+        if self.closed:
+            return
+        os.fsync(self.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    # -- reading
+
+    def _headers(self, start: int, end: int) -> Iterator[tuple[int, tuple]]:
+        """(position, HEADER tuple) of each batch from `start` up to `end`, stopping at the first
+        header that is not a plausible v2 batch or runs past `end`."""
+        fd = self.fd
+        pos = start
+        buf = b""
+        buf_pos = start
+        while end - pos >= HEADER_SIZE:
+            off = pos - buf_pos
+            if off + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+                buf_pos, off = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    return
+            h = HEADER.unpack_from(buf, off)
+            length = h[_LENGTH]
+            if h[_MAGIC] != CURRENT_MAGIC or length < _MIN_BATCH_LENGTH or pos + length + LOG_OVERHEAD > end:
+                return
+            yield pos, h
+            pos += length + LOG_OVERHEAD
+
+    def locate(self, offset: int) -> tuple[int, tuple] | None:
+        """(position, header tuple) of the first batch whose last offset is >= `offset`."""
+        _, start = self.offset_index.lookup(offset)
+        for pos, h in self._headers(start, self.size):
+            if h[_BASE] + h[_LAST_DELTA] >= offset:
+                return pos, h
+        return None
+
+    def position_of(self, offset: int) -> int:
+        """Position of the first batch with base offset >= `offset` (the size if none)."""
+        _, start = self.offset_index.lookup(offset)
+        for pos, h in self._headers(start, self.size):
+            if h[_BASE] >= offset:
+                return pos
+        return self.size
+
+    def read(
+        self,
+        start_offset: int,
+        max_size: int,
+        max_position: int | None = None,
+        min_one_message: bool = True,
+    ) -> tuple[int, int] | None:
+        """(position, size) of the bytes to return for a fetch at `start_offset`, or None when
+        no batch here holds an offset >= `start_offset`.
+
+        Starts at the batch holding `start_offset`; ends at `max_size` bytes (possibly cutting a
+        batch, as Kafka does) but never past `max_position`. With `min_one_message` the first
+        batch is returned whole even above `max_size`; without it a first batch that does not
+        fit gives an empty slice (Kafka replaces such an incomplete set with an empty one).
+        """
+        found = self.locate(start_offset)
+        if found is None:
+            return None
+        pos, h = found
+        end = self.size if max_position is None else min(max_position, self.size)
+        if pos >= end:
+            return pos, 0
+        first_size = h[_LENGTH] + LOG_OVERHEAD
+        if first_size > max_size:
+            return (pos, min(end - pos, first_size)) if min_one_message else (pos, 0)
+        return pos, min(end - pos, max_size)
+
+    def read_batch(self, position: int, size: int) -> bytes:
+        return os.pread(self.fd, size, position)
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int = 0) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `start_offset` with a timestamp
+        >= `timestamp`, or None. Decodes only the one batch that holds the answer."""
+        start_offset = max(start_offset, self.base_offset)
+        _, from_offset = self.time_index.lookup(timestamp)
+        _, start = self.offset_index.lookup(max(from_offset, start_offset))
+        for pos, h in self._headers(start, self.size):
+            if h[_BASE] + h[_LAST_DELTA] < start_offset or h[_MAX_TS] < timestamp:
+                continue
+            if h[_ATTRIBUTES] & TIMESTAMP_TYPE_MASK:
+                return max(h[_BASE], start_offset), h[_MAX_TS]  # every record has that time
+            batch = self.read_batch(pos, h[_LENGTH] + LOG_OVERHEAD)
+            for record in iter_records(batch):
+                if record.offset >= start_offset and record.timestamp >= timestamp:
+                    return record.offset, record.timestamp
+        return None
+
+    def max_timestamp_record(self) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record carrying this segment's max timestamp."""
+        if self.max_timestamp < 0:
+            return None
+        found = self.locate(self.offset_of_max_timestamp)
+        if found is not None:
+            pos, h = found
+            if h[_ATTRIBUTES] & TIMESTAMP_TYPE_MASK:
+                return h[_MAX_TS], h[_BASE]
+            for record in iter_records(self.read_batch(pos, h[_LENGTH] + LOG_OVERHEAD)):
+                if record.timestamp == self.max_timestamp:
+                    return record.timestamp, record.offset
+        return self.max_timestamp, self.offset_of_max_timestamp
+
+    # -- recovery and truncation
+
+    def recover(self, max_message_bytes: int) -> int:
+        """Re-validate every batch (CRC included), cut a torn or corrupt tail and rebuild both
+        indexes. Returns the number of bytes truncated."""
+        fd = self.fd
+        file_size = os.fstat(fd).st_size
+        base = self.base_offset
+        config = self.config
+        interval = config.index_interval_bytes
+        index_room = config.segment_index_bytes // OffsetIndex.entry_size
+        time_room = config.segment_index_bytes // TimeIndex.entry_size
+        # A length field beyond this is corruption, not a batch to read into memory.
+        limit = max(max_message_bytes, _RECOVER_CHUNK)
+        entries: list[tuple[int, int]] = []
+        time_entries: list[tuple[int, int]] = []
+        since = 0
+        max_ts, max_off = NO_TIMESTAMP, base
+        last_time_ts = NO_TIMESTAMP
+        next_offset = base
+        pos = 0
+        need = _RECOVER_CHUNK
+        while pos < file_size:
+            chunk = os.pread(fd, min(need, file_size - pos), pos)
+            if not chunk:
+                break
+            batches, valid = scan_valid_prefix(chunk)
+            bad = False
+            for p, h in batches:
+                if (
+                    h.base_offset < next_offset
+                    or h.last_offset_delta < 0
+                    or h.last_offset - base > INT_MAX
+                ):
+                    valid, bad = p, True
+                    break
+                if h.max_timestamp > max_ts:
+                    max_ts, max_off = h.max_timestamp, h.base_offset
+                if since > interval:
+                    since = 0
+                    if len(entries) < index_room:
+                        entries.append((h.base_offset, pos + p))
+                    if max_ts > last_time_ts and len(time_entries) < time_room:
+                        time_entries.append((max_ts, max_off))
+                        last_time_ts = max_ts
+                since += h.size
+                next_offset = h.last_offset + 1
+            reaches_eof = pos + len(chunk) >= file_size
+            pos += valid
+            need = _RECOVER_CHUNK
+            if bad or valid == len(chunk):
+                if bad:
+                    break
+                continue
+            if reaches_eof:
+                break  # what is left up to the end of the file is torn or corrupt
+            if valid:
+                continue  # re-read from the batch the chunk boundary cut
+            # Nothing valid at the start of a chunk that does not reach EOF: a batch bigger
+            # than the chunk, or corruption.
+            if len(chunk) >= HEADER_SIZE and chunk[MAGIC_OFFSET] == CURRENT_MAGIC:
+                _, size = peek_offset_and_size(chunk)
+                if len(chunk) < size <= limit:
+                    need = size
+                    continue
+            break
+        truncated = file_size - pos
+        if truncated:
+            os.ftruncate(fd, pos)
+        self.size = pos
+        if max_ts > last_time_ts:
+            time_entries.append((max_ts, max_off))
+        self.offset_index.reset(entries)
+        self.time_index.reset(time_entries)
+        self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_off
+        self._next_offset = next_offset
+        self._bytes_since_index = since
+        return truncated
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch holding `offset` and everything after it; returns bytes removed."""
+        found = self.locate(offset)
+        if found is None:
+            return 0
+        pos, h = found
+        removed = self.size - pos
+        os.ftruncate(self.fd, pos)
+        self.size = pos
+        self.offset_index.truncate_to_position(pos)
+        self.time_index.truncate_to(h[_BASE])
+        # Rare path (follower truncation): recompute the max timestamp exactly.
+        max_ts, max_off = NO_TIMESTAMP, self.base_offset
+        next_offset = self.base_offset
+        for _, hh in self._headers(0, self.size):
+            if hh[_MAX_TS] > max_ts:
+                max_ts, max_off = hh[_MAX_TS], hh[_BASE]
+            next_offset = hh[_BASE] + hh[_LAST_DELTA] + 1
+        self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_off
+        self._next_offset = next_offset
+        self._bytes_since_index = self.size - self.offset_index.last_entry[1]
+        return removed
+
+    # -- lifecycle
+
+    def _paths(self) -> list[Path]:
+        stem = self.dir / segment_name(self.base_offset)
+        return [stem.with_name(stem.name + suffix) for suffix in SEGMENT_FILE_SUFFIXES]
+
+    def delete(self) -> None:
+        """Rename the files to `*.deleted` (Kafka's first step of deletion). The log descriptor
+        stays open so in-flight fetch slices keep working until `purge()`."""
+        if self.deleted:
+            return
+        self.deleted = True
+        self.offset_index.close()
+        self.time_index.close()
+        for path in self._paths():
+            try:
+                os.rename(path, path.with_name(path.name + DELETED_SUFFIX))
+            except FileNotFoundError:
+                pass
+
+    def purge(self) -> None:
+        """Close the descriptor and unlink the (renamed) files."""
+        if not self.deleted:
+            self.delete()
+        self._close_fd()
+        for path in self._paths():
+            try:
+                os.unlink(path.with_name(path.name + DELETED_SUFFIX))
+            except FileNotFoundError:
+                pass
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.seal()
+        self._close_fd()
+
+    def _close_fd(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.offset_index.close()
+            self.time_index.close()
+            os.close(self.fd)

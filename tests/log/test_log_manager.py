@@ -1,0 +1,214 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+from logtest_support import batch, read_all
+
+from strom.log import LogConfig, LogManager, LogSegment
+from strom.log.checkpoint import read_checkpoint
+from strom.log.manager import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    META_PROPERTIES,
+    RECOVERY_POINT_CHECKPOINT,
+    read_properties,
+)
+
+SMALL = LogConfig(segment_bytes=1000, index_interval_bytes=100)
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    return [tmp_path / "d1", tmp_path / "d2"]
+
+
+@pytest.fixture
+def spy_recover(monkeypatch):
+    calls: list[int] = []
+    real = LogSegment.recover
+
+    def spy(self, max_message_bytes):
+        calls.append(self.base_offset)
+        return real(self, max_message_bytes)
+
+    monkeypatch.setattr(LogSegment, "recover", spy)
+    return calls
+
+
+def manager(dirs, clock, config=SMALL) -> LogManager:
+    return LogManager(dirs, config, now_ms=clock)
+
+
+def test_startup_writes_meta_and_returns_cluster_id(dirs, clock):
+    m = manager(dirs, clock)
+    cluster_id = m.startup(3, None)
+    assert len(cluster_id) == 22 and not cluster_id.startswith("-")
+    for d in dirs:
+        props = read_properties(d / META_PROPERTIES)
+        assert props == {"version": "0", "broker.id": "3", "cluster.id": cluster_id}
+    m.shutdown()
+    # the id on disk wins over nothing, and is returned again
+    assert manager(dirs, clock).startup(3, None) == cluster_id
+    assert manager(dirs, clock).startup(3, cluster_id) == cluster_id
+
+
+def test_given_cluster_id_is_used(dirs, clock):
+    assert manager(dirs, clock).startup(1, "abcdefghijklmnopqrstuv") == "abcdefghijklmnopqrstuv"
+
+
+def test_broker_id_mismatch_rejected(dirs, clock):
+    manager(dirs, clock).startup(1, None)
+    with pytest.raises(ValueError, match="broker.id"):
+        manager(dirs, clock).startup(2, None)
+
+
+def test_cluster_id_mismatch_rejected(dirs, clock):
+    manager(dirs, clock).startup(1, "clusterAAAAAAAAAAAAAAA")
+    with pytest.raises(ValueError, match="cluster"):
+        manager(dirs, clock).startup(1, "clusterBBBBBBBBBBBBBBB")
+
+
+def test_restart_keeps_everything(dirs, clock, spy_recover):
+    m = manager(dirs, clock)
+    m.startup(0, None)
+    for p in range(4):
+        log = m.get_or_create_log("orders.v1-eu", p, SMALL)
+        for i in range(10 + p):
+            log.append(batch(2, tag=b"%d-" % i))
+    assert m.get_or_create_log("orders.v1-eu", 0) is m.get_log("orders.v1-eu", 0)
+    # spread over both dirs
+    assert sorted(len(list(d.glob("orders.v1-eu-*"))) for d in dirs) == [2, 2]
+    m.shutdown()
+    for d in dirs:
+        assert (d / CLEAN_SHUTDOWN_FILE).exists()
+        rp = read_checkpoint(d / RECOVERY_POINT_CHECKPOINT)
+        assert len(rp) == 2 and all(v == 2 * (10 + p) for (_, p), v in rp.items())
+        assert set(read_checkpoint(d / LOG_START_OFFSET_CHECKPOINT).values()) == {0}
+
+    m = manager(dirs, clock)
+    m.startup(0, None)
+    assert spy_recover == []  # clean shutdown: nothing re-scanned
+    assert m.topics() == {"orders.v1-eu"}
+    assert sorted(tp for tp, _ in m.logs()) == [("orders.v1-eu", p) for p in range(4)]
+    for p in range(4):
+        log = m.get_log("orders.v1-eu", p)
+        assert log.log_end_offset == log.recovery_point == 2 * (10 + p)
+        assert [r[0] for r in read_all(log)] == list(range(2 * (10 + p)))
+    # the marker is consumed at start-up so that a crash is noticed
+    assert not any((d / CLEAN_SHUTDOWN_FILE).exists() for d in dirs)
+    m.get_log("orders.v1-eu", 0).append(batch(1))
+    m.flush_dirty()
+    assert m.get_log("orders.v1-eu", 0).recovery_point == 21
+
+
+def test_crash_recovers_from_checkpointed_recovery_point(dirs, clock, spy_recover):
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    log = m.get_or_create_log("t", 0)
+    for _ in range(30):
+        log.append(batch(3))
+    bases = [s.base_offset for s in log.segments]
+    log.flush(up_to=bases[-2])
+    m.checkpoint()
+    for _ in range(3):
+        log.append(batch(3))
+    all_bases = [s.base_offset for s in log.segments]
+    assert len(all_bases) > len(bases)
+    # crash: no shutdown, no marker. Segments wholly below the recovery point are trusted.
+    m2 = manager(dirs[:1], clock)
+    m2.startup(0, None)
+    assert spy_recover == [b for b in all_bases if b >= bases[-2]]
+    assert m2.get_log("t", 0).log_end_offset == 99
+    assert m2.get_log("t", 0).recovery_point == bases[-2]
+    m2.shutdown()
+    log.close()  # the crashed instance's descriptors
+
+
+def test_missing_marker_means_recovery(dirs, clock, spy_recover):
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    m.get_or_create_log("t", 0).append(batch(3))
+    m.shutdown()
+    (dirs[0] / CLEAN_SHUTDOWN_FILE).unlink()
+    (dirs[0] / RECOVERY_POINT_CHECKPOINT).unlink()
+    manager(dirs[:1], clock).startup(0, None)
+    assert spy_recover == [0]
+
+
+def test_delete_log(dirs, clock):
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    log = m.get_or_create_log("gone", 0)
+    log.append(batch(3))
+    m.get_or_create_log("kept", 0)
+    assert m.delete_log("gone", 0)
+    assert not m.delete_log("gone", 0)
+    assert m.get_log("gone", 0) is None
+    assert sorted(p.name for p in dirs[0].iterdir() if p.is_dir()) == ["kept-0"]
+    m.checkpoint()
+    assert list(read_checkpoint(dirs[0] / RECOVERY_POINT_CHECKPOINT)) == [("kept", 0)]
+    m.shutdown()
+
+
+def test_leftover_delete_dirs_removed_at_startup(dirs, clock):
+    d = dirs[0]
+    (d / "t-0.0123abcd-delete").mkdir(parents=True)
+    (d / "t-0.0123abcd-delete" / "00000000000000000000.log").write_bytes(b"x")
+    (d / "lost+found").mkdir()
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    assert sorted(p.name for p in d.iterdir() if p.is_dir()) == ["lost+found"]
+    assert m.topics() == set()
+
+
+def test_config_for_topic(dirs, clock):
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    m.get_or_create_log("a", 0)
+    m.get_or_create_log("b", 0)
+    m.shutdown()
+    special = LogConfig(retention_ms=5)
+    m = manager(dirs[:1], clock)
+    m.startup(0, None, lambda topic: special if topic == "a" else SMALL)
+    assert m.get_log("a", 0).config is special
+    assert m.get_log("b", 0).config is SMALL
+
+
+def test_cleanup_applies_retention_and_purges(dirs, clock):
+    config = LogConfig(segment_bytes=300, retention_ms=1000, file_delete_delay_ms=100)
+    m = manager(dirs[:1], clock, config)
+    m.startup(0, None)
+    log = m.get_or_create_log("t", 0)
+    for _ in range(10):
+        log.append(batch(3, ts=clock.now))
+    n = len(log.segments)
+    clock.now += 2000
+    assert m.cleanup() == n
+    assert list(log.dir.glob("*.deleted"))
+    clock.now += 100
+    assert m.cleanup() == 0
+    assert not list(log.dir.glob("*.deleted"))
+    m.shutdown()
+
+
+def test_startup_of_many_partitions_does_not_rescan(tmp_path, clock, spy_recover):
+    d = tmp_path / "data"
+    m = LogManager([d], LogConfig(segment_bytes=500), now_ms=clock)
+    m.startup(0, None)
+    payload = batch(5)
+    for p in range(1000):
+        log = m.get_or_create_log("many", p)
+        for _ in range(4 if p % 100 == 0 else 1):
+            log.append(bytearray(payload))
+    m.shutdown()
+    spy_recover.clear()
+    m = LogManager([d], LogConfig(segment_bytes=500), now_ms=clock)
+    started = time.perf_counter()
+    m.startup(0, None)
+    elapsed = time.perf_counter() - started
+    assert spy_recover == []
+    assert len(list(m.logs())) == 1000
+    assert m.get_log("many", 100).log_end_offset == 20
+    assert elapsed < 5, elapsed
+    m.shutdown()
