@@ -37,6 +37,7 @@ def serve(properties: Path | None, overrides: tuple[str, ...], log_level: str) -
         sys.exit(2)
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _raise_open_file_limit()
     try:
         import uvloop
     except ImportError:
@@ -44,6 +45,18 @@ def serve(properties: Path | None, overrides: tuple[str, ...], log_level: str) -
     runner = asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop and _use_uvloop() else None)
     with runner:
         sys.exit(runner.run(_serve(cfg, started)))
+
+
+def _raise_open_file_limit() -> None:
+    """Each segment holds a file descriptor open, as in Kafka: take the hard limit."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
 
 
 def _use_uvloop() -> bool:
