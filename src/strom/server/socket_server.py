@@ -125,6 +125,9 @@ class Connection(asyncio.BufferedProtocol):
                     self.server.in_flight -= 1
         except asyncio.CancelledError:
             pass
+        except ConnectionError as e:  # the peer went away mid-response: not the broker's fault
+            log.info("connection from %s lost while answering: %s", self.peer, e)
+            self.close()
         except Exception:
             log.exception("connection from %s failed; closing it", self.peer)
             self.close()
@@ -209,15 +212,22 @@ class SocketServer:
 
     async def send_region(self, transport: asyncio.Transport, region: Any) -> None:
         """Send a file region: zero copy with sendfile where the loop's transport allows."""
+        if transport.is_closing():
+            return  # the peer is gone; loop.sendfile would raise "Transport is closing"
         if self._native_sendfile:
             loop = asyncio.get_running_loop()
             try:
                 await loop.sendfile(transport, _Region(region.fd), region.position, region.size,
                                     fallback=False)
                 return
-            except (NotImplementedError, asyncio.SendfileNotAvailableError, AttributeError):
+            except NotImplementedError:  # the loop has no sendfile at all (uvloop)
                 self._native_sendfile = False
                 log.info("event loop has no native sendfile; fetch responses are copied")
+            except asyncio.SendfileNotAvailableError:
+                # asyncio raises this when os.sendfile fails before the first byte, e.g. because
+                # the peer reset: copy this one region, keep zero copy for everyone else.
+                if transport.is_closing():
+                    return
         transport.write(os.pread(region.fd, region.size, region.position))
 
     async def stop_accepting(self) -> None:

@@ -60,6 +60,7 @@ def load_all() -> None:
     from strom.server.apis import (  # noqa: F401
         api_versions,
         fetch,
+        find_coordinator,
         list_offsets,
         metadata,
         produce,

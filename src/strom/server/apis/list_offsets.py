@@ -2,33 +2,55 @@
 
 from __future__ import annotations
 
-from strom.protocol.errors import ErrorCode
+import os
+from collections import Counter
+
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.records import HEADER_SIZE, read_header
 from strom.server.apis import RequestContext, api
 
 LIST_OFFSETS = 2
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 
 
-def _lookup(partition, timestamp: int) -> tuple[int, int]:
-    """(timestamp, offset) as Kafka answers; (-1, -1) where no record qualifies."""
+def _epoch_of(partition, offset: int) -> int:
+    """The leader epoch of the batch holding `offset`, as Kafka answers for lookups that find a
+    record (its leader-epoch cache); -1 when there is no such batch."""
+    try:
+        found = partition.log.read(offset, 1, min_one_message=True)
+    except KafkaError:
+        return -1
+    if found.size < HEADER_SIZE:
+        return -1
+    return read_header(os.pread(found.fd, HEADER_SIZE, found.position)).partition_leader_epoch
+
+
+def _lookup(partition, timestamp: int) -> tuple[int, int, int]:
+    """(timestamp, offset, leader epoch) as Kafka answers; offset -1 where no record qualifies."""
     log = partition.log
     hw = partition.high_watermark
     if timestamp == LATEST:
-        return -1, hw
+        return -1, hw, partition.leader_epoch
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
-        return -1, log.log_start_offset
+        start = log.log_start_offset
+        return -1, start, _epoch_of(partition, start) if start < hw else partition.leader_epoch
     if timestamp == MAX_TIMESTAMP:
         found = log.offset_of_max_timestamp()
-        return found if found is not None and found[1] < hw else (-1, -1)
-    found = log.fetch_offset_by_timestamp(timestamp)
-    if found is None or found[0] >= hw:
-        return -1, -1
-    offset, ts = found
-    return ts, offset
+        if found is None or found[1] >= hw:
+            return -1, -1, -1
+        ts, offset = found
+    else:
+        found = log.fetch_offset_by_timestamp(timestamp)
+        if found is None or found[0] >= hw:
+            return -1, -1, -1
+        offset, ts = found
+    return ts, offset, _epoch_of(partition, offset)
 
 
 @api(LIST_OFFSETS, 1, 8)
 async def handle_list_offsets(broker, ctx: RequestContext, request) -> dict:
+    # Kafka answers INVALID_REQUEST for a partition named more than once in one request.
+    counts = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     topics = []
     for t in request.topics:
         partitions = []
@@ -36,11 +58,12 @@ async def handle_list_offsets(broker, ctx: RequestContext, request) -> dict:
             partition = broker.replica_manager.get_partition(t.name, p.partition_index)
             entry = {"partition_index": p.partition_index, "error_code": ErrorCode.NONE,
                      "timestamp": -1, "offset": -1, "leader_epoch": -1}
-            if partition is None:
+            if counts[(t.name, p.partition_index)] > 1:
+                entry["error_code"] = ErrorCode.INVALID_REQUEST
+            elif partition is None:
                 entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
-                entry["timestamp"], entry["offset"] = _lookup(partition, p.timestamp)
-                entry["leader_epoch"] = partition.leader_epoch
+                entry["timestamp"], entry["offset"], entry["leader_epoch"] = _lookup(partition, p.timestamp)
             partitions.append(entry)
         topics.append({"name": t.name, "partitions": partitions})
     return {"throttle_time_ms": 0, "topics": topics}

@@ -1,0 +1,206 @@
+"""Real clients against real `strom serve` processes over 127.0.0.1.
+
+Fixtures: `broker` is one broker shared by the whole session (tests only ever touch their own,
+uniquely named topics); `fresh_broker` is a broker of the test's own, for tests that stop,
+kill or restart it. Helpers: `create_topic`, `ck_produce` / `ck_consume` (confluent-kafka) and
+`roundtrip`, the one "produce these records and read them back exactly" check.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pytest
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from strom.protocol import messages, records
+from strom.testing import BrokerProcess
+
+GROUP = "strom-it"  # librdkafka wants a group.id; with assign() and no commits it never needs the group
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test's report shows the tail of each broker log it used."""
+    report = (yield).get_result()
+    if report.failed:
+        for name, value in getattr(item, "funcargs", {}).items():
+            if isinstance(value, BrokerProcess):
+                report.sections.append((f"broker log ({name})", "\n".join(value.stderr_lines[-40:])))
+
+
+@pytest.fixture(scope="session")
+def broker():
+    proc = BrokerProcess(overrides={"auto.create.topics.enable": "true", "num.partitions": "2"})
+    proc.start()
+    yield proc
+    proc.close()
+
+
+@pytest.fixture
+def fresh_broker():
+    proc = BrokerProcess()
+    proc.start()
+    yield proc
+    proc.close()
+
+
+@pytest.fixture
+def topic(request) -> str:
+    """A topic name no other test uses (not created: tests create it as they need)."""
+    return unique_name(request.node.name)
+
+
+def unique_name(base: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9-]+", "-", base).strip("-")[:80] + "-" + uuid.uuid4().hex[:8]
+
+
+# --- admin -------------------------------------------------------------------------------------
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1,
+                 config: dict[str, str] | None = None) -> None:
+    client = admin(bootstrap)  # must outlive the futures
+    futures = client.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+        operation_timeout=10,
+    )
+    futures[name].result(timeout=15)
+
+
+# --- confluent-kafka produce / consume -----------------------------------------------------------
+@dataclass(frozen=True)
+class Rec:
+    value: bytes | None
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    timestamp: int | None = None  # CreateTime in ms, or None to let the client stamp it
+    partition: int | None = None  # None: the client's partitioner decides (by key)
+
+
+def ck_produce(bootstrap: str, topic: str, records: Iterable[Rec], **conf) -> list[Message]:
+    """Produce with confluent-kafka, flush, and return the delivery reports in produce order;
+    fails the test on any delivery error."""
+    reports: dict[int, tuple[object, Message]] = {}  # reports come per partition, not in order
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, **conf})
+    for i, r in enumerate(records):
+        extra = {}
+        if r.partition is not None:
+            extra["partition"] = r.partition
+        if r.timestamp is not None:
+            extra["timestamp"] = r.timestamp
+        producer.produce(topic, value=r.value, key=r.key, headers=list(r.headers) or None,
+                         on_delivery=lambda err, msg, i=i: reports.__setitem__(i, (err, msg)), **extra)
+    assert producer.flush(30) == 0, "messages still queued after 30 s"
+    errors = [str(err) for err, _ in reports.values() if err is not None]
+    assert not errors, errors
+    assert len(reports) == i + 1
+    return [reports[j][1] for j in range(len(reports))]
+
+
+def consumer(bootstrap: str, **conf) -> Consumer:
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False,
+                     "enable.auto.offset.store": False, "fetch.wait.max.ms": 100, **conf})
+
+
+def ck_consume(bootstrap: str, assignment: Sequence[tuple[str, int, int]], count: int,
+               timeout: float = 20.0, **conf) -> list[Message]:
+    """Assign (topic, partition, offset)s and poll until `count` messages arrived."""
+    c = consumer(bootstrap, **conf)
+    try:
+        c.assign([TopicPartition(t, p, o) for t, p, o in assignment])
+        out: list[Message] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < count and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is None:
+                continue
+            assert msg.error() is None, f"consumer error: {msg.error()}"
+            out.append(msg)
+        assert len(out) == count, f"got {len(out)} of {count} messages in {timeout} s"
+        return out
+    finally:
+        c.close()
+
+
+def watermarks(bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
+    c = consumer(bootstrap)
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+    finally:
+        c.close()
+
+
+def offsets_for_times(bootstrap: str, topic: str, timestamps: list[int]) -> list[int]:
+    """ListOffsets by timestamp on partition 0, one lookup per request."""
+    c = consumer(bootstrap)
+    try:
+        found = [c.offsets_for_times([TopicPartition(topic, 0, ts)], timeout=10)[0] for ts in timestamps]
+    finally:
+        c.close()
+    assert [tp.error for tp in found] == [None] * len(found)
+    return [tp.offset for tp in found]
+
+
+def as_rec(msg: Message, with_timestamp: bool) -> Rec:
+    return Rec(msg.value(), msg.key(), tuple(msg.headers() or ()),
+               msg.timestamp()[1] if with_timestamp else None, msg.partition())
+
+
+def roundtrip(bootstrap: str, topic: str, records: Sequence[Rec], **producer_conf) -> list[Message]:
+    """Produce `records`, read every partition they went to from offset 0, and check that each
+    partition holds exactly the produced records, in order, with their offsets as acknowledged."""
+    reports = ck_produce(bootstrap, topic, records, **producer_conf)
+    assert [m.topic() for m in reports] == [topic] * len(records)
+    partitions = sorted({m.partition() for m in reports})
+    got = ck_consume(bootstrap, [(topic, p, 0) for p in partitions], len(records))
+    acked = producer_conf.get("acks") not in (0, "0")
+    with_ts = all(r.timestamp is not None for r in records)
+    for p in partitions:
+        sent = [(r, m) for r, m in zip(records, reports, strict=True) if m.partition() == p]
+        read = [m for m in got if m.partition() == p]
+        expected = [Rec(r.value, r.key, r.headers, r.timestamp if with_ts else None, p) for r, _ in sent]
+        assert [as_rec(m, with_ts) for m in read] == expected
+        assert [m.offset() for m in read] == list(range(len(sent)))
+        if acked:
+            assert [m.offset() for _, m in sent] == list(range(len(sent)))
+        assert watermarks(bootstrap, topic, p) == (0, len(sent))
+    return got
+
+
+# --- the raw wire, for what no client shows -----------------------------------------------------
+def wire_call(bootstrap: str, api_key: int, version: int, fields: dict):
+    """One request on a fresh connection; the decoded response body."""
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(messages.encode_request(api_key, version, fields))
+        reader = sock.makefile("rb")
+        (size,) = struct.unpack(">i", reader.read(4))
+        _, body = messages.decode_response(api_key, version, reader.read(size))
+    return body
+
+
+def stored_batches(bootstrap: str, topic: str, partition: int, offset: int = 0) -> list[records.BatchHeader]:
+    """The record batch headers a Fetch v4 returns from `offset`: how the log stores them."""
+    body = wire_call(bootstrap, 1, 4, {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 64 << 20, "isolation_level": 0,
+        "topics": [{"topic": topic, "partitions": [
+            {"partition": partition, "fetch_offset": offset, "partition_max_bytes": 64 << 20}]}],
+    })
+    data = body.responses[0].partitions[0]
+    assert data.error_code == 0, data.error_code
+    buf, pos, out = data.records or b"", 0, []
+    while pos < len(buf):
+        header = records.read_header(buf, pos)
+        out.append(header)
+        pos += header.size
+    return out
