@@ -172,3 +172,13 @@ def test_produce_to_missing_topic_without_auto_create(broker):
     body = client.call(METADATA, 12, {"topics": [{"name": "does-not-exist"}],
                                        "allow_auto_topic_creation": True})
     assert body.topics[0].error_code == 3
+
+
+def test_failed_acks0_produce_closes_the_connection(broker):
+    client = RawClient(broker)
+    client.send_raw(messages.encode_request(PRODUCE, 9, {
+        "transactional_id": None, "acks": 0, "timeout_ms": 5000,
+        "topic_data": [{"name": "no-such-topic-acks0", "partition_data": [
+            {"index": 0, "records": build_batch([(b"k", b"v")])}]}]}))
+    assert client.is_closed()
+    _still_serving(broker)

@@ -17,7 +17,7 @@ from typing import Any
 
 from strom.protocol import messages
 from strom.protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrame
-from strom.server.apis import HANDLERS, RawResponse, RequestContext, supports
+from strom.server.apis import HANDLERS, CloseConnection, RawResponse, RequestContext, supports
 from strom.server.apis.api_versions import API_VERSIONS, unsupported_version_response
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,12 @@ class Connection(asyncio.BufferedProtocol):
             self._reject_unsupported(frame, f"api key {header.api_key} v{header.api_version} is not supported")
             return
         ctx = RequestContext(header, self.listener, self.peer)
-        response = await HANDLERS[header.api_key].handler(self.server.broker, ctx, request.body)
+        try:
+            response = await HANDLERS[header.api_key].handler(self.server.broker, ctx, request.body)
+        except CloseConnection as e:
+            log.info("closing connection from %s: %s", self.peer, e)
+            self.close()
+            return
         if response is None or self.transport is None or self.transport.is_closing():
             return
         if isinstance(response, RawResponse):

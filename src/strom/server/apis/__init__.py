@@ -28,6 +28,11 @@ class RawResponse:
     parts: list[Any]
 
 
+class CloseConnection(Exception):
+    """Raised by a handler when Kafka answers by closing the connection (e.g. a failed acks=0
+    produce, which has no response to carry the error)."""
+
+
 Handler = Callable[[Any, RequestContext, Any], Awaitable[Any]]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from strom.controller.controller import validate_topic_name
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.server.apis import RequestContext, api
+from strom.server.apis import CloseConnection, RequestContext, api
 from strom.server.replica_manager import ProduceResult
 
 PRODUCE = 0
@@ -39,6 +39,9 @@ async def handle_produce(broker, ctx: RequestContext, request) -> dict | None:
                 entries.append((tp, bytearray(p.records)))
     results.update(broker.replica_manager.append_records(acks, entries))
     if acks == 0:
+        failed = [f"{t}-{p}: {r.error.name}" for (t, p), r in results.items() if r.error]
+        if failed:
+            raise CloseConnection(f"acks=0 produce failed ({', '.join(failed)})")
         return None
     by_topic: dict[str, list[dict]] = {}
     for (name, index), r in results.items():
