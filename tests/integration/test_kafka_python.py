@@ -1,7 +1,7 @@
 """kafka-python 3.x: KafkaProducer, KafkaConsumer (assign + seek, no group) and KafkaAdminClient.
 
-kafka-python 3 enables the idempotent producer by default, which needs InitProducerId; Strom
-has no producer-id allocation yet, so the producers here turn idempotence off explicitly.
+kafka-python 3 enables the idempotent producer by default (InitProducerId plus sequence
+numbers), so these producers exercise Strom's de-duplication path as users get it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ T0 = 1_600_000_000_000
 
 
 def produce(bootstrap: str, topic: str, n: int, partitions: int = 1, **conf) -> list:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, **{"enable_idempotence": False, "linger_ms": 20, **conf})
+    producer = KafkaProducer(bootstrap_servers=bootstrap, **{"linger_ms": 20, **conf})
     try:
         futures = [producer.send(topic, value=b"kp-%d" % i * 5, key=b"k%d" % (i % 3), partition=i % partitions,
                                  headers=[("n", b"%d" % i), ("x", b"")], timestamp_ms=T0 + i)

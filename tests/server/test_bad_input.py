@@ -3,15 +3,13 @@ connection, one log line, and the broker keeps serving everyone else."""
 
 from __future__ import annotations
 
-import socket
 import struct
 
 import pytest
 
 from strom.protocol import messages
-from strom.protocol.frames import FrameDecoder
 from strom.protocol.records import build_batch
-from strom.testing import BrokerProcess
+from strom.testing import BrokerProcess, RawClient
 
 PRODUCE, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 2, 3, 18, 19
 
@@ -24,43 +22,6 @@ def broker():
                                   "message.max.bytes": "10000",
                                   "socket.request.max.bytes": "200000"}) as b:
         yield b
-
-
-class RawClient:
-    def __init__(self, broker: BrokerProcess) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
-        self.decoder = FrameDecoder(10**8)
-        self.correlation = 0
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def read_frame(self) -> bytes | None:
-        while True:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                return None
-            frames = self.decoder.feed(chunk)
-            if frames:
-                return bytes(frames[0])
-
-    def call(self, api_key: int, version: int, fields: dict):
-        self.correlation += 1
-        self.send_raw(messages.encode_request(api_key, version, fields, self.correlation))
-        payload = self.read_frame()
-        assert payload is not None, "broker closed the connection"
-        correlation, body = messages.decode_response(api_key, version, payload)
-        assert correlation == self.correlation
-        return body
-
-    def is_closed(self) -> bool:
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionResetError:
-            return True
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def _create_topic(client: RawClient, name: str) -> int:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 
 from strom.controller.controller import Controller, TopicMetadata
 from strom.controller.store import LocalMetadataStore
+from strom.coordinator.transaction.producer_id_manager import ProducerIdManager
 from strom.log.config import LogConfig
 from strom.log.manager import LogManager
 from strom.server.apis import load_all
@@ -62,6 +63,7 @@ class Broker:
         self.controller = Controller(store, self.broker_id, lambda: [self.broker_id], self,
                                      self._validate_topic_configs)
         self.controller.startup()
+        self.producer_id_manager = ProducerIdManager(store, self.broker_id)
         self._delete_orphan_logs()
         await self.socket_server.start(self.config.listeners, self.config["socket.send.buffer.bytes"],
                                        self.config["socket.receive.buffer.bytes"])
@@ -82,6 +84,7 @@ class Broker:
         await self.socket_server.drain(timeout=10)
         for task in self._tasks:
             task.cancel()
+        await self._snapshot_producers()
         await asyncio.to_thread(self.log_manager.shutdown)
         self.state = BrokerState.NOT_RUNNING
 
@@ -105,7 +108,20 @@ class Broker:
             log.info("retention deleted %d segments", deleted)
 
     async def _checkpoint(self) -> None:
+        await self._snapshot_producers()
         await asyncio.to_thread(self.log_manager.checkpoint)
+
+    async def _snapshot_producers(self) -> None:
+        """Producer state is encoded on the loop that owns it and written from a thread."""
+        snapshots = [(p.producer_state, *snap) for p in self.replica_manager.partitions.values()
+                     if (snap := p.producer_snapshot()) is not None]
+
+        def write() -> None:
+            for state, offset, data in snapshots:
+                state.write_snapshot(offset, data)
+
+        if snapshots:
+            await asyncio.to_thread(write)
 
     def _delete_orphan_logs(self) -> None:
         """Logs on disk for topics the metadata no longer has (deleted while we were down)."""

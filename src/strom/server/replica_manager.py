@@ -14,9 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from strom.log.config import LogConfig
-from strom.log.log import FetchSlice, Log
+from strom.log.log import AppendInfo, FetchSlice, Log
 from strom.log.manager import LogManager
+from strom.log.producer_state import ProducerStateManager
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.records import HEADER_SIZE, read_header, validate_batches
 from strom.server.purgatory import Purgatory
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,9 @@ class Partition:
         # Log end offsets of follower replicas, reported by their fetches.
         self.follower_leo: dict[int, int] = {}
         self.high_watermark = log.log_end_offset
+        self.producer_state = ProducerStateManager(log.dir)
+        self.producer_state.rebuild(log)
+        self.snapshot_offset = -1  # log end offset of the last producer snapshot written
 
     @property
     def is_leader(self) -> bool:
@@ -67,9 +72,48 @@ class Partition:
                 f"ISR {self.isr} is smaller than min.insync.replicas={min_insync}",
                 ErrorCode.NOT_ENOUGH_REPLICAS,
             )
-        info = self.log.append(records, leader_epoch=self.leader_epoch)
+        idempotent = len(records) >= HEADER_SIZE and read_header(records).producer_id >= 0
+        if not idempotent:
+            info = self.log.append(records, leader_epoch=self.leader_epoch)
+        else:
+            batches = validate_batches(records, self.log.config.max_message_bytes)
+            headers = [h for _, h in batches]
+            duplicate = self._check_sequences(headers)
+            if duplicate is not None:
+                return duplicate
+            info = self.log.append(records, leader_epoch=self.leader_epoch)
+            offset = info.first_offset
+            for header in headers:
+                self.producer_state.update(header, offset)
+                offset += header.last_offset_delta + 1
         self.maybe_increment_high_watermark()
         return info
+
+    def _check_sequences(self, headers) -> AppendInfo | None:
+        """Kafka's idempotence checks: a retry of a recent batch gets its first answer back."""
+        first = headers[0]
+        earlier = self.producer_state.check(first)
+        if earlier is not None:
+            log.info("%s-%d: duplicate batch from producer %d (sequence %d) answered with offset %d",
+                     self.topic, self.index, first.producer_id, first.base_sequence, earlier.first_offset)
+            return AppendInfo(first_offset=earlier.first_offset, last_offset=earlier.last_offset,
+                              max_timestamp=earlier.timestamp, offset_of_max_timestamp=earlier.first_offset,
+                              log_append_time=-1, log_start_offset=self.log.log_start_offset,
+                              valid_bytes=0)
+        for prev, nxt in zip(headers, headers[1:], strict=False):
+            if (nxt.producer_id, nxt.producer_epoch) != (prev.producer_id, prev.producer_epoch) or (
+                    nxt.base_sequence != prev.base_sequence + prev.last_offset_delta + 1):
+                raise KafkaError("batches of one request are not in sequence",
+                                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        return None
+
+    def producer_snapshot(self) -> tuple[int, bytes] | None:
+        """(offset, bytes) of a producer-state snapshot if the state moved since the last one."""
+        end = self.log.log_end_offset
+        if end == self.snapshot_offset or not self.producer_state.producers:
+            return None
+        self.snapshot_offset = end
+        return end, self.producer_state.encode_snapshot()
 
 
 @dataclass(slots=True)

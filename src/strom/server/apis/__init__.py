@@ -69,5 +69,6 @@ def load_all() -> None:
         list_offsets,
         metadata,
         produce,
+        producer_id,
         topics,
     )

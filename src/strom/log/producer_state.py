@@ -1,0 +1,195 @@
+"""Idempotent producers: per partition, each producer's epoch and its last five batches.
+
+Kafka de-duplicates retried batches by (producer id, epoch, sequence range): a retry of one of
+the last five batches is answered with the offsets it got the first time instead of being
+written again, and a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER. The state lives next to
+the segments as `<offset>.snapshot` files (the state as of that offset) and is rebuilt on
+start-up from the newest usable snapshot plus the batch headers written after it.
+
+Snapshot format (big endian, as Kafka's ProducerStateManager writes it): version i16,
+crc32c u32 over the rest, entry count i32, then per producer: producer id i64, epoch i16,
+last sequence i32, last offset i64, offset delta i32, timestamp i64, coordinator epoch i32,
+current transaction first offset i64.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crc32c import crc32c
+
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.records import HEADER_SIZE, BatchHeader, read_header
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_SUFFIX = ".snapshot"
+BATCHES_KEPT = 5  # Kafka's NumBatchesToRetain; also the client's max.in.flight bound
+INT_MAX = 2**31 - 1
+_HEAD = struct.Struct(">hIi")
+_ENTRY = struct.Struct(">qhiqiqiq")
+_SNAPSHOTS_KEPT = 2
+
+
+@dataclass(slots=True, frozen=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+    def duplicate_of(self, header: BatchHeader) -> BatchMetadata | None:
+        last_seq = _last_seq(header)
+        for batch in self.batches:
+            if batch.first_seq == header.base_sequence and batch.last_seq == last_seq:
+                return batch
+        return None
+
+
+def _last_seq(header: BatchHeader) -> int:
+    return (header.base_sequence + header.last_offset_delta) % (INT_MAX + 1)
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (last_seq == INT_MAX and next_seq == 0)
+
+
+class ProducerStateManager:
+    def __init__(self, dir: Path) -> None:
+        self.dir = dir
+        self.producers: dict[int, ProducerStateEntry] = {}
+
+    def check(self, header: BatchHeader) -> BatchMetadata | None:
+        """Validate an idempotent batch before it is written. Returns the earlier batch when
+        this one is a retry of it; raises the error Kafka answers otherwise."""
+        entry = self.producers.get(header.producer_id)
+        if entry is None:
+            return None  # unknown (new, or its state was removed): any sequence is accepted
+        if header.producer_epoch < entry.producer_epoch:
+            raise KafkaError(
+                f"producer {header.producer_id} epoch {header.producer_epoch} is older than "
+                f"{entry.producer_epoch}", ErrorCode.INVALID_PRODUCER_EPOCH)
+        if header.producer_epoch > entry.producer_epoch:
+            if header.base_sequence != 0:
+                raise KafkaError(
+                    f"new epoch {header.producer_epoch} of producer {header.producer_id} must "
+                    f"start at sequence 0, not {header.base_sequence}",
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+            return None
+        duplicate = entry.duplicate_of(header)
+        if duplicate is not None:
+            return duplicate
+        if entry.batches and not _in_sequence(entry.last_seq, header.base_sequence):
+            raise KafkaError(
+                f"producer {header.producer_id}: sequence {header.base_sequence} does not follow "
+                f"{entry.last_seq}", ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        return None
+
+    def update(self, header: BatchHeader, first_offset: int) -> None:
+        """Record a batch written at `first_offset` (its assigned base offset)."""
+        entry = self.producers.get(header.producer_id)
+        if entry is None or header.producer_epoch > entry.producer_epoch:
+            entry = ProducerStateEntry(header.producer_id, header.producer_epoch)
+            self.producers[header.producer_id] = entry
+        entry.batches.append(BatchMetadata(
+            header.base_sequence, _last_seq(header), first_offset,
+            first_offset + header.last_offset_delta, header.max_timestamp))
+
+    # --- snapshots -----------------------------------------------------------------------
+    def snapshot_offsets(self) -> list[int]:
+        return sorted(int(p.name[: -len(SNAPSHOT_SUFFIX)]) for p in self.dir.glob("*" + SNAPSHOT_SUFFIX)
+                      if p.name[: -len(SNAPSHOT_SUFFIX)].isdigit())
+
+    def encode_snapshot(self) -> bytes:
+        """The snapshot bytes of the current state (cheap; call on the loop that owns it)."""
+        body = bytearray(struct.pack(">i", len(self.producers)))
+        for entry in self.producers.values():
+            last = entry.batches[-1] if entry.batches else BatchMetadata(-1, -1, -1, -1, -1)
+            body += _ENTRY.pack(entry.producer_id, entry.producer_epoch, last.last_seq,
+                                last.last_offset, last.last_offset - last.first_offset,
+                                last.timestamp, -1, -1)
+        return struct.pack(">hI", 1, crc32c(bytes(body))) + body
+
+    def write_snapshot(self, offset: int, data: bytes) -> Path:
+        """Write snapshot `data` taken at log end offset `offset` atomically (blocking: fsync),
+        keeping only the newest few."""
+        path = self.dir / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+        tmp = path.with_suffix(".snapshot.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        for old in self.snapshot_offsets()[:-_SNAPSHOTS_KEPT]:
+            (self.dir / f"{old:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
+        return path
+
+    def load(self, log_end_offset: int) -> int:
+        """Load the newest readable snapshot at or below `log_end_offset` (newer ones describe
+        data lost to truncation and are deleted); return its offset, or 0 when there is none.
+        The caller then replays the batches from that offset with `update`."""
+        self.producers = {}
+        for offset in reversed(self.snapshot_offsets()):
+            path = self.dir / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+            if offset > log_end_offset:
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                self.producers = _read_snapshot(path)
+                return offset
+            except (OSError, ValueError, struct.error) as e:
+                log.warning("%s: unreadable producer snapshot %s (%s); trying an older one",
+                            self.dir.name, path.name, e)
+                path.unlink(missing_ok=True)
+        return 0
+
+    def rebuild(self, log) -> None:
+        """State of `log` (a strom.log.Log): the newest snapshot, then the batch headers
+        written after it. Reads headers only; records are never decoded."""
+        offset = max(self.load(log.log_end_offset), log.log_start_offset)
+        while offset < log.log_end_offset:
+            data = log.read(offset, 1 << 20, min_one_message=True).read_bytes()
+            pos = 0
+            while len(data) - pos >= HEADER_SIZE:
+                header = read_header(data, pos)
+                if pos + header.size > len(data):
+                    break
+                if header.last_offset >= offset and header.producer_id >= 0:
+                    self.update(header, header.base_offset)
+                offset = max(offset, header.last_offset + 1)
+                pos += header.size
+            if pos == 0:
+                break  # nothing readable at this offset: stop rather than spin
+
+
+def _read_snapshot(path: Path) -> dict[int, ProducerStateEntry]:
+    data = path.read_bytes()
+    version, crc, count = _HEAD.unpack_from(data, 0)
+    if version != 1 or crc32c(data[6:]) != crc:
+        raise ValueError("bad version or checksum")
+    producers = {}
+    for i in range(count):
+        pid, epoch, last_seq, last_offset, delta, ts, _, _ = _ENTRY.unpack_from(data, 10 + i * _ENTRY.size)
+        entry = ProducerStateEntry(pid, epoch)
+        if last_seq >= 0:
+            first_seq = (last_seq - delta) % (INT_MAX + 1)
+            entry.batches.append(BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset, ts))
+        producers[pid] = entry
+    return producers
