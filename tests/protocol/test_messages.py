@@ -64,3 +64,32 @@ def test_response_encode_decode_round_trip():
     assert size == len(raw) - 4
     correlation_id, body = messages.decode_response(20, 4, raw[4:])
     assert correlation_id == 11 and body.responses[0].error_code == 3
+
+
+def _produce_request(version: int, records: bytes | None) -> bytes:
+    return messages.encode_request(0, version, {
+        "transactional_id": "tx" if version >= 3 else None, "acks": -1, "timeout_ms": 1500,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 2, "records": records},
+                                                         {"index": 3, "records": None}]}]})[4:]
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 11])
+def test_produce_records_are_writable_views_of_the_frame(version):
+    frame = bytearray(_produce_request(version, b"\x01\x02\x03"))
+    body = messages.parse_request(frame).body
+    assert (body.transactional_id, body.acks, body.timeout_ms) == ("tx", -1, 1500)
+    (topic,) = body.topic_data
+    first, second = topic.partition_data
+    assert (topic.name, first.index, bytes(first.records)) == ("t", 2, b"\x01\x02\x03")
+    assert second.records is None
+    first.records[0] = 9  # writes land in the frame: no copy was made
+    assert b"\x09\x02\x03" in frame
+
+
+@pytest.mark.parametrize("version", [3, 9])
+def test_truncated_produce_is_invalid(version):
+    raw = _produce_request(version, b"abc")
+    with pytest.raises(messages.InvalidRequest):
+        messages.parse_request(raw[:-3])
+    with pytest.raises(messages.InvalidRequest):
+        messages.parse_request(raw + b"\x00")

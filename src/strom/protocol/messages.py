@@ -22,10 +22,13 @@ from kafka.protocol import admin, consumer, metadata, producer  # noqa: F401  (r
 from kafka.protocol.api_message import ApiMessage
 
 from strom.protocol.frames import frame
+from strom.protocol.produce import MAX_VERSION as PRODUCE_MAX_VERSION
+from strom.protocol.produce import MalformedRequest, parse_produce_request
 
 _HEADER_V1 = struct.Struct(">hhih")
 _CORRELATION = struct.Struct(">i")
 API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
 
 
 def _all_subclasses(cls: type) -> list[type]:
@@ -132,7 +135,13 @@ def parse_request(buf) -> Request:
     header, pos = parse_header(buf)
     cls = REQUESTS[header.api_key]
     try:
-        body = cls.decode(memoryview(buf)[pos:], version=header.api_version)
+        if header.api_key == PRODUCE_KEY and 3 <= header.api_version <= PRODUCE_MAX_VERSION:
+            # The hot path: record sets stay writable views of the frame (see produce.py).
+            body = parse_produce_request(memoryview(buf)[pos:], header.api_version)
+        else:
+            body = cls.decode(memoryview(buf)[pos:], version=header.api_version)
+    except MalformedRequest as e:
+        raise InvalidRequest(f"malformed {cls.name} v{header.api_version}: {e}") from e
     except Exception as e:  # the codec raises assorted errors on truncated or garbled bodies
         raise InvalidRequest(f"malformed {cls.name} v{header.api_version}: {e!r}") from e
     return Request(header, body, len(buf))

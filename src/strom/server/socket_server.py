@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 _PAUSE_AT = 64  # queued requests on one connection before we stop reading from it
 _SIZE_PREFIX = 4
+_SMALL_REGION = 32 * 1024  # below this a region is read and sent with its response
+_COPY_CHUNK = 64 * 1024  # copied when the socket is full, to learn when it drains
 
 
 class _Region:
@@ -53,16 +55,22 @@ class Connection(asyncio.BufferedProtocol):
         self.paused = False
         self.closing = False
         self.worker: asyncio.Task | None = None
+        self.sock_fd = -1
+        self.drained = asyncio.Event()
+        self.drained.set()
 
     # --- transport callbacks -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         sock = transport.get_extra_info("socket")
         if sock is not None:
+            self.sock_fd = sock.fileno()
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
+        # Report any unsent byte, so `drained` tells exactly when the socket took everything.
+        transport.set_write_buffer_limits(high=0)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.server.connections.add(self)
@@ -84,6 +92,12 @@ class Connection(asyncio.BufferedProtocol):
             if len(self.queue) >= _PAUSE_AT and not self.paused:
                 self.paused = True
                 self.transport.pause_reading()
+
+    def pause_writing(self) -> None:
+        self.drained.clear()
+
+    def resume_writing(self) -> None:
+        self.drained.set()
 
     def eof_received(self) -> bool:
         self.closing = True
@@ -181,12 +195,38 @@ class Connection(asyncio.BufferedProtocol):
         for part in parts:
             if isinstance(part, bytes):
                 pending.append(part)
-                continue
-            self.transport.write(b"".join(pending))
-            pending = []
-            await self.server.send_region(self.transport, part)
+            elif part.size <= _SMALL_REGION:
+                # One pread and one write beat three writes and the sendfile machinery.
+                pending.append(os.pread(part.fd, part.size, part.position))
+            else:
+                self.transport.write(b"".join(pending))
+                pending = []
+                await self.server.send_region(self, part)
         if pending:
             self.transport.write(b"".join(pending))
+
+    async def sendfile_when_idle(self, region: Any) -> None:
+        """Zero copy without the loop's help (uvloop has no sendfile): `os.sendfile` on the
+        socket while the transport has nothing queued, so bytes stay in order; when the socket
+        is full, queue one small copied chunk with the transport and wait until it drains."""
+        pos, end = region.position, region.position + region.size
+        while pos < end:
+            if self.transport.is_closing():
+                return
+            if self.transport.get_write_buffer_size() == 0:
+                try:
+                    sent = os.sendfile(self.sock_fd, region.fd, pos, end - pos)
+                except BlockingIOError:
+                    sent = 0
+                if sent:
+                    pos += sent
+                    continue
+            chunk = os.pread(region.fd, min(_COPY_CHUNK, end - pos), pos)
+            if not chunk:
+                raise OSError(f"segment region ends early at byte {pos}")
+            self.transport.write(chunk)
+            pos += len(chunk)
+            await self.drained.wait()
 
 
 class SocketServer:
@@ -215,8 +255,10 @@ class SocketServer:
             self.bound[listener.name] = (host, port)
             self.servers.append(server)
 
-    async def send_region(self, transport: asyncio.Transport, region: Any) -> None:
-        """Send a file region: zero copy with sendfile where the loop's transport allows."""
+    async def send_region(self, conn: Connection, region: Any) -> None:
+        """Send a file region with zero copy: the loop's sendfile where it has one (asyncio),
+        else `os.sendfile` between the transport's own writes (uvloop)."""
+        transport = conn.transport
         if transport.is_closing():
             return  # the peer is gone; loop.sendfile would raise "Transport is closing"
         if self._native_sendfile:
@@ -227,13 +269,15 @@ class SocketServer:
                 return
             except NotImplementedError:  # the loop has no sendfile at all (uvloop)
                 self._native_sendfile = False
-                log.info("event loop has no native sendfile; fetch responses are copied")
+                log.info("event loop has no native sendfile; sending file regions directly")
             except asyncio.SendfileNotAvailableError:
                 # asyncio raises this when os.sendfile fails before the first byte, e.g. because
                 # the peer reset: copy this one region, keep zero copy for everyone else.
                 if transport.is_closing():
                     return
-        transport.write(os.pread(region.fd, region.size, region.position))
+                transport.write(os.pread(region.fd, region.size, region.position))
+                return
+        await conn.sendfile_when_idle(region)
 
     async def stop_accepting(self) -> None:
         for server in self.servers:

@@ -36,7 +36,7 @@ async def handle_produce(broker, ctx: RequestContext, request) -> dict | None:
             elif p.records is None:
                 results[tp] = ProduceResult(ErrorCode.CORRUPT_MESSAGE, message="no records")
             else:
-                entries.append((tp, bytearray(p.records)))
+                entries.append((tp, p.records))
     results.update(broker.replica_manager.append_records(acks, entries))
     if acks == 0:
         failed = [f"{t}-{p}: {r.error.name}" for (t, p), r in results.items() if r.error]
