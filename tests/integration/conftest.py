@@ -52,6 +52,27 @@ def fresh_broker():
     proc.close()
 
 
+# Group coordinator settings that keep group tests fast: no initial rebalance delay, sessions as
+# short as 1 s allowed, a small `__consumer_offsets`, frequent KIP-848 heartbeats.
+GROUP_OVERRIDES = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+    "offsets.topic.num.partitions": "10",
+    "group.consumer.heartbeat.interval.ms": "250",
+    "group.consumer.session.timeout.ms": "3000",
+    "group.consumer.min.session.timeout.ms": "1000",
+}
+
+
+@pytest.fixture(scope="session")
+def group_broker():
+    """A broker for group tests (each uses its own group and topic names)."""
+    proc = BrokerProcess(overrides=GROUP_OVERRIDES)
+    proc.start()
+    yield proc
+    proc.close()
+
+
 @pytest.fixture
 def topic(request) -> str:
     """A topic name no other test uses (not created: tests create it as they need)."""
@@ -204,3 +225,49 @@ def stored_batches(bootstrap: str, topic: str, partition: int, offset: int = 0) 
         out.append(header)
         pos += header.size
     return out
+
+
+# --- waiting and reading whole partitions (log lifecycle tests) ---------------------------------
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1, what: str = "condition"):
+    """Poll `predicate` until it returns something truthy (returned) or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def consume_all(bootstrap: str, topic: str, partition: int = 0, start: int = 0,
+                timeout: float = 20.0, **conf) -> list[Message]:
+    """Every message from `start` up to the high watermark as it was when called (gaps left by
+    compaction or deletion are fine)."""
+    _, high = watermarks(bootstrap, topic, partition)
+    c = consumer(bootstrap, **conf)
+    out: list[Message] = []
+    try:
+        c.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and (not out or out[-1].offset() < high - 1) and high > start:
+            msg = c.poll(0.2)
+            if msg is None:
+                continue
+            assert msg.error() is None, f"consumer error: {msg.error()}"
+            out.append(msg)
+        assert not out or out[-1].offset() >= high - 1, f"stopped at {out[-1].offset()} of {high}"
+        return out
+    finally:
+        c.close()
+
+
+def set_topic_configs(bootstrap: str, topic: str, configs: dict[str, str | None]) -> None:
+    """IncrementalAlterConfigs through confluent-kafka: SET each value, DELETE where None."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.DELETE if v is None
+                           else AlterConfigOpType.SET) for k, v in configs.items()]
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    client = admin(bootstrap)
+    client.incremental_alter_configs([resource])[resource].result(timeout=15)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from crc32c import crc32c
+
 from strom.log import Log
 from strom.protocol.records import Record, build_batch, iter_records, scan_valid_prefix
 
@@ -59,3 +61,34 @@ def dir_digest(path: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.iterdir()) if p.is_file()}
 
 
+
+
+def keyed_batch(pairs: list[tuple[bytes | None, bytes | None]], *, ts: int = T0, codec: int = 0,
+                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                attributes: int = 0) -> bytearray:
+    """One batch of (key, value) records; `attributes` adds bits such as transactional."""
+    data = bytearray(build_batch(pairs, timestamp=ts, codec=codec, producer_id=producer_id,
+                                 producer_epoch=producer_epoch, base_sequence=base_sequence))
+    if attributes:
+        data[21:23] = (int.from_bytes(data[21:23], "big") | attributes).to_bytes(2, "big")
+        data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+    return data
+
+
+def read_records(log: Log, start: int | None = None) -> list[Record]:
+    """Every record from `start` to the log end, with keys, fetching like a consumer."""
+    offset = log.log_start_offset if start is None else start
+    out: list[Record] = []
+    while offset < log.log_end_offset:
+        data = log.read(offset, 1 << 20).read_bytes()
+        if not data:
+            break
+        batches, _ = scan_valid_prefix(data)
+        got = [r for pos, _h in batches for r in iter_records(data, pos) if r.offset >= offset]
+        if not got:
+            # a batch left with no records by compaction: skip past it
+            offset = max(h.last_offset for _, h in batches) + 1
+            continue
+        out.extend(got)
+        offset = got[-1].offset + 1
+    return out

@@ -64,3 +64,35 @@ def test_topic_config_keys_round_trip():
     c = LogConfig(retention_bytes=123)
     assert set(TOPIC_CONFIG_KEYS) >= {"segment.bytes", "retention.ms", "max.message.bytes", "cleanup.policy"}
     assert LogConfig().with_overrides(c.to_topic_configs()) == c
+
+
+def test_compaction_and_flush_configs():
+    c = LogConfig().with_overrides({
+        "cleanup.policy": "compact",
+        "delete.retention.ms": "1000",
+        "min.cleanable.dirty.ratio": "0.25",
+        "min.compaction.lag.ms": "10",
+        "max.compaction.lag.ms": "20",
+        "flush.messages": "1",
+        "flush.ms": "0",
+        "min.insync.replicas": "2",
+    })
+    assert c.compact and not c.delete_enabled
+    assert (c.delete_retention_ms, c.min_cleanable_dirty_ratio) == (1000, 0.25)
+    assert (c.min_compaction_lag_ms, c.max_compaction_lag_ms) == (10, 20)
+    assert (c.flush_messages, c.flush_ms, c.min_insync_replicas) == (1, 0, 2)
+    assert LogConfig(cleanup_policy="compact,delete").compact
+    assert LogConfig().with_overrides(c.to_topic_configs()) == c
+
+
+@pytest.mark.parametrize(("base", "overrides", "key"), [
+    (LogConfig(), {"min.cleanable.dirty.ratio": "1.01"}, "min.cleanable.dirty.ratio"),
+    (LogConfig(), {"min.cleanable.dirty.ratio": "half"}, "min.cleanable.dirty.ratio"),
+    (LogConfig(), {"flush.messages": "0"}, "flush.messages"),
+    (LogConfig(), {"max.compaction.lag.ms": "0"}, "max.compaction.lag.ms"),
+    (LogConfig(), {"min.compaction.lag.ms": "30", "max.compaction.lag.ms": "20"}, "min.compaction.lag.ms"),
+    (LogConfig(min_compaction_lag_ms=10), {"max.compaction.lag.ms": "5"}, "max.compaction.lag.ms"),
+])
+def test_bad_compaction_configs(base, overrides, key):
+    with pytest.raises(ValueError, match=rf"^{key}: "):
+        base.with_overrides(overrides)

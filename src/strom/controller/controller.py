@@ -88,10 +88,12 @@ class TopicMetadata:
 
 
 class BrokerChannel(Protocol):
-    """How the controller tells brokers to lead, follow or stop serving a partition."""
+    """How the controller tells brokers to lead, follow or stop serving a partition, and that
+    a topic's configs changed (Kafka's config change notification)."""
 
     def leader_and_isr(self, topic: TopicMetadata, partition: int) -> None: ...
     def stop_replica(self, topic: str, partition: int, delete: bool) -> None: ...
+    def topic_config_changed(self, topic: TopicMetadata) -> None: ...
 
 
 class Controller:
@@ -112,6 +114,10 @@ class Controller:
 
     def startup(self) -> None:
         """Load topic state and (re-)elect leaders among live replicas."""
+        with self.store.batch():
+            self._load_topics()
+
+    def _load_topics(self) -> None:
         for name in self.store.children("/brokers/topics"):
             node = self.store.get(f"/brokers/topics/{name}")
             if node is None:
@@ -220,10 +226,11 @@ class Controller:
             topic.partitions[p] = self._elect(r, 0)
         if validate_only:
             return topic
-        self.store.set(f"/config/topics/{name}", {"version": 1, "config": topic.configs})
-        self._write_assignment(topic)
-        for p, state in topic.partitions.items():
-            self._write_partition_state(name, p, state)
+        with self.store.batch():
+            self.store.set(f"/config/topics/{name}", {"version": 1, "config": topic.configs})
+            self._write_assignment(topic)
+            for p, state in topic.partitions.items():
+                self._write_partition_state(name, p, state)
         self.topics[name] = topic
         for p in topic.partitions:
             self.channel.leader_and_isr(topic, p)
@@ -240,6 +247,37 @@ class Controller:
         self.store.delete(f"/brokers/topics/{name}")
         self.store.delete(f"/config/topics/{name}")
         return topic
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str], *,
+                            validate_only: bool = False) -> TopicMetadata:
+        """Replace a topic's config overrides (AlterConfigs); persisted at /config/topics/<name>
+        and applied by the brokers at once."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise KafkaError(f"Topic {name} does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        try:
+            self.validate_configs(configs)
+        except ValueError as e:
+            raise KafkaError(str(e), ErrorCode.INVALID_CONFIG) from None
+        if validate_only:
+            return topic
+        self.store.set(f"/config/topics/{name}", {"version": 1, "config": dict(configs)})
+        topic.configs = dict(configs)
+        self.channel.topic_config_changed(topic)
+        return topic
+
+    def broker_configs(self, entity: str) -> dict[str, str]:
+        """Dynamic configs of broker `entity` (an id, or "<default>" for the cluster default)."""
+        node = self.store.get(f"/config/brokers/{entity}")
+        return dict(node[0]["config"]) if node else {}
+
+    def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+        """Persist dynamic broker configs at /config/brokers/<entity>, as Kafka's ZooKeeper mode."""
+        path = f"/config/brokers/{entity}"
+        if configs:
+            self.store.set(path, {"version": 1, "config": dict(configs)})
+        elif self.store.get(path) is not None:
+            self.store.delete(path)
 
     def create_partitions(
         self, name: str, count: int, assignment: list[list[int]] | None, *, validate_only: bool = False
@@ -263,9 +301,10 @@ class Controller:
             new = assign_replicas(count - current, factor, self.live_brokers(), start_partition=current)
         if validate_only:
             return
-        for p, replicas in new.items():
-            topic.partitions[p] = self._elect(replicas, 0)
-            self._write_partition_state(name, p, topic.partitions[p])
-        self._write_assignment(topic)
+        with self.store.batch():
+            for p, replicas in new.items():
+                topic.partitions[p] = self._elect(replicas, 0)
+                self._write_partition_state(name, p, topic.partitions[p])
+            self._write_assignment(topic)
         for p in new:
             self.channel.leader_and_isr(topic, p)

@@ -30,7 +30,16 @@ class LogConfig:
     max_message_bytes: int = 1048588  # max.message.bytes: the largest batch accepted
     message_timestamp_type: str = CREATE_TIME  # message.timestamp.type
     file_delete_delay_ms: int = 60000  # file.delete.delay.ms
-    cleanup_policy: str = "delete"  # cleanup.policy (compaction is not implemented yet)
+    cleanup_policy: str = "delete"  # cleanup.policy: delete, compact, or both
+    # Compaction (strom.log.cleaner); broker defaults are the log.cleaner.* settings.
+    delete_retention_ms: int = 86400000  # delete.retention.ms: how long tombstones stay readable
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms: records younger stay uncompacted
+    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms: compact by then, whatever the ratio
+    # Flush policy (strom.log.flusher); broker defaults are log.flush.interval.messages/.ms.
+    flush_messages: int = LONG_MAX  # flush.messages: fsync after this many unflushed records
+    flush_ms: int = LONG_MAX  # flush.ms: fsync when the last flush is this old
+    min_insync_replicas: int = 1  # min.insync.replicas: for acks=all produce
 
     @property
     def log_append_time(self) -> bool:
@@ -39,6 +48,10 @@ class LogConfig:
     @property
     def delete_enabled(self) -> bool:
         return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
 
     def with_overrides(self, overrides: Mapping[str, str]) -> LogConfig:
         """A copy with Kafka topic config overrides applied; ValueError("<key>: <reason>")."""
@@ -52,7 +65,15 @@ class LogConfig:
                 changes[field] = parse(str(raw).strip())
             except ValueError as e:
                 raise ValueError(f"{key}: {e}") from None
-        return dataclasses.replace(self, **changes)
+        result = dataclasses.replace(self, **changes)
+        if result.min_compaction_lag_ms > result.max_compaction_lag_ms:
+            # Kafka refuses the pair rather than either value on its own.
+            key = "min.compaction.lag.ms" if "min.compaction.lag.ms" in overrides else "max.compaction.lag.ms"
+            raise ValueError(
+                f"{key}: min.compaction.lag.ms ({result.min_compaction_lag_ms}) is larger than "
+                f"max.compaction.lag.ms ({result.max_compaction_lag_ms})"
+            )
+        return result
 
     def to_topic_configs(self) -> dict[str, str]:
         """Kafka config name -> string value, e.g. for DescribeConfigs."""
@@ -81,6 +102,19 @@ def _choice(*options: str) -> Callable[[str], str]:
     return parse
 
 
+def _double(low: float, high: float) -> Callable[[str], float]:
+    def parse(value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a number") from None
+        if not low <= x <= high:
+            raise ValueError(f"{x} is not in [{low}, {high}]")
+        return x
+
+    return parse
+
+
 def _cleanup_policy(value: str) -> str:
     parts = [p.strip() for p in value.split(",")]
     if not parts or any(p not in ("delete", "compact") for p in parts):
@@ -100,4 +134,11 @@ TOPIC_CONFIG_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "message.timestamp.type": ("message_timestamp_type", _choice(CREATE_TIME, LOG_APPEND_TIME)),
     "file.delete.delay.ms": ("file_delete_delay_ms", _int(0, LONG_MAX)),
     "cleanup.policy": ("cleanup_policy", _cleanup_policy),
+    "delete.retention.ms": ("delete_retention_ms", _int(0, LONG_MAX)),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _double(0.0, 1.0)),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _int(0, LONG_MAX)),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", _int(1, LONG_MAX)),
+    "flush.messages": ("flush_messages", _int(1, LONG_MAX)),
+    "flush.ms": ("flush_ms", _int(0, LONG_MAX)),
+    "min.insync.replicas": ("min_insync_replicas", _int(1, INT_MAX)),
 }

@@ -23,9 +23,12 @@ from strom.log.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SEGMENT_FILE_SUFFIXES,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     LogSegment,
+    scan_headers,
+    segment_name,
 )
 from strom.protocol.errors import OffsetOutOfRangeError, StorageError
 from strom.protocol.records import assign_offsets, validate_batches
@@ -34,7 +37,12 @@ log = logging.getLogger(__name__)
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)
+_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX)
+
+# Log.flush_hook(log, up_to): ask for an asynchronous flush of `log` up to offset `up_to`.
+FlushHook = Callable[["Log", int], None]
+# Log.io_error_hook(log, error): an I/O error hit the log's directory (Kafka's LogDirFailureChannel).
+IoErrorHook = Callable[["Log", BaseException], None]
 _INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
@@ -120,6 +128,10 @@ class Log:
         self._dir_dirty = False  # a segment file was created since the last flush
         self._parent_dirty = False  # the partition directory itself is new
         self.closed = False
+        self.offline = False  # its log dir failed: every operation answers KAFKA_STORAGE_ERROR
+        self.last_flush_ms = now_ms()  # for flush.ms (Kafka's lastFlushTime)
+        self.flush_hook: FlushHook | None = None
+        self.io_error_hook: IoErrorHook | None = None
 
     # -- opening and recovery
 
@@ -219,7 +231,7 @@ class Log:
 
     # -- appending
 
-    def append(self, records: bytearray, *, leader_epoch: int = 0) -> AppendInfo:
+    def append(self, records: bytearray | memoryview, *, leader_epoch: int = 0) -> AppendInfo:
         """Validate, assign offsets in place and write a produce request's record set.
 
         Raises a KafkaError subclass (CorruptRecordError, RecordTooLargeError,
@@ -227,17 +239,24 @@ class Log:
         """
         self._check_open()
         config = self._config
-        if not isinstance(records, bytearray):
-            records = bytearray(records)
+        writable = isinstance(records, bytearray) or (
+            isinstance(records, memoryview) and not records.readonly)
+        if not writable:
+            records = bytearray(records)  # offsets are assigned in place: need a writable buffer
         batches = validate_batches(records, config.max_message_bytes)
         first = self._log_end_offset
         last = first + len(batches) - 1 + sum(h.last_offset_delta for _, h in batches)
         now = self._now_ms()
-        segment = self._maybe_roll(len(records), last, now)
         append_time = now if config.log_append_time else None
-        assign_offsets(records, batches, first, leader_epoch, append_time)
-        _, max_ts, offset_of_max = segment.append(records, batches, first, append_time)
+        try:
+            segment = self._maybe_roll(len(records), last, now)
+            assign_offsets(records, batches, first, leader_epoch, append_time)
+            _, max_ts, offset_of_max = segment.append(records, batches, first, append_time)
+        except (OSError, StorageError) as e:
+            raise self._io_error(e) from e
         self._log_end_offset = last + 1
+        if self.flush_hook is not None and last + 1 - self.recovery_point >= config.flush_messages:
+            self.flush_hook(self, last + 1)  # flush.messages: Kafka's unflushedMessages check
         return AppendInfo(
             first_offset=first,
             last_offset=last,
@@ -283,6 +302,10 @@ class Log:
             segment.recover(self._config.max_message_bytes)
         self._segments.append(segment)
         self._dir_dirty = True
+        if self.flush_hook is not None:
+            # Kafka flushes everything before the new segment asynchronously after a roll, so the
+            # recovery point keeps up with the data and a crash re-scans only the newest segment.
+            self.flush_hook(self, end)
         return segment
 
     # -- reading
@@ -317,7 +340,10 @@ class Log:
                 upper = segments[i + 1].base_offset if i + 1 < len(segments) else end
                 if max_offset < upper:
                     max_position = segment.position_of(max_offset)
-            found = segment.read(offset, max_bytes, max_position, min_one_message)
+            try:
+                found = segment.read(offset, max_bytes, max_position, min_one_message)
+            except OSError as e:
+                raise self._io_error(e) from e
             if found is not None:
                 return FetchSlice(segment.fd, found[0], found[1], segment)
             i += 1  # `offset` fell in a gap: the next segment holds the next batch
@@ -376,6 +402,65 @@ class Log:
             _fsync_dir(self.dir.parent)
         if target > self.recovery_point:
             self.recovery_point = target
+        self.last_flush_ms = self._now_ms()
+
+    def unflushed_messages(self) -> int:
+        return self._log_end_offset - self.recovery_point
+
+    # -- log start offset
+
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up to `offset` (DeleteRecords); True if it moved. Segments
+        wholly below it go at the next retention run, as in Kafka."""
+        self._check_open()
+        if offset > self._log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start offset of {self.name} to {offset}: beyond the log end "
+                f"offset {self._log_end_offset}"
+            )
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        # Data below the log start needs no recovery (Kafka's updateLogStartOffset).
+        self.recovery_point = max(self.recovery_point, offset)
+        log.info("%s: log start offset moved to %d", self.name, offset)
+        return True
+
+    # -- compaction
+
+    def replace_segments(self, base_offset: int, old: list[LogSegment]) -> LogSegment:
+        """Swap the cleaned segment `<base_offset>.log.cleaned` (and its indexes), already
+        written and fsynced, in for the consecutive segments `old` (Kafka's replaceSegments).
+
+        Order matters for crash safety: `.cleaned` -> `.swap` for every file, then the old
+        segments -> `.deleted`, then `.swap` -> final names. Start-up (`_clean_dir`) completes
+        or discards whatever step a crash interrupted, so the log is always either the old
+        segments or the new one, never a mix. On the event loop: only renames happen here.
+        """
+        self._check_open()
+        segments = self._segments
+        try:
+            i = next(k for k, s in enumerate(segments) if s is old[0])
+        except StopIteration:
+            raise ValueError(f"{old[0]} is no longer part of {self.name}") from None
+        if segments[i : i + len(old)] != old or i + len(old) >= len(segments):
+            raise ValueError(f"{self.name}: segments to replace are not consecutive inactive ones")
+        stem = self.dir / segment_name(base_offset)
+        paths = [stem.with_name(stem.name + suffix) for suffix in SEGMENT_FILE_SUFFIXES]
+        try:
+            for path in paths:
+                _rename_if_exists(path.with_name(path.name + CLEANED_SUFFIX),
+                                  path.with_name(path.name + SWAP_SUFFIX))
+            now = self._now_ms()
+            self._schedule_delete(old, now)
+            for path in paths:
+                _rename_if_exists(path.with_name(path.name + SWAP_SUFFIX), path)
+            new = LogSegment(self.dir, base_offset, self._config, now_ms=now)
+        except OSError as e:
+            raise self._io_error(e) from e
+        segments[i : i + len(old)] = [new]
+        self._dir_dirty = True
+        return new
 
     # -- retention
 
@@ -499,6 +584,13 @@ class Log:
         if self.closed:
             return
         self.closed = True
+        if self.offline:  # its directory failed: release descriptors, write nothing
+            for segment in self._segments:
+                segment._close_fd()
+            for _, segment in self._pending_deletes:
+                segment._close_fd()
+            self._pending_deletes = []
+            return
         for segment in self._segments:
             segment.close()
         for _, segment in self._pending_deletes:
@@ -520,15 +612,36 @@ class Log:
     def _check_open(self) -> None:
         if self.closed:
             raise StorageError(f"log {self.name} is closed")
+        if self.offline:
+            raise StorageError(f"the log directory of {self.name} is offline")
+
+    def _io_error(self, error: BaseException) -> StorageError:
+        """Report an I/O failure (the broker takes the log dir offline) and return the
+        KAFKA_STORAGE_ERROR to raise."""
+        if self.io_error_hook is not None:
+            self.io_error_hook(self, error)
+        if isinstance(error, StorageError):
+            return error
+        return StorageError(f"I/O error on {self.name}: {error}")
+
+    def go_offline(self) -> None:
+        """Stop serving after a log dir failure. Descriptors stay open (in-flight fetch regions
+        still point at them) until `close()`; nothing more is written to the failed dir."""
+        self.offline = True
 
 
 def _clean_dir(dir: Path) -> list[int]:
-    """Remove leftovers of interrupted deletes/compactions and orphan index files; return the
-    base offsets of the segments present, sorted."""
+    """Remove leftovers of interrupted deletes/compactions and orphan index files, finish
+    interrupted segment swaps; return the base offsets of the segments present, sorted."""
     bases: set[int] = set()
     indexes: list[tuple[int, str]] = []
     with os.scandir(dir) as entries:
         names = [e.name for e in entries if e.is_file()]
+    swaps = [name for name in names if name.endswith(SWAP_SUFFIX)]
+    if swaps:
+        _complete_swaps(dir, names, swaps)
+        with os.scandir(dir) as entries:
+            names = [e.name for e in entries if e.is_file()]
     for name in names:
         if name.endswith(_LEFTOVER_SUFFIXES):
             os.unlink(dir / name)
@@ -545,6 +658,53 @@ def _clean_dir(dir: Path) -> list[int]:
             log.info("%s: deleting index file %s without a log file", dir.name, name)
             os.unlink(dir / name)
     return sorted(bases)
+
+
+def _complete_swaps(dir: Path, names: list[str], swaps: list[str]) -> None:
+    """Finish a compaction swap that a crash interrupted (Kafka's LogLoader does the same).
+
+    A `.log.swap` exists only once the cleaned segment was completely written and fsynced, so
+    it wins: every old segment whose base offset falls in the range the swap covers is
+    deleted, then the swap files take their final names. The index swap files may be missing
+    or stale; removing them makes the segment's indexes be rebuilt by recovery.
+    """
+    log_swaps = sorted(int(n.split(".")[0]) for n in swaps if n.endswith(LOG_SUFFIX + SWAP_SUFFIX))
+    for name in swaps:
+        if not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+            os.unlink(dir / name)  # an index swap: rebuilt below by recovery
+    if not log_swaps:
+        return
+    ranges: list[tuple[int, int]] = []
+    for base in log_swaps:
+        path = dir / f"{segment_name(base)}{LOG_SUFFIX}{SWAP_SUFFIX}"
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            next_offset = base
+            for _, h in scan_headers(fd, 0, os.fstat(fd).st_size):
+                next_offset = h[0] + h[6] + 1  # base offset + last offset delta + 1
+        finally:
+            os.close(fd)
+        # An empty cleaned segment still replaces the old segment with its base offset.
+        ranges.append((base, max(next_offset, base + 1)))
+    for name in names:
+        stem, dot, suffix = name.partition(".")
+        if not dot or not stem.isdigit() or "." + suffix not in SEGMENT_FILE_SUFFIXES:
+            continue
+        if any(lo <= int(stem) < hi for lo, hi in ranges):
+            log.info("%s: deleting %s replaced by an interrupted compaction swap", dir.name, name)
+            os.unlink(dir / name)
+    for base in log_swaps:
+        path = dir / f"{segment_name(base)}{LOG_SUFFIX}"
+        os.rename(path.with_name(path.name + SWAP_SUFFIX), path)
+        log.info("%s: completed the interrupted swap of %s", dir.name, path.name)
+    _fsync_dir(dir)
+
+
+def _rename_if_exists(src: Path, dst: Path) -> None:
+    try:
+        os.rename(src, dst)
+    except FileNotFoundError:
+        pass
 
 
 def _recover_segments(
@@ -569,6 +729,11 @@ def _recover_segments(
             truncated = segment.recover(config.max_message_bytes)
         else:
             continue
+        if not last:
+            # Rebuilding opened the index files for writing; an inactive segment must not keep
+            # those descriptors (10,000 recovered segments would hold 20,000 of them).
+            segment.offset_index.close()
+            segment.time_index.close()
         if truncated:
             log.warning(
                 "%s: truncated %d invalid bytes at the end of %s",

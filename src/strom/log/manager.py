@@ -1,29 +1,39 @@
 """All partition logs of one broker across its log directories (Kafka's LogManager).
 
 Owns the per-directory files that make restarts cheap and safe: `meta.properties` (which broker
-and cluster the data belongs to), the recovery-point and log-start-offset checkpoints, and the
-`.kafka_cleanshutdown` marker that lets start-up trust the indexes instead of re-scanning logs.
+and cluster the data belongs to), the recovery-point, log-start-offset and high-watermark
+(`replication-offset-checkpoint`) checkpoints, and the `.kafka_cleanshutdown` marker that lets
+start-up trust the indexes instead of re-scanning logs.
+
+A log dir that fails (an I/O error anywhere in it, or unusable at start-up) goes offline, as
+with Kafka's LogDirFailureChannel: its logs answer KAFKA_STORAGE_ERROR, nothing more is
+written there, and the broker keeps serving the partitions of the other dirs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import os
 import shutil
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from strom.log.checkpoint import read_checkpoint, write_checkpoint
 from strom.log.config import LogConfig
+from strom.log.flusher import LogFlusher
 from strom.log.log import Log, parse_log_dir_name, wall_clock_ms
+from strom.protocol.errors import StorageError
 
 log = logging.getLogger(__name__)
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
 DELETE_DIR_SUFFIX = "-delete"
@@ -84,6 +94,14 @@ class LogManager:
         self._per_dir: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)  # partitions per dir
         self.broker_id: int | None = None
         self.cluster_id: str | None = None
+        self.offline_dirs: dict[Path, str] = {}  # failed dir -> why
+        self.dir_failure_listeners: list[Callable[[Path, str], None]] = []
+        self.flusher = LogFlusher(self.handle_io_error, now_ms)
+        # tp -> high watermark, read when writing replication-offset-checkpoint (ReplicaManager's).
+        self.high_watermarks: Callable[[], Mapping[TopicPartition, int]] | None = None
+        self.new_logs_expected = True  # see get_or_create_log
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
 
     # -- start-up
 
@@ -93,24 +111,46 @@ class LogManager:
         cluster_id: str | None = None,
         config_for: Callable[[str], LogConfig] | None = None,
     ) -> str:
-        """Check/write meta.properties, then load every log; returns the cluster id."""
+        """Check/write meta.properties, then load every log; returns the cluster id.
+
+        A dir that cannot be created, read or written goes offline instead of failing the
+        start-up, unless every dir does (Kafka's createAndValidateLogDirs)."""
+        try:
+            self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
+        except RuntimeError:
+            self._loop = None
         for d in self.log_dirs:
-            d.mkdir(parents=True, exist_ok=True)
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                probe = d / ".strom-write-probe"
+                probe.write_bytes(b"")
+                probe.unlink()
+            except OSError as e:
+                self.mark_dir_offline(d, e)
+        if not self.live_dirs:
+            raise OSError(f"none of the log dirs {[str(d) for d in self.log_dirs]} is usable: "
+                          f"{'; '.join(self.offline_dirs.values())}")
         self.broker_id = broker_id
         self.cluster_id = self._check_meta(broker_id, cluster_id)
         config_for = config_for or (lambda _topic: self.default_config)
         started = time.monotonic()
-        for d in self.log_dirs:
-            self._load_dir(d, config_for)
+        for d in self.live_dirs:
+            try:
+                self._load_dir(d, config_for)
+            except OSError as e:
+                self.mark_dir_offline(d, e)
+        if not self.live_dirs:
+            raise OSError("every log dir failed while loading logs")
         log.info(
             "loaded %d logs from %d log dir(s) in %.2fs",
-            len(self._logs), len(self.log_dirs), time.monotonic() - started,
+            len(self._logs), len(self.live_dirs), time.monotonic() - started,
         )
         return self.cluster_id
 
     def _check_meta(self, broker_id: int, cluster_id: str | None) -> str:
         found: dict[Path, dict[str, str]] = {}
-        for d in self.log_dirs:
+        for d in self.live_dirs:
             path = d / META_PROPERTIES
             if path.exists():
                 props = read_properties(path)
@@ -129,10 +169,13 @@ class LogManager:
             )
         result = cluster_ids.pop() if cluster_ids else (cluster_id or new_cluster_id())
         wanted = {"version": "0", "broker.id": str(broker_id), "cluster.id": result}
-        for d in self.log_dirs:
+        for d in self.live_dirs:
             props = found.get(d, {})
             if any(props.get(k) != v for k, v in wanted.items()):
-                write_properties(d / META_PROPERTIES, {**props, **wanted})
+                try:
+                    write_properties(d / META_PROPERTIES, {**props, **wanted})
+                except OSError as e:
+                    self.mark_dir_offline(d, e)
         return result
 
     def _load_dir(self, d: Path, config_for: Callable[[str], LogConfig]) -> None:
@@ -155,16 +198,14 @@ class LogManager:
             key = (topic, partition)
             if key in self._logs:
                 raise ValueError(f"duplicate log directories for {topic}-{partition}: {path}")
-            self._logs[key] = Log.open(
+            self._add(key, d, Log.open(
                 path,
                 config_for(topic),
                 recovery_point=recovery_points.get(key, 0),
                 log_start_offset=start_offsets.get(key, 0),
                 clean_shutdown=clean,
                 now_ms=self._now_ms,
-            )
-            self._dir_of[key] = d
-            self._per_dir[d] += 1
+            ))
         if clean:
             # From here on a crash must be noticed: the marker only exists between a clean
             # shutdown and the next start-up.
@@ -178,18 +219,91 @@ class LogManager:
         return self._logs.get((topic, partition))
 
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """The partition's log; a new one goes to the live dir with the fewest partitions.
+
+        While `new_logs_expected` is off (a broker's start-up, when every partition the
+        controller names already exists), a partition with no log whose data may sit in an
+        offline dir gets an offline placeholder (KAFKA_STORAGE_ERROR) instead of a fresh empty
+        log elsewhere, which would shadow that data (Kafka refuses the same way for a
+        LeaderAndIsr that is not `isNew`)."""
         key = (topic, partition)
         existing = self._logs.get(key)
         if existing is not None:
             return existing
-        d = min(self.log_dirs, key=self._per_dir.__getitem__)
-        created = Log.open(
-            d / f"{topic}-{partition}", config or self.default_config, now_ms=self._now_ms
-        )
-        self._logs[key] = created
+        config = config or self.default_config
+        name = f"{topic}-{partition}"
+        if not self.new_logs_expected:
+            for d in self.offline_dirs:
+                try:
+                    present = name in os.listdir(d)
+                except OSError:
+                    present = True  # cannot tell: assume the data is there
+                if present:
+                    placeholder = Log(d / name, config, [], log_start_offset=0, log_end_offset=0,
+                                      recovery_point=0, now_ms=self._now_ms)
+                    placeholder.go_offline()
+                    self._logs[key] = placeholder
+                    self._dir_of[key] = d
+                    return placeholder
+        live = self.live_dirs
+        if not live:
+            raise StorageError(f"cannot create log {name}: every log dir is offline")
+        d = min(live, key=self._per_dir.__getitem__)
+        try:
+            created = Log.open(d / name, config, now_ms=self._now_ms)
+        except OSError as e:
+            self.mark_dir_offline(d, e)
+            raise StorageError(f"cannot create log {name} in {d}: {e}") from e
+        self._add(key, d, created)
+        return created
+
+    def _add(self, key: TopicPartition, d: Path, lg: Log) -> None:
+        lg.flush_hook = self.flusher.request
+        lg.io_error_hook = self.handle_io_error
+        self._logs[key] = lg
         self._dir_of[key] = d
         self._per_dir[d] += 1
-        return created
+
+    def dir_of(self, tp: TopicPartition) -> Path | None:
+        return self._dir_of.get(tp)
+
+    # -- log dir failures
+
+    @property
+    def live_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if d not in self.offline_dirs]
+
+    def handle_io_error(self, lg: Log, error: BaseException) -> None:
+        """An I/O error on `lg`: its whole log dir goes offline. Callable from any thread."""
+        d = next((d for tp, d in self._dir_of.items() if self._logs.get(tp) is lg), None)
+        if d is None:
+            d = lg.dir.parent
+        self.mark_dir_offline(d, error)
+
+    def mark_dir_offline(self, d: Path, error: BaseException | str) -> None:
+        """Take log dir `d` and every partition in it offline (Kafka's handleLogDirFailure).
+
+        Callable from worker threads: the flags are set at once (so a shutdown in progress
+        skips the dir); listeners run on the event loop."""
+        if d in self.offline_dirs or d not in self._per_dir:
+            return
+        reason = str(error) or type(error).__name__
+        self.offline_dirs[d] = reason
+        affected = [tp for tp, dd in list(self._dir_of.items()) if dd == d]
+        for tp in affected:
+            lg = self._logs.get(tp)
+            if lg is not None:
+                lg.go_offline()
+        log.error("log dir %s failed (%s): %d partition(s) offline: %s", d, reason, len(affected),
+                  ", ".join(f"{t}-{p}" for t, p in sorted(affected)[:20]))
+        if self._loop is not None and threading.get_ident() != self._loop_thread:
+            self._loop.call_soon_threadsafe(self._notify_dir_failure, d, reason)
+        else:
+            self._notify_dir_failure(d, reason)
+
+    def _notify_dir_failure(self, d: Path, reason: str) -> None:
+        for listener in self.dir_failure_listeners:
+            listener(d, reason)
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Delete a partition's log: rename its dir to `*-delete` first (a crash from there on
@@ -198,9 +312,18 @@ class LogManager:
         target_log = self._logs.pop(key, None)
         if target_log is None:
             return False
-        self._per_dir[self._dir_of.pop(key)] -= 1
+        d = self._dir_of.pop(key)
+        self._per_dir[d] -= 1
+        if d in self.offline_dirs:
+            target_log.close()  # nothing can be removed from a failed dir; it stays behind
+            return True
         doomed = target_log.dir.with_name(f"{target_log.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
-        os.rename(target_log.dir, doomed)
+        try:
+            os.rename(target_log.dir, doomed)
+        except OSError as e:
+            self.mark_dir_offline(d, e)
+            target_log.close()
+            return True
         target_log.dir = doomed
         target_log.delete()
         return True
@@ -213,15 +336,51 @@ class LogManager:
 
     # -- maintenance
 
-    def checkpoint(self) -> None:
-        """Write the recovery-point and log-start-offset checkpoints of every log dir.
-
-        Safe to run in a thread: it works on snapshots of the log tables."""
+    def _write_per_dir(self, name: str, value: Callable[[TopicPartition, Log], int | None]) -> None:
+        """Write checkpoint file `name` in every live dir with `value(tp, log)` per partition
+        (None leaves the partition out). A dir whose write fails goes offline. Safe to run in a
+        thread: it works on snapshots of the log tables."""
         logs, dir_of = list(self._logs.items()), dict(self._dir_of)
-        for d in self.log_dirs:
-            here = [(key, lg) for key, lg in logs if dir_of.get(key) == d]
-            write_checkpoint(d / RECOVERY_POINT_CHECKPOINT, {k: lg.recovery_point for k, lg in here})
-            write_checkpoint(d / LOG_START_OFFSET_CHECKPOINT, {k: lg.log_start_offset for k, lg in here})
+        for d in self.live_dirs:
+            entries = {}
+            for key, lg in logs:
+                if dir_of.get(key) == d:
+                    v = value(key, lg)
+                    if v is not None:
+                        entries[key] = v
+            try:
+                write_checkpoint(d / name, entries)
+            except OSError as e:
+                self.mark_dir_offline(d, e)
+
+    def checkpoint(self) -> None:
+        """Write the recovery-point and log-start-offset checkpoints of every live log dir."""
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+
+    def checkpoint_recovery_points(self) -> None:
+        self._write_per_dir(RECOVERY_POINT_CHECKPOINT, lambda _k, lg: lg.recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self._write_per_dir(LOG_START_OFFSET_CHECKPOINT, lambda _k, lg: lg.log_start_offset)
+
+    def checkpoint_high_watermarks(self) -> None:
+        """replication-offset-checkpoint: the high watermark of each partition (Kafka's
+        ReplicaManager writes it every replica.high.watermark.checkpoint.interval.ms)."""
+        if self.high_watermarks is None:
+            return
+        hws = dict(self.high_watermarks())
+        self._write_per_dir(HIGH_WATERMARK_CHECKPOINT, lambda key, _lg: hws.get(key))
+
+    def read_high_watermarks(self) -> dict[TopicPartition, int]:
+        """The checkpointed high watermarks of every live dir (for start-up)."""
+        out: dict[TopicPartition, int] = {}
+        for d in self.live_dirs:
+            try:
+                out.update(read_checkpoint(d / HIGH_WATERMARK_CHECKPOINT))
+            except (OSError, ValueError) as e:
+                log.warning("ignoring %s: %s", d / HIGH_WATERMARK_CHECKPOINT, e)
+        return out
 
     def cleanup(self, now_ms: int | None = None) -> int:
         """Apply retention to every log and unlink deleted segments past their delay; returns
@@ -229,30 +388,42 @@ class LogManager:
         now = self._now_ms() if now_ms is None else now_ms
         deleted = 0
         for _, lg in list(self._logs.items()):
-            deleted += lg.delete_retention_segments(now)
-            lg.purge_deleted(now)
+            if lg.offline or lg.closed:
+                continue
+            try:
+                deleted += lg.delete_retention_segments(now)
+                lg.purge_deleted(now)
+            except OSError as e:
+                self.handle_io_error(lg, e)
         return deleted
 
     def flush_dirty(self) -> None:
         """fsync logs with data above their recovery point (blocking: run it in a thread)."""
         for lg in list(self._logs.values()):
-            if lg.log_end_offset > lg.recovery_point:
-                lg.flush()
+            if lg.log_end_offset > lg.recovery_point and not lg.offline:
+                try:
+                    lg.flush()
+                except OSError as e:
+                    self.handle_io_error(lg, e)
 
     def shutdown(self) -> None:
-        """Flush, checkpoint and close everything, then mark each dir as cleanly shut down."""
-        for lg in list(self._logs.values()):
-            lg.flush()
+        """Flush, checkpoint and close everything, then mark each live dir as cleanly shut
+        down. Blocking: run it in a thread once nothing appends any more."""
+        self.flush_dirty()
         self.checkpoint()
+        self.checkpoint_high_watermarks()
         for lg in self._logs.values():
             lg.close()
-        for d in self.log_dirs:
-            (d / CLEAN_SHUTDOWN_FILE).touch()
-            fd = os.open(d, os.O_RDONLY)
+        for d in self.live_dirs:
             try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+                (d / CLEAN_SHUTDOWN_FILE).touch()
+                fd = os.open(d, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                log.error("cannot mark %s as cleanly shut down: %s", d, e)
         self._logs.clear()
         self._dir_of.clear()
         self._per_dir = dict.fromkeys(self.log_dirs, 0)

@@ -57,6 +57,27 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def scan_headers(fd: int, start: int, end: int) -> Iterator[tuple[int, tuple]]:
+    """(position, HEADER tuple) of each batch of file `fd` from `start` up to `end`, stopping at
+    the first header that is not a plausible v2 batch or runs past `end`."""
+    pos = start
+    buf = b""
+    buf_pos = start
+    while end - pos >= HEADER_SIZE:
+        off = pos - buf_pos
+        if off + HEADER_SIZE > len(buf):
+            buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+            buf_pos, off = pos, 0
+            if len(buf) < HEADER_SIZE:
+                return
+        h = HEADER.unpack_from(buf, off)
+        length = h[_LENGTH]
+        if h[_MAGIC] != CURRENT_MAGIC or length < _MIN_BATCH_LENGTH or pos + length + LOG_OVERHEAD > end:
+            return
+        yield pos, h
+        pos += length + LOG_OVERHEAD
+
+
 class LogSegment:
     """A `.log` file of whole batches and its two sparse indexes.
 
@@ -261,25 +282,7 @@ class LogSegment:
     # -- reading
 
     def _headers(self, start: int, end: int) -> Iterator[tuple[int, tuple]]:
-        """(position, HEADER tuple) of each batch from `start` up to `end`, stopping at the first
-        header that is not a plausible v2 batch or runs past `end`."""
-        fd = self.fd
-        pos = start
-        buf = b""
-        buf_pos = start
-        while end - pos >= HEADER_SIZE:
-            off = pos - buf_pos
-            if off + HEADER_SIZE > len(buf):
-                buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
-                buf_pos, off = pos, 0
-                if len(buf) < HEADER_SIZE:
-                    return
-            h = HEADER.unpack_from(buf, off)
-            length = h[_LENGTH]
-            if h[_MAGIC] != CURRENT_MAGIC or length < _MIN_BATCH_LENGTH or pos + length + LOG_OVERHEAD > end:
-                return
-            yield pos, h
-            pos += length + LOG_OVERHEAD
+        return scan_headers(self.fd, start, end)
 
     def locate(self, offset: int) -> tuple[int, tuple] | None:
         """(position, header tuple) of the first batch whose last offset is >= `offset`."""

@@ -16,11 +16,15 @@ from collections.abc import Callable, Mapping
 
 from strom.controller.controller import Controller, TopicMetadata
 from strom.controller.store import LocalMetadataStore
+from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
+from strom.coordinator.group import GroupCoordinator, create_group_coordinator
 from strom.coordinator.transaction.producer_id_manager import ProducerIdManager
 from strom.log.config import LogConfig
 from strom.log.manager import LogManager
 from strom.server.apis import load_all
 from strom.server.config import BrokerConfig, Listener
+from strom.server.dynamic_config import DynamicBrokerConfig
+from strom.server.log_services import LogServices
 from strom.server.replica_manager import ReplicaManager
 from strom.server.socket_server import SocketServer
 
@@ -45,9 +49,12 @@ class Broker:
         self.state = BrokerState.NOT_RUNNING
         self.default_log_config = config.default_log_config()
         self.log_manager = LogManager(config.log_dirs, self.default_log_config)
+        self.dynamic_config = DynamicBrokerConfig(config)
+        self.log_services = LogServices(self)  # cleaner, flusher, live reconfiguration
         self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, config["min.insync.replicas"])
         self.socket_server = SocketServer(self, config["socket.request.max.bytes"])
         self.controller: Controller | None = None
+        self.group_coordinator: GroupCoordinator | None = None
         self.cluster_id = ""
         self.advertised: list[Listener] = []
         self._tasks: list[asyncio.Task] = []
@@ -62,15 +69,21 @@ class Broker:
         store = LocalMetadataStore(self.config.log_dirs[0] / METADATA_FILE)
         self.controller = Controller(store, self.broker_id, lambda: [self.broker_id], self,
                                      self._validate_topic_configs)
+        self.log_services.load_dynamic_config()
         self.controller.startup()
         self.producer_id_manager = ProducerIdManager(store, self.broker_id)
         self._delete_orphan_logs()
+        self.group_coordinator = create_group_coordinator(self)
+        self.group_coordinator.startup(self.group_coordinator.store.load())  # before serving
         await self.socket_server.start(self.config.listeners, self.config["socket.send.buffer.bytes"],
                                        self.config["socket.receive.buffer.bytes"])
         self.advertised = self._advertised_listeners()
         self._schedule("log-retention", self.config["log.retention.check.interval.ms"], self._retention)
         self._schedule("recovery-point-checkpoint",
                        self.config["log.flush.offset.checkpoint.interval.ms"], self._checkpoint)
+        self._schedule("group-metadata-expiration", self.config["offsets.retention.check.interval.ms"],
+                       self.group_coordinator.cleanup_group_metadata)
+        self.log_services.start()
         self.state = BrokerState.RUNNING
 
     async def shutdown(self) -> None:
@@ -79,12 +92,15 @@ class Broker:
         self.state = BrokerState.SHUTTING_DOWN
         self.stopping = True
         await self.socket_server.stop_accepting()
+        if self.group_coordinator is not None:
+            self.group_coordinator.shutdown()  # held-back JoinGroup/SyncGroup: NOT_COORDINATOR
         for key in list(self.replica_manager.partitions):
             self.replica_manager.fetch_purgatory.wake(key)  # long polls answer now
         await self.socket_server.drain(timeout=10)
         for task in self._tasks:
             task.cancel()
-        await self._snapshot_producers()
+        await self.log_services.stop()
+        await self._snapshot_producers(at_shutdown=True)
         await asyncio.to_thread(self.log_manager.shutdown)
         self.state = BrokerState.NOT_RUNNING
 
@@ -111,14 +127,19 @@ class Broker:
         await self._snapshot_producers()
         await asyncio.to_thread(self.log_manager.checkpoint)
 
-    async def _snapshot_producers(self) -> None:
-        """Producer state is encoded on the loop that owns it and written from a thread."""
+    async def _snapshot_producers(self, at_shutdown: bool = False) -> None:
+        """Producer state is encoded on the loop that owns it and written from a thread. At
+        shutdown every partition gets one, even empty (Kafka snapshots on close), so that the
+        next start-up does not re-read whole logs to rebuild the state."""
         snapshots = [(p.producer_state, *snap) for p in self.replica_manager.partitions.values()
-                     if (snap := p.producer_snapshot()) is not None]
+                     if not p.log.offline and (snap := p.producer_snapshot(at_shutdown)) is not None]
 
         def write() -> None:
             for state, offset, data in snapshots:
-                state.write_snapshot(offset, data)
+                try:
+                    state.write_snapshot(offset, data)
+                except OSError as e:  # a failing log dir must not stop the rest
+                    log.error("cannot write producer snapshot in %s: %s", state.dir, e)
 
         if snapshots:
             await asyncio.to_thread(write)
@@ -168,6 +189,22 @@ class Broker:
         log.info("auto-created topic %s with %d partitions", name, len(topic.partitions))
         return topic
 
+    def ensure_internal_topic(self, name: str) -> TopicMetadata:
+        """`__consumer_offsets` or `__transaction_state`, created on first use as Kafka creates
+        them: compacted, with the configured partition count; the replication factor is capped
+        at the live brokers so that a single broker can coordinate."""
+        topic = self.controller.topics.get(name)
+        if topic is not None:
+            return topic
+        prefix = {GROUP_METADATA_TOPIC: "offsets.topic",
+                  TRANSACTION_STATE_TOPIC: "transaction.state.log"}[name]
+        factor = min(self.config[f"{prefix}.replication.factor"], len(self.controller.live_brokers()))
+        configs = {"cleanup.policy": "compact", "segment.bytes": str(self.config[f"{prefix}.segment.bytes"])}
+        topic = self.controller.create_topic(name, self.config[f"{prefix}.num.partitions"], factor,
+                                             None, configs)
+        log.info("created internal topic %s with %d partitions", name, len(topic.partitions))
+        return topic
+
     def log_config_for(self, topic: str) -> LogConfig:
         meta = self.controller.topics.get(topic) if self.controller else None
         if meta is None or not meta.configs:
@@ -185,6 +222,9 @@ class Broker:
         config = self.default_log_config.with_overrides(topic.configs) if topic.configs else self.default_log_config
         self.replica_manager.become_leader(topic.name, partition, topic.topic_id, state.leader_epoch,
                                           state.replicas, state.isr, config)
+
+    def topic_config_changed(self, topic: TopicMetadata) -> None:
+        self.log_services.topic_config_changed(topic)
 
     def stop_replica(self, topic: str, partition: int, delete: bool) -> None:
         self.replica_manager.stop_replica(topic, partition, delete)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from strom.log.cleaner import CleanerConfig
 from strom.log.config import LogConfig
 
 LONG_MAX = 2**63 - 1
@@ -49,6 +50,19 @@ def _str(text: str) -> str:
 
 def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return lambda text: None if text.strip() in ("", "null") else parse(text)
+
+
+def _double(lo: float, hi: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise ConfigError(f"expected a number, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise ConfigError(f"must be in [{lo}, {hi}], got {value}")
+        return value
+
+    return parse
 
 
 def _choice(*options: str) -> Callable[[str], str]:
@@ -126,6 +140,17 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "log.flush.scheduler.interval.ms": (_int(1), str(LONG_MAX)),
     "log.flush.offset.checkpoint.interval.ms": (_int(0), "60000"),
     "log.flush.start.offset.checkpoint.interval.ms": (_int(0), "60000"),
+    "replica.high.watermark.checkpoint.interval.ms": (_int(1), "5000"),
+    # Log cleaner (compaction), with Kafka's defaults.
+    "log.cleaner.enable": (_bool, "true"),
+    "log.cleaner.threads": (_int(1), "1"),
+    "log.cleaner.backoff.ms": (_int(0), "15000"),
+    "log.cleaner.dedupe.buffer.size": (_int(1), "134217728"),
+    "log.cleaner.io.buffer.load.factor": (_double(0.0, 1.0), "0.9"),
+    "log.cleaner.min.cleanable.ratio": (_double(0.0, 1.0), "0.5"),
+    "log.cleaner.delete.retention.ms": (_int(0), "86400000"),
+    "log.cleaner.min.compaction.lag.ms": (_int(0), "0"),
+    "log.cleaner.max.compaction.lag.ms": (_int(1), str(LONG_MAX)),
     "message.max.bytes": (_int(0), "1048588"),
     "socket.request.max.bytes": (_int(1), "104857600"),
     "socket.send.buffer.bytes": (_int(-1), "102400"),
@@ -142,6 +167,26 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "transaction.state.log.replication.factor": (_int(1), "3"),
     "transaction.state.log.min.isr": (_int(1), "2"),
     "group.initial.rebalance.delay.ms": (_int(0), "3000"),
+    # Group coordinator (classic groups, offsets and KIP-848 consumer groups).
+    "group.min.session.timeout.ms": (_int(0), "6000"),
+    "group.max.session.timeout.ms": (_int(0), "1800000"),
+    "group.max.size": (_int(1), "2147483647"),
+    "offsets.topic.segment.bytes": (_int(1), "104857600"),
+    "offsets.retention.minutes": (_int(1), "10080"),
+    "offsets.retention.check.interval.ms": (_int(1), "600000"),
+    "offsets.commit.timeout.ms": (_int(1), "5000"),
+    "offsets.load.buffer.size": (_int(1), "5242880"),
+    "offset.metadata.max.bytes": (_int(0), "4096"),
+    "transaction.state.log.segment.bytes": (_int(1), "104857600"),
+    "group.coordinator.rebalance.protocols": (_str, "classic,consumer"),
+    "group.consumer.session.timeout.ms": (_int(1), "45000"),
+    "group.consumer.min.session.timeout.ms": (_int(1), "45000"),
+    "group.consumer.max.session.timeout.ms": (_int(1), "60000"),
+    "group.consumer.heartbeat.interval.ms": (_int(1), "5000"),
+    "group.consumer.min.heartbeat.interval.ms": (_int(1), "5000"),
+    "group.consumer.max.heartbeat.interval.ms": (_int(1), "15000"),
+    "group.consumer.max.size": (_int(1), "2147483647"),
+    "group.consumer.assignors": (_str, "uniform,range"),
     "zookeeper.connect": (_optional(_str), None),
     "broker.rack": (_optional(_str), None),
 }
@@ -156,6 +201,7 @@ class BrokerConfig:
         if unknown:
             raise ConfigError(f"unknown config key {unknown[0]!r}")
         self.explicit = frozenset(props)
+        self.props = props  # as given, for DescribeConfigs and dynamic reconfiguration
         self.values: dict[str, Any] = {}
         for key, (parse, default) in DEFINITIONS.items():
             text = props.get(key, default)
@@ -204,6 +250,21 @@ class BrokerConfig:
             ms = self.values["log.retention.hours"] * 3_600_000
         return -1 if ms < 0 else ms
 
+    @property
+    def log_flush_interval_ms(self) -> int:
+        # Kafka: log.flush.interval.ms, else log.flush.scheduler.interval.ms.
+        ms = self.values["log.flush.interval.ms"]
+        return ms if ms is not None else self.values["log.flush.scheduler.interval.ms"]
+
+    def cleaner_config(self) -> CleanerConfig:
+        return CleanerConfig(
+            enable=self.values["log.cleaner.enable"],
+            threads=self.values["log.cleaner.threads"],
+            dedupe_buffer_size=self.values["log.cleaner.dedupe.buffer.size"],
+            io_buffer_load_factor=self.values["log.cleaner.io.buffer.load.factor"],
+            backoff_ms=self.values["log.cleaner.backoff.ms"],
+        )
+
     def default_log_config(self) -> LogConfig:
         """The topic defaults this broker applies to topics without overrides."""
         index_interval = self.values["index.interval.bytes"]
@@ -219,6 +280,14 @@ class BrokerConfig:
             max_message_bytes=self.values["message.max.bytes"],
             message_timestamp_type=self.values["log.message.timestamp.type"],
             file_delete_delay_ms=self.values["log.segment.delete.delay.ms"],
+            cleanup_policy=self.values["log.cleanup.policy"],
+            delete_retention_ms=self.values["log.cleaner.delete.retention.ms"],
+            min_cleanable_dirty_ratio=self.values["log.cleaner.min.cleanable.ratio"],
+            min_compaction_lag_ms=self.values["log.cleaner.min.compaction.lag.ms"],
+            max_compaction_lag_ms=self.values["log.cleaner.max.compaction.lag.ms"],
+            flush_messages=self.values["log.flush.interval.messages"],
+            flush_ms=self.log_flush_interval_ms,
+            min_insync_replicas=self.values["min.insync.replicas"],
         )
 
 

@@ -107,10 +107,11 @@ class Partition:
                                  ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         return None
 
-    def producer_snapshot(self) -> tuple[int, bytes] | None:
-        """(offset, bytes) of a producer-state snapshot if the state moved since the last one."""
+    def producer_snapshot(self, even_if_empty: bool = False) -> tuple[int, bytes] | None:
+        """(offset, bytes) of a producer-state snapshot if the state moved since the last one
+        (`even_if_empty`: also when there are no producers, for a clean shutdown)."""
         end = self.log.log_end_offset
-        if end == self.snapshot_offset or not self.producer_state.producers:
+        if end == self.snapshot_offset or not (even_if_empty or self.producer_state.producers):
             return None
         self.snapshot_offset = end
         return end, self.producer_state.encode_snapshot()
@@ -172,7 +173,8 @@ class ReplicaManager:
                 results[tp] = ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             try:
-                info = partition.append_records_to_leader(records, required_acks, self.min_insync)
+                info = partition.append_records_to_leader(
+                    records, required_acks, partition.log.config.min_insync_replicas)
             except KafkaError as e:
                 log.warning("produce to %s-%d rejected: %s (%s)", tp[0], tp[1], e.code.name, e)
                 results[tp] = ProduceResult(e.code, message=str(e) or None)

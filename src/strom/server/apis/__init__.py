@@ -64,10 +64,14 @@ def load_all() -> None:
     """Import every handler module so that it registers itself."""
     from strom.server.apis import (  # noqa: F401
         api_versions,
+        configs,
         fetch,
         find_coordinator,
+        groups,
         list_offsets,
+        log_dirs,
         metadata,
+        offsets,
         produce,
         producer_id,
         topics,

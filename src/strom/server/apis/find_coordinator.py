@@ -1,5 +1,9 @@
-"""FindCoordinator: answered, until Strom has group and transaction coordinators, with
-COORDINATOR_NOT_AVAILABLE, which clients treat as "retry later".
+"""FindCoordinator: which broker coordinates a group (or a transactional id).
+
+The coordinator of a key is the leader of partition `abs(hashCode(key)) % partitions` of the
+internal topic (`__consumer_offsets` for groups, `__transaction_state` for transactions),
+computed as Kafka computes it. The internal topic is created on first use. v0-3 carry one key;
+v4+ batch several keys of one type.
 
 Advertising the API matters beyond groups: librdkafka enables LZ4 only for brokers that list
 FindCoordinator (its marker for Kafka >= 0.8.2) and otherwise sends lz4 batches uncompressed.
@@ -7,18 +11,47 @@ FindCoordinator (its marker for Kafka >= 0.8.2) and otherwise sends lz4 batches 
 
 from __future__ import annotations
 
-from strom.protocol.errors import ErrorCode
+import logging
+
+from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
+from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.apis import RequestContext, api
 
+log = logging.getLogger(__name__)
+
 FIND_COORDINATOR = 10
-_MESSAGE = "The coordinator is not available."
+GROUP, TRANSACTION = 0, 1
+_TOPICS = {GROUP: GROUP_METADATA_TOPIC, TRANSACTION: TRANSACTION_STATE_TOPIC}
+
+
+def _no_node(code: ErrorCode, message: str) -> dict:
+    return {"error_code": code, "error_message": message, "node_id": -1, "host": "", "port": -1}
+
+
+def find_coordinator(broker, listener: str, key_type: int, key: str) -> dict:
+    """The coordinator entry for one key: node id, host and port, or an error."""
+    internal_topic = _TOPICS.get(key_type)
+    if internal_topic is None:
+        return _no_node(ErrorCode.INVALID_REQUEST, f"Unknown coordinator type {key_type}")
+    try:
+        topic = broker.ensure_internal_topic(internal_topic)
+    except KafkaError as e:
+        log.warning("cannot create %s: %s", internal_topic, e)
+        return _no_node(ErrorCode.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.")
+    leader = topic.partitions[partition_for(key or "", len(topic.partitions))].leader
+    for node in broker.endpoints(listener):
+        if node["node_id"] == leader:
+            return {"error_code": ErrorCode.NONE, "error_message": None, "node_id": leader,
+                    "host": node["host"], "port": node["port"]}
+    return _no_node(ErrorCode.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.")
 
 
 @api(FIND_COORDINATOR, 0, 4)
 async def handle_find_coordinator(broker, ctx: RequestContext, request) -> dict:
-    unavailable = {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "error_message": _MESSAGE,
-                   "node_id": -1, "host": "", "port": -1}
-    if ctx.header.api_version < 4:
-        return {"throttle_time_ms": 0, **unavailable}
-    return {"throttle_time_ms": 0,
-            "coordinators": [{"key": key, **unavailable} for key in request.coordinator_keys]}
+    version = ctx.header.api_version
+    key_type = request.key_type if version >= 1 else GROUP
+    if version < 4:
+        return {"throttle_time_ms": 0, **find_coordinator(broker, ctx.listener, key_type, request.key)}
+    return {"throttle_time_ms": 0, "coordinators": [
+        {"key": key, **find_coordinator(broker, ctx.listener, key_type, key)}
+        for key in request.coordinator_keys]}

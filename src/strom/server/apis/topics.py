@@ -7,45 +7,11 @@ from collections import Counter
 
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.apis import RequestContext, api
+from strom.server.topic_configs import created_topic_configs
 
 log = logging.getLogger(__name__)
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
-
-
-# ConfigSource of DescribeConfigs, which CreateTopics v5+ uses for the new topic's configs.
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-# Topic config -> the broker configs that set its default (Kafka's synonyms).
-BROKER_SYNONYMS = {
-    "segment.bytes": ("log.segment.bytes",),
-    "segment.ms": ("log.roll.ms", "log.roll.hours"),
-    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-    "retention.bytes": ("log.retention.bytes",),
-    "index.interval.bytes": ("log.index.interval.bytes", "index.interval.bytes"),
-    "segment.index.bytes": ("log.index.size.max.bytes",),
-    "max.message.bytes": ("message.max.bytes",),
-    "message.timestamp.type": ("log.message.timestamp.type",),
-    "file.delete.delay.ms": ("log.segment.delete.delay.ms",),
-    "cleanup.policy": ("log.cleanup.policy",),
-}
-
-
-def _described_configs(broker, overrides: dict[str, str]) -> list[dict]:
-    """Every config of a new topic with its effective value and where it comes from, as Kafka
-    answers CreateTopics v5+."""
-    effective = broker.default_log_config.with_overrides(overrides).to_topic_configs()
-    explicit = broker.config.explicit
-    out = []
-    for name, value in sorted(effective.items()):
-        if name in overrides:
-            source = DYNAMIC_TOPIC_CONFIG
-        elif any(k in explicit for k in BROKER_SYNONYMS.get(name, ())):
-            source = STATIC_BROKER_CONFIG
-        else:
-            source = DEFAULT_CONFIG
-        out.append({"name": name, "value": value, "read_only": False, "config_source": source,
-                    "is_sensitive": False})
-    return out
 
 
 def _failure(e: KafkaError) -> tuple[ErrorCode, str]:
@@ -76,7 +42,8 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> dict:
                     topic_id=topic.topic_id,
                     num_partitions=len(topic.partitions),
                     replication_factor=len(topic.partitions[0].replicas),
-                    configs=_described_configs(broker, topic.configs),
+                    configs=created_topic_configs(broker.default_log_config, topic.configs,
+                                                  broker.dynamic_config.layers()),
                 )
             if not request.validate_only:
                 log.info("created topic %s with %d partitions", t.name, len(topic.partitions))

@@ -1,0 +1,133 @@
+"""`strom configs describe|alter`: Kafka's kafka-configs.sh for topics and brokers.
+
+Talks to a broker over the Kafka protocol (DescribeConfigs v4, IncrementalAlterConfigs v1),
+so it works against any Kafka-compatible broker, not only Strom.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import sys
+
+import click
+
+from strom.protocol import messages
+
+DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
+TOPIC, BROKER = 2, 4
+SET, DELETE = 0, 1
+SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
+           3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG"}
+DYNAMIC_SOURCES = {1, 2, 3}
+
+
+def _call(bootstrap: str, api_key: int, version: int, fields: dict, timeout: float = 30.0):
+    host, _, port = bootstrap.rpartition(":")
+    with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout) as sock:
+        sock.sendall(messages.encode_request(api_key, version, fields, client_id="strom-configs"))
+        reader = sock.makefile("rb")
+        head = reader.read(4)
+        if len(head) < 4:
+            raise click.ClickException("the broker closed the connection")
+        (size,) = struct.unpack(">i", head)
+        _, body = messages.decode_response(api_key, version, reader.read(size))
+    return body
+
+
+def _resource(topic: str | None, broker: int | None, broker_defaults: bool) -> tuple[int, str, str]:
+    """(resource type, resource name, description) from the entity options."""
+    chosen = [x for x in (topic is not None, broker is not None, broker_defaults) if x]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --topic, --broker, --broker-defaults")
+    if topic is not None:
+        return TOPIC, topic, f"topic {topic}"
+    if broker is not None:
+        return BROKER, str(broker), f"broker {broker}"
+    return BROKER, "", "the default broker"
+
+
+def parse_config_list(text: str) -> dict[str, str]:
+    """`k=v,k2=[a,b]` as kafka-configs takes it: brackets group a list value's commas."""
+    out: dict[str, str] = {}
+    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected key=value, got {item!r}")
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
+
+
+entity_options = [
+    click.option("--bootstrap-server", "bootstrap", required=True, metavar="HOST:PORT"),
+    click.option("--topic", default=None, help="A topic's configs."),
+    click.option("--broker", type=int, default=None, help="A broker's configs (by id)."),
+    click.option("--broker-defaults", is_flag=True, help="The cluster-wide dynamic broker defaults."),
+]
+
+
+def _with_entity_options(f):
+    for option in reversed(entity_options):
+        f = option(f)
+    return f
+
+
+@click.group()
+def configs() -> None:
+    """Describe or change topic and broker configs (like kafka-configs.sh)."""
+
+
+@configs.command()
+@_with_entity_options
+@click.option("--all", "show_all", is_flag=True, help="Every config, not just the dynamic ones.")
+def describe(bootstrap: str, topic: str | None, broker: int | None, broker_defaults: bool,
+             show_all: bool) -> None:
+    """Print the configs of a topic or broker with their synonyms."""
+    rtype, name, what = _resource(topic, broker, broker_defaults)
+    body = _call(bootstrap, DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": rtype, "resource_name": name, "configuration_keys": None}],
+        "include_synonyms": True, "include_documentation": False,
+    })
+    result = body.results[0]
+    if result.error_code:
+        click.echo(f"Error: {result.error_message or result.error_code}", err=True)
+        sys.exit(1)
+    entries = [c for c in result.configs if show_all or c.config_source in DYNAMIC_SOURCES]
+    click.echo(f"{'All' if show_all else 'Dynamic'} configs for {what} are:")
+    for c in entries:
+        synonyms = ", ".join(f"{SOURCES.get(s.source, s.source)}:{s.name}={s.value}" for s in c.synonyms)
+        value = "null" if c.value is None else c.value
+        click.echo(f"  {c.name}={value} sensitive={str(c.is_sensitive).lower()} synonyms={{{synonyms}}}")
+
+
+@configs.command()
+@_with_entity_options
+@click.option("--add-config", "add", default="", metavar="K=V,...",
+              help="Configs to set, e.g. retention.ms=1000,cleanup.policy=[compact,delete].")
+@click.option("--delete-config", "delete", default="", metavar="K,...", help="Configs to remove.")
+def alter(bootstrap: str, topic: str | None, broker: int | None, broker_defaults: bool, add: str,
+          delete: str) -> None:
+    """Set or remove dynamic configs of a topic or broker."""
+    rtype, name, what = _resource(topic, broker, broker_defaults)
+    to_set = parse_config_list(add)
+    to_delete = [k.strip() for k in delete.split(",") if k.strip()]
+    if not to_set and not to_delete:
+        raise click.UsageError("nothing to do: give --add-config and/or --delete-config")
+    entries = [{"name": k, "config_operation": SET, "value": v} for k, v in to_set.items()]
+    entries += [{"name": k, "config_operation": DELETE, "value": None} for k in to_delete]
+    body = _call(bootstrap, INCREMENTAL_ALTER_CONFIGS, 1, {
+        "resources": [{"resource_type": rtype, "resource_name": name, "configs": entries}],
+        "validate_only": False,
+    })
+    response = body.responses[0]
+    if response.error_code:
+        click.echo(f"Error while altering configs of {what}: {response.error_message}", err=True)
+        sys.exit(1)
+    click.echo(f"Completed updating config for {what}.")

@@ -1,0 +1,33 @@
+"""The group coordinator: classic consumer groups (JoinGroup/SyncGroup), KIP-848 consumer
+groups (ConsumerGroupHeartbeat) and committed offsets, persisted in `__consumer_offsets`.
+
+Modules: `metadata` and `member` (the classic state machine's data), `coordinator` (the
+classic protocol and offsets), `consumer_group` and `assignors` (KIP-848), `records` (Kafka's
+key/value schemas of `__consumer_offsets`), `manager` (writing and replaying that topic),
+`consumer_protocol` (the subscription/assignment bytes consumers exchange).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.coordinator import GROUP_METADATA_TOPIC
+from strom.coordinator.group.config import GroupConfig
+from strom.coordinator.group.consumer_group import ConsumerGroupCoordinator
+from strom.coordinator.group.coordinator import GroupCoordinator
+from strom.coordinator.group.manager import GroupMetadataManager
+
+__all__ = ["GroupConfig", "GroupCoordinator", "GroupMetadataManager", "create_group_coordinator"]
+
+
+def create_group_coordinator(broker: Any) -> GroupCoordinator:
+    """A coordinator wired to a broker's replica manager and topic metadata (not started)."""
+
+    def offsets_partitions() -> int:
+        topic = broker.controller.topics.get(GROUP_METADATA_TOPIC)
+        return len(topic.partitions) if topic is not None else broker.config["offsets.topic.num.partitions"]
+
+    manager = GroupMetadataManager(broker.replica_manager, offsets_partitions)
+    coordinator = GroupCoordinator(GroupConfig.from_broker_config(broker.config), manager)
+    coordinator.consumer_groups = ConsumerGroupCoordinator(coordinator, lambda: broker.controller.topics)
+    return coordinator

@@ -1,0 +1,253 @@
+"""The records of `__consumer_offsets`, in Kafka's own key and value schemas.
+
+Every record's key starts with an int16 version that says what the record is:
+
+- 0 and 1: OffsetCommitKey (group, topic, partition) -> OffsetCommitValue
+- 2: GroupMetadataKey (group) -> GroupMetadataValue
+- 3 and up: records of KIP-848 consumer groups (and share/streams groups); Strom keeps the
+  state of those groups in memory only, so the loader skips them.
+
+A null value is a tombstone: the offset, or the whole group, was deleted. Strom writes the
+versions Kafka 3.x writes (offset key v1, offset value v3 or v1 when an expire timestamp is
+set, group key v2, group value v3) and reads every version up to the flexible v4 values, so
+a log written by Kafka loads here and the other way round.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+OFFSET_COMMIT_KEY_VERSION = 1
+GROUP_METADATA_KEY_VERSION = 2
+OFFSET_COMMIT_VALUE_VERSION = 3
+OFFSET_COMMIT_VALUE_VERSION_EXPIRE = 1  # the only version with an expire timestamp
+GROUP_METADATA_VALUE_VERSION = 3
+
+_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+
+
+class RecordFormatError(ValueError):
+    """A key or value that does not parse as the version it claims."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class OtherKey:
+    """A record type Strom does not keep (KIP-848 and later group types)."""
+
+    version: int
+
+
+@dataclass(slots=True)
+class OffsetAndMetadata:
+    """A committed offset as the coordinator keeps it and the log stores it."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp: int = -1
+    expire_timestamp: int | None = None  # only commits of OffsetCommit v2-v4 with a retention
+
+
+@dataclass(slots=True)
+class MemberRecord:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout: int
+    session_timeout: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(slots=True)
+class GroupMetadataValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int = -1
+    members: list[MemberRecord] = field(default_factory=list)
+
+
+# --- writing (non-flexible versions only: those are what Kafka 3.x writes) -----------------------
+class _Writer:
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def int16(self, v: int) -> _Writer:
+        self.buf += _I16.pack(v)
+        return self
+
+    def int32(self, v: int) -> _Writer:
+        self.buf += _I32.pack(v)
+        return self
+
+    def int64(self, v: int) -> _Writer:
+        self.buf += _I64.pack(v)
+        return self
+
+    def string(self, v: str | None) -> _Writer:
+        if v is None:
+            return self.int16(-1)
+        data = v.encode()
+        self.int16(len(data))
+        self.buf += data
+        return self
+
+    def bytes_(self, v: bytes | None) -> _Writer:
+        if v is None:
+            return self.int32(-1)
+        self.int32(len(v))
+        self.buf += v
+        return self
+
+
+def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
+    w = _Writer().int16(OFFSET_COMMIT_KEY_VERSION).string(group).string(topic).int32(partition)
+    return bytes(w.buf)
+
+
+def group_metadata_key(group: str) -> bytes:
+    return bytes(_Writer().int16(GROUP_METADATA_KEY_VERSION).string(group).buf)
+
+
+def offset_commit_value(value: OffsetAndMetadata) -> bytes:
+    if value.expire_timestamp is not None:
+        w = _Writer().int16(OFFSET_COMMIT_VALUE_VERSION_EXPIRE).int64(value.offset)
+        w.string(value.metadata).int64(value.commit_timestamp).int64(value.expire_timestamp)
+    else:
+        w = _Writer().int16(OFFSET_COMMIT_VALUE_VERSION).int64(value.offset).int32(value.leader_epoch)
+        w.string(value.metadata).int64(value.commit_timestamp)
+    return bytes(w.buf)
+
+
+def group_metadata_value(value: GroupMetadataValue) -> bytes:
+    w = _Writer().int16(GROUP_METADATA_VALUE_VERSION)
+    w.string(value.protocol_type).int32(value.generation).string(value.protocol).string(value.leader)
+    w.int64(value.current_state_timestamp).int32(len(value.members))
+    for m in value.members:
+        w.string(m.member_id).string(m.group_instance_id).string(m.client_id).string(m.client_host)
+        w.int32(m.rebalance_timeout).int32(m.session_timeout).bytes_(m.subscription).bytes_(m.assignment)
+    return bytes(w.buf)
+
+
+# --- reading (every version, flexible ones included) ---------------------------------------------
+class _Reader:
+    def __init__(self, buf: bytes, flexible: bool = False) -> None:
+        self.buf = memoryview(buf)
+        self.pos = 0
+        self.flexible = flexible
+
+    def _take(self, n: int) -> memoryview:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise RecordFormatError("record ends early")
+        out = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def int16(self) -> int:
+        return _I16.unpack(self._take(2))[0]
+
+    def int32(self) -> int:
+        return _I32.unpack(self._take(4))[0]
+
+    def int64(self) -> int:
+        return _I64.unpack(self._take(8))[0]
+
+    def uvarint(self) -> int:
+        shift = result = 0
+        while True:
+            b = self._take(1)[0]
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+            if shift > 35:
+                raise RecordFormatError("varint too long")
+
+    def _length(self, wide: bool) -> int:
+        if self.flexible:
+            return self.uvarint() - 1
+        return self.int32() if wide else self.int16()
+
+    def string(self) -> str | None:
+        n = self._length(wide=False)
+        return None if n < 0 else bytes(self._take(n)).decode("utf-8", "replace")
+
+    def bytes_(self) -> bytes | None:
+        n = self._length(wide=True)
+        return None if n < 0 else bytes(self._take(n))
+
+    def array_length(self) -> int:
+        return self._length(wide=True)
+
+    def tagged_fields(self) -> None:
+        if self.flexible:
+            for _ in range(self.uvarint()):
+                self.uvarint()
+                self._take(self.uvarint())
+
+
+def read_key(key: bytes) -> OffsetCommitKey | GroupMetadataKey | OtherKey:
+    r = _Reader(key)
+    version = r.int16()
+    if version in (0, 1):
+        return OffsetCommitKey(r.string() or "", r.string() or "", r.int32())
+    if version == 2:
+        return GroupMetadataKey(r.string() or "")
+    return OtherKey(version)
+
+
+def read_offset_commit_value(value: bytes) -> OffsetAndMetadata:
+    r = _Reader(value)
+    version = r.int16()
+    if not 0 <= version <= 4:
+        raise RecordFormatError(f"unknown offset commit value version {version}")
+    r.flexible = version >= 4
+    offset = r.int64()
+    leader_epoch = r.int32() if version >= 3 else -1
+    metadata = r.string() or ""
+    commit_timestamp = r.int64()
+    expire = r.int64() if version == 1 else -1
+    r.tagged_fields()
+    return OffsetAndMetadata(offset, leader_epoch, metadata, commit_timestamp,
+                             expire if expire != -1 else None)
+
+
+def read_group_metadata_value(value: bytes) -> GroupMetadataValue:
+    r = _Reader(value)
+    version = r.int16()
+    if not 0 <= version <= 4:
+        raise RecordFormatError(f"unknown group metadata value version {version}")
+    r.flexible = version >= 4
+    group = GroupMetadataValue(r.string() or "", r.int32(), r.string(), r.string())
+    if version >= 2:
+        group.current_state_timestamp = r.int64()
+    for _ in range(max(r.array_length(), 0)):
+        member_id = r.string() or ""
+        instance_id = r.string() if version >= 3 else None
+        client_id, client_host = r.string() or "", r.string() or ""
+        rebalance_timeout = r.int32() if version >= 1 else -1
+        session_timeout = r.int32()
+        subscription, assignment = r.bytes_() or b"", r.bytes_() or b""
+        r.tagged_fields()
+        if rebalance_timeout == -1:
+            rebalance_timeout = session_timeout  # v0 had one timeout for both
+        group.members.append(MemberRecord(member_id, instance_id, client_id, client_host,
+                                          rebalance_timeout, session_timeout, subscription, assignment))
+    r.tagged_fields()
+    return group

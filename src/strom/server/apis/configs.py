@@ -1,0 +1,181 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and dynamic broker
+configs.
+
+Topic overrides live at /config/topics/<name>, dynamic broker configs at /config/brokers/<id>
+and /config/brokers/<default> (the cluster default, resource name ""), as in Kafka's ZooKeeper
+mode. Every change is validated completely before it is stored (INVALID_CONFIG with the
+reason otherwise) and then applied to the live logs at once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from strom.log.config import TOPIC_CONFIG_KEYS
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.server.apis import RequestContext, api
+from strom.server.config import DEFINITIONS
+from strom.server.dynamic_config import DEFAULT_ENTITY
+from strom.server.topic_configs import LIST_CONFIGS, describe_broker, describe_topic
+
+DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
+TOPIC, BROKER = 2, 4  # ConfigResource types
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
+
+
+def _broker_entity(broker, name: str) -> bool:
+    """True for the cluster default (""), False for this broker; anything else is refused."""
+    if name == "":
+        return True
+    if name != str(broker.broker_id):
+        raise KafkaError(f"Unexpected broker id, expected {broker.broker_id} or empty string, "
+                         f"but received {name}", ErrorCode.INVALID_REQUEST)
+    return False
+
+
+def _topic(broker, name: str):
+    topic = broker.controller.topics.get(name)
+    if topic is None:
+        raise KafkaError(f"Topic {name} does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    return topic
+
+
+@api(DESCRIBE_CONFIGS, 1, 4)
+async def handle_describe_configs(broker, ctx: RequestContext, request) -> dict:
+    version = ctx.header.api_version
+    include_synonyms = bool(request.include_synonyms)
+    include_docs = version >= 3 and bool(request.include_documentation)
+    layers = broker.dynamic_config.layers()
+    results = []
+    for resource in request.resources:
+        result = {"error_code": ErrorCode.NONE, "error_message": None,
+                  "resource_type": resource.resource_type, "resource_name": resource.resource_name,
+                  "configs": []}
+        keys = resource.configuration_keys
+        try:
+            if resource.resource_type == TOPIC:
+                topic = _topic(broker, resource.resource_name)
+                result["configs"] = describe_topic(
+                    broker.default_log_config, topic.configs, layers, keys,
+                    include_synonyms=include_synonyms, include_docs=include_docs)
+            elif resource.resource_type == BROKER:
+                is_default = _broker_entity(broker, resource.resource_name)
+                result["configs"] = describe_broker(
+                    broker.config.values, layers, keys, per_broker=not is_default,
+                    include_synonyms=include_synonyms, include_docs=include_docs)
+            else:
+                raise KafkaError(f"unsupported resource type {resource.resource_type}",
+                                 ErrorCode.INVALID_REQUEST)
+        except KafkaError as e:
+            result["error_code"], result["error_message"] = e.code, str(e)
+        results.append(result)
+    return {"throttle_time_ms": 0, "results": results}
+
+
+def _alter(broker, resource_type: int, name: str, new_configs: Callable[[dict[str, str]], dict[str, str]],
+           validate_only: bool) -> None:
+    """Apply `new_configs(current)` as the full override set of one resource."""
+    if resource_type == TOPIC:
+        topic = _topic(broker, name)
+        configs = new_configs(dict(topic.configs))
+        broker.controller.alter_topic_configs(name, configs, validate_only=validate_only)
+    elif resource_type == BROKER:
+        is_default = _broker_entity(broker, name)
+        dynamic = broker.dynamic_config
+        configs = new_configs(dict(dynamic.entity(is_default)))
+        if validate_only:
+            dynamic.validate(is_default, configs)
+            return
+        effective = dynamic.validate(is_default, configs)
+        entity = DEFAULT_ENTITY if is_default else str(broker.broker_id)
+        broker.controller.set_broker_configs(entity, configs)
+        dynamic.update(is_default, configs)
+        broker.log_services.apply_broker_config(effective)
+    else:
+        raise KafkaError(f"unsupported resource type {resource_type}", ErrorCode.INVALID_REQUEST)
+
+
+def _check_names(configs) -> None:
+    counts = Counter(c.name for c in configs)
+    duplicates = sorted(n for n, k in counts.items() if k > 1)
+    if duplicates:
+        raise KafkaError(f"Error due to duplicate config keys: {', '.join(duplicates)}",
+                         ErrorCode.INVALID_REQUEST)
+
+
+def _responses(request, alter_one: Callable[[object], None]) -> dict:
+    responses = []
+    for resource in request.resources:
+        entry = {"error_code": ErrorCode.NONE, "error_message": None,
+                 "resource_type": resource.resource_type, "resource_name": resource.resource_name}
+        try:
+            _check_names(resource.configs)
+            alter_one(resource)
+        except KafkaError as e:
+            entry["error_code"], entry["error_message"] = e.code, str(e)
+        responses.append(entry)
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+@api(ALTER_CONFIGS, 0, 2)
+async def handle_alter_configs(broker, ctx: RequestContext, request) -> dict:
+    """The legacy AlterConfigs: the given configs replace every override of the resource."""
+
+    def alter_one(resource) -> None:
+        configs = {}
+        for c in resource.configs:
+            if c.value is None:
+                raise KafkaError(f"Null value not supported for : {c.name}", ErrorCode.INVALID_REQUEST)
+            configs[c.name] = c.value
+        _alter(broker, resource.resource_type, resource.resource_name, lambda _current: configs,
+               request.validate_only)
+
+    return _responses(request, alter_one)
+
+
+def _list_value(broker, resource_type: int, name: str, current: dict[str, str]) -> list[str]:
+    """The current value of list config `name`: the override, else the default it inherits."""
+    if name in current:
+        raw = current[name]
+    elif resource_type == TOPIC:
+        raw = broker.default_log_config.to_topic_configs()[name]
+    else:
+        raw = broker.config.props.get(name, DEFINITIONS[name][1] or "")
+    return [v.strip() for v in str(raw).split(",") if v.strip()]
+
+
+@api(INCREMENTAL_ALTER_CONFIGS, 0, 1)
+async def handle_incremental_alter_configs(broker, ctx: RequestContext, request) -> dict:
+    def alter_one(resource) -> None:
+        known = TOPIC_CONFIG_KEYS if resource.resource_type == TOPIC else DEFINITIONS
+
+        def new_configs(current: dict[str, str]) -> dict[str, str]:
+            for c in resource.configs:
+                op = c.config_operation
+                if op == SET:
+                    if c.value is None:
+                        raise KafkaError(f"Null value not supported for : {c.name}",
+                                         ErrorCode.INVALID_REQUEST)
+                    current[c.name] = c.value
+                elif op == DELETE:
+                    current.pop(c.name, None)
+                elif op in (APPEND, SUBTRACT):
+                    if c.name not in LIST_CONFIGS or c.name not in known:
+                        verb = "append" if op == APPEND else "subtract"
+                        raise KafkaError(f"Config value {verb} is not allowed for config key: {c.name}",
+                                         ErrorCode.INVALID_CONFIG)
+                    values = _list_value(broker, resource.resource_type, c.name, current)
+                    given = [v.strip() for v in (c.value or "").split(",") if v.strip()]
+                    if op == APPEND:
+                        values += [v for v in given if v not in values]
+                    else:
+                        values = [v for v in values if v not in given]
+                    current[c.name] = ",".join(values)
+                else:
+                    raise KafkaError(f"unknown config operation {op}", ErrorCode.INVALID_REQUEST)
+            return current
+
+        _alter(broker, resource.resource_type, resource.resource_name, new_configs, request.validate_only)
+
+    return _responses(request, alter_one)

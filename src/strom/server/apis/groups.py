@@ -1,0 +1,179 @@
+"""Group membership and group admin: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
+DescribeGroups, DeleteGroups (classic groups) and ConsumerGroupHeartbeat,
+ConsumerGroupDescribe (KIP-848 consumer groups).
+
+The handlers translate between the wire versions and the coordinator
+(`strom.coordinator.group`); a JoinGroup or SyncGroup held back for a rebalance is an awaited
+future, so only its own connection waits.
+"""
+
+from __future__ import annotations
+
+from strom.coordinator.group.consumer_group import HeartbeatRequest
+from strom.coordinator.group.coordinator import JoinRequest
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.server.apis import RequestContext, api
+
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
+# DescribedGroup.AuthorizedOperations when the client did not ask for them.
+_NO_OPERATIONS = -(2**31)
+
+
+def client_host(ctx: RequestContext) -> str:
+    """The client address as Kafka shows it (InetAddress.toString: "/127.0.0.1")."""
+    return "/" + ctx.client.rsplit(":", 1)[0].strip("[]")
+
+
+@api(JOIN_GROUP, 0, 9)
+async def handle_join_group(broker, ctx: RequestContext, request) -> dict:
+    version = ctx.header.api_version
+    instance_id = request.group_instance_id if version >= 5 else None
+    result = await broker.group_coordinator.join_group(JoinRequest(
+        group_id=request.group_id,
+        member_id=request.member_id or "",
+        group_instance_id=instance_id,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata or b"")) for p in request.protocols],
+        session_timeout_ms=request.session_timeout_ms,
+        # v0 has one timeout for both.
+        rebalance_timeout_ms=request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms,
+        client_id=ctx.header.client_id or "",
+        client_host=client_host(ctx),
+        require_known_member_id=version >= 4 and instance_id is None,
+        support_skip_assignment=version >= 9,
+        reason=request.reason if version >= 8 else None,
+    ))
+    return {
+        "throttle_time_ms": 0,
+        "error_code": result.error,
+        "generation_id": result.generation_id,
+        "protocol_type": result.protocol_type,
+        # Nullable from v7; before that "no protocol" is the empty string.
+        "protocol_name": result.protocol_name if version >= 7 else (result.protocol_name or ""),
+        "leader": result.leader_id,
+        "skip_assignment": result.skip_assignment,
+        "member_id": result.member_id,
+        "members": [{"member_id": m, "group_instance_id": i, "metadata": md}
+                    for m, i, md in result.members],
+    }
+
+
+@api(SYNC_GROUP, 0, 5)
+async def handle_sync_group(broker, ctx: RequestContext, request) -> dict:
+    version = ctx.header.api_version
+    protocol_type = request.protocol_type if version >= 5 else None
+    protocol_name = request.protocol_name if version >= 5 else None
+    if version >= 5 and (protocol_type is None or protocol_name is None):
+        # Mandatory from v5: a client that omits them gets Kafka's answer.
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                "protocol_type": None, "protocol_name": None, "assignment": b""}
+    result = await broker.group_coordinator.sync_group(
+        request.group_id, request.generation_id, request.member_id, protocol_type, protocol_name,
+        request.group_instance_id if version >= 3 else None,
+        {a.member_id: bytes(a.assignment or b"") for a in request.assignments})
+    return {"throttle_time_ms": 0, "error_code": result.error, "protocol_type": result.protocol_type,
+            "protocol_name": result.protocol_name, "assignment": result.assignment}
+
+
+@api(HEARTBEAT, 0, 4)
+async def handle_heartbeat(broker, ctx: RequestContext, request) -> dict:
+    version = ctx.header.api_version
+    error = broker.group_coordinator.heartbeat(
+        request.group_id, request.member_id, request.group_instance_id if version >= 3 else None,
+        request.generation_id)
+    return {"throttle_time_ms": 0, "error_code": error}
+
+
+@api(LEAVE_GROUP, 0, 5)
+async def handle_leave_group(broker, ctx: RequestContext, request) -> dict:
+    version = ctx.header.api_version
+    if version < 3:
+        leaving = [(request.member_id, None, None)]
+    else:
+        leaving = [(m.member_id, m.group_instance_id, m.reason if version >= 5 else None)
+                   for m in request.members]
+    error, member_errors = broker.group_coordinator.leave_group(request.group_id, leaving)
+    if version < 3:
+        # One member, one error code: the group's, else the member's.
+        if error == ErrorCode.NONE and member_errors:
+            error = member_errors[0]
+        return {"throttle_time_ms": 0, "error_code": error}
+    return {"throttle_time_ms": 0, "error_code": error, "members": [
+        {"member_id": member_id, "group_instance_id": instance_id, "error_code": code}
+        for (member_id, instance_id, _), code in zip(leaving, member_errors, strict=False)]}
+
+
+@api(LIST_GROUPS, 0, 5)
+async def handle_list_groups(broker, ctx: RequestContext, request) -> dict:
+    version = ctx.header.api_version
+    coordinator = broker.group_coordinator
+    if not coordinator.active:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "groups": []}
+    groups = coordinator.list_groups(request.states_filter if version >= 4 else (),
+                                     request.types_filter if version >= 5 else ())
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": [
+        {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
+         "group_type": g.group_type} for g in sorted(groups, key=lambda g: g.group_id)]}
+
+
+@api(DESCRIBE_GROUPS, 0, 5)
+async def handle_describe_groups(broker, ctx: RequestContext, request) -> dict:
+    described = []
+    for group_id in request.groups:
+        error, summary = broker.group_coordinator.describe_group(group_id)
+        described.append({
+            "error_code": error, "group_id": group_id, "group_state": summary.state,
+            "protocol_type": summary.protocol_type, "protocol_data": summary.protocol,
+            "members": summary.members})  # authorized_operations: the codec default (none asked)
+    return {"throttle_time_ms": 0, "groups": described}
+
+
+@api(DELETE_GROUPS, 0, 2)
+async def handle_delete_groups(broker, ctx: RequestContext, request) -> dict:
+    results = broker.group_coordinator.delete_groups(list(request.groups_names))
+    return {"throttle_time_ms": 0, "results": [
+        {"group_id": group_id, "error_code": results[group_id]} for group_id in request.groups_names]}
+
+
+@api(CONSUMER_GROUP_HEARTBEAT, 0, 1)
+async def handle_consumer_group_heartbeat(broker, ctx: RequestContext, request) -> dict:
+    version = ctx.header.api_version
+    owned = None if request.topic_partitions is None else [
+        (tp.topic_id, list(tp.partitions)) for tp in request.topic_partitions]
+    try:
+        response = broker.group_coordinator.consumer_groups.heartbeat(HeartbeatRequest(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+            instance_id=request.instance_id,
+            rack_id=request.rack_id,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            subscribed_topic_names=None if request.subscribed_topic_names is None
+            else list(request.subscribed_topic_names),
+            subscribed_topic_regex=request.subscribed_topic_regex if version >= 1 else None,
+            server_assignor=request.server_assignor,
+            owned=owned,
+            client_id=ctx.header.client_id or "",
+            client_host=client_host(ctx),
+            version=version,
+        ))
+    except KafkaError as e:
+        return {"throttle_time_ms": 0, "error_code": e.code, "error_message": str(e) or None,
+                "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0,
+                "assignment": None}
+    assignment = None if response.assignment is None else {"topic_partitions": [
+        {"topic_id": topic_id, "partitions": sorted(partitions)}
+        for topic_id, partitions in response.assignment.items()]}
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
+            "member_id": response.member_id, "member_epoch": response.member_epoch,
+            "heartbeat_interval_ms": response.heartbeat_interval_ms, "assignment": assignment}
+
+
+@api(CONSUMER_GROUP_DESCRIBE, 0, 1)
+async def handle_consumer_group_describe(broker, ctx: RequestContext, request) -> dict:
+    consumer_groups = broker.group_coordinator.consumer_groups
+    return {"throttle_time_ms": 0, "groups": [
+        {**consumer_groups.describe(group_id), "authorized_operations": _NO_OPERATIONS}
+        for group_id in request.group_ids]}

@@ -1,0 +1,90 @@
+"""DeleteRecords (move a partition's log start offset up) and DescribeLogDirs (partition sizes
+per log dir, and which dirs are offline)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.server.apis import RequestContext, api
+
+DELETE_RECORDS, DESCRIBE_LOG_DIRS = 21, 35
+HIGH_WATERMARK = -1  # DeleteRecords offset meaning "up to the high watermark"
+
+
+def _delete_records(broker, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
+    partition = broker.replica_manager.get_partition(topic, index)
+    if partition is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
+    hw = partition.high_watermark
+    target = hw if offset == HIGH_WATERMARK else offset
+    if target < 0 or target > hw:
+        # Kafka: only records below the high watermark can be deleted.
+        return ErrorCode.OFFSET_OUT_OF_RANGE, -1
+    try:
+        partition.log.increment_log_start_offset(target)
+    except KafkaError as e:
+        return e.code, -1
+    return ErrorCode.NONE, partition.log.log_start_offset
+
+
+@api(DELETE_RECORDS, 0, 2)
+async def handle_delete_records(broker, ctx: RequestContext, request) -> dict:
+    topics = []
+    moved = False
+    for t in request.topics:
+        partitions = []
+        for p in t.partitions:
+            error, low = _delete_records(broker, t.name, p.partition_index, p.offset)
+            moved |= error == ErrorCode.NONE
+            partitions.append({"partition_index": p.partition_index, "low_watermark": low,
+                               "error_code": error})
+        topics.append({"name": t.name, "partitions": partitions})
+    if moved:
+        # Kafka leaves this to the periodic checkpoint; writing it now means a crash right
+        # after the answer cannot bring the deleted records back.
+        await asyncio.to_thread(broker.log_manager.checkpoint_log_start_offsets)
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+def _space(path) -> tuple[int, int]:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1, -1
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+@api(DESCRIBE_LOG_DIRS, 1, 4)
+async def handle_describe_log_dirs(broker, ctx: RequestContext, request) -> dict:
+    manager = broker.log_manager
+    wanted: dict[str, set[int]] | None = None
+    if request.topics is not None:
+        wanted = {}
+        for t in request.topics:
+            wanted.setdefault(t.topic, set()).update(t.partitions)
+    results = []
+    for d in manager.log_dirs:
+        offline = d in manager.offline_dirs
+        by_topic: dict[str, list[dict]] = {}
+        if not offline:
+            for (topic, index), lg in manager.logs():
+                if manager.dir_of((topic, index)) != d:
+                    continue
+                if wanted is not None and index not in wanted.get(topic, ()):
+                    continue
+                by_topic.setdefault(topic, []).append({
+                    "partition_index": index, "partition_size": lg.size_in_bytes,
+                    "offset_lag": 0, "is_future_key": False,
+                })
+        total, usable = (-1, -1) if offline else _space(d)
+        results.append({
+            "error_code": ErrorCode.KAFKA_STORAGE_ERROR if offline else ErrorCode.NONE,
+            "log_dir": str(d.absolute()),
+            "topics": [{"name": name, "partitions": sorted(ps, key=lambda x: x["partition_index"])}
+                       for name, ps in sorted(by_topic.items())],
+            "total_bytes": total,
+            "usable_bytes": usable,
+        })
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results": results}

@@ -1,0 +1,128 @@
+"""OffsetCommit, OffsetFetch and OffsetDelete: committed offsets of groups.
+
+The coordinator validates the group and member (generation for classic groups, member epoch
+for KIP-848 ones) and persists accepted offsets in `__consumer_offsets` before answering.
+"""
+
+from __future__ import annotations
+
+import time
+
+from strom.coordinator.group.consumer_group import ConsumerGroup
+from strom.coordinator.group.records import OffsetAndMetadata
+from strom.protocol.errors import ErrorCode
+from strom.server.apis import RequestContext, api
+
+OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE = 8, 9, 47
+NO_METADATA = ""  # what OffsetFetch returns as metadata for a partition without a commit
+
+
+def _partition_exists(broker, topic: str, partition: int) -> bool:
+    meta = broker.controller.topics.get(topic)
+    return meta is not None and partition in meta.partitions
+
+
+def _by_topic(results: dict[tuple[str, int], dict]) -> list[dict]:
+    topics: dict[str, list[dict]] = {}
+    for (topic, _), entry in results.items():
+        topics.setdefault(topic, []).append(entry)
+    return [{"name": name, "partitions": partitions} for name, partitions in topics.items()]
+
+
+@api(OFFSET_COMMIT, 2, 9)
+async def handle_offset_commit(broker, ctx: RequestContext, request) -> dict:
+    version = ctx.header.api_version
+    now = int(time.time() * 1000)
+    # v2-v4 may ask for a retention of their own; later versions use the broker's.
+    retention = request.retention_time_ms if version <= 4 else -1
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    commits: dict[tuple[str, int], OffsetAndMetadata] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if not _partition_exists(broker, *tp):
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            commits[tp] = OffsetAndMetadata(
+                offset=p.committed_offset,
+                leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
+                metadata=p.committed_metadata or NO_METADATA,
+                commit_timestamp=now,
+                expire_timestamp=now + retention if retention != -1 else None,
+            )
+    if commits:
+        errors.update(broker.group_coordinator.commit_offsets(
+            request.group_id, request.member_id,
+            request.group_instance_id if version >= 7 else None,
+            request.generation_id_or_member_epoch, commits))
+    ordered = {(t.name, p.partition_index): {"partition_index": p.partition_index,
+                                             "error_code": errors[(t.name, p.partition_index)]}
+               for t in request.topics for p in t.partitions}
+    return {"throttle_time_ms": 0, "topics": _by_topic(ordered)}
+
+
+def _fetch_group(broker, group_id: str, topics, member_id: str | None, member_epoch: int,
+                 with_epoch: bool) -> tuple[ErrorCode, list[dict]]:
+    """One group's committed offsets as response topics; `topics` None means all."""
+    coordinator = broker.group_coordinator
+    group = coordinator.groups.get(group_id)
+    if isinstance(group, ConsumerGroup) and (member_id is not None or member_epoch >= 0):
+        # KIP-848 members fetch with their epoch; stale members are told so.
+        error = coordinator.consumer_groups.validate_member(group, member_id, member_epoch)
+        if error is not None:
+            return error, []
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    error, offsets = coordinator.fetch_offsets(group_id, wanted)
+    if error != ErrorCode.NONE:
+        return error, []
+    entries = {}
+    for tp in (sorted(offsets) if wanted is None else wanted):
+        committed = offsets.get(tp)
+        entry = {"partition_index": tp[1], "error_code": ErrorCode.NONE,
+                 "committed_offset": committed.offset if committed else -1,
+                 "metadata": committed.metadata if committed else NO_METADATA}
+        if with_epoch:
+            entry["committed_leader_epoch"] = committed.leader_epoch if committed else -1
+        entries[tp] = entry
+    return ErrorCode.NONE, _by_topic(entries)
+
+
+@api(OFFSET_FETCH, 1, 9)
+async def handle_offset_fetch(broker, ctx: RequestContext, request) -> dict:
+    version = ctx.header.api_version
+    if version >= 8:
+        groups = []
+        for g in request.groups:
+            error, topics = _fetch_group(broker, g.group_id, g.topics,
+                                         g.member_id if version >= 9 else None,
+                                         g.member_epoch if version >= 9 else -1, True)
+            groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
+        return {"throttle_time_ms": 0, "groups": groups}
+    error, topics = _fetch_group(broker, request.group_id, request.topics, None, -1, version >= 5)
+    if version == 1 and error != ErrorCode.NONE:
+        # v1 has no group-level error: every requested partition carries it.
+        topics = [{"name": t.name, "partitions": [
+            {"partition_index": p, "committed_offset": -1, "metadata": NO_METADATA,
+             "error_code": error} for p in t.partition_indexes]} for t in request.topics or ()]
+    return {"throttle_time_ms": 0, "topics": topics, "error_code": error}
+
+
+@api(OFFSET_DELETE, 0, 0)
+async def handle_offset_delete(broker, ctx: RequestContext, request) -> dict:
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    known = []
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if _partition_exists(broker, *tp):
+                known.append(tp)
+            else:
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    group_error, results = broker.group_coordinator.delete_offsets(request.group_id, known)
+    if group_error != ErrorCode.NONE:
+        return {"error_code": group_error, "throttle_time_ms": 0, "topics": []}
+    errors.update(results)
+    ordered = {(t.name, p.partition_index): {"partition_index": p.partition_index,
+                                             "error_code": errors[(t.name, p.partition_index)]}
+               for t in request.topics for p in t.partitions}
+    return {"error_code": ErrorCode.NONE, "throttle_time_ms": 0, "topics": _by_topic(ordered)}

@@ -1,0 +1,117 @@
+"""The log lifecycle services of a broker, kept out of broker.py: the log cleaner, the flusher,
+the high-watermark checkpoint, and applying config changes (topic or dynamic broker configs)
+to live logs without a restart.
+
+Everything here runs on the broker's event loop; the blocking parts (cleaning, fsync,
+checkpoint writes) are handed to worker threads by the services themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+
+from strom.controller.controller import TopicMetadata
+from strom.log.cleaner import LogCleaner
+from strom.server.config import BrokerConfig
+from strom.server.dynamic_config import DEFAULT_ENTITY
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+_NEVER = 2**31  # _schedule skips intervals this long (Kafka's Long.MaxValue defaults)
+FLUSH_CHECK_FALLBACK_MS = 1000
+
+
+class LogServices:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self.log_manager = broker.log_manager
+        self.cleaner = LogCleaner(
+            self.log_manager,
+            lambda: self.broker.config.cleaner_config(),
+            stable_offset=self._high_watermark,
+            producer_last_offsets=self._producer_last_offsets,
+        )
+        self.log_manager.high_watermarks = self._high_watermarks
+        # Until start(), logs the controller asks for belong to existing partitions.
+        self.log_manager.new_logs_expected = False
+
+    # -- start and stop
+
+    def load_dynamic_config(self) -> None:
+        """Apply the dynamic broker configs stored in the metadata (before logs are served)."""
+        dynamic = self.broker.dynamic_config
+        controller = self.broker.controller
+        dynamic.default.update(controller.broker_configs(DEFAULT_ENTITY))
+        dynamic.per_broker.update(controller.broker_configs(str(self.broker.broker_id)))
+        if dynamic.default or dynamic.per_broker:
+            try:
+                self.apply_broker_config(dynamic.effective())
+            except ValueError as e:
+                log.error("ignoring the stored dynamic broker configs: %s", e)
+                dynamic.default.clear()
+                dynamic.per_broker.clear()
+
+    def start(self) -> None:
+        config = self.broker.config
+        self.log_manager.new_logs_expected = True
+        self.log_manager.flusher.start()
+        self.cleaner.startup()
+        interval = config["log.flush.scheduler.interval.ms"]
+        self.broker._schedule("log-flusher", interval if interval < _NEVER else FLUSH_CHECK_FALLBACK_MS,
+                              self._check_flush_ms)
+        self.broker._schedule("highwatermark-checkpoint",
+                              config["replica.high.watermark.checkpoint.interval.ms"],
+                              self._checkpoint_high_watermarks)
+
+    async def stop(self) -> None:
+        """Abort cleaning (a pass in progress leaves only `.cleaned` files, removed at the next
+        start) and stop the flusher; the log manager's shutdown flushes everything."""
+        await self.cleaner.shutdown()
+        await self.cleaner.write_checkpoints()
+        await self.log_manager.flusher.stop()
+
+    # -- scheduled work
+
+    def _check_flush_ms(self) -> None:
+        self.log_manager.flusher.check_flush_ms([lg for _, lg in self.log_manager.logs()])
+
+    async def _checkpoint_high_watermarks(self) -> None:
+        await asyncio.to_thread(self.log_manager.checkpoint_high_watermarks)
+
+    def _high_watermarks(self) -> dict[TopicPartition, int]:
+        return {tp: p.high_watermark for tp, p in list(self.broker.replica_manager.partitions.items())}
+
+    def _high_watermark(self, tp: TopicPartition) -> int | None:
+        partition = self.broker.replica_manager.partitions.get(tp)
+        return None if partition is None else partition.high_watermark
+
+    def _producer_last_offsets(self, tp: TopicPartition) -> Mapping[int, int]:
+        partition = self.broker.replica_manager.partitions.get(tp)
+        state = getattr(partition, "producer_state", None)
+        if state is None:
+            return {}
+        return {pid: e.batches[-1].last_offset for pid, e in state.producers.items() if e.batches}
+
+    # -- configs applied without restart
+
+    def apply_broker_config(self, effective: BrokerConfig) -> None:
+        """Make `effective` the broker's config: new topic defaults for every log (under its
+        topic's overrides), cleaner settings, min.insync.replicas, message.max.bytes, ..."""
+        broker = self.broker
+        broker.config = effective
+        broker.default_log_config = effective.default_log_config()
+        self.log_manager.default_config = broker.default_log_config
+        for (topic, _), lg in self.log_manager.logs():
+            lg.config = broker.log_config_for(topic)
+        self.cleaner.reconfigure()
+
+    def topic_config_changed(self, topic: TopicMetadata) -> None:
+        config = self.broker.log_config_for(topic.name)
+        for p in topic.partitions:
+            lg = self.log_manager.get_log(topic.name, p)
+            if lg is not None:
+                lg.config = config
+        self.cleaner.wake()  # e.g. cleanup.policy became compact

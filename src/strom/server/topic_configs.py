@@ -1,0 +1,219 @@
+"""Config descriptions as DescribeConfigs answers them (and CreateTopics v5+ for a new topic):
+every config's effective value, where it comes from (ConfigSource) and its synonyms in
+precedence order, for topics and for brokers.
+
+Precedence is Kafka's: a topic override (DYNAMIC_TOPIC_CONFIG), then the broker configs that
+set the topic default - dynamic for this broker (DYNAMIC_BROKER_CONFIG), dynamic cluster
+default (DYNAMIC_DEFAULT_BROKER_CONFIG), server.properties (STATIC_BROKER_CONFIG) - and last
+Kafka's default (DEFAULT_CONFIG).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from strom.log.config import TOPIC_CONFIG_KEYS, LogConfig
+from strom.server.config import DEFINITIONS
+
+# ConfigSource
+UNKNOWN, DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 0, 1, 2, 3
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
+# ConfigType (DescribeConfigs v3+)
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD = 1, 2, 3, 4, 5, 6, 7, 8, 9
+
+# Topic config -> the broker configs that set its default, highest precedence first.
+BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "segment.bytes": ("log.segment.bytes",),
+    "segment.ms": ("log.roll.ms", "log.roll.hours"),
+    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "retention.bytes": ("log.retention.bytes",),
+    "index.interval.bytes": ("log.index.interval.bytes", "index.interval.bytes"),
+    "segment.index.bytes": ("log.index.size.max.bytes",),
+    "max.message.bytes": ("message.max.bytes",),
+    "message.timestamp.type": ("log.message.timestamp.type",),
+    "file.delete.delay.ms": ("log.segment.delete.delay.ms",),
+    "cleanup.policy": ("log.cleanup.policy",),
+    "delete.retention.ms": ("log.cleaner.delete.retention.ms",),
+    "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio",),
+    "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms",),
+    "max.compaction.lag.ms": ("log.cleaner.max.compaction.lag.ms",),
+    "flush.messages": ("log.flush.interval.messages",),
+    "flush.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    "min.insync.replicas": ("min.insync.replicas",),
+}
+
+# Broker configs a broker group of synonyms shares (Kafka's brokerConfigSynonyms).
+_BROKER_GROUPS = [
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+]
+
+# Broker configs that AlterConfigs may change at runtime; the rest are read-only, as in Kafka.
+# These are the topic defaults (the highest-precedence name of each: log.retention.ms, not
+# log.retention.hours) and the cleaner's settings.
+DYNAMIC_BROKER_CONFIGS = frozenset(
+    {names[0] for names in BROKER_SYNONYMS.values()}
+    | {"log.cleaner.threads", "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size",
+       "log.cleaner.io.buffer.load.factor"}
+)
+
+LIST_CONFIGS = frozenset({"cleanup.policy", "log.cleanup.policy", "listeners", "advertised.listeners",
+                          "log.dirs", "log.dir", "group.coordinator.rebalance.protocols",
+                          "group.consumer.assignors"})
+
+TOPIC_DOCS = {
+    "cleanup.policy": "delete, compact, or both: what happens to old log segments.",
+    "delete.retention.ms": "How long tombstones stay readable after compaction reaches them.",
+    "min.cleanable.dirty.ratio": "Dirty/total bytes above which the log is compacted.",
+    "min.compaction.lag.ms": "Records stay uncompacted for at least this long.",
+    "max.compaction.lag.ms": "Records are compacted at the latest after this long.",
+    "flush.messages": "fsync the log after this many unflushed records.",
+    "flush.ms": "fsync the log when its last flush is this old.",
+    "retention.ms": "Delete segments whose newest record is older than this (-1: never).",
+    "retention.bytes": "Delete old segments while the log is larger than this (-1: never).",
+    "segment.bytes": "Roll to a new segment at this size.",
+    "segment.ms": "Roll to a new segment when the active one is this old.",
+    "max.message.bytes": "The largest record batch accepted.",
+    "min.insync.replicas": "Replicas that must have an acks=all write.",
+}
+
+
+def _type_of(name: str, default: str | None) -> int:
+    if name in LIST_CONFIGS:
+        return LIST
+    if default in ("true", "false"):
+        return BOOLEAN
+    if default is None:
+        return STRING if not name.endswith((".ms", ".bytes", ".hours", ".minutes", ".messages")) else LONG
+    try:
+        value = int(default)
+    except ValueError:
+        try:
+            float(default)
+            return DOUBLE
+        except ValueError:
+            return STRING
+    return LONG if name.endswith((".ms", ".messages")) or not -(2**31) <= value < 2**31 else INT
+
+
+def config_type(name: str) -> int:
+    """The ConfigType of a topic or broker config."""
+    if name in TOPIC_CONFIG_KEYS:
+        default = str(LogConfig().to_topic_configs()[name])
+        return _type_of(name, default)
+    spec = DEFINITIONS.get(name)
+    return _type_of(name, spec[1] if spec else None)
+
+
+class ConfigLayers:
+    """The broker config layers a description needs: server.properties, the dynamic cluster
+    default and this broker's dynamic configs."""
+
+    def __init__(self, static: Mapping[str, str], dynamic_default: Mapping[str, str],
+                 dynamic_broker: Mapping[str, str]) -> None:
+        self.static = static
+        self.dynamic_default = dynamic_default
+        self.dynamic_broker = dynamic_broker
+
+    def synonyms(self, names: Iterable[str], per_broker: bool = True) -> list[dict]:
+        """Kafka's configSynonyms: every set value of `names`, by source precedence."""
+        names = list(names)
+        out = []
+        layers = [(self.dynamic_broker, DYNAMIC_BROKER_CONFIG),
+                  (self.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
+                  (self.static, STATIC_BROKER_CONFIG),
+                  ({n: d for n, (_, d) in DEFINITIONS.items() if d is not None}, DEFAULT_CONFIG)]
+        for layer, source in layers:
+            if not per_broker and source != DYNAMIC_DEFAULT_BROKER_CONFIG:
+                continue
+            for name in names:
+                if name in layer:
+                    out.append({"name": name, "value": str(layer[name]), "source": source})
+        return out
+
+
+def _entry(name: str, value: str | None, source: int, synonyms: list[dict], *, read_only: bool,
+           include_synonyms: bool, include_docs: bool, doc: str | None) -> dict:
+    return {
+        "name": name,
+        "value": value,
+        "read_only": read_only,
+        "config_source": source,
+        "is_sensitive": False,
+        "synonyms": synonyms if include_synonyms else [],
+        "config_type": config_type(name),
+        "documentation": doc if include_docs else None,
+    }
+
+
+def describe_topic(defaults: LogConfig, overrides: Mapping[str, str], layers: ConfigLayers,
+                   keys: Iterable[str] | None = None, *, include_synonyms: bool = False,
+                   include_docs: bool = False) -> list[dict]:
+    """Every config of a topic with `overrides` (or just `keys`), DescribeConfigs style."""
+    effective = defaults.with_overrides(overrides).to_topic_configs()
+    wanted = sorted(effective) if keys is None else [k for k in keys if k in effective]
+    out = []
+    for name in wanted:
+        synonyms = layers.synonyms(BROKER_SYNONYMS.get(name, ()))
+        if name in overrides:
+            synonyms.insert(0, {"name": name, "value": str(overrides[name]), "source": DYNAMIC_TOPIC_CONFIG})
+        source = synonyms[0]["source"] if synonyms else DEFAULT_CONFIG
+        out.append(_entry(name, effective[name], source, synonyms, read_only=False,
+                          include_synonyms=include_synonyms, include_docs=include_docs,
+                          doc=TOPIC_DOCS.get(name)))
+    return out
+
+
+def created_topic_configs(defaults: LogConfig, overrides: Mapping[str, str],
+                          layers: ConfigLayers) -> list[dict]:
+    """The configs CreateTopics v5+ reports for a new topic (its schema's subset)."""
+    fields = ("name", "value", "read_only", "config_source", "is_sensitive")
+    return [{k: e[k] for k in fields} for e in describe_topic(defaults, overrides, layers)]
+
+
+def _broker_synonym_names(name: str) -> tuple[str, ...]:
+    for group in _BROKER_GROUPS:
+        if name in group:
+            return group[group.index(name):]
+    return (name,)
+
+
+def describe_broker(values: Mapping[str, Any], layers: ConfigLayers, keys: Iterable[str] | None = None,
+                    *, per_broker: bool = True, include_synonyms: bool = False,
+                    include_docs: bool = False) -> list[dict]:
+    """A broker's configs (`per_broker`), or the dynamic cluster defaults (resource name "")."""
+    if per_broker:
+        names = sorted(DEFINITIONS)
+    else:
+        names = sorted(layers.dynamic_default)
+    if keys is not None:
+        wanted = set(keys)
+        names = [n for n in names if n in wanted]
+    out = []
+    for name in names:
+        synonyms = layers.synonyms(_broker_synonym_names(name), per_broker)
+        source = synonyms[0]["source"] if synonyms else DEFAULT_CONFIG
+        if per_broker:
+            raw = _raw_value(name, values, layers)
+        else:
+            raw = str(layers.dynamic_default[name])
+        out.append(_entry(name, raw, source, synonyms, read_only=name not in DYNAMIC_BROKER_CONFIGS,
+                          include_synonyms=include_synonyms, include_docs=include_docs, doc=None))
+    return out
+
+
+def _raw_value(name: str, values: Mapping[str, Any], layers: ConfigLayers) -> str | None:
+    for layer in (layers.dynamic_broker, layers.dynamic_default, layers.static):
+        if name in layer:
+            return str(layer[name])
+    default = DEFINITIONS[name][1]
+    if default is not None:
+        return default
+    value = values.get(name)
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)

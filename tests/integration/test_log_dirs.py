@@ -1,0 +1,124 @@
+"""Several log dirs: partitions spread over them, DescribeLogDirs sizes, and a dir that fails
+taking only its own partitions offline (KAFKA_STORAGE_ERROR) while the broker keeps serving."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from kafka.admin import KafkaAdminClient
+
+from strom.protocol.records import build_batch
+from strom.testing import BrokerProcess
+
+from .conftest import Rec, ck_consume, ck_produce, create_topic, wire_call
+
+pytestmark = pytest.mark.timeout(90)
+
+KAFKA_STORAGE_ERROR = 56
+PRODUCE, FETCH = 0, 1
+
+
+@pytest.fixture
+def two_dir_broker(tmp_path):
+    proc = BrokerProcess(data_dir=tmp_path, overrides={"log.dirs": f"{tmp_path}/a,{tmp_path}/b"})
+    proc.start()
+    yield proc
+    proc.close()
+
+
+def log_dirs(bootstrap: str, topics=None) -> dict[str, dict]:
+    """log dir -> {"error": code, "partitions": {(topic, p): size}} via kafka-python."""
+    client = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        (answer,) = client.describe_log_dirs(topics)
+    finally:
+        client.close()
+    return {d["log_dir"]: {"error": d["error_code"],
+                           "partitions": {(t["name"], p["partition_index"]): p["partition_size"]
+                                          for t in d["topics"] for p in t["partitions"]}}
+            for d in answer["log_dirs"]}
+
+
+def raw_produce(bootstrap: str, topic: str, partition: int, value: bytes) -> int:
+    body = wire_call(bootstrap, PRODUCE, 8, {
+        "transactional_id": None, "acks": 1, "timeout_ms": 5000,
+        "topic_data": [{"name": topic, "partition_data": [
+            {"index": partition, "records": build_batch([(None, value)])}]}],
+    })
+    return body.responses[0].partition_responses[0].error_code
+
+
+def raw_fetch_error(bootstrap: str, topic: str, partition: int) -> int:
+    body = wire_call(bootstrap, FETCH, 4, {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+        "topics": [{"topic": topic, "partitions": [
+            {"partition": partition, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}],
+    })
+    return body.responses[0].partitions[0].error_code
+
+
+def test_partitions_spread_and_sizes(two_dir_broker, topic, tmp_path):
+    bootstrap = two_dir_broker.bootstrap
+    create_topic(bootstrap, topic, partitions=4)
+    ck_produce(bootstrap, topic, [Rec(b"v" * (100 * (p + 1)), partition=p) for p in range(4)])
+    dirs = log_dirs(bootstrap)
+    assert set(dirs) == {str(tmp_path / "a"), str(tmp_path / "b")}
+    placed = {d: sorted(p for t, p in v["partitions"] if t == topic) for d, v in dirs.items()}
+    assert sorted(len(ps) for ps in placed.values()) == [2, 2]  # the least loaded dir gets the next
+    for d, info in dirs.items():
+        assert info["error"] == 0
+        for (t, p), size in info["partitions"].items():
+            if t == topic:
+                files = (tmp_path / os.path.basename(d) / f"{t}-{p}").glob("*.log")
+                assert size == sum(f.stat().st_size for f in files) > 100 * (p + 1)
+    only = log_dirs(bootstrap, {topic: [1]})
+    assert [k for v in only.values() for k in v["partitions"]] == [(topic, 1)]
+
+
+def test_failed_dir_takes_only_its_partitions_offline(two_dir_broker, topic, tmp_path):
+    proc = two_dir_broker
+    bootstrap = proc.bootstrap
+    create_topic(bootstrap, topic, partitions=4, config={"segment.bytes": "1024"})
+    ck_produce(bootstrap, topic, [Rec(b"before-%d" % p, partition=p) for p in range(4)])
+    dirs = log_dirs(bootstrap)
+    in_b = sorted(p for t, p in dirs[str(tmp_path / "b")]["partitions"] if t == topic)
+    in_a = sorted(p for t, p in dirs[str(tmp_path / "a")]["partitions"] if t == topic)
+    assert len(in_a) == len(in_b) == 2
+
+    os.rename(tmp_path / "b", tmp_path / "b.gone")  # the disk goes away under the broker
+    errors = [raw_produce(bootstrap, topic, in_b[0], b"x" * 700) for _ in range(4)]
+    assert KAFKA_STORAGE_ERROR in errors  # the first roll cannot create its segment
+    assert raw_produce(bootstrap, topic, in_b[1], b"y") == KAFKA_STORAGE_ERROR  # the whole dir
+    assert raw_fetch_error(bootstrap, topic, in_b[0]) == KAFKA_STORAGE_ERROR
+    assert log_dirs(bootstrap)[str(tmp_path / "b")] == {"error": KAFKA_STORAGE_ERROR, "partitions": {}}
+    # The broker is still up and the other dir's partitions work as before.
+    assert proc.proc.poll() is None
+    for p in in_a:
+        ck_produce(bootstrap, topic, [Rec(b"after-%d" % p, partition=p)])
+        got = ck_consume(bootstrap, [(topic, p, 0)], 2)
+        assert [m.value() for m in got] == [b"before-%d" % p, b"after-%d" % p]
+    assert "log dir" in proc.log_text() and "failed" in proc.log_text()
+    assert "Traceback" not in proc.log_text(), proc.log_text()[-3000:]
+    assert proc.stop() == 0  # a clean shutdown skips the failed dir
+
+    # Restart with b unusable (a file where the dir was): it starts, b stays offline, and b's
+    # partitions are not silently recreated empty in a.
+    (tmp_path / "b").write_bytes(b"not a directory")
+    proc.start()
+    assert log_dirs(bootstrap)[str(tmp_path / "b")]["error"] == KAFKA_STORAGE_ERROR
+    assert raw_fetch_error(bootstrap, topic, in_b[0]) == KAFKA_STORAGE_ERROR
+    assert not (tmp_path / "a" / f"{topic}-{in_b[0]}").exists()
+    assert [m.value() for m in ck_consume(bootstrap, [(topic, in_a[0], 0)], 2)] == \
+        [b"before-%d" % in_a[0], b"after-%d" % in_a[0]]
+    assert proc.stop() == 0
+
+    # The disk comes back: everything written before the failure is there.
+    (tmp_path / "b").unlink()
+    shutil.move(tmp_path / "b.gone", tmp_path / "b")
+    proc.start()
+    for p in in_b:
+        got = ck_consume(bootstrap, [(topic, p, 0)], 1)
+        assert got[0].value() == b"before-%d" % p
+    assert "Traceback" not in proc.log_text(), proc.log_text()[-3000:]
