@@ -159,3 +159,31 @@ def test_full_recovery_leaves_one_descriptor_per_inactive_segment(open_log, cloc
     assert len(again.segments) == 30
     assert opened <= 30 + 2  # the .log of each, plus the active segment's index writers
     again.close()
+
+
+def test_wait_durable_returns_after_the_fsync_and_reports_failure(tmp_path, clock, monkeypatch):
+    async def scenario():
+        mgr = LogManager([tmp_path / "d"], LogConfig(), now_ms=clock)
+        mgr.startup(0)
+        mgr.flusher.start()
+        log = mgr.get_or_create_log("t", 0, LogConfig().with_overrides({"flush.messages": "1"}))
+        log.append(batch(3))
+        assert log.recovery_point == 0  # the append only asked for the flush
+        await asyncio.wait_for(mgr.flusher.wait_durable(log, log.log_end_offset), 10)
+        assert log.recovery_point == log.log_end_offset
+
+        def broken(self, up_to=None):
+            raise OSError("disk gone")
+
+        monkeypatch.setattr(Log, "flush", broken)
+        log.append(batch(1))
+        try:
+            await asyncio.wait_for(mgr.flusher.wait_durable(log, log.log_end_offset), 10)
+            raise AssertionError("a failed fsync must not look durable")
+        except OSError as e:
+            assert "disk gone" in str(e)
+        await mgr.flusher.stop()
+        monkeypatch.undo()
+        mgr.shutdown()
+
+    asyncio.run(scenario())

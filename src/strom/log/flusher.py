@@ -6,8 +6,8 @@ Kafka's rules, applied per log with its LogConfig:
   the recovery point follows the data and a crash re-scans only the newest segment;
 - `flush.messages` (broker: log.flush.interval.messages): once that many records are above
   the recovery point; Kafka flushes inside the append, Strom starts the fsync right after the
-  append and does not hold the produce response for it (see "Durability" in
-  docs/architecture.md for what that means for a power cut);
+  append and holds the produce response until it is done (`wait_durable`), so the client
+  hears back only about records that are on disk;
 - `flush.ms` (broker: log.flush.interval.ms): when the last flush is that old, checked every
   log.flush.scheduler.interval.ms (1 s when that is left at Kafka's never);
 - clean shutdown: everything (LogManager.shutdown).
@@ -37,7 +37,32 @@ class LogFlusher:
         self._pending: dict[Log, int] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._waiters: dict[Log, list[tuple[int, asyncio.Future]]] = {}
         self.flushes = 0
+
+    async def wait_durable(self, target: Log, offset: int) -> None:
+        """Return once `target` is fsynced below `offset`; raises the flush's OSError."""
+        if target.recovery_point >= offset:
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(target, []).append((offset, future))
+        self.request(target, offset)
+        await future
+
+    def _release(self, target: Log, error: BaseException | None = None) -> None:
+        waiting = self._waiters.pop(target, [])
+        still = []
+        for offset, future in waiting:
+            if future.done():
+                continue
+            if error is not None:
+                future.set_exception(OSError(f"flushing {target.name} failed: {error}"))
+            elif target.recovery_point >= offset or target.closed:
+                future.set_result(None)
+            else:
+                still.append((offset, future))
+        if still:
+            self._waiters[target] = still
 
     def request(self, target: Log, up_to: int) -> None:
         """Ask for `target` to be flushed up to `up_to` (exclusive). Safe before `start`."""
@@ -69,6 +94,8 @@ class LogFlusher:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        for target in list(self._waiters):
+            self._release(target, OSError("broker shutting down before the flush"))
 
     async def _run(self) -> None:
         while True:
@@ -77,12 +104,16 @@ class LogFlusher:
             while self._pending:
                 target, up_to = self._pending.popitem()
                 if target.closed or target.offline or up_to <= target.recovery_point:
+                    self._release(target, OSError("log offline") if target.offline else None)
                     continue
                 try:
                     await asyncio.to_thread(target.flush, up_to)
                     self.flushes += 1
+                    self._release(target)
                 except OSError as e:
                     if target.closed:
+                        self._release(target)
                         continue  # deleted meanwhile (topic deletion): nothing to make durable
                     log.error("flushing %s failed: %s", target.name, e)
+                    self._release(target, e)
                     self._on_error(target, e)

@@ -124,6 +124,7 @@ class ProduceResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    durable_at: int = -1  # flush.messages reached: answer once the log is fsynced below this
 
 
 @dataclass(slots=True)
@@ -183,11 +184,26 @@ class ReplicaManager:
                 log.error("produce to %s-%d failed writing the log: %s", tp[0], tp[1], e)
                 results[tp] = ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(e))
                 continue
+            log_, end = partition.log, info.last_offset + 1
+            flush_due = log_.flush_hook is not None and end - log_.recovery_point >= log_.config.flush_messages
             results[tp] = ProduceResult(
-                ErrorCode.NONE, info.first_offset, info.log_append_time, partition.log.log_start_offset
+                ErrorCode.NONE, info.first_offset, info.log_append_time, log_.log_start_offset,
+                durable_at=end if flush_due else -1,
             )
             self.fetch_purgatory.wake(tp)
         return results
+
+    async def await_flushes(self, results: dict[TopicPartition, ProduceResult]) -> None:
+        """Hold a produce response until the fsyncs that flush.messages started are done, as
+        Kafka's synchronous flush would; a failed fsync becomes KAFKA_STORAGE_ERROR."""
+        for tp, result in results.items():
+            partition = self.partitions.get(tp)
+            if result.durable_at < 0 or partition is None:
+                continue
+            try:
+                await self.log_manager.flusher.wait_durable(partition.log, result.durable_at)
+            except OSError as e:
+                result.error, result.message = ErrorCode.KAFKA_STORAGE_ERROR, str(e)
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, min_one_message: bool) -> ReadResult:
         partition = self.partitions.get(tp)

@@ -43,6 +43,7 @@ async def handle_produce(broker, ctx: RequestContext, request) -> dict | None:
         if failed:
             raise CloseConnection(f"acks=0 produce failed ({', '.join(failed)})")
         return None
+    await broker.replica_manager.await_flushes(results)
     by_topic: dict[str, list[dict]] = {}
     for (name, index), r in results.items():
         by_topic.setdefault(name, []).append({
