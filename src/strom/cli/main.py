@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import signal
 import sys
@@ -11,12 +12,25 @@ from pathlib import Path
 
 import click
 
-from strom.cli.configs import configs
-from strom.cli.groups import groups
 from strom.server import config as broker_config
 
 
-@click.group()
+class _LazyGroup(click.Group):
+    """Admin subcommands are imported only when used, so `strom serve` starts without them."""
+
+    lazy = {"groups": "strom.cli.groups:groups", "configs": "strom.cli.configs:configs"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy:
+            module, attr = self.lazy[name].split(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_LazyGroup)
 def main() -> None:
     """Strom: a Kafka-compatible commit log."""
 
@@ -107,7 +121,3 @@ async def _serve(cfg: broker_config.BrokerConfig, started: float) -> int:
     logging.getLogger("strom").info("shutting down")
     await broker.shutdown()
     return 0
-
-
-main.add_command(groups)
-main.add_command(configs)
