@@ -23,6 +23,8 @@ from strom.coordinator.group.consumer_group import (
 )
 from strom.protocol.errors import ErrorCode, KafkaError
 
+pytestmark = pytest.mark.timeout(10)
+
 G = "cg"
 T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from coordinator_support import join, joined, make_coordinator, sync, synced
 
 from strom.coordinator.group.consumer_protocol import encode_subscription
@@ -20,6 +21,8 @@ from strom.coordinator.group.records import (
     OffsetAndMetadata,
 )
 from strom.protocol.errors import ErrorCode
+
+pytestmark = pytest.mark.timeout(10)
 
 G = "group"
 

@@ -16,6 +16,8 @@ from strom.log.config import LogConfig
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import build_batch
 
+pytestmark = pytest.mark.timeout(10)
+
 
 @pytest.mark.parametrize("text,expected", [
     ("", 0), ("hello", 99162322), ("Aa", 2112), ("BB", 2112),

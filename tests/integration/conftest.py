@@ -59,6 +59,7 @@ GROUP_OVERRIDES = {
     "group.min.session.timeout.ms": "1000",
     "offsets.topic.num.partitions": "10",
     "group.consumer.heartbeat.interval.ms": "250",
+    "group.consumer.min.heartbeat.interval.ms": "100",
     "group.consumer.session.timeout.ms": "3000",
     "group.consumer.min.session.timeout.ms": "1000",
 }

@@ -121,11 +121,13 @@ def test_list_offsets_with_a_partition_twice_is_invalid(lone_broker, topic):
 
 
 @pytest.mark.parametrize("version", [0, 3, 4])
-def test_find_coordinator_says_not_available(lone_broker, version):
-    """No group coordinator yet: Kafka's retriable COORDINATOR_NOT_AVAILABLE, per key in v4."""
+def test_find_coordinator_names_this_broker(lone_broker, version):
+    """The group coordinator is this broker (the leader of every `__consumer_offsets`
+    partition), one key in v0-3, per key in v4."""
     fields = {"key": "g", "key_type": 0} if version < 4 else {"key_type": 0, "coordinator_keys": ["g", "h"]}
     body = wire_call(lone_broker.bootstrap, 10, version, fields)
     if version < 4:
-        assert (body.error_code, body.node_id) == (15, -1)
+        assert (body.error_code, body.node_id, body.port) == (0, 0, lone_broker.port)
     else:
-        assert [(c.key, c.error_code, c.node_id) for c in body.coordinators] == [("g", 15, -1), ("h", 15, -1)]
+        assert [(c.key, c.error_code, c.node_id, c.port) for c in body.coordinators] == \
+            [("g", 0, 0, lone_broker.port), ("h", 0, 0, lone_broker.port)]

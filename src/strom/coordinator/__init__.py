@@ -8,6 +8,7 @@ Kafka broker reading the same `__consumer_offsets` agrees on where each group li
 
 from __future__ import annotations
 
+import functools
 import struct
 
 GROUP_METADATA_TOPIC = "__consumer_offsets"
@@ -30,6 +31,7 @@ def java_abs(n: int) -> int:
     return 0 if n == _INT_MIN else abs(n)
 
 
+@functools.lru_cache(maxsize=65536)  # asked on every group request; the answer never changes
 def partition_for(key: str, num_partitions: int) -> int:
     """The internal-topic partition that owns `key` (a group id or a transactional id)."""
     return java_abs(java_string_hash(key)) % num_partitions

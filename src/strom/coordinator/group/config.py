@@ -31,6 +31,11 @@ class GroupConfig:
         def protocols(text: str) -> tuple[str, ...]:
             return tuple(p.strip().lower() for p in text.split(",") if p.strip())
 
+        for name in ("session.timeout.ms", "heartbeat.interval.ms"):
+            low, value, high = (config[f"group.consumer.{bound}{name}"] for bound in ("min.", "", "max."))
+            if not low <= value <= high:
+                raise ValueError(f"group.consumer.{name}={value} must be within "
+                                 f"group.consumer.min.{name}={low} and group.consumer.max.{name}={high}")
         return cls(
             min_session_timeout_ms=config["group.min.session.timeout.ms"],
             max_session_timeout_ms=config["group.max.session.timeout.ms"],
