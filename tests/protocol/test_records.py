@@ -84,3 +84,33 @@ def test_records_decode_with_every_codec(codec):
     batch = build_batch(recs, timestamp=100, codec=codec)
     assert read_header(batch).compression == codec
     assert list(iter_records(batch)) == recs
+
+
+def test_varints_round_trip_and_reject_garbage():
+    from strom.protocol.varint import (
+        VarintError,
+        read_uvarint,
+        read_varint,
+        skip_tagged_fields,
+        write_uvarint,
+        write_varint,
+    )
+
+    for n in (0, 1, 127, 128, 300, 2**31 - 1):
+        assert read_uvarint(write_uvarint(n), 0) == (n, len(write_uvarint(n)))
+    for n in (0, -1, 1, -(2**63), 2**63 - 1):
+        assert read_varint(write_varint(n), 0)[0] == n
+    with pytest.raises(VarintError):
+        read_uvarint(b"\x80\x80", 0)
+    with pytest.raises(VarintError):
+        read_uvarint(b"\xff" * 10, 0)
+    assert skip_tagged_fields(b"\x02\x00\x01a\x05\x00rest", 0) == 6
+    with pytest.raises(VarintError):
+        skip_tagged_fields(b"\x01\x00\x09ab", 0)
+
+
+def test_garbled_record_body_is_corrupt():
+    batch = bytearray(build_batch([(b"k", b"v")]))
+    batch[HEADER_SIZE:] = b"\xff" * (len(batch) - HEADER_SIZE)
+    with pytest.raises(CorruptRecordError):
+        list(iter_records(batch))

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from strom.protocol.varint import write_uvarint
+
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqqq")  # index, error, high watermark, last stable, log start
 FLEXIBLE_FROM = 12
@@ -28,22 +30,14 @@ class PartitionData:
     records: Any = None  # a region with .size, or None for an empty record set
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
 
 def _array_len(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
+    return write_uvarint(n + 1) if flexible else _I32.pack(n)
 
 
 def _string(s: str, flexible: bool) -> bytes:
     b = s.encode()
-    return (_uvarint(len(b) + 1) if flexible else _I16.pack(len(b))) + b
+    return (write_uvarint(len(b) + 1) if flexible else _I16.pack(len(b))) + b
 
 
 def encode_fetch_response(
@@ -75,7 +69,7 @@ def encode_fetch_response(
             if version >= 11:
                 head += _I32.pack(-1)  # preferred_read_replica
             n = 0 if p.records is None else p.records.size
-            head += _uvarint(n + 1) if flexible else _I32.pack(n)
+            head += write_uvarint(n + 1) if flexible else _I32.pack(n)
             if n:
                 parts.append(bytes(head))
                 size += len(head) + n

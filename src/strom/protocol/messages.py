@@ -25,6 +25,7 @@ from strom.protocol import consumer_group_messages  # noqa: F401  (registers KIP
 from strom.protocol.frames import frame
 from strom.protocol.produce import MAX_VERSION as PRODUCE_MAX_VERSION
 from strom.protocol.produce import MalformedRequest, parse_produce_request
+from strom.protocol.varint import VarintError, skip_tagged_fields
 
 _HEADER_V1 = struct.Struct(">hhih")
 _CORRELATION = struct.Struct(">i")
@@ -86,20 +87,6 @@ def is_flexible(api_key: int, version: int) -> bool:
     return cls.flexible_version_q(version)
 
 
-def _uvarint(buf, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if pos >= len(buf):
-            raise InvalidRequest("truncated varint in request header")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise InvalidRequest("varint too long in request header")
-
 
 def parse_header(buf) -> tuple[RequestHeader, int]:
     """Request header v1 (or v2 with tagged fields when the body version is flexible)."""
@@ -115,13 +102,10 @@ def parse_header(buf) -> tuple[RequestHeader, int]:
         pos += client_len
     flexible = is_flexible(api_key, api_version)
     if flexible:
-        count, pos = _uvarint(buf, pos)
-        for _ in range(count):
-            _tag, pos = _uvarint(buf, pos)
-            size, pos = _uvarint(buf, pos)
-            pos += size
-        if pos > len(buf):
-            raise InvalidRequest("tagged fields run past the end of the request header")
+        try:
+            pos = skip_tagged_fields(buf, pos)
+        except VarintError as e:
+            raise InvalidRequest(f"request header tagged fields: {e}") from None
     return RequestHeader(api_key, api_version, correlation_id, client_id, flexible), pos
 
 
@@ -198,9 +182,5 @@ def decode_response(api_key: int, version: int, payload) -> tuple[int, Any]:
     (correlation_id,) = _CORRELATION.unpack_from(payload, 0)
     pos = 4
     if is_flexible(api_key, version) and api_key != API_VERSIONS_KEY:
-        count, pos = _uvarint(payload, pos)
-        for _ in range(count):
-            _tag, pos = _uvarint(payload, pos)
-            size, pos = _uvarint(payload, pos)
-            pos += size
+        pos = skip_tagged_fields(payload, pos)
     return correlation_id, RESPONSES[api_key].decode(memoryview(payload)[pos:], version=version)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from strom.protocol.varint import VarintError, read_uvarint, skip_tagged_fields
+
 FLEXIBLE_FROM = 9
 MAX_VERSION = 12
 
@@ -57,17 +59,8 @@ class _Reader:
             raise MalformedRequest(f"produce request truncated at byte {self.pos}")
 
     def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            self.need(1)
-            b = self.buf[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-            if shift > 28:
-                raise MalformedRequest("varint too long")
+        value, self.pos = read_uvarint(self.buf, self.pos)
+        return value
 
     def int32(self) -> int:
         self.need(4)
@@ -95,16 +88,18 @@ class _Reader:
 
     def skip_tags(self) -> None:
         if self.flexible:
-            for _ in range(self.uvarint()):
-                self.uvarint()
-                size = self.uvarint()
-                self.need(size)
-                self.pos += size
+            self.pos = skip_tagged_fields(self.buf, self.pos)
 
 
 def parse_produce_request(body: memoryview, version: int) -> ProduceRequest:
     """Parse a Produce request body (after the request header). Raises MalformedRequest."""
-    r = _Reader(body, version >= FLEXIBLE_FROM)
+    try:
+        return _parse(_Reader(body, version >= FLEXIBLE_FROM), body)
+    except VarintError as e:
+        raise MalformedRequest(str(e)) from None
+
+
+def _parse(r: _Reader, body: memoryview) -> ProduceRequest:
     transactional_id = r.string()
     r.need(_ACKS_TIMEOUT.size)
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(body, r.pos)

@@ -20,6 +20,7 @@ from crc32c import crc32c
 
 from strom.protocol import compression
 from strom.protocol.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from strom.protocol.varint import VarintError, read_varint, write_varint
 
 HEADER = struct.Struct(">qiiBIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -193,22 +194,9 @@ class Record:
     headers: tuple[tuple[str, bytes | None], ...]
 
 
-def _varint(buf, pos: int) -> tuple[int, int]:
-    """Zig-zag varint as used inside records."""
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptRecordError("varint too long")
-
 
 def _varbytes(buf, pos: int) -> tuple[bytes | None, int]:
-    n, pos = _varint(buf, pos)
+    n, pos = read_varint(buf, pos)
     if n < 0:
         return None, pos
     return bytes(buf[pos : pos + n]), pos + n
@@ -216,19 +204,26 @@ def _varbytes(buf, pos: int) -> tuple[bytes | None, int]:
 
 def iter_records(batch, pos: int = 0) -> Iterator[Record]:
     """Decode the records of the batch at `pos` (decompressing if needed). Slow path only."""
+    try:
+        yield from _decode_records(batch, pos)
+    except (VarintError, IndexError) as e:
+        raise CorruptRecordError(f"malformed record: {e}") from None
+
+
+def _decode_records(batch, pos: int) -> Iterator[Record]:
     header = read_header(batch, pos)
     body = memoryview(batch)[pos + HEADER_SIZE : pos + header.size]
     data = compression.decompress(header.compression, body)
     p = 0
     for _ in range(header.record_count):
-        length, p = _varint(data, p)
+        length, p = read_varint(data, p)
         end = p + length
         p += 1  # record attributes, unused
-        ts_delta, p = _varint(data, p)
-        off_delta, p = _varint(data, p)
+        ts_delta, p = read_varint(data, p)
+        off_delta, p = read_varint(data, p)
         key, p = _varbytes(data, p)
         value, p = _varbytes(data, p)
-        n_headers, p = _varint(data, p)
+        n_headers, p = read_varint(data, p)
         headers = []
         for _h in range(n_headers):
             hkey, p = _varbytes(data, p)
@@ -240,18 +235,8 @@ def iter_records(batch, pos: int = 0) -> Iterator[Record]:
         yield Record(header.base_offset + off_delta, timestamp, key, value, tuple(headers))
 
 
-def _zigzag(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _encode_bytes(b: bytes | None) -> bytes:
-    return _zigzag(-1) if b is None else _zigzag(len(b)) + b
+    return write_varint(-1) if b is None else write_varint(len(b)) + b
 
 
 def build_batch(
@@ -279,11 +264,11 @@ def build_batch(
             (key, value), headers, delta, ts_delta = rec, (), i, 0
         max_ts = max(max_ts, timestamp + ts_delta)
         fields = bytearray(b"\x00")
-        fields += _zigzag(ts_delta) + _zigzag(delta) + _encode_bytes(key) + _encode_bytes(value)
-        fields += _zigzag(len(headers))
+        fields += write_varint(ts_delta) + write_varint(delta) + _encode_bytes(key) + _encode_bytes(value)
+        fields += write_varint(len(headers))
         for hkey, hval in headers:
             fields += _encode_bytes(hkey.encode()) + _encode_bytes(hval)
-        body += _zigzag(len(fields)) + fields
+        body += write_varint(len(fields)) + fields
     payload = compression.compress(codec, bytes(body))
     last_delta = (records[-1].offset - base_offset) if records and isinstance(records[-1], Record) else len(records) - 1
     tail = struct.pack(

@@ -18,6 +18,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from strom.protocol.varint import VarintError, read_uvarint, skip_tagged_fields
+
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
@@ -169,15 +171,11 @@ class _Reader:
         return _I64.unpack(self._take(8))[0]
 
     def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            b = self._take(1)[0]
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-            if shift > 35:
-                raise RecordFormatError("varint too long")
+        try:
+            value, self.pos = read_uvarint(self.buf, self.pos)
+        except VarintError as e:
+            raise RecordFormatError(str(e)) from None
+        return value
 
     def _length(self, wide: bool) -> int:
         if self.flexible:
@@ -197,9 +195,10 @@ class _Reader:
 
     def tagged_fields(self) -> None:
         if self.flexible:
-            for _ in range(self.uvarint()):
-                self.uvarint()
-                self._take(self.uvarint())
+            try:
+                self.pos = skip_tagged_fields(self.buf, self.pos)
+            except VarintError as e:
+                raise RecordFormatError(str(e)) from None
 
 
 def read_key(key: bytes) -> OffsetCommitKey | GroupMetadataKey | OtherKey:
