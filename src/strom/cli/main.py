@@ -93,9 +93,11 @@ def _keep_large_buffers_in_heap() -> None:
 
 
 def _use_uvloop() -> bool:
+    """uvloop when installed (measured: less broker CPU per GB produced, lower latency, the same
+    zero-copy fetch); STROM_EVENT_LOOP=asyncio selects the standard loop."""
     import os
 
-    return os.environ.get("STROM_EVENT_LOOP", "asyncio") == "uvloop"
+    return os.environ.get("STROM_EVENT_LOOP", "uvloop") != "asyncio"
 
 
 async def _serve(cfg: broker_config.BrokerConfig, started: float) -> int:
