@@ -5,7 +5,7 @@ import socket
 import pytest
 
 from strom.protocol import messages
-from strom.testing import BrokerProcess
+from strom.testing import BrokerProcess, RawClient
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,5 +54,20 @@ def test_sigterm_shuts_down_cleanly_and_marks_it(tmp_path):
     assert (log_dir / "meta.properties").read_text().count("broker.id=0") == 1
     assert "Traceback" not in broker.log_text()
     broker.start()  # the marker lets the next start skip recovery
-    assert broker.log_text().count("no clean shutdown marker") == 1  # the first start only
+    assert "no clean shutdown marker" not in broker.log_text()  # a new dir, then a clean stop
     assert broker.stop() == 0
+
+
+def test_kill_9_start_says_it_recovered(tmp_path):
+    broker = BrokerProcess(data_dir=tmp_path)
+    try:
+        broker.start()
+        client = RawClient(broker)
+        client.call(19, 5, {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1,
+                                        "assignments": [], "configs": []}], "timeout_ms": 5000})
+        client.close()
+        broker.kill()
+        broker.start()
+        assert broker.log_text().count("no clean shutdown marker") == 1
+    finally:
+        broker.close()

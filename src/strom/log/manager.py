@@ -210,7 +210,7 @@ class LogManager:
             # From here on a crash must be noticed: the marker only exists between a clean
             # shutdown and the next start-up.
             marker.unlink()
-        else:
+        elif any(lg.dir.parent == d for lg in self._logs.values()):  # a new dir is no crash
             log.info("%s: no clean shutdown marker, recovered unflushed segments", d)
 
     # -- logs
