@@ -31,7 +31,7 @@ from strom.log.segment import (
     segment_name,
 )
 from strom.protocol.errors import OffsetOutOfRangeError, StorageError
-from strom.protocol.records import assign_offsets, validate_batches
+from strom.protocol.records import BatchHeader, assign_offsets, validate_batches
 
 log = logging.getLogger(__name__)
 
@@ -231,11 +231,14 @@ class Log:
 
     # -- appending
 
-    def append(self, records: bytearray | memoryview, *, leader_epoch: int = 0) -> AppendInfo:
+    def append(self, records: bytearray | memoryview, *, leader_epoch: int = 0,
+               batches: list[tuple[int, BatchHeader]] | None = None) -> AppendInfo:
         """Validate, assign offsets in place and write a produce request's record set.
 
         Raises a KafkaError subclass (CorruptRecordError, RecordTooLargeError,
         InvalidRecordError) before anything is written, or StorageError if the write fails.
+        `batches` is what `validate_batches` returned for this very buffer, when the caller
+        already had to validate it (idempotent producers), so the CRCs are not checked twice.
         """
         self._check_open()
         config = self._config
@@ -243,7 +246,8 @@ class Log:
             isinstance(records, memoryview) and not records.readonly)
         if not writable:
             records = bytearray(records)  # offsets are assigned in place: need a writable buffer
-        batches = validate_batches(records, config.max_message_bytes)
+        if batches is None:
+            batches = validate_batches(records, config.max_message_bytes)
         first = self._log_end_offset
         last = first + len(batches) - 1 + sum(h.last_offset_delta for _, h in batches)
         now = self._now_ms()

@@ -51,7 +51,7 @@ class Broker:
         self.log_manager = LogManager(config.log_dirs, self.default_log_config)
         self.dynamic_config = DynamicBrokerConfig(config)
         self.log_services = LogServices(self)  # cleaner, flusher, live reconfiguration
-        self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, config["min.insync.replicas"])
+        self.replica_manager = ReplicaManager(self.broker_id, self.log_manager)
         self.socket_server = SocketServer(self, config["socket.request.max.bytes"])
         self.controller: Controller | None = None
         self.group_coordinator: GroupCoordinator | None = None

@@ -81,7 +81,7 @@ class Partition:
             duplicate = self._check_sequences(headers)
             if duplicate is not None:
                 return duplicate
-            info = self.log.append(records, leader_epoch=self.leader_epoch)
+            info = self.log.append(records, leader_epoch=self.leader_epoch, batches=batches)
             offset = info.first_offset
             for header in headers:
                 self.producer_state.update(header, offset)
@@ -136,10 +136,9 @@ class ReadResult:
 
 
 class ReplicaManager:
-    def __init__(self, broker_id: int, log_manager: LogManager, min_insync: int) -> None:
+    def __init__(self, broker_id: int, log_manager: LogManager) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
-        self.min_insync = min_insync
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetch_purgatory = Purgatory()
 
