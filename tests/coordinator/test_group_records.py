@@ -95,7 +95,7 @@ class _ReplicaManager:
     def get_partition(self, topic: str, index: int):
         return self.partitions.get((topic, index))
 
-    def append_records(self, acks, entries):
+    def append_records(self, acks, entries, from_client=True):
         out = {}
         for tp, batch in entries:
             self.partitions[tp].log.append(batch)

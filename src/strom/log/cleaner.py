@@ -66,6 +66,8 @@ from strom.log.segment import (
 from strom.protocol import compression
 from strom.protocol.records import (
     COMPRESSION_MASK,
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
     CONTROL_MASK,
     CRC_START,
     HEADER_SIZE,
@@ -76,6 +78,7 @@ from strom.protocol.records import (
     BatchHeader,
     Record,
     build_batch,
+    control_type,
     iter_records,
     read_header,
 )
@@ -84,7 +87,6 @@ log = logging.getLogger(__name__)
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 DELETE_HORIZON_MASK = 0x40  # attribute bit 6: the base timestamp is the delete horizon
-ABORT, COMMIT = 0, 1  # control record types (the key of a transaction marker)
 
 # Bytes one offset-map entry is charged against log.cleaner.dedupe.buffer.size: the key itself
 # plus Python's dict slot, key object and offset int. Kafka charges 24 (MD5 + offset); Strom
@@ -95,7 +97,6 @@ _WRITE_CHUNK = 1 << 20
 _PATCH = struct.Struct(">hiqq")  # attributes, lastOffsetDelta, baseTimestamp, maxTimestamp
 _EPOCH = struct.Struct(">i")
 _CRC = struct.Struct(">I")
-_CONTROL_KEY = struct.Struct(">hh")
 # Fields of the HEADER tuples scan_headers yields.
 _BASE, _LENGTH, _ATTRIBUTES, _PRODUCER_ID = 0, 1, 5, 9
 
@@ -152,13 +153,6 @@ class OffsetMap:
 # --- transactions -----------------------------------------------------------------------------
 
 
-def _control_type(batch) -> int:
-    """ABORT or COMMIT: the type in the key of a control batch's (only) record."""
-    for record in iter_records(batch):
-        if record.key is not None and len(record.key) >= _CONTROL_KEY.size:
-            return _CONTROL_KEY.unpack_from(record.key)[1]
-    return -1
-
 
 class _Transactions:
     """Which transactional batches were aborted, found from the markers in the log (Strom has
@@ -180,7 +174,7 @@ class _Transactions:
                 pid = h[_PRODUCER_ID]
                 offsets, types = self.markers.setdefault(pid, ([], []))
                 offsets.append(h[_BASE])
-                types.append(_control_type(os.pread(source.fd, h[_LENGTH] + LOG_OVERHEAD, pos)))
+                types.append(control_type(os.pread(source.fd, h[_LENGTH] + LOG_OVERHEAD, pos)))
                 self.open_first.pop(pid, None)
             elif attributes & TRANSACTIONAL_MASK:
                 self.open_first.setdefault(h[_PRODUCER_ID], h[_BASE])
@@ -193,7 +187,7 @@ class _Transactions:
     def aborted(self, header: BatchHeader) -> bool:
         offsets, types = self.markers.get(header.producer_id, ((), ()))
         i = bisect_right(offsets, header.base_offset)
-        return i < len(offsets) and types[i] == ABORT
+        return i < len(offsets) and types[i] == CONTROL_ABORT
 
     def on_data_batch(self, header: BatchHeader) -> bool:
         """While cleaning: note a transactional batch; True if it is aborted (drop it)."""
@@ -205,14 +199,14 @@ class _Transactions:
         self._read_committed.add(header.producer_id)
         return False
 
-    def on_marker(self, header: BatchHeader, control_type: int) -> bool:
+    def on_marker(self, header: BatchHeader, kind: int) -> bool:
         """While cleaning: True if the marker's transaction has no batch left before it."""
         pid = header.producer_id
-        if control_type == ABORT:
+        if kind == CONTROL_ABORT:
             had_data = pid in self._read_aborted
             self._read_aborted.discard(pid)
             return not had_data
-        if control_type == COMMIT:
+        if kind == CONTROL_COMMIT:
             had_data = pid in self._read_committed
             self._read_committed.discard(pid)
             return not had_data
@@ -540,7 +534,7 @@ class Cleaner:
                       and job.producer_last_offsets.get(header.producer_id) == header.last_offset)
         result.records_read += header.record_count
         if header.attributes & CONTROL_MASK:
-            empty_txn = txns.on_marker(header, _control_type(batch))
+            empty_txn = txns.on_marker(header, control_type(batch))
             if empty_txn and past_horizon and not keep_empty:
                 return None
             self._note_horizon(result, horizon)

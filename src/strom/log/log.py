@@ -30,6 +30,7 @@ from strom.log.segment import (
     scan_headers,
     segment_name,
 )
+from strom.log.txn_index import AbortedTxn
 from strom.protocol.errors import OffsetOutOfRangeError, StorageError
 from strom.protocol.records import BatchHeader, assign_offsets, validate_batches
 
@@ -352,6 +353,35 @@ class Log:
                 return FetchSlice(segment.fd, found[0], found[1], segment)
             i += 1  # `offset` fell in a gap: the next segment holds the next batch
         return self._empty_slice()
+
+    # -- transactions
+
+    def add_aborted_txn(self, txn: AbortedTxn) -> None:
+        """Index an aborted transaction in the segment holding its abort marker."""
+        segments = self._segments
+        i = max(bisect_right(segments, txn.last_offset, key=_segment_base) - 1, 0)
+        try:
+            segments[i].txn_index.append(txn)
+        except OSError as e:
+            raise self._io_error(e) from e
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [fetch_offset, upper_bound): their markers are at or
+        after `fetch_offset`, so only that segment and later ones are asked."""
+        segments = self._segments
+        i = max(bisect_right(segments, fetch_offset, key=_segment_base) - 1, 0)
+        out: list[AbortedTxn] = []
+        for segment in segments[i:]:
+            try:
+                found = segment.txn_index.collect(fetch_offset, upper_bound)
+            except OSError as e:
+                raise self._io_error(e) from e
+            out += found
+            # An abort after which the stable offset passed the bound: no later marker can
+            # belong to a transaction that started below the bound (Kafka's isComplete).
+            if any(t.last_stable_offset >= upper_bound for t in found):
+                break
+        return out
 
     def _empty_slice(self) -> FetchSlice:
         active = self._segments[-1]

@@ -1,10 +1,16 @@
-"""Idempotent producers: per partition, each producer's epoch and its last five batches.
+"""Idempotent and transactional producers: per partition, each producer's epoch, its last five
+batches and its open transaction.
 
 Kafka de-duplicates retried batches by (producer id, epoch, sequence range): a retry of one of
 the last five batches is answered with the offsets it got the first time instead of being
 written again, and a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER. The state lives next to
 the segments as `<offset>.snapshot` files (the state as of that offset) and is rebuilt on
 start-up from the newest usable snapshot plus the batch headers written after it.
+
+A transactional producer's first batch in a partition opens its transaction there; the
+transaction marker (a control batch written by the transaction coordinator) closes it. The
+first offset of the earliest open transaction bounds the last stable offset (LSO) that
+read_committed consumers may read up to; an abort becomes an entry of the transaction index.
 
 Snapshot format (big endian, as Kafka's ProducerStateManager writes it): version i16,
 crc32c u32 over the rest, entry count i32, then per producer: producer id i64, epoch i16,
@@ -23,8 +29,15 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from strom.log.txn_index import AbortedTxn
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.protocol.records import HEADER_SIZE, BatchHeader, read_header
+from strom.protocol.records import (
+    CONTROL_COMMIT,
+    HEADER_SIZE,
+    BatchHeader,
+    control_type,
+    read_header,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +63,8 @@ class ProducerStateEntry:
     producer_id: int
     producer_epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+    coordinator_epoch: int = -1  # of the last marker: older coordinators are fenced
+    current_txn_first_offset: int = -1  # -1: no transaction open in this partition
 
     @property
     def last_seq(self) -> int:
@@ -75,6 +90,12 @@ class ProducerStateManager:
     def __init__(self, dir: Path) -> None:
         self.dir = dir
         self.producers: dict[int, ProducerStateEntry] = {}
+        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest open transaction (None: everything is decided)."""
+        return min(self.ongoing.values(), default=None)
 
     def check(self, header: BatchHeader) -> BatchMetadata | None:
         """Validate an idempotent batch before it is written. Returns the earlier batch when
@@ -103,14 +124,56 @@ class ProducerStateManager:
         return None
 
     def update(self, header: BatchHeader, first_offset: int) -> None:
-        """Record a batch written at `first_offset` (its assigned base offset)."""
-        entry = self.producers.get(header.producer_id)
-        if entry is None or header.producer_epoch > entry.producer_epoch:
-            entry = ProducerStateEntry(header.producer_id, header.producer_epoch)
-            self.producers[header.producer_id] = entry
-        entry.batches.append(BatchMetadata(
-            header.base_sequence, _last_seq(header), first_offset,
-            first_offset + header.last_offset_delta, header.max_timestamp))
+        """Record a data batch written at `first_offset` (its assigned base offset)."""
+        entry = self._entry(header.producer_id, header.producer_epoch)
+        if header.base_sequence >= 0:  # coordinator writes (transactional offsets) carry none
+            entry.batches.append(BatchMetadata(
+                header.base_sequence, _last_seq(header), first_offset,
+                first_offset + header.last_offset_delta, header.max_timestamp))
+        if header.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
+            self.ongoing[header.producer_id] = first_offset
+
+    def _entry(self, producer_id: int, epoch: int) -> ProducerStateEntry:
+        """The producer's entry, reset when `epoch` is newer (its batches are of no use then;
+        an open transaction stays open until its marker)."""
+        entry = self.producers.get(producer_id)
+        if entry is None or epoch > entry.producer_epoch:
+            fresh = ProducerStateEntry(producer_id, epoch)
+            if entry is not None:
+                fresh.coordinator_epoch = entry.coordinator_epoch
+                fresh.current_txn_first_offset = entry.current_txn_first_offset
+            self.producers[producer_id] = entry = fresh
+        return entry
+
+    # --- transaction markers ---------------------------------------------------------------
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """Refuse a marker from a fenced producer epoch or an older coordinator."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if epoch < entry.producer_epoch:
+            raise KafkaError(f"marker for producer {producer_id} has epoch {epoch}, older than "
+                             f"{entry.producer_epoch}", ErrorCode.INVALID_PRODUCER_EPOCH)
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaError(f"marker for producer {producer_id} comes from coordinator epoch "
+                             f"{coordinator_epoch}, older than {entry.coordinator_epoch}",
+                             ErrorCode.TRANSACTION_COORDINATOR_FENCED)
+
+    def complete_txn(self, producer_id: int, epoch: int, coordinator_epoch: int,
+                     marker_offset: int, committed: bool) -> AbortedTxn | None:
+        """Close the producer's transaction with the marker written at `marker_offset`.
+        Returns the transaction-index entry when an abort discarded data here."""
+        entry = self._entry(producer_id, epoch)
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        first = entry.current_txn_first_offset
+        entry.current_txn_first_offset = -1
+        self.ongoing.pop(producer_id, None)
+        if committed or first < 0:
+            return None
+        stable = self.first_unstable_offset
+        return AbortedTxn(producer_id, first, marker_offset,
+                          marker_offset + 1 if stable is None else stable)
 
     # --- snapshots -----------------------------------------------------------------------
     def snapshot_offsets(self) -> list[int]:
@@ -124,7 +187,8 @@ class ProducerStateManager:
             last = entry.batches[-1] if entry.batches else BatchMetadata(-1, -1, -1, -1, -1)
             body += _ENTRY.pack(entry.producer_id, entry.producer_epoch, last.last_seq,
                                 last.last_offset, last.last_offset - last.first_offset,
-                                last.timestamp, -1, -1)
+                                last.timestamp, entry.coordinator_epoch,
+                                entry.current_txn_first_offset)
         return struct.pack(">hI", 1, crc32c(bytes(body))) + body
 
     def write_snapshot(self, offset: int, data: bytes) -> Path:
@@ -145,7 +209,7 @@ class ProducerStateManager:
         """Load the newest readable snapshot at or below `log_end_offset` (newer ones describe
         data lost to truncation and are deleted); return its offset, or 0 when there is none.
         The caller then replays the batches from that offset with `update`."""
-        self.producers = {}
+        self.producers, self.ongoing = {}, {}
         for offset in reversed(self.snapshot_offsets()):
             path = self.dir / f"{offset:020d}{SNAPSHOT_SUFFIX}"
             if offset > log_end_offset:
@@ -153,6 +217,8 @@ class ProducerStateManager:
                 continue
             try:
                 self.producers = _read_snapshot(path)
+                self.ongoing = {pid: e.current_txn_first_offset for pid, e in self.producers.items()
+                                if e.current_txn_first_offset >= 0}
                 return offset
             except (OSError, ValueError, struct.error) as e:
                 log.warning("%s: unreadable producer snapshot %s (%s); trying an older one",
@@ -162,7 +228,8 @@ class ProducerStateManager:
 
     def rebuild(self, log) -> None:
         """State of `log` (a strom.log.Log): the newest snapshot, then the batch headers
-        written after it. Reads headers only; records are never decoded."""
+        written after it. Reads headers only; only transaction markers are decoded, and an
+        abort found here is indexed again if the transaction index lost it."""
         offset = max(self.load(log.log_end_offset), log.log_start_offset)
         while offset < log.log_end_offset:
             data = log.read(offset, 1 << 20, min_one_message=True).read_bytes()
@@ -172,7 +239,14 @@ class ProducerStateManager:
                 if pos + header.size > len(data):
                     break
                 if header.last_offset >= offset and header.producer_id >= 0:
-                    self.update(header, header.base_offset)
+                    if header.is_control:
+                        aborted = self.complete_txn(
+                            header.producer_id, header.producer_epoch, -1, header.base_offset,
+                            control_type(data, pos) == CONTROL_COMMIT)
+                        if aborted is not None:
+                            log.add_aborted_txn(aborted)
+                    else:
+                        self.update(header, header.base_offset)
                 offset = max(offset, header.last_offset + 1)
                 pos += header.size
             if pos == 0:
@@ -186,8 +260,10 @@ def _read_snapshot(path: Path) -> dict[int, ProducerStateEntry]:
         raise ValueError("bad version or checksum")
     producers = {}
     for i in range(count):
-        pid, epoch, last_seq, last_offset, delta, ts, _, _ = _ENTRY.unpack_from(data, 10 + i * _ENTRY.size)
-        entry = ProducerStateEntry(pid, epoch)
+        pid, epoch, last_seq, last_offset, delta, ts, coordinator_epoch, txn_first = _ENTRY.unpack_from(
+            data, 10 + i * _ENTRY.size)
+        entry = ProducerStateEntry(pid, epoch, coordinator_epoch=coordinator_epoch,
+                                   current_txn_first_offset=txn_first)
         if last_seq >= 0:
             first_seq = (last_seq - delta) % (INT_MAX + 1)
             entry.batches.append(BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset, ts))

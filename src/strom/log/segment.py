@@ -15,6 +15,7 @@ from pathlib import Path
 
 from strom.log.config import INT_MAX, LogConfig
 from strom.log.index import OffsetIndex, TimeIndex
+from strom.log.txn_index import TransactionIndex
 from strom.protocol.errors import StorageError
 from strom.protocol.records import (
     CURRENT_MAGIC,
@@ -106,6 +107,7 @@ class LogSegment:
             self.size = os.fstat(self.fd).st_size
             self.offset_index = OffsetIndex(self.dir / (stem + INDEX_SUFFIX), base_offset)
             self.time_index = TimeIndex(self.dir / (stem + TIME_INDEX_SUFFIX), base_offset)
+            self.txn_index = TransactionIndex(self.dir / (stem + TXN_INDEX_SUFFIX))
         except BaseException:
             os.close(self.fd)
             raise
@@ -278,6 +280,7 @@ class LogSegment:
         os.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     # -- reading
 
@@ -435,6 +438,7 @@ class LogSegment:
             time_entries.append((max_ts, max_off))
         self.offset_index.reset(entries)
         self.time_index.reset(time_entries)
+        self.txn_index.truncate_to(next_offset)  # markers past the cut are gone too
         self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_off
         self._next_offset = next_offset
         self._bytes_since_index = since
@@ -451,6 +455,7 @@ class LogSegment:
         self.size = pos
         self.offset_index.truncate_to_position(pos)
         self.time_index.truncate_to(h[_BASE])
+        self.txn_index.truncate_to(h[_BASE])
         # Rare path (follower truncation): recompute the max timestamp exactly.
         max_ts, max_off = NO_TIMESTAMP, self.base_offset
         next_offset = self.base_offset

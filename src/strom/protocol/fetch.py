@@ -17,6 +17,7 @@ from strom.protocol.varint import write_uvarint
 
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqqq")  # index, error, high watermark, last stable, log start
+_ABORTED = struct.Struct(">qq")  # producer id, first offset
 FLEXIBLE_FROM = 12
 
 
@@ -28,6 +29,8 @@ class PartitionData:
     last_stable_offset: int
     log_start_offset: int
     records: Any = None  # a region with .size, or None for an empty record set
+    # (producer id, first offset) of aborted transactions, for read_committed; None -> null
+    aborted_transactions: Sequence[tuple[int, int]] | None = None
 
 
 
@@ -65,7 +68,13 @@ def encode_fetch_response(
             head += _PARTITION_HEAD.pack(p.index, p.error_code, p.high_watermark,
                                          p.last_stable_offset, p.log_start_offset)[
                 : 22 if version < 5 else None]  # log_start_offset arrives in v5
-            head += b"\x00" if flexible else _I32.pack(-1)  # aborted_transactions: null
+            aborted = p.aborted_transactions
+            if aborted is None:
+                head += b"\x00" if flexible else _I32.pack(-1)
+            else:
+                head += _array_len(len(aborted), flexible)
+                for producer_id, first_offset in aborted:
+                    head += _ABORTED.pack(producer_id, first_offset) + tags
             if version >= 11:
                 head += _I32.pack(-1)  # preferred_read_replica
             n = 0 if p.records is None else p.records.size

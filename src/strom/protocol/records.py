@@ -248,6 +248,8 @@ def build_batch(
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
 ) -> bytes:
     """Encode one RecordBatch v2 (for tools and tests; the broker never builds batches).
 
@@ -271,11 +273,37 @@ def build_batch(
         body += write_varint(len(fields)) + fields
     payload = compression.compress(codec, bytes(body))
     last_delta = (records[-1].offset - base_offset) if records and isinstance(records[-1], Record) else len(records) - 1
+    attributes = codec | (TRANSACTIONAL_MASK if transactional else 0) | (CONTROL_MASK if control else 0)
     tail = struct.pack(
-        ">hiqqqhii", codec, last_delta, timestamp, max_ts,
+        ">hiqqqhii", attributes, last_delta, timestamp, max_ts,
         producer_id, producer_epoch, base_sequence, len(records),
     ) + payload
     crc = crc32c(tail)
     return _OFFSET_AND_LENGTH.pack(base_offset, HEADER_SIZE - LOG_OVERHEAD + len(payload)) + struct.pack(
         ">iBI", 0, CURRENT_MAGIC, crc
     ) + tail
+
+
+# --- transaction markers ------------------------------------------------------------------------
+# A control batch holds one record: key = version i16 (0) + type i16, value = version i16 (0) +
+# coordinator epoch i32 (Kafka's EndTransactionMarker).
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+
+
+def build_marker_batch(producer_id: int, producer_epoch: int, committed: bool,
+                       coordinator_epoch: int, timestamp: int) -> bytes:
+    """The control batch that ends a transaction in one partition."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if committed else CONTROL_ABORT)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    return build_batch([(key, value)], timestamp=timestamp, producer_id=producer_id,
+                       producer_epoch=producer_epoch, transactional=True, control=True)
+
+
+def control_type(batch, pos: int = 0) -> int:
+    """CONTROL_ABORT or CONTROL_COMMIT for the control batch at `pos` (-1 if unreadable)."""
+    for record in iter_records(batch, pos):
+        if record.key is not None and len(record.key) >= _CONTROL_KEY.size:
+            return _CONTROL_KEY.unpack_from(record.key)[1]
+    return -1

@@ -18,9 +18,12 @@ from strom.controller.controller import Controller, TopicMetadata
 from strom.controller.store import LocalMetadataStore
 from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 from strom.coordinator.group import GroupCoordinator, create_group_coordinator
+from strom.coordinator.transaction.coordinator import TransactionCoordinator
+from strom.coordinator.transaction.manager import TransactionStateManager
 from strom.coordinator.transaction.producer_id_manager import ProducerIdManager
 from strom.log.config import LogConfig
 from strom.log.manager import LogManager
+from strom.protocol.errors import ErrorCode
 from strom.server.apis import load_all
 from strom.server.config import BrokerConfig, Listener
 from strom.server.dynamic_config import DynamicBrokerConfig
@@ -55,6 +58,7 @@ class Broker:
         self.socket_server = SocketServer(self, config["socket.request.max.bytes"])
         self.controller: Controller | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.txn_coordinator: TransactionCoordinator | None = None
         self.cluster_id = ""
         self.advertised: list[Listener] = []
         self._tasks: list[asyncio.Task] = []
@@ -75,6 +79,8 @@ class Broker:
         self._delete_orphan_logs()
         self.group_coordinator = create_group_coordinator(self)
         self.group_coordinator.startup(self.group_coordinator.store.load())  # before serving
+        self.txn_coordinator = self._create_txn_coordinator()
+        self.txn_coordinator.startup(self.txn_coordinator.store.load())  # finishes prepared ones
         await self.socket_server.start(self.config.listeners, self.config["socket.send.buffer.bytes"],
                                        self.config["socket.receive.buffer.bytes"])
         self.advertised = self._advertised_listeners()
@@ -83,6 +89,9 @@ class Broker:
                        self.config["log.flush.offset.checkpoint.interval.ms"], self._checkpoint)
         self._schedule("group-metadata-expiration", self.config["offsets.retention.check.interval.ms"],
                        self.group_coordinator.cleanup_group_metadata)
+        self._schedule("transaction-abort", self.config[
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms"],
+            self.txn_coordinator.abort_timed_out)
         self.log_services.start()
         self.state = BrokerState.RUNNING
 
@@ -94,6 +103,8 @@ class Broker:
         await self.socket_server.stop_accepting()
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()  # held-back JoinGroup/SyncGroup: NOT_COORDINATOR
+        if self.txn_coordinator is not None:
+            self.txn_coordinator.shutdown()
         for key in list(self.replica_manager.partitions):
             self.replica_manager.fetch_purgatory.wake(key)  # long polls answer now
         await self.socket_server.drain(timeout=10)
@@ -143,6 +154,27 @@ class Broker:
 
         if snapshots:
             await asyncio.to_thread(write)
+
+    def _create_txn_coordinator(self) -> TransactionCoordinator:
+        def partitions() -> int:
+            topic = self.controller.topics.get(TRANSACTION_STATE_TOPIC)
+            return len(topic.partitions) if topic is not None else self.config["transaction.state.log.num.partitions"]
+
+        return TransactionCoordinator(TransactionStateManager(self.replica_manager, partitions),
+                                      self.producer_id_manager.generate, self.write_txn_markers,
+                                      self.config["transaction.max.timeout.ms"])
+
+    def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                          committed: bool, partitions) -> dict:
+        """WriteTxnMarkers for partitions this broker leads (the coordinator's marker channel,
+        and the API): write each marker, then let the group coordinator apply or drop offsets
+        the transaction committed to a `__consumer_offsets` partition."""
+        errors = self.replica_manager.write_txn_markers(producer_id, producer_epoch, coordinator_epoch,
+                                                        committed, partitions)
+        for (topic, index), error in errors.items():
+            if topic == GROUP_METADATA_TOPIC and error == ErrorCode.NONE:
+                self.group_coordinator.complete_txn(producer_id, index, committed)
+        return errors
 
     def _delete_orphan_logs(self) -> None:
         """Logs on disk for topics the metadata no longer has (deleted while we were down)."""

@@ -178,6 +178,11 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "offsets.load.buffer.size": (_int(1), "5242880"),
     "offset.metadata.max.bytes": (_int(0), "4096"),
     "transaction.state.log.segment.bytes": (_int(1), "104857600"),
+    # Transaction coordinator.
+    "transaction.max.timeout.ms": (_int(1), "900000"),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (_int(1), "10000"),
+    "transactional.id.expiration.ms": (_int(1), "604800000"),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (_int(1), "3600000"),
     "group.coordinator.rebalance.protocols": (_str, "classic,consumer"),
     "group.consumer.session.timeout.ms": (_int(1), "45000"),
     "group.consumer.min.session.timeout.ms": (_int(1), "45000"),

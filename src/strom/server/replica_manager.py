@@ -9,6 +9,7 @@ write is in the log.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -17,8 +18,9 @@ from strom.log.config import LogConfig
 from strom.log.log import AppendInfo, FetchSlice, Log
 from strom.log.manager import LogManager
 from strom.log.producer_state import ProducerStateManager
+from strom.log.txn_index import AbortedTxn
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.protocol.records import HEADER_SIZE, read_header, validate_batches
+from strom.protocol.records import build_marker_batch, validate_batches
 from strom.server.purgatory import Purgatory
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,15 @@ class Partition:
             return True
         return False
 
-    def append_records_to_leader(self, records: bytearray, required_acks: int, min_insync: int):
+    @property
+    def last_stable_offset(self) -> int:
+        """What read_committed consumers may read up to: the high watermark, or the first
+        offset of the earliest open transaction if that is lower."""
+        unstable = self.producer_state.first_unstable_offset
+        hw = self.high_watermark
+        return hw if unstable is None or unstable > hw else unstable
+
+    def _check_leader(self, required_acks: int, min_insync: int) -> None:
         if not self.is_leader:
             raise KafkaError("this broker is not the leader", ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if required_acks == -1 and len(self.isr) < min_insync:
@@ -72,20 +82,45 @@ class Partition:
                 f"ISR {self.isr} is smaller than min.insync.replicas={min_insync}",
                 ErrorCode.NOT_ENOUGH_REPLICAS,
             )
-        idempotent = len(records) >= HEADER_SIZE and read_header(records).producer_id >= 0
-        if not idempotent:
-            info = self.log.append(records, leader_epoch=self.leader_epoch)
+
+    def append_records_to_leader(self, records: bytearray, required_acks: int, min_insync: int,
+                                 from_client: bool = True) -> AppendInfo:
+        """Append a record set; `from_client` False for coordinators' own writes (transactional
+        offset commits), which carry no sequence numbers to check."""
+        self._check_leader(required_acks, min_insync)
+        batches = validate_batches(records, self.log.config.max_message_bytes)
+        headers = [h for _, h in batches]
+        if headers[0].producer_id < 0 and len(headers) == 1 and not headers[0].is_control:
+            info = self.log.append(records, leader_epoch=self.leader_epoch, batches=batches)
         else:
-            batches = validate_batches(records, self.log.config.max_message_bytes)
-            headers = [h for _, h in batches]
-            duplicate = self._check_sequences(headers)
-            if duplicate is not None:
-                return duplicate
+            if any(h.is_control for h in headers):
+                raise KafkaError("control batches are written by the transaction coordinator, "
+                                 "not by clients", ErrorCode.INVALID_RECORD)
+            if from_client and headers[0].producer_id >= 0:
+                duplicate = self._check_sequences(headers)
+                if duplicate is not None:
+                    return duplicate
             info = self.log.append(records, leader_epoch=self.leader_epoch, batches=batches)
             offset = info.first_offset
             for header in headers:
-                self.producer_state.update(header, offset)
+                if header.producer_id >= 0:
+                    self.producer_state.update(header, offset)
                 offset += header.last_offset_delta + 1
+        self.maybe_increment_high_watermark()
+        return info
+
+    def append_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                          committed: bool) -> AppendInfo:
+        """Write the marker that commits or aborts the producer's transaction here."""
+        self._check_leader(1, 1)
+        self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        batch = bytearray(build_marker_batch(producer_id, producer_epoch, committed,
+                                             coordinator_epoch, int(time.time() * 1000)))
+        info = self.log.append(batch, leader_epoch=self.leader_epoch)
+        aborted = self.producer_state.complete_txn(producer_id, producer_epoch, coordinator_epoch,
+                                                   info.first_offset, committed)
+        if aborted is not None:
+            self.log.add_aborted_txn(aborted)
         self.maybe_increment_high_watermark()
         return info
 
@@ -133,6 +168,8 @@ class ReadResult:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: FetchSlice | None = None
+    last_stable_offset: int = -1
+    aborted: list[AbortedTxn] | None = None  # read_committed only
 
 
 class ReplicaManager:
@@ -164,8 +201,8 @@ class ReplicaManager:
             self.log_manager.delete_log(topic, index)
         self.fetch_purgatory.wake((topic, index))
 
-    def append_records(self, required_acks: int, entries: Iterable[tuple[TopicPartition, bytearray]]
-                       ) -> dict[TopicPartition, ProduceResult]:
+    def append_records(self, required_acks: int, entries: Iterable[tuple[TopicPartition, bytearray]],
+                       from_client: bool = True) -> dict[TopicPartition, ProduceResult]:
         results: dict[TopicPartition, ProduceResult] = {}
         for tp, records in entries:
             partition = self.partitions.get(tp)
@@ -174,7 +211,7 @@ class ReplicaManager:
                 continue
             try:
                 info = partition.append_records_to_leader(
-                    records, required_acks, partition.log.config.min_insync_replicas)
+                    records, required_acks, partition.log.config.min_insync_replicas, from_client)
             except KafkaError as e:
                 log.warning("produce to %s-%d rejected: %s (%s)", tp[0], tp[1], e.code.name, e)
                 results[tp] = ProduceResult(e.code, message=str(e) or None)
@@ -192,6 +229,32 @@ class ReplicaManager:
             self.fetch_purgatory.wake(tp)
         return results
 
+    def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                          committed: bool, partitions: Iterable[TopicPartition]
+                          ) -> dict[TopicPartition, ErrorCode]:
+        """Write one transaction's markers to the partitions this broker leads (the local half
+        of WriteTxnMarkers)."""
+        errors: dict[TopicPartition, ErrorCode] = {}
+        for tp in partitions:
+            partition = self.partitions.get(tp)
+            if partition is None:
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            try:
+                partition.append_txn_marker(producer_id, producer_epoch, coordinator_epoch, committed)
+            except KafkaError as e:
+                log.warning("transaction marker for producer %d in %s-%d rejected: %s (%s)",
+                            producer_id, tp[0], tp[1], e.code.name, e)
+                errors[tp] = e.code
+                continue
+            except OSError as e:
+                log.error("transaction marker in %s-%d failed writing the log: %s", tp[0], tp[1], e)
+                errors[tp] = ErrorCode.KAFKA_STORAGE_ERROR
+                continue
+            errors[tp] = ErrorCode.NONE
+            self.fetch_purgatory.wake(tp)
+        return errors
+
     async def await_flushes(self, results: dict[TopicPartition, ProduceResult]) -> None:
         """Hold a produce response until the fsyncs that flush.messages started are done, as
         Kafka's synchronous flush would; a failed fsync becomes KAFKA_STORAGE_ERROR."""
@@ -204,14 +267,22 @@ class ReplicaManager:
             except OSError as e:
                 result.error, result.message = ErrorCode.KAFKA_STORAGE_ERROR, str(e)
 
-    def read(self, tp: TopicPartition, offset: int, max_bytes: int, min_one_message: bool) -> ReadResult:
+    def read(self, tp: TopicPartition, offset: int, max_bytes: int, min_one_message: bool,
+             read_committed: bool = False) -> ReadResult:
+        """Read from the leader up to the high watermark, or for read_committed up to the last
+        stable offset, with the aborted transactions the client must skip."""
         partition = self.partitions.get(tp)
         if partition is None:
             return ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         log_ = partition.log
         hw = partition.high_watermark
+        lso = partition.last_stable_offset
         try:
-            records = log_.read(offset, max_bytes, max_offset=hw, min_one_message=min_one_message)
+            records = log_.read(offset, max_bytes, max_offset=lso if read_committed else hw,
+                                min_one_message=min_one_message)
+            aborted = (log_.collect_aborted_txns(offset, lso)
+                       if read_committed and records.size else None)
         except KafkaError as e:
-            return ReadResult(e.code, hw, log_.log_start_offset)
-        return ReadResult(ErrorCode.NONE, hw, log_.log_start_offset, records)
+            return ReadResult(e.code, hw, log_.log_start_offset, last_stable_offset=lso)
+        return ReadResult(ErrorCode.NONE, hw, log_.log_start_offset, records, lso,
+                          [] if read_committed and aborted is None else aborted)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from strom.coordinator.group.config import CLASSIC, GroupConfig
-from strom.coordinator.group.manager import LoadedState
+from strom.coordinator.group.manager import LoadedState, PendingTxnOffsets
 from strom.coordinator.group.member import (
     JoinCallback,
     JoinGroupResult,
@@ -46,6 +46,7 @@ from strom.protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 11, 12, 13, 14
+TXN_OFFSET_COMMIT = 28
 DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 42, 47
 # Api keys whose group id may be empty (Kafka keeps this for offset storage without groups and
 # so that admins can see and delete the "" group).
@@ -86,6 +87,9 @@ class GroupStore(Protocol):
                       ) -> ErrorCode: ...
     def store_tombstones(self, group_id: str, partitions: Iterable[TopicPartition], group: bool
                          ) -> ErrorCode: ...
+    def store_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                          offsets: dict[TopicPartition, OffsetAndMetadata]) -> ErrorCode: ...
+    def partition_for(self, group_id: str) -> int: ...
 
 
 @dataclass(slots=True)
@@ -133,6 +137,8 @@ class GroupCoordinator:
         self.store = store
         self.scheduler: Scheduler = scheduler or LoopScheduler()
         self.groups: dict[str, Group] = {}
+        # Offsets committed inside open transactions: producer id -> group -> offsets.
+        self.pending_txn_offsets: PendingTxnOffsets = {}
         self.active = False
         self.consumer_groups: Any = None  # the KIP-848 side, attached by `consumer_group.py`
 
@@ -196,6 +202,7 @@ class GroupCoordinator:
             self.groups[group_id] = group
             for member in group.members.values():
                 self._schedule_heartbeat(group, member)
+        self.pending_txn_offsets = loaded.pending_txn_offsets
         if self.groups:
             log.info("loaded %d groups (%d records) from the group metadata topic",
                      len(self.groups), loaded.records)
@@ -865,6 +872,56 @@ class GroupCoordinator:
             group.offsets.update(accepted)
         results.update(dict.fromkeys(accepted, error))
         return results
+
+    # --- offsets inside transactions (TxnOffsetCommit) -------------------------------------------
+    def commit_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                           member_id: str, instance_id: str | None, generation_id: int,
+                           offsets: dict[TopicPartition, OffsetAndMetadata]
+                           ) -> dict[TopicPartition, ErrorCode]:
+        """Write offsets as part of the producer's transaction; they count once it commits."""
+        error = self.validate_group_status(group_id, TXN_OFFSET_COMMIT)
+        if error is None:
+            group = self.groups.get(group_id)
+            if group is None:
+                group = self.groups[group_id] = GroupMetadata(group_id, self._now())
+            if generation_id >= 0 or member_id:  # v3+: the producer's consumer must be current
+                if isinstance(group, GroupMetadata):
+                    error = self._validate_offset_commit(group, generation_id, member_id, instance_id)
+                else:
+                    error = self.consumer_groups.validate_commit(group, member_id, generation_id)
+        if error is not None:
+            return dict.fromkeys(offsets, error)
+        limit = self.config.offset_metadata_max_bytes
+        results = {tp: ErrorCode.OFFSET_METADATA_TOO_LARGE for tp, o in offsets.items()
+                   if len(o.metadata) > limit}
+        accepted = {tp: o for tp, o in offsets.items() if tp not in results}
+        if accepted:
+            error = self.store.store_txn_offsets(group_id, producer_id, producer_epoch, accepted)
+            if error == ErrorCode.NONE:
+                self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(accepted)
+            results.update(dict.fromkeys(accepted, error))
+        return results
+
+    def complete_txn(self, producer_id: int, offsets_partition: int, committed: bool) -> None:
+        """The transaction marker reached `__consumer_offsets` partition `offsets_partition`:
+        the producer's pending offsets of the groups there are applied, or dropped."""
+        pending = self.pending_txn_offsets.get(producer_id)
+        if not pending:
+            return
+        for group_id in [g for g in pending if self.store.partition_for(g) == offsets_partition]:
+            offsets = pending.pop(group_id)
+            if committed:
+                group = self.groups.get(group_id)
+                if group is None:
+                    group = self.groups[group_id] = GroupMetadata(group_id, self._now())
+                group.offsets.update(offsets)
+        if not pending:
+            del self.pending_txn_offsets[producer_id]
+
+    def has_pending_txn_offsets(self, group_id: str, tp: TopicPartition) -> bool:
+        """True if an open transaction committed an offset of `tp` for the group (OffsetFetch
+        with require_stable answers UNSTABLE_OFFSET_COMMIT then)."""
+        return any(tp in groups.get(group_id, ()) for groups in self.pending_txn_offsets.values())
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
                       ) -> tuple[ErrorCode, dict[TopicPartition, OffsetAndMetadata | None]]:

@@ -3,38 +3,29 @@
 Writes go through the partition leader's log with acks=-1, exactly as a producer's would, so
 a committed offset or a stored assignment is as durable as produced data (in the page cache
 before the response; it survives `kill -9`). Reads happen once, at start-up: the whole log of
-each partition is replayed, the latest record per key wins and a tombstone deletes. The log is
-compacted by the log cleaner, not here.
+each partition is replayed, the latest record per key wins and a tombstone deletes; offsets
+committed inside a transaction count once its commit marker follows. The log is compacted by
+the log cleaner, not here.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from strom.coordinator import GROUP_METADATA_TOPIC, partition_for
+from strom.coordinator import GROUP_METADATA_TOPIC, log_store, partition_for
 from strom.coordinator.group import records as schema
 from strom.coordinator.group.records import GroupMetadataValue, OffsetAndMetadata
+from strom.coordinator.schema import RecordFormatError
 from strom.protocol.errors import ErrorCode
-from strom.protocol.records import HEADER_SIZE, build_batch, iter_records, read_header
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-_READ_CHUNK = 4 << 20
-
-# How Kafka reports a failed append of group metadata or offsets to the client.
-_STORE_ERRORS = {
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
-}
 _TOO_LARGE = {ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE}
+# Offsets committed inside transactions, not yet decided: producer id -> group -> offsets.
+PendingTxnOffsets = dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]]
 
 
 @dataclass(slots=True)
@@ -44,6 +35,7 @@ class LoadedState:
 
     groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
+    pending_txn_offsets: PendingTxnOffsets = field(default_factory=dict)
     records: int = 0
 
 
@@ -62,19 +54,20 @@ class GroupMetadataManager:
         return partition is not None and partition.is_leader
 
     # --- writing ------------------------------------------------------------------------------
-    def _append(self, group_id: str, entries: list[tuple[bytes, bytes | None]], offsets: bool) -> ErrorCode:
+    def _append(self, group_id: str, entries: list[tuple[bytes, bytes | None]], offsets: bool,
+                producer_id: int = -1, producer_epoch: int = -1) -> ErrorCode:
         if not entries:
             return ErrorCode.NONE
         tp = (GROUP_METADATA_TOPIC, self.partition_for(group_id))
-        batch = bytearray(build_batch(entries, timestamp=int(time.time() * 1000)))
-        error = self.replica_manager.append_records(-1, [(tp, batch)])[tp].error
+        error = log_store.append(self.replica_manager, tp, entries, producer_id=producer_id,
+                                 producer_epoch=producer_epoch)
         if error == ErrorCode.NONE:
             return error
         log.warning("appending %s of group %s to %s-%d failed: %s",
                     "offsets" if offsets else "metadata", group_id, tp[0], tp[1], error.name)
         if error in _TOO_LARGE:
             return ErrorCode.INVALID_COMMIT_OFFSET_SIZE if offsets else ErrorCode.UNKNOWN_SERVER_ERROR
-        return _STORE_ERRORS.get(error, error)
+        return log_store.STORE_ERRORS.get(error, error)
 
     def store_group(self, value: GroupMetadataValue, group_id: str) -> ErrorCode:
         return self._append(group_id, [(schema.group_metadata_key(group_id),
@@ -84,6 +77,15 @@ class GroupMetadataManager:
         entries = [(schema.offset_commit_key(group_id, t, p), schema.offset_commit_value(v))
                    for (t, p), v in offsets.items()]
         return self._append(group_id, entries, offsets=True)
+
+    def store_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                          offsets: dict[TopicPartition, OffsetAndMetadata]) -> ErrorCode:
+        """Offsets committed inside a transaction: a transactional batch, applied only when the
+        transaction's commit marker reaches this partition."""
+        entries = [(schema.offset_commit_key(group_id, t, p), schema.offset_commit_value(v))
+                   for (t, p), v in offsets.items()]
+        return self._append(group_id, entries, offsets=True, producer_id=producer_id,
+                            producer_epoch=producer_epoch)
 
     def store_tombstones(self, group_id: str, partitions: Iterable[TopicPartition],
                          group: bool) -> ErrorCode:
@@ -105,11 +107,23 @@ class GroupMetadataManager:
         return state
 
     def _replay(self, log_, state: LoadedState) -> None:
-        for key, value in _records(log_):
+        for item in log_store.replay(log_):
+            pid = item.header.producer_id
+            if item.key is None:  # a transaction marker: its offsets become real, or vanish
+                for group, offsets in state.pending_txn_offsets.pop(pid, {}).items():
+                    if item.committed:
+                        state.offsets.setdefault(group, {}).update(offsets)
+                continue
             state.records += 1
             try:
-                self._apply(schema.read_key(key), value, state)
-            except (schema.RecordFormatError, ValueError) as e:
+                key = schema.read_key(item.key)
+                if item.header.is_transactional and isinstance(key, schema.OffsetCommitKey):
+                    if item.value is not None:
+                        state.pending_txn_offsets.setdefault(pid, {}).setdefault(key.group, {})[
+                            (key.topic, key.partition)] = schema.read_offset_commit_value(item.value)
+                else:
+                    self._apply(key, item.value, state)
+            except (RecordFormatError, ValueError) as e:
                 log.warning("skipping an unreadable record in %s: %s", log_.name, e)
 
     @staticmethod
@@ -126,25 +140,3 @@ class GroupMetadataManager:
                 state.groups.pop(key.group, None)
             else:
                 state.groups[key.group] = schema.read_group_metadata_value(value)
-
-
-def _records(log_) -> Iterator[tuple[bytes, bytes | None]]:
-    """(key, value) of every data record of a log, in offset order."""
-    offset, end = log_.log_start_offset, log_.log_end_offset
-    while offset < end:
-        data = log_.read(offset, _READ_CHUNK, min_one_message=True).read_bytes()
-        if not data:
-            return
-        pos = 0
-        while pos + HEADER_SIZE <= len(data):
-            header = read_header(data, pos)
-            if pos + header.size > len(data):
-                break
-            if not header.is_control:
-                for record in iter_records(data, pos):
-                    if record.key is not None and record.offset >= offset:
-                        yield record.key, record.value
-            offset = header.base_offset + header.last_offset_delta + 1
-            pos += header.size
-        if pos == 0:
-            return  # a batch larger than the chunk would need min_one_message; never loop forever

@@ -15,22 +15,15 @@ a log written by Kafka loads here and the other way round.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 
-from strom.protocol.varint import VarintError, read_uvarint, skip_tagged_fields
+from strom.coordinator.schema import Reader, RecordFormatError, Writer
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
 OFFSET_COMMIT_VALUE_VERSION_EXPIRE = 1  # the only version with an expire timestamp
 GROUP_METADATA_VALUE_VERSION = 3
-
-_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
-
-
-class RecordFormatError(ValueError):
-    """A key or value that does not parse as the version it claims."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,59 +79,27 @@ class GroupMetadataValue:
 
 
 # --- writing (non-flexible versions only: those are what Kafka 3.x writes) -----------------------
-class _Writer:
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def int16(self, v: int) -> _Writer:
-        self.buf += _I16.pack(v)
-        return self
-
-    def int32(self, v: int) -> _Writer:
-        self.buf += _I32.pack(v)
-        return self
-
-    def int64(self, v: int) -> _Writer:
-        self.buf += _I64.pack(v)
-        return self
-
-    def string(self, v: str | None) -> _Writer:
-        if v is None:
-            return self.int16(-1)
-        data = v.encode()
-        self.int16(len(data))
-        self.buf += data
-        return self
-
-    def bytes_(self, v: bytes | None) -> _Writer:
-        if v is None:
-            return self.int32(-1)
-        self.int32(len(v))
-        self.buf += v
-        return self
-
-
 def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
-    w = _Writer().int16(OFFSET_COMMIT_KEY_VERSION).string(group).string(topic).int32(partition)
+    w = Writer().int16(OFFSET_COMMIT_KEY_VERSION).string(group).string(topic).int32(partition)
     return bytes(w.buf)
 
 
 def group_metadata_key(group: str) -> bytes:
-    return bytes(_Writer().int16(GROUP_METADATA_KEY_VERSION).string(group).buf)
+    return bytes(Writer().int16(GROUP_METADATA_KEY_VERSION).string(group).buf)
 
 
 def offset_commit_value(value: OffsetAndMetadata) -> bytes:
     if value.expire_timestamp is not None:
-        w = _Writer().int16(OFFSET_COMMIT_VALUE_VERSION_EXPIRE).int64(value.offset)
+        w = Writer().int16(OFFSET_COMMIT_VALUE_VERSION_EXPIRE).int64(value.offset)
         w.string(value.metadata).int64(value.commit_timestamp).int64(value.expire_timestamp)
     else:
-        w = _Writer().int16(OFFSET_COMMIT_VALUE_VERSION).int64(value.offset).int32(value.leader_epoch)
+        w = Writer().int16(OFFSET_COMMIT_VALUE_VERSION).int64(value.offset).int32(value.leader_epoch)
         w.string(value.metadata).int64(value.commit_timestamp)
     return bytes(w.buf)
 
 
 def group_metadata_value(value: GroupMetadataValue) -> bytes:
-    w = _Writer().int16(GROUP_METADATA_VALUE_VERSION)
+    w = Writer().int16(GROUP_METADATA_VALUE_VERSION)
     w.string(value.protocol_type).int32(value.generation).string(value.protocol).string(value.leader)
     w.int64(value.current_state_timestamp).int32(len(value.members))
     for m in value.members:
@@ -148,61 +109,8 @@ def group_metadata_value(value: GroupMetadataValue) -> bytes:
 
 
 # --- reading (every version, flexible ones included) ---------------------------------------------
-class _Reader:
-    def __init__(self, buf: bytes, flexible: bool = False) -> None:
-        self.buf = memoryview(buf)
-        self.pos = 0
-        self.flexible = flexible
-
-    def _take(self, n: int) -> memoryview:
-        if n < 0 or self.pos + n > len(self.buf):
-            raise RecordFormatError("record ends early")
-        out = self.buf[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def int16(self) -> int:
-        return _I16.unpack(self._take(2))[0]
-
-    def int32(self) -> int:
-        return _I32.unpack(self._take(4))[0]
-
-    def int64(self) -> int:
-        return _I64.unpack(self._take(8))[0]
-
-    def uvarint(self) -> int:
-        try:
-            value, self.pos = read_uvarint(self.buf, self.pos)
-        except VarintError as e:
-            raise RecordFormatError(str(e)) from None
-        return value
-
-    def _length(self, wide: bool) -> int:
-        if self.flexible:
-            return self.uvarint() - 1
-        return self.int32() if wide else self.int16()
-
-    def string(self) -> str | None:
-        n = self._length(wide=False)
-        return None if n < 0 else bytes(self._take(n)).decode("utf-8", "replace")
-
-    def bytes_(self) -> bytes | None:
-        n = self._length(wide=True)
-        return None if n < 0 else bytes(self._take(n))
-
-    def array_length(self) -> int:
-        return self._length(wide=True)
-
-    def tagged_fields(self) -> None:
-        if self.flexible:
-            try:
-                self.pos = skip_tagged_fields(self.buf, self.pos)
-            except VarintError as e:
-                raise RecordFormatError(str(e)) from None
-
-
 def read_key(key: bytes) -> OffsetCommitKey | GroupMetadataKey | OtherKey:
-    r = _Reader(key)
+    r = Reader(key)
     version = r.int16()
     if version in (0, 1):
         return OffsetCommitKey(r.string() or "", r.string() or "", r.int32())
@@ -212,7 +120,7 @@ def read_key(key: bytes) -> OffsetCommitKey | GroupMetadataKey | OtherKey:
 
 
 def read_offset_commit_value(value: bytes) -> OffsetAndMetadata:
-    r = _Reader(value)
+    r = Reader(value)
     version = r.int16()
     if not 0 <= version <= 4:
         raise RecordFormatError(f"unknown offset commit value version {version}")
@@ -228,7 +136,7 @@ def read_offset_commit_value(value: bytes) -> OffsetAndMetadata:
 
 
 def read_group_metadata_value(value: bytes) -> GroupMetadataValue:
-    r = _Reader(value)
+    r = Reader(value)
     version = r.int16()
     if not 0 <= version <= 4:
         raise RecordFormatError(f"unknown group metadata value version {version}")

@@ -75,4 +75,5 @@ def load_all() -> None:
         produce,
         producer_id,
         topics,
+        transactions,
     )

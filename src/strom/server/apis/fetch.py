@@ -1,4 +1,5 @@
-"""Fetch: read from leader logs up to the high watermark, long-polling through the purgatory.
+"""Fetch: read from leader logs up to the high watermark (read_committed: the last stable
+offset, with the aborted transactions in range), long-polling through the purgatory.
 
 The first read happens at once; if it brings fewer than `min_bytes` and `max_wait_ms` allows,
 the request waits until an append to one of its partitions or the deadline, then reads again.
@@ -14,12 +15,14 @@ from strom.protocol.fetch import PartitionData, encode_fetch_response
 from strom.server.apis import RawResponse, RequestContext, api
 
 FETCH = 1
+READ_COMMITTED = 1  # isolation_level: read up to the last stable offset, skip aborted data
 
 
 def _read_all(broker, request, wanted) -> tuple[list[tuple[str, list[PartitionData]]], int, bool]:
     rm = broker.replica_manager
     remaining = request.max_bytes
     topics, total, errors = [], 0, False
+    read_committed = request.isolation_level == READ_COMMITTED
     for topic, partitions in wanted:
         out = []
         for p in partitions:
@@ -27,14 +30,18 @@ def _read_all(broker, request, wanted) -> tuple[list[tuple[str, list[PartitionDa
             limit = max(0, min(p.partition_max_bytes, remaining))
             # Kafka returns at least one whole batch, once per response, so that a batch larger
             # than the limits cannot stall a consumer.
-            result = rm.read(tp, p.fetch_offset, limit, min_one_message=total == 0)
+            result = rm.read(tp, p.fetch_offset, limit, min_one_message=total == 0,
+                             read_committed=read_committed)
             records = result.records if result.records is not None and result.records.size else None
             size = records.size if records is not None else 0
             total += size
             remaining -= size
             errors |= result.error != ErrorCode.NONE
+            aborted = None if result.aborted is None else [
+                (t.producer_id, t.first_offset) for t in result.aborted]
             out.append(PartitionData(p.partition, result.error, result.high_watermark,
-                                     result.high_watermark, result.log_start_offset, records))
+                                     result.last_stable_offset, result.log_start_offset, records,
+                                     aborted))
         topics.append((topic, out))
     return topics, total, errors
 

@@ -1,4 +1,7 @@
-"""ListOffsets: earliest, latest, max timestamp, or the first offset at or after a timestamp."""
+"""ListOffsets: earliest, latest, max timestamp, or the first offset at or after a timestamp.
+
+Offsets stop at the high watermark, or for read_committed (isolation_level 1) at the last
+stable offset, as in Kafka."""
 
 from __future__ import annotations
 
@@ -25,10 +28,10 @@ def _epoch_of(partition, offset: int) -> int:
     return read_header(os.pread(found.fd, HEADER_SIZE, found.position)).partition_leader_epoch
 
 
-def _lookup(partition, timestamp: int) -> tuple[int, int, int]:
+def _lookup(partition, timestamp: int, read_committed: bool) -> tuple[int, int, int]:
     """(timestamp, offset, leader epoch) as Kafka answers; offset -1 where no record qualifies."""
     log = partition.log
-    hw = partition.high_watermark
+    hw = partition.last_stable_offset if read_committed else partition.high_watermark
     if timestamp == LATEST:
         return -1, hw, partition.leader_epoch
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
@@ -63,7 +66,7 @@ async def handle_list_offsets(broker, ctx: RequestContext, request) -> dict:
             elif partition is None:
                 entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
-                entry["timestamp"], entry["offset"], entry["leader_epoch"] = _lookup(partition, p.timestamp)
+                entry["timestamp"], entry["offset"], entry["leader_epoch"] = _lookup(partition, p.timestamp, getattr(request, "isolation_level", 0) == 1)
             partitions.append(entry)
         topics.append({"name": t.name, "partitions": partitions})
     return {"throttle_time_ms": 0, "topics": topics}

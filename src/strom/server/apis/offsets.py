@@ -13,7 +13,7 @@ from strom.coordinator.group.records import OffsetAndMetadata
 from strom.protocol.errors import ErrorCode
 from strom.server.apis import RequestContext, api
 
-OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE = 8, 9, 47
+OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT, OFFSET_DELETE = 8, 9, 28, 47
 NO_METADATA = ""  # what OffsetFetch returns as metadata for a partition without a commit
 
 
@@ -62,7 +62,7 @@ async def handle_offset_commit(broker, ctx: RequestContext, request) -> dict:
 
 
 def _fetch_group(broker, group_id: str, topics, member_id: str | None, member_epoch: int,
-                 with_epoch: bool) -> tuple[ErrorCode, list[dict]]:
+                 with_epoch: bool, require_stable: bool = False) -> tuple[ErrorCode, list[dict]]:
     """One group's committed offsets as response topics; `topics` None means all."""
     coordinator = broker.group_coordinator
     group = coordinator.groups.get(group_id)
@@ -83,8 +83,40 @@ def _fetch_group(broker, group_id: str, topics, member_id: str | None, member_ep
                  "metadata": committed.metadata if committed else NO_METADATA}
         if with_epoch:
             entry["committed_leader_epoch"] = committed.leader_epoch if committed else -1
+        if require_stable and coordinator.has_pending_txn_offsets(group_id, tp):
+            # An open transaction committed an offset here: read_committed consumers wait.
+            entry.update(error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT, committed_offset=-1)
         entries[tp] = entry
     return ErrorCode.NONE, _by_topic(entries)
+
+
+@api(TXN_OFFSET_COMMIT, 0, 3)
+async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> dict:
+    """Offsets committed as part of a transaction: written now, visible once it commits."""
+    version = ctx.header.api_version
+    now = int(time.time() * 1000)
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    commits: dict[tuple[str, int], OffsetAndMetadata] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if not _partition_exists(broker, *tp):
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            commits[tp] = OffsetAndMetadata(
+                offset=p.committed_offset,
+                leader_epoch=p.committed_leader_epoch if version >= 2 else -1,
+                metadata=p.committed_metadata or NO_METADATA, commit_timestamp=now)
+    if commits:
+        v3 = version >= 3
+        errors.update(broker.group_coordinator.commit_txn_offsets(
+            request.group_id, request.producer_id, request.producer_epoch,
+            request.member_id if v3 else "", request.group_instance_id if v3 else None,
+            request.generation_id if v3 else -1, commits))
+    ordered = {(t.name, p.partition_index): {"partition_index": p.partition_index,
+                                             "error_code": errors[(t.name, p.partition_index)]}
+               for t in request.topics for p in t.partitions}
+    return {"throttle_time_ms": 0, "topics": _by_topic(ordered)}
 
 
 @api(OFFSET_FETCH, 1, 9)
@@ -95,10 +127,12 @@ async def handle_offset_fetch(broker, ctx: RequestContext, request) -> dict:
         for g in request.groups:
             error, topics = _fetch_group(broker, g.group_id, g.topics,
                                          g.member_id if version >= 9 else None,
-                                         g.member_epoch if version >= 9 else -1, True)
+                                         g.member_epoch if version >= 9 else -1, True,
+                                         request.require_stable)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
         return {"throttle_time_ms": 0, "groups": groups}
-    error, topics = _fetch_group(broker, request.group_id, request.topics, None, -1, version >= 5)
+    error, topics = _fetch_group(broker, request.group_id, request.topics, None, -1, version >= 5,
+                                 version >= 7 and request.require_stable)
     if version == 1 and error != ErrorCode.NONE:
         # v1 has no group-level error: every requested partition carries it.
         topics = [{"name": t.name, "partitions": [

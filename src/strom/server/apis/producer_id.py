@@ -1,8 +1,8 @@
-"""InitProducerId: a producer id and epoch for idempotent producers.
+"""InitProducerId: a producer id and epoch for idempotent and transactional producers.
 
 Without a transactional id Kafka always hands out a fresh id at epoch 0, and so does Strom.
-Transactional ids need the transaction coordinator, which Strom does not have yet: those
-requests get COORDINATOR_NOT_AVAILABLE, the answer Kafka gives while it has none.
+With one, the transaction coordinator answers: the id's producer id with its epoch bumped,
+which fences every older producer of the same transactional id.
 """
 
 from __future__ import annotations
@@ -11,12 +11,25 @@ from strom.protocol.errors import ErrorCode
 from strom.server.apis import RequestContext, api
 
 INIT_PRODUCER_ID = 22
+PRODUCER_FENCED_FROM = 4  # older versions report a fenced producer as INVALID_PRODUCER_EPOCH
+
+
+def fenced_code(error: ErrorCode, version: int, since: int) -> ErrorCode:
+    """PRODUCER_FENCED for clients that know it (KIP-588), INVALID_PRODUCER_EPOCH for older."""
+    if error == ErrorCode.PRODUCER_FENCED and version < since:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return error
 
 
 @api(INIT_PRODUCER_ID, 0, 4)
 async def handle_init_producer_id(broker, ctx: RequestContext, request) -> dict:
-    if request.transactional_id:
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                "producer_id": -1, "producer_epoch": -1}
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
-            "producer_id": broker.producer_id_manager.generate(), "producer_epoch": 0}
+    version = ctx.header.api_version
+    if not request.transactional_id:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+                "producer_id": broker.producer_id_manager.generate(), "producer_epoch": 0}
+    expected = (request.producer_id, request.producer_epoch) if version >= 3 else (-1, -1)
+    result = broker.txn_coordinator.init_producer_id(request.transactional_id,
+                                                     request.transaction_timeout_ms, *expected)
+    return {"throttle_time_ms": 0,
+            "error_code": fenced_code(result.error, version, PRODUCER_FENCED_FROM),
+            "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}

@@ -1,0 +1,78 @@
+"""What both coordinators do with their internal topic: append key/value records through the
+partition leader with acks=-1 (as durable as produced data), and replay a partition's log at
+start-up, batch by batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from strom.protocol.errors import ErrorCode
+from strom.protocol.records import (
+    CONTROL_COMMIT,
+    HEADER_SIZE,
+    BatchHeader,
+    build_batch,
+    control_type,
+    iter_records,
+    read_header,
+)
+
+TopicPartition = tuple[str, int]
+_READ_CHUNK = 4 << 20
+
+# How Kafka reports a failed append to a coordinator's log to the client.
+STORE_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+}
+
+
+def append(replica_manager, tp: TopicPartition, entries: list[tuple[bytes, bytes | None]], *,
+           producer_id: int = -1, producer_epoch: int = -1) -> ErrorCode:
+    """Append one batch of (key, value) records with acks=-1; the partition's raw error.
+    With a producer id the batch is transactional (a transactional offset commit)."""
+    batch = bytearray(build_batch(entries, timestamp=int(time.time() * 1000), producer_id=producer_id,
+                                  producer_epoch=producer_epoch, transactional=producer_id >= 0))
+    return replica_manager.append_records(-1, [(tp, batch)], from_client=False)[tp].error
+
+
+@dataclass(slots=True)
+class Replayed:
+    """One record of a replayed log, or (record None) a transaction marker."""
+
+    header: BatchHeader
+    key: bytes | None = None
+    value: bytes | None = None
+    committed: bool = False  # for markers
+
+
+def replay(log_) -> Iterator[Replayed]:
+    """Every data record (with its batch header) and every transaction marker of `log_`, in
+    offset order."""
+    offset, end = log_.log_start_offset, log_.log_end_offset
+    while offset < end:
+        data = log_.read(offset, _READ_CHUNK, min_one_message=True).read_bytes()
+        if not data:
+            return
+        pos = 0
+        while pos + HEADER_SIZE <= len(data):
+            header = read_header(data, pos)
+            if pos + header.size > len(data):
+                break
+            if header.is_control:
+                yield Replayed(header, committed=control_type(data, pos) == CONTROL_COMMIT)
+            else:
+                for record in iter_records(data, pos):
+                    if record.key is not None and record.offset >= offset:
+                        yield Replayed(header, record.key, record.value)
+            offset = header.base_offset + header.last_offset_delta + 1
+            pos += header.size
+        if pos == 0:
+            return  # a batch larger than the chunk would need min_one_message; never loop forever

@@ -1,0 +1,304 @@
+"""The transaction coordinator (seed 000 "TransactionCoordinator", KIP-98).
+
+A transactional id's life: InitProducerId gives it a producer id and bumps the epoch, which
+fences any older producer with the same id (and aborts what it left open); AddPartitionsToTxn
+and AddOffsetsToTxn make the transaction Ongoing and record every partition it touches;
+EndTxn moves it to PrepareCommit or PrepareAbort, writes a marker to every one of those
+partitions, then records CompleteCommit or CompleteAbort. Each transition is written to
+`__transaction_state` before the coordinator acts on it, so after a restart a transaction
+found in a Prepare state gets its markers (again) and completes. Transactions open longer
+than their timeout are aborted with a bumped epoch, so the stuck producer is fenced too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from strom.coordinator.transaction.records import TransactionLogValue, TxnState
+from strom.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+MAX_EPOCH = 32767  # Short.MAX_VALUE; an id whose epoch would pass it gets a new producer id
+_PREPARED = {TxnState.PREPARE_COMMIT: True, TxnState.PREPARE_ABORT: False}
+_COMPLETE = {True: TxnState.COMPLETE_COMMIT, False: TxnState.COMPLETE_ABORT}
+
+
+class TransactionStore(Protocol):
+    def is_local(self, transactional_id: str) -> bool: ...
+    def coordinator_epoch(self, transactional_id: str) -> int: ...
+    def store(self, transactional_id: str, value: TransactionLogValue | None) -> ErrorCode: ...
+
+
+# write_markers(producer_id, epoch, coordinator_epoch, committed, partitions) -> errors
+MarkerWriter = Callable[[int, int, int, bool, Iterable[TopicPartition]], dict[TopicPartition, ErrorCode]]
+
+
+@dataclass(slots=True, frozen=True)
+class TransactionMetadata:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int = -1
+    last_producer_id: int = -1
+    last_producer_epoch: int = -1
+    timeout_ms: int = 60000
+    state: TxnState = TxnState.EMPTY
+    partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
+    start_ms: int = -1
+    last_update_ms: int = -1
+
+    def to_value(self) -> TransactionLogValue:
+        return TransactionLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
+                                   set(self.partitions), self.last_update_ms, self.start_ms)
+
+
+@dataclass(slots=True, frozen=True)
+class InitResult:
+    error: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+class TransactionCoordinator:
+    def __init__(self, store: TransactionStore, generate_producer_id: Callable[[], int],
+                 write_markers: MarkerWriter, max_timeout_ms: int,
+                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self.store = store
+        self.generate_producer_id = generate_producer_id
+        self.write_markers = write_markers
+        self.max_timeout_ms = max_timeout_ms
+        self.now_ms = now_ms
+        self.txns: dict[str, TransactionMetadata] = {}
+        self.active = False
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def startup(self, loaded: dict[str, TransactionLogValue]) -> None:
+        """Take over the loaded transactions and finish those a restart caught half-way."""
+        for txn_id, v in loaded.items():
+            self.txns[txn_id] = TransactionMetadata(
+                txn_id, v.producer_id, v.producer_epoch, timeout_ms=v.timeout_ms, state=v.state,
+                partitions=frozenset(v.partitions), start_ms=v.start_ms, last_update_ms=v.last_update_ms)
+        self.active = True
+        pending = [m for m in self.txns.values() if m.state in _PREPARED]
+        for meta in pending:
+            log.info("completing transaction %s (%s) found at start-up", meta.transactional_id,
+                     meta.state.display)
+            self._send_markers(meta)
+        if self.txns:
+            log.info("loaded %d transactional ids from the transaction state topic", len(self.txns))
+
+    def shutdown(self) -> None:
+        self.active = False
+
+    # --- writing state --------------------------------------------------------------------------
+    def _persist(self, meta: TransactionMetadata) -> ErrorCode:
+        """Write the new state; only once it is in the log does it become the current one."""
+        error = self.store.store(meta.transactional_id, meta.to_value())
+        if error == ErrorCode.NONE:
+            self.txns[meta.transactional_id] = meta
+        return error
+
+    def _check_coordinator(self, transactional_id: str) -> ErrorCode | None:
+        if not transactional_id:
+            return ErrorCode.INVALID_REQUEST
+        if not self.active:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if not self.store.is_local(transactional_id):
+            return ErrorCode.NOT_COORDINATOR
+        return None
+
+    def _current(self, transactional_id: str, producer_id: int, producer_epoch: int
+                 ) -> tuple[ErrorCode | None, TransactionMetadata | None]:
+        """The transaction, if the caller is its current producer."""
+        error = self._check_coordinator(transactional_id)
+        if error is not None:
+            return error, None
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING, None
+        if meta.producer_epoch != producer_epoch:
+            return ErrorCode.PRODUCER_FENCED, None
+        return None, meta
+
+    # --- InitProducerId -------------------------------------------------------------------------
+    def init_producer_id(self, transactional_id: str, timeout_ms: int, expected_producer_id: int = -1,
+                         expected_epoch: int = -1) -> InitResult:
+        error = self._check_coordinator(transactional_id)
+        if error is not None:
+            return InitResult(error)
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            return InitResult(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            meta = TransactionMetadata(transactional_id, self.generate_producer_id(), timeout_ms=timeout_ms)
+        elif expected_producer_id >= 0:
+            # KIP-360: a producer bumping its own epoch must still be the current one; a retry
+            # of a bump that already happened gets the same answer again.
+            if (expected_producer_id, expected_epoch) == (meta.last_producer_id, meta.last_producer_epoch) \
+                    and meta.state == TxnState.EMPTY:
+                return InitResult(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
+            if (expected_producer_id, expected_epoch) != (meta.producer_id, meta.producer_epoch):
+                return InitResult(ErrorCode.PRODUCER_FENCED)
+        if meta.state in _PREPARED:
+            meta = self._send_markers(meta)  # a retry may finish it now
+            if meta.state in _PREPARED:
+                return InitResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if meta.state == TxnState.ONGOING:
+            # A new producer for this id: the old one's open transaction is aborted under a
+            # bumped epoch, which fences it everywhere the markers go.
+            error = self._abort_fencing(meta, "a new producer initialized the transactional id")
+            if error != ErrorCode.NONE:
+                return InitResult(error)
+            meta = self.txns[transactional_id]
+            if meta.state != TxnState.COMPLETE_ABORT:
+                return InitResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if meta.producer_epoch + 1 >= MAX_EPOCH:
+            producer_id, epoch = self.generate_producer_id(), 0
+        else:
+            producer_id, epoch = meta.producer_id, meta.producer_epoch + 1
+        bumped = replace(meta, producer_id=producer_id, producer_epoch=epoch,
+                         last_producer_id=meta.producer_id, last_producer_epoch=meta.producer_epoch,
+                         timeout_ms=timeout_ms, state=TxnState.EMPTY, partitions=frozenset(),
+                         start_ms=-1, last_update_ms=self.now_ms())
+        error = self._persist(bumped)
+        if error != ErrorCode.NONE:
+            return InitResult(error)
+        return InitResult(ErrorCode.NONE, producer_id, epoch)
+
+    # --- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------------
+    def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       partitions: Iterable[TopicPartition]) -> ErrorCode:
+        error, meta = self._current(transactional_id, producer_id, producer_epoch)
+        if error is not None:
+            return error
+        if meta.state in _PREPARED or meta.state == TxnState.PREPARE_EPOCH_FENCE:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        wanted = frozenset(partitions)
+        if meta.state == TxnState.ONGOING and wanted <= meta.partitions:
+            return ErrorCode.NONE
+        now = self.now_ms()
+        return self._persist(replace(
+            meta, state=TxnState.ONGOING, partitions=meta.partitions | wanted,
+            start_ms=meta.start_ms if meta.state == TxnState.ONGOING else now, last_update_ms=now))
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn v4 with verify_only: are these partitions in the open transaction?"""
+        partitions = list(partitions)
+        error, meta = self._current(transactional_id, producer_id, producer_epoch)
+        if error is not None:
+            return dict.fromkeys(partitions, error)
+        ongoing = meta.state == TxnState.ONGOING
+        return {tp: ErrorCode.NONE if ongoing and tp in meta.partitions else ErrorCode.INVALID_TXN_STATE
+                for tp in partitions}
+
+    # --- EndTxn ---------------------------------------------------------------------------------
+    def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                        committed: bool) -> ErrorCode:
+        error, meta = self._current(transactional_id, producer_id, producer_epoch)
+        if error is not None:
+            return error
+        state = meta.state
+        if state == TxnState.ONGOING:
+            return self._end(meta, committed)
+        if state == _COMPLETE[committed]:
+            return ErrorCode.NONE  # a retry of an EndTxn that already finished
+        if state in _PREPARED and _PREPARED[state] == committed:
+            return ErrorCode.CONCURRENT_TRANSACTIONS  # markers still being written
+        return ErrorCode.INVALID_TXN_STATE
+
+    def _end(self, meta: TransactionMetadata, committed: bool) -> ErrorCode:
+        prepared = replace(meta, state=TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT,
+                           last_update_ms=self.now_ms())
+        error = self._persist(prepared)
+        if error == ErrorCode.NONE:
+            self._send_markers(prepared)  # the decision is durable: the client may go on
+        return error
+
+    def _abort_fencing(self, meta: TransactionMetadata, reason: str) -> ErrorCode:
+        """Abort an open transaction under epoch + 1 (Kafka's PrepareEpochFence)."""
+        log.info("aborting transaction %s of producer %d epoch %d: %s", meta.transactional_id,
+                 meta.producer_id, meta.producer_epoch, reason)
+        epoch = meta.producer_epoch + 1 if meta.producer_epoch + 1 < MAX_EPOCH else meta.producer_epoch
+        fenced = replace(meta, producer_epoch=epoch, state=TxnState.PREPARE_EPOCH_FENCE)
+        self.txns[meta.transactional_id] = fenced  # in memory only, as in Kafka
+        error = self._end(fenced, committed=False)
+        if error != ErrorCode.NONE:
+            self.txns[meta.transactional_id] = meta
+        return error
+
+    def _send_markers(self, meta: TransactionMetadata) -> TransactionMetadata:
+        """Write the markers of a prepared transaction, then record its completion. Partitions
+        that could not take theirs stay pending and are retried by `abort_timed_out`."""
+        committed = _PREPARED[meta.state]
+        errors = self.write_markers(meta.producer_id, meta.producer_epoch,
+                                    self.store.coordinator_epoch(meta.transactional_id), committed,
+                                    sorted(meta.partitions))
+        retry = frozenset(tp for tp, e in errors.items() if e not in _MARKER_DONE)
+        for tp, e in errors.items():
+            if e in _MARKER_GIVE_UP:
+                log.warning("dropping the %s marker of %s for %s-%d: %s", "commit" if committed else "abort",
+                            meta.transactional_id, tp[0], tp[1], e.name)
+        if retry:
+            meta = replace(meta, partitions=retry)
+            self.txns[meta.transactional_id] = meta
+            return meta
+        complete = replace(meta, state=_COMPLETE[committed], partitions=frozenset(),
+                           last_update_ms=self.now_ms())
+        if self._persist(complete) != ErrorCode.NONE:
+            return meta  # markers are written; recording that is retried
+        return complete
+
+    # --- timeouts -------------------------------------------------------------------------------
+    def abort_timed_out(self) -> int:
+        """Abort transactions open past their timeout; retry pending markers. Returns how many
+        transactions were aborted."""
+        if not self.active:
+            return 0
+        now = self.now_ms()
+        aborted = 0
+        for meta in list(self.txns.values()):
+            if meta.state in _PREPARED:
+                self._send_markers(meta)
+            elif meta.state == TxnState.ONGOING and meta.start_ms + meta.timeout_ms < now:
+                if self._abort_fencing(meta, f"open longer than its timeout of {meta.timeout_ms} ms") \
+                        == ErrorCode.NONE:
+                    aborted += 1
+        return aborted
+
+    # --- admin ----------------------------------------------------------------------------------
+    def describe(self, transactional_id: str) -> tuple[ErrorCode, TransactionMetadata | None]:
+        error = self._check_coordinator(transactional_id)
+        if error is not None:
+            return error, None
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, None
+        return ErrorCode.NONE, meta
+
+    def list(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
+             min_duration_ms: int = -1) -> tuple[list[TransactionMetadata], list[str]]:
+        """Transactions matching every filter given, and the state names not known."""
+        known = {s.display: s for s in TxnState}
+        states = list(states)
+        unknown = [s for s in states if s not in known]
+        wanted_states = {known[s] for s in states if s in known}
+        wanted_ids = set(producer_ids)
+        now = self.now_ms()
+        out = [m for m in self.txns.values()
+               if (not states or m.state in wanted_states)
+               and (not wanted_ids or m.producer_id in wanted_ids)
+               and (min_duration_ms < 0 or (m.state == TxnState.ONGOING and now - m.start_ms >= min_duration_ms))]
+        return out, unknown
+
+
+# Marker results that end a partition's part: written, or it can never take one (the topic is
+# gone, or the partition already moved past this producer epoch or coordinator).
+_MARKER_GIVE_UP = {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_PRODUCER_EPOCH,
+                   ErrorCode.TRANSACTION_COORDINATOR_FENCED}
+_MARKER_DONE = {ErrorCode.NONE} | _MARKER_GIVE_UP

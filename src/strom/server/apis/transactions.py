@@ -1,0 +1,124 @@
+"""The transactional producer's APIs (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn), the
+coordinator-to-broker WriteTxnMarkers, and the admin's DescribeTransactions and
+ListTransactions. Each hands its request to the transaction coordinator, which owns the state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from strom.coordinator import GROUP_METADATA_TOPIC
+from strom.protocol.errors import ErrorCode
+from strom.server.apis import RequestContext, api
+from strom.server.apis.producer_id import fenced_code
+
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS = 24, 25, 26, 27
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+PRODUCER_FENCED_FROM = 2  # these APIs report PRODUCER_FENCED from v2 on
+
+TopicPartition = tuple[str, int]
+
+
+def _topic_results(results: dict[TopicPartition, ErrorCode]) -> list[dict]:
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, index), error in results.items():
+        by_topic.setdefault(topic, []).append({"partition_index": index, "partition_error_code": error})
+    return [{"name": name, "results_by_partition": ps} for name, ps in by_topic.items()]
+
+
+def _add_partitions(broker, transactional_id: str, producer_id: int, epoch: int, topics: Iterable,
+                    verify_only: bool, version: int) -> dict[TopicPartition, ErrorCode]:
+    wanted = [(t.name, p) for t in topics for p in t.partitions]
+    topics_meta = broker.controller.topics
+    unknown = {tp for tp in wanted
+               if tp[0] not in topics_meta or tp[1] not in topics_meta[tp[0]].partitions}
+    if unknown:  # Kafka adds none of them then
+        return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}
+    coordinator = broker.txn_coordinator
+    if verify_only:
+        return coordinator.verify_partitions(transactional_id, producer_id, epoch, wanted)
+    error = coordinator.add_partitions(transactional_id, producer_id, epoch, wanted)
+    return dict.fromkeys(wanted, fenced_code(error, version, PRODUCER_FENCED_FROM))
+
+
+@api(ADD_PARTITIONS_TO_TXN, 0, 4)
+async def handle_add_partitions_to_txn(broker, ctx: RequestContext, request) -> dict:
+    version = ctx.header.api_version
+    if version <= 3:
+        results = _add_partitions(broker, request.v3_and_below_transactional_id,
+                                  request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
+                                  request.v3_and_below_topics, False, version)
+        return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _topic_results(results)}
+    # v4: the batched shape brokers use to add or verify several transactions at once.
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results_by_transaction": [
+        {"transactional_id": t.transactional_id, "topic_results": _topic_results(_add_partitions(
+            broker, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only, version))}
+        for t in request.transactions]}
+
+
+@api(ADD_OFFSETS_TO_TXN, 0, 3)
+async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> dict:
+    """The group's `__consumer_offsets` partition joins the transaction, so that offsets sent
+    with TxnOffsetCommit get its marker."""
+    if not request.group_id:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_GROUP_ID}
+    partition = broker.group_coordinator.store.partition_for(request.group_id)
+    broker.ensure_internal_topic(GROUP_METADATA_TOPIC)
+    error = broker.txn_coordinator.add_partitions(request.transactional_id, request.producer_id,
+                                                  request.producer_epoch, [(GROUP_METADATA_TOPIC, partition)])
+    return {"throttle_time_ms": 0,
+            "error_code": fenced_code(error, ctx.header.api_version, PRODUCER_FENCED_FROM)}
+
+
+@api(END_TXN, 0, 3)
+async def handle_end_txn(broker, ctx: RequestContext, request) -> dict:
+    error = broker.txn_coordinator.end_transaction(request.transactional_id, request.producer_id,
+                                                   request.producer_epoch, request.committed)
+    return {"throttle_time_ms": 0,
+            "error_code": fenced_code(error, ctx.header.api_version, PRODUCER_FENCED_FROM)}
+
+
+@api(WRITE_TXN_MARKERS, 1, 1)
+async def handle_write_txn_markers(broker, ctx: RequestContext, request) -> dict:
+    markers = []
+    for m in request.markers:
+        wanted = [(t.name, p) for t in m.topics for p in t.partition_indexes]
+        errors = broker.write_txn_markers(m.producer_id, m.producer_epoch, m.coordinator_epoch,
+                                          m.transaction_result, wanted)
+        by_topic: dict[str, list[dict]] = {}
+        for (topic, index), error in errors.items():
+            by_topic.setdefault(topic, []).append({"partition_index": index, "error_code": error})
+        markers.append({"producer_id": m.producer_id, "topics": [
+            {"name": name, "partitions": ps} for name, ps in by_topic.items()]})
+    return {"markers": markers}
+
+
+@api(DESCRIBE_TRANSACTIONS, 0, 0)
+async def handle_describe_transactions(broker, ctx: RequestContext, request) -> dict:
+    states = []
+    for transactional_id in request.transactional_ids:
+        error, meta = broker.txn_coordinator.describe(transactional_id)
+        entry = {"error_code": error, "transactional_id": transactional_id, "transaction_state": "",
+                 "transaction_timeout_ms": 0, "transaction_start_time_ms": -1, "producer_id": -1,
+                 "producer_epoch": -1, "topics": []}
+        if meta is not None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, index in sorted(meta.partitions):
+                by_topic.setdefault(topic, []).append(index)
+            entry.update(transaction_state=meta.state.display, transaction_timeout_ms=meta.timeout_ms,
+                         transaction_start_time_ms=meta.start_ms, producer_id=meta.producer_id,
+                         producer_epoch=meta.producer_epoch,
+                         topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()])
+        states.append(entry)
+    return {"throttle_time_ms": 0, "transaction_states": states}
+
+
+@api(LIST_TRANSACTIONS, 0, 1)
+async def handle_list_transactions(broker, ctx: RequestContext, request) -> dict:
+    duration = request.duration_filter if ctx.header.api_version >= 1 else -1
+    found, unknown = broker.txn_coordinator.list(request.state_filters or (),
+                                                 request.producer_id_filters or (), duration)
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "unknown_state_filters": unknown,
+            "transaction_states": [{"transactional_id": m.transactional_id, "producer_id": m.producer_id,
+                                    "transaction_state": m.state.display} for m in found]}

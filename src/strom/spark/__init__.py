@@ -1,0 +1,43 @@
+"""PySpark connector: the `strom` data source, Spark's Kafka source and sink for any
+Kafka-compatible broker (`format("kafka")` -> `format("strom")`).
+
+    import strom.spark
+    strom.spark.register(spark)
+    spark.read.format("strom").option("kafka.bootstrap.servers", "127.0.0.1:9092") \\
+        .option("subscribe", "events").load()
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["register", "local_session"]
+
+
+def register(spark: SparkSession) -> None:
+    """Make `format("strom")` available in this session."""
+    from strom.spark.source import StromDataSource
+
+    spark.dataSource.register(StromDataSource)
+
+
+def local_session(master: str = "local[2]", app: str = "strom", **conf: Any) -> SparkSession:
+    """A local SparkSession whose Python workers run this interpreter (so they can import
+    strom), with the `strom` source registered. Workers pick the interpreter up from the
+    environment when the JVM starts, hence before the session exists."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(master).appName(app)
+    for key, value in {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                        "spark.sql.shuffle.partitions": "4", **conf}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    register(spark)
+    return spark

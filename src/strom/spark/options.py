@@ -1,0 +1,244 @@
+"""The options of the `strom` data source: the same names and meanings as Spark's built-in Kafka
+source and sink, checked up front so that a mistake is one clear message instead of a stack
+trace from a Spark task. Spark hands options over lower-cased (a case-insensitive dict)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Source options of Spark's Kafka source (lower-cased), with the ones Strom reads.
+SOURCE_OPTIONS = {
+    "subscribe", "subscribepattern", "assign",
+    "startingoffsets", "endingoffsets",
+    "startingtimestamp", "endingtimestamp",
+    "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
+    "maxoffsetspertrigger", "minpartitions", "maxrecordsperpartition",
+    "failondataloss", "includeheaders", "kafkaconsumer.polltimeoutms",
+    # Accepted for drop-in compatibility; they tune the Java consumer and mean nothing here.
+    "fetchoffset.numretries", "fetchoffset.retryintervalms", "groupidprefix",
+}
+SINK_OPTIONS = {"topic"}
+# Spark adds these itself (streaming writes, `load(path)`); never a user mistake.
+SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
+SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
+
+# Kafka client options Spark's Kafka source refuses, with the reason it gives.
+REFUSED_CLIENT_OPTIONS = {
+    "auto.offset.reset": "set the source option 'startingOffsets' instead",
+    "enable.auto.commit": "offsets are kept in Spark's checkpoint, never committed to Kafka",
+    "key.deserializer": "keys are always binary; use DataFrame operations to decode them",
+    "value.deserializer": "values are always binary; use DataFrame operations to decode them",
+    "key.serializer": "keys must be binary or string columns",
+    "value.serializer": "values must be binary or string columns",
+    "interceptor.classes": "Java interceptors cannot run in a Python client",
+}
+# Java client settings that have no librdkafka equivalent and are harmless to drop.
+JAVA_ONLY_CLIENT_OPTIONS = {"max.poll.records", "default.api.timeout.ms", "request.timeout.ms"}
+
+LATEST, EARLIEST = -1, -2  # Spark's (and Kafka's ListOffsets) sentinels in offset JSON
+
+
+class StromOptionError(ValueError):
+    """A bad option of the `strom` data source (message says which and why)."""
+
+
+# An offset spec: "earliest" | "latest" | {"topic": {partition: offset}}
+# | ("timestamp", ms) | ("timestamps", {"topic": {partition: ms}})
+OffsetSpec = Any
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    bootstrap: str
+    conf: dict[str, str]  # the `kafka.*` options without the prefix, for librdkafka
+
+    def client_conf(self, **extra: Any) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap, **extra, **self.conf}
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    client: ClientOptions
+    subscribe: tuple[str, ...] = ()
+    pattern: str | None = None
+    assign: dict[str, tuple[int, ...]] | None = None
+    starting: OffsetSpec = "latest"
+    ending: OffsetSpec = "latest"
+    by_timestamp_strategy: str = "error"
+    max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    poll_timeout_ms: int = 120_000
+    isolation_level: str = "read_uncommitted"
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def matches(self, topic: str) -> bool:
+        if self.subscribe:
+            return topic in self.subscribe
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        return self.assign is not None and topic in self.assign
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    client: ClientOptions
+    topic: str | None
+
+
+def _client(options: Mapping[str, str], role: str) -> ClientOptions:
+    servers = options.get("kafka.bootstrap.servers")
+    if not servers:
+        raise StromOptionError(
+            f"Option 'kafka.bootstrap.servers' must be specified for the strom {role} "
+            "(a comma-separated host:port list, e.g. 127.0.0.1:9092)")
+    conf = {}
+    for key, value in options.items():
+        if not key.startswith("kafka.") or key == "kafka.bootstrap.servers":
+            continue
+        name = key[len("kafka."):]
+        if name in REFUSED_CLIENT_OPTIONS:
+            raise StromOptionError(f"Kafka option '{name}' is not supported: {REFUSED_CLIENT_OPTIONS[name]}")
+        if name not in JAVA_ONLY_CLIENT_OPTIONS:
+            conf[name] = value
+    return ClientOptions(servers, conf)
+
+
+def _unknown(options: Mapping[str, str], allowed: set[str], role: str) -> None:
+    bad = sorted(k for k in options if not k.startswith("kafka.") and k not in allowed | SPARK_OPTIONS)
+    if bad:
+        raise StromOptionError(
+            f"Unknown option(s) for the strom {role}: {', '.join(bad)}. Valid options: "
+            f"{', '.join(sorted(allowed))} and kafka.* client settings")
+
+
+def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise StromOptionError(f"Option '{key}' must be true or false, not {raw!r}")
+
+
+def _positive_int(options: Mapping[str, str], key: str) -> int | None:
+    raw = options.get(key)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise StromOptionError(f"Option '{key}' must be a positive integer, not {raw!r}")
+    return value
+
+
+def _json(raw: str, key: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise StromOptionError(f"Option '{key}' is not valid JSON ({e}): {raw!r}") from None
+
+
+def _per_partition(raw: str, key: str) -> dict[str, dict[int, int]]:
+    """JSON {"topic": {"0": 23, "1": -2}} as {topic: {partition: number}}."""
+    value = _json(raw, key)
+    try:
+        return {str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in value.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise StromOptionError(
+            f"Option '{key}' must be JSON like {{\"topicA\":{{\"0\":23,\"1\":-1}}}}, not {raw!r}") from None
+
+
+def _offsets(options: Mapping[str, str], prefix: str, default: str, batch: bool) -> OffsetSpec:
+    """startingOffsets/endingOffsets and their timestamp variants, in Spark's precedence:
+    a global timestamp, then per-partition timestamps, then offsets."""
+    ts_key = f"{prefix}timestamp"
+    if options.get(ts_key) is not None:
+        try:
+            return ("timestamp", int(options[ts_key]))
+        except ValueError:
+            raise StromOptionError(f"Option '{prefix}Timestamp' must be milliseconds since the epoch") from None
+    if options.get(f"{prefix}offsetsbytimestamp") is not None:
+        return ("timestamps", _per_partition(options[f"{prefix}offsetsbytimestamp"],
+                                             f"{prefix}OffsetsByTimestamp"))
+    raw = options.get(f"{prefix}offsets", default).strip()
+    name = f"{prefix}Offsets"
+    if raw.lower() in ("earliest", "latest"):
+        spec = raw.lower()
+    else:
+        spec = _per_partition(raw, name)
+    bad = "latest" if prefix == "starting" else "earliest"
+    sentinel = LATEST if prefix == "starting" else EARLIEST
+    if batch and (spec == bad or (isinstance(spec, dict) and any(
+            o == sentinel for parts in spec.values() for o in parts.values()))):
+        raise StromOptionError(f"{name}={bad} (or {sentinel} in JSON) is not allowed for batch queries")
+    if prefix == "ending" and isinstance(spec, dict) and any(
+            o < LATEST for parts in spec.values() for o in parts.values()):
+        raise StromOptionError(f"{name} offsets must be >= 0 or -1 (latest): {raw!r}")
+    return spec
+
+
+def source_options(options: Mapping[str, str], batch: bool) -> SourceOptions:
+    """Validate the options of a read (`batch`: spark.read, else spark.readStream)."""
+    _unknown(options, SOURCE_OPTIONS, "source")
+    client = _client(options, "source")
+    given = [name for name in SUBSCRIPTIONS if options.get(name.lower())]
+    if len(given) != 1:
+        which = "One" if not given else "Only one"
+        raise StromOptionError(
+            f"{which} of the options 'subscribe', 'subscribePattern', 'assign' must be specified "
+            f"for the strom source{'' if not given else ' (got ' + ', '.join(given) + ')'}")
+    kind = given[0].lower()
+    raw = options[kind]
+    subscribe, pattern, assign = (), None, None
+    if kind == "subscribe":
+        subscribe = tuple(t.strip() for t in raw.split(",") if t.strip())
+        if not subscribe:
+            raise StromOptionError(f"Option 'subscribe' names no topic: {raw!r}")
+    elif kind == "subscribepattern":
+        try:
+            re.compile(raw)
+        except re.error as e:
+            raise StromOptionError(f"Option 'subscribePattern' is not a valid regex ({e}): {raw!r}") from None
+        pattern = raw
+    else:
+        value = _json(raw, "assign")
+        try:
+            assign = {str(t): tuple(int(p) for p in parts) for t, parts in value.items()}
+        except (AttributeError, TypeError, ValueError):
+            raise StromOptionError(f"Option 'assign' must be JSON like {{\"topicA\":[0,1]}}, not {raw!r}") from None
+    if not batch and any(options.get(k) is not None for k in ("endingoffsets", "endingtimestamp",
+                                                               "endingoffsetsbytimestamp")):
+        raise StromOptionError("Ending offsets are for batch queries only (spark.read), not readStream")
+    strategy = options.get("startingoffsetsbytimestampstrategy", "error").lower()
+    if strategy not in ("error", "latest"):
+        raise StromOptionError("Option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest'")
+    isolation = client.conf.setdefault("isolation.level", "read_uncommitted")  # Java's default
+    if isolation not in ("read_uncommitted", "read_committed"):
+        raise StromOptionError("kafka.isolation.level must be read_uncommitted or read_committed")
+    return SourceOptions(
+        client=client, subscribe=subscribe, pattern=pattern, assign=assign,
+        starting=_offsets(options, "starting", "earliest" if batch else "latest", batch),
+        ending=_offsets(options, "ending", "latest", batch) if batch else "latest",
+        by_timestamp_strategy=strategy,
+        max_offsets_per_trigger=_positive_int(options, "maxoffsetspertrigger"),
+        min_partitions=_positive_int(options, "minpartitions"),
+        max_records_per_partition=_positive_int(options, "maxrecordsperpartition"),
+        fail_on_data_loss=_bool(options, "failondataloss", True),
+        include_headers=_bool(options, "includeheaders", False),
+        poll_timeout_ms=_positive_int(options, "kafkaconsumer.polltimeoutms") or 120_000,
+        isolation_level=isolation,
+    )
+
+
+def sink_options(options: Mapping[str, str]) -> SinkOptions:
+    _unknown(options, SINK_OPTIONS, "sink")
+    return SinkOptions(_client(options, "sink"), options.get("topic") or None)

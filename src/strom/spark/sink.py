@@ -1,0 +1,147 @@
+"""The `strom` sink: the columns and rules of Spark's Kafka sink, written by librdkafka's
+idempotent producer from Arrow batches.
+
+Delivery is at-least-once: every task flushes and checks every delivery before it reports
+success, and the idempotent producer (acks=all) never duplicates a record through its own
+retries; but a task or micro-batch that Spark runs again writes its records again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, Producer
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
+
+from strom.spark.offsets import Admin
+from strom.spark.options import SinkOptions, StromOptionError
+from strom.spark.schema import HEADERS
+
+FLUSH_TIMEOUT_S = 180.0
+
+
+@dataclass
+class SinkCommit(WriterCommitMessage):
+    records: int
+
+
+def check_schema(schema: StructType, opts: SinkOptions) -> None:
+    """Spark's Kafka sink rules for the input columns, checked on the driver."""
+    types = {f.name: f.dataType for f in schema.fields}
+    text = (StringType(), BinaryType())
+    if "value" not in types:
+        raise StromOptionError("Required attribute 'value' not found in the data written to the strom sink")
+    rules = [
+        ("value", types["value"] in text, "string or binary"),
+        ("key", types.get("key", BinaryType()) in text, "string or binary"),
+        ("topic", types.get("topic", StringType()) == StringType(), "string"),
+        ("partition", types.get("partition", IntegerType()) == IntegerType(), "int"),
+        ("headers", types.get("headers", HEADERS) == HEADERS, "array<struct<key:string,value:binary>>"),
+    ]
+    for name, ok, wanted in rules:
+        if not ok:
+            raise StromOptionError(f"The {name} column must be of type {wanted}, not {types[name].simpleString()}")
+    if opts.topic is None and "topic" not in types:
+        raise StromOptionError("The strom sink needs a topic: set the 'topic' option, or write a 'topic' "
+                               "column (the option wins when both are there)")
+
+
+def _driver_checks(opts: SinkOptions, schema: StructType) -> None:
+    check_schema(schema, opts)
+    Admin(opts.client).topics()  # an unreachable broker fails here, in bounded time
+
+
+def producer_conf(opts: SinkOptions, errors: list[KafkaError], **extra: object) -> dict:
+    return opts.client.client_conf(**{
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 20,
+        "batch.size": 1_000_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "delivery.timeout.ms": 120_000,
+        "partitioner": "murmur2_random",  # the Java client's: same key, same partition as Spark's sink
+        "delivery.report.only.error": True,
+        "on_delivery": lambda err, _msg: errors.append(err) if err else None,
+        **extra,
+    })
+
+
+def produce_all(producer: Producer, opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
+    """Queue every row of every batch; returns the count. Delivery is checked by the caller."""
+    count = 0
+    for batch in batches:
+        n = batch.num_rows
+        names = batch.schema.names
+        col = {name: batch.column(name).to_pylist() for name in
+               ("key", "value", "topic", "partition", "headers") if name in names}
+        values = col["value"]
+        keys = col.get("key") or [None] * n
+        topics = [opts.topic] * n if opts.topic else col["topic"]
+        partitions = col.get("partition") or [None] * n
+        headers = col.get("headers") or [None] * n
+        for topic, value, key, partition, hdrs in zip(topics, values, keys, partitions, headers, strict=True):
+            if topic is None:
+                raise ValueError("null topic in the data written to the strom sink; set the 'topic' option")
+            extra = {"headers": [(h["key"], h["value"]) for h in hdrs]} if hdrs else {}
+            part = -1 if partition is None else partition  # -1: the partitioner chooses
+            while True:
+                try:
+                    producer.produce(topic, value, key, part, **extra)
+                    break
+                except BufferError:  # queue full: let deliveries drain
+                    producer.poll(0.1)
+        producer.poll(0)
+        count += n
+    return count
+
+
+def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
+    errors: list[KafkaError] = []
+    producer = Producer(producer_conf(opts, errors))
+    count = produce_all(producer, opts, batches)
+    check_delivered(producer, errors)
+    return SinkCommit(count)
+
+
+def check_delivered(producer: Producer, errors: list[KafkaError]) -> None:
+    left = producer.flush(FLUSH_TIMEOUT_S)
+    if errors:
+        raise RuntimeError(f"{len(errors)} record(s) were not written by the strom sink, first error: {errors[0]}")
+    if left:
+        raise RuntimeError(f"{left} record(s) still unacknowledged after {FLUSH_TIMEOUT_S:.0f} s")
+
+
+class BatchWriter(DataSourceArrowWriter):
+    def __init__(self, opts: SinkOptions, schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise StromOptionError("Save mode Overwrite is not allowed for the strom sink: Kafka topics "
+                                   "are append-only (use mode 'append')")
+        _driver_checks(opts, schema)
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        return write_task(self.opts, iterator)
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    """At-least-once: each micro-batch's tasks flush before they succeed; commit has nothing
+    left to do, and a replayed batch is written again."""
+
+    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
+        _driver_checks(opts, schema)
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        return write_task(self.opts, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass

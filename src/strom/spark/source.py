@@ -1,0 +1,191 @@
+"""The `strom` data source: batch and streaming reads planned on the driver (one task per
+partition offset range), read by tasks with librdkafka (fetch.py)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from strom.spark import offsets as off
+from strom.spark.fetch import data_loss, read_range
+from strom.spark.options import EARLIEST, SourceOptions, _bool, sink_options, source_options
+from strom.spark.schema import source_schema
+
+log = logging.getLogger("strom.spark")
+
+
+class StromDataSource(DataSource):
+    """Spark's Kafka source and sink, as a Python data source named `strom`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "strom"
+
+    def schema(self) -> StructType:
+        return source_schema(_bool(self.options, "includeheaders", False))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return BatchReader(source_options(self.options, batch=True))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StreamReader(source_options(self.options, batch=False))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from strom.spark.sink import BatchWriter
+
+        return BatchWriter(sink_options(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from strom.spark.sink import StreamWriter
+
+        return StreamWriter(sink_options(self.options), schema)
+
+
+def _input_partitions(ranges: list[off.Range], opts: SourceOptions) -> list[InputPartition]:
+    ranges = [r for r in ranges if r.size > 0]
+    return [InputPartition(r) for r in off.split(ranges, opts.min_partitions, opts.max_records_per_partition)]
+
+
+class BatchReader(DataSourceReader):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        opts = self.opts
+        admin = off.Admin(opts.client, opts.isolation_level)
+        parts = admin.partitions(opts)
+        start = admin.resolve(opts.starting, parts, opts.by_timestamp_strategy, missing=EARLIEST)
+        end = admin.resolve(opts.ending, parts, opts.by_timestamp_strategy, missing=off.LATEST)
+        ranges = []
+        for tp in parts:
+            if start[tp] > end[tp]:
+                raise ValueError(f"The starting offset {start[tp]} of {tp[0]}-{tp[1]} is after its "
+                                 f"ending offset {end[tp]} (startingOffsets / endingOffsets)")
+            ranges.append(off.Range(tp[0], tp[1], start[tp], end[tp]))
+        return _input_partitions(ranges, opts)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from read_range(self.opts, partition.value)
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are Spark's Kafka source JSON, {"topic": {"0": 42}}, journaled in the checkpoint;
+    this object lives in one driver-side Python process for the query's lifetime (the tasks
+    build their own from the data source)."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._admin: off.Admin | None = None
+        self._target: off.Offsets | None = None  # Trigger.AvailableNow: read no further
+
+    @property
+    def admin(self) -> off.Admin:
+        if self._admin is None:
+            self._admin = off.Admin(self.opts.client, self.opts.isolation_level)
+        return self._admin
+
+    def initialOffset(self) -> dict:
+        parts = self.admin.partitions(self.opts)
+        return off.to_json(self.admin.resolve(self.opts.starting, parts, self.opts.by_timestamp_strategy,
+                                              missing=EARLIEST))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.opts.max_offsets_per_trigger
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.admin.latest(self.admin.partitions(self.opts))
+
+    def reportLatestOffset(self) -> dict | None:
+        return off.to_json(self.admin.latest(self.admin.partitions(self.opts)))
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = self._known(off.from_json(start))
+        latest = self.admin.latest(begin)
+        if self._target is not None:  # partitions new since the trigger started stay where they are
+            latest = {tp: min(o, self._target.get(tp, begin[tp])) for tp, o in latest.items()}
+        end = {}
+        for tp, b in begin.items():
+            if latest[tp] < b:
+                data_loss(self.opts, f"{tp[0]}-{tp[1]} now ends at offset {latest[tp]}, before "
+                                     f"offset {b} that was already read (truncated or recreated?)")
+            end[tp] = latest[tp]
+        if isinstance(limit, ReadMaxRows):
+            end = rate_limit(begin, end, limit.max_rows)
+        return off.to_json(end)
+
+    def _known(self, begin: off.Offsets) -> off.Offsets:
+        """`begin` plus partitions that appeared since (from their earliest offset), minus those
+        that are gone (data loss: the topic was deleted)."""
+        parts = self.admin.partitions(self.opts)
+        gone = sorted(set(begin) - set(parts))
+        if gone:
+            data_loss(self.opts, f"Partitions {', '.join(f'{t}-{p}' for t, p in gone)} are gone")
+        new = [tp for tp in parts if tp not in begin]
+        if new:
+            log.info("strom source: new partitions %s, read from their earliest offsets", new)
+        known = {tp: o for tp, o in begin.items() if tp in parts}
+        known.update(self.admin.earliest(new))
+        return known
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, stop = off.from_json(start), off.from_json(end)
+        new = [tp for tp in stop if tp not in begin]
+        begin.update(self.admin.earliest(new))
+        low = self.admin.earliest([tp for tp in stop if stop[tp] > begin[tp]])
+        ranges = []
+        for tp, e in stop.items():
+            b = begin[tp]
+            if tp in low and b < low[tp]:
+                data_loss(self.opts, f"Offsets {b}-{min(low[tp], e) - 1} of {tp[0]}-{tp[1]} were to be "
+                                     f"read but the log now starts at {low[tp]}")
+                b = min(low[tp], e)
+            ranges.append(off.Range(tp[0], tp[1], b, e))
+        return _input_partitions(ranges, self.opts)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from read_range(self.opts, partition.value)
+
+    def commit(self, end: dict) -> None:
+        pass  # progress lives in Spark's checkpoint; nothing is committed to Kafka
+
+    def stop(self) -> None:
+        self._admin = None
+
+
+def rate_limit(begin: off.Offsets, end: off.Offsets, max_rows: int) -> off.Offsets:
+    """At most `max_rows` offsets over all partitions, shared in proportion to each one's lag
+    (as Spark's Kafka source does); the rounding remainder goes to the largest lags."""
+    lag = {tp: end[tp] - begin[tp] for tp in end if end[tp] > begin[tp]}
+    total = sum(lag.values())
+    if total <= max_rows:
+        return end
+    out = dict(end)
+    share = {tp: lag[tp] * max_rows // total for tp in lag}
+    left = max_rows - sum(share.values())
+    for tp in sorted(lag, key=lambda tp: lag[tp] - share[tp], reverse=True):
+        if left <= 0:
+            break
+        extra = min(left, lag[tp] - share[tp])
+        share[tp] += extra
+        left -= extra
+    for tp in lag:
+        out[tp] = begin[tp] + share[tp]
+    return out
