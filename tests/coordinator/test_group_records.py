@@ -14,7 +14,7 @@ from strom.coordinator.group.records import GroupMetadataValue, MemberRecord, Of
 from strom.log import Log
 from strom.log.config import LogConfig
 from strom.protocol.errors import ErrorCode
-from strom.protocol.records import build_batch
+from strom.protocol.records import build_batch, build_marker_batch
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -125,3 +125,17 @@ def test_replay_keeps_latest_record_per_key_and_applies_tombstones(tmp_path):
     assert set(state.groups) == {"alpha", "beta"}
     for log in logs.values():
         log.close()
+
+
+def test_replay_applies_transactional_offsets_only_after_their_commit_marker(tmp_path):
+    logs = {0: Log.open(tmp_path / "__consumer_offsets-0", LogConfig())}
+    manager = GroupMetadataManager(_ReplicaManager(logs), lambda: 1)
+    manager.store_offsets("g", {("t", 0): OffsetAndMetadata(1, -1, "", 10)})
+    for pid, offset in ((9, 100), (10, 200), (11, 300)):
+        assert manager.store_txn_offsets("g", pid, 0, {("t", 0): OffsetAndMetadata(offset, -1, "", 20)}) == 0
+    logs[0].append(bytearray(build_marker_batch(10, 0, False, 0, 30)))  # 10 aborts
+    logs[0].append(bytearray(build_marker_batch(9, 0, True, 0, 30)))  # 9 commits
+    state = manager.load()
+    assert state.offsets["g"][("t", 0)].offset == 100
+    assert state.pending_txn_offsets == {11: {"g": {("t", 0): OffsetAndMetadata(300, -1, "", 20)}}}
+    logs[0].close()

@@ -6,7 +6,7 @@ import pytest
 from strom.protocol.records import build_batch
 from strom.testing import BrokerProcess, RawClient
 
-PRODUCE, INIT_PRODUCER_ID, CREATE_TOPICS = 0, 22, 19
+PRODUCE, FIND_COORDINATOR, INIT_PRODUCER_ID, CREATE_TOPICS = 0, 10, 22, 19
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -68,10 +68,21 @@ def test_idempotent_produce_semantics_survive_kill(tmp_path):
         broker.close()
 
 
-def test_transactional_init_is_not_available_yet(tmp_path):
+def test_transactional_init_asks_the_coordinator_and_bumps_the_epoch(tmp_path):
     with BrokerProcess(data_dir=tmp_path) as broker:
         client = RawClient(broker)
-        body = client.call(INIT_PRODUCER_ID, 4, {"transactional_id": "tx-1",
-                                                 "transaction_timeout_ms": 60000,
-                                                 "producer_id": -1, "producer_epoch": -1})
-        assert body.error_code == 15 and body.producer_id == -1
+
+        def init(timeout_ms: int = 60000):
+            return client.call(INIT_PRODUCER_ID, 4, {"transactional_id": "tx-1",
+                                                     "transaction_timeout_ms": timeout_ms,
+                                                     "producer_id": -1, "producer_epoch": -1})
+
+        # Before FindCoordinator creates __transaction_state, no broker coordinates the id.
+        assert init().error_code == 16  # NOT_COORDINATOR
+        found = client.call(FIND_COORDINATOR, 3, {"key": "tx-1", "key_type": 1})
+        assert found.error_code == 0 and found.node_id == 0
+        first, second = init(), init()
+        assert (first.error_code, first.producer_epoch) == (0, 0)
+        assert (second.error_code, second.producer_id, second.producer_epoch) == (
+            0, first.producer_id, 1)
+        assert init(timeout_ms=900_001).error_code == 50  # INVALID_TRANSACTION_TIMEOUT

@@ -1,0 +1,191 @@
+"""The transaction coordinator's state machine, with an in-memory store and marker channel."""
+
+from __future__ import annotations
+
+import pytest
+
+from strom.coordinator.transaction import records
+from strom.coordinator.transaction.coordinator import TransactionCoordinator
+from strom.coordinator.transaction.records import TransactionLogValue, TxnState
+from strom.protocol.errors import ErrorCode
+
+E = ErrorCode
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.log: list[tuple[str, TransactionLogValue | None]] = []
+        self.fail: ErrorCode | None = None
+        self.local = True
+
+    def is_local(self, transactional_id: str) -> bool:
+        return self.local
+
+    def coordinator_epoch(self, transactional_id: str) -> int:
+        return 3
+
+    def store(self, transactional_id: str, value: TransactionLogValue | None) -> ErrorCode:
+        if self.fail is not None:
+            return self.fail
+        # What goes to the log must survive the round trip through Kafka's schema.
+        self.log.append((transactional_id, records.read_value(records.value(value))))
+        return E.NONE
+
+    def last(self, transactional_id: str) -> dict[str, TransactionLogValue]:
+        return {tid: v for tid, v in self.log if tid == transactional_id}
+
+
+class FakeMarkers:
+    def __init__(self) -> None:
+        self.written: list[tuple[int, int, int, bool, list]] = []
+        self.errors: dict = {}
+
+    def __call__(self, pid, epoch, coordinator_epoch, committed, partitions):
+        partitions = list(partitions)
+        self.written.append((pid, epoch, coordinator_epoch, committed, partitions))
+        return {tp: self.errors.get(tp, E.NONE) for tp in partitions}
+
+
+class Clock:
+    now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def env():
+    store, markers, clock = FakeStore(), FakeMarkers(), Clock()
+    ids = iter(range(100, 200))
+    coordinator = TransactionCoordinator(store, lambda: next(ids), markers, 900_000, clock)
+    coordinator.startup({})
+    return coordinator, store, markers, clock
+
+
+def test_init_gives_an_id_and_bumps_the_epoch_each_time(env):
+    c, store, _, _ = env
+    first = c.init_producer_id("tx", 60_000)
+    second = c.init_producer_id("tx", 60_000)
+    assert (first.error, first.producer_id, first.producer_epoch) == (E.NONE, 100, 0)
+    assert (second.error, second.producer_id, second.producer_epoch) == (E.NONE, 100, 1)
+    assert store.log[-1][1].state == TxnState.EMPTY and store.log[-1][1].producer_epoch == 1
+    assert c.init_producer_id("other", 60_000).producer_id == 101
+    assert c.init_producer_id("tx", 900_001).error == E.INVALID_TRANSACTION_TIMEOUT
+    store.local = False
+    assert c.init_producer_id("tx", 60_000).error == E.NOT_COORDINATOR
+
+
+def test_commit_writes_markers_to_every_partition_then_completes(env):
+    c, store, markers, _ = env
+    init = c.init_producer_id("tx", 60_000)
+    assert c.add_partitions("tx", init.producer_id, 0, [("a", 0), ("a", 1)]) == E.NONE
+    assert c.add_partitions("tx", init.producer_id, 0, [("b", 0)]) == E.NONE
+    assert c.txns["tx"].state == TxnState.ONGOING
+    assert c.end_transaction("tx", init.producer_id, 0, committed=True) == E.NONE
+    assert markers.written == [(100, 0, 3, True, [("a", 0), ("a", 1), ("b", 0)])]
+    states = [v.state for tid, v in store.log if tid == "tx"]
+    assert states[-2:] == [TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT]
+    assert store.log[-2][1].partitions == {("a", 0), ("a", 1), ("b", 0)}
+    # A retried EndTxn is answered as the first one; the opposite decision is refused.
+    assert c.end_transaction("tx", 100, 0, committed=True) == E.NONE
+    assert c.end_transaction("tx", 100, 0, committed=False) == E.INVALID_TXN_STATE
+
+
+def test_errors_for_unknown_ids_wrong_producers_and_empty_transactions(env):
+    c, _, _, _ = env
+    assert c.end_transaction("nobody", 1, 0, True) == E.INVALID_PRODUCER_ID_MAPPING
+    init = c.init_producer_id("tx", 60_000)
+    assert c.add_partitions("tx", init.producer_id + 1, 0, [("a", 0)]) == E.INVALID_PRODUCER_ID_MAPPING
+    assert c.end_transaction("tx", init.producer_id, 0, True) == E.INVALID_TXN_STATE  # Empty
+    c.init_producer_id("tx", 60_000)  # epoch 1 now: epoch 0 is a zombie
+    assert c.add_partitions("tx", init.producer_id, 0, [("a", 0)]) == E.PRODUCER_FENCED
+    assert c.end_transaction("tx", init.producer_id, 0, True) == E.PRODUCER_FENCED
+
+
+def test_a_new_producer_aborts_and_fences_the_open_transaction(env):
+    c, _, markers, _ = env
+    old = c.init_producer_id("tx", 60_000)
+    c.add_partitions("tx", old.producer_id, 0, [("a", 0)])
+    new = c.init_producer_id("tx", 60_000)
+    assert new.error == E.NONE and new.producer_epoch == 2
+    # The abort marker went out under epoch 1, which partitions then require.
+    assert markers.written == [(100, 1, 3, False, [("a", 0)])]
+    assert c.txns["tx"].state == TxnState.EMPTY
+    assert c.end_transaction("tx", old.producer_id, 0, True) == E.PRODUCER_FENCED
+
+
+def test_timed_out_transactions_are_aborted_with_a_bumped_epoch(env):
+    c, _, markers, clock = env
+    init = c.init_producer_id("tx", 10_000)
+    c.add_partitions("tx", init.producer_id, 0, [("a", 0)])
+    clock.now += 9_000
+    assert c.abort_timed_out() == 0
+    clock.now += 2_000
+    assert c.abort_timed_out() == 1
+    assert markers.written == [(100, 1, 3, False, [("a", 0)])]
+    assert c.txns["tx"].state == TxnState.COMPLETE_ABORT
+    assert c.end_transaction("tx", init.producer_id, 0, True) == E.PRODUCER_FENCED
+
+
+def test_failed_markers_keep_the_transaction_prepared_until_a_retry_succeeds(env):
+    c, _, markers, _ = env
+    init = c.init_producer_id("tx", 60_000)
+    c.add_partitions("tx", init.producer_id, 0, [("a", 0), ("a", 1)])
+    markers.errors = {("a", 1): E.KAFKA_STORAGE_ERROR, ("a", 0): E.NONE}
+    assert c.end_transaction("tx", init.producer_id, 0, True) == E.NONE  # the decision is durable
+    assert c.txns["tx"].state == TxnState.PREPARE_COMMIT
+    assert c.end_transaction("tx", init.producer_id, 0, True) == E.CONCURRENT_TRANSACTIONS
+    assert c.init_producer_id("tx", 60_000).error == E.CONCURRENT_TRANSACTIONS
+    markers.errors = {}
+    c.abort_timed_out()
+    assert markers.written[-1][4] == [("a", 1)]  # only the partition still missing its marker
+    assert c.txns["tx"].state == TxnState.COMPLETE_COMMIT
+
+
+def test_a_failed_state_write_changes_nothing(env):
+    c, store, markers, _ = env
+    init = c.init_producer_id("tx", 60_000)
+    store.fail = E.NOT_COORDINATOR
+    assert c.add_partitions("tx", init.producer_id, 0, [("a", 0)]) == E.NOT_COORDINATOR
+    assert c.txns["tx"].state == TxnState.EMPTY and not markers.written
+
+
+def test_restart_finishes_prepared_transactions(env):
+    _, store, _, clock = env
+    markers = FakeMarkers()
+    loaded = {
+        "prepared": TransactionLogValue(7, 2, 60_000, TxnState.PREPARE_ABORT, {("a", 0)}, 1, 1),
+        "open": TransactionLogValue(8, 0, 60_000, TxnState.ONGOING, {("b", 0)}, 1, 1),
+    }
+    c = TransactionCoordinator(store, lambda: 500, markers, 900_000, clock)
+    c.startup(loaded)
+    assert markers.written == [(7, 2, 3, False, [("a", 0)])]
+    assert c.txns["prepared"].state == TxnState.COMPLETE_ABORT
+    assert c.txns["open"].state == TxnState.ONGOING  # its producer may still commit it
+    assert c.end_transaction("open", 8, 0, True) == E.NONE
+
+
+def test_describe_and_list(env):
+    c, _, _, _ = env
+    init = c.init_producer_id("tx", 60_000)
+    c.add_partitions("tx", init.producer_id, 0, [("a", 0)])
+    c.init_producer_id("idle", 60_000)
+    error, meta = c.describe("tx")
+    assert error == E.NONE and meta.state.display == "Ongoing" and meta.partitions == {("a", 0)}
+    assert c.describe("missing")[0] == E.TRANSACTIONAL_ID_NOT_FOUND
+    found, unknown = c.list(["Ongoing", "Bogus"])
+    assert [m.transactional_id for m in found] == ["tx"] and unknown == ["Bogus"]
+    assert {m.transactional_id for m in c.list()[0]} == {"tx", "idle"}
+    assert [m.transactional_id for m in c.list(producer_ids=[101])[0]] == ["idle"]
+
+
+def test_log_value_reads_kafkas_flexible_version_too():
+    v = TransactionLogValue(5, 1, 30_000, TxnState.ONGOING, {("t", 0), ("t", 2), ("u", 1)}, 10, 9)
+    assert records.read_value(records.value(v)) == v
+    assert records.read_key(records.key("tx-é")) == "tx-é"
+    # The same value in v1: compact strings/arrays (length + 1) and empty tagged-field sections.
+    flexible = (b"\x00\x01" + (5).to_bytes(8, "big") + (1).to_bytes(2, "big") + (30_000).to_bytes(4, "big")
+                + b"\x01" + b"\x02" + b"\x02u" + b"\x02" + (1).to_bytes(4, "big") + b"\x00"
+                + (10).to_bytes(8, "big") + (9).to_bytes(8, "big") + b"\x00")
+    assert records.read_value(flexible) == TransactionLogValue(5, 1, 30_000, TxnState.ONGOING,
+                                                               {("u", 1)}, 10, 9)
