@@ -80,37 +80,42 @@ class LogConfig:
         return {key: str(getattr(self, field)) for key, (field, _) in TOPIC_CONFIG_KEYS.items()}
 
 
-def _int(low: int, high: int) -> Callable[[str], int]:
-    def parse(value: str) -> int:
+# Value parsers shared by topic configs and broker configs (strom.server.config): each takes
+# the raw text and returns the typed value, or raises ValueError with a reason the caller
+# prefixes with the key.
+def int_in(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
         try:
-            n = int(value)
+            value = int(text.strip())
         except ValueError:
-            raise ValueError(f"{value!r} is not an integer") from None
-        if not low <= n <= high:
-            raise ValueError(f"{n} is not in [{low}, {high}]")
-        return n
-
-    return parse
-
-
-def _choice(*options: str) -> Callable[[str], str]:
-    def parse(value: str) -> str:
-        if value not in options:
-            raise ValueError(f"{value!r} is not one of {', '.join(options)}")
+            raise ValueError(f"expected an integer, got {text!r}") from None
+        if low is not None and value < low:
+            raise ValueError(f"must be at least {low}, got {value}")
+        if high is not None and value > high:
+            raise ValueError(f"must be at most {high}, got {value}")
         return value
 
     return parse
 
 
-def _double(low: float, high: float) -> Callable[[str], float]:
-    def parse(value: str) -> float:
+def double_in(low: float, high: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
         try:
-            x = float(value)
+            value = float(text.strip())
         except ValueError:
-            raise ValueError(f"{value!r} is not a number") from None
-        if not low <= x <= high:
-            raise ValueError(f"{x} is not in [{low}, {high}]")
-        return x
+            raise ValueError(f"expected a number, got {text!r}") from None
+        if not low <= value <= high:
+            raise ValueError(f"must be in [{low}, {high}], got {value}")
+        return value
+
+    return parse
+
+
+def one_of(*options: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text.strip() not in options:
+            raise ValueError(f"must be one of {', '.join(options)}, got {text!r}")
+        return text.strip()
 
     return parse
 
@@ -118,27 +123,27 @@ def _double(low: float, high: float) -> Callable[[str], float]:
 def _cleanup_policy(value: str) -> str:
     parts = [p.strip() for p in value.split(",")]
     if not parts or any(p not in ("delete", "compact") for p in parts):
-        raise ValueError(f"{value!r} is not a list of delete, compact")
+        raise ValueError(f"expected a list of delete, compact, got {value!r}")
     return ",".join(parts)
 
 
 # Kafka topic config name -> (LogConfig field, parser). Bounds are Kafka's.
 TOPIC_CONFIG_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "segment.bytes": ("segment_bytes", _int(14, INT_MAX)),
-    "segment.ms": ("segment_ms", _int(1, LONG_MAX)),
-    "retention.ms": ("retention_ms", _int(-1, LONG_MAX)),
-    "retention.bytes": ("retention_bytes", _int(-1, LONG_MAX)),
-    "index.interval.bytes": ("index_interval_bytes", _int(0, INT_MAX)),
-    "segment.index.bytes": ("segment_index_bytes", _int(4, INT_MAX)),
-    "max.message.bytes": ("max_message_bytes", _int(0, INT_MAX)),
-    "message.timestamp.type": ("message_timestamp_type", _choice(CREATE_TIME, LOG_APPEND_TIME)),
-    "file.delete.delay.ms": ("file_delete_delay_ms", _int(0, LONG_MAX)),
+    "segment.bytes": ("segment_bytes", int_in(14, INT_MAX)),
+    "segment.ms": ("segment_ms", int_in(1, LONG_MAX)),
+    "retention.ms": ("retention_ms", int_in(-1, LONG_MAX)),
+    "retention.bytes": ("retention_bytes", int_in(-1, LONG_MAX)),
+    "index.interval.bytes": ("index_interval_bytes", int_in(0, INT_MAX)),
+    "segment.index.bytes": ("segment_index_bytes", int_in(4, INT_MAX)),
+    "max.message.bytes": ("max_message_bytes", int_in(0, INT_MAX)),
+    "message.timestamp.type": ("message_timestamp_type", one_of(CREATE_TIME, LOG_APPEND_TIME)),
+    "file.delete.delay.ms": ("file_delete_delay_ms", int_in(0, LONG_MAX)),
     "cleanup.policy": ("cleanup_policy", _cleanup_policy),
-    "delete.retention.ms": ("delete_retention_ms", _int(0, LONG_MAX)),
-    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _double(0.0, 1.0)),
-    "min.compaction.lag.ms": ("min_compaction_lag_ms", _int(0, LONG_MAX)),
-    "max.compaction.lag.ms": ("max_compaction_lag_ms", _int(1, LONG_MAX)),
-    "flush.messages": ("flush_messages", _int(1, LONG_MAX)),
-    "flush.ms": ("flush_ms", _int(0, LONG_MAX)),
-    "min.insync.replicas": ("min_insync_replicas", _int(1, INT_MAX)),
+    "delete.retention.ms": ("delete_retention_ms", int_in(0, LONG_MAX)),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", double_in(0.0, 1.0)),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", int_in(0, LONG_MAX)),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", int_in(1, LONG_MAX)),
+    "flush.messages": ("flush_messages", int_in(1, LONG_MAX)),
+    "flush.ms": ("flush_ms", int_in(0, LONG_MAX)),
+    "min.insync.replicas": ("min_insync_replicas", int_in(1, INT_MAX)),
 }

@@ -13,28 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from strom.log.cleaner import CleanerConfig
-from strom.log.config import LogConfig
+from strom.log.config import LogConfig, double_in, int_in, one_of
 
 LONG_MAX = 2**63 - 1
 
 
 class ConfigError(ValueError):
     pass
-
-
-def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text.strip())
-        except ValueError:
-            raise ConfigError(f"expected an integer, got {text!r}") from None
-        if lo is not None and value < lo:
-            raise ConfigError(f"must be at least {lo}, got {value}")
-        if hi is not None and value > hi:
-            raise ConfigError(f"must be at most {hi}, got {value}")
-        return value
-
-    return parse
 
 
 def _bool(text: str) -> bool:
@@ -50,28 +35,6 @@ def _str(text: str) -> str:
 
 def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return lambda text: None if text.strip() in ("", "null") else parse(text)
-
-
-def _double(lo: float, hi: float) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text.strip())
-        except ValueError:
-            raise ConfigError(f"expected a number, got {text!r}") from None
-        if not lo <= value <= hi:
-            raise ConfigError(f"must be in [{lo}, {hi}], got {value}")
-        return value
-
-    return parse
-
-
-def _choice(*options: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text.strip() not in options:
-            raise ConfigError(f"must be one of {', '.join(options)}, got {text!r}")
-        return text.strip()
-
-    return parse
 
 
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)://(?P<host>\[[0-9a-fA-F:]+\]|[^:/\s]*):(?P<port>\d+)$")
@@ -109,88 +72,88 @@ def _dirs(text: str) -> list[Path]:
 
 # name -> (parser, default as Kafka writes it). None means "no value" (Kafka's null).
 DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
-    "broker.id": (_int(0), "0"),
-    "node.id": (_optional(_int(0)), None),
+    "broker.id": (int_in(0), "0"),
+    "node.id": (_optional(int_in(0)), None),
     "listeners": (parse_listeners, "PLAINTEXT://127.0.0.1:9092"),
     "advertised.listeners": (_optional(parse_listeners), None),
     "inter.broker.listener.name": (_optional(_str), None),
     "listener.security.protocol.map": (_optional(_str), None),
     "log.dirs": (_optional(_dirs), None),
     "log.dir": (_dirs, "./strom-data"),
-    "num.partitions": (_int(1), "1"),
-    "default.replication.factor": (_int(1), "1"),
+    "num.partitions": (int_in(1), "1"),
+    "default.replication.factor": (int_in(1), "1"),
     "auto.create.topics.enable": (_bool, "true"),
     "delete.topic.enable": (_bool, "true"),
-    "log.segment.bytes": (_int(14), "1073741824"),
-    "log.roll.ms": (_optional(_int(1)), None),
-    "log.roll.hours": (_int(1), "168"),
-    "log.retention.ms": (_optional(_int(-1)), None),
-    "log.retention.minutes": (_optional(_int(-1)), None),
-    "log.retention.hours": (_int(-1), "168"),
-    "log.retention.bytes": (_int(-1), "-1"),
-    "log.retention.check.interval.ms": (_int(1), "300000"),
-    "log.index.interval.bytes": (_int(0), "4096"),
-    "index.interval.bytes": (_optional(_int(0)), None),  # the topic-level name, accepted as a synonym
-    "log.index.size.max.bytes": (_int(4), "10485760"),
-    "log.segment.delete.delay.ms": (_int(0), "60000"),
-    "log.cleanup.policy": (_choice("delete", "compact", "compact,delete", "delete,compact"), "delete"),
-    "log.message.timestamp.type": (_choice("CreateTime", "LogAppendTime"), "CreateTime"),
-    "log.flush.interval.messages": (_int(1), str(LONG_MAX)),
-    "log.flush.interval.ms": (_optional(_int(0)), None),
-    "log.flush.scheduler.interval.ms": (_int(1), str(LONG_MAX)),
-    "log.flush.offset.checkpoint.interval.ms": (_int(0), "60000"),
-    "log.flush.start.offset.checkpoint.interval.ms": (_int(0), "60000"),
-    "replica.high.watermark.checkpoint.interval.ms": (_int(1), "5000"),
+    "log.segment.bytes": (int_in(14), "1073741824"),
+    "log.roll.ms": (_optional(int_in(1)), None),
+    "log.roll.hours": (int_in(1), "168"),
+    "log.retention.ms": (_optional(int_in(-1)), None),
+    "log.retention.minutes": (_optional(int_in(-1)), None),
+    "log.retention.hours": (int_in(-1), "168"),
+    "log.retention.bytes": (int_in(-1), "-1"),
+    "log.retention.check.interval.ms": (int_in(1), "300000"),
+    "log.index.interval.bytes": (int_in(0), "4096"),
+    "index.interval.bytes": (_optional(int_in(0)), None),  # the topic-level name, accepted as a synonym
+    "log.index.size.max.bytes": (int_in(4), "10485760"),
+    "log.segment.delete.delay.ms": (int_in(0), "60000"),
+    "log.cleanup.policy": (one_of("delete", "compact", "compact,delete", "delete,compact"), "delete"),
+    "log.message.timestamp.type": (one_of("CreateTime", "LogAppendTime"), "CreateTime"),
+    "log.flush.interval.messages": (int_in(1), str(LONG_MAX)),
+    "log.flush.interval.ms": (_optional(int_in(0)), None),
+    "log.flush.scheduler.interval.ms": (int_in(1), str(LONG_MAX)),
+    "log.flush.offset.checkpoint.interval.ms": (int_in(0), "60000"),
+    "log.flush.start.offset.checkpoint.interval.ms": (int_in(0), "60000"),
+    "replica.high.watermark.checkpoint.interval.ms": (int_in(1), "5000"),
     # Log cleaner (compaction), with Kafka's defaults.
     "log.cleaner.enable": (_bool, "true"),
-    "log.cleaner.threads": (_int(1), "1"),
-    "log.cleaner.backoff.ms": (_int(0), "15000"),
-    "log.cleaner.dedupe.buffer.size": (_int(1), "134217728"),
-    "log.cleaner.io.buffer.load.factor": (_double(0.0, 1.0), "0.9"),
-    "log.cleaner.min.cleanable.ratio": (_double(0.0, 1.0), "0.5"),
-    "log.cleaner.delete.retention.ms": (_int(0), "86400000"),
-    "log.cleaner.min.compaction.lag.ms": (_int(0), "0"),
-    "log.cleaner.max.compaction.lag.ms": (_int(1), str(LONG_MAX)),
-    "message.max.bytes": (_int(0), "1048588"),
-    "socket.request.max.bytes": (_int(1), "104857600"),
-    "socket.send.buffer.bytes": (_int(-1), "102400"),
-    "socket.receive.buffer.bytes": (_int(-1), "102400"),
-    "queued.max.requests": (_int(1), "500"),
-    "num.network.threads": (_int(1), "3"),
-    "num.io.threads": (_int(1), "8"),
-    "num.recovery.threads.per.data.dir": (_int(1), "1"),
-    "min.insync.replicas": (_int(1), "1"),
-    "replica.lag.time.max.ms": (_int(0), "30000"),
-    "offsets.topic.num.partitions": (_int(1), "50"),
-    "offsets.topic.replication.factor": (_int(1), "3"),
-    "transaction.state.log.num.partitions": (_int(1), "50"),
-    "transaction.state.log.replication.factor": (_int(1), "3"),
-    "transaction.state.log.min.isr": (_int(1), "2"),
-    "group.initial.rebalance.delay.ms": (_int(0), "3000"),
+    "log.cleaner.threads": (int_in(1), "1"),
+    "log.cleaner.backoff.ms": (int_in(0), "15000"),
+    "log.cleaner.dedupe.buffer.size": (int_in(1), "134217728"),
+    "log.cleaner.io.buffer.load.factor": (double_in(0.0, 1.0), "0.9"),
+    "log.cleaner.min.cleanable.ratio": (double_in(0.0, 1.0), "0.5"),
+    "log.cleaner.delete.retention.ms": (int_in(0), "86400000"),
+    "log.cleaner.min.compaction.lag.ms": (int_in(0), "0"),
+    "log.cleaner.max.compaction.lag.ms": (int_in(1), str(LONG_MAX)),
+    "message.max.bytes": (int_in(0), "1048588"),
+    "socket.request.max.bytes": (int_in(1), "104857600"),
+    "socket.send.buffer.bytes": (int_in(-1), "102400"),
+    "socket.receive.buffer.bytes": (int_in(-1), "102400"),
+    "queued.max.requests": (int_in(1), "500"),
+    "num.network.threads": (int_in(1), "3"),
+    "num.io.threads": (int_in(1), "8"),
+    "num.recovery.threads.per.data.dir": (int_in(1), "1"),
+    "min.insync.replicas": (int_in(1), "1"),
+    "replica.lag.time.max.ms": (int_in(0), "30000"),
+    "offsets.topic.num.partitions": (int_in(1), "50"),
+    "offsets.topic.replication.factor": (int_in(1), "3"),
+    "transaction.state.log.num.partitions": (int_in(1), "50"),
+    "transaction.state.log.replication.factor": (int_in(1), "3"),
+    "transaction.state.log.min.isr": (int_in(1), "2"),
+    "group.initial.rebalance.delay.ms": (int_in(0), "3000"),
     # Group coordinator (classic groups, offsets and KIP-848 consumer groups).
-    "group.min.session.timeout.ms": (_int(0), "6000"),
-    "group.max.session.timeout.ms": (_int(0), "1800000"),
-    "group.max.size": (_int(1), "2147483647"),
-    "offsets.topic.segment.bytes": (_int(1), "104857600"),
-    "offsets.retention.minutes": (_int(1), "10080"),
-    "offsets.retention.check.interval.ms": (_int(1), "600000"),
-    "offsets.commit.timeout.ms": (_int(1), "5000"),
-    "offsets.load.buffer.size": (_int(1), "5242880"),
-    "offset.metadata.max.bytes": (_int(0), "4096"),
-    "transaction.state.log.segment.bytes": (_int(1), "104857600"),
+    "group.min.session.timeout.ms": (int_in(0), "6000"),
+    "group.max.session.timeout.ms": (int_in(0), "1800000"),
+    "group.max.size": (int_in(1), "2147483647"),
+    "offsets.topic.segment.bytes": (int_in(1), "104857600"),
+    "offsets.retention.minutes": (int_in(1), "10080"),
+    "offsets.retention.check.interval.ms": (int_in(1), "600000"),
+    "offsets.commit.timeout.ms": (int_in(1), "5000"),
+    "offsets.load.buffer.size": (int_in(1), "5242880"),
+    "offset.metadata.max.bytes": (int_in(0), "4096"),
+    "transaction.state.log.segment.bytes": (int_in(1), "104857600"),
     # Transaction coordinator.
-    "transaction.max.timeout.ms": (_int(1), "900000"),
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (_int(1), "10000"),
-    "transactional.id.expiration.ms": (_int(1), "604800000"),
-    "transaction.remove.expired.transaction.cleanup.interval.ms": (_int(1), "3600000"),
+    "transaction.max.timeout.ms": (int_in(1), "900000"),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (int_in(1), "10000"),
+    "transactional.id.expiration.ms": (int_in(1), "604800000"),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (int_in(1), "3600000"),
     "group.coordinator.rebalance.protocols": (_str, "classic,consumer"),
-    "group.consumer.session.timeout.ms": (_int(1), "45000"),
-    "group.consumer.min.session.timeout.ms": (_int(1), "45000"),
-    "group.consumer.max.session.timeout.ms": (_int(1), "60000"),
-    "group.consumer.heartbeat.interval.ms": (_int(1), "5000"),
-    "group.consumer.min.heartbeat.interval.ms": (_int(1), "5000"),
-    "group.consumer.max.heartbeat.interval.ms": (_int(1), "15000"),
-    "group.consumer.max.size": (_int(1), "2147483647"),
+    "group.consumer.session.timeout.ms": (int_in(1), "45000"),
+    "group.consumer.min.session.timeout.ms": (int_in(1), "45000"),
+    "group.consumer.max.session.timeout.ms": (int_in(1), "60000"),
+    "group.consumer.heartbeat.interval.ms": (int_in(1), "5000"),
+    "group.consumer.min.heartbeat.interval.ms": (int_in(1), "5000"),
+    "group.consumer.max.heartbeat.interval.ms": (int_in(1), "15000"),
+    "group.consumer.max.size": (int_in(1), "2147483647"),
     "group.consumer.assignors": (_str, "uniform,range"),
     "zookeeper.connect": (_optional(_str), None),
     "broker.rack": (_optional(_str), None),
@@ -212,7 +175,7 @@ class BrokerConfig:
             text = props.get(key, default)
             try:
                 self.values[key] = None if text is None else parse(text)
-            except ConfigError as e:
+            except ValueError as e:
                 raise ConfigError(f"invalid value for {key}: {e}") from None
         self._check_advertised()
 
