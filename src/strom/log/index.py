@@ -71,8 +71,30 @@ class _IndexFile:
     def _load(self, data: memoryview) -> None:
         raise NotImplementedError
 
-    def __len__(self) -> int:
+    def _columns(self) -> tuple[array, array]:
+        """The two in-memory arrays that hold the entries, one per field."""
         raise NotImplementedError
+
+    def append_many(self, entries: Sequence[tuple[int, int]]) -> None:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self._columns()[0])
+
+    # -- shared operations
+    def _drop_from(self, keep: int) -> None:
+        """Forget entries from index `keep` on, in memory and in the file."""
+        if keep < len(self):
+            for column in self._columns():
+                del column[keep:]
+            self._truncate_file(keep)
+
+    def reset(self, entries: Sequence[tuple[int, int]]) -> None:
+        """Replace the whole index (recovery, rebuild)."""
+        self._load(memoryview(b""))
+        self._truncate_file(0)
+        self._whole = True
+        self.append_many(entries)
 
     # -- file handling
     def _create(self) -> None:
@@ -144,8 +166,8 @@ class OffsetIndex(_IndexFile):
         self._rel = flat[0::2]
         self._pos = flat[1::2]
 
-    def __len__(self) -> int:
-        return len(self._rel)
+    def _columns(self) -> tuple[array, array]:
+        return self._rel, self._pos
 
     def entries(self) -> list[tuple[int, int]]:
         base = self.base_offset
@@ -194,27 +216,11 @@ class OffsetIndex(_IndexFile):
 
     def truncate_to(self, offset: int) -> None:
         """Drop entries for offsets >= `offset`."""
-        keep = bisect_left(self._rel, offset - self.base_offset)
-        if keep < len(self._rel):
-            del self._rel[keep:]
-            del self._pos[keep:]
-            self._truncate_file(keep)
+        self._drop_from(bisect_left(self._rel, offset - self.base_offset))
 
     def truncate_to_position(self, position: int) -> None:
         """Drop entries pointing at or beyond `position` of the log."""
-        keep = bisect_left(self._pos, position)
-        if keep < len(self._pos):
-            del self._rel[keep:]
-            del self._pos[keep:]
-            self._truncate_file(keep)
-
-    def reset(self, entries: Sequence[tuple[int, int]]) -> None:
-        """Replace the whole index (recovery, rebuild)."""
-        self._rel = array("i")
-        self._pos = array("i")
-        self._truncate_file(0)
-        self._whole = True
-        self.append_many(entries)
+        self._drop_from(bisect_left(self._pos, position))
 
     def sanity_check(self, log_size: int) -> bool:
         """False when the file is damaged: torn entry, entries out of order, or past the log."""
@@ -241,8 +247,8 @@ class TimeIndex(_IndexFile):
         self._ts = array("q", [r[0] for r in rows])
         self._rel = array("i", [r[1] for r in rows])
 
-    def __len__(self) -> int:
-        return len(self._ts)
+    def _columns(self) -> tuple[array, array]:
+        return self._ts, self._rel
 
     def entries(self) -> list[tuple[int, int]]:
         base = self.base_offset
@@ -295,18 +301,7 @@ class TimeIndex(_IndexFile):
 
     def truncate_to(self, offset: int) -> None:
         """Drop entries for offsets >= `offset`."""
-        keep = bisect_left(self._rel, offset - self.base_offset)
-        if keep < len(self._rel):
-            del self._ts[keep:]
-            del self._rel[keep:]
-            self._truncate_file(keep)
-
-    def reset(self, entries: Sequence[tuple[int, int]]) -> None:
-        self._ts = array("q")
-        self._rel = array("i")
-        self._truncate_file(0)
-        self._whole = True
-        self.append_many(entries)
+        self._drop_from(bisect_left(self._rel, offset - self.base_offset))
 
     def sanity_check(self, log_size: int) -> bool:
         """False when the file is damaged: torn entry or entries out of order."""
