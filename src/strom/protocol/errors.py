@@ -78,6 +78,7 @@ class ErrorCode(IntEnum):
     OPERATION_NOT_ATTEMPTED = 55
     PRODUCER_FENCED = 90
     TRANSACTIONAL_ID_NOT_FOUND = 105
+    TRANSACTION_ABORTABLE = 120
 
 
 class KafkaError(Exception):

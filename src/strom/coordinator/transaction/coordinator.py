@@ -191,10 +191,12 @@ class TransactionCoordinator:
         """AddPartitionsToTxn v4 with verify_only: are these partitions in the open transaction?"""
         partitions = list(partitions)
         error, meta = self._current(transactional_id, producer_id, producer_epoch)
+        if error is None and meta.state in _PREPARED:
+            error = ErrorCode.CONCURRENT_TRANSACTIONS
         if error is not None:
             return dict.fromkeys(partitions, error)
-        ongoing = meta.state == TxnState.ONGOING
-        return {tp: ErrorCode.NONE if ongoing and tp in meta.partitions else ErrorCode.INVALID_TXN_STATE
+        # Kafka 3.x answers TRANSACTION_ABORTABLE here even at v4; the asking broker maps it.
+        return {tp: ErrorCode.NONE if tp in meta.partitions else ErrorCode.TRANSACTION_ABORTABLE
                 for tp in partitions}
 
     # --- EndTxn ---------------------------------------------------------------------------------
