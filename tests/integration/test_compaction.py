@@ -7,7 +7,7 @@ import random
 import time
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, Producer, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
@@ -230,3 +230,18 @@ def test_clients_read_past_a_batch_left_empty_by_compaction(fresh_broker, topic)
         assert [(m.offset, m.key) for m in kc] == want
     finally:
         kc.close()
+
+
+def test_compacted_topic_refuses_records_without_a_key(broker, topic):
+    create_topic(broker.bootstrap, topic, config={"cleanup.policy": "compact"})
+    reports = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "retries": 0,
+                         "enable.idempotence": False})
+    producer.produce(topic, value=b"no key", partition=0,
+                     on_delivery=lambda err, msg: reports.append(err))
+    assert producer.flush(15) == 0
+    assert reports and reports[0] is not None and reports[0].code() == KafkaError.INVALID_RECORD
+    # The refused batch left nothing behind; keyed records still go in.
+    assert watermarks(broker.bootstrap, topic, 0) == (0, 0)
+    ck_produce(broker.bootstrap, topic, [Rec(b"v", key=b"k", partition=0)])
+    assert watermarks(broker.bootstrap, topic, 0) == (0, 1)

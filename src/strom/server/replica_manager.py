@@ -20,7 +20,7 @@ from strom.log.manager import LogManager
 from strom.log.producer_state import ProducerStateManager
 from strom.log.txn_index import AbortedTxn
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.protocol.records import build_marker_batch, validate_batches
+from strom.protocol.records import build_marker_batch, iter_records, validate_batches
 from strom.server.purgatory import Purgatory
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,8 @@ class Partition:
         self._check_leader(required_acks, min_insync)
         batches = validate_batches(records, self.log.config.max_message_bytes)
         headers = [h for _, h in batches]
+        if from_client and self.log.config.compact:
+            _require_keys(records, batches)
         if headers[0].producer_id < 0 and len(headers) == 1 and not headers[0].is_control:
             info = self.log.append(records, leader_epoch=self.leader_epoch, batches=batches)
         else:
@@ -150,6 +152,15 @@ class Partition:
             return None
         self.snapshot_offset = end
         return end, self.producer_state.encode_snapshot()
+
+
+def _require_keys(records, batches) -> None:
+    """Kafka refuses keyless records in a compacted topic: the cleaner could not keep them.
+    Only compacted topics pay for decoding records on produce."""
+    for pos, header in batches:
+        if not header.is_control and any(r.key is None for r in iter_records(records, pos)):
+            raise KafkaError("Compacted topic cannot accept message without key",
+                             ErrorCode.INVALID_RECORD)
 
 
 @dataclass(slots=True)
