@@ -7,6 +7,7 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from strom.testing import BrokerProcess
 
@@ -185,3 +186,31 @@ def test_offset_delete_and_commit_retention_expiry(tmp_path, topic):
             assert [tp.offset for tp in c.committed(tps, timeout=10)] == [-1001, 6]
         finally:
             c.close()
+
+
+def test_deleting_a_topic_deletes_its_committed_offsets(restartable_broker, topic):
+    bootstrap = restartable_broker.bootstrap
+    other = unique_name("kept")
+    create_topic(bootstrap, topic, partitions=2)
+    create_topic(bootstrap, other)
+    group = unique_name("deleted-topic-group")
+    c = group_consumer(bootstrap, group)
+    c.commit(offsets=[TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 7),
+                      TopicPartition(other, 0, 3)], asynchronous=False)
+    c.close()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic], operation_timeout=10)[topic].result(15)
+
+    def committed() -> dict:
+        c = group_consumer(bootstrap, group)
+        try:
+            return {(tp.topic, tp.partition): tp.offset for tp in c.committed(
+                [TopicPartition(topic, 0), TopicPartition(other, 0)], timeout=10)}
+        finally:
+            c.close()
+
+    create_topic(bootstrap, topic, partitions=2)  # same name again: starts without offsets
+    assert committed() == {(topic, 0): -1001, (other, 0): 3}
+    restartable_broker.kill()  # the tombstones are in __consumer_offsets: a restart agrees
+    restartable_broker.restart()
+    assert committed() == {(topic, 0): -1001, (other, 0): 3}

@@ -260,3 +260,6 @@ class Broker:
 
     def stop_replica(self, topic: str, partition: int, delete: bool) -> None:
         self.replica_manager.stop_replica(topic, partition, delete)
+        if delete and self.group_coordinator is not None:
+            # Kafka's StopReplica with delete: committed offsets of the partition go too.
+            self.group_coordinator.on_partitions_deleted([(topic, partition)])

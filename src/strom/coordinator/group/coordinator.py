@@ -963,6 +963,15 @@ class GroupCoordinator:
         results.update(dict.fromkeys(eligible, ErrorCode.NONE))
         return ErrorCode.NONE, results
 
+    def on_partitions_deleted(self, partitions: list[TopicPartition]) -> None:
+        """A topic was deleted: every group forgets (and tombstones) its offsets there."""
+        if not self.active:
+            return
+        for group in list(self.groups.values()):
+            removed = [tp for tp in partitions if tp in group.offsets]
+            if removed:
+                self._cleanup_group(group, removed)
+
     def _cleanup_group(self, group: Group, removed: list[TopicPartition]) -> None:
         """Drop offsets, and the group itself once it is empty with no offsets left, from
         memory and (with tombstones) from the log."""
