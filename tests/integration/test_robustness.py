@@ -131,3 +131,27 @@ def test_find_coordinator_names_this_broker(lone_broker, version):
     else:
         assert [(c.key, c.error_code, c.node_id, c.port) for c in body.coordinators] == \
             [("g", 0, 0, lone_broker.port), ("h", 0, 0, lone_broker.port)]
+
+
+def test_fetch_and_list_offsets_check_the_leader_epoch_the_client_knows(broker, topic):
+    """KIP-320: a client behind the leader's epoch is fenced, one ahead of it is told to wait."""
+    create_topic(broker.bootstrap, topic)
+
+    def fetch_error(epoch: int) -> int:
+        body = wire_call(broker.bootstrap, 1, 12, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic": topic, "partitions": [
+                {"partition": 0, "current_leader_epoch": epoch, "fetch_offset": 0,
+                 "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]})
+        return body.responses[0].partitions[0].error_code
+
+    def list_error(epoch: int) -> int:
+        body = wire_call(broker.bootstrap, 2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": epoch,
+                                            "timestamp": -1}]}]})
+        return body.topics[0].partitions[0].error_code
+
+    for call in (fetch_error, list_error):
+        assert call(-1) == 0 and call(0) == 0  # no epoch given, or the current one
+        assert call(3) == 76  # UNKNOWN_LEADER_EPOCH

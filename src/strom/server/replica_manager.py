@@ -74,6 +74,15 @@ class Partition:
         hw = self.high_watermark
         return hw if unstable is None or unstable > hw else unstable
 
+    def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
+        """KIP-320: a client that names the leader epoch it knows learns whether it is behind
+        (FENCED_LEADER_EPOCH) or ahead (UNKNOWN_LEADER_EPOCH) of this leader."""
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return ErrorCode.NONE
+        if current_leader_epoch < self.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        return ErrorCode.UNKNOWN_LEADER_EPOCH
+
     def _check_leader(self, required_acks: int, min_insync: int) -> None:
         if not self.is_leader:
             raise KafkaError("this broker is not the leader", ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -279,12 +288,15 @@ class ReplicaManager:
                 result.error, result.message = ErrorCode.KAFKA_STORAGE_ERROR, str(e)
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, min_one_message: bool,
-             read_committed: bool = False) -> ReadResult:
+             read_committed: bool = False, current_leader_epoch: int = -1) -> ReadResult:
         """Read from the leader up to the high watermark, or for read_committed up to the last
         stable offset, with the aborted transactions the client must skip."""
         partition = self.partitions.get(tp)
         if partition is None:
             return ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        epoch_error = partition.check_leader_epoch(current_leader_epoch)
+        if epoch_error != ErrorCode.NONE:
+            return ReadResult(epoch_error)
         log_ = partition.log
         hw = partition.high_watermark
         lso = partition.last_stable_offset

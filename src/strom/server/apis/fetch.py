@@ -31,7 +31,8 @@ def _read_all(broker, request, wanted) -> tuple[list[tuple[str, list[PartitionDa
             # Kafka returns at least one whole batch, once per response, so that a batch larger
             # than the limits cannot stall a consumer.
             result = rm.read(tp, p.fetch_offset, limit, min_one_message=total == 0,
-                             read_committed=read_committed)
+                             read_committed=read_committed,
+                             current_leader_epoch=getattr(p, "current_leader_epoch", -1))
             records = result.records if result.records is not None and result.records.size else None
             size = records.size if records is not None else 0
             total += size

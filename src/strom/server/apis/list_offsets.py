@@ -65,6 +65,9 @@ async def handle_list_offsets(broker, ctx: RequestContext, request) -> dict:
                 entry["error_code"] = ErrorCode.INVALID_REQUEST
             elif partition is None:
                 entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif (epoch_error := partition.check_leader_epoch(
+                    getattr(p, "current_leader_epoch", -1))) != ErrorCode.NONE:
+                entry["error_code"] = epoch_error
             else:
                 entry["timestamp"], entry["offset"], entry["leader_epoch"] = _lookup(partition, p.timestamp, getattr(request, "isolation_level", 0) == 1)
             partitions.append(entry)
