@@ -28,7 +28,8 @@ class FakeStore:
         if self.fail is not None:
             return self.fail
         # What goes to the log must survive the round trip through Kafka's schema.
-        self.log.append((transactional_id, records.read_value(records.value(value))))
+        self.log.append((transactional_id, None if value is None
+                         else records.read_value(records.value(value))))
         return E.NONE
 
     def last(self, transactional_id: str) -> dict[str, TransactionLogValue]:
@@ -57,7 +58,7 @@ class Clock:
 def env():
     store, markers, clock = FakeStore(), FakeMarkers(), Clock()
     ids = iter(range(100, 200))
-    coordinator = TransactionCoordinator(store, lambda: next(ids), markers, 900_000, clock)
+    coordinator = TransactionCoordinator(store, lambda: next(ids), markers, 900_000, 3_600_000, clock)
     coordinator.startup({})
     return coordinator, store, markers, clock
 
@@ -157,7 +158,7 @@ def test_restart_finishes_prepared_transactions(env):
         "prepared": TransactionLogValue(7, 2, 60_000, TxnState.PREPARE_ABORT, {("a", 0)}, 1, 1),
         "open": TransactionLogValue(8, 0, 60_000, TxnState.ONGOING, {("b", 0)}, 1, 1),
     }
-    c = TransactionCoordinator(store, lambda: 500, markers, 900_000, clock)
+    c = TransactionCoordinator(store, lambda: 500, markers, 900_000, now_ms=clock)
     c.startup(loaded)
     assert markers.written == [(7, 2, 3, False, [("a", 0)])]
     assert c.txns["prepared"].state == TxnState.COMPLETE_ABORT
@@ -189,3 +190,13 @@ def test_log_value_reads_kafkas_flexible_version_too():
                 + (10).to_bytes(8, "big") + (9).to_bytes(8, "big") + b"\x00")
     assert records.read_value(flexible) == TransactionLogValue(5, 1, 30_000, TxnState.ONGOING,
                                                                {("u", 1)}, 10, 9)
+
+
+def test_idle_transactional_ids_expire_with_a_tombstone(env):
+    c, store, _, clock = env
+    c.init_producer_id("idle", 60_000)
+    busy = c.init_producer_id("busy", 60_000)
+    c.add_partitions("busy", busy.producer_id, 0, [("a", 0)])
+    clock.now += 3_600_000
+    assert c.remove_expired() == 1
+    assert store.log[-1] == ("idle", None) and set(c.txns) == {"busy"}

@@ -111,3 +111,14 @@ def test_state_and_index_are_rebuilt_from_the_log(open_log, tmp_path: Path):
     assert loaded.load(offset) == offset
     assert loaded.ongoing == open_first
     assert loaded.producers[1].coordinator_epoch == 5
+
+
+def test_idle_producers_expire_but_not_with_an_open_transaction(tmp_path: Path):
+    psm = ProducerStateManager(tmp_path)
+    for pid, ts in ((1, 1_000), (2, 5_000)):
+        psm.update(read_header(bytearray(build_batch([(b"k", b"v")], timestamp=ts, producer_id=pid,
+                                                     producer_epoch=0, base_sequence=0))), pid)
+    open_txn = _txn_batch(3)  # timestamp 0, but its transaction is open
+    psm.update(read_header(open_txn), 10)
+    assert psm.remove_expired(now_ms=6_000, expiration_ms=3_000) == 1
+    assert set(psm.producers) == {2, 3}

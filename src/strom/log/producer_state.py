@@ -65,6 +65,7 @@ class ProducerStateEntry:
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
     coordinator_epoch: int = -1  # of the last marker: older coordinators are fenced
     current_txn_first_offset: int = -1  # -1: no transaction open in this partition
+    last_timestamp: int = -1  # of its last batch or marker: idle producers expire
 
     @property
     def last_seq(self) -> int:
@@ -126,6 +127,7 @@ class ProducerStateManager:
     def update(self, header: BatchHeader, first_offset: int) -> None:
         """Record a data batch written at `first_offset` (its assigned base offset)."""
         entry = self._entry(header.producer_id, header.producer_epoch)
+        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
         if header.base_sequence >= 0:  # coordinator writes (transactional offsets) carry none
             entry.batches.append(BatchMetadata(
                 header.base_sequence, _last_seq(header), first_offset,
@@ -161,10 +163,11 @@ class ProducerStateManager:
                              ErrorCode.TRANSACTION_COORDINATOR_FENCED)
 
     def complete_txn(self, producer_id: int, epoch: int, coordinator_epoch: int,
-                     marker_offset: int, committed: bool) -> AbortedTxn | None:
+                     marker_offset: int, committed: bool, timestamp: int = -1) -> AbortedTxn | None:
         """Close the producer's transaction with the marker written at `marker_offset`.
         Returns the transaction-index entry when an abort discarded data here."""
         entry = self._entry(producer_id, epoch)
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
         entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
         first = entry.current_txn_first_offset
         entry.current_txn_first_offset = -1
@@ -174,6 +177,15 @@ class ProducerStateManager:
         stable = self.first_unstable_offset
         return AbortedTxn(producer_id, first, marker_offset,
                           marker_offset + 1 if stable is None else stable)
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for `producer.id.expiration.ms` with no open transaction (as
+        Kafka does), so that short-lived producers do not pile up. Returns how many went."""
+        expired = [pid for pid, e in self.producers.items()
+                   if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration_ms]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
 
     # --- snapshots -----------------------------------------------------------------------
     def snapshot_offsets(self) -> list[int]:
@@ -187,7 +199,7 @@ class ProducerStateManager:
             last = entry.batches[-1] if entry.batches else BatchMetadata(-1, -1, -1, -1, -1)
             body += _ENTRY.pack(entry.producer_id, entry.producer_epoch, last.last_seq,
                                 last.last_offset, last.last_offset - last.first_offset,
-                                last.timestamp, entry.coordinator_epoch,
+                                entry.last_timestamp, entry.coordinator_epoch,
                                 entry.current_txn_first_offset)
         return struct.pack(">hI", 1, crc32c(bytes(body))) + body
 
@@ -242,7 +254,7 @@ class ProducerStateManager:
                     if header.is_control:
                         aborted = self.complete_txn(
                             header.producer_id, header.producer_epoch, -1, header.base_offset,
-                            control_type(data, pos) == CONTROL_COMMIT)
+                            control_type(data, pos) == CONTROL_COMMIT, header.max_timestamp)
                         if aborted is not None:
                             log.add_aborted_txn(aborted)
                     else:
@@ -263,7 +275,7 @@ def _read_snapshot(path: Path) -> dict[int, ProducerStateEntry]:
         pid, epoch, last_seq, last_offset, delta, ts, coordinator_epoch, txn_first = _ENTRY.unpack_from(
             data, 10 + i * _ENTRY.size)
         entry = ProducerStateEntry(pid, epoch, coordinator_epoch=coordinator_epoch,
-                                   current_txn_first_offset=txn_first)
+                                   current_txn_first_offset=txn_first, last_timestamp=ts)
         if last_seq >= 0:
             first_seq = (last_seq - delta) % (INT_MAX + 1)
             entry.batches.append(BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset, ts))

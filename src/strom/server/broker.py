@@ -12,6 +12,7 @@ import asyncio
 import enum
 import logging
 import socket
+import time
 from collections.abc import Callable, Mapping
 
 from strom.controller.controller import Controller, TopicMetadata
@@ -92,6 +93,11 @@ class Broker:
         self._schedule("transaction-abort", self.config[
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"],
             self.txn_coordinator.abort_timed_out)
+        self._schedule("transactional-id-expiration", self.config[
+            "transaction.remove.expired.transaction.cleanup.interval.ms"],
+            self.txn_coordinator.remove_expired)
+        self._schedule("producer-id-expiration", self.config["producer.id.expiration.check.interval.ms"],
+                       self._expire_producers)
         self.log_services.start()
         self.state = BrokerState.RUNNING
 
@@ -162,7 +168,8 @@ class Broker:
 
         return TransactionCoordinator(TransactionStateManager(self.replica_manager, partitions),
                                       self.producer_id_manager.generate, self.write_txn_markers,
-                                      self.config["transaction.max.timeout.ms"])
+                                      self.config["transaction.max.timeout.ms"],
+                                      self.config["transactional.id.expiration.ms"])
 
     def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                           committed: bool, partitions) -> dict:
@@ -175,6 +182,13 @@ class Broker:
             if topic == GROUP_METADATA_TOPIC and error == ErrorCode.NONE:
                 self.group_coordinator.complete_txn(producer_id, index, committed)
         return errors
+
+    def _expire_producers(self) -> None:
+        now, expiration = int(time.time() * 1000), self.config["producer.id.expiration.ms"]
+        removed = sum(p.producer_state.remove_expired(now, expiration)
+                      for p in self.replica_manager.partitions.values())
+        if removed:
+            log.info("forgot %d idle producer states (producer.id.expiration.ms=%d)", removed, expiration)
 
     def _delete_orphan_logs(self) -> None:
         """Logs on disk for topics the metadata no longer has (deleted while we were down)."""

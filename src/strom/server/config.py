@@ -146,6 +146,8 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (int_in(1), "10000"),
     "transactional.id.expiration.ms": (int_in(1), "604800000"),
     "transaction.remove.expired.transaction.cleanup.interval.ms": (int_in(1), "3600000"),
+    "producer.id.expiration.ms": (int_in(1), "86400000"),
+    "producer.id.expiration.check.interval.ms": (int_in(1), "600000"),
     "group.coordinator.rebalance.protocols": (_str, "classic,consumer"),
     "group.consumer.session.timeout.ms": (int_in(1), "45000"),
     "group.consumer.min.session.timeout.ms": (int_in(1), "45000"),

@@ -125,11 +125,12 @@ class Partition:
         """Write the marker that commits or aborts the producer's transaction here."""
         self._check_leader(1, 1)
         self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        now = int(time.time() * 1000)
         batch = bytearray(build_marker_batch(producer_id, producer_epoch, committed,
-                                             coordinator_epoch, int(time.time() * 1000)))
+                                             coordinator_epoch, now))
         info = self.log.append(batch, leader_epoch=self.leader_epoch)
         aborted = self.producer_state.complete_txn(producer_id, producer_epoch, coordinator_epoch,
-                                                   info.first_offset, committed)
+                                                   info.first_offset, committed, now)
         if aborted is not None:
             self.log.add_aborted_txn(aborted)
         self.maybe_increment_high_watermark()

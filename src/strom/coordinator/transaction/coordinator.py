@@ -67,11 +67,13 @@ class InitResult:
 class TransactionCoordinator:
     def __init__(self, store: TransactionStore, generate_producer_id: Callable[[], int],
                  write_markers: MarkerWriter, max_timeout_ms: int,
+                 id_expiration_ms: int = 7 * 24 * 3600 * 1000,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.store = store
         self.generate_producer_id = generate_producer_id
         self.write_markers = write_markers
         self.max_timeout_ms = max_timeout_ms
+        self.id_expiration_ms = id_expiration_ms  # transactional.id.expiration.ms
         self.now_ms = now_ms
         self.txns: dict[str, TransactionMetadata] = {}
         self.active = False
@@ -272,6 +274,23 @@ class TransactionCoordinator:
                         == ErrorCode.NONE:
                     aborted += 1
         return aborted
+
+    def remove_expired(self) -> int:
+        """Forget transactional ids unused for `transactional.id.expiration.ms` (a tombstone in
+        the log), as Kafka does; ids with a transaction in flight stay."""
+        if not self.active:
+            return 0
+        deadline = self.now_ms() - self.id_expiration_ms
+        idle = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        removed = 0
+        for meta in list(self.txns.values()):
+            if meta.state in idle and meta.last_update_ms <= deadline and \
+                    self.store.store(meta.transactional_id, None) == ErrorCode.NONE:
+                del self.txns[meta.transactional_id]
+                removed += 1
+        if removed:
+            log.info("expired %d transactional ids", removed)
+        return removed
 
     # --- admin ----------------------------------------------------------------------------------
     def describe(self, transactional_id: str) -> tuple[ErrorCode, TransactionMetadata | None]:
