@@ -155,3 +155,16 @@ def test_fetch_and_list_offsets_check_the_leader_epoch_the_client_knows(broker, 
     for call in (fetch_error, list_error):
         assert call(-1) == 0 and call(0) == 0  # no epoch given, or the current one
         assert call(3) == 76  # UNKNOWN_LEADER_EPOCH
+
+
+def test_describe_producers_lists_a_partitions_idempotent_producers(broker, topic):
+    create_topic(broker.bootstrap, topic)
+    ck_produce(broker.bootstrap, topic, [Rec(b"a", partition=0), Rec(b"b", partition=0)],
+               **{"enable.idempotence": True})
+    body = wire_call(broker.bootstrap, 61, 0, {"topics": [{"name": topic, "partition_indexes": [0, 9]}]})
+    known, unknown = body.topics[0].partitions
+    assert unknown.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    assert known.error_code == 0 and len(known.active_producers) == 1
+    producer = known.active_producers[0]
+    assert producer.producer_id >= 0 and producer.last_sequence == 1
+    assert producer.current_txn_start_offset == -1 and producer.last_timestamp > 0

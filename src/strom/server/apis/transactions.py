@@ -1,6 +1,6 @@
 """The transactional producer's APIs (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn), the
-coordinator-to-broker WriteTxnMarkers, and the admin's DescribeTransactions and
-ListTransactions. Each hands its request to the transaction coordinator, which owns the state.
+coordinator-to-broker WriteTxnMarkers, and the admin's DescribeTransactions, ListTransactions
+and DescribeProducers. Each hands its request to the transaction coordinator, which owns the state.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from strom.server.apis import RequestContext, api
 from strom.server.apis.producer_id import fenced_code
 
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS = 24, 25, 26, 27
-DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 PRODUCER_FENCED_FROM = 2  # these APIs report PRODUCER_FENCED from v2 on
 
 TopicPartition = tuple[str, int]
@@ -122,3 +122,29 @@ async def handle_list_transactions(broker, ctx: RequestContext, request) -> dict
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "unknown_state_filters": unknown,
             "transaction_states": [{"transactional_id": m.transactional_id, "producer_id": m.producer_id,
                                     "transaction_state": m.state.display} for m in found]}
+
+
+@api(DESCRIBE_PRODUCERS, 0, 0)
+async def handle_describe_producers(broker, ctx: RequestContext, request) -> dict:
+    """The producers a partition leader remembers (kafka-transactions.sh describe-producers)."""
+    topics = []
+    for t in request.topics:
+        partitions = []
+        for index in t.partition_indexes:
+            partition = broker.replica_manager.get_partition(t.name, index)
+            entry = {"partition_index": index, "error_code": ErrorCode.NONE, "error_message": None,
+                     "active_producers": []}
+            if partition is None:
+                entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif not partition.is_leader:
+                entry["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            else:
+                entry["active_producers"] = [
+                    {"producer_id": e.producer_id, "producer_epoch": e.producer_epoch,
+                     "last_sequence": e.last_seq, "last_timestamp": e.last_timestamp,
+                     "coordinator_epoch": e.coordinator_epoch,
+                     "current_txn_start_offset": e.current_txn_first_offset}
+                    for e in partition.producer_state.producers.values()]
+            partitions.append(entry)
+        topics.append({"name": t.name, "partitions": partitions})
+    return {"throttle_time_ms": 0, "topics": topics}
