@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 # Source options of Spark's Kafka source (lower-cased), with the ones Strom reads.
@@ -21,7 +21,7 @@ SOURCE_OPTIONS = {
     # Accepted for drop-in compatibility; they tune the Java consumer and mean nothing here.
     "fetchoffset.numretries", "fetchoffset.retryintervalms", "groupidprefix",
 }
-SINK_OPTIONS = {"topic"}
+SINK_OPTIONS = {"topic", "transactionalidprefix"}
 # Spark adds these itself (streaming writes, `load(path)`); never a user mistake.
 SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
 SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
@@ -35,6 +35,7 @@ REFUSED_CLIENT_OPTIONS = {
     "key.serializer": "keys must be binary or string columns",
     "value.serializer": "values must be binary or string columns",
     "interceptor.classes": "Java interceptors cannot run in a Python client",
+    "transactional.id": "set the sink option 'transactionalIdPrefix' for exactly-once streaming writes",
 }
 # Java client settings that have no librdkafka equivalent and are harmless to drop.
 JAVA_ONLY_CLIENT_OPTIONS = {"max.poll.records", "default.api.timeout.ms", "request.timeout.ms"}
@@ -76,7 +77,6 @@ class SourceOptions:
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
     isolation_level: str = "read_uncommitted"
-    extra: dict[str, str] = field(default_factory=dict)
 
     def matches(self, topic: str) -> bool:
         if self.subscribe:
@@ -90,6 +90,7 @@ class SourceOptions:
 class SinkOptions:
     client: ClientOptions
     topic: str | None
+    transactional_id_prefix: str | None = None  # exactly-once streaming writes when set
 
 
 def _client(options: Mapping[str, str], role: str) -> ClientOptions:
@@ -118,7 +119,7 @@ def _unknown(options: Mapping[str, str], allowed: set[str], role: str) -> None:
             f"{', '.join(sorted(allowed))} and kafka.* client settings")
 
 
-def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+def flag(options: Mapping[str, str], key: str, default: bool) -> bool:
     raw = options.get(key)
     if raw is None:
         return default
@@ -232,8 +233,8 @@ def source_options(options: Mapping[str, str], batch: bool) -> SourceOptions:
         max_offsets_per_trigger=_positive_int(options, "maxoffsetspertrigger"),
         min_partitions=_positive_int(options, "minpartitions"),
         max_records_per_partition=_positive_int(options, "maxrecordsperpartition"),
-        fail_on_data_loss=_bool(options, "failondataloss", True),
-        include_headers=_bool(options, "includeheaders", False),
+        fail_on_data_loss=flag(options, "failondataloss", True),
+        include_headers=flag(options, "includeheaders", False),
         poll_timeout_ms=_positive_int(options, "kafkaconsumer.polltimeoutms") or 120_000,
         isolation_level=isolation,
     )
@@ -241,4 +242,5 @@ def source_options(options: Mapping[str, str], batch: bool) -> SourceOptions:
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:
     _unknown(options, SINK_OPTIONS, "sink")
-    return SinkOptions(_client(options, "sink"), options.get("topic") or None)
+    return SinkOptions(_client(options, "sink"), options.get("topic") or None,
+                       options.get("transactionalidprefix") or None)

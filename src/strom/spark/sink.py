@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, Producer
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -54,7 +55,8 @@ def check_schema(schema: StructType, opts: SinkOptions) -> None:
 
 def _driver_checks(opts: SinkOptions, schema: StructType) -> None:
     check_schema(schema, opts)
-    Admin(opts.client).topics()  # an unreachable broker fails here, in bounded time
+    if TaskContext.get() is None:  # on the driver (tasks build the writer too)
+        Admin(opts.client).topics()  # an unreachable broker fails here, in bounded time
 
 
 def producer_conf(opts: SinkOptions, errors: list[KafkaError], **extra: object) -> dict:
@@ -122,6 +124,8 @@ class BatchWriter(DataSourceArrowWriter):
         if overwrite:
             raise StromOptionError("Save mode Overwrite is not allowed for the strom sink: Kafka topics "
                                    "are append-only (use mode 'append')")
+        if opts.transactional_id_prefix:
+            raise StromOptionError("transactionalIdPrefix is for streaming writes (writeStream) only")
         _driver_checks(opts, schema)
         self.opts = opts
 
@@ -130,18 +134,30 @@ class BatchWriter(DataSourceArrowWriter):
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
-    """At-least-once: each micro-batch's tasks flush before they succeed; commit has nothing
-    left to do, and a replayed batch is written again."""
+    """At-least-once by default: each micro-batch's tasks flush before they succeed, commit has
+    nothing left to do, and a replayed batch is written again. Exactly-once with the option
+    transactionalIdPrefix (see txn.py)."""
 
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         _driver_checks(opts, schema)
         self.opts = opts
+        self.prefix = opts.transactional_id_prefix
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        if self.prefix:
+            from strom.spark import txn
+
+            return txn.write_task(self.opts, self.prefix, iterator)
         return write_task(self.opts, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass
+        if self.prefix:
+            from strom.spark import txn
+
+            txn.commit_batch(self.opts, self.prefix, messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass
+        if self.prefix:
+            from strom.spark import txn
+
+            txn.abort_batch(self.opts, self.prefix, messages, batchId)

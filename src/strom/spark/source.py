@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 
 from strom.spark import offsets as off
 from strom.spark.fetch import data_loss, read_range
-from strom.spark.options import EARLIEST, SourceOptions, _bool, sink_options, source_options
+from strom.spark.options import EARLIEST, SourceOptions, flag, sink_options, source_options
 from strom.spark.schema import source_schema
 
 log = logging.getLogger("strom.spark")
@@ -39,7 +39,7 @@ class StromDataSource(DataSource):
         return "strom"
 
     def schema(self) -> StructType:
-        return source_schema(_bool(self.options, "includeheaders", False))
+        return source_schema(flag(self.options, "includeheaders", False))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return BatchReader(source_options(self.options, batch=True))
@@ -63,6 +63,12 @@ def _input_partitions(ranges: list[off.Range], opts: SourceOptions) -> list[Inpu
     return [InputPartition(r) for r in off.split(ranges, opts.min_partitions, opts.max_records_per_partition)]
 
 
+def _read(opts: SourceOptions, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+    r = getattr(partition, "value", None)
+    if r is not None:  # with no partitions planned, Spark still reads one, empty
+        yield from read_range(opts, r)
+
+
 class BatchReader(DataSourceReader):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
@@ -72,7 +78,8 @@ class BatchReader(DataSourceReader):
         admin = off.Admin(opts.client, opts.isolation_level)
         parts = admin.partitions(opts)
         start = admin.resolve(opts.starting, parts, opts.by_timestamp_strategy, missing=EARLIEST)
-        end = admin.resolve(opts.ending, parts, opts.by_timestamp_strategy, missing=off.LATEST)
+        # An ending timestamp after the last record means the end, as in Spark.
+        end = admin.resolve(opts.ending, parts, "latest", missing=off.LATEST)
         ranges = []
         for tp in parts:
             if start[tp] > end[tp]:
@@ -81,8 +88,8 @@ class BatchReader(DataSourceReader):
             ranges.append(off.Range(tp[0], tp[1], start[tp], end[tp]))
         return _input_partitions(ranges, opts)
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from read_range(self.opts, partition.value)
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+        yield from _read(self.opts, partition)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -160,8 +167,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ranges.append(off.Range(tp[0], tp[1], b, e))
         return _input_partitions(ranges, self.opts)
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from read_range(self.opts, partition.value)
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+        yield from _read(self.opts, partition)
 
     def commit(self, end: dict) -> None:
         pass  # progress lives in Spark's checkpoint; nothing is committed to Kafka

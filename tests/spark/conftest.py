@@ -1,0 +1,121 @@
+"""PySpark against a real broker process: one SparkSession (local[2]) and one broker for the
+whole session; each test uses its own, uniquely named topics and checkpoint directories.
+
+Helpers: `create_topic`, `produce` (confluent-kafka, delivery reports back), `consume_all`
+(every record up to the end offsets), `read` (a batch read through the `strom` source)."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterable
+
+import pytest
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+import strom.spark
+from strom.testing import BrokerProcess
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test's report shows the tail of the broker log."""
+    report = (yield).get_result()
+    if report.failed:
+        for value in getattr(item, "funcargs", {}).values():
+            if isinstance(value, BrokerProcess):
+                report.sections.append(("broker log", "\n".join(value.stderr_lines[-40:])))
+
+
+@pytest.fixture(scope="session")
+def broker():
+    proc = BrokerProcess(overrides={"auto.create.topics.enable": "true", "num.partitions": "2"})
+    proc.start()
+    yield proc
+    proc.close()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    session = strom.spark.local_session("local[2]", "strom-tests", **{"spark.sql.shuffle.partitions": "2"})
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def topic(request) -> str:
+    return unique_name(request.node.name)
+
+
+def unique_name(base: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9-]+", "-", base).strip("-")[:60] + "-" + uuid.uuid4().hex[:8]
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the futures
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
+                                            config=config or {})], operation_timeout=10)
+    futures[name].result(timeout=15)
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[dict], **conf) -> list[Message]:
+    """Produce dicts of produce() keyword arguments; the delivery reports, in produce order."""
+    reports: dict[int, tuple] = {}
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
+    n = 0
+    for n, record in enumerate(records, 1):
+        producer.produce(topic, on_delivery=lambda err, msg, i=n: reports.__setitem__(i, (err, msg)), **record)
+    assert producer.flush(30) == 0
+    assert [err for err, _ in reports.values() if err] == []
+    return [reports[i][1] for i in range(1, n + 1)]
+
+
+def consume_all(bootstrap: str, topic: str, timeout: float = 20.0, **conf) -> list[Message]:
+    """Every record of every partition of `topic`, up to the end offsets as they are now (the
+    last offsets may be transaction markers, which no consumer sees: the end is where the
+    consumer reports it reached the end)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "strom-spark-tests", "enable.auto.commit": False,
+                  "isolation.level": "read_uncommitted", "enable.partition.eof": True, **conf})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
+        c.assign([TopicPartition(topic, p, lo) for p, (lo, _) in ends.items()])
+        out: list[Message] = []
+        done: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(done) < len(ends) and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error() is None:
+                out.append(msg)
+            elif msg.error().code() == KafkaError._PARTITION_EOF:
+                if msg.offset() >= ends[msg.partition()][1]:
+                    done.add(msg.partition())
+            else:
+                raise AssertionError(f"consumer error: {msg.error()}")
+        assert len(done) == len(ends), f"timed out reading {topic}: {len(out)} records"
+        return out
+    finally:
+        c.close()
+
+
+def read(spark, bootstrap: str, **options):
+    """A batch DataFrame of the `strom` source."""
+    reader = spark.read.format("strom").option("kafka.bootstrap.servers", bootstrap)
+    return reader.options(**options).load()
+
+
+def end_offsets(bootstrap: str, topic: str) -> list[tuple[int, int]]:
+    """(last stable offset, high watermark) of each partition."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    parts = [TopicPartition(topic, p) for p in admin.list_topics(topic, timeout=10).topics[topic].partitions]
+    out = []
+    for tp in parts:
+        lso, hw = (admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)[tp].result(15).offset
+                   for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED))
+        out.append((lso, hw))
+    return out
