@@ -183,6 +183,15 @@ class Broker:
                 self.group_coordinator.complete_txn(producer_id, index, committed)
         return errors
 
+    def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                           tp: tuple[str, int]) -> ErrorCode:
+        """Is `tp` part of the producer's open transaction? Asked of the transaction coordinator
+        (AddPartitionsToTxn v4 with verify_only; here the coordinator is this broker)."""
+        if not self.txn_coordinator.store.is_local(transactional_id):
+            return ErrorCode.NOT_COORDINATOR
+        return self.txn_coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
+                                                      [tp])[tp]
+
     def _expire_producers(self) -> None:
         now, expiration = int(time.time() * 1000), self.config["producer.id.expiration.ms"]
         removed = sum(p.producer_state.remove_expired(now, expiration)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from strom.controller.controller import validate_topic_name
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.records import HEADER_SIZE, read_header
 from strom.server.apis import CloseConnection, RequestContext, api
 from strom.server.replica_manager import ProduceResult
 
@@ -22,8 +23,53 @@ def _topic_error(name: str) -> ErrorCode:
     return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+# Coordinator answers that mean "try again" become a retriable produce error, as in Kafka.
+_RETRY_LATER = {ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
+TRANSACTION_ABORTABLE_FROM = 11
+
+
+def _verify_transaction(broker, transactional_id: str | None, tp, records, version: int) -> ErrorCode:
+    """KIP-890: the first transactional batch of a producer in a partition must belong to a
+    partition its coordinator added to the transaction; otherwise it would open a transaction
+    no coordinator ever ends, holding the last stable offset back for good."""
+    if not transactional_id or len(records) < HEADER_SIZE:
+        return ErrorCode.NONE
+    header = read_header(records)
+    if not header.is_transactional or header.is_control:
+        return ErrorCode.NONE
+    partition = broker.replica_manager.get_partition(*tp)
+    if header.producer_id in partition.producer_state.ongoing:
+        return ErrorCode.NONE  # verified when its transaction began here
+    error = broker.verify_transaction(transactional_id, header.producer_id, header.producer_epoch, tp)
+    if error in _RETRY_LATER:
+        return ErrorCode.NOT_ENOUGH_REPLICAS
+    if error == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if error == ErrorCode.TRANSACTION_ABORTABLE and version < TRANSACTION_ABORTABLE_FROM:
+        return ErrorCode.INVALID_TXN_STATE
+    return error
+
+
 @api(PRODUCE, 3, 11)
 async def handle_produce(broker, ctx: RequestContext, request) -> dict | None:
+    acks = request.acks
+    if request.transactional_id is None and _has_transactional_batch(request):
+        # Kafka refuses the whole request: transactional data needs a transactional id.
+        results = {(t.name, p.index): ProduceResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                   for t in request.topic_data for p in t.partition_data}
+    else:
+        results = _append(broker, request, ctx.header.api_version)
+    if acks == 0:
+        failed = [f"{t}-{p}: {r.error.name}" for (t, p), r in results.items() if r.error]
+        if failed:
+            raise CloseConnection(f"acks=0 produce failed ({', '.join(failed)})")
+        return None
+    await broker.replica_manager.await_flushes(results)
+    return _response(results)
+
+
+def _append(broker, request, version: int) -> dict:
     acks = request.acks
     entries, results = [], {}
     for topic in request.topic_data:
@@ -35,15 +81,22 @@ async def handle_produce(broker, ctx: RequestContext, request) -> dict | None:
                 results[tp] = ProduceResult(_topic_error(topic.name))
             elif p.records is None:
                 results[tp] = ProduceResult(ErrorCode.CORRUPT_MESSAGE, message="no records")
+            elif (error := _verify_transaction(broker, request.transactional_id, tp, p.records,
+                                               version)) != ErrorCode.NONE:
+                results[tp] = ProduceResult(error, message="the partition is not part of the transaction")
             else:
                 entries.append((tp, p.records))
     results.update(broker.replica_manager.append_records(acks, entries))
-    if acks == 0:
-        failed = [f"{t}-{p}: {r.error.name}" for (t, p), r in results.items() if r.error]
-        if failed:
-            raise CloseConnection(f"acks=0 produce failed ({', '.join(failed)})")
-        return None
-    await broker.replica_manager.await_flushes(results)
+    return results
+
+
+def _has_transactional_batch(request) -> bool:
+    return any(p.records is not None and len(p.records) >= HEADER_SIZE
+               and read_header(p.records).is_transactional
+               for t in request.topic_data for p in t.partition_data)
+
+
+def _response(results: dict) -> dict:
     by_topic: dict[str, list[dict]] = {}
     for (name, index), r in results.items():
         by_topic.setdefault(name, []).append({

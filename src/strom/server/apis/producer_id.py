@@ -24,7 +24,7 @@ def fenced_code(error: ErrorCode, version: int, since: int) -> ErrorCode:
 @api(INIT_PRODUCER_ID, 0, 4)
 async def handle_init_producer_id(broker, ctx: RequestContext, request) -> dict:
     version = ctx.header.api_version
-    if not request.transactional_id:
+    if request.transactional_id is None:  # "" is a transactional id: INVALID_REQUEST
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
                 "producer_id": broker.producer_id_manager.generate(), "producer_epoch": 0}
     expected = (request.producer_id, request.producer_epoch) if version >= 3 else (-1, -1)
