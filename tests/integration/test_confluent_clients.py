@@ -28,6 +28,9 @@ from .conftest import (
 pytestmark = pytest.mark.timeout(60)
 
 T0 = 1_700_000_000_000  # an explicit CreateTime base, ms
+# Tests that need their records in one batch: a linger far longer than the produce loop, even on
+# a loaded machine (200 ms was not always); the final flush() sends at once regardless.
+ONE_BATCH = {"linger.ms": 5000}
 
 
 def sample(n: int, partitions: int | None = None, size: int = 40) -> list[Rec]:
@@ -91,7 +94,7 @@ def test_keyed_partitioning(broker, topic):
 def test_offsets_for_times_inside_a_batch(broker, topic):
     create_topic(broker.bootstrap, topic)
     ck_produce(broker.bootstrap, topic, [Rec(b"v%d" % i, None, (), T0 + i * 1000, 0) for i in range(10)],
-               **{"linger.ms": 200})
+               **ONE_BATCH)
     assert len(stored_batches(broker.bootstrap, topic, 0)) == 1
     wanted = {T0 - 5: 0, T0: 0, T0 + 3000: 3, T0 + 3500: 4, T0 + 9000: 9, T0 + 9001: -1}
     assert offsets_for_times(broker.bootstrap, topic, list(wanted)) == list(wanted.values())
@@ -101,7 +104,7 @@ def test_admin_list_offsets_specs(broker, topic):
     create_topic(broker.bootstrap, topic)
     stamps = [T0 + 5, T0 + 50, T0 + 10, T0 + 50, T0 + 20]  # not monotonic, all in one batch
     ck_produce(broker.bootstrap, topic, [Rec(b"%d" % i, None, (), ts, 0) for i, ts in enumerate(stamps)],
-               **{"linger.ms": 200})
+               **ONE_BATCH)
     assert len(stored_batches(broker.bootstrap, topic, 0)) == 1
     client = admin(broker.bootstrap)
     specs = {"earliest": OffsetSpec.earliest(), "latest": OffsetSpec.latest(),
@@ -127,7 +130,7 @@ def test_watermarks(broker, topic):
 
 def test_consume_from_the_middle_of_a_batch(broker, topic):
     create_topic(broker.bootstrap, topic)
-    ck_produce(broker.bootstrap, topic, sample(20, partitions=1), **{"linger.ms": 200})
+    ck_produce(broker.bootstrap, topic, sample(20, partitions=1), **ONE_BATCH)
     [batch] = stored_batches(broker.bootstrap, topic, 0)
     assert (batch.base_offset, batch.record_count) == (0, 20)
     # The fetch from offset 7 gets the whole batch; the consumer must still start at 7.
@@ -140,7 +143,7 @@ def test_consume_from_the_middle_of_a_batch(broker, topic):
 def test_log_append_time_topic(broker, topic):
     create_topic(broker.bootstrap, topic, config={"message.timestamp.type": "LogAppendTime"})
     before = int(time.time() * 1000)
-    reports = ck_produce(broker.bootstrap, topic, sample(10, partitions=1), acks="all", **{"linger.ms": 200})
+    reports = ck_produce(broker.bootstrap, topic, sample(10, partitions=1), acks="all", **ONE_BATCH)
     after = int(time.time() * 1000)
     assert len(stored_batches(broker.bootstrap, topic, 0)) == 1
     got = ck_consume(broker.bootstrap, [(topic, 0, 0)], 10)
