@@ -53,6 +53,15 @@ def _still_serving(broker: BrokerProcess) -> None:
     client.close()
 
 
+def test_api_versions_v4_is_served_directly(broker):
+    """kafka-python 3 opens with v4 (Kafka 3.9's newest): no v0 fallback round trip needed."""
+    client = RawClient(broker)
+    body = client.call(API_VERSIONS, 4, {"client_software_name": "t", "client_software_version": "1"})
+    assert body.error_code == 0
+    assert [(k.min_version, k.max_version) for k in body.api_keys if k.api_key == API_VERSIONS] == [(0, 4)]
+    client.close()
+
+
 def test_garbage_bytes_close_the_connection(broker):
     client = RawClient(broker)
     client.send_raw(struct.pack(">i", 12) + b"\xff" * 12)

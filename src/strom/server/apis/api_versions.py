@@ -20,6 +20,6 @@ def unsupported_version_response() -> dict:
     return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": supported_versions()}
 
 
-@api(API_VERSIONS, 0, 3)
+@api(API_VERSIONS, 0, 4)
 async def handle_api_versions(broker, ctx: RequestContext, request) -> dict:
     return {"error_code": ErrorCode.NONE, "api_keys": supported_versions(), "throttle_time_ms": 0}
