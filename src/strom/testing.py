@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,8 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from strom.protocol import messages
-from strom.protocol.frames import FrameDecoder
+from strom.client import Connection
 
 _READY = re.compile(r"ready on (?P<listeners>\S+?)(?:,| \()")
 
@@ -109,41 +107,9 @@ class BrokerProcess:
         self.close()
 
 
-class RawClient:
+class RawClient(Connection):
     """A blocking client that speaks the protocol through `strom.protocol`, for tests and tools
     that need exact control over the bytes a broker receives."""
 
     def __init__(self, broker: BrokerProcess) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
-        self.decoder = FrameDecoder(10**8)
-        self.correlation = 0
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def read_frame(self) -> bytes | None:
-        while True:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                return None
-            frames = self.decoder.feed(chunk)
-            if frames:
-                return bytes(frames[0])
-
-    def call(self, api_key: int, version: int, fields: dict):
-        self.correlation += 1
-        self.send_raw(messages.encode_request(api_key, version, fields, self.correlation))
-        payload = self.read_frame()
-        assert payload is not None, "broker closed the connection"
-        correlation, body = messages.decode_response(api_key, version, payload)
-        assert correlation == self.correlation
-        return body
-
-    def is_closed(self) -> bool:
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionResetError:
-            return True
-
-    def close(self) -> None:
-        self.sock.close()
+        super().__init__("127.0.0.1", broker.port)

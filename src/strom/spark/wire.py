@@ -6,18 +6,15 @@ than librdkafka's per-message objects."""
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from typing import Any
 
-from strom.protocol.frames import FrameDecoder
-from strom.protocol.messages import decode_response, encode_request
+from strom.client import Connection
 
 METADATA, FETCH, LIST_OFFSETS = 3, 1, 2
 # Non-flexible versions every broker since Kafka 2.3 serves (and 4.x still does).
 METADATA_V, FETCH_V, LIST_OFFSETS_V = 8, 11, 4
 EARLIEST, LATEST = -2, -1
-MAX_FRAME = 1 << 30
 # Errors after which the partition's leader is looked up again and the request retried.
 RETRIABLE = {3, 5, 6, 7, 56, 74, 75}  # unknown partition, no leader, not leader, timeout, storage, epochs
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -42,39 +39,6 @@ def parse_hosts(bootstrap: str) -> list[tuple[str, int]]:
         host, _, port = item.strip().rpartition(":")
         out.append((host.strip("[]"), int(port)))
     return out
-
-
-class Connection:
-    """One blocking socket to one broker; one request in flight at a time."""
-
-    def __init__(self, host: str, port: int, timeout_s: float, client_id: str) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout_s)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.decoder = FrameDecoder(MAX_FRAME)
-        self.client_id = client_id
-        self.correlation = 0
-
-    def call(self, api_key: int, version: int, fields: dict[str, Any]) -> Any:
-        self.correlation += 1
-        self.sock.sendall(encode_request(api_key, version, fields, self.correlation, self.client_id))
-        correlation, body = decode_response(api_key, version, self._frame())
-        if correlation != self.correlation:
-            raise ConnectionError(f"response to request {correlation} where {self.correlation} was expected")
-        return body
-
-    def _frame(self) -> bytearray:
-        # recv_into the decoder's buffer: a large Fetch response is filled in place, not copied.
-        while True:
-            buf = self.decoder.get_buffer()
-            n = self.sock.recv_into(buf)
-            if not n:
-                raise ConnectionError("the broker closed the connection")
-            frames = self.decoder.buffer_updated(n)
-            if frames:
-                return frames[0]
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @dataclass
