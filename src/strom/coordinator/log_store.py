@@ -1,14 +1,15 @@
-"""What both coordinators do with their internal topic: append key/value records through the
-partition leader with acks=-1 (as durable as produced data), and replay a partition's log at
-start-up, batch by batch.
+"""What both coordinators do with their internal topic: map a key to the partition that owns
+it, append key/value records through the partition leader with acks=-1 (as durable as
+produced data), and replay the partitions this broker leads at start-up, batch by batch.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from strom.coordinator import partition_for
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import (
     CONTROL_COMMIT,
@@ -32,6 +33,36 @@ STORE_ERRORS = {
     ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
     ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
 }
+
+
+class InternalTopic:
+    """A coordinator's internal topic (`topic`, set by subclasses) as its manager sees it."""
+
+    topic = ""
+
+    def __init__(self, replica_manager, num_partitions: Callable[[], int]) -> None:
+        self.replica_manager = replica_manager
+        # The partition count of the topic if it exists, else the configured one.
+        self.num_partitions = num_partitions
+
+    def partition_for(self, key: str) -> int:
+        return partition_for(key, self.num_partitions())
+
+    def partition_of(self, key: str):
+        """The hosted Partition that owns `key` (None if this broker has none)."""
+        return self.replica_manager.get_partition(self.topic, self.partition_for(key))
+
+    def is_local(self, key: str) -> bool:
+        """True when this broker leads the partition that owns `key`."""
+        partition = self.partition_of(key)
+        return partition is not None and partition.is_leader
+
+    def local_logs(self) -> Iterator:
+        """The logs of the topic's partitions this broker leads (what start-up replays)."""
+        for p in range(self.num_partitions()):
+            partition = self.replica_manager.get_partition(self.topic, p)
+            if partition is not None and partition.is_leader:
+                yield partition.log
 
 
 def append(replica_manager, tp: TopicPartition, entries: list[tuple[bytes, bytes | None]], *,

@@ -153,11 +153,11 @@ class OffsetMap:
 # --- transactions -----------------------------------------------------------------------------
 
 
-
 class _Transactions:
-    """Which transactional batches were aborted, found from the markers in the log (Strom has
-    no transaction index), and which markers still have data of their transaction left
-    (Kafka's CleanedTransactionMetadata)."""
+    """Which transactional batches were aborted, found from the markers in the log (the
+    transaction index lists aborts only, and a cleaned segment no longer has its entries),
+    and which markers still have data of their transaction left (Kafka's
+    CleanedTransactionMetadata)."""
 
     def __init__(self) -> None:
         self.markers: dict[int, tuple[list[int], list[int]]] = {}  # pid -> (offsets, types)

@@ -35,6 +35,8 @@ from strom.server.socket_server import SocketServer
 log = logging.getLogger(__name__)
 
 METADATA_FILE = "strom-metadata.json"
+# Where each internal topic's settings are (offsets.topic.num.partitions, ...).
+_INTERNAL_CONFIG_PREFIX = {GROUP_METADATA_TOPIC: "offsets.topic", TRANSACTION_STATE_TOPIC: "transaction.state.log"}
 
 
 class BrokerState(enum.Enum):
@@ -162,11 +164,9 @@ class Broker:
             await asyncio.to_thread(write)
 
     def _create_txn_coordinator(self) -> TransactionCoordinator:
-        def partitions() -> int:
-            topic = self.controller.topics.get(TRANSACTION_STATE_TOPIC)
-            return len(topic.partitions) if topic is not None else self.config["transaction.state.log.num.partitions"]
-
-        return TransactionCoordinator(TransactionStateManager(self.replica_manager, partitions),
+        store = TransactionStateManager(self.replica_manager,
+                                        lambda: self.internal_partitions(TRANSACTION_STATE_TOPIC))
+        return TransactionCoordinator(store,
                                       self.producer_id_manager.generate, self.write_txn_markers,
                                       self.config["transaction.max.timeout.ms"],
                                       self.config["transactional.id.expiration.ms"])
@@ -187,8 +187,6 @@ class Broker:
                            tp: tuple[str, int]) -> ErrorCode:
         """Is `tp` part of the producer's open transaction? Asked of the transaction coordinator
         (AddPartitionsToTxn v4 with verify_only; here the coordinator is this broker)."""
-        if not self.txn_coordinator.store.is_local(transactional_id):
-            return ErrorCode.NOT_COORDINATOR
         return self.txn_coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
                                                       [tp])[tp]
 
@@ -244,6 +242,13 @@ class Broker:
         log.info("auto-created topic %s with %d partitions", name, len(topic.partitions))
         return topic
 
+    def internal_partitions(self, name: str) -> int:
+        """Partitions of an internal topic: as created, or as configured until it exists."""
+        topic = self.controller.topics.get(name)
+        if topic is not None:
+            return len(topic.partitions)
+        return self.config[f"{_INTERNAL_CONFIG_PREFIX[name]}.num.partitions"]
+
     def ensure_internal_topic(self, name: str) -> TopicMetadata:
         """`__consumer_offsets` or `__transaction_state`, created on first use as Kafka creates
         them: compacted, with the configured partition count; the replication factor is capped
@@ -251,8 +256,7 @@ class Broker:
         topic = self.controller.topics.get(name)
         if topic is not None:
             return topic
-        prefix = {GROUP_METADATA_TOPIC: "offsets.topic",
-                  TRANSACTION_STATE_TOPIC: "transaction.state.log"}[name]
+        prefix = _INTERNAL_CONFIG_PREFIX[name]
         factor = min(self.config[f"{prefix}.replication.factor"], len(self.controller.live_brokers()))
         configs = {"cleanup.policy": "compact", "segment.bytes": str(self.config[f"{prefix}.segment.bytes"])}
         topic = self.controller.create_topic(name, self.config[f"{prefix}.num.partitions"], factor,

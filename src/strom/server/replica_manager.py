@@ -99,24 +99,21 @@ class Partition:
         self._check_leader(required_acks, min_insync)
         batches = validate_batches(records, self.log.config.max_message_bytes)
         headers = [h for _, h in batches]
+        if any(h.is_control for h in headers):
+            raise KafkaError("control batches are written by the transaction coordinator, "
+                             "not by clients", ErrorCode.INVALID_RECORD)
         if from_client and self.log.config.compact:
             _require_keys(records, batches)
-        if headers[0].producer_id < 0 and len(headers) == 1 and not headers[0].is_control:
-            info = self.log.append(records, leader_epoch=self.leader_epoch, batches=batches)
-        else:
-            if any(h.is_control for h in headers):
-                raise KafkaError("control batches are written by the transaction coordinator, "
-                                 "not by clients", ErrorCode.INVALID_RECORD)
-            if from_client and headers[0].producer_id >= 0:
-                duplicate = self._check_sequences(headers)
-                if duplicate is not None:
-                    return duplicate
-            info = self.log.append(records, leader_epoch=self.leader_epoch, batches=batches)
-            offset = info.first_offset
-            for header in headers:
-                if header.producer_id >= 0:
-                    self.producer_state.update(header, offset)
-                offset += header.last_offset_delta + 1
+        if from_client and headers[0].producer_id >= 0:
+            duplicate = self._check_sequences(headers)
+            if duplicate is not None:
+                return duplicate
+        info = self.log.append(records, leader_epoch=self.leader_epoch, batches=batches)
+        offset = info.first_offset
+        for header in headers:
+            if header.producer_id >= 0:
+                self.producer_state.update(header, offset)
+            offset += header.last_offset_delta + 1
         self.maybe_increment_high_watermark()
         return info
 
@@ -304,9 +301,9 @@ class ReplicaManager:
         try:
             records = log_.read(offset, max_bytes, max_offset=lso if read_committed else hw,
                                 min_one_message=min_one_message)
-            aborted = (log_.collect_aborted_txns(offset, lso)
-                       if read_committed and records.size else None)
+            aborted = None
+            if read_committed:
+                aborted = log_.collect_aborted_txns(offset, lso) if records.size else []
         except KafkaError as e:
             return ReadResult(e.code, hw, log_.log_start_offset, last_stable_offset=lso)
-        return ReadResult(ErrorCode.NONE, hw, log_.log_start_offset, records, lso,
-                          [] if read_committed and aborted is None else aborted)
+        return ReadResult(ErrorCode.NONE, hw, log_.log_start_offset, records, lso, aborted)

@@ -23,11 +23,8 @@ __all__ = ["GroupConfig", "GroupCoordinator", "GroupMetadataManager", "create_gr
 def create_group_coordinator(broker: Any) -> GroupCoordinator:
     """A coordinator wired to a broker's replica manager and topic metadata (not started)."""
 
-    def offsets_partitions() -> int:
-        topic = broker.controller.topics.get(GROUP_METADATA_TOPIC)
-        return len(topic.partitions) if topic is not None else broker.config["offsets.topic.num.partitions"]
-
-    manager = GroupMetadataManager(broker.replica_manager, offsets_partitions)
+    manager = GroupMetadataManager(broker.replica_manager,
+                                   lambda: broker.internal_partitions(GROUP_METADATA_TOPIC))
     coordinator = GroupCoordinator(GroupConfig.from_broker_config(broker.config), manager)
     coordinator.consumer_groups = ConsumerGroupCoordinator(coordinator, lambda: broker.controller.topics)
     return coordinator

@@ -857,8 +857,11 @@ class GroupCoordinator:
             return ErrorCode.UNKNOWN_MEMBER_ID  # only members commit to a group with members
         return None
 
-    def _store_offsets(self, group: Group, offsets: dict[TopicPartition, OffsetAndMetadata]
+    def _store_offsets(self, group: Group, offsets: dict[TopicPartition, OffsetAndMetadata],
+                       producer_id: int = -1, producer_epoch: int = -1
                        ) -> dict[TopicPartition, ErrorCode]:
+        """Persist the offsets whose metadata fits; with a producer id as part of its
+        transaction, pending until the transaction commits."""
         limit = self.config.offset_metadata_max_bytes
         results: dict[TopicPartition, ErrorCode] = {}
         accepted = {}
@@ -867,9 +870,17 @@ class GroupCoordinator:
                 results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
                 accepted[tp] = committed
-        error = self.store.store_offsets(group.group_id, accepted) if accepted else ErrorCode.NONE
-        if error == ErrorCode.NONE:
-            group.offsets.update(accepted)
+        if not accepted:
+            return results
+        group_id = group.group_id
+        if producer_id < 0:
+            error = self.store.store_offsets(group_id, accepted)
+            if error == ErrorCode.NONE:
+                group.offsets.update(accepted)
+        else:
+            error = self.store.store_txn_offsets(group_id, producer_id, producer_epoch, accepted)
+            if error == ErrorCode.NONE:
+                self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(accepted)
         results.update(dict.fromkeys(accepted, error))
         return results
 
@@ -891,16 +902,7 @@ class GroupCoordinator:
                     error = self.consumer_groups.validate_commit(group, member_id, generation_id)
         if error is not None:
             return dict.fromkeys(offsets, error)
-        limit = self.config.offset_metadata_max_bytes
-        results = {tp: ErrorCode.OFFSET_METADATA_TOO_LARGE for tp, o in offsets.items()
-                   if len(o.metadata) > limit}
-        accepted = {tp: o for tp, o in offsets.items() if tp not in results}
-        if accepted:
-            error = self.store.store_txn_offsets(group_id, producer_id, producer_epoch, accepted)
-            if error == ErrorCode.NONE:
-                self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(accepted)
-            results.update(dict.fromkeys(accepted, error))
-        return results
+        return self._store_offsets(group, offsets, producer_id, producer_epoch)
 
     def complete_txn(self, producer_id: int, offsets_partition: int, committed: bool) -> None:
         """The transaction marker reached `__consumer_offsets` partition `offsets_partition`:

@@ -11,10 +11,10 @@ the log cleaner, not here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from strom.coordinator import GROUP_METADATA_TOPIC, log_store, partition_for
+from strom.coordinator import GROUP_METADATA_TOPIC, log_store
 from strom.coordinator.group import records as schema
 from strom.coordinator.group.records import GroupMetadataValue, OffsetAndMetadata
 from strom.coordinator.schema import RecordFormatError
@@ -39,19 +39,8 @@ class LoadedState:
     records: int = 0
 
 
-class GroupMetadataManager:
-    def __init__(self, replica_manager, num_partitions: Callable[[], int]) -> None:
-        self.replica_manager = replica_manager
-        # The partition count of `__consumer_offsets` if it exists, else the configured one.
-        self.num_partitions = num_partitions
-
-    def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self.num_partitions())
-
-    def is_local(self, group_id: str) -> bool:
-        """True when this broker leads the group's `__consumer_offsets` partition."""
-        partition = self.replica_manager.get_partition(GROUP_METADATA_TOPIC, self.partition_for(group_id))
-        return partition is not None and partition.is_leader
+class GroupMetadataManager(log_store.InternalTopic):
+    topic = GROUP_METADATA_TOPIC
 
     # --- writing ------------------------------------------------------------------------------
     def _append(self, group_id: str, entries: list[tuple[bytes, bytes | None]], offsets: bool,
@@ -100,10 +89,8 @@ class GroupMetadataManager:
     def load(self) -> LoadedState:
         """Replay every local `__consumer_offsets` partition."""
         state = LoadedState()
-        for p in range(self.num_partitions()):
-            partition = self.replica_manager.get_partition(GROUP_METADATA_TOPIC, p)
-            if partition is not None and partition.is_leader:
-                self._replay(partition.log, state)
+        for log_ in self.local_logs():
+            self._replay(log_, state)
         return state
 
     def _replay(self, log_, state: LoadedState) -> None:

@@ -7,7 +7,7 @@ out as buffers and file regions (Fetch), or None when Kafka sends no response (a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,16 @@ class CloseConnection(Exception):
 
 
 Handler = Callable[[Any, RequestContext, Any], Awaitable[Any]]
+
+
+def by_topic(entries: Mapping[tuple[str, int], Any], key: str = "partitions",
+             name: str = "name") -> list[dict]:
+    """Per-partition response entries grouped into the topic array most responses have:
+    [{name: topic, key: [entry, ...]}], topics and partitions in the order given."""
+    topics: dict[str, list[Any]] = {}
+    for (topic, _), entry in entries.items():
+        topics.setdefault(topic, []).append(entry)
+    return [{name: topic, key: items} for topic, items in topics.items()]
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import time
 from strom.coordinator.group.consumer_group import ConsumerGroup
 from strom.coordinator.group.records import OffsetAndMetadata
 from strom.protocol.errors import ErrorCode
-from strom.server.apis import RequestContext, api
+from strom.server.apis import RequestContext, api, by_topic
 
 OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT, OFFSET_DELETE = 8, 9, 28, 47
 NO_METADATA = ""  # what OffsetFetch returns as metadata for a partition without a commit
@@ -22,22 +22,14 @@ def _partition_exists(broker, topic: str, partition: int) -> bool:
     return meta is not None and partition in meta.partitions
 
 
-def _by_topic(results: dict[tuple[str, int], dict]) -> list[dict]:
-    topics: dict[str, list[dict]] = {}
-    for (topic, _), entry in results.items():
-        topics.setdefault(topic, []).append(entry)
-    return [{"name": name, "partitions": partitions} for name, partitions in topics.items()]
-
-
-@api(OFFSET_COMMIT, 2, 9)
-async def handle_offset_commit(broker, ctx: RequestContext, request) -> dict:
-    version = ctx.header.api_version
+def _requested_commits(broker, topics, leader_epochs: bool, retention_ms: int = -1
+                       ) -> tuple[dict[tuple[str, int], ErrorCode], dict[tuple[str, int], OffsetAndMetadata]]:
+    """The offsets an OffsetCommit or TxnOffsetCommit asks for, and UNKNOWN_TOPIC_OR_PARTITION
+    for partitions that do not exist."""
     now = int(time.time() * 1000)
-    # v2-v4 may ask for a retention of their own; later versions use the broker's.
-    retention = request.retention_time_ms if version <= 4 else -1
     errors: dict[tuple[str, int], ErrorCode] = {}
     commits: dict[tuple[str, int], OffsetAndMetadata] = {}
-    for topic in request.topics:
+    for topic in topics:
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             if not _partition_exists(broker, *tp):
@@ -45,20 +37,34 @@ async def handle_offset_commit(broker, ctx: RequestContext, request) -> dict:
                 continue
             commits[tp] = OffsetAndMetadata(
                 offset=p.committed_offset,
-                leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
+                leader_epoch=p.committed_leader_epoch if leader_epochs else -1,
                 metadata=p.committed_metadata or NO_METADATA,
                 commit_timestamp=now,
-                expire_timestamp=now + retention if retention != -1 else None,
+                expire_timestamp=now + retention_ms if retention_ms != -1 else None,
             )
+    return errors, commits
+
+
+def _commit_response(topics, errors: dict[tuple[str, int], ErrorCode]) -> dict:
+    """Per partition, in the order asked."""
+    ordered = {(t.name, p.partition_index): {"partition_index": p.partition_index,
+                                             "error_code": errors[(t.name, p.partition_index)]}
+               for t in topics for p in t.partitions}
+    return {"throttle_time_ms": 0, "topics": by_topic(ordered)}
+
+
+@api(OFFSET_COMMIT, 2, 9)
+async def handle_offset_commit(broker, ctx: RequestContext, request) -> dict:
+    version = ctx.header.api_version
+    # v2-v4 may ask for a retention of their own; later versions use the broker's.
+    retention = request.retention_time_ms if version <= 4 else -1
+    errors, commits = _requested_commits(broker, request.topics, version >= 6, retention)
     if commits:
         errors.update(broker.group_coordinator.commit_offsets(
             request.group_id, request.member_id,
             request.group_instance_id if version >= 7 else None,
             request.generation_id_or_member_epoch, commits))
-    ordered = {(t.name, p.partition_index): {"partition_index": p.partition_index,
-                                             "error_code": errors[(t.name, p.partition_index)]}
-               for t in request.topics for p in t.partitions}
-    return {"throttle_time_ms": 0, "topics": _by_topic(ordered)}
+    return _commit_response(request.topics, errors)
 
 
 def _fetch_group(broker, group_id: str, topics, member_id: str | None, member_epoch: int,
@@ -87,36 +93,21 @@ def _fetch_group(broker, group_id: str, topics, member_id: str | None, member_ep
             # An open transaction committed an offset here: read_committed consumers wait.
             entry.update(error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT, committed_offset=-1)
         entries[tp] = entry
-    return ErrorCode.NONE, _by_topic(entries)
+    return ErrorCode.NONE, by_topic(entries)
 
 
 @api(TXN_OFFSET_COMMIT, 0, 3)
 async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> dict:
     """Offsets committed as part of a transaction: written now, visible once it commits."""
     version = ctx.header.api_version
-    now = int(time.time() * 1000)
-    errors: dict[tuple[str, int], ErrorCode] = {}
-    commits: dict[tuple[str, int], OffsetAndMetadata] = {}
-    for topic in request.topics:
-        for p in topic.partitions:
-            tp = (topic.name, p.partition_index)
-            if not _partition_exists(broker, *tp):
-                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            commits[tp] = OffsetAndMetadata(
-                offset=p.committed_offset,
-                leader_epoch=p.committed_leader_epoch if version >= 2 else -1,
-                metadata=p.committed_metadata or NO_METADATA, commit_timestamp=now)
+    errors, commits = _requested_commits(broker, request.topics, version >= 2)
     if commits:
         v3 = version >= 3
         errors.update(broker.group_coordinator.commit_txn_offsets(
             request.group_id, request.producer_id, request.producer_epoch,
             request.member_id if v3 else "", request.group_instance_id if v3 else None,
             request.generation_id if v3 else -1, commits))
-    ordered = {(t.name, p.partition_index): {"partition_index": p.partition_index,
-                                             "error_code": errors[(t.name, p.partition_index)]}
-               for t in request.topics for p in t.partitions}
-    return {"throttle_time_ms": 0, "topics": _by_topic(ordered)}
+    return _commit_response(request.topics, errors)
 
 
 @api(OFFSET_FETCH, 1, 9)
@@ -159,4 +150,4 @@ async def handle_offset_delete(broker, ctx: RequestContext, request) -> dict:
     ordered = {(t.name, p.partition_index): {"partition_index": p.partition_index,
                                              "error_code": errors[(t.name, p.partition_index)]}
                for t in request.topics for p in t.partitions}
-    return {"error_code": ErrorCode.NONE, "throttle_time_ms": 0, "topics": _by_topic(ordered)}
+    return {"error_code": ErrorCode.NONE, "throttle_time_ms": 0, "topics": by_topic(ordered)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from strom.controller.controller import validate_topic_name
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
-from strom.server.apis import CloseConnection, RequestContext, api
+from strom.server.apis import CloseConnection, RequestContext, api, by_topic
 from strom.server.replica_manager import ProduceResult
 
 PRODUCE = 0
@@ -97,18 +97,15 @@ def _has_transactional_batch(request) -> bool:
 
 
 def _response(results: dict) -> dict:
-    by_topic: dict[str, list[dict]] = {}
-    for (name, index), r in results.items():
-        by_topic.setdefault(name, []).append({
-            "index": index,
+    return {
+        "responses": by_topic({tp: {
+            "index": tp[1],
             "error_code": r.error,
             "base_offset": r.base_offset,
             "log_append_time_ms": r.log_append_time,
             "log_start_offset": r.log_start_offset,
             "record_errors": [],
             "error_message": r.message,
-        })
-    return {
-        "responses": [{"name": n, "partition_responses": ps} for n, ps in by_topic.items()],
+        } for tp, r in results.items()}, "partition_responses"),
         "throttle_time_ms": 0,
     }

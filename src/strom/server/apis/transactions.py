@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from strom.coordinator import GROUP_METADATA_TOPIC
 from strom.protocol.errors import ErrorCode
-from strom.server.apis import RequestContext, api
+from strom.server.apis import RequestContext, api, by_topic
 from strom.server.apis.producer_id import fenced_code
 
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS = 24, 25, 26, 27
@@ -20,10 +20,8 @@ TopicPartition = tuple[str, int]
 
 
 def _topic_results(results: dict[TopicPartition, ErrorCode]) -> list[dict]:
-    by_topic: dict[str, list[dict]] = {}
-    for (topic, index), error in results.items():
-        by_topic.setdefault(topic, []).append({"partition_index": index, "partition_error_code": error})
-    return [{"name": name, "results_by_partition": ps} for name, ps in by_topic.items()]
+    return by_topic({tp: {"partition_index": tp[1], "partition_error_code": error}
+                     for tp, error in results.items()}, "results_by_partition")
 
 
 def _add_partitions(broker, transactional_id: str, producer_id: int, epoch: int, topics: Iterable,
@@ -86,11 +84,8 @@ async def handle_write_txn_markers(broker, ctx: RequestContext, request) -> dict
         wanted = [(t.name, p) for t in m.topics for p in t.partition_indexes]
         errors = broker.write_txn_markers(m.producer_id, m.producer_epoch, m.coordinator_epoch,
                                           m.transaction_result, wanted)
-        by_topic: dict[str, list[dict]] = {}
-        for (topic, index), error in errors.items():
-            by_topic.setdefault(topic, []).append({"partition_index": index, "error_code": error})
-        markers.append({"producer_id": m.producer_id, "topics": [
-            {"name": name, "partitions": ps} for name, ps in by_topic.items()]})
+        markers.append({"producer_id": m.producer_id, "topics": by_topic(
+            {tp: {"partition_index": tp[1], "error_code": error} for tp, error in errors.items()})})
     return {"markers": markers}
 
 
@@ -103,13 +98,10 @@ async def handle_describe_transactions(broker, ctx: RequestContext, request) -> 
                  "transaction_timeout_ms": 0, "transaction_start_time_ms": -1, "producer_id": -1,
                  "producer_epoch": -1, "topics": []}
         if meta is not None:
-            by_topic: dict[str, list[int]] = {}
-            for topic, index in sorted(meta.partitions):
-                by_topic.setdefault(topic, []).append(index)
             entry.update(transaction_state=meta.state.display, transaction_timeout_ms=meta.timeout_ms,
                          transaction_start_time_ms=meta.start_ms, producer_id=meta.producer_id,
                          producer_epoch=meta.producer_epoch,
-                         topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()])
+                         topics=by_topic({tp: tp[1] for tp in sorted(meta.partitions)}, name="topic"))
         states.append(entry)
     return {"throttle_time_ms": 0, "transaction_states": states}
 
