@@ -41,11 +41,9 @@ read_committed adds.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing
 import os
-import platform
 import statistics
 import struct
 import sys
@@ -61,6 +59,8 @@ try:
     from strom.testing import BrokerProcess
 except ImportError as e:  # pragma: no cover - a usage error, not a benchmark result
     sys.exit(f"transactions.py needs the project venv (confluent-kafka and strom): {e}")
+
+import run  # noqa: E402  (the harness next to this file: its machine description)
 
 RECORD_SIZE = 100
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -256,14 +256,8 @@ def latency_run(broker: BrokerProcess, partitions: int, seconds: float, txn_reco
 
 # --- main -------------------------------------------------------------------------------------
 def machine_info() -> dict:
-    model = ""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {"cores": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
-            "python": platform.python_version(), "confluent_kafka": confluent_kafka.__version__,
+    """run.py's machine description plus the client library's versions."""
+    return {**run.machine_info(), "confluent_kafka": confluent_kafka.__version__,
             "librdkafka": confluent_kafka.libversion()[0]}
 
 

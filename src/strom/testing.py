@@ -14,11 +14,27 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from strom.client import Connection
 
 _READY = re.compile(r"ready on (?P<listeners>\S+?)(?:,| \()")
+
+
+def unique_name(base: str) -> str:
+    """A topic (or group, or transactional id) name no other test uses, readable from `base`."""
+    return re.sub(r"[^a-zA-Z0-9-]+", "-", base).strip("-")[:80] + "-" + uuid.uuid4().hex[:8]
+
+
+def report_broker_logs(item, call):
+    """pytest_runtest_makereport as a hook wrapper (wrap it with pytest.hookimpl in a conftest):
+    a failing test's report shows the tail of each BrokerProcess log it used."""
+    report = (yield).get_result()
+    if report.failed:
+        for name, value in getattr(item, "funcargs", {}).items():
+            if isinstance(value, BrokerProcess):
+                report.sections.append((f"broker log ({name})", "\n".join(value.stderr_lines[-40:])))
 
 
 class BrokerProcess:

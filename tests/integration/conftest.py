@@ -8,11 +8,9 @@ kill or restart it. Helpers: `create_topic`, `ck_produce` / `ck_consume` (conflu
 
 from __future__ import annotations
 
-import re
 import socket
 import struct
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -21,35 +19,24 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.protocol import messages, records
-from strom.testing import BrokerProcess
+from strom.testing import BrokerProcess, report_broker_logs, unique_name
 
 GROUP = "strom-it"  # librdkafka wants a group.id; with assign() and no commits it never needs the group
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    """A failing test's report shows the tail of each broker log it used."""
-    report = (yield).get_result()
-    if report.failed:
-        for name, value in getattr(item, "funcargs", {}).items():
-            if isinstance(value, BrokerProcess):
-                report.sections.append((f"broker log ({name})", "\n".join(value.stderr_lines[-40:])))
+pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(report_broker_logs)
 
 
 @pytest.fixture(scope="session")
 def broker():
-    proc = BrokerProcess(overrides={"auto.create.topics.enable": "true", "num.partitions": "2"})
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(overrides={"auto.create.topics.enable": "true", "num.partitions": "2"}) as proc:
+        yield proc
 
 
 @pytest.fixture
 def fresh_broker():
-    proc = BrokerProcess()
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess() as proc:
+        yield proc
 
 
 # Group coordinator settings that keep group tests fast: no initial rebalance delay, sessions as
@@ -68,10 +55,8 @@ GROUP_OVERRIDES = {
 @pytest.fixture(scope="session")
 def group_broker():
     """A broker for group tests (each uses its own group and topic names)."""
-    proc = BrokerProcess(overrides=GROUP_OVERRIDES)
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(overrides=GROUP_OVERRIDES) as proc:
+        yield proc
 
 
 @pytest.fixture
@@ -80,8 +65,6 @@ def topic(request) -> str:
     return unique_name(request.node.name)
 
 
-def unique_name(base: str) -> str:
-    return re.sub(r"[^a-zA-Z0-9-]+", "-", base).strip("-")[:80] + "-" + uuid.uuid4().hex[:8]
 
 
 # --- admin -------------------------------------------------------------------------------------

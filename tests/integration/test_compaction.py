@@ -44,10 +44,8 @@ FAST_CLEANER = {"log.cleaner.backoff.ms": "100", "log.retention.check.interval.m
 
 @pytest.fixture
 def cleaner_broker():
-    proc = BrokerProcess(overrides=FAST_CLEANER)
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(overrides=FAST_CLEANER) as proc:
+        yield proc
 
 
 def compacted_config(**extra: str) -> dict[str, str]:

@@ -45,11 +45,9 @@ def old_records(n: int) -> list[Rec]:
 
 @pytest.fixture
 def retention_broker():
-    proc = BrokerProcess(overrides={"log.retention.check.interval.ms": "200",
-                                    "log.retention.bytes": "-1"})  # explicit: a static config
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(overrides={"log.retention.check.interval.ms": "200",
+                                  "log.retention.bytes": "-1"}) as proc:  # explicit: a static config
+        yield proc
 
 
 def describe(bootstrap: str, rtype: ResourceType, name: str) -> dict[str, ConfigEntry]:

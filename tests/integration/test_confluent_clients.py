@@ -183,10 +183,8 @@ def test_consumer_metadata_does_not_auto_create(broker, topic):
 
 @pytest.fixture(scope="module")
 def no_auto_create_broker():
-    proc = BrokerProcess(overrides={"auto.create.topics.enable": "false"})
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(overrides={"auto.create.topics.enable": "false"}) as proc:
+        yield proc
 
 
 def test_no_auto_create_produce_fails_unknown_topic(no_auto_create_broker, topic):

@@ -25,10 +25,8 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture
 def retention_broker():
-    proc = BrokerProcess(overrides={"log.retention.check.interval.ms": "200"})
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(overrides={"log.retention.check.interval.ms": "200"}) as proc:
+        yield proc
 
 
 def delete_records(bootstrap: str, topic: str, partition: int, offset: int):

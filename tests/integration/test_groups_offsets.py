@@ -21,10 +21,8 @@ OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, OFFSET_DELETE = 8, 9, 10, 47
 
 @pytest.fixture
 def restartable_broker(tmp_path):
-    proc = BrokerProcess(data_dir=tmp_path, overrides=GROUP_OVERRIDES)
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(data_dir=tmp_path, overrides=GROUP_OVERRIDES) as proc:
+        yield proc
 
 
 def group_consumer(bootstrap: str, group: str, **conf) -> Consumer:

@@ -22,10 +22,8 @@ PRODUCE, FETCH = 0, 1
 
 @pytest.fixture
 def two_dir_broker(tmp_path):
-    proc = BrokerProcess(data_dir=tmp_path, overrides={"log.dirs": f"{tmp_path}/a,{tmp_path}/b"})
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(data_dir=tmp_path, overrides={"log.dirs": f"{tmp_path}/a,{tmp_path}/b"}) as proc:
+        yield proc
 
 
 def log_dirs(bootstrap: str, topics=None) -> dict[str, dict]:

@@ -32,11 +32,9 @@ pytestmark = pytest.mark.timeout(60)
 def lone_broker(request):
     """A broker of the test's own, so its log holds only what the test caused; on the event loop
     the test's parameter names (asyncio unless the test parametrizes `lone_broker`)."""
-    proc = BrokerProcess(overrides={"socket.request.max.bytes": "1048576"},
-                         env={"STROM_EVENT_LOOP": request.param})
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(overrides={"socket.request.max.bytes": "1048576"},
+                       env={"STROM_EVENT_LOOP": request.param}) as proc:
+        yield proc
 
 
 def connect(proc: BrokerProcess) -> socket.socket:

@@ -38,10 +38,8 @@ def test_many_segments(broker, topic):
 
 @pytest.fixture
 def retention_broker():
-    proc = BrokerProcess(overrides={"log.retention.check.interval.ms": "200"})
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(overrides={"log.retention.check.interval.ms": "200"}) as proc:
+        yield proc
 
 
 def wait_for_low_watermark(bootstrap: str, topic: str, timeout: float = 15) -> tuple[int, int]:

@@ -69,19 +69,15 @@ CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # RecordBatch attributes
 
 @pytest.fixture(scope="module")
 def txn_broker():
-    proc = BrokerProcess(overrides=TXN_OVERRIDES)
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(overrides=TXN_OVERRIDES) as proc:
+        yield proc
 
 
 @pytest.fixture
 def own_txn_broker():
     """A broker of the test's own, for tests that kill it."""
-    proc = BrokerProcess(overrides=TXN_OVERRIDES)
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(overrides=TXN_OVERRIDES) as proc:
+        yield proc
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -453,11 +449,9 @@ def test_aborted_transactions_survive_restarts_and_segment_rolls(own_txn_broker,
 
 @pytest.fixture
 def cleaner_txn_broker():
-    proc = BrokerProcess(overrides={**TXN_OVERRIDES, "log.cleaner.backoff.ms": "100",
-                                    "log.retention.check.interval.ms": "200"})
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(overrides={**TXN_OVERRIDES, "log.cleaner.backoff.ms": "100",
+                                  "log.retention.check.interval.ms": "200"}) as proc:
+        yield proc
 
 
 def test_compaction_drops_aborted_records_and_never_cleans_an_open_transaction(cleaner_txn_broker, topic):
@@ -801,11 +795,9 @@ def test_open_transaction_survives_a_clean_stop(own_txn_broker, topic):
 
 @pytest.fixture
 def expiring_broker():
-    proc = BrokerProcess(overrides={**TXN_OVERRIDES, "transactional.id.expiration.ms": "1500",
-                                    "transaction.remove.expired.transaction.cleanup.interval.ms": "300"})
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(overrides={**TXN_OVERRIDES, "transactional.id.expiration.ms": "1500",
+                                  "transaction.remove.expired.transaction.cleanup.interval.ms": "300"}) as proc:
+        yield proc
 
 
 def test_transactional_id_expiration(expiring_broker, topic):

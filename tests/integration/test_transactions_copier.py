@@ -45,10 +45,8 @@ CRASHES = 3
 
 @pytest.fixture
 def crash_broker():
-    proc = BrokerProcess(overrides=TXN_OVERRIDES)
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(overrides=TXN_OVERRIDES) as proc:
+        yield proc
 
 
 def fill_input(bootstrap: str, topic: str) -> None:

@@ -6,9 +6,7 @@ Helpers: `create_topic`, `produce` (confluent-kafka, delivery reports back), `co
 
 from __future__ import annotations
 
-import re
 import time
-import uuid
 from collections.abc import Iterable
 
 import pytest
@@ -16,25 +14,15 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, Message, Produ
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 import strom.spark
-from strom.testing import BrokerProcess
+from strom.testing import BrokerProcess, report_broker_logs, unique_name
 
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    """A failing test's report shows the tail of the broker log."""
-    report = (yield).get_result()
-    if report.failed:
-        for value in getattr(item, "funcargs", {}).values():
-            if isinstance(value, BrokerProcess):
-                report.sections.append(("broker log", "\n".join(value.stderr_lines[-40:])))
+pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(report_broker_logs)
 
 
 @pytest.fixture(scope="session")
 def broker():
-    proc = BrokerProcess(overrides={"auto.create.topics.enable": "true", "num.partitions": "2"})
-    proc.start()
-    yield proc
-    proc.close()
+    with BrokerProcess(overrides={"auto.create.topics.enable": "true", "num.partitions": "2"}) as proc:
+        yield proc
 
 
 @pytest.fixture(scope="session")
@@ -50,8 +38,6 @@ def topic(request) -> str:
     return unique_name(request.node.name)
 
 
-def unique_name(base: str) -> str:
-    return re.sub(r"[^a-zA-Z0-9-]+", "-", base).strip("-")[:60] + "-" + uuid.uuid4().hex[:8]
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
@@ -119,3 +105,12 @@ def end_offsets(bootstrap: str, topic: str) -> list[tuple[int, int]]:
                    for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED))
         out.append((lso, hw))
     return out
+
+
+def finished(query):
+    """Wait for a Trigger.AvailableNow query to end (failing after 120 s); the query."""
+    try:
+        assert query.awaitTermination(120), "query did not finish in 120 s"
+    finally:
+        query.stop()
+    return query

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from .conftest import create_topic, produce, read
+from .conftest import create_topic, finished, produce, read
 
 
 def run_available_now(spark, bootstrap: str, out, checkpoint, **options):
@@ -20,11 +20,7 @@ def run_available_now(spark, bootstrap: str, out, checkpoint, **options):
     query = (df.selectExpr("topic", "partition", "offset", "cast(value as string) as value").writeStream
              .format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start())
-    try:
-        assert query.awaitTermination(120), "query did not finish in 120 s"
-    finally:
-        query.stop()
-    return query
+    return finished(query)
 
 
 def parquet_rows(spark, out) -> list[tuple]:

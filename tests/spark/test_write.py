@@ -7,7 +7,7 @@ from collections import Counter
 
 from kafka.partitioner.default import murmur2
 
-from .conftest import consume_all, create_topic, end_offsets, produce
+from .conftest import consume_all, create_topic, end_offsets, finished, produce
 
 
 def write(df, bootstrap: str, **options) -> None:
@@ -53,11 +53,7 @@ def stream_copy(spark, bootstrap: str, source: str, target: str, checkpoint, whe
              .option("kafka.bootstrap.servers", bootstrap).option("topic", target)
              .option("checkpointLocation", str(checkpoint)).options(**sink_options)
              .trigger(availableNow=True).start())
-    try:
-        assert query.awaitTermination(120), "query did not finish in 120 s"
-    finally:
-        query.stop()
-    return query
+    return finished(query)
 
 
 def forget_last_commit(checkpoint) -> None:
