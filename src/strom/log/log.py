@@ -377,9 +377,9 @@ class Log:
             except OSError as e:
                 raise self._io_error(e) from e
             out += found
-            # An abort after which the stable offset passed the bound: no later marker can
-            # belong to a transaction that started below the bound (Kafka's isComplete).
-            if any(t.last_stable_offset >= upper_bound for t in found):
+            # collect() stops at an abort after which the stable offset passed the bound: no
+            # later marker can belong to a transaction that started below it (Kafka's isComplete).
+            if found and found[-1].last_stable_offset >= upper_bound:
                 break
         return out
 
