@@ -4,6 +4,7 @@ library would hide the bytes (or cost more than the bytes)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from typing import Any
 
@@ -56,3 +57,41 @@ class Connection:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class AsyncConnection:
+    """One request at a time over asyncio streams: the controller's channel to a broker and
+    (later) a follower's fetcher use it. Not thread-safe; one user at a time."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 client_id: str) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.client_id = client_id
+        self.correlation = 0
+
+    @classmethod
+    async def open(cls, host: str, port: int, client_id: str = "strom",
+                   timeout_s: float = 10.0) -> AsyncConnection:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(reader, writer, client_id)
+
+    async def call(self, api_key: int, version: int, fields: dict[str, Any],
+                   timeout_s: float = 30.0) -> Any:
+        self.correlation += 1
+        self.writer.write(encode_request(api_key, version, fields, self.correlation, self.client_id))
+        await self.writer.drain()
+        size = int.from_bytes(await asyncio.wait_for(self.reader.readexactly(4), timeout_s), "big")
+        if not 0 <= size <= MAX_FRAME:
+            raise ConnectionError(f"response frame of {size} bytes")
+        payload = await asyncio.wait_for(self.reader.readexactly(size), timeout_s)
+        correlation, body = decode_response(api_key, version, payload)
+        if correlation != self.correlation:
+            raise ConnectionError(f"response to request {correlation} where {self.correlation} was expected")
+        return body
+
+    def close(self) -> None:
+        self.writer.close()

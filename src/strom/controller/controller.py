@@ -1,310 +1,502 @@
-"""The controller: owner of topic and partition state (seed 000's KafkaController, reduced).
+"""KafkaController (seeds 000 and 001): every broker runs one; the one that wins the
+/controller node is the active controller of the cluster.
 
-It validates and records topic creation, deletion and partition growth in the metadata
-store, picks replicas with Kafka's rack-unaware assignment, elects leaders, and tells brokers
-what to serve through `BrokerChannel` (LeaderAndIsr and StopReplica in Kafka's terms). A
-single `strom serve` is a cluster of one: its controller talks to its own replica manager.
+The active controller keeps the cluster view (ControllerContext) loaded from the metadata
+store, reacts to its watches (brokers coming and going, topics created, partitions added,
+topics to delete), elects partition leaders, records leader and ISR in each partition's
+state node with a conditional write fenced by the controller epoch, and tells brokers what
+changed through the channel manager (LeaderAndIsr, UpdateMetadata, StopReplica). It never
+touches a broker's state directly: its own broker is just one more receiver.
+
+The embedded single broker runs exactly this over the local file store: it registers, wins
+the election, and sends its requests to itself.
 """
 
 from __future__ import annotations
 
-import random
-import re
-import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from strom.controller.store import MetadataStore
-from strom.protocol.errors import ErrorCode, KafkaError
+from strom.controller import znodes
+from strom.controller.channel import ControllerChannelManager, RequestBatch
+from strom.controller.event_manager import ControllerEvent, ControllerEventManager
+from strom.controller.store import (
+    BadVersion,
+    Check,
+    Create,
+    MetadataStore,
+    NodeExists,
+    NoNode,
+    SetData,
+)
+from strom.controller.znodes import BrokerInfo, PartitionState, TopicMetadata
+from strom.protocol.errors import ErrorCode
 
-MAX_TOPIC_NAME = 249
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+log = logging.getLogger(__name__)
 
-
-def validate_topic_name(name: str | None) -> None:
-    if not name:
-        raise KafkaError("topic name is empty", ErrorCode.INVALID_TOPIC_EXCEPTION)
-    if name in (".", ".."):
-        raise KafkaError(f"topic name cannot be {name!r}", ErrorCode.INVALID_TOPIC_EXCEPTION)
-    if len(name) > MAX_TOPIC_NAME:
-        raise KafkaError(
-            f"topic name is longer than {MAX_TOPIC_NAME} characters", ErrorCode.INVALID_TOPIC_EXCEPTION
-        )
-    if not _LEGAL_TOPIC.match(name):
-        raise KafkaError(
-            f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'",
-            ErrorCode.INVALID_TOPIC_EXCEPTION,
-        )
+TopicPartition = tuple[str, int]
+StoreIO = Callable[..., Awaitable[Any]]
+_MULTI_CHUNK = 500  # ops per ZooKeeper multi, well under its 1 MB request limit
 
 
-def assign_replicas(
-    num_partitions: int,
-    replication_factor: int,
-    brokers: list[int],
-    *,
-    start_partition: int = 0,
-    start_index: int | None = None,
-    replica_shift: int | None = None,
-) -> dict[int, list[int]]:
-    """Kafka's rack-unaware assignment: spread leaders round-robin from a random broker, and
-    place followers at a shift that grows every full round so replicas do not pile up."""
-    n = len(brokers)
-    if replication_factor > n:
-        raise KafkaError(
-            f"replication factor {replication_factor} larger than available brokers {n}",
-            ErrorCode.INVALID_REPLICATION_FACTOR,
-        )
-    brokers = sorted(brokers)
-    start = random.randrange(n) if start_index is None else start_index
-    shift = random.randrange(n) if replica_shift is None else replica_shift
-    assignment: dict[int, list[int]] = {}
-    for partition in range(start_partition, start_partition + num_partitions):
-        if partition > 0 and partition % n == 0:
-            shift += 1
-        first = (partition + start) % n
-        replicas = [brokers[first]]
-        for j in range(replication_factor - 1):
-            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
-        assignment[partition] = replicas
-    return assignment
+class ControllerMoved(Exception):
+    """A conditional write found a newer controller epoch: this controller is stale."""
 
 
 @dataclass
-class PartitionState:
-    leader: int
-    leader_epoch: int
-    isr: list[int]
-    replicas: list[int]
+class ControllerContext:
+    """The active controller's view of the cluster."""
+
+    epoch: int = 0
+    epoch_zk_version: int = -1
+    live_brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    topics: dict[str, TopicMetadata] = field(default_factory=dict)
+    # Partitions without a state node yet (NewPartition: no replica was live to lead).
+    new_partitions: set[TopicPartition] = field(default_factory=set)
+    topics_to_delete: set[str] = field(default_factory=set)
+    # Replicas that have yet to confirm StopReplica(delete) for a topic being deleted.
+    deletion_pending: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
+
+    def partitions_on(self, brokers: set[int]):
+        for topic in self.topics.values():
+            for index, state in topic.partitions.items():
+                if brokers.intersection(state.replicas):
+                    yield topic, index, state
 
 
-@dataclass
-class TopicMetadata:
-    name: str
-    topic_id: uuid.UUID
-    partitions: dict[int, PartitionState] = field(default_factory=dict)
-    configs: dict[str, str] = field(default_factory=dict)
-    internal: bool = False
-
-
-class BrokerChannel(Protocol):
-    """How the controller tells brokers to lead, follow or stop serving a partition, and that
-    a topic's configs changed (Kafka's config change notification)."""
-
-    def leader_and_isr(self, topic: TopicMetadata, partition: int) -> None: ...
-    def stop_replica(self, topic: str, partition: int, delete: bool) -> None: ...
-    def topic_config_changed(self, topic: TopicMetadata) -> None: ...
-
-
-class Controller:
-    def __init__(
-        self,
-        store: MetadataStore,
-        broker_id: int,
-        live_brokers: Callable[[], list[int]],
-        channel: BrokerChannel,
-        validate_configs: Callable[[Mapping[str, str]], None],
-    ) -> None:
+class KafkaController:
+    def __init__(self, store: MetadataStore, io: StoreIO, broker_id: int,
+                 channel: ControllerChannelManager) -> None:
         self.store = store
+        self.io = io
         self.broker_id = broker_id
-        self.live_brokers = live_brokers
         self.channel = channel
-        self.validate_configs = validate_configs
-        self.topics: dict[str, TopicMetadata] = {}
+        self.ctx = ControllerContext()
+        self.active_controller_id = -1
+        self.events: ControllerEventManager | None = None
+        self._watches: list = []
+        self._topic_watches: dict[str, Any] = {}
+        self._controller_watch = None
 
-    def startup(self) -> None:
-        """Load topic state and (re-)elect leaders among live replicas."""
-        with self.store.batch():
-            self._load_topics()
+    @property
+    def is_active(self) -> bool:
+        return self.active_controller_id == self.broker_id and self.ctx.epoch_zk_version >= 0
 
-    def _load_topics(self) -> None:
-        for name in self.store.children("/brokers/topics"):
-            node = self.store.get(f"/brokers/topics/{name}")
-            if node is None:
-                continue
-            data, _ = node
-            config_node = self.store.get(f"/config/topics/{name}")
-            topic = TopicMetadata(
-                name, uuid.UUID(data["topic_id"]),
-                configs=dict(config_node[0]["config"]) if config_node else {},
-                internal=name.startswith("__"),
-            )
-            for p, replicas in data["partitions"].items():
-                state = self.store.get(f"/brokers/topics/{name}/partitions/{p}/state")
-                epoch = state[0]["leader_epoch"] + 1 if state else 0
-                topic.partitions[int(p)] = self._elect(replicas, epoch)
-                self._write_partition_state(name, int(p), topic.partitions[int(p)])
-            self.topics[name] = topic
-            for p in topic.partitions:
-                self.channel.leader_and_isr(topic, p)
+    # -- lifecycle ------------------------------------------------------------------------
 
-    def _elect(self, replicas: list[int], epoch: int) -> PartitionState:
-        live = set(self.live_brokers())
-        alive = [r for r in replicas if r in live]
-        leader = alive[0] if alive else -1
-        return PartitionState(leader, epoch, alive, list(replicas))
+    async def startup(self) -> None:
+        """Watch /controller and run for election; returns once this broker knows the outcome
+        (and, if it won, has loaded the cluster and sent its first requests)."""
+        self.events = ControllerEventManager(self._process)
+        self._controller_watch = await self.io(
+            self.store.watch_data, znodes.CONTROLLER,
+            lambda data, version: self.events.put("controller_change", data))
+        await self.events.call("startup")
 
-    def _write_partition_state(self, topic: str, partition: int, state: PartitionState) -> None:
-        self.store.set(
-            f"/brokers/topics/{topic}/partitions/{partition}/state",
-            {"leader": state.leader, "leader_epoch": state.leader_epoch, "isr": state.isr},
-        )
-
-    def _write_assignment(self, topic: TopicMetadata) -> None:
-        self.store.set(
-            f"/brokers/topics/{topic.name}",
-            {
-                "version": 3,
-                "topic_id": str(topic.topic_id),
-                "partitions": {str(p): s.replicas for p, s in topic.partitions.items()},
-            },
-        )
-
-    def _check_name_free(self, name: str) -> None:
-        if name in self.topics:
-            raise KafkaError(f"Topic '{name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS)
-        folded = name.replace(".", "_")
-        for existing in self.topics:
-            if existing.replace(".", "_") == folded:
-                raise KafkaError(
-                    f"Topic '{name}' collides with existing topic '{existing}'",
-                    ErrorCode.INVALID_TOPIC_EXCEPTION,
-                )
-
-    def _check_assignment(self, assignment: Mapping[int, list[int]], first_partition: int) -> None:
-        live = set(self.live_brokers())
-        sizes = {len(r) for r in assignment.values()}
-        if len(sizes) != 1 or 0 in sizes:
-            raise KafkaError("all partitions need the same, non-zero number of replicas",
-                             ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-        if sorted(assignment) != list(range(first_partition, first_partition + len(assignment))):
-            raise KafkaError("partitions in the assignment must be consecutive from "
-                             f"{first_partition}", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-        for p, replicas in assignment.items():
-            if len(set(replicas)) != len(replicas):
-                raise KafkaError(f"duplicate replicas for partition {p}", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-            unknown = set(replicas) - live
-            if unknown:
-                raise KafkaError(f"unknown broker ids {sorted(unknown)} for partition {p}",
-                                 ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-
-    def create_topic(
-        self,
-        name: str,
-        num_partitions: int,
-        replication_factor: int,
-        assignment: Mapping[int, list[int]] | None,
-        configs: Mapping[str, str],
-        *,
-        validate_only: bool = False,
-        default_partitions: int = 1,
-        default_replication_factor: int = 1,
-    ) -> TopicMetadata:
-        validate_topic_name(name)
-        self._check_name_free(name)
-        if assignment:
-            if num_partitions != -1 or replication_factor != -1:
-                raise KafkaError("both an assignment and a partition count or replication factor "
-                                 "were given", ErrorCode.INVALID_REQUEST)
-            self._check_assignment(assignment, 0)
-            replicas = dict(assignment)
-        else:
-            partitions = default_partitions if num_partitions == -1 else num_partitions
-            factor = default_replication_factor if replication_factor == -1 else replication_factor
-            if partitions <= 0:
-                raise KafkaError("number of partitions must be larger than 0", ErrorCode.INVALID_PARTITIONS)
-            if factor <= 0:
-                raise KafkaError("replication factor must be larger than 0",
-                                 ErrorCode.INVALID_REPLICATION_FACTOR)
-            replicas = assign_replicas(partitions, factor, self.live_brokers())
-        try:
-            self.validate_configs(configs)
-        except ValueError as e:
-            raise KafkaError(str(e), ErrorCode.INVALID_CONFIG) from None
-        topic = TopicMetadata(name, uuid.uuid4(), configs=dict(configs), internal=name.startswith("__"))
-        for p, r in replicas.items():
-            topic.partitions[p] = self._elect(r, 0)
-        if validate_only:
-            return topic
-        with self.store.batch():
-            self.store.set(f"/config/topics/{name}", {"version": 1, "config": topic.configs})
-            self._write_assignment(topic)
-            for p, state in topic.partitions.items():
-                self._write_partition_state(name, p, state)
-        self.topics[name] = topic
-        for p in topic.partitions:
-            self.channel.leader_and_isr(topic, p)
-        return topic
-
-    def delete_topic(self, name: str) -> TopicMetadata:
-        topic = self.topics.get(name)
-        if topic is None:
-            raise KafkaError("This server does not host this topic-partition.",
-                             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        del self.topics[name]
-        for p in topic.partitions:
-            self.channel.stop_replica(name, p, delete=True)
-        self.store.delete(f"/brokers/topics/{name}")
-        self.store.delete(f"/config/topics/{name}")
-        return topic
-
-    def alter_topic_configs(self, name: str, configs: Mapping[str, str], *,
-                            validate_only: bool = False) -> TopicMetadata:
-        """Replace a topic's config overrides (AlterConfigs); persisted at /config/topics/<name>
-        and applied by the brokers at once."""
-        topic = self.topics.get(name)
-        if topic is None:
-            raise KafkaError(f"Topic {name} does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        try:
-            self.validate_configs(configs)
-        except ValueError as e:
-            raise KafkaError(str(e), ErrorCode.INVALID_CONFIG) from None
-        if validate_only:
-            return topic
-        self.store.set(f"/config/topics/{name}", {"version": 1, "config": dict(configs)})
-        topic.configs = dict(configs)
-        self.channel.topic_config_changed(topic)
-        return topic
-
-    def broker_configs(self, entity: str) -> dict[str, str]:
-        """Dynamic configs of broker `entity` (an id, or "<default>" for the cluster default)."""
-        node = self.store.get(f"/config/brokers/{entity}")
-        return dict(node[0]["config"]) if node else {}
-
-    def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
-        """Persist dynamic broker configs at /config/brokers/<entity>, as Kafka's ZooKeeper mode."""
-        path = f"/config/brokers/{entity}"
-        if configs:
-            self.store.set(path, {"version": 1, "config": dict(configs)})
-        elif self.store.get(path) is not None:
-            self.store.delete(path)
-
-    def create_partitions(
-        self, name: str, count: int, assignment: list[list[int]] | None, *, validate_only: bool = False
-    ) -> None:
-        topic = self.topics.get(name)
-        if topic is None:
-            raise KafkaError("This server does not host this topic-partition.",
-                             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        current = len(topic.partitions)
-        if count <= current:
-            raise KafkaError(f"Topic currently has {current} partitions, {count} would not be an "
-                             "increase.", ErrorCode.INVALID_PARTITIONS)
-        if assignment is not None:
-            if len(assignment) != count - current:
-                raise KafkaError(f"Increasing the number of partitions by {count - current} but "
-                                 f"{len(assignment)} assignments provided.", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-            new = {current + i: list(r) for i, r in enumerate(assignment)}
-            self._check_assignment(new, current)
-        else:
-            factor = len(topic.partitions[0].replicas)
-            new = assign_replicas(count - current, factor, self.live_brokers(), start_partition=current)
-        if validate_only:
+    async def shutdown(self) -> None:
+        if self.events is None:
             return
-        with self.store.batch():
-            for p, replicas in new.items():
-                topic.partitions[p] = self._elect(replicas, 0)
-                self._write_partition_state(name, p, topic.partitions[p])
-            self._write_assignment(topic)
-        for p in new:
-            self.channel.leader_and_isr(topic, p)
+        try:
+            await asyncio.wait_for(self.events.call("resign"), 5)
+        except (TimeoutError, Exception):  # shutting down regardless
+            pass
+        if self._controller_watch is not None:
+            self._controller_watch.cancel()
+        self.events.close()
+        self.channel.shutdown()
+
+    def session_expired(self) -> None:
+        """The store's session ended: /controller (if ours) is gone, so stop acting on it."""
+        if self.events is not None:
+            self.events.put("resign")
+
+    def session_reconnected(self) -> None:
+        if self.events is not None:
+            self.events.put("startup")
+
+    # -- events ---------------------------------------------------------------------------
+
+    async def _process(self, event: ControllerEvent) -> Any:
+        handler = getattr(self, f"_on_{event.name}")
+        if event.name not in ("startup", "controller_change", "resign") and not self.is_active:
+            return None  # a watch of a controller that has since resigned
+        try:
+            return await handler(*event.args)
+        except ControllerMoved:
+            log.warning("controller epoch %d is stale: another broker is controller; resigning",
+                        self.ctx.epoch)
+            await self._on_resign()
+            await self._on_startup()
+
+    async def _on_startup(self) -> None:
+        await self._elect()
+
+    async def _on_controller_change(self, _data: Any) -> None:
+        # The watch's data may be older than the queue: what counts is the node now.
+        node = await self.io(self.store.get, znodes.CONTROLLER)
+        new_id = node[0].get("brokerid", -1) if node and isinstance(node[0], dict) else -1
+        was_active = self.is_active
+        if new_id == self.broker_id and was_active:
+            return
+        if was_active:
+            await self._on_resign()
+        self.active_controller_id = new_id
+        if new_id == -1:
+            await self._elect()
+
+    async def _on_resign(self) -> None:
+        if self.is_active:
+            log.info("broker %d resigns as controller (epoch %d)", self.broker_id, self.ctx.epoch)
+        for watch in [*self._watches, *self._topic_watches.values()]:
+            watch.cancel()
+        self._watches.clear()
+        self._topic_watches.clear()
+        self.channel.shutdown()
+        self.ctx = ControllerContext()
+        if self.active_controller_id == self.broker_id:
+            self.active_controller_id = -1
+
+    # -- election (seed 001: elect / registerControllerAndIncrementControllerEpoch) -----------
+
+    async def _elect(self) -> None:
+        node = await self.io(self.store.get, znodes.CONTROLLER)
+        if node is not None and isinstance(node[0], dict):
+            self.active_controller_id = node[0].get("brokerid", -1)
+            if self.active_controller_id != -1:
+                return
+        try:
+            epoch, zk_version = await self.io(self._register_controller)
+        except (NodeExists, BadVersion):
+            node = await self.io(self.store.get, znodes.CONTROLLER)
+            self.active_controller_id = node[0].get("brokerid", -1) if node and node[0] else -1
+            log.info("broker %d lost the controller election to broker %d", self.broker_id,
+                     self.active_controller_id)
+            return
+        self.active_controller_id = self.broker_id
+        self.ctx = ControllerContext(epoch=epoch, epoch_zk_version=zk_version)
+        log.info("broker %d elected controller with epoch %d", self.broker_id, epoch)
+        await self._on_failover()
+
+    def _register_controller(self) -> tuple[int, int]:
+        """Create the ephemeral /controller node and bump /controller_epoch in one multi, so
+        two brokers can never both win with the same epoch."""
+        node = self.store.get(znodes.CONTROLLER_EPOCH)
+        if node is None:
+            try:
+                self.store.create(znodes.CONTROLLER_EPOCH, 0)
+            except NodeExists:
+                pass
+            node = self.store.get(znodes.CONTROLLER_EPOCH)
+        epoch, version = int(node[0]), node[1]
+        self.store.multi([
+            Create(znodes.CONTROLLER, {"version": 1, "brokerid": self.broker_id,
+                                       "timestamp": znodes.now_ms()}, ephemeral=True),
+            SetData(znodes.CONTROLLER_EPOCH, epoch + 1, version),
+        ])
+        return epoch + 1, version + 1
+
+    # -- failover (onControllerFailover) ------------------------------------------------------
+
+    async def _on_failover(self) -> None:
+        def watch_children(path: str, event: str):
+            return self.store.watch_children(path, lambda children: self.events.put(event, children))
+
+        live = await self.io(self._read_live_brokers)
+        self.ctx.live_brokers = live
+        for broker in live.values():
+            self.channel.add_broker(broker)
+        topics = await self.io(self._read_topics)
+        self.ctx.topics = {t.name: t for t in topics}
+        for t in topics:
+            for index, state in t.partitions.items():
+                if state.zk_version < 0:
+                    self.ctx.new_partitions.add((t.name, index))
+        batch = self._batch()
+        # Every live broker learns the whole cluster, and every replica what it serves.
+        batch.add_update_metadata(live, [])
+        await self._elect_offline_and_new(batch, list(self._all_partitions()))
+        for topic, index, state in self._all_partitions():
+            live_replicas = [r for r in state.replicas if r in live]
+            batch.add_leader_and_isr(live_replicas, topic, index, state)
+        self._send(batch)
+        self._watches.append(await self.io(watch_children, znodes.BROKER_IDS, "broker_change"))
+        self._watches.append(await self.io(watch_children, znodes.TOPICS, "topic_change"))
+        self._watches.append(await self.io(watch_children, znodes.DELETE_TOPICS, "topic_deletion"))
+        for t in topics:
+            await self._watch_topic(t.name)
+        log.info("controller %d ready: %d brokers, %d topics, epoch %d", self.broker_id, len(live),
+                 len(topics), self.ctx.epoch)
+
+    async def _watch_topic(self, name: str) -> None:
+        if name not in self._topic_watches:
+            self._topic_watches[name] = await self.io(
+                self.store.watch_data, znodes.topic_path(name),
+                lambda data, version: self.events.put("partition_modifications", name, data))
+
+    def _read_live_brokers(self) -> dict[int, BrokerInfo]:
+        live = {}
+        for child in self.store.children(znodes.BROKER_IDS):
+            node = self.store.get_stat(f"{znodes.BROKER_IDS}/{child}")
+            if node is not None and node[0]:
+                live[int(child)] = BrokerInfo.decode(int(child), node[0], node[1].czxid)
+        return live
+
+    def _read_topic(self, name: str, data: dict | None = None) -> TopicMetadata | None:
+        if data is None:
+            node = self.store.get(znodes.topic_path(name))
+            if node is None:
+                return None
+            data = node[0]
+        topic_id, assignment = znodes.decode_assignment(data)
+        topic = TopicMetadata(name, topic_id, internal=znodes.is_internal(name))
+        for index, replicas in sorted(assignment.items()):
+            topic.partitions[index] = self._read_partition_state(name, index, replicas)
+        return topic
+
+    def _read_partition_state(self, name: str, index: int, replicas: list[int]) -> PartitionState:
+        node = self.store.get(znodes.partition_state_path(name, index))
+        if node is None or not node[0]:
+            return PartitionState(znodes.NO_LEADER, 0, [], replicas, zk_version=-1)
+        data, version = node
+        return PartitionState(data["leader"], data["leader_epoch"], list(data["isr"]), replicas,
+                              data.get("controller_epoch", 0), version)
+
+    def _read_topics(self) -> list[TopicMetadata]:
+        topics = []
+        for name in self.store.children(znodes.TOPICS):
+            topic = self._read_topic(name)
+            if topic is not None:
+                topics.append(topic)
+        return topics
+
+    def _all_partitions(self):
+        for topic in self.ctx.topics.values():
+            for index, state in topic.partitions.items():
+                yield topic, index, state
+
+    # -- partition state machine: New/Offline -> Online ----------------------------------------
+
+    def _batch(self) -> RequestBatch:
+        return RequestBatch(self.broker_id, self.ctx.epoch)
+
+    def _send(self, batch: RequestBatch) -> None:
+        batch.send(self.channel, self.ctx.live_brokers, self._stop_replica_callback)
+
+    def _stop_replica_callback(self, broker_id: int):
+        return lambda response: self.events.put("stop_replica_response", broker_id, response)
+
+    async def _elect_offline_and_new(self, batch: RequestBatch, partitions) -> None:
+        """NewPartition -> Online (first live replica leads, the live replicas are the ISR) and
+        OfflinePartition -> Online (the first live ISR member in assignment order leads).
+        A partition whose ISR has no live member stays offline, its last ISR kept (unclean
+        election is not enabled)."""
+        live = self.ctx.live_brokers
+        creates, updates = [], []
+        for topic, index, state in partitions:
+            if topic.name in self.ctx.topics_to_delete:
+                continue
+            tp = (topic.name, index)
+            if tp in self.ctx.new_partitions:
+                alive = [r for r in state.replicas if r in live]
+                if not alive:
+                    continue
+                new = PartitionState(alive[0], 0, alive, state.replicas, self.ctx.epoch, 0)
+                creates.append((topic, index, new))
+            elif state.leader not in live:
+                candidates = [r for r in state.replicas if r in live and r in state.isr]
+                if not candidates:
+                    if state.leader != znodes.NO_LEADER:
+                        new = replace(state, leader=znodes.NO_LEADER, leader_epoch=state.leader_epoch + 1,
+                                      controller_epoch=self.ctx.epoch)
+                        updates.append((topic, index, new))
+                        log.warning("partition %s-%d is offline: no live replica in ISR %s",
+                                    topic.name, index, state.isr)
+                    continue
+                isr = [r for r in state.isr if r in live]
+                new = replace(state, leader=candidates[0], leader_epoch=state.leader_epoch + 1,
+                              isr=isr, controller_epoch=self.ctx.epoch)
+                updates.append((topic, index, new))
+        await self._write_states(creates, updates)
+        for topic, index, new in [*creates, *updates]:
+            self.ctx.new_partitions.discard((topic.name, index))
+            topic.partitions[index] = new
+            batch.add_leader_and_isr([r for r in new.replicas if r in live], topic, index, new,
+                                     is_new=new.zk_version == 0 and new.leader_epoch == 0)
+
+    async def _write_states(self, creates, updates) -> None:
+        """Record new leader/ISR states, fenced by the controller epoch; updates are
+        conditional on the state's version (partition epoch). Sets each new zk_version."""
+        ops: list = [Create(znodes.partition_state_path(t.name, i), s.encode()) for t, i, s in creates]
+        ops += [SetData(znodes.partition_state_path(t.name, i), s.encode(), s.zk_version)
+                for t, i, s in updates]
+        for start in range(0, len(ops), _MULTI_CHUNK):
+            await self._fenced_multi(ops[start:start + _MULTI_CHUNK])
+        for _, _, s in creates:
+            s.zk_version = 0
+        for _, _, s in updates:
+            s.zk_version += 1
+
+    async def _fenced_multi(self, ops: list) -> None:
+        fence = Check(znodes.CONTROLLER_EPOCH, self.ctx.epoch_zk_version)
+        try:
+            await self.io(self.store.multi, [fence, *ops])
+        except (BadVersion, NoNode, NodeExists):
+            node = await self.io(self.store.get, znodes.CONTROLLER_EPOCH)
+            if node is None or node[1] != self.ctx.epoch_zk_version:
+                raise ControllerMoved() from None
+            raise
+
+    # -- brokers (BrokerChange: onBrokerStartup / onBrokerFailure) -----------------------------
+
+    async def _on_broker_change(self, _children: list[str]) -> None:
+        current = await self.io(self._read_live_brokers)
+        old = self.ctx.live_brokers
+        bounced = {b for b in current.keys() & old.keys() if current[b].epoch != old[b].epoch}
+        dead = (old.keys() - current.keys()) | bounced
+        new = (current.keys() - old.keys()) | bounced
+        if not dead and not new:
+            return
+        log.info("broker change: new %s, dead %s, bounced %s", sorted(new - bounced),
+                 sorted(dead - bounced), sorted(bounced))
+        for b in dead:
+            self.channel.remove_broker(b)
+        self.ctx.live_brokers = current
+        for b in new:
+            self.channel.add_broker(current[b])
+        batch = self._batch()
+        if dead:
+            await self._on_brokers_failed(dead, batch)
+        if new:
+            await self._on_brokers_started(new, batch)
+        batch.add_update_metadata(current, [])
+        self._send(batch)
+
+    async def _on_brokers_failed(self, dead: set[int], batch: RequestBatch) -> None:
+        """Partitions they led get a new leader from the ISR; partitions they followed drop
+        them from the ISR (a new leader epoch, as Kafka's controller-driven shrink)."""
+        affected = list(self.ctx.partitions_on(dead))
+        await self._elect_offline_and_new(batch, [p for p in affected if p[2].leader in dead])
+        live = self.ctx.live_brokers
+        updates = []
+        for topic, index, state in affected:
+            state = topic.partitions[index]
+            if state.leader in live and dead.intersection(state.isr):
+                isr = [r for r in state.isr if r not in dead]
+                updates.append((topic, index, replace(state, isr=isr, leader_epoch=state.leader_epoch + 1,
+                                                      controller_epoch=self.ctx.epoch)))
+        await self._write_states([], updates)
+        for topic, index, new in updates:
+            topic.partitions[index] = new
+            batch.add_leader_and_isr([r for r in new.replicas if r in live], topic, index, new)
+        for topic, index, _state in affected:  # metadata shows the offline replicas
+            batch.add_update_metadata([], [(topic, index, topic.partitions[index])])
+
+    async def _on_brokers_started(self, new: set[int], batch: RequestBatch) -> None:
+        """The new brokers get the whole metadata and their replicas; partitions that had no
+        live leader may now get one; deletions waiting for them go on."""
+        batch.add_update_metadata(new, list(self._all_partitions()))
+        await self._elect_offline_and_new(batch, [
+            p for p in self._all_partitions()
+            if (p[0].name, p[1]) in self.ctx.new_partitions or p[2].leader == znodes.NO_LEADER])
+        for topic, index, state in self.ctx.partitions_on(new):
+            if topic.name in self.ctx.topics_to_delete or (topic.name, index) in self.ctx.new_partitions:
+                continue
+            batch.add_leader_and_isr([r for r in state.replicas if r in new], topic, index, state)
+        for name in self.ctx.topics_to_delete:
+            for broker, index in self.ctx.deletion_pending.get(name, ()):
+                if broker in new:
+                    batch.add_stop_replica(broker, name, index, -1, True)
+
+    # -- topics (TopicChange, PartitionModifications) -------------------------------------------
+
+    async def _on_topic_change(self, children: list[str]) -> None:
+        added = [name for name in children if name not in self.ctx.topics]
+        if not added:
+            return
+        batch = self._batch()
+        for name in added:
+            topic = await self.io(self._read_topic, name)
+            if topic is None:
+                continue
+            self.ctx.topics[name] = topic
+            await self._watch_topic(name)
+            await self._online_partitions(batch, topic, list(topic.partitions))
+            log.info("controller: new topic %s with %d partitions", name, len(topic.partitions))
+        self._send(batch)
+
+    async def _online_partitions(self, batch: RequestBatch, topic: TopicMetadata, indexes: list[int]) -> None:
+        for index in indexes:
+            if topic.partitions[index].zk_version < 0:
+                self.ctx.new_partitions.add((topic.name, index))
+        await self._elect_offline_and_new(batch, [(topic, i, topic.partitions[i]) for i in indexes])
+        # Partitions that stayed New still appear in metadata, leaderless.
+        batch.add_update_metadata([], [(topic, i, topic.partitions[i]) for i in indexes])
+
+    async def _on_partition_modifications(self, name: str, data: Any) -> None:
+        topic = self.ctx.topics.get(name)
+        if topic is None or not data or name in self.ctx.topics_to_delete:
+            return
+        _, assignment = znodes.decode_assignment(data)
+        added = sorted(set(assignment) - set(topic.partitions))
+        if not added:
+            return
+        for index in added:
+            topic.partitions[index] = PartitionState(znodes.NO_LEADER, 0, [], assignment[index], zk_version=-1)
+        batch = self._batch()
+        await self._online_partitions(batch, topic, added)
+        self._send(batch)
+        log.info("controller: topic %s grew to %d partitions", name, len(topic.partitions))
+
+    # -- topic deletion (TopicDeletionManager) ---------------------------------------------
+
+    async def _on_topic_deletion(self, children: list[str]) -> None:
+        batch = self._batch()
+        for name in children:
+            topic = self.ctx.topics.get(name)
+            if topic is None:
+                await self.io(self.store.delete, f"{znodes.DELETE_TOPICS}/{name}")
+                continue
+            if name in self.ctx.topics_to_delete:
+                continue
+            log.info("controller: deleting topic %s", name)
+            self.ctx.topics_to_delete.add(name)
+            pending = {(r, i) for i, s in topic.partitions.items() for r in s.replicas}
+            self.ctx.deletion_pending[name] = pending
+            # Brokers forget the topic's metadata now; replicas delete their logs as they can.
+            batch.add_update_metadata([], [(topic, i, replace(s, leader=znodes.LEADER_DURING_DELETE))
+                                           for i, s in topic.partitions.items()])
+            for broker, index in pending:
+                batch.add_stop_replica(broker, name, index, topic.partitions[index].leader_epoch, True)
+            if not pending:
+                await self._complete_deletion(name)
+        self._send(batch)
+
+    async def _on_stop_replica_response(self, broker_id: int, response: Any) -> None:
+        if response.error_code != ErrorCode.NONE:
+            log.warning("StopReplica on broker %d failed: %s", broker_id, ErrorCode(response.error_code).name)
+            return
+        for p in response.partition_errors:
+            pending = self.ctx.deletion_pending.get(p.topic_name)
+            if pending is not None and p.error_code == ErrorCode.NONE:
+                pending.discard((broker_id, p.partition_index))
+        for name in [n for n, pending in self.ctx.deletion_pending.items() if not pending]:
+            await self._complete_deletion(name)
+
+    async def _complete_deletion(self, name: str) -> None:
+        def delete_nodes() -> None:
+            self.store.delete(znodes.topic_path(name))
+            self.store.delete(znodes.config_path("topics", name))
+            self.store.delete(f"{znodes.DELETE_TOPICS}/{name}")
+
+        watch = self._topic_watches.pop(name, None)
+        if watch is not None:
+            watch.cancel()
+        await self.io(delete_nodes)
+        self.ctx.topics.pop(name, None)
+        self.ctx.topics_to_delete.discard(name)
+        self.ctx.deletion_pending.pop(name, None)
+        self.ctx.new_partitions = {tp for tp in self.ctx.new_partitions if tp[0] != name}
+        log.info("controller: topic %s deleted", name)

@@ -57,9 +57,10 @@ class InternalTopic:
         partition = self.partition_of(key)
         return partition is not None and partition.is_leader
 
-    def local_logs(self) -> Iterator:
-        """The logs of the topic's partitions this broker leads (what start-up replays)."""
-        for p in range(self.num_partitions()):
+    def local_logs(self, only: int | None = None) -> Iterator:
+        """The logs of the topic's partitions this broker leads (what start-up replays), or
+        just partition `only` when leadership of it arrives later."""
+        for p in range(self.num_partitions()) if only is None else (only,):
             partition = self.replica_manager.get_partition(self.topic, p)
             if partition is not None and partition.is_leader:
                 yield partition.log

@@ -21,7 +21,10 @@ from typing import Any
 from kafka.protocol import admin, consumer, metadata, producer  # noqa: F401  (registers APIs)
 from kafka.protocol.api_message import ApiMessage
 
-from strom.protocol import consumer_group_messages  # noqa: F401  (registers KIP-848 APIs)
+from strom.protocol import (
+    consumer_group_messages,  # noqa: F401  (registers KIP-848 APIs)
+    controller_messages,  # noqa: F401  (registers inter-broker APIs)
+)
 from strom.protocol.frames import frame
 from strom.protocol.produce import MAX_VERSION as PRODUCE_MAX_VERSION
 from strom.protocol.produce import MalformedRequest, parse_produce_request

@@ -1,9 +1,10 @@
 """One broker process: start-up and shut-down in the order of seed 000's KafkaServer.startup.
 
-config -> log manager (recovery) -> metadata store and controller -> replica manager ->
-socket server -> scheduled tasks (retention, checkpoints) -> RUNNING. Shut-down reverses
-it: stop accepting, let in-flight requests finish, flush and checkpoint, mark the clean
-shutdown so the next start skips recovery.
+config -> metadata store (ZooKeeper, or the local file of the embedded broker) -> log manager
+(recovery) -> socket server -> registration under /brokers/ids -> controller (election) ->
+first metadata from the controller -> coordinators -> scheduled tasks -> RUNNING. Shut-down
+reverses it: stop accepting, let in-flight requests finish, resign, flush and checkpoint,
+mark the clean shutdown so the next start skips recovery.
 """
 
 from __future__ import annotations
@@ -14,9 +15,15 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
-from strom.controller.controller import Controller, TopicMetadata
-from strom.controller.store import LocalMetadataStore
+from strom.controller import znodes
+from strom.controller.admin import TopicAdmin, read_configs
+from strom.controller.channel import ControllerChannelManager
+from strom.controller.controller import KafkaController
+from strom.controller.store import LocalMetadataStore, MetadataStore, NodeExists
+from strom.controller.znodes import BrokerInfo, EndPoint, TopicMetadata
 from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 from strom.coordinator.group import GroupCoordinator, create_group_coordinator
 from strom.coordinator.transaction.coordinator import TransactionCoordinator
@@ -24,11 +31,14 @@ from strom.coordinator.transaction.manager import TransactionStateManager
 from strom.coordinator.transaction.producer_id_manager import ProducerIdManager
 from strom.log.config import LogConfig
 from strom.log.manager import LogManager
-from strom.protocol.errors import ErrorCode
-from strom.server.apis import load_all
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, is_flexible
+from strom.server.apis import HANDLERS, RequestContext, load_all
 from strom.server.config import BrokerConfig, Listener
-from strom.server.dynamic_config import DynamicBrokerConfig
+from strom.server.config_repository import ConfigRepository
+from strom.server.dynamic_config import DEFAULT_ENTITY, DynamicBrokerConfig
 from strom.server.log_services import LogServices
+from strom.server.metadata_cache import MetadataCache
 from strom.server.replica_manager import ReplicaManager
 from strom.server.socket_server import SocketServer
 
@@ -37,6 +47,8 @@ log = logging.getLogger(__name__)
 METADATA_FILE = "strom-metadata.json"
 # Where each internal topic's settings are (offsets.topic.num.partitions, ...).
 _INTERNAL_CONFIG_PREFIX = {GROUP_METADATA_TOPIC: "offsets.topic", TRANSACTION_STATE_TOPIC: "transaction.state.log"}
+FIRST_METADATA_TIMEOUT_S = 30.0
+AUTO_CREATE_WAIT_S = 1.0
 
 
 class BrokerState(enum.Enum):
@@ -52,14 +64,23 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker_id = config.broker_id
+        self.broker_epoch = -1
         self.state = BrokerState.NOT_RUNNING
         self.default_log_config = config.default_log_config()
         self.log_manager = LogManager(config.log_dirs, self.default_log_config)
         self.dynamic_config = DynamicBrokerConfig(config)
         self.log_services = LogServices(self)  # cleaner, flusher, live reconfiguration
-        self.replica_manager = ReplicaManager(self.broker_id, self.log_manager)
+        self.metadata_cache = MetadataCache(self.broker_id)
+        self.replica_manager = ReplicaManager(
+            self.broker_id, self.log_manager,
+            lambda topic, index: self.metadata_cache.partition(topic, index) is not None)
         self.socket_server = SocketServer(self, config["socket.request.max.bytes"])
-        self.controller: Controller | None = None
+        self.clustered = bool(config["zookeeper.connect"])
+        self.store: MetadataStore | None = None
+        self._store_thread: ThreadPoolExecutor | None = None
+        self.config_repository: ConfigRepository | None = None
+        self.admin: TopicAdmin | None = None
+        self.controller: KafkaController | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_coordinator: TransactionCoordinator | None = None
         self.cluster_id = ""
@@ -70,23 +91,38 @@ class Broker:
     # --- lifecycle -----------------------------------------------------------------------
     async def startup(self) -> None:
         self.state = BrokerState.STARTING
+        self._loop = asyncio.get_running_loop()
         load_all()
+        self.store = await asyncio.to_thread(self._open_store)
+        self.config_repository = ConfigRepository(self.store, self.store_io, self._config_changed)
+        cluster_id = await self.store_io(self._stored_cluster_id)
+        await self.store_io(self.config_repository.load)
         self.state = BrokerState.RECOVERY
-        self.cluster_id = self.log_manager.startup(self.broker_id, None, self.log_config_for)
-        store = LocalMetadataStore(self.config.log_dirs[0] / METADATA_FILE)
-        self.controller = Controller(store, self.broker_id, lambda: [self.broker_id], self,
-                                     self._validate_topic_configs)
+        self.cluster_id = self.log_manager.startup(self.broker_id, cluster_id, self.log_config_for)
+        if cluster_id is None:
+            await self.store_io(self._record_cluster_id, self.cluster_id)
+        self.admin = TopicAdmin(self.store, self.metadata_cache.broker_racks, self._validate_topic_configs)
         self.log_services.load_dynamic_config()
-        self.controller.startup()
-        self.producer_id_manager = ProducerIdManager(store, self.broker_id)
-        self._delete_orphan_logs()
+        self.producer_id_manager = ProducerIdManager(self.store, self.broker_id)
+        await self.socket_server.start(self.config.listeners, self.config["socket.send.buffer.bytes"],
+                                       self.config["socket.receive.buffer.bytes"])
+        self.advertised = self._advertised_listeners()
+        await self.config_repository.start()
+        await self._register()
+        self.store.add_session_listener(self._session_event)
+        channel = ControllerChannelManager(self.broker_id, self.inter_broker_listener, self._deliver_local)
+        self.controller = KafkaController(self.store, self.store_io, self.broker_id, channel)
+        await self.controller.startup()
+        if not await self.metadata_cache.wait_for(
+                lambda: self.broker_id in self.metadata_cache.live_brokers, FIRST_METADATA_TIMEOUT_S):
+            log.warning("no metadata from a controller after %.0f s; serving anyway",
+                        FIRST_METADATA_TIMEOUT_S)
+        if not self.clustered:
+            self._delete_orphan_logs()
         self.group_coordinator = create_group_coordinator(self)
         self.group_coordinator.startup(self.group_coordinator.store.load())  # before serving
         self.txn_coordinator = self._create_txn_coordinator()
         self.txn_coordinator.startup(self.txn_coordinator.store.load())  # finishes prepared ones
-        await self.socket_server.start(self.config.listeners, self.config["socket.send.buffer.bytes"],
-                                       self.config["socket.receive.buffer.bytes"])
-        self.advertised = self._advertised_listeners()
         self._schedule("log-retention", self.config["log.retention.check.interval.ms"], self._retention)
         self._schedule("recovery-point-checkpoint",
                        self.config["log.flush.offset.checkpoint.interval.ms"], self._checkpoint)
@@ -118,10 +154,117 @@ class Broker:
         await self.socket_server.drain(timeout=10)
         for task in self._tasks:
             task.cancel()
+        if self.controller is not None:
+            await self.controller.shutdown()
+        if self.config_repository is not None:
+            self.config_repository.stop()
         await self.log_services.stop()
         await self._snapshot_producers(at_shutdown=True)
         await asyncio.to_thread(self.log_manager.shutdown)
+        if self.store is not None:
+            await asyncio.to_thread(self.store.close)  # a clustered broker's znode goes at once
+        if self._store_thread is not None:
+            self._store_thread.shutdown(wait=False)
         self.state = BrokerState.NOT_RUNNING
+
+    # --- the metadata store ------------------------------------------------------------------
+    def _open_store(self) -> MetadataStore:
+        if not self.clustered:
+            return LocalMetadataStore(self.config.log_dirs[0] / METADATA_FILE)
+        from strom.controller.zk_store import ZooKeeperMetadataStore  # kazoo only when clustered
+
+        session_ms = self.config["zookeeper.session.timeout.ms"]
+        self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="zookeeper-io")
+        store = ZooKeeperMetadataStore(self.config["zookeeper.connect"], session_ms,
+                                       self.config["zookeeper.connection.timeout.ms"] or session_ms)
+        for path in znodes.PERSISTENT_PATHS:
+            try:
+                store.create(path)
+            except NodeExists:
+                pass
+        return store
+
+    async def store_io(self, fn: Callable, *args, **kwargs):
+        """Run a metadata-store call: ZooKeeper round trips go to a worker thread so the loop
+        keeps serving; the local file store is memory plus an fsync, done in place."""
+        if self._store_thread is None:
+            return fn(*args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._store_thread,
+                                                                partial(fn, *args, **kwargs))
+
+    def _stored_cluster_id(self) -> str | None:
+        node = self.store.get(znodes.CLUSTER_ID)
+        return node[0]["id"] if node and isinstance(node[0], dict) else None
+
+    def _record_cluster_id(self, cluster_id: str) -> None:
+        try:
+            self.store.create(znodes.CLUSTER_ID, {"version": "1", "id": cluster_id})
+        except NodeExists:
+            pass
+
+    async def _register(self) -> None:
+        """Create /brokers/ids/<id> (ephemeral); its creation zxid is this broker's epoch. After
+        a kill -9 the old registration lives until its session times out: wait for that."""
+        info = BrokerInfo(self.broker_id, [EndPoint(a.name, a.host, a.port, self._protocol_of(a.name))
+                                           for a in self.advertised], self.config["broker.rack"])
+        path = f"{znodes.BROKER_IDS}/{self.broker_id}"
+        deadline = time.monotonic() + self.config["zookeeper.session.timeout.ms"] / 1000 * 2 + 5
+        while True:
+            try:
+                await self.store_io(self.store.create, path, info.encode(), ephemeral=True)
+                break
+            except NodeExists:
+                if time.monotonic() > deadline:
+                    raise ValueError(f"broker id {self.broker_id} is already registered at {path} "
+                                     "by a running broker") from None
+                log.info("waiting for the previous registration of broker %d to expire", self.broker_id)
+                await asyncio.sleep(0.5)
+        node = await self.store_io(self.store.get_stat, path)
+        self.broker_epoch = node[1].czxid
+        log.info("registered broker %d at %s with broker epoch %d", self.broker_id, path, self.broker_epoch)
+
+    def _session_event(self, event: str) -> None:
+        """From the store's thread: the ZooKeeper session expired (our ephemeral nodes are gone)
+        or a new one began (register again, run for controller again)."""
+        loop = self._loop
+        if event == "expired":
+            log.warning("ZooKeeper session expired")
+            loop.call_soon_threadsafe(self.controller.session_expired)
+        elif event == "reconnected":
+            async def rejoin() -> None:
+                await self._register()
+                self.controller.session_reconnected()
+
+            loop.call_soon_threadsafe(lambda: loop.create_task(rejoin()))
+
+    def _protocol_of(self, listener: str) -> str:
+        mapping = self.config["listener.security.protocol.map"]
+        if mapping:
+            for pair in mapping.split(","):
+                name, _, protocol = pair.strip().partition(":")
+                if name.strip().upper() == listener:
+                    return protocol.strip().upper()
+        return listener if listener in znodes.SECURITY_PROTOCOLS else "PLAINTEXT"
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """Where the controller reaches brokers: control.plane.listener.name, else
+        inter.broker.listener.name, else the listener of security.inter.broker.protocol."""
+        for key in ("control.plane.listener.name", "inter.broker.listener.name"):
+            if self.config[key]:
+                return self.config[key].upper()
+        wanted = self.config["security.inter.broker.protocol"].upper()
+        names = [listener.name for listener in self.config.listeners]
+        return wanted if wanted in names else names[0]
+
+    async def _deliver_local(self, api_key: int, version: int, fields: dict):
+        """The controller's requests to this broker: the same handler as over the wire."""
+        body = build(REQUESTS[api_key], version, fields)
+        header = RequestHeader(api_key, version, 0, f"controller-{self.broker_id}",
+                               is_flexible(api_key, version))
+        ctx = RequestContext(header, self.inter_broker_listener, "controller")
+        response = await HANDLERS[api_key].handler(self, ctx, body)
+        return build(RESPONSES[api_key], version, response)
 
     def _schedule(self, name: str, interval_ms: int, job: Callable[[], object]) -> None:
         async def run() -> None:
@@ -208,7 +351,7 @@ class Broker:
     # --- what handlers and the controller use -----------------------------------------------
     @property
     def controller_id(self) -> int:
-        return self.broker_id
+        return self.metadata_cache.controller_id
 
     def _advertised_listeners(self) -> list[Listener]:
         configured = self.config["advertised.listeners"]
@@ -227,66 +370,160 @@ class Broker:
         return out
 
     def endpoints(self, listener_name: str) -> list[dict]:
-        for listener in self.advertised:
-            if listener.name == listener_name:
-                return [{"node_id": self.broker_id, "host": listener.host, "port": listener.port,
-                         "rack": self.config["broker.rack"]}]
-        return []
+        """Live brokers reachable on `listener_name`, as the controller last said."""
+        return self.metadata_cache.brokers(listener_name)
 
-    def auto_create_topic(self, name: str) -> TopicMetadata:
-        topic = self.controller.create_topic(
-            name, -1, -1, None, {},
-            default_partitions=self.config["num.partitions"],
-            default_replication_factor=self.config["default.replication.factor"],
-        )
-        log.info("auto-created topic %s with %d partitions", name, len(topic.partitions))
+    def require_controller(self) -> None:
+        """CreateTopics, DeleteTopics and CreatePartitions go to the controller, as in Kafka:
+        clients find it in Metadata and retry there on NOT_CONTROLLER."""
+        if self.controller is None or not self.controller.is_active:
+            raise KafkaError("This is not the correct controller for this cluster.",
+                             ErrorCode.NOT_CONTROLLER)
+
+    def _has_leaders(self, name: str, partitions: int) -> bool:
+        topic = self.metadata_cache.topics.get(name)
+        return topic is not None and len(topic.partitions) >= partitions and all(
+            s.leader >= 0 for s in topic.partitions.values())
+
+    async def wait_for_topic(self, name: str, partitions: int, timeout_s: float) -> TopicMetadata | None:
+        """The topic once this broker's metadata shows `partitions` partitions, all with a leader
+        (Kafka's DelayedCreatePartitions), or None at the timeout."""
+        await self.metadata_cache.wait_for(lambda: self._has_leaders(name, partitions), timeout_s)
+        return self.metadata_cache.topics.get(name) if self._has_leaders(name, partitions) else None
+
+    async def wait_for_deletion(self, name: str, timeout_s: float) -> bool:
+        return await self.metadata_cache.wait_for(lambda: name not in self.metadata_cache.topics, timeout_s)
+
+    async def create_topic(self, name: str, partitions: int, factor: int, configs: Mapping[str, str],
+                           wait_s: float) -> TopicMetadata | None:
+        """Record a topic in the metadata store and wait (at most `wait_s`) for the controller
+        to give every partition a leader."""
+        _, assignment = await self.store_io(self.admin.create_topic, name, partitions, factor, None, configs)
+        self.config_repository.topics[name] = dict(configs)
+        return await self.wait_for_topic(name, len(assignment), wait_s)
+
+    async def auto_create_topic(self, name: str) -> TopicMetadata | None:
+        """Metadata's auto-creation: None when the topic's leaders are not known yet (the client
+        gets LEADER_NOT_AVAILABLE and asks again, as with Kafka)."""
+        try:
+            topic = await self.create_topic(name, self.config["num.partitions"],
+                                            self.config["default.replication.factor"], {},
+                                            AUTO_CREATE_WAIT_S)
+        except KafkaError as e:
+            if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise
+            topic = await self.wait_for_topic(name, 1, AUTO_CREATE_WAIT_S)
+        else:
+            log.info("auto-created topic %s", name)
         return topic
 
     def internal_partitions(self, name: str) -> int:
         """Partitions of an internal topic: as created, or as configured until it exists."""
-        topic = self.controller.topics.get(name)
+        topic = self.metadata_cache.topics.get(name)
         if topic is not None:
             return len(topic.partitions)
         return self.config[f"{_INTERNAL_CONFIG_PREFIX[name]}.num.partitions"]
 
-    def ensure_internal_topic(self, name: str) -> TopicMetadata:
+    async def ensure_internal_topic(self, name: str) -> TopicMetadata:
         """`__consumer_offsets` or `__transaction_state`, created on first use as Kafka creates
-        them: compacted, with the configured partition count; the replication factor is capped
-        at the live brokers so that a single broker can coordinate."""
-        topic = self.controller.topics.get(name)
+        them: compacted, with the configured partition count and replication factor. A cluster
+        with fewer live brokers than that factor cannot create them yet (Kafka's check); the
+        embedded broker caps the factor at its one broker so that it can coordinate alone."""
+        topic = self.metadata_cache.topics.get(name)
         if topic is not None:
             return topic
         prefix = _INTERNAL_CONFIG_PREFIX[name]
-        factor = min(self.config[f"{prefix}.replication.factor"], len(self.controller.live_brokers()))
+        factor, live = self.config[f"{prefix}.replication.factor"], len(self.metadata_cache.live_brokers)
+        if live < factor:
+            if self.clustered:
+                raise KafkaError(f"Number of alive brokers '{live}' does not meet the required "
+                                 f"replication factor '{factor}' for the internal topic {name} "
+                                 f"(configured via '{prefix}.replication.factor')",
+                                 ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            factor = max(live, 1)
         configs = {"cleanup.policy": "compact", "segment.bytes": str(self.config[f"{prefix}.segment.bytes"])}
-        topic = self.controller.create_topic(name, self.config[f"{prefix}.num.partitions"], factor,
-                                             None, configs)
-        log.info("created internal topic %s with %d partitions", name, len(topic.partitions))
+        try:
+            topic = await self.create_topic(name, self.config[f"{prefix}.num.partitions"], factor,
+                                            configs, 30)
+            log.info("created internal topic %s", name)
+        except KafkaError as e:
+            if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise
+            topic = await self.wait_for_topic(name, 1, 30)
+        if topic is None:
+            raise KafkaError(f"{name} has no leaders yet", ErrorCode.COORDINATOR_NOT_AVAILABLE)
         return topic
 
+    def topic_configs(self, topic: str) -> dict[str, str]:
+        return self.config_repository.topic(topic) if self.config_repository else {}
+
     def log_config_for(self, topic: str) -> LogConfig:
-        meta = self.controller.topics.get(topic) if self.controller else None
-        if meta is None or not meta.configs:
-            return self.default_log_config
-        return self.default_log_config.with_overrides(meta.configs)
+        configs = self.topic_configs(topic)
+        return self.default_log_config.with_overrides(configs) if configs else self.default_log_config
 
     def _validate_topic_configs(self, configs: Mapping[str, str]) -> None:
         self.default_log_config.with_overrides(configs)
 
-    # BrokerChannel: the controller's LeaderAndIsr and StopReplica, delivered in-process.
-    def leader_and_isr(self, topic: TopicMetadata, partition: int) -> None:
-        state = topic.partitions[partition]
-        if state.leader != self.broker_id:
-            return
-        config = self.default_log_config.with_overrides(topic.configs) if topic.configs else self.default_log_config
-        self.replica_manager.become_leader(topic.name, partition, topic.topic_id, state.leader_epoch,
-                                          state.replicas, state.isr, config)
+    def _config_changed(self, entity_type: str, name: str) -> None:
+        """A /config/changes notification from another broker (or this one)."""
+        if entity_type == "topics":
+            self.log_services.topic_config_changed(name)
+        elif name in (DEFAULT_ENTITY, str(self.broker_id)):
+            self.log_services.load_dynamic_config()
 
-    def topic_config_changed(self, topic: TopicMetadata) -> None:
-        self.log_services.topic_config_changed(topic)
+    def broker_configs(self, entity: str) -> dict[str, str]:
+        return self.config_repository.broker(entity)
 
-    def stop_replica(self, topic: str, partition: int, delete: bool) -> None:
-        self.replica_manager.stop_replica(topic, partition, delete)
-        if delete and self.group_coordinator is not None:
-            # Kafka's StopReplica with delete: committed offsets of the partition go too.
-            self.group_coordinator.on_partitions_deleted([(topic, partition)])
+    async def refresh_topic_configs(self, topic: str) -> None:
+        """A LeaderAndIsr for a topic this broker hosts nothing of yet: read its configs before
+        creating its logs (it may have been created, or re-created, a moment ago)."""
+        if not any(t == topic for t, _ in self.replica_manager.partitions):
+            self.config_repository.topics[topic] = await self.store_io(read_configs, self.store, "topics", topic)
+
+    # --- the controller's requests ------------------------------------------------------------
+    def become_leader_or_follower(self, topic: str, topic_id, p) -> ErrorCode:
+        """One partition of a LeaderAndIsr request (Kafka's becomeLeaderOrFollower)."""
+        current = self.replica_manager.get_partition(topic, p.partition_index)
+        if current is not None and p.leader_epoch < current.leader_epoch:
+            log.warning("ignoring LeaderAndIsr for %s-%d: leader epoch %d is older than %d", topic,
+                        p.partition_index, p.leader_epoch, current.leader_epoch)
+            return ErrorCode.STALE_CONTROLLER_EPOCH
+        if current is not None and p.leader_epoch == current.leader_epoch and p.leader == current.leader_id:
+            return ErrorCode.NONE  # already in this state (a new controller repeats it)
+        try:
+            self.replica_manager.become_leader_or_follower(
+                topic, p.partition_index, topic_id, p.leader, p.leader_epoch, list(p.replicas),
+                list(p.isr), self.log_config_for(topic))
+        except OSError as e:
+            log.error("cannot open the log of %s-%d: %s", topic, p.partition_index, e)
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        if znodes.is_internal(topic) and p.leader == self.broker_id:
+            self._load_coordinator_partition(topic, p.partition_index)
+        return ErrorCode.NONE
+
+    def _load_coordinator_partition(self, topic: str, index: int) -> None:
+        """This broker now leads a partition of an internal topic: its coordinator takes over
+        the groups or transactional ids stored there. (At start-up the coordinators are not
+        running yet and load every led partition themselves.)"""
+        if topic == GROUP_METADATA_TOPIC and self.group_coordinator is not None:
+            self.group_coordinator.startup(self.group_coordinator.store.load(only=index))
+        elif topic == TRANSACTION_STATE_TOPIC and self.txn_coordinator is not None:
+            self.txn_coordinator.startup(self.txn_coordinator.store.load(only=index))
+
+    def update_metadata(self, request) -> None:
+        deleted = self.metadata_cache.update(request)
+        if deleted:
+            for topic in {t for t, _ in deleted}:
+                if topic not in self.metadata_cache.topics:
+                    self.config_repository.topics.pop(topic, None)
+            if self.group_coordinator is not None:
+                # Kafka's handleDeletedPartitions: committed offsets of deleted partitions go.
+                self.group_coordinator.on_partitions_deleted(deleted)
+
+    def stop_replica(self, topic: str, partition: int, delete: bool) -> ErrorCode:
+        try:
+            self.replica_manager.stop_replica(topic, partition, delete)
+        except OSError as e:
+            log.error("cannot delete the log of %s-%d: %s", topic, partition, e)
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        return ErrorCode.NONE

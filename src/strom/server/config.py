@@ -158,6 +158,10 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "group.consumer.max.size": (int_in(1), "2147483647"),
     "group.consumer.assignors": (_str, "uniform,range"),
     "zookeeper.connect": (_optional(_str), None),
+    "zookeeper.session.timeout.ms": (int_in(1), "18000"),
+    "zookeeper.connection.timeout.ms": (_optional(int_in(1)), None),  # default: the session timeout
+    "control.plane.listener.name": (_optional(_str), None),
+    "security.inter.broker.protocol": (_str, "PLAINTEXT"),
     "broker.rack": (_optional(_str), None),
 }
 

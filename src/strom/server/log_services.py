@@ -12,7 +12,6 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from strom.controller.controller import TopicMetadata
 from strom.log.cleaner import LogCleaner
 from strom.server.config import BrokerConfig
 from strom.server.dynamic_config import DEFAULT_ENTITY
@@ -43,10 +42,11 @@ class LogServices:
     def load_dynamic_config(self) -> None:
         """Apply the dynamic broker configs stored in the metadata (before logs are served)."""
         dynamic = self.broker.dynamic_config
-        controller = self.broker.controller
-        dynamic.default.update(controller.broker_configs(DEFAULT_ENTITY))
-        dynamic.per_broker.update(controller.broker_configs(str(self.broker.broker_id)))
-        if dynamic.default or dynamic.per_broker:
+        dynamic.default.clear()
+        dynamic.default.update(self.broker.broker_configs(DEFAULT_ENTITY))
+        dynamic.per_broker.clear()
+        dynamic.per_broker.update(self.broker.broker_configs(str(self.broker.broker_id)))
+        if dynamic.default or dynamic.per_broker or self.broker.config is not dynamic.static:
             try:
                 self.apply_broker_config(dynamic.effective())
             except ValueError as e:
@@ -108,10 +108,9 @@ class LogServices:
             lg.config = broker.log_config_for(topic)
         self.cleaner.reconfigure()
 
-    def topic_config_changed(self, topic: TopicMetadata) -> None:
-        config = self.broker.log_config_for(topic.name)
-        for p in topic.partitions:
-            lg = self.log_manager.get_log(topic.name, p)
-            if lg is not None:
+    def topic_config_changed(self, topic: str) -> None:
+        config = self.broker.log_config_for(topic)
+        for (name, _), lg in self.log_manager.logs():
+            if name == topic:
                 lg.config = config
         self.cleaner.wake()  # e.g. cleanup.policy became compact

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from strom.log.config import LogConfig
@@ -56,6 +56,13 @@ class Partition:
         self.replicas = list(replicas)
         self.isr = list(isr)
         self.maybe_increment_high_watermark()
+
+    def make_follower(self, leader: int, leader_epoch: int, replicas: list[int], isr: list[int]) -> None:
+        self.leader_id = leader
+        self.leader_epoch = leader_epoch
+        self.replicas = list(replicas)
+        self.isr = list(isr)
+        self.follower_leo.clear()
 
     def maybe_increment_high_watermark(self) -> bool:
         leo = self.log.log_end_offset
@@ -191,31 +198,57 @@ class ReadResult:
 
 
 class ReplicaManager:
-    def __init__(self, broker_id: int, log_manager: LogManager) -> None:
+    def __init__(self, broker_id: int, log_manager: LogManager,
+                 known_partition: Callable[[str, int], bool] = lambda _t, _p: False) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetch_purgatory = Purgatory()
+        # Does the cluster have this partition (somewhere else)? Decides between
+        # NOT_LEADER_OR_FOLLOWER (clients refresh metadata and re-route) and UNKNOWN_TOPIC.
+        self.known_partition = known_partition
 
     def get_partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
-    def become_leader(
-        self, topic: str, index: int, topic_id: uuid.UUID, leader_epoch: int,
+    def missing_partition_error(self, tp: TopicPartition) -> ErrorCode:
+        if self.known_partition(*tp):
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    def leader_partition(self, tp: TopicPartition) -> tuple[Partition | None, ErrorCode]:
+        """The partition if this broker leads it, else the error a client gets."""
+        partition = self.partitions.get(tp)
+        if partition is None:
+            return None, self.missing_partition_error(tp)
+        if not partition.is_leader:
+            return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return partition, ErrorCode.NONE
+
+    def become_leader_or_follower(
+        self, topic: str, index: int, topic_id: uuid.UUID, leader: int, leader_epoch: int,
         replicas: list[int], isr: list[int], config: LogConfig,
     ) -> Partition:
+        """Kafka's makeLeaders / makeFollowers for one partition (the log is created on the
+        first LeaderAndIsr that names this broker)."""
         partition = self.partitions.get((topic, index))
         if partition is None:
             log_ = self.log_manager.get_or_create_log(topic, index, config)
             partition = Partition(topic, index, topic_id, self.broker_id, log_)
             self.partitions[(topic, index)] = partition
         partition.log.config = config
-        partition.make_leader(leader_epoch, replicas, isr)
+        if leader == self.broker_id:
+            partition.make_leader(leader_epoch, replicas, isr)
+        else:
+            partition.make_follower(leader, leader_epoch, replicas, isr)
+        self.fetch_purgatory.wake((topic, index))  # long polls learn of the change
         return partition
 
     def stop_replica(self, topic: str, index: int, delete: bool) -> None:
-        partition = self.partitions.pop((topic, index), None)
-        if partition is not None and delete:
+        """Stop serving a replica; with `delete`, remove its log even if it was never loaded
+        as a partition (a replica of a topic deleted while this broker was away)."""
+        self.partitions.pop((topic, index), None)
+        if delete and self.log_manager.get_log(topic, index) is not None:
             self.log_manager.delete_log(topic, index)
         self.fetch_purgatory.wake((topic, index))
 
@@ -225,7 +258,7 @@ class ReplicaManager:
         for tp, records in entries:
             partition = self.partitions.get(tp)
             if partition is None:
-                results[tp] = ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                results[tp] = ProduceResult(self.missing_partition_error(tp))
                 continue
             try:
                 info = partition.append_records_to_leader(
@@ -289,9 +322,9 @@ class ReplicaManager:
              read_committed: bool = False, current_leader_epoch: int = -1) -> ReadResult:
         """Read from the leader up to the high watermark, or for read_committed up to the last
         stable offset, with the aborted transactions the client must skip."""
-        partition = self.partitions.get(tp)
+        partition, error = self.leader_partition(tp)
         if partition is None:
-            return ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            return ReadResult(error)
         epoch_error = partition.check_leader_epoch(current_leader_epoch)
         if epoch_error != ErrorCode.NONE:
             return ReadResult(epoch_error)

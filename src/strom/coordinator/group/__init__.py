@@ -26,5 +26,5 @@ def create_group_coordinator(broker: Any) -> GroupCoordinator:
     manager = GroupMetadataManager(broker.replica_manager,
                                    lambda: broker.internal_partitions(GROUP_METADATA_TOPIC))
     coordinator = GroupCoordinator(GroupConfig.from_broker_config(broker.config), manager)
-    coordinator.consumer_groups = ConsumerGroupCoordinator(coordinator, lambda: broker.controller.topics)
+    coordinator.consumer_groups = ConsumerGroupCoordinator(coordinator, lambda: broker.metadata_cache.topics)
     return coordinator

@@ -86,10 +86,10 @@ class GroupMetadataManager(log_store.InternalTopic):
         return self._append(group_id, entries, offsets=True)
 
     # --- loading ------------------------------------------------------------------------------
-    def load(self) -> LoadedState:
-        """Replay every local `__consumer_offsets` partition."""
+    def load(self, only: int | None = None) -> LoadedState:
+        """Replay every local `__consumer_offsets` partition (or partition `only`)."""
         state = LoadedState()
-        for log_ in self.local_logs():
+        for log_ in self.local_logs(only):
             self._replay(log_, state)
         return state
 

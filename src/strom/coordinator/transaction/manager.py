@@ -35,10 +35,11 @@ class TransactionStateManager(log_store.InternalTopic):
             log.warning("writing transaction %s to %s-%d failed: %s", transactional_id, *tp, error.name)
         return log_store.STORE_ERRORS.get(error, error)
 
-    def load(self) -> dict[str, TransactionLogValue]:
-        """The last state of every transactional id in the partitions this broker leads."""
+    def load(self, only: int | None = None) -> dict[str, TransactionLogValue]:
+        """The last state of every transactional id in the partitions this broker leads (or in
+        partition `only`)."""
         loaded: dict[str, TransactionLogValue] = {}
-        for log_ in self.local_logs():
+        for log_ in self.local_logs(only):
             for item in log_store.replay(log_):
                 if item.key is None:
                     continue

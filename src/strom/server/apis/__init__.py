@@ -75,6 +75,7 @@ def load_all() -> None:
     from strom.server.apis import (  # noqa: F401
         api_versions,
         configs,
+        controller_apis,
         fetch,
         find_coordinator,
         groups,

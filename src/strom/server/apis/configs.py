@@ -10,7 +10,7 @@ reason otherwise) and then applied to the live logs at once.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from strom.log.config import TOPIC_CONFIG_KEYS
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -34,11 +34,10 @@ def _broker_entity(broker, name: str) -> bool:
     return False
 
 
-def _topic(broker, name: str):
-    topic = broker.controller.topics.get(name)
-    if topic is None:
+def _topic_configs(broker, name: str) -> dict[str, str]:
+    if name not in broker.metadata_cache.topics:
         raise KafkaError(f"Topic {name} does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    return topic
+    return dict(broker.topic_configs(name))
 
 
 @api(DESCRIBE_CONFIGS, 1, 4)
@@ -55,9 +54,8 @@ async def handle_describe_configs(broker, ctx: RequestContext, request) -> dict:
         keys = resource.configuration_keys
         try:
             if resource.resource_type == TOPIC:
-                topic = _topic(broker, resource.resource_name)
                 result["configs"] = describe_topic(
-                    broker.default_log_config, topic.configs, layers, keys,
+                    broker.default_log_config, _topic_configs(broker, resource.resource_name), layers, keys,
                     include_synonyms=include_synonyms, include_docs=include_docs)
             elif resource.resource_type == BROKER:
                 is_default = _broker_entity(broker, resource.resource_name)
@@ -73,13 +71,16 @@ async def handle_describe_configs(broker, ctx: RequestContext, request) -> dict:
     return {"throttle_time_ms": 0, "results": results}
 
 
-def _alter(broker, resource_type: int, name: str, new_configs: Callable[[dict[str, str]], dict[str, str]],
-           validate_only: bool) -> None:
-    """Apply `new_configs(current)` as the full override set of one resource."""
+async def _alter(broker, resource_type: int, name: str,
+                 new_configs: Callable[[dict[str, str]], dict[str, str]], validate_only: bool) -> None:
+    """Apply `new_configs(current)` as the full override set of one resource: stored, announced
+    to every broker through /config/changes, and applied here at once."""
     if resource_type == TOPIC:
-        topic = _topic(broker, name)
-        configs = new_configs(dict(topic.configs))
-        broker.controller.alter_topic_configs(name, configs, validate_only=validate_only)
+        configs = new_configs(_topic_configs(broker, name))
+        await broker.store_io(broker.admin.change_topic_config, name, configs, validate_only=validate_only)
+        if not validate_only:
+            broker.config_repository.topics[name] = configs
+            broker.log_services.topic_config_changed(name)
     elif resource_type == BROKER:
         is_default = _broker_entity(broker, name)
         dynamic = broker.dynamic_config
@@ -89,7 +90,8 @@ def _alter(broker, resource_type: int, name: str, new_configs: Callable[[dict[st
             return
         effective = dynamic.validate(is_default, configs)
         entity = DEFAULT_ENTITY if is_default else str(broker.broker_id)
-        broker.controller.set_broker_configs(entity, configs)
+        await broker.store_io(broker.admin.change_broker_config, entity, configs)
+        broker.config_repository.brokers[entity] = dict(configs)
         dynamic.update(is_default, configs)
         broker.log_services.apply_broker_config(effective)
     else:
@@ -104,14 +106,14 @@ def _check_names(configs) -> None:
                          ErrorCode.INVALID_REQUEST)
 
 
-def _responses(request, alter_one: Callable[[object], None]) -> dict:
+async def _responses(request, alter_one: Callable[[object], Awaitable[None]]) -> dict:
     responses = []
     for resource in request.resources:
         entry = {"error_code": ErrorCode.NONE, "error_message": None,
                  "resource_type": resource.resource_type, "resource_name": resource.resource_name}
         try:
             _check_names(resource.configs)
-            alter_one(resource)
+            await alter_one(resource)
         except KafkaError as e:
             entry["error_code"], entry["error_message"] = e.code, str(e)
         responses.append(entry)
@@ -122,16 +124,16 @@ def _responses(request, alter_one: Callable[[object], None]) -> dict:
 async def handle_alter_configs(broker, ctx: RequestContext, request) -> dict:
     """The legacy AlterConfigs: the given configs replace every override of the resource."""
 
-    def alter_one(resource) -> None:
+    async def alter_one(resource) -> None:
         configs = {}
         for c in resource.configs:
             if c.value is None:
                 raise KafkaError(f"Null value not supported for : {c.name}", ErrorCode.INVALID_REQUEST)
             configs[c.name] = c.value
-        _alter(broker, resource.resource_type, resource.resource_name, lambda _current: configs,
-               request.validate_only)
+        await _alter(broker, resource.resource_type, resource.resource_name, lambda _current: configs,
+                     request.validate_only)
 
-    return _responses(request, alter_one)
+    return await _responses(request, alter_one)
 
 
 def _list_value(broker, resource_type: int, name: str, current: dict[str, str]) -> list[str]:
@@ -147,7 +149,7 @@ def _list_value(broker, resource_type: int, name: str, current: dict[str, str]) 
 
 @api(INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def handle_incremental_alter_configs(broker, ctx: RequestContext, request) -> dict:
-    def alter_one(resource) -> None:
+    async def alter_one(resource) -> None:
         known = TOPIC_CONFIG_KEYS if resource.resource_type == TOPIC else DEFINITIONS
 
         def new_configs(current: dict[str, str]) -> dict[str, str]:
@@ -176,6 +178,7 @@ async def handle_incremental_alter_configs(broker, ctx: RequestContext, request)
                     raise KafkaError(f"unknown config operation {op}", ErrorCode.INVALID_REQUEST)
             return current
 
-        _alter(broker, resource.resource_type, resource.resource_name, new_configs, request.validate_only)
+        await _alter(broker, resource.resource_type, resource.resource_name, new_configs,
+                     request.validate_only)
 
-    return _responses(request, alter_one)
+    return await _responses(request, alter_one)

@@ -28,13 +28,13 @@ def _no_node(code: ErrorCode, message: str) -> dict:
     return {"error_code": code, "error_message": message, "node_id": -1, "host": "", "port": -1}
 
 
-def find_coordinator(broker, listener: str, key_type: int, key: str) -> dict:
+async def find_coordinator(broker, listener: str, key_type: int, key: str) -> dict:
     """The coordinator entry for one key: node id, host and port, or an error."""
     internal_topic = _TOPICS.get(key_type)
     if internal_topic is None:
         return _no_node(ErrorCode.INVALID_REQUEST, f"Unknown coordinator type {key_type}")
     try:
-        topic = broker.ensure_internal_topic(internal_topic)
+        topic = await broker.ensure_internal_topic(internal_topic)
     except KafkaError as e:
         log.warning("cannot create %s: %s", internal_topic, e)
         return _no_node(ErrorCode.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.")
@@ -51,7 +51,7 @@ async def handle_find_coordinator(broker, ctx: RequestContext, request) -> dict:
     version = ctx.header.api_version
     key_type = request.key_type if version >= 1 else GROUP
     if version < 4:
-        return {"throttle_time_ms": 0, **find_coordinator(broker, ctx.listener, key_type, request.key)}
+        return {"throttle_time_ms": 0, **await find_coordinator(broker, ctx.listener, key_type, request.key)}
     return {"throttle_time_ms": 0, "coordinators": [
-        {"key": key, **find_coordinator(broker, ctx.listener, key_type, key)}
+        {"key": key, **await find_coordinator(broker, ctx.listener, key_type, key)}
         for key in request.coordinator_keys]}

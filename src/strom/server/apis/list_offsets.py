@@ -58,13 +58,13 @@ async def handle_list_offsets(broker, ctx: RequestContext, request) -> dict:
     for t in request.topics:
         partitions = []
         for p in t.partitions:
-            partition = broker.replica_manager.get_partition(t.name, p.partition_index)
+            partition, error = broker.replica_manager.leader_partition((t.name, p.partition_index))
             entry = {"partition_index": p.partition_index, "error_code": ErrorCode.NONE,
                      "timestamp": -1, "offset": -1, "leader_epoch": -1}
             if counts[(t.name, p.partition_index)] > 1:
                 entry["error_code"] = ErrorCode.INVALID_REQUEST
             elif partition is None:
-                entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                entry["error_code"] = error
             elif (epoch_error := partition.check_leader_epoch(
                     getattr(p, "current_leader_epoch", -1))) != ErrorCode.NONE:
                 entry["error_code"] = epoch_error

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from strom.controller.controller import TopicMetadata, validate_topic_name
+from strom.controller.admin import validate_topic_name
+from strom.controller.znodes import TopicMetadata
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.apis import RequestContext, api
 
@@ -13,7 +14,7 @@ log = logging.getLogger(__name__)
 METADATA, DESCRIBE_CLUSTER = 3, 60
 
 
-def _topic_entry(topic: TopicMetadata) -> dict:
+def _topic_entry(topic: TopicMetadata, live) -> dict:
     return {
         "error_code": ErrorCode.NONE,
         "name": topic.name,
@@ -27,7 +28,7 @@ def _topic_entry(topic: TopicMetadata) -> dict:
                 "leader_epoch": state.leader_epoch,
                 "replica_nodes": state.replicas,
                 "isr_nodes": state.isr,
-                "offline_replicas": [r for r in state.replicas if r not in state.isr],
+                "offline_replicas": [r for r in state.replicas if r not in live],
             }
             for index, state in sorted(topic.partitions.items())
         ],
@@ -42,7 +43,7 @@ def _requested_names(broker, version: int, request) -> list[str | None] | None:
     """None means every topic; v0 says so with an empty list, later versions with null."""
     if request.topics is None or (version == 0 and not request.topics):
         return None
-    by_id = {t.topic_id: name for name, t in broker.controller.topics.items()}
+    by_id = {t.topic_id: name for name, t in broker.metadata_cache.topics.items()}
     names = []
     for t in request.topics:
         if t.name is None and getattr(t, "topic_id", None) is not None:
@@ -55,7 +56,8 @@ def _requested_names(broker, version: int, request) -> list[str | None] | None:
 @api(METADATA, 0, 12)
 async def handle_metadata(broker, ctx: RequestContext, request) -> dict:
     version = ctx.header.api_version
-    topics = broker.controller.topics
+    topics = broker.metadata_cache.topics
+    live = broker.metadata_cache.live_brokers
     names = _requested_names(broker, version, request)
     allow_create = (version < 4 or request.allow_auto_topic_creation) and broker.config[
         "auto.create.topics.enable"
@@ -65,10 +67,13 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> dict:
         topic = topics.get(name) if name is not None else None
         if topic is None and name is not None and allow_create:
             try:
-                topic = broker.auto_create_topic(name)
+                topic = await broker.auto_create_topic(name)
             except KafkaError as e:
                 log.info("auto-creation of topic %r refused: %s", name, e)
                 entries.append(_error_entry(name, e.code))
+                continue
+            if topic is None:
+                entries.append(_error_entry(name, ErrorCode.LEADER_NOT_AVAILABLE))
                 continue
         if topic is None:
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
@@ -78,7 +83,7 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> dict:
                 code = e.code
             entries.append(_error_entry(name, code))
             continue
-        entries.append(_topic_entry(topic))
+        entries.append(_topic_entry(topic, live))
     return {
         "throttle_time_ms": 0,
         "brokers": broker.endpoints(ctx.listener),

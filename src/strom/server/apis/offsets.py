@@ -18,7 +18,7 @@ NO_METADATA = ""  # what OffsetFetch returns as metadata for a partition without
 
 
 def _partition_exists(broker, topic: str, partition: int) -> bool:
-    meta = broker.controller.topics.get(topic)
+    meta = broker.metadata_cache.topics.get(topic)
     return meta is not None and partition in meta.partitions
 
 

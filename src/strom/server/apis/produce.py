@@ -6,7 +6,7 @@ place. acks=0 gets no response, as in Kafka.
 
 from __future__ import annotations
 
-from strom.controller.controller import validate_topic_name
+from strom.controller.admin import validate_topic_name
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
 from strom.server.apis import CloseConnection, RequestContext, api, by_topic
@@ -15,12 +15,12 @@ from strom.server.replica_manager import ProduceResult
 PRODUCE = 0
 
 
-def _topic_error(name: str) -> ErrorCode:
+def _topic_error(broker, tp) -> ErrorCode:
     try:
-        validate_topic_name(name)
+        validate_topic_name(tp[0])
     except KafkaError as e:
         return e.code
-    return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return broker.replica_manager.missing_partition_error(tp)
 
 
 # Coordinator answers that mean "try again" become a retriable produce error, as in Kafka.
@@ -78,7 +78,7 @@ def _append(broker, request, version: int) -> dict:
             if acks not in (0, 1, -1):
                 results[tp] = ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS)
             elif broker.replica_manager.get_partition(*tp) is None:
-                results[tp] = ProduceResult(_topic_error(topic.name))
+                results[tp] = ProduceResult(_topic_error(broker, tp))
             elif p.records is None:
                 results[tp] = ProduceResult(ErrorCode.CORRUPT_MESSAGE, message="no records")
             elif (error := _verify_transaction(broker, request.transactional_id, tp, p.records,

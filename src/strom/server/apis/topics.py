@@ -18,6 +18,10 @@ def _failure(e: KafkaError) -> tuple[ErrorCode, str]:
     return e.code, str(e) or e.code.name
 
 
+def _timeout_s(request) -> float:
+    return max(getattr(request, "timeout_ms", 30000), 0) / 1000
+
+
 @api(CREATE_TOPICS, 2, 7)
 async def handle_create_topics(broker, ctx: RequestContext, request) -> dict:
     counts = Counter(t.name for t in request.topics)
@@ -25,28 +29,32 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> dict:
     for t in request.topics:
         result = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None}
         try:
+            broker.require_controller()
             if counts[t.name] > 1:
                 raise KafkaError(f"Create topics request from client `{ctx.header.client_id}` contains "
                                  f"multiple entries for the following topics: {t.name}",
                                  ErrorCode.INVALID_REQUEST)
             configs = {c.name: c.value for c in t.configs}
             assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments}
-            topic = broker.controller.create_topic(
-                t.name, t.num_partitions, t.replication_factor, assignment, configs,
-                validate_only=request.validate_only,
+            topic_id, replicas = await broker.store_io(
+                broker.admin.create_topic, t.name, t.num_partitions, t.replication_factor, assignment,
+                configs, validate_only=request.validate_only,
                 default_partitions=broker.config["num.partitions"],
-                default_replication_factor=broker.config["default.replication.factor"],
-            )
+                default_replication_factor=broker.config["default.replication.factor"])
+            if not request.validate_only:
+                broker.config_repository.topics[t.name] = configs
+                if await broker.wait_for_topic(t.name, len(replicas), _timeout_s(request)) is None:
+                    raise KafkaError(f"Topic {t.name} was created but not all its partitions have a "
+                                     "leader yet", ErrorCode.REQUEST_TIMED_OUT)
+                log.info("created topic %s with %d partitions", t.name, len(replicas))
             if ctx.header.api_version >= 5:  # the created topic's details arrive in v5
                 result.update(
-                    topic_id=topic.topic_id,
-                    num_partitions=len(topic.partitions),
-                    replication_factor=len(topic.partitions[0].replicas),
-                    configs=created_topic_configs(broker.default_log_config, topic.configs,
+                    topic_id=topic_id,
+                    num_partitions=len(replicas),
+                    replication_factor=len(replicas[0]),
+                    configs=created_topic_configs(broker.default_log_config, configs,
                                                   broker.dynamic_config.layers()),
                 )
-            if not request.validate_only:
-                log.info("created topic %s with %d partitions", t.name, len(topic.partitions))
         except KafkaError as e:
             result["error_code"], result["error_message"] = _failure(e)
         results.append(result)
@@ -55,8 +63,9 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> dict:
 
 @api(DELETE_TOPICS, 1, 6)
 async def handle_delete_topics(broker, ctx: RequestContext, request) -> dict:
+    topics = broker.metadata_cache.topics
     if ctx.header.api_version >= 6:
-        by_id = {t.topic_id: name for name, t in broker.controller.topics.items()}
+        by_id = {t.topic_id: name for name, t in topics.items()}
         wanted = [(t.name or by_id.get(t.topic_id), t.topic_id) for t in request.topics]
     else:
         wanted = [(name, None) for name in request.topic_names]
@@ -64,12 +73,16 @@ async def handle_delete_topics(broker, ctx: RequestContext, request) -> dict:
     for name, topic_id in wanted:
         entry = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.NONE, "error_message": None}
         try:
+            broker.require_controller()
             if name is None:
                 raise KafkaError("unknown topic id", ErrorCode.UNKNOWN_TOPIC_ID)
             if not broker.config["delete.topic.enable"]:
                 raise KafkaError("topic deletion is disabled", ErrorCode.TOPIC_DELETION_DISABLED)
-            topic = broker.controller.delete_topic(name)
-            entry["topic_id"] = topic.topic_id
+            if name in topics:
+                entry["topic_id"] = topics[name].topic_id
+            await broker.store_io(broker.admin.delete_topic, name)
+            if not await broker.wait_for_deletion(name, _timeout_s(request)):
+                raise KafkaError(f"Topic {name} is being deleted", ErrorCode.REQUEST_TIMED_OUT)
             log.info("deleted topic %s", name)
         except KafkaError as e:
             entry["error_code"], entry["error_message"] = _failure(e)
@@ -83,8 +96,14 @@ async def handle_create_partitions(broker, ctx: RequestContext, request) -> dict
     for t in request.topics:
         entry = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None}
         try:
+            broker.require_controller()
             assignment = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
-            broker.controller.create_partitions(t.name, t.count, assignment, validate_only=request.validate_only)
+            await broker.store_io(broker.admin.create_partitions, t.name, t.count, assignment,
+                                  validate_only=request.validate_only)
+            if not request.validate_only and await broker.wait_for_topic(
+                    t.name, t.count, _timeout_s(request)) is None:
+                raise KafkaError(f"Not all new partitions of {t.name} have a leader yet",
+                                 ErrorCode.REQUEST_TIMED_OUT)
         except KafkaError as e:
             entry["error_code"], entry["error_message"] = _failure(e)
         results.append(entry)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from strom.coordinator import GROUP_METADATA_TOPIC
-from strom.protocol.errors import ErrorCode
+from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.apis import RequestContext, api, by_topic
 from strom.server.apis.producer_id import fenced_code
 
@@ -27,7 +27,7 @@ def _topic_results(results: dict[TopicPartition, ErrorCode]) -> list[dict]:
 def _add_partitions(broker, transactional_id: str, producer_id: int, epoch: int, topics: Iterable,
                     verify_only: bool, version: int) -> dict[TopicPartition, ErrorCode]:
     wanted = [(t.name, p) for t in topics for p in t.partitions]
-    topics_meta = broker.controller.topics
+    topics_meta = broker.metadata_cache.topics
     unknown = {tp for tp in wanted
                if tp[0] not in topics_meta or tp[1] not in topics_meta[tp[0]].partitions}
     if unknown:  # Kafka adds none of them then
@@ -62,7 +62,10 @@ async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> dic
     if not request.group_id:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_GROUP_ID}
     partition = broker.group_coordinator.store.partition_for(request.group_id)
-    broker.ensure_internal_topic(GROUP_METADATA_TOPIC)
+    try:
+        await broker.ensure_internal_topic(GROUP_METADATA_TOPIC)
+    except KafkaError as e:
+        return {"throttle_time_ms": 0, "error_code": e.code}
     error = broker.txn_coordinator.add_partitions(request.transactional_id, request.producer_id,
                                                   request.producer_epoch, [(GROUP_METADATA_TOPIC, partition)])
     return {"throttle_time_ms": 0,

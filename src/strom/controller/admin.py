@@ -1,0 +1,299 @@
+"""What admin requests write into the metadata store (Kafka's AdminZkClient).
+
+Any broker validates a topic creation, deletion, partition increase or config change and
+writes it as Kafka does in ZooKeeper mode: the new topic's assignment under /brokers/topics,
+a deletion request under /admin/delete_topics, configs under /config plus a change
+notification under /config/changes. The controller and the other brokers react to those
+nodes through their watches; nothing here talks to a broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import uuid
+from collections.abc import Callable, Mapping
+
+from strom.controller import znodes
+from strom.controller.store import Create, MetadataStore, NodeExists, SetData
+from strom.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+MAX_TOPIC_NAME = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+# Notifications kept under /config/changes: a broker that was away reloads every config at
+# start-up, so old ones only matter to brokers that are running and have already seen them.
+KEEP_CONFIG_CHANGES = 100
+
+
+def validate_topic_name(name: str | None) -> None:
+    if not name:
+        raise KafkaError("topic name is empty", ErrorCode.INVALID_TOPIC_EXCEPTION)
+    if name in (".", ".."):
+        raise KafkaError(f"topic name cannot be {name!r}", ErrorCode.INVALID_TOPIC_EXCEPTION)
+    if len(name) > MAX_TOPIC_NAME:
+        raise KafkaError(
+            f"topic name is longer than {MAX_TOPIC_NAME} characters", ErrorCode.INVALID_TOPIC_EXCEPTION
+        )
+    if not _LEGAL_TOPIC.match(name):
+        raise KafkaError(
+            f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'",
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+        )
+
+
+def _too_few_brokers(factor: int, n: int) -> KafkaError:
+    return KafkaError(f"Replication factor: {factor} larger than available brokers: {n}.",
+                      ErrorCode.INVALID_REPLICATION_FACTOR)
+
+
+def assign_replicas(
+    num_partitions: int,
+    replication_factor: int,
+    brokers: list[int],
+    *,
+    start_partition: int = 0,
+    start_index: int | None = None,
+    replica_shift: int | None = None,
+) -> dict[int, list[int]]:
+    """Kafka's rack-unaware assignment: spread leaders round-robin from a random broker, and
+    place followers at a shift that grows every full round so replicas do not pile up."""
+    n = len(brokers)
+    if replication_factor > n:
+        raise _too_few_brokers(replication_factor, n)
+    brokers = sorted(brokers)
+    start = random.randrange(n) if start_index is None else start_index
+    shift = random.randrange(n) if replica_shift is None else replica_shift
+    assignment: dict[int, list[int]] = {}
+    for partition in range(start_partition, start_partition + num_partitions):
+        if partition > 0 and partition % n == 0:
+            shift += 1
+        first = (partition + start) % n
+        replicas = [brokers[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
+        assignment[partition] = replicas
+    return assignment
+
+
+def rack_alternated(racks: Mapping[int, str]) -> list[int]:
+    """Brokers ordered so that consecutive ones are on different racks where possible:
+    the first broker of each rack, then the second of each, and so on."""
+    by_rack: dict[str, list[int]] = {}
+    for broker, rack in sorted(racks.items()):
+        by_rack.setdefault(rack, []).append(broker)
+    columns = [by_rack[r] for r in sorted(by_rack)]
+    return [col[i] for i in range(max(map(len, columns))) for col in columns if i < len(col)]
+
+
+def assign_replicas_rack_aware(
+    num_partitions: int,
+    replication_factor: int,
+    racks: Mapping[int, str],
+    *,
+    start_partition: int = 0,
+    start_index: int | None = None,
+    replica_shift: int | None = None,
+) -> dict[int, list[int]]:
+    """Kafka's rack-aware assignment: the rack-unaware walk over rack-alternated brokers, where
+    a follower is skipped while its rack (or the broker itself) already holds a replica and an
+    unused rack (or broker) remains."""
+    arranged = rack_alternated(racks)
+    n, n_racks = len(arranged), len(set(racks.values()))
+    if replication_factor > n:
+        raise _too_few_brokers(replication_factor, n)
+    start = random.randrange(n) if start_index is None else start_index
+    shift = random.randrange(n) if replica_shift is None else replica_shift
+    assignment: dict[int, list[int]] = {}
+    for partition in range(start_partition, start_partition + num_partitions):
+        if partition > 0 and partition % n == 0:
+            shift += 1
+        first = (partition + start) % n
+        leader = arranged[first]
+        replicas, used_racks, used = [leader], {racks[leader]}, {leader}
+        k = 0
+        while len(replicas) < replication_factor:
+            candidate = arranged[(first + 1 + (shift * n_racks + k) % (n - 1)) % n]
+            k += 1
+            rack_ok = racks[candidate] not in used_racks or len(used_racks) == n_racks
+            broker_ok = candidate not in used or len(used) == n
+            if rack_ok and broker_ok:
+                replicas.append(candidate)
+                used_racks.add(racks[candidate])
+                used.add(candidate)
+        assignment[partition] = replicas
+    return assignment
+
+
+def assign(num_partitions: int, replication_factor: int, brokers: Mapping[int, str | None], *,
+           start_partition: int = 0) -> dict[int, list[int]]:
+    """Rack-aware when every broker has `broker.rack`, rack-unaware otherwise (Kafka's
+    RackAwareMode.Safe)."""
+    if brokers and all(rack is not None for rack in brokers.values()):
+        return assign_replicas_rack_aware(num_partitions, replication_factor,
+                                          {b: r for b, r in brokers.items() if r is not None},
+                                          start_partition=start_partition)
+    return assign_replicas(num_partitions, replication_factor, list(brokers),
+                           start_partition=start_partition)
+
+
+def check_assignment(assignment: Mapping[int, list[int]], first_partition: int,
+                     live: set[int]) -> None:
+    sizes = {len(r) for r in assignment.values()}
+    if len(sizes) != 1 or 0 in sizes:
+        raise KafkaError("all partitions need the same, non-zero number of replicas",
+                         ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+    if sorted(assignment) != list(range(first_partition, first_partition + len(assignment))):
+        raise KafkaError("partitions in the assignment must be consecutive from "
+                         f"{first_partition}", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+    for p, replicas in assignment.items():
+        if len(set(replicas)) != len(replicas):
+            raise KafkaError(f"duplicate replicas for partition {p}", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+        unknown = set(replicas) - live
+        if unknown:
+            raise KafkaError(f"unknown broker ids {sorted(unknown)} for partition {p}",
+                             ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+
+
+class TopicAdmin:
+    """Admin changes as writes to the metadata store. `live_brokers` gives the brokers to
+    assign replicas to (id -> rack), as the metadata cache of the calling broker knows them."""
+
+    def __init__(self, store: MetadataStore, live_brokers: Callable[[], Mapping[int, str | None]],
+                 validate_configs: Callable[[Mapping[str, str]], None]) -> None:
+        self.store = store
+        self.live_brokers = live_brokers
+        self.validate_configs = validate_configs
+
+    # -- topics
+
+    def _check_name_free(self, name: str) -> None:
+        existing = self.store.children(znodes.TOPICS)
+        if name in existing:
+            raise KafkaError(f"Topic '{name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS)
+        folded = name.replace(".", "_")
+        for other in existing:
+            if other.replace(".", "_") == folded:
+                raise KafkaError(f"Topic '{name}' collides with existing topic '{other}'",
+                                 ErrorCode.INVALID_TOPIC_EXCEPTION)
+
+    def _check_configs(self, configs: Mapping[str, str]) -> None:
+        try:
+            self.validate_configs(configs)
+        except ValueError as e:
+            raise KafkaError(str(e), ErrorCode.INVALID_CONFIG) from None
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        assignment: Mapping[int, list[int]] | None,
+        configs: Mapping[str, str],
+        *,
+        validate_only: bool = False,
+        default_partitions: int = 1,
+        default_replication_factor: int = 1,
+    ) -> tuple[uuid.UUID, dict[int, list[int]]]:
+        """Validate and record a new topic; returns its id and replica assignment."""
+        validate_topic_name(name)
+        self._check_name_free(name)
+        live = dict(self.live_brokers())
+        if assignment:
+            if num_partitions != -1 or replication_factor != -1:
+                raise KafkaError("both an assignment and a partition count or replication factor "
+                                 "were given", ErrorCode.INVALID_REQUEST)
+            check_assignment(assignment, 0, set(live))
+            replicas = {p: list(r) for p, r in assignment.items()}
+        else:
+            partitions = default_partitions if num_partitions == -1 else num_partitions
+            factor = default_replication_factor if replication_factor == -1 else replication_factor
+            if partitions <= 0:
+                raise KafkaError("number of partitions must be larger than 0", ErrorCode.INVALID_PARTITIONS)
+            if factor <= 0:
+                raise KafkaError("replication factor must be larger than 0",
+                                 ErrorCode.INVALID_REPLICATION_FACTOR)
+            replicas = assign(partitions, factor, live)
+        self._check_configs(configs)
+        topic_id = uuid.uuid4()
+        if validate_only:
+            return topic_id, replicas
+        # Configs first: a broker that sees the topic reads its configs at once (Kafka's order).
+        try:
+            self.store.multi([
+                Create(znodes.config_path("topics", name), {"version": 1, "config": dict(configs)}),
+                Create(znodes.topic_path(name), znodes.encode_assignment(topic_id, replicas)),
+            ])
+        except NodeExists:
+            raise KafkaError(f"Topic '{name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS) from None
+        return topic_id, replicas
+
+    def delete_topic(self, name: str) -> None:
+        if self.store.get(znodes.topic_path(name)) is None:
+            raise KafkaError("This server does not host this topic-partition.",
+                             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        try:
+            self.store.create(f"{znodes.DELETE_TOPICS}/{name}")
+        except NodeExists:
+            pass  # already being deleted
+
+    def create_partitions(self, name: str, count: int, assignment: list[list[int]] | None, *,
+                          validate_only: bool = False) -> dict[int, list[int]]:
+        node = self.store.get(znodes.topic_path(name))
+        if node is None or self.store.get(f"{znodes.DELETE_TOPICS}/{name}") is not None:
+            raise KafkaError("This server does not host this topic-partition.",
+                             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        data, version = node
+        topic_id, current = znodes.decode_assignment(data)
+        n = len(current)
+        if count <= n:
+            raise KafkaError(f"Topic currently has {n} partitions, {count} would not be an "
+                             "increase.", ErrorCode.INVALID_PARTITIONS)
+        live = dict(self.live_brokers())
+        if assignment is not None:
+            if len(assignment) != count - n:
+                raise KafkaError(f"Increasing the number of partitions by {count - n} but "
+                                 f"{len(assignment)} assignments provided.",
+                                 ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+            new = {n + i: list(r) for i, r in enumerate(assignment)}
+            check_assignment(new, n, set(live))
+        else:
+            new = assign(count - n, len(current[0]), live, start_partition=n)
+        if not validate_only:
+            self.store.multi([SetData(znodes.topic_path(name),
+                                      znodes.encode_assignment(topic_id, {**current, **new}), version)])
+        return new
+
+    # -- configs
+
+    def change_topic_config(self, name: str, configs: Mapping[str, str], *,
+                            validate_only: bool = False) -> None:
+        if self.store.get(znodes.topic_path(name)) is None:
+            raise KafkaError(f"Topic {name} does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        self._check_configs(configs)
+        if not validate_only:
+            self._change_config("topics", name, configs)
+
+    def change_broker_config(self, entity: str, configs: Mapping[str, str]) -> None:
+        """Dynamic configs of broker `entity` (an id, or "<default>" for the cluster default)."""
+        self._change_config("brokers", entity, configs)
+
+    def _change_config(self, entity_type: str, name: str, configs: Mapping[str, str]) -> None:
+        self.store.set(znodes.config_path(entity_type, name), {"version": 1, "config": dict(configs)})
+        created = self.store.create(f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
+                                    znodes.config_change(f"{entity_type}/{name}"), sequential=True)
+        self._purge_changes(created.rsplit("/", 1)[1])
+
+    def _purge_changes(self, newest: str) -> None:
+        keep_from = int(newest[len(znodes.CONFIG_CHANGE_PREFIX):]) - KEEP_CONFIG_CHANGES
+        for child in self.store.children(znodes.CONFIG_CHANGES):
+            seq = child[len(znodes.CONFIG_CHANGE_PREFIX):]
+            if seq.isdigit() and int(seq) < keep_from:
+                self.store.delete(f"{znodes.CONFIG_CHANGES}/{child}")
+
+
+def read_configs(store: MetadataStore, entity_type: str, name: str) -> dict[str, str]:
+    node = store.get(znodes.config_path(entity_type, name))
+    return dict(node[0].get("config") or {}) if node and node[0] else {}

@@ -1,0 +1,161 @@
+"""Kafka's ZooKeeper layout: the paths and the JSON each node holds.
+
+The same tree lives in ZooKeeper for a cluster and in the local file for the embedded broker,
+so these encoders are the only place that knows what a node looks like. Field names and
+versions are Kafka's, so `zookeeper-shell` habits and tools carry over.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+CLUSTER_ID = "/cluster/id"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+
+# Paths every cluster has, created by the first broker (Kafka's persistent paths).
+PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/admin/delete_topics", "/config/topics",
+                    "/config/brokers", "/config/changes")
+
+NO_LEADER = -1
+LEADER_DURING_DELETE = -2  # what UpdateMetadata says of a partition whose topic is being deleted
+
+# Security protocol ids on the wire (UpdateMetadata endpoints).
+SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
+
+def now_ms() -> str:
+    return str(int(time.time() * 1000))
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def config_path(entity_type: str, name: str) -> str:
+    return f"/config/{entity_type}/{name}"
+
+
+# --- brokers ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class EndPoint:
+    listener: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+
+@dataclass(slots=True)
+class BrokerInfo:
+    """A registered broker: /brokers/ids/<id>, its epoch being the znode's creation zxid."""
+
+    id: int
+    endpoints: list[EndPoint]
+    rack: str | None = None
+    epoch: int = -1
+
+    def endpoint(self, listener: str) -> EndPoint | None:
+        return next((e for e in self.endpoints if e.listener == listener), None)
+
+    def encode(self) -> dict[str, Any]:
+        first = self.endpoints[0]
+        data: dict[str, Any] = {
+            "features": {},
+            "listener_security_protocol_map": {e.listener: e.security_protocol for e in self.endpoints},
+            "endpoints": [f"{e.listener}://{e.host}:{e.port}" for e in self.endpoints],
+            "jmx_port": -1,
+            "host": first.host,
+            "port": first.port,
+            "timestamp": now_ms(),
+            "version": 5,
+        }
+        if self.rack is not None:
+            data["rack"] = self.rack
+        return data
+
+    @classmethod
+    def decode(cls, broker_id: int, data: dict[str, Any], epoch: int) -> BrokerInfo:
+        protocols = data.get("listener_security_protocol_map") or {}
+        endpoints = []
+        for text in data.get("endpoints", []):
+            name, _, address = text.partition("://")
+            host, _, port = address.rpartition(":")
+            endpoints.append(EndPoint(name, host.strip("[]"), int(port), protocols.get(name, name)))
+        return cls(broker_id, endpoints, data.get("rack"), epoch)
+
+
+# --- topics and partitions ---------------------------------------------------------------------
+
+@dataclass(slots=True)
+class PartitionState:
+    """/brokers/topics/<t>/partitions/<p>/state plus the assignment; `zk_version` is the state
+    node's version, Kafka's partition epoch."""
+
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    replicas: list[int]
+    controller_epoch: int = 0
+    zk_version: int = 0
+
+    def encode(self) -> dict[str, Any]:
+        return {"controller_epoch": self.controller_epoch, "leader": self.leader, "version": 1,
+                "leader_epoch": self.leader_epoch, "isr": list(self.isr)}
+
+    @property
+    def offline_replicas(self) -> list[int]:
+        return [r for r in self.replicas if r not in self.isr]
+
+
+@dataclass(slots=True)
+class TopicMetadata:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
+    internal: bool = False
+
+
+def is_internal(topic: str) -> bool:
+    return topic in ("__consumer_offsets", "__transaction_state")
+
+
+def encode_assignment(topic_id: uuid.UUID, assignment: dict[int, list[int]]) -> dict[str, Any]:
+    return {"version": 3, "topic_id": str(topic_id),
+            "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
+            "adding_replicas": {}, "removing_replicas": {}}
+
+
+def decode_assignment(data: dict[str, Any]) -> tuple[uuid.UUID, dict[int, list[int]]]:
+    raw_id = data.get("topic_id")
+    topic_id = _parse_uuid(raw_id) if raw_id else uuid.uuid4()
+    return topic_id, {int(p): list(r) for p, r in data["partitions"].items()}
+
+
+def _parse_uuid(text: str) -> uuid.UUID:
+    """Kafka writes topic ids as url-safe base64; earlier Strom wrote the dashed form."""
+    if len(text) == 22:
+        import base64
+
+        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+    return uuid.UUID(text)
+
+
+def config_change(entity_path: str) -> dict[str, Any]:
+    """The body of a /config/changes/config_change_<n> notification (Kafka's version 2)."""
+    return {"version": 2, "entity_path": entity_path}

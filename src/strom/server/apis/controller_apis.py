@@ -1,0 +1,70 @@
+"""LeaderAndIsr, UpdateMetadata and StopReplica: what the controller tells a broker.
+
+A request from a controller older than the newest one this broker has heard from is refused
+with STALE_CONTROLLER_EPOCH, and one addressed to an earlier registration of this broker
+(a broker epoch below its current one) with STALE_BROKER_EPOCH, so a deposed controller or a
+delayed request cannot undo newer decisions.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from strom.protocol.errors import ErrorCode
+from strom.server.apis import RequestContext, api
+
+log = logging.getLogger(__name__)
+
+LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 4, 5, 6
+
+
+def _fenced(broker, request, api_name: str) -> ErrorCode:
+    cache = broker.metadata_cache
+    if request.controller_epoch < cache.controller_epoch:
+        log.warning("ignoring %s from controller %d with stale epoch %d (current %d)", api_name,
+                    request.controller_id, request.controller_epoch, cache.controller_epoch)
+        return ErrorCode.STALE_CONTROLLER_EPOCH
+    if 0 <= request.broker_epoch < broker.broker_epoch:
+        log.warning("ignoring %s for broker epoch %d (current %d)", api_name, request.broker_epoch,
+                    broker.broker_epoch)
+        return ErrorCode.STALE_BROKER_EPOCH
+    return ErrorCode.NONE
+
+
+@api(LEADER_AND_ISR, 7, 7)
+async def handle_leader_and_isr(broker, ctx: RequestContext, request) -> dict:
+    error = _fenced(broker, request, "LeaderAndIsr")
+    if error != ErrorCode.NONE:
+        return {"error_code": error, "topics": []}
+    broker.metadata_cache.controller_epoch = request.controller_epoch
+    topics = []
+    for t in request.topic_states:
+        await broker.refresh_topic_configs(t.topic_name)
+        errors = [{"partition_index": p.partition_index,
+                   "error_code": broker.become_leader_or_follower(t.topic_name, t.topic_id, p)}
+                  for p in t.partition_states]
+        topics.append({"topic_id": t.topic_id, "partition_errors": errors})
+    return {"error_code": ErrorCode.NONE, "topics": topics}
+
+
+@api(UPDATE_METADATA, 8, 8)
+async def handle_update_metadata(broker, ctx: RequestContext, request) -> dict:
+    error = _fenced(broker, request, "UpdateMetadata")
+    if error == ErrorCode.NONE:
+        broker.update_metadata(request)
+    return {"error_code": error}
+
+
+@api(STOP_REPLICA, 4, 4)
+async def handle_stop_replica(broker, ctx: RequestContext, request) -> dict:
+    error = _fenced(broker, request, "StopReplica")
+    if error != ErrorCode.NONE:
+        return {"error_code": error, "partition_errors": []}
+    broker.metadata_cache.controller_epoch = request.controller_epoch
+    errors = []
+    for t in request.topic_states:
+        for p in t.partition_states:
+            code = broker.stop_replica(t.topic_name, p.partition_index, p.delete_partition)
+            errors.append({"topic_name": t.topic_name, "partition_index": p.partition_index,
+                           "error_code": code})
+    return {"error_code": ErrorCode.NONE, "partition_errors": errors}
