@@ -1,0 +1,324 @@
+"""The metadata tree in ZooKeeper, laid out as Kafka's ZooKeeper mode lays it out.
+
+`connect` is Kafka's `zookeeper.connect`: hosts, optionally followed by a chroot path
+("127.0.0.1:2181,127.0.0.1:2182/strom"). As Kafka does, the chroot node is created if
+missing; every path the callers use is then inside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
+from kazoo.retry import KazooRetry
+
+from strom.controller.store import (
+    BadVersion,
+    Check,
+    Create,
+    Delete,
+    NodeExists,
+    NoNode,
+    NotEmpty,
+    Op,
+    SetData,
+    Stat,
+    StoreUnavailable,
+    ancestors,
+    call_safely,
+    check_path,
+    decode,
+    encode,
+    parent_of,
+)
+
+log = logging.getLogger(__name__)
+
+_UNAVAILABLE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError, OperationTimeoutError)
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """'h1:2181,h2:2181/strom/a' -> ('h1:2181,h2:2181', '/strom/a'); no chroot -> ''."""
+    hosts, slash, chroot = connect.partition("/")
+    chroot = ("/" + chroot).rstrip("/") if slash else ""
+    return hosts, chroot
+
+
+@contextmanager
+def _mapped(path: str) -> Iterator[None]:
+    """kazoo's exceptions as the store's."""
+    try:
+        yield
+    except BadVersionError as e:
+        raise BadVersion(f"{path}: version mismatch") from e
+    except NodeExistsError as e:
+        raise NodeExists(path) from e
+    except NoNodeError as e:
+        raise NoNode(path) from e
+    except NotEmptyError as e:
+        raise NotEmpty(path) from e
+    except _UNAVAILABLE as e:
+        raise StoreUnavailable(f"ZooKeeper unavailable ({type(e).__name__}) at {path}") from e
+
+
+class _ZkWatch:
+    """A persistent watch over one-shot ZooKeeper watches: each fire re-reads the node and
+    re-arms. Unlike kazoo's ChildrenWatch it survives the node being absent (reports [] and
+    waits for it to appear), sorts children, and re-reads after a new session."""
+
+    def __init__(self, store: ZooKeeperMetadataStore, path: str, kind: str,
+                 callback: Callable[..., None]) -> None:
+        self.store, self.path, self.kind, self.callback = store, path, kind, callback
+        self.cancelled = False
+        self._last: Any = object()  # never equal to a real state, so the first read reports
+        self._lock = threading.Lock()
+        store._client.add_listener(self._on_state)
+        self._refresh()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.store._client.remove_listener(self._on_state)
+
+    def _on_state(self, state: str) -> None:
+        # Runs on kazoo's connection thread, which must not wait on ZooKeeper: re-read elsewhere.
+        # After a new session the server has forgotten our watches; after a mere reconnect it
+        # has not, and the re-read finds nothing changed.
+        if state == KazooState.CONNECTED and not self.cancelled:
+            self.store._client.handler.spawn(self._refresh)
+
+    def _on_event(self, event: Any) -> None:
+        if not self.cancelled:
+            self._refresh()
+
+    def _refresh(self) -> None:
+        client, full = self.store._client, self.store._full(self.path)
+        with self._lock:
+            if self.cancelled:
+                return
+            try:
+                while True:
+                    try:
+                        if self.kind == "children":
+                            state: Any = sorted(client.get_children(full, watch=self._on_event))
+                            token: Any = state
+                        else:
+                            raw, stat = client.get(full, watch=self._on_event)
+                            state = (decode(raw), stat.version)
+                            token = (stat.czxid, stat.mzxid)
+                        break
+                    except NoNodeError:
+                        # Arm an existence watch; if the node appeared meanwhile, read it.
+                        if client.exists(full, watch=self._on_event) is None:
+                            # A missing node has no children: the same state as none.
+                            state = [] if self.kind == "children" else (None, -1)
+                            token = [] if self.kind == "children" else None
+                            break
+            except (KazooException, KazooTimeoutError) as e:
+                # Disconnected: the next CONNECTED state re-reads.
+                log.debug("watch on %s not re-armed yet: %r", self.path, e)
+                return
+            if token == self._last:
+                return
+            self._last = token
+            if self.kind == "children":
+                call_safely(self.callback, state)
+            else:
+                call_safely(self.callback, *state)
+
+
+class ZooKeeperMetadataStore:
+    def __init__(self, connect: str, session_timeout_ms: int = 18000,
+                 connection_timeout_ms: int = 18000) -> None:
+        self.connect = connect
+        hosts, self.chroot = split_connect(connect)
+        # Keep reconnecting forever, quickly: after an expired session kazoo starts a new one
+        # and callers re-register (the default backoff grows to an hour between attempts).
+        retry = KazooRetry(max_tries=None, delay=0.1, backoff=2, max_delay=1.0)
+        self._client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000,
+                                   connection_retry=retry)
+        self._session_listeners: list[Callable[[str], None]] = []
+        self._events: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._lost = False
+        self._client.add_listener(self._on_state)
+        try:
+            self._client.start(timeout=connection_timeout_ms / 1000)
+        except KazooTimeoutError:
+            raise StoreUnavailable(
+                f"cannot connect to ZooKeeper at {connect} within {connection_timeout_ms} ms"
+            ) from None
+        self._dispatcher = threading.Thread(target=self._dispatch, name="zk-session-events",
+                                            daemon=True)
+        self._dispatcher.start()
+        if self.chroot:
+            with _mapped(self.chroot):
+                self._client.ensure_path(self.chroot)
+
+    @property
+    def session_id(self) -> int:
+        return self._client.client_id[0] if self._client.client_id else 0
+
+    def _full(self, path: str) -> str:
+        check_path(path)
+        if not self.chroot:
+            return path
+        return self.chroot if path == "/" else self.chroot + path
+
+    def _relative(self, full: str) -> str:
+        return full[len(self.chroot):] or "/"
+
+    # --- reads ---
+
+    def get(self, path: str) -> tuple[Any, int] | None:
+        found = self.get_stat(path)
+        return None if found is None else (found[0], found[1].version)
+
+    def get_stat(self, path: str) -> tuple[Any, Stat] | None:
+        with _mapped(path):
+            try:
+                raw, stat = self._client.get(self._full(path))
+            except NoNodeError:
+                return None
+        return decode(raw), Stat(stat.version, stat.czxid, stat.ephemeralOwner)
+
+    def children(self, path: str) -> list[str]:
+        with _mapped(path):
+            try:
+                return sorted(self._client.get_children(self._full(path)))
+            except NoNodeError:
+                return []
+
+    # --- writes ---
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        # Every ZooKeeper write is durable on its own; there is no file to rewrite once.
+        yield
+
+    def create(self, path: str, data: Any = None, *, ephemeral: bool = False,
+               sequential: bool = False) -> str:
+        with _mapped(path):
+            created = self._client.create(self._full(path), encode(data), ephemeral=ephemeral,
+                                          sequence=sequential, makepath=True)
+        return self._relative(created)
+
+    def set(self, path: str, data: Any, expected_version: int = -1) -> int:
+        full, raw = self._full(path), encode(data)
+        with _mapped(path):
+            while True:
+                try:
+                    return self._client.set(full, raw, version=expected_version).version
+                except NoNodeError:
+                    if expected_version != -1:
+                        raise BadVersion(f"{path}: expected version {expected_version}, "
+                                         "found none") from None
+                try:
+                    self._client.create(full, raw, makepath=True)
+                    return 0
+                except NodeExistsError:
+                    continue  # created by someone else meanwhile: set it as asked
+
+    def delete(self, path: str, expected_version: int = -1) -> None:
+        full = self._full(path)
+        with _mapped(path):
+            if expected_version == -1:
+                self._client.delete(full, recursive=True)
+                return
+            stat = self._client.exists(full)
+            if stat is None:
+                return
+            if stat.version != expected_version:
+                raise BadVersion(f"{path}: expected version {expected_version}, "
+                                 f"found {stat.version}")
+            for child in self._client.get_children(full):
+                self._client.delete(f"{full}/{child}", recursive=True)
+            try:
+                self._client.delete(full, version=expected_version)
+            except NoNodeError:
+                pass
+
+    def multi(self, ops: list[Op]) -> None:
+        # ZooKeeper's multi does not make parents: make those missing first (not atomically),
+        # except the ones an earlier Create in this same multi makes.
+        made = set()
+        for op in ops:
+            if isinstance(op, Create):
+                missing = [p for p in ancestors(op.path) if p not in made]
+                if missing:
+                    with _mapped(parent_of(op.path)):
+                        self._client.ensure_path(self._full(missing[-1]))
+                made.add(op.path)
+        txn = self._client.transaction()
+        for op in ops:
+            full = self._full(op.path)
+            if isinstance(op, Create):
+                txn.create(full, encode(op.data), ephemeral=op.ephemeral)
+            elif isinstance(op, SetData):
+                txn.set_data(full, encode(op.data), version=op.version)
+            elif isinstance(op, Delete):
+                txn.delete(full, version=op.version)
+            elif isinstance(op, Check):
+                txn.check(full, op.version)
+            else:
+                raise TypeError(f"not a multi op: {op!r}")
+        with _mapped("multi"):
+            results = txn.commit()
+        for op, result in zip(ops, results, strict=False):
+            if isinstance(result, Exception) and not isinstance(
+                    result, RolledBackError | RuntimeInconsistency):
+                with _mapped(op.path):
+                    raise result
+
+    # --- watches and sessions ---
+
+    def watch_children(self, path: str, callback: Callable[[list[str]], None]) -> _ZkWatch:
+        return _ZkWatch(self, path, "children", callback)
+
+    def watch_data(self, path: str, callback: Callable[[Any, int], None]) -> _ZkWatch:
+        return _ZkWatch(self, path, "data", callback)
+
+    def add_session_listener(self, callback: Callable[[str], None]) -> None:
+        self._session_listeners.append(callback)
+
+    def _on_state(self, state: str) -> None:
+        # kazoo's connection thread: never call ZooKeeper here (it would deadlock). LOST
+        # means the session expired (our ephemerals are gone); the next CONNECTED is a new
+        # session, which kazoo establishes by itself.
+        if state == KazooState.LOST:
+            self._lost = True
+            self._events.put("expired")
+        elif state == KazooState.CONNECTED and self._lost:
+            self._lost = False
+            self._events.put("reconnected")
+
+    def _dispatch(self) -> None:
+        while (event := self._events.get()) is not None:
+            for callback in list(self._session_listeners):
+                call_safely(callback, event)
+
+    def close(self) -> None:
+        self._client.remove_listener(self._on_state)
+        try:
+            self._client.stop()
+            self._client.close()
+        finally:
+            self._events.put(None)

@@ -1,0 +1,361 @@
+"""The metadata stores: the same tree semantics from the local file and from a real ZooKeeper."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from strom.controller.store import (
+    BadVersion,
+    Check,
+    Create,
+    Delete,
+    LocalMetadataStore,
+    NodeExists,
+    NoNode,
+    SetData,
+    StoreUnavailable,
+)
+from strom.controller.zk_store import ZooKeeperMetadataStore
+from strom.zookeeper_server import ZooKeeperServer, zookeeper_available
+
+
+@pytest.fixture(scope="module")
+def zk_server() -> Iterator[ZooKeeperServer]:
+    problem = zookeeper_available()
+    if problem:
+        pytest.skip(problem)
+    with ZooKeeperServer(fsync=False) as server:
+        yield server
+
+
+class Opener:
+    """Opens (and reopens) one store of a kind, so tests can close and come back."""
+
+    def __init__(self, kind: str, tmp_path: Path, zk_server: ZooKeeperServer | None) -> None:
+        self.kind = kind
+        self.file = tmp_path / "strom-metadata.json"
+        self.connect = f"{zk_server.connect}/test-{uuid.uuid4().hex[:8]}" if zk_server else ""
+        self.opened: list[Any] = []
+
+    def open(self) -> Any:
+        store = (LocalMetadataStore(self.file) if self.kind == "local"
+                 else ZooKeeperMetadataStore(self.connect, session_timeout_ms=4000))
+        self.opened.append(store)
+        return store
+
+    def close_all(self) -> None:
+        for store in self.opened:
+            store.close()
+
+
+@pytest.fixture(params=["local", "zookeeper"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    server = request.getfixturevalue("zk_server") if request.param == "zookeeper" else None
+    opener = Opener(request.param, tmp_path, server)
+    yield opener
+    opener.close_all()
+
+
+@pytest.fixture
+def store(opener: Opener) -> Any:
+    return opener.open()
+
+
+def eventually(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def test_get_set_create_delete_children(store: Any) -> None:
+    assert store.get("/brokers/topics/a") is None
+    assert store.children("/brokers/topics") == []
+    assert store.create("/brokers/topics/b", {"partitions": {"0": [1]}}) == "/brokers/topics/b"
+    assert store.set("/brokers/topics/a", {"version": 2}) == 0  # set creates a missing node
+    assert store.get("/brokers/topics/a") == ({"version": 2}, 0)
+    assert store.get("/brokers") == (None, 0)  # parents are real, empty nodes
+    assert store.children("/brokers/topics") == ["a", "b"]
+    assert store.children("/brokers") == ["topics"]
+    assert store.children("/") == ["brokers"]
+    store.create("/brokers/topics/b/partitions/0/state", {"leader": 1})
+    store.delete("/brokers/topics/b")  # recursive
+    assert store.get("/brokers/topics/b/partitions/0/state") is None
+    assert store.children("/brokers/topics") == ["a"]
+    store.delete("/no/such/node")  # no error
+    store.create("/empty")
+    assert store.get("/empty") == (None, 0)
+
+
+def test_values_round_trip(store: Any) -> None:
+    for i, value in enumerate([1, "text", [1, 2], {"a": {"b": None}}, True, 2.5, "ünïcode"]):
+        store.set(f"/v/{i}", value)
+        assert store.get(f"/v/{i}") == (value, 0)
+
+
+def test_versions_and_bad_version(store: Any) -> None:
+    assert store.set("/n", 1) == 0
+    assert store.set("/n", 2, expected_version=0) == 1
+    with pytest.raises(BadVersion):
+        store.set("/n", 3, expected_version=0)
+    assert store.get("/n") == (2, 1)
+    with pytest.raises(BadVersion):
+        store.set("/missing", 1, expected_version=0)
+    with pytest.raises(BadVersion):
+        store.delete("/n", expected_version=0)
+    store.create("/n/child")
+    store.delete("/n", expected_version=1)
+    assert store.get("/n") is None and store.get("/n/child") is None
+
+
+def test_create_existing_raises(store: Any) -> None:
+    store.create("/controller", {"brokerid": 1})
+    with pytest.raises(NodeExists):
+        store.create("/controller", {"brokerid": 2})
+    assert store.get("/controller") == ({"brokerid": 1}, 0)
+
+
+def test_multi_applies_all_or_nothing(store: Any) -> None:
+    store.set("/controller_epoch", 1)
+    store.multi([Check("/controller_epoch", 0), Create("/brokers/topics/t/partitions/0/state", {"leader": 1}),
+                 SetData("/controller_epoch", 2, version=0), Create("/admin/delete_topics")])
+    assert store.get("/controller_epoch") == (2, 1)
+    assert store.get("/brokers/topics/t/partitions/0/state") == ({"leader": 1}, 0)
+
+    failing = [
+        ([SetData("/controller_epoch", 3), Create("/x/y", 1), Check("/controller_epoch", 0)], BadVersion),
+        ([SetData("/controller_epoch", 3), Create("/x/y", 1), Create("/admin/delete_topics")], NodeExists),
+        ([SetData("/controller_epoch", 3), Create("/x/y", 1), SetData("/nothing/here", 1)], NoNode),
+        ([SetData("/controller_epoch", 3), Create("/x/y", 1), Delete("/nothing/here")], NoNode),
+        ([SetData("/controller_epoch", 3), Delete("/admin/delete_topics", version=7)], BadVersion),
+    ]
+    for ops, error in failing:
+        with pytest.raises(error):
+            store.multi(ops)
+        assert store.get("/controller_epoch") == (2, 1), ops
+        assert store.get("/x/y") is None, ops
+        assert store.get("/admin/delete_topics") == (None, 0), ops
+
+    store.multi([Delete("/brokers/topics/t/partitions/0/state"), Delete("/brokers/topics/t/partitions/0")])
+    assert store.children("/brokers/topics/t/partitions") == []
+
+
+def test_sequential_nodes(store: Any) -> None:
+    first = store.create("/config/changes/config_change_", {"entity_path": "topics/a"}, sequential=True)
+    second = store.create("/config/changes/config_change_", {"entity_path": "topics/b"}, sequential=True)
+    assert first == "/config/changes/config_change_0000000000"
+    assert second == "/config/changes/config_change_0000000001"
+    assert store.children("/config/changes") == ["config_change_0000000000", "config_change_0000000001"]
+    assert store.get(second) == ({"entity_path": "topics/b"}, 0)
+
+
+def test_ephemeral_nodes_end_with_their_session(opener: Opener) -> None:
+    store = opener.open()
+    store.create("/brokers/ids/1", {"host": "127.0.0.1", "port": 9092}, ephemeral=True)
+    store.create("/brokers/seqid")
+    data, stat = store.get_stat("/brokers/ids/1")
+    assert data == {"host": "127.0.0.1", "port": 9092}
+    assert stat.ephemeral_owner != 0
+    assert store.get_stat("/brokers/seqid")[1].ephemeral_owner == 0
+    store.close()
+    again = opener.open()
+    assert again.get("/brokers/ids/1") is None
+    assert again.get("/brokers/seqid") == (None, 0)
+    assert again.children("/brokers/ids") == []
+
+
+def test_czxid_increases_across_reopen(opener: Opener) -> None:
+    store = opener.open()
+    store.create("/a")
+    store.create("/b", ephemeral=True)
+    a, b = store.get_stat("/a")[1].czxid, store.get_stat("/b")[1].czxid
+    assert b > a > 0
+    store.close()
+    again = opener.open()
+    assert again.get_stat("/a")[1].czxid == a
+    again.create("/b", ephemeral=True)  # a re-registered broker gets a later czxid (its epoch)
+    assert again.get_stat("/b")[1].czxid > b
+
+
+def test_watches_fire_on_changes_until_cancelled(store: Any) -> None:
+    seen_children: list[list[str]] = []
+    seen_data: list[tuple[Any, int]] = []
+    children_watch = store.watch_children("/brokers/ids", seen_children.append)
+    data_watch = store.watch_data("/controller", lambda data, version: seen_data.append((data, version)))
+    assert seen_children == [[]] and seen_data == [(None, -1)]  # fired at once with the state now
+
+    store.create("/brokers/ids/2", {"port": 2}, ephemeral=True)
+    eventually(lambda: seen_children[-1] == ["2"], "children after create")
+    store.create("/brokers/ids/1", {"port": 1})
+    eventually(lambda: seen_children[-1] == ["1", "2"], "sorted children")
+    store.set("/brokers/ids/1", {"port": 11})  # a child's data is not a children change
+    store.delete("/brokers/ids/2")
+    eventually(lambda: seen_children[-1] == ["1"], "children after delete")
+    assert seen_children == [[], ["2"], ["1", "2"], ["1"]]
+
+    store.create("/controller", {"brokerid": 1})
+    eventually(lambda: seen_data[-1] == ({"brokerid": 1}, 0), "data after create")
+    store.set("/controller", {"brokerid": 2})
+    eventually(lambda: seen_data[-1] == ({"brokerid": 2}, 1), "data after set")
+    store.delete("/controller")
+    eventually(lambda: seen_data[-1] == (None, -1), "data after delete")
+    assert seen_data == [(None, -1), ({"brokerid": 1}, 0), ({"brokerid": 2}, 1), (None, -1)]
+
+    children_watch.cancel()
+    data_watch.cancel()
+    store.create("/brokers/ids/3")
+    store.create("/controller", {"brokerid": 3})
+    # A fresh watch sees the changes, so the old ones have had their chance to fire.
+    late: list[list[str]] = []
+    store.watch_children("/brokers/ids", late.append)
+    eventually(lambda: late[-1:] == [["1", "3"]], "a new watch")
+    time.sleep(0.1)
+    assert seen_children[-1] == ["1"] and seen_data[-1] == (None, -1)
+
+
+def test_failing_callback_does_not_break_watches(store: Any) -> None:
+    calls: list[list[str]] = []
+
+    def explode(children: list[str]) -> None:
+        calls.append(children)
+        raise RuntimeError("callback bug")
+
+    store.watch_children("/w", explode)
+    store.create("/w/a")
+    eventually(lambda: calls[-1] == ["a"], "first change")
+    store.create("/w/b")
+    eventually(lambda: calls[-1] == ["a", "b"], "second change after a failing callback")
+
+
+def test_local_store_is_thread_safe(tmp_path: Path) -> None:
+    store = LocalMetadataStore(tmp_path / "meta.json")
+    store.set("/counter", 0)
+
+    def bump() -> None:
+        for _ in range(50):
+            while True:
+                value, version = store.get("/counter")
+                try:
+                    store.set("/counter", value + 1, expected_version=version)
+                    break
+                except BadVersion:
+                    continue
+
+    threads = [threading.Thread(target=bump) for _ in range(4)]
+    with store.batch():  # and cheap: one file write at the end
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert store.get("/counter") == (200, 200)
+    assert LocalMetadataStore(tmp_path / "meta.json").get("/counter") == (200, 200)
+
+
+def test_local_store_loads_the_old_file_format(tmp_path: Path) -> None:
+    path = tmp_path / "strom-metadata.json"
+    old = {"/brokers/topics/a": {"data": {"version": 2, "partitions": {"0": [1]}}, "version": 3},
+           "/config/topics/a": {"data": {"version": 1, "config": {}}, "version": 0},
+           "/latest_producer_id_block": {"data": {"block_end": 999}, "version": 5}}
+    path.write_text(json.dumps(old, separators=(",", ":")))
+    store = LocalMetadataStore(path)
+    assert store.get("/brokers/topics/a") == ({"version": 2, "partitions": {"0": [1]}}, 3)
+    assert store.children("/brokers/topics") == ["a"]
+    assert store.children("/") == ["brokers", "config", "latest_producer_id_block"]
+    assert store.set("/latest_producer_id_block", {"block_end": 1999}, expected_version=5) == 6
+    created = store.create("/brokers/topics/b", {"version": 2})
+    assert store.get_stat(created)[1].czxid > store.get_stat("/brokers/topics/a")[1].czxid
+    # The new file still reads as the old format does: path -> {"data", "version"}.
+    saved = json.loads(path.read_text())
+    for node, value in old.items():
+        if node != "/latest_producer_id_block":
+            assert (saved[node]["data"], saved[node]["version"]) == (value["data"], value["version"])
+    assert saved["/latest_producer_id_block"]["version"] == 6
+    reopened = LocalMetadataStore(path)
+    assert reopened.children("/brokers/topics") == ["a", "b"]
+    assert reopened.get_stat("/brokers/topics/b")[1].czxid == store.get_stat(created)[1].czxid
+
+
+# --- ZooKeeper only ---
+
+
+def test_nodes_hold_the_json_kafka_writes(zk_server: ZooKeeperServer) -> None:
+    store = ZooKeeperMetadataStore(f"{zk_server.connect}/bytes")
+    raw = KazooClient(hosts=zk_server.connect)
+    raw.start()
+    try:
+        store.set("/controller_epoch", 1)
+        store.create("/controller", {"version": 1, "brokerid": 1, "timestamp": "1700000000000"})
+        store.create("/brokers/seqid")
+        assert raw.get("/bytes/controller_epoch")[0] == b"1"
+        assert raw.get("/bytes/controller")[0] == b'{"version":1,"brokerid":1,"timestamp":"1700000000000"}'
+        assert raw.get("/bytes/brokers/seqid")[0] == b""
+    finally:
+        raw.stop()
+        raw.close()
+        store.close()
+
+
+def test_chroots_are_isolated(zk_server: ZooKeeperServer) -> None:
+    one = ZooKeeperMetadataStore(f"{zk_server.connect}/iso/one")
+    two = ZooKeeperMetadataStore(f"{zk_server.connect}/iso/two")
+    try:
+        one.create("/brokers/ids/1", {"port": 1}, ephemeral=True)
+        two.create("/brokers/ids/2", {"port": 2}, ephemeral=True)
+        assert one.children("/brokers/ids") == ["1"]
+        assert two.children("/brokers/ids") == ["2"]
+        assert one.children("/") == ["brokers"]
+        assert one.create("/s/n-", sequential=True) == "/s/n-0000000000"  # paths come back relative
+    finally:
+        one.close()
+        two.close()
+
+
+def test_unreachable_zookeeper_is_a_clear_error() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    begin = time.monotonic()
+    with pytest.raises(StoreUnavailable, match=f"127.0.0.1:{port}/strom"):
+        ZooKeeperMetadataStore(f"127.0.0.1:{port}/strom", connection_timeout_ms=500)
+    assert time.monotonic() - begin < 5
+
+
+def test_session_expiry_then_new_session(zk_server: ZooKeeperServer) -> None:
+    store = ZooKeeperMetadataStore(f"{zk_server.connect}/expiry", session_timeout_ms=2000)
+    events: list[str] = []
+    store.add_session_listener(events.append)
+    seen: list[list[str]] = []
+    store.watch_children("/brokers/ids", seen.append)
+    try:
+        store.create("/brokers/ids/1", {"port": 1}, ephemeral=True)
+        eventually(lambda: seen[-1] == ["1"], "registration seen")
+        old_session = store.session_id
+        # Expire the session the way ZooKeeper's own tests do: another client attaches to it
+        # and closes it.
+        session_id, password = store._client.client_id
+        thief = KazooClient(hosts=zk_server.connect, client_id=(session_id, password))
+        thief.start()
+        thief.stop()
+        thief.close()
+        eventually(lambda: events == ["expired", "reconnected"], "expired then reconnected")
+        assert store.session_id != old_session
+        assert store.get("/brokers/ids/1") is None  # the ephemeral went with the session
+        eventually(lambda: seen[-1] == [], "watch sees the ephemeral gone")
+        # The store works in the new session and the watch was re-armed in it.
+        store.create("/brokers/ids/1", {"port": 1}, ephemeral=True)
+        eventually(lambda: seen[-1] == ["1"], "re-registration seen")
+        assert store.get_stat("/brokers/ids/1")[1].ephemeral_owner == store.session_id
+    finally:
+        store.close()
