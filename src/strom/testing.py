@@ -1,4 +1,5 @@
-"""Start a real `strom serve` process on 127.0.0.1 with an ephemeral port and a temp dir.
+"""Start a real `strom serve` process on 127.0.0.1 with an ephemeral port and a temp dir, or a
+cluster of them on a ZooKeeper.
 
 Used by the integration tests and the benchmarks: the broker under test is always a separate
 process reached over a real socket, exactly as users run it.
@@ -6,6 +7,7 @@ process reached over a real socket, exactly as users run it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -15,9 +17,15 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from strom.client import Connection
+from strom.zookeeper_server import ZooKeeperServer
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
 
 _READY = re.compile(r"ready on (?P<listeners>\S+?)(?:,| \()")
 
@@ -29,12 +37,17 @@ def unique_name(base: str) -> str:
 
 def report_broker_logs(item, call):
     """pytest_runtest_makereport as a hook wrapper (wrap it with pytest.hookimpl in a conftest):
-    a failing test's report shows the tail of each BrokerProcess log it used."""
+    a failing test's report shows the tail of each BrokerProcess log it used, and of each
+    broker of a Cluster it used."""
     report = (yield).get_result()
     if report.failed:
         for name, value in getattr(item, "funcargs", {}).items():
             if isinstance(value, BrokerProcess):
                 report.sections.append((f"broker log ({name})", "\n".join(value.stderr_lines[-40:])))
+            elif isinstance(value, Cluster):
+                for broker_id, broker in value.brokers.items():
+                    report.sections.append((f"broker {broker_id} log ({name})",
+                                            "\n".join(broker.stderr_lines[-40:])))
 
 
 class BrokerProcess:
@@ -129,3 +142,131 @@ class RawClient(Connection):
 
     def __init__(self, broker: BrokerProcess) -> None:
         super().__init__("127.0.0.1", broker.port)
+
+
+class Cluster:
+    """Brokers 1..N on one ZooKeeper, each a BrokerProcess, under a chroot of their own so many
+    clusters can share one ZooKeeper (a ZooKeeperServer per test module, say)."""
+
+    def __init__(self, brokers: int = 3, zookeeper: ZooKeeperServer | None = None,
+                 overrides: dict[str, str] | None = None, chroot: str | None = None,
+                 session_timeout_ms: int = 4000) -> None:
+        self._owns_zookeeper = zookeeper is None
+        # A private ZooKeeper holds throwaway data: no fsync of its transaction log.
+        self.zookeeper = zookeeper if zookeeper is not None else ZooKeeperServer(fsync=False)
+        self.chroot = chroot or f"/strom-{uuid.uuid4().hex[:12]}"
+        self.session_timeout_ms = session_timeout_ms
+        self.overrides = dict(overrides or {})
+        self.brokers: dict[int, BrokerProcess] = {}
+        self._client: KazooClient | None = None
+        for broker_id in range(1, brokers + 1):
+            self._new_broker(broker_id, {})
+
+    @property
+    def zk_connect(self) -> str:
+        return f"{self.zookeeper.connect}{self.chroot}"
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values()
+                        if b.proc is not None and b.proc.poll() is None)
+
+    def _new_broker(self, broker_id: int, overrides: dict[str, str]) -> BrokerProcess:
+        broker = BrokerProcess(overrides={
+            "zookeeper.connect": self.zk_connect,
+            "broker.id": str(broker_id),
+            "zookeeper.session.timeout.ms": str(self.session_timeout_ms),
+            **self.overrides,
+            **overrides,
+        })
+        self.brokers[broker_id] = broker
+        return broker
+
+    def start(self, timeout: float = 60.0) -> Cluster:
+        """ZooKeeper (if this cluster owns it), then every broker at once."""
+        if self._owns_zookeeper:
+            self.zookeeper.start()
+        for broker in self.brokers.values():
+            broker.overrides["zookeeper.connect"] = self.zk_connect  # its port is known only now
+        errors: list[BaseException] = []
+
+        def start(broker: BrokerProcess) -> None:
+            try:
+                broker.start(timeout)
+            except BaseException as e:  # noqa: B036 - reported below, from the caller's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=start, args=(b,)) for b in self.brokers.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        return self
+
+    def add_broker(self, broker_id: int, **overrides: str) -> BrokerProcess:
+        """Start one more broker on this cluster (overrides with dots: **{"log.dirs": ...})."""
+        if broker_id in self.brokers:
+            raise ValueError(f"broker {broker_id} is already in this cluster")
+        return self._new_broker(broker_id, overrides).start()
+
+    def zk(self) -> KazooClient:
+        """A kazoo client on this cluster's chroot, for reading what the brokers wrote."""
+        if self._client is None:
+            from kazoo.client import KazooClient
+
+            # Make the chroot first, from outside it: the brokers may not have yet.
+            outside = KazooClient(hosts=self.zookeeper.connect)
+            outside.start()
+            try:
+                outside.ensure_path(self.chroot)
+            finally:
+                outside.stop()
+                outside.close()
+            self._client = KazooClient(hosts=self.zk_connect)
+            self._client.start()
+        return self._client
+
+    def _read_json(self, path: str) -> Any:
+        client = self.zk()
+        if client.exists(path) is None:
+            return None
+        raw = client.get(path)[0]
+        return json.loads(raw) if raw else None
+
+    def controller_id(self) -> int:
+        node = self._read_json("/controller")
+        return -1 if node is None else int(node["brokerid"])
+
+    def controller_epoch(self) -> int:
+        node = self._read_json("/controller_epoch")
+        return 0 if node is None else int(node)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 30.0,
+                 what: str = "condition") -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.stop()
+            self._client.close()
+            self._client = None
+        for broker in self.brokers.values():
+            broker.close()
+        if self._owns_zookeeper:
+            self.zookeeper.close()
+
+    def __enter__(self) -> Cluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

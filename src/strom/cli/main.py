@@ -18,7 +18,8 @@ from strom.server import config as broker_config
 class _LazyGroup(click.Group):
     """Admin subcommands are imported only when used, so `strom serve` starts without them."""
 
-    lazy = {"groups": "strom.cli.groups:groups", "configs": "strom.cli.configs:configs"}
+    lazy = {"groups": "strom.cli.groups:groups", "configs": "strom.cli.configs:configs",
+            "cluster": "strom.cli.cluster:cluster"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
