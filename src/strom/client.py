@@ -58,6 +58,12 @@ class Connection:
     def close(self) -> None:
         self.sock.close()
 
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 class AsyncConnection:
     """One request at a time over asyncio streams: the controller's channel to a broker and

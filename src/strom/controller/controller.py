@@ -76,6 +76,7 @@ class KafkaController:
         self.channel = channel
         self.ctx = ControllerContext()
         self.active_controller_id = -1
+        self.restarted = True  # until the first failover of this process
         self.events: ControllerEventManager | None = None
         self._watches: list = []
         self._topic_watches: dict[str, Any] = {}
@@ -166,6 +167,7 @@ class KafkaController:
         if node is not None and isinstance(node[0], dict):
             self.active_controller_id = node[0].get("brokerid", -1)
             if self.active_controller_id != -1:
+                self.restarted = False
                 return
         try:
             epoch, zk_version = await self.io(self._register_controller)
@@ -174,6 +176,7 @@ class KafkaController:
             self.active_controller_id = node[0].get("brokerid", -1) if node and node[0] else -1
             log.info("broker %d lost the controller election to broker %d", self.broker_id,
                      self.active_controller_id)
+            self.restarted = False  # the controller that is will see this broker's restart
             return
         self.active_controller_id = self.broker_id
         self.ctx = ControllerContext(epoch=epoch, epoch_zk_version=zk_version)
@@ -217,6 +220,8 @@ class KafkaController:
         batch = self._batch()
         # Every live broker learns the whole cluster, and every replica what it serves.
         batch.add_update_metadata(live, [])
+        if self.restarted:
+            await self._new_epoch_for_restarted_leader()
         await self._elect_offline_and_new(batch, list(self._all_partitions()))
         for topic, index, state in self._all_partitions():
             live_replicas = [r for r in state.replicas if r in live]
@@ -229,6 +234,18 @@ class KafkaController:
             await self._watch_topic(t.name)
         log.info("controller %d ready: %d brokers, %d topics, epoch %d", self.broker_id, len(live),
                  len(topics), self.ctx.epoch)
+
+    async def _new_epoch_for_restarted_leader(self) -> None:
+        """This broker just started and leads partitions from before: a leader that restarted
+        (and may have lost unflushed records) starts a new leader epoch, as it would had
+        another controller seen it go and come back."""
+        self.restarted = False
+        updates = [(t, i, replace(s, leader_epoch=s.leader_epoch + 1, controller_epoch=self.ctx.epoch))
+                   for t, i, s in self._all_partitions()
+                   if s.leader == self.broker_id and s.zk_version >= 0]
+        await self._write_states([], updates)
+        for topic, index, new in updates:
+            topic.partitions[index] = new
 
     async def _watch_topic(self, name: str) -> None:
         if name not in self._topic_watches:
@@ -363,12 +380,15 @@ class KafkaController:
                  sorted(dead - bounced), sorted(bounced))
         for b in dead:
             self.channel.remove_broker(b)
+        batch = self._batch()
+        # A bounced broker first fails (its old registration's leadership and ISR places go),
+        # then starts, as Kafka's controller handles it.
+        self.ctx.live_brokers = {b: info for b, info in current.items() if b not in dead}
+        if dead:
+            await self._on_brokers_failed(dead, batch)
         self.ctx.live_brokers = current
         for b in new:
             self.channel.add_broker(current[b])
-        batch = self._batch()
-        if dead:
-            await self._on_brokers_failed(dead, batch)
         if new:
             await self._on_brokers_started(new, batch)
         batch.add_update_metadata(current, [])
@@ -397,7 +417,8 @@ class KafkaController:
     async def _on_brokers_started(self, new: set[int], batch: RequestBatch) -> None:
         """The new brokers get the whole metadata and their replicas; partitions that had no
         live leader may now get one; deletions waiting for them go on."""
-        batch.add_update_metadata(new, list(self._all_partitions()))
+        batch.add_update_metadata(new, [p for p in self._all_partitions()
+                                        if p[0].name not in self.ctx.topics_to_delete])
         await self._elect_offline_and_new(batch, [
             p for p in self._all_partitions()
             if (p[0].name, p[1]) in self.ctx.new_partitions or p[2].leader == znodes.NO_LEADER])

@@ -30,7 +30,7 @@ from strom.coordinator.transaction.coordinator import TransactionCoordinator
 from strom.coordinator.transaction.manager import TransactionStateManager
 from strom.coordinator.transaction.producer_id_manager import ProducerIdManager
 from strom.log.config import LogConfig
-from strom.log.manager import LogManager
+from strom.log.manager import LogManager, new_cluster_id
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, is_flexible
 from strom.server.apis import HANDLERS, RequestContext, load_all
@@ -96,6 +96,8 @@ class Broker:
         self.store = await asyncio.to_thread(self._open_store)
         self.config_repository = ConfigRepository(self.store, self.store_io, self._config_changed)
         cluster_id = await self.store_io(self._stored_cluster_id)
+        if cluster_id is None and self.clustered:  # the first broker of a new cluster names it
+            cluster_id = await self.store_io(self._record_cluster_id, new_cluster_id())
         await self.store_io(self.config_repository.load)
         self.state = BrokerState.RECOVERY
         self.cluster_id = self.log_manager.startup(self.broker_id, cluster_id, self.log_config_for)
@@ -196,11 +198,13 @@ class Broker:
         node = self.store.get(znodes.CLUSTER_ID)
         return node[0]["id"] if node and isinstance(node[0], dict) else None
 
-    def _record_cluster_id(self, cluster_id: str) -> None:
+    def _record_cluster_id(self, cluster_id: str) -> str:
+        """Create /cluster/id unless another broker did first; the id that is stored."""
         try:
             self.store.create(znodes.CLUSTER_ID, {"version": "1", "id": cluster_id})
         except NodeExists:
-            pass
+            return self._stored_cluster_id()
+        return cluster_id
 
     async def _register(self) -> None:
         """Create /brokers/ids/<id> (ephemeral); its creation zxid is this broker's epoch. After
