@@ -359,3 +359,21 @@ def test_session_expiry_then_new_session(zk_server: ZooKeeperServer) -> None:
         assert store.get_stat("/brokers/ids/1")[1].ephemeral_owner == store.session_id
     finally:
         store.close()
+
+
+def test_calls_fail_while_zookeeper_is_down_and_work_when_it_is_back(zk_server: ZooKeeperServer) -> None:
+    with ZooKeeperServer(fsync=False) as own:
+        store = ZooKeeperMetadataStore(f"{own.connect}/down", session_timeout_ms=10000,
+                                       connection_timeout_ms=500)
+        try:
+            store.create("/brokers/ids/1", {"port": 1}, ephemeral=True)
+            own.kill()
+            begin = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="within 500 ms"):
+                store.get("/brokers/ids/1")
+            assert time.monotonic() - begin < 3
+            own.start()  # the same port and data: the session outlives a short outage
+            eventually(lambda: store._connected.is_set(), "reconnected")
+            assert store.get("/brokers/ids/1") == ({"port": 1}, 0)
+        finally:
+            store.close()

@@ -156,6 +156,9 @@ class ZooKeeperMetadataStore:
         retry = KazooRetry(max_tries=None, delay=0.1, backoff=2, max_delay=1.0)
         self._client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000,
                                    connection_retry=retry)
+        self._connection_timeout = connection_timeout_ms / 1000
+        self._connected = threading.Event()
+        self._closed = False
         self._session_listeners: list[Callable[[str], None]] = []
         self._events: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._lost = False
@@ -170,8 +173,22 @@ class ZooKeeperMetadataStore:
                                             daemon=True)
         self._dispatcher.start()
         if self.chroot:
-            with _mapped(self.chroot):
+            with self._op(self.chroot):
                 self._client.ensure_path(self.chroot)
+
+    @contextmanager
+    def _op(self, path: str) -> Iterator[None]:
+        """One call to ZooKeeper: while disconnected, wait for the connection as long as a
+        connection attempt may take, then fail (kazoo alone would wait until it is back, which
+        could hold up a broker's shut-down for ever). A connection lost during the call fails
+        it: its outcome is then unknown, as with ZooKeeper's ConnectionLoss."""
+        if self._closed:
+            raise StoreUnavailable(f"metadata store for {self.connect} is closed")
+        if not self._connected.wait(self._connection_timeout):
+            raise StoreUnavailable(f"no connection to ZooKeeper at {self.connect} within "
+                                   f"{self._connection_timeout * 1000:.0f} ms ({path})")
+        with _mapped(path):
+            yield
 
     @property
     def session_id(self) -> int:
@@ -193,7 +210,7 @@ class ZooKeeperMetadataStore:
         return None if found is None else (found[0], found[1].version)
 
     def get_stat(self, path: str) -> tuple[Any, Stat] | None:
-        with _mapped(path):
+        with self._op(path):
             try:
                 raw, stat = self._client.get(self._full(path))
             except NoNodeError:
@@ -201,7 +218,7 @@ class ZooKeeperMetadataStore:
         return decode(raw), Stat(stat.version, stat.czxid, stat.ephemeralOwner)
 
     def children(self, path: str) -> list[str]:
-        with _mapped(path):
+        with self._op(path):
             try:
                 return sorted(self._client.get_children(self._full(path)))
             except NoNodeError:
@@ -216,14 +233,14 @@ class ZooKeeperMetadataStore:
 
     def create(self, path: str, data: Any = None, *, ephemeral: bool = False,
                sequential: bool = False) -> str:
-        with _mapped(path):
+        with self._op(path):
             created = self._client.create(self._full(path), encode(data), ephemeral=ephemeral,
                                           sequence=sequential, makepath=True)
         return self._relative(created)
 
     def set(self, path: str, data: Any, expected_version: int = -1) -> int:
         full, raw = self._full(path), encode(data)
-        with _mapped(path):
+        with self._op(path):
             while True:
                 try:
                     return self._client.set(full, raw, version=expected_version).version
@@ -239,7 +256,7 @@ class ZooKeeperMetadataStore:
 
     def delete(self, path: str, expected_version: int = -1) -> None:
         full = self._full(path)
-        with _mapped(path):
+        with self._op(path):
             if expected_version == -1:
                 self._client.delete(full, recursive=True)
                 return
@@ -264,7 +281,7 @@ class ZooKeeperMetadataStore:
             if isinstance(op, Create):
                 missing = [p for p in ancestors(op.path) if p not in made]
                 if missing:
-                    with _mapped(parent_of(op.path)):
+                    with self._op(parent_of(op.path)):
                         self._client.ensure_path(self._full(missing[-1]))
                 made.add(op.path)
         txn = self._client.transaction()
@@ -280,7 +297,7 @@ class ZooKeeperMetadataStore:
                 txn.check(full, op.version)
             else:
                 raise TypeError(f"not a multi op: {op!r}")
-        with _mapped("multi"):
+        with self._op("multi"):
             results = txn.commit()
         for op, result in zip(ops, results, strict=False):
             if isinstance(result, Exception) and not isinstance(
@@ -303,6 +320,10 @@ class ZooKeeperMetadataStore:
         # kazoo's connection thread: never call ZooKeeper here (it would deadlock). LOST
         # means the session expired (our ephemerals are gone); the next CONNECTED is a new
         # session, which kazoo establishes by itself.
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
         if state == KazooState.LOST:
             self._lost = True
             self._events.put("expired")
@@ -316,6 +337,7 @@ class ZooKeeperMetadataStore:
                 call_safely(callback, event)
 
     def close(self) -> None:
+        self._closed = True
         self._client.remove_listener(self._on_state)
         try:
             self._client.stop()
