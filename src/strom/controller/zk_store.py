@@ -29,7 +29,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KazooState
+from kazoo.protocol.states import EventType, KazooState
 from kazoo.retry import KazooRetry
 
 from strom.controller.store import (
@@ -107,7 +107,9 @@ class _ZkWatch:
             self.store._client.handler.spawn(self._refresh)
 
     def _on_event(self, event: Any) -> None:
-        if not self.cancelled:
+        # kazoo sends NONE events when the connection drops: re-reading then would wait for the
+        # connection on kazoo's callback thread; the CONNECTED state re-reads instead.
+        if not self.cancelled and event.type != EventType.NONE:
             self._refresh()
 
     def _refresh(self) -> None:
