@@ -7,7 +7,7 @@ so an id is never given out twice even if the broker dies mid-block.
 
 from __future__ import annotations
 
-from strom.controller.store import BadVersion, MetadataStore
+from strom.controller.store import BadVersion, MetadataStore, NodeExists
 
 BLOCK_PATH = "/latest_producer_id_block"
 BLOCK_SIZE = 1000
@@ -28,8 +28,11 @@ class ProducerIdManager:
             block = {"version": 1, "broker": self.broker_id, "block_start": start,
                      "block_end": start + BLOCK_SIZE - 1}
             try:
-                self.store.set(BLOCK_PATH, block, expected_version=version)
-            except BadVersion:
+                if node is None:
+                    self.store.create(BLOCK_PATH, block)  # conditional: the first block once
+                else:
+                    self.store.set(BLOCK_PATH, block, expected_version=version)
+            except (BadVersion, NodeExists):
                 continue  # another broker took that block; read again
             self._next, self._end = start, start + BLOCK_SIZE - 1
             return
