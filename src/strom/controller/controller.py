@@ -109,6 +109,10 @@ class KafkaController:
         self.events.close()
         self.channel.shutdown()
 
+    async def alter_partition(self, request) -> dict:
+        """AlterPartition from a leader, processed as an event like everything else."""
+        return await self.events.call("alter_partition", request)
+
     def session_expired(self) -> None:
         """The store's session ended: /controller (if ours) is gone, so stop acting on it."""
         if self.events is not None:
@@ -521,3 +525,57 @@ class KafkaController:
         self.ctx.deletion_pending.pop(name, None)
         self.ctx.new_partitions = {tp for tp in self.ctx.new_partitions if tp[0] != name}
         log.info("controller: topic %s deleted", name)
+
+    # -- ISR changes from leaders (AlterPartition) ----------------------------------------------
+
+    async def _on_alter_partition(self, request) -> dict:
+        """Accept a leader's new ISR if it speaks for the current leader epoch and partition
+        epoch, record it (same leader epoch, new partition epoch) and tell every broker."""
+        live = self.ctx.live_brokers
+        sender = live.get(request.broker_id)
+        if sender is None or 0 <= request.broker_epoch != sender.epoch:
+            return {"throttle_time_ms": 0, "error_code": ErrorCode.STALE_BROKER_EPOCH, "topics": []}
+        batch = self._batch()
+        topics = []
+        for t in request.topics:
+            answers = []
+            for p in t.partitions:
+                answers.append(await self._alter_one(batch, request.broker_id, t.topic_name, p))
+            topics.append({"topic_name": t.topic_name, "partitions": answers})
+        self._send(batch)
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "topics": topics}
+
+    async def _alter_one(self, batch: RequestBatch, leader: int, name: str, p) -> dict:
+        topic = self.ctx.topics.get(name)
+        state = topic.partitions.get(p.partition_index) if topic is not None else None
+        answer = {"partition_index": p.partition_index, "error_code": ErrorCode.NONE,
+                  "leader_id": -1, "leader_epoch": -1, "isr": [], "leader_recovery_state": 0,
+                  "partition_epoch": -1}
+        new_isr = list(p.new_isr)
+        if state is None or name in self.ctx.topics_to_delete:
+            answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        elif state.leader != leader:
+            answer["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        elif p.leader_epoch != state.leader_epoch:
+            answer["error_code"] = ErrorCode.FENCED_LEADER_EPOCH
+        elif p.partition_epoch != state.zk_version:
+            answer["error_code"] = ErrorCode.INVALID_UPDATE_VERSION
+        elif leader not in new_isr or any(
+                r not in state.replicas or (r not in self.ctx.live_brokers and r not in state.isr)
+                for r in new_isr):
+            answer["error_code"] = ErrorCode.INELIGIBLE_REPLICA
+        if answer["error_code"] != ErrorCode.NONE:
+            log.info("AlterPartition for %s-%d from broker %d refused: %s", name, p.partition_index,
+                     leader, ErrorCode(answer["error_code"]).name)
+            return answer
+        new = replace(state, isr=new_isr, controller_epoch=self.ctx.epoch)
+        try:
+            await self._write_states([], [(topic, p.partition_index, new)])
+        except BadVersion:
+            answer["error_code"] = ErrorCode.INVALID_UPDATE_VERSION
+            return answer
+        topic.partitions[p.partition_index] = new
+        batch.add_update_metadata([], [(topic, p.partition_index, new)])
+        log.info("ISR of %s-%d: %s -> %s", name, p.partition_index, state.isr, new_isr)
+        return {**answer, "leader_id": new.leader, "leader_epoch": new.leader_epoch, "isr": new_isr,
+                "partition_epoch": new.zk_version}

@@ -49,9 +49,15 @@ def write_checkpoint(path: Path, entries: Mapping[tuple[str, int], int]) -> None
     path = Path(path)
     lines = [str(VERSION), str(len(entries))]
     lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(entries.items())]
+    write_atomically(path, "\n".join(lines) + "\n")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text`: temp file, fsync, rename, fsync of the directory."""
+    path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strom.log.config import INT_MAX, LogConfig
+from strom.log.leader_epoch import LeaderEpochCache
 from strom.log.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -32,7 +33,13 @@ from strom.log.segment import (
 )
 from strom.log.txn_index import AbortedTxn
 from strom.protocol.errors import OffsetOutOfRangeError, StorageError
-from strom.protocol.records import BatchHeader, assign_offsets, validate_batches
+from strom.protocol.records import (
+    HEADER_SIZE,
+    BatchHeader,
+    assign_offsets,
+    read_header,
+    validate_batches,
+)
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +140,7 @@ class Log:
         self.last_flush_ms = now_ms()  # for flush.ms (Kafka's lastFlushTime)
         self.flush_hook: FlushHook | None = None
         self.io_error_hook: IoErrorHook | None = None
+        self.leader_epoch_cache = LeaderEpochCache(self.dir)
 
     # -- opening and recovery
 
@@ -189,7 +197,34 @@ class Log:
         )
         opened._dir_dirty = created
         opened._parent_dirty = new_dir
+        opened._check_epoch_cache()
         return opened
+
+    def _check_epoch_cache(self) -> None:
+        """The leader epoch cache must describe the log as it is after recovery: rebuilt from
+        the batches if its file is missing, else trimmed to the log's offsets."""
+        cache = self.leader_epoch_cache
+        if not cache.loaded and self._log_end_offset > self.log_start_offset:
+            cache.rebuild(self._batch_epochs())
+            return
+        cache.truncate_from_end(self._log_end_offset)
+        cache.truncate_from_start(self.log_start_offset)
+
+    def _batch_epochs(self):
+        """(partition leader epoch, base offset) of every batch, reading headers only."""
+        offset = self.log_start_offset
+        while offset < self._log_end_offset:
+            data = self.read(offset, 1 << 20, min_one_message=True).read_bytes()
+            pos = 0
+            while len(data) - pos >= HEADER_SIZE:
+                header = read_header(data, pos)
+                if pos + header.size > len(data):
+                    break
+                yield header.partition_leader_epoch, header.base_offset
+                offset = header.last_offset + 1
+                pos += header.size
+            if pos == 0:
+                return
 
     # -- properties
 
@@ -260,6 +295,8 @@ class Log:
         except (OSError, StorageError) as e:
             raise self._io_error(e) from e
         self._log_end_offset = last + 1
+        if leader_epoch > self.leader_epoch_cache.latest_epoch():
+            self.leader_epoch_cache.assign(leader_epoch, first)
         if self.flush_hook is not None and last + 1 - self.recovery_point >= config.flush_messages:
             self.flush_hook(self, last + 1)  # flush.messages: Kafka's unflushedMessages check
         return AppendInfo(
@@ -271,6 +308,38 @@ class Log:
             log_start_offset=self.log_start_offset,
             valid_bytes=len(records),
         )
+
+    def append_as_follower(self, records: bytearray | memoryview) -> AppendInfo:
+        """Write batches exactly as the leader has them: offsets and partition leader epochs
+        are kept, never assigned. The first batch may not start below the log end offset."""
+        self._check_open()
+        config = self._config
+        batches = validate_batches(records, config.max_message_bytes)
+        first = batches[0][1].base_offset
+        last = batches[-1][1].base_offset + batches[-1][1].last_offset_delta
+        if first < self._log_end_offset:
+            raise OffsetOutOfRangeError(f"{self.name}: the leader's batch at offset {first} is below "
+                                        f"this replica's log end offset {self._log_end_offset}")
+        now = self._now_ms()
+        try:
+            segment = self._maybe_roll(len(records), last, now)
+            _, max_ts, offset_of_max = segment.append(records, batches, first, keep_offsets=True)
+        except (OSError, StorageError) as e:
+            raise self._io_error(e) from e
+        self._log_end_offset = last + 1
+        cache = self.leader_epoch_cache
+        for _, header in batches:
+            if header.partition_leader_epoch > cache.latest_epoch():
+                cache.assign(header.partition_leader_epoch, header.base_offset)
+        if self.flush_hook is not None and last + 1 - self.recovery_point >= config.flush_messages:
+            self.flush_hook(self, last + 1)
+        return AppendInfo(first_offset=first, last_offset=last, max_timestamp=max_ts,
+                          offset_of_max_timestamp=offset_of_max, log_append_time=-1,
+                          log_start_offset=self.log_start_offset, valid_bytes=len(records))
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) as OffsetForLeaderEpoch answers (Kafka's endOffsetFor)."""
+        return self.leader_epoch_cache.end_offset_for(epoch, self._log_end_offset)
 
     def _maybe_roll(self, size: int, last_offset: int, now: int) -> LogSegment:
         segment = self._segments[-1]
@@ -455,6 +524,7 @@ class Log:
         if offset <= self.log_start_offset:
             return False
         self.log_start_offset = offset
+        self.leader_epoch_cache.truncate_from_start(offset)
         # Data below the log start needs no recovery (Kafka's updateLogStartOffset).
         self.recovery_point = max(self.recovery_point, offset)
         log.info("%s: log start offset moved to %d", self.name, offset)
@@ -548,6 +618,7 @@ class Log:
         del self._segments[:n]
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self._schedule_delete(victims, now)
         log.info(
             "%s: deleted %d segment(s) by retention; log start offset now %d",
@@ -593,6 +664,7 @@ class Log:
             self._schedule_delete(victims, now)
         self._segments[-1].truncate_to(offset)
         self._log_end_offset = offset
+        self.leader_epoch_cache.truncate_from_end(offset)
         self.recovery_point = min(self.recovery_point, offset)
         self.log_start_offset = min(self.log_start_offset, offset)
         return True
@@ -609,6 +681,7 @@ class Log:
         self._log_end_offset = offset
         self.log_start_offset = offset
         self.recovery_point = offset
+        self.leader_epoch_cache.clear()
 
     # -- lifecycle
 

@@ -245,24 +245,32 @@ class ProducerStateManager:
         offset = max(self.load(log.log_end_offset), log.log_start_offset)
         while offset < log.log_end_offset:
             data = log.read(offset, 1 << 20, min_one_message=True).read_bytes()
-            pos = 0
-            while len(data) - pos >= HEADER_SIZE:
-                header = read_header(data, pos)
-                if pos + header.size > len(data):
-                    break
-                if header.last_offset >= offset and header.producer_id >= 0:
-                    if header.is_control:
-                        aborted = self.complete_txn(
-                            header.producer_id, header.producer_epoch, -1, header.base_offset,
-                            control_type(data, pos) == CONTROL_COMMIT, header.max_timestamp)
-                        if aborted is not None:
-                            log.add_aborted_txn(aborted)
-                    else:
-                        self.update(header, header.base_offset)
-                offset = max(offset, header.last_offset + 1)
-                pos += header.size
-            if pos == 0:
+            end = self.apply_batches(data, log, offset)
+            if end == offset:
                 break  # nothing readable at this offset: stop rather than spin
+            offset = end
+
+    def apply_batches(self, data, log, from_offset: int = 0) -> int:
+        """Take in whole batches already in `log` with their offsets (a replay, or what a
+        follower just copied from its leader): data batches move producers' sequences, markers
+        close transactions (an abort is indexed). Returns the offset after the last batch."""
+        offset, pos = from_offset, 0
+        while len(data) - pos >= HEADER_SIZE:
+            header = read_header(data, pos)
+            if pos + header.size > len(data):
+                break
+            if header.last_offset >= from_offset and header.producer_id >= 0:
+                if header.is_control:
+                    aborted = self.complete_txn(
+                        header.producer_id, header.producer_epoch, -1, header.base_offset,
+                        control_type(data, pos) == CONTROL_COMMIT, header.max_timestamp)
+                    if aborted is not None:
+                        log.add_aborted_txn(aborted)
+                else:
+                    self.update(header, header.base_offset)
+            offset = max(offset, header.last_offset + 1)
+            pos += header.size
+        return offset
 
 
 def _read_snapshot(path: Path) -> dict[int, ProducerStateEntry]:

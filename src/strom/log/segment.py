@@ -202,12 +202,15 @@ class LogSegment:
         batches: list[tuple[int, BatchHeader]],
         first_offset: int,
         log_append_time: int | None = None,
+        keep_offsets: bool = False,
     ) -> tuple[int, int, int]:
         """Write an offset-assigned record set in one write and index it.
 
         `batches` are (position in buf, header) from validation (offsets in those headers are
         stale; they are recomputed from `first_offset`). Returns (last offset, max timestamp of
         the set, base offset of the batch holding it). Cost is per batch, never per record.
+        `keep_offsets`: the headers' own base offsets are right (a follower copying its leader,
+        whose compacted batches may leave gaps).
         """
         start = self.size
         self._write(buf, start)
@@ -225,6 +228,8 @@ class LogSegment:
         time_entries: list[tuple[int, int]] = []
         offset = first_offset
         for pos, header in batches:
+            if keep_offsets:
+                offset = header.base_offset
             ts = header.max_timestamp if log_append_time is None else log_append_time
             if ts > set_max:
                 set_max, set_off = ts, offset

@@ -1,5 +1,5 @@
-"""Codecs for the controller-to-broker APIs: LeaderAndIsr (4), StopReplica (5) and
-UpdateMetadata (6), as Kafka 3.x ZooKeeper-mode brokers speak them.
+"""Codecs for the inter-broker APIs: LeaderAndIsr (4), StopReplica (5) and UpdateMetadata (6)
+from the controller, AlterPartition (56) to it, as Kafka 3.x ZooKeeper-mode brokers speak them.
 
 kafka-python ships no schemas for inter-broker APIs; the ones in `strom/protocol/schemas/`
 describe Kafka's layouts and go through kafka-python's generator like the built-in ones.
@@ -33,4 +33,12 @@ class UpdateMetadataRequest(ApiMessage, load_json=schemas):
 
 
 class UpdateMetadataResponse(ApiMessage, load_json=schemas):
+    pass
+
+
+class AlterPartitionRequest(ApiMessage, load_json=schemas):
+    pass
+
+
+class AlterPartitionResponse(ApiMessage, load_json=schemas):
     pass

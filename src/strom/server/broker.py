@@ -33,12 +33,14 @@ from strom.log.config import LogConfig
 from strom.log.manager import LogManager, new_cluster_id
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, is_flexible
+from strom.server.alter_partition import AlterPartitionManager
 from strom.server.apis import HANDLERS, RequestContext, load_all
 from strom.server.config import BrokerConfig, Listener
 from strom.server.config_repository import ConfigRepository
 from strom.server.dynamic_config import DEFAULT_ENTITY, DynamicBrokerConfig
 from strom.server.log_services import LogServices
 from strom.server.metadata_cache import MetadataCache
+from strom.server.replica_fetcher import ReplicaFetcherManager
 from strom.server.replica_manager import ReplicaManager
 from strom.server.socket_server import SocketServer
 
@@ -81,6 +83,9 @@ class Broker:
         self.config_repository: ConfigRepository | None = None
         self.admin: TopicAdmin | None = None
         self.controller: KafkaController | None = None
+        self.replica_fetchers: ReplicaFetcherManager | None = None
+        self.alter_partition: AlterPartitionManager | None = None
+        self.leader_endpoints: dict[int, tuple[str, int]] = {}  # from LeaderAndIsr's live leaders
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_coordinator: TransactionCoordinator | None = None
         self.cluster_id = ""
@@ -101,6 +106,10 @@ class Broker:
         await self.store_io(self.config_repository.load)
         self.state = BrokerState.RECOVERY
         self.cluster_id = self.log_manager.startup(self.broker_id, cluster_id, self.log_config_for)
+        self.replica_manager.checkpointed_hw = self.log_manager.read_high_watermarks()
+        self.replica_fetchers = ReplicaFetcherManager(self)
+        self.alter_partition = AlterPartitionManager(self)
+        self.replica_manager.alter_isr = self.alter_partition.submit
         if cluster_id is None:
             await self.store_io(self._record_cluster_id, self.cluster_id)
         self.admin = TopicAdmin(self.store, self.metadata_cache.broker_racks, self._validate_topic_configs)
@@ -112,7 +121,7 @@ class Broker:
         await self.config_repository.start()
         await self._register()
         self.store.add_session_listener(self._session_event)
-        channel = ControllerChannelManager(self.broker_id, self.inter_broker_listener, self._deliver_local)
+        channel = ControllerChannelManager(self.broker_id, self.inter_broker_listener, self.deliver_local)
         self.controller = KafkaController(self.store, self.store_io, self.broker_id, channel)
         await self.controller.startup()
         if not await self.metadata_cache.wait_for(
@@ -136,6 +145,9 @@ class Broker:
         self._schedule("transactional-id-expiration", self.config[
             "transaction.remove.expired.transaction.cleanup.interval.ms"],
             self.txn_coordinator.remove_expired)
+        lag_ms = self.config["replica.lag.time.max.ms"]
+        self._schedule("isr-expiration", max(lag_ms // 2, 1),
+                       lambda: self.replica_manager.maybe_shrink_isr(lag_ms))
         self._schedule("producer-id-expiration", self.config["producer.id.expiration.check.interval.ms"],
                        self._expire_producers)
         self.log_services.start()
@@ -156,6 +168,9 @@ class Broker:
         await self.socket_server.drain(timeout=10)
         for task in self._tasks:
             task.cancel()
+        if self.replica_fetchers is not None:
+            self.replica_fetchers.shutdown()
+            self.alter_partition.shutdown()
         if self.controller is not None:
             await self.controller.shutdown()
         if self.config_repository is not None:
@@ -250,6 +265,16 @@ class Broker:
                     return protocol.strip().upper()
         return listener if listener in znodes.SECURITY_PROTOCOLS else "PLAINTEXT"
 
+    def broker_endpoint(self, broker_id: int) -> tuple[str, int]:
+        """Where another broker listens for inter-broker requests (LookupError if unknown)."""
+        info = self.metadata_cache.live_brokers.get(broker_id)
+        endpoint = info.endpoint(self.inter_broker_listener) if info is not None else None
+        if endpoint is not None:
+            return endpoint.host, endpoint.port
+        if broker_id in self.leader_endpoints:
+            return self.leader_endpoints[broker_id]
+        raise LookupError(f"no endpoint known for broker {broker_id}")
+
     @property
     def inter_broker_listener(self) -> str:
         """Where the controller reaches brokers: control.plane.listener.name, else
@@ -261,8 +286,9 @@ class Broker:
         names = [listener.name for listener in self.config.listeners]
         return wanted if wanted in names else names[0]
 
-    async def _deliver_local(self, api_key: int, version: int, fields: dict):
-        """The controller's requests to this broker: the same handler as over the wire."""
+    async def deliver_local(self, api_key: int, version: int, fields: dict):
+        """Inter-broker requests between this broker and its own controller: the same
+        handler as over the wire."""
         body = build(REQUESTS[api_key], version, fields)
         header = RequestHeader(api_key, version, 0, f"controller-{self.broker_id}",
                                is_flexible(api_key, version))
@@ -495,12 +521,16 @@ class Broker:
         if current is not None and p.leader_epoch == current.leader_epoch and p.leader == current.leader_id:
             return ErrorCode.NONE  # already in this state (a new controller repeats it)
         try:
-            self.replica_manager.become_leader_or_follower(
+            partition = self.replica_manager.become_leader_or_follower(
                 topic, p.partition_index, topic_id, p.leader, p.leader_epoch, list(p.replicas),
-                list(p.isr), self.log_config_for(topic))
+                list(p.isr), self.log_config_for(topic), p.partition_epoch)
         except OSError as e:
             log.error("cannot open the log of %s-%d: %s", topic, p.partition_index, e)
             return ErrorCode.KAFKA_STORAGE_ERROR
+        if p.leader == self.broker_id or p.leader < 0:
+            self.replica_fetchers.remove_partition((topic, p.partition_index))
+        else:
+            self.replica_fetchers.add_partition(partition)
         if znodes.is_internal(topic) and p.leader == self.broker_id:
             self._load_coordinator_partition(topic, p.partition_index)
         return ErrorCode.NONE
@@ -525,6 +555,7 @@ class Broker:
                 self.group_coordinator.on_partitions_deleted(deleted)
 
     def stop_replica(self, topic: str, partition: int, delete: bool) -> ErrorCode:
+        self.replica_fetchers.remove_partition((topic, partition))
         try:
             self.replica_manager.stop_replica(topic, partition, delete)
         except OSError as e:

@@ -28,8 +28,23 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower replica from its fetches (Kafka's Replica)."""
+
+    log_end_offset: int = 0
+    last_caught_up_ms: int = 0  # when it last had everything the leader had
+    last_fetch_leader_leo: int = 0
+    last_fetch_ms: int = 0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class Partition:
-    def __init__(self, topic: str, index: int, topic_id: uuid.UUID, broker_id: int, log: Log) -> None:
+    def __init__(self, topic: str, index: int, topic_id: uuid.UUID, broker_id: int, log: Log,
+                 high_watermark: int | None = None) -> None:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
@@ -37,11 +52,15 @@ class Partition:
         self.log = log
         self.leader_id = broker_id
         self.leader_epoch = 0
+        self.partition_epoch = 0  # the version of the partition's state in the metadata store
         self.replicas: list[int] = [broker_id]
         self.isr: list[int] = [broker_id]
-        # Log end offsets of follower replicas, reported by their fetches.
-        self.follower_leo: dict[int, int] = {}
-        self.high_watermark = log.log_end_offset
+        # ISR additions asked of the controller and not yet confirmed: counted for the high
+        # watermark at once (Kafka's maximal ISR), so acks=all never needs fewer replicas.
+        self.pending_isr: list[int] | None = None
+        self.followers: dict[int, FollowerState] = {}
+        leo = log.log_end_offset
+        self.high_watermark = leo if high_watermark is None else min(high_watermark, leo)
         self.producer_state = ProducerStateManager(log.dir)
         self.producer_state.rebuild(log)
         self.snapshot_offset = -1  # log end offset of the last producer snapshot written
@@ -50,28 +69,107 @@ class Partition:
     def is_leader(self) -> bool:
         return self.leader_id == self.broker_id
 
-    def make_leader(self, leader_epoch: int, replicas: list[int], isr: list[int]) -> None:
+    @property
+    def maximal_isr(self) -> list[int]:
+        return self.pending_isr if self.pending_isr is not None else self.isr
+
+    def make_leader(self, leader_epoch: int, replicas: list[int], isr: list[int],
+                    partition_epoch: int = 0) -> None:
+        """Kafka's makeLeader: followers start as caught up now, so that none leaves the ISR
+        before it had the chance to fetch from this new leader."""
+        now = _now_ms()
         self.leader_id = self.broker_id
         self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
         self.replicas = list(replicas)
         self.isr = list(isr)
+        self.pending_isr = None
+        self.followers = {r: FollowerState(last_caught_up_ms=now if r in isr else 0)
+                          for r in replicas if r != self.broker_id}
+        # The new epoch starts at the log end: what followers truncate against.
+        self.log.leader_epoch_cache.assign(leader_epoch, self.log.log_end_offset)
         self.maybe_increment_high_watermark()
 
-    def make_follower(self, leader: int, leader_epoch: int, replicas: list[int], isr: list[int]) -> None:
+    def make_follower(self, leader: int, leader_epoch: int, replicas: list[int], isr: list[int],
+                      partition_epoch: int = 0) -> None:
         self.leader_id = leader
         self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
         self.replicas = list(replicas)
         self.isr = list(isr)
-        self.follower_leo.clear()
+        self.pending_isr = None
+        self.followers.clear()
 
     def maybe_increment_high_watermark(self) -> bool:
+        """HW = the smallest log end offset in the (maximal) ISR; it never goes back."""
         leo = self.log.log_end_offset
-        ends = [leo if r == self.broker_id else self.follower_leo.get(r, 0) for r in self.isr]
+        ends = [leo if r == self.broker_id else self._follower(r).log_end_offset
+                for r in self.maximal_isr]
         new_hw = min(ends) if ends else leo
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
             return True
         return False
+
+    def _follower(self, replica: int) -> FollowerState:
+        state = self.followers.get(replica)
+        if state is None:
+            state = self.followers[replica] = FollowerState()
+        return state
+
+    def update_follower(self, replica: int, fetch_offset: int, now_ms: int) -> bool:
+        """A follower fetched from `fetch_offset` (its log end offset). Returns True when the
+        high watermark moved."""
+        state = self._follower(replica)
+        leo = self.log.log_end_offset
+        if fetch_offset >= leo:
+            state.last_caught_up_ms = now_ms
+        elif fetch_offset >= state.last_fetch_leader_leo and state.last_fetch_ms:
+            state.last_caught_up_ms = state.last_fetch_ms
+        state.log_end_offset = fetch_offset
+        state.last_fetch_leader_leo = leo
+        state.last_fetch_ms = now_ms
+        return self.maybe_increment_high_watermark()
+
+    def isr_to_expand(self) -> list[int] | None:
+        """The new ISR if a follower outside it has caught up to the high watermark (and to
+        this leader's epoch), else None. One change in flight at a time."""
+        if self.pending_isr is not None or not self.is_leader:
+            return None
+        joining = [r for r, s in self.followers.items()
+                   if r not in self.isr and r in self.replicas and s.log_end_offset >= self.high_watermark
+                   and s.last_caught_up_ms > 0]
+        return self.isr + joining if joining else None
+
+    def isr_to_shrink(self, now_ms: int, lag_ms: int) -> list[int] | None:
+        if self.pending_isr is not None or not self.is_leader:
+            return None
+        out = [r for r in self.isr if r != self.broker_id
+               and now_ms - self._follower(r).last_caught_up_ms > lag_ms]
+        return [r for r in self.isr if r not in out] if out else None
+
+    def follower_high_watermark(self, leader_hw: int) -> None:
+        """A follower's high watermark follows the leader's, never past its own log end."""
+        hw = min(leader_hw, self.log.log_end_offset)
+        if hw > self.high_watermark:
+            self.high_watermark = hw
+
+    def append_as_follower(self, records) -> AppendInfo | None:
+        """Write the leader's batches as they are (offsets and epochs kept) and keep the
+        producer state in step, so this replica can lead with the same idempotence."""
+        if not len(records):
+            return None
+        info = self.log.append_as_follower(records)
+        self.producer_state.apply_batches(records, self.log)
+        return info
+
+    def truncate_to(self, offset: int) -> bool:
+        """Drop everything from `offset` on (a follower's divergence from its leader)."""
+        if not self.log.truncate_to(offset):
+            return False
+        self.producer_state.rebuild(self.log)  # forgets what the truncation removed
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+        return True
 
     @property
     def last_stable_offset(self) -> int:
@@ -184,6 +282,7 @@ class ProduceResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    end_offset: int = -1  # the log end offset right after this append (what acks=all waits for)
     durable_at: int = -1  # flush.messages reached: answer once the log is fsynced below this
 
 
@@ -204,6 +303,10 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetch_purgatory = Purgatory()
+        self.produce_purgatory = Purgatory()  # acks=all waiting for the high watermark
+        # Asks the controller for a new ISR (AlterPartition); set by the broker.
+        self.alter_isr: Callable[[Partition, list[int]], None] = lambda _p, _isr: None
+        self.checkpointed_hw: dict[TopicPartition, int] = {}
         # Does the cluster have this partition (somewhere else)? Decides between
         # NOT_LEADER_OR_FOLLOWER (clients refresh metadata and re-route) and UNKNOWN_TOPIC.
         self.known_partition = known_partition
@@ -227,22 +330,83 @@ class ReplicaManager:
 
     def become_leader_or_follower(
         self, topic: str, index: int, topic_id: uuid.UUID, leader: int, leader_epoch: int,
-        replicas: list[int], isr: list[int], config: LogConfig,
+        replicas: list[int], isr: list[int], config: LogConfig, partition_epoch: int = 0,
     ) -> Partition:
         """Kafka's makeLeaders / makeFollowers for one partition (the log is created on the
-        first LeaderAndIsr that names this broker)."""
-        partition = self.partitions.get((topic, index))
+        first LeaderAndIsr that names this broker; its high watermark is the checkpointed one)."""
+        tp = (topic, index)
+        partition = self.partitions.get(tp)
         if partition is None:
             log_ = self.log_manager.get_or_create_log(topic, index, config)
-            partition = Partition(topic, index, topic_id, self.broker_id, log_)
-            self.partitions[(topic, index)] = partition
+            partition = Partition(topic, index, topic_id, self.broker_id, log_,
+                                  self.checkpointed_hw.pop(tp, None))
+            self.partitions[tp] = partition
         partition.log.config = config
         if leader == self.broker_id:
-            partition.make_leader(leader_epoch, replicas, isr)
+            partition.make_leader(leader_epoch, replicas, isr, partition_epoch)
         else:
-            partition.make_follower(leader, leader_epoch, replicas, isr)
-        self.fetch_purgatory.wake((topic, index))  # long polls learn of the change
+            partition.make_follower(leader, leader_epoch, replicas, isr, partition_epoch)
+        self.high_watermark_moved(tp)  # long polls and acks=all learn of the change
         return partition
+
+    def high_watermark_moved(self, tp: TopicPartition) -> None:
+        self.fetch_purgatory.wake(tp)
+        self.produce_purgatory.wake(tp)
+
+    def isr_changed(self, partition: Partition, isr: list[int], partition_epoch: int) -> None:
+        """The controller accepted this leader's AlterPartition."""
+        partition.isr = list(isr)
+        partition.partition_epoch = partition_epoch
+        partition.pending_isr = None
+        partition.maybe_increment_high_watermark()
+        self.high_watermark_moved((partition.topic, partition.index))
+
+    def maybe_expand_isr(self, partition: Partition) -> None:
+        new_isr = partition.isr_to_expand()
+        if new_isr is not None:
+            partition.pending_isr = new_isr
+            self.alter_isr(partition, new_isr)
+
+    def maybe_shrink_isr(self, lag_ms: int) -> None:
+        """Kafka's isr-expiration task: followers that have not caught up for
+        replica.lag.time.max.ms leave the ISR (the controller records it)."""
+        now = _now_ms()
+        for partition in list(self.partitions.values()):
+            new_isr = partition.isr_to_shrink(now, lag_ms)
+            if new_isr is not None:
+                log.info("%s-%d: shrinking ISR from %s to %s", partition.topic, partition.index,
+                         partition.isr, new_isr)
+                partition.pending_isr = list(partition.isr)  # still counted until confirmed
+                self.alter_isr(partition, new_isr)
+
+    async def await_replication(self, results: dict[TopicPartition, ProduceResult], acks: int,
+                                timeout_s: float) -> None:
+        """acks=all: answer once the high watermark covers each write (every ISR member has
+        it), with NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR fell below min.insync.replicas
+        meanwhile, or REQUEST_TIMED_OUT (Kafka's DelayedProduce)."""
+        if acks != -1:
+            return
+        waiting = {tp: r for tp, r in results.items() if r.error == ErrorCode.NONE and r.end_offset > 0}
+        deadline = time.monotonic() + timeout_s
+        while waiting:
+            for tp, result in list(waiting.items()):
+                partition = self.partitions.get(tp)
+                if partition is None or not partition.is_leader:
+                    result.error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                elif partition.high_watermark >= result.end_offset:
+                    if len(partition.isr) < partition.log.config.min_insync_replicas:
+                        result.error = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                else:
+                    continue
+                del waiting[tp]
+            remaining = deadline - time.monotonic()
+            if not waiting:
+                return
+            if remaining <= 0:
+                for result in waiting.values():
+                    result.error = ErrorCode.REQUEST_TIMED_OUT
+                return
+            await self.produce_purgatory.wait_any(list(waiting), remaining)
 
     def stop_replica(self, topic: str, index: int, delete: bool) -> None:
         """Stop serving a replica; with `delete`, remove its log even if it was never loaded
@@ -275,9 +439,9 @@ class ReplicaManager:
             flush_due = log_.flush_hook is not None and end - log_.recovery_point >= log_.config.flush_messages
             results[tp] = ProduceResult(
                 ErrorCode.NONE, info.first_offset, info.log_append_time, log_.log_start_offset,
-                durable_at=end if flush_due else -1,
+                end_offset=end, durable_at=end if flush_due else -1,
             )
-            self.fetch_purgatory.wake(tp)
+            self.high_watermark_moved(tp)
         return results
 
     def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
@@ -319,9 +483,12 @@ class ReplicaManager:
                 result.error, result.message = ErrorCode.KAFKA_STORAGE_ERROR, str(e)
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, min_one_message: bool,
-             read_committed: bool = False, current_leader_epoch: int = -1) -> ReadResult:
+             read_committed: bool = False, current_leader_epoch: int = -1,
+             replica_id: int = -1) -> ReadResult:
         """Read from the leader up to the high watermark, or for read_committed up to the last
-        stable offset, with the aborted transactions the client must skip."""
+        stable offset, with the aborted transactions the client must skip. A follower
+        (`replica_id` >= 0) reads up to the log end: its fetch offset is its log end offset,
+        which may move the high watermark and bring it into the ISR."""
         partition, error = self.leader_partition(tp)
         if partition is None:
             return ReadResult(error)
@@ -329,6 +496,17 @@ class ReplicaManager:
         if epoch_error != ErrorCode.NONE:
             return ReadResult(epoch_error)
         log_ = partition.log
+        if replica_id >= 0:
+            if partition.update_follower(replica_id, offset, _now_ms()):
+                self.high_watermark_moved(tp)
+            self.maybe_expand_isr(partition)
+            try:
+                records = log_.read(offset, max_bytes, max_offset=log_.log_end_offset,
+                                    min_one_message=min_one_message)
+            except KafkaError as e:
+                return ReadResult(e.code, partition.high_watermark, log_.log_start_offset)
+            return ReadResult(ErrorCode.NONE, partition.high_watermark, log_.log_start_offset, records,
+                              partition.last_stable_offset)
         hw = partition.high_watermark
         lso = partition.last_stable_offset
         try:

@@ -79,6 +79,7 @@ def load_all() -> None:
         fetch,
         find_coordinator,
         groups,
+        leader_epoch,
         list_offsets,
         log_dirs,
         metadata,

@@ -1,4 +1,5 @@
-"""LeaderAndIsr, UpdateMetadata and StopReplica: what the controller tells a broker.
+"""LeaderAndIsr, UpdateMetadata and StopReplica: what the controller tells a broker; and
+AlterPartition, what a leader asks of the controller.
 
 A request from a controller older than the newest one this broker has heard from is refused
 with STALE_CONTROLLER_EPOCH, and one addressed to an earlier registration of this broker
@@ -15,7 +16,7 @@ from strom.server.apis import RequestContext, api
 
 log = logging.getLogger(__name__)
 
-LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 4, 5, 6
+LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, ALTER_PARTITION = 4, 5, 6, 56
 
 
 def _fenced(broker, request, api_name: str) -> ErrorCode:
@@ -37,6 +38,8 @@ async def handle_leader_and_isr(broker, ctx: RequestContext, request) -> dict:
     if error != ErrorCode.NONE:
         return {"error_code": error, "topics": []}
     broker.metadata_cache.controller_epoch = request.controller_epoch
+    broker.leader_endpoints.update({leader.broker_id: (leader.host_name, leader.port)
+                                    for leader in request.live_leaders})
     topics = []
     for t in request.topic_states:
         await broker.refresh_topic_configs(t.topic_name)
@@ -68,3 +71,11 @@ async def handle_stop_replica(broker, ctx: RequestContext, request) -> dict:
             errors.append({"topic_name": t.topic_name, "partition_index": p.partition_index,
                            "error_code": code})
     return {"error_code": ErrorCode.NONE, "partition_errors": errors}
+
+
+@api(ALTER_PARTITION, 0, 1)
+async def handle_alter_partition(broker, ctx: RequestContext, request) -> dict:
+    """A leader asks the controller for a new ISR."""
+    if broker.controller is None or not broker.controller.is_active:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_CONTROLLER, "topics": []}
+    return await broker.controller.alter_partition(request)

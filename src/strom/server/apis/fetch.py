@@ -23,6 +23,7 @@ def _read_all(broker, request, wanted) -> tuple[list[tuple[str, list[PartitionDa
     remaining = request.max_bytes
     topics, total, errors = [], 0, False
     read_committed = request.isolation_level == READ_COMMITTED
+    replica_id = getattr(request, "replica_id", -1)  # >= 0: a follower replicating
     for topic, partitions in wanted:
         out = []
         for p in partitions:
@@ -32,7 +33,8 @@ def _read_all(broker, request, wanted) -> tuple[list[tuple[str, list[PartitionDa
             # than the limits cannot stall a consumer.
             result = rm.read(tp, p.fetch_offset, limit, min_one_message=total == 0,
                              read_committed=read_committed,
-                             current_leader_epoch=getattr(p, "current_leader_epoch", -1))
+                             current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                             replica_id=replica_id)
             records = result.records if result.records is not None and result.records.size else None
             size = records.size if records is not None else 0
             total += size

@@ -66,6 +66,7 @@ async def handle_produce(broker, ctx: RequestContext, request) -> dict | None:
             raise CloseConnection(f"acks=0 produce failed ({', '.join(failed)})")
         return None
     await broker.replica_manager.await_flushes(results)
+    await broker.replica_manager.await_replication(results, acks, request.timeout_ms / 1000)
     return _response(results)
 
 

@@ -1,0 +1,124 @@
+"""The leader epoch cache of a partition (Kafka's LeaderEpochFileCache, KIP-101).
+
+Which leader epoch wrote which offsets: (epoch, start offset) pairs, both increasing, kept in
+the partition's `leader-epoch-checkpoint` in Kafka's text format (version `0`, a count, then
+`epoch start_offset` per line). A follower asks its leader where its latest epoch ends and
+truncates there, so no replica keeps records a new leader never had.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from strom.log.checkpoint import write_atomically
+
+log = logging.getLogger(__name__)
+
+UNDEFINED = (-1, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEntry:
+    epoch: int
+    start_offset: int
+
+
+class LeaderEpochCache:
+    FILE = "leader-epoch-checkpoint"
+
+    def __init__(self, directory: Path) -> None:
+        self.path = Path(directory) / self.FILE
+        self.entries: list[EpochEntry] = []
+        self.loaded = False  # False: the file was missing or unreadable (the log rebuilds it)
+        try:
+            self.entries = _read(self.path)
+            self.loaded = True
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as e:
+            log.warning("%s is unreadable (%s); it will be rebuilt from the log", self.path, e)
+
+    def _persist(self) -> None:
+        lines = ["0", str(len(self.entries)), *(f"{e.epoch} {e.start_offset}" for e in self.entries)]
+        write_atomically(self.path, "\n".join(lines) + "\n")
+
+    def latest_epoch(self) -> int:
+        return self.entries[-1].epoch if self.entries else -1
+
+    def assign(self, epoch: int, start_offset: int, persist: bool = True) -> None:
+        """`epoch` starts at `start_offset`; an epoch already known or older changes nothing.
+        Entries at or past `start_offset` (a truncation not yet seen) give way."""
+        if epoch < 0 or (self.entries and epoch <= self.entries[-1].epoch):
+            return
+        while self.entries and self.entries[-1].start_offset >= start_offset:
+            self.entries.pop()
+        self.entries.append(EpochEntry(epoch, start_offset))
+        if persist:
+            self._persist()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(largest known epoch <= `epoch`, the offset where it ends): the log end for the
+        latest epoch, else the start of the next epoch; UNDEFINED below the first epoch."""
+        if not self.entries or epoch < 0:
+            return UNDEFINED
+        if epoch == self.entries[-1].epoch:
+            return epoch, log_end_offset
+        if epoch > self.entries[-1].epoch or epoch < self.entries[0].epoch:
+            return UNDEFINED
+        for i, entry in enumerate(self.entries):
+            if entry.epoch > epoch:
+                return self.entries[i - 1].epoch, entry.start_offset
+        return UNDEFINED  # unreachable: the latest epoch is > epoch here
+
+    def epoch_for(self, offset: int) -> int:
+        found = -1
+        for entry in self.entries:
+            if entry.start_offset > offset:
+                break
+            found = entry.epoch
+        return found
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        kept = [e for e in self.entries if e.start_offset < end_offset]
+        if len(kept) != len(self.entries):
+            self.entries = kept
+            self._persist()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Entries wholly below the new log start go; the one covering it moves up to it."""
+        below = [e for e in self.entries if e.start_offset <= start_offset]
+        if not below or (len(below) == 1 and below[0].start_offset == start_offset):
+            return
+        covering = EpochEntry(below[-1].epoch, start_offset)
+        self.entries = [covering, *self.entries[len(below):]]
+        self._persist()
+
+    def clear(self) -> None:
+        self.entries = []
+        self._persist()
+
+    def rebuild(self, headers) -> None:
+        """From (partition leader epoch, base offset) of every batch, in offset order."""
+        self.entries = []
+        for epoch, base_offset in headers:
+            self.assign(epoch, base_offset, persist=False)
+        self._persist()
+        self.loaded = True
+
+
+def _read(path: Path) -> list[EpochEntry]:
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if len(lines) < 2 or lines[0].strip() != "0":
+        raise ValueError("not a version 0 leader epoch checkpoint")
+    count = int(lines[1])
+    if count != len(lines) - 2:
+        raise ValueError(f"expected {count} entries, found {len(lines) - 2}")
+    entries = []
+    for line in lines[2:]:
+        epoch, start = (int(x) for x in line.split())
+        if entries and (epoch <= entries[-1].epoch or start < entries[-1].start_offset):
+            raise ValueError(f"entries out of order at {line!r}")
+        entries.append(EpochEntry(epoch, start))
+    return entries

@@ -1,0 +1,253 @@
+"""Followers copy their leaders' logs (seed 003's ReplicaFetcherManager and fetcher threads).
+
+One fetcher task per (leader broker, fetcher index): `num.replica.fetchers` spreads a
+leader's partitions over that many connections. A partition that just became a follower
+first finds where its log diverges from the leader's (OffsetsForLeaderEpoch with its latest
+leader epoch, KIP-101 / KIP-279) and truncates there; then it fetches from its log end offset,
+appends the leader's batches unchanged (offsets and epochs kept, never decoded), and takes the
+leader's high watermark as far as its own log reaches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from strom.client import AsyncConnection
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.records import HEADER_SIZE, read_header
+
+log = logging.getLogger(__name__)
+
+FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
+FETCH_VERSION, OFFSET_FOR_LEADER_EPOCH_VERSION = 12, 3
+TopicPartition = tuple[str, int]
+# Errors after which a partition waits for the controller to say who leads now.
+_WAIT_FOR_METADATA = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
+                      ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+
+
+@dataclass(slots=True)
+class FetchState:
+    partition: object  # strom.server.replica_manager.Partition
+    truncating: bool = True  # until the divergence with the leader is settled
+    delayed_until: float = 0.0
+
+
+def whole_batches(data: bytes) -> memoryview:
+    """The complete record batches at the start of `data` (a response may end mid-batch)."""
+    pos = 0
+    while len(data) - pos >= HEADER_SIZE:
+        size = read_header(data, pos).size
+        if pos + size > len(data):
+            break
+        pos += size
+    return memoryview(data)[:pos]
+
+
+class ReplicaFetcher:
+    def __init__(self, manager: ReplicaFetcherManager, leader_id: int, index: int) -> None:
+        self.manager = manager
+        self.broker = manager.broker
+        self.leader_id = leader_id
+        self.name = f"replica-fetcher-{leader_id}-{index}"
+        self.partitions: dict[TopicPartition, FetchState] = {}
+        self.changed = asyncio.Event()
+        self.conn: AsyncConnection | None = None
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
+
+    def add(self, partition) -> None:
+        self.partitions[(partition.topic, partition.index)] = FetchState(partition)
+        self.changed.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+
+    def stop(self) -> None:
+        self.task.cancel()
+        self._close()
+
+    def _close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    async def _run(self) -> None:
+        config = self.broker.config
+        backoff = config["replica.fetch.backoff.ms"] / 1000
+        failures = 0
+        while True:
+            if not self.partitions:
+                self.changed.clear()
+                await self.changed.wait()
+                continue
+            try:
+                if self.conn is None:
+                    host, port = self.broker.broker_endpoint(self.leader_id)
+                    self.conn = await AsyncConnection.open(host, port, f"broker-{self.broker.broker_id}-fetcher")
+                if any(s.truncating for s in self.partitions.values()):
+                    await self._truncate()
+                await self._fetch()
+                failures = 0
+            except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError) as e:
+                self._close()
+                if failures == 0:
+                    log.warning("%s: cannot fetch from broker %d (%s); retrying", self.name,
+                                self.leader_id, e or type(e).__name__)
+                failures += 1
+                await asyncio.sleep(backoff)
+
+    def _ready(self, truncating: bool) -> list[FetchState]:
+        now = asyncio.get_running_loop().time()
+        return [s for s in self.partitions.values()
+                if s.truncating == truncating and s.delayed_until <= now
+                and s.partition.leader_id == self.leader_id]
+
+    def _delay(self, state: FetchState, error: ErrorCode) -> None:
+        state.delayed_until = asyncio.get_running_loop().time() + self.broker.config["replica.fetch.backoff.ms"] / 1000
+        log.debug("%s: %s-%d got %s", self.name, state.partition.topic, state.partition.index, error.name)
+
+    # -- finding the divergence point -----------------------------------------------------------
+
+    async def _truncate(self) -> None:
+        states = self._ready(truncating=True)
+        if not states:
+            return
+        topics: dict[str, list[dict]] = {}
+        for s in states:
+            p = s.partition
+            topics.setdefault(p.topic, []).append({
+                "partition": p.index, "current_leader_epoch": p.leader_epoch,
+                "leader_epoch": p.log.leader_epoch_cache.latest_epoch()})
+        response = await self.conn.call(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, {
+            "replica_id": self.broker.broker_id,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
+        by_tp = {(t.topic, p.partition): p for t in response.topics for p in t.partitions}
+        for s in states:
+            p = s.partition
+            answer = by_tp.get((p.topic, p.index))
+            if answer is None:
+                continue
+            if answer.error_code != ErrorCode.NONE:
+                self._delay(s, ErrorCode(answer.error_code))
+                continue
+            self._truncate_partition(p, answer.leader_epoch, answer.end_offset)
+            s.truncating = False
+
+    def _truncate_partition(self, partition, leader_epoch: int, leader_end: int) -> None:
+        """KIP-279: keep what both logs have for the last epoch they share."""
+        log_ = partition.log
+        requested = log_.leader_epoch_cache.latest_epoch()
+        end = log_.log_end_offset
+        if requested < 0 or leader_epoch < 0 or leader_end < 0:
+            target = min(partition.high_watermark, end) if requested >= 0 else end
+        elif leader_epoch == requested:
+            target = min(leader_end, end)
+        else:
+            target = min(leader_end, log_.end_offset_for_epoch(leader_epoch)[1])
+        if target < end and partition.truncate_to(target):
+            log.warning("%s-%d: truncated the log from %d to %d to match leader %d (epoch %d): "
+                        "%d offsets the leader does not have were removed", partition.topic,
+                        partition.index, end, target, self.leader_id, partition.leader_epoch, end - target)
+
+    # -- fetching -------------------------------------------------------------------------
+
+    async def _fetch(self) -> None:
+        states = self._ready(truncating=False)
+        if not states:
+            await asyncio.sleep(0.05 if any(s.truncating for s in self.partitions.values()) else 0.2)
+            return
+        config = self.broker.config
+        topics: dict[str, list[dict]] = {}
+        for s in states:
+            p = s.partition
+            topics.setdefault(p.topic, []).append({
+                "partition": p.index, "current_leader_epoch": p.leader_epoch,
+                "fetch_offset": p.log.log_end_offset, "last_fetched_epoch": -1,
+                "log_start_offset": p.log.log_start_offset,
+                "partition_max_bytes": config["replica.fetch.max.bytes"]})
+        wait_ms = config["replica.fetch.wait.max.ms"]
+        response = await self.conn.call(FETCH, FETCH_VERSION, {
+            "replica_id": self.broker.broker_id, "max_wait_ms": wait_ms,
+            "min_bytes": config["replica.fetch.min.bytes"],
+            "max_bytes": config["replica.fetch.response.max.bytes"], "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "forgotten_topics_data": [], "rack_id": ""}, timeout_s=wait_ms / 1000 + 30)
+        for t in response.responses:
+            for answer in t.partitions:
+                state = self.partitions.get((t.topic, answer.partition_index))
+                if state is not None and state.partition.leader_id == self.leader_id:
+                    self._apply(state, answer)
+
+    def _apply(self, state: FetchState, answer) -> None:
+        p = state.partition
+        error = ErrorCode(answer.error_code)
+        if error == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if p.log.log_end_offset < answer.log_start_offset:
+                log.warning("%s-%d: behind the leader's log start %d; starting over there", p.topic,
+                            p.index, answer.log_start_offset)
+                p.log.truncate_fully_and_start_at(answer.log_start_offset)
+                p.producer_state.rebuild(p.log)
+            else:
+                state.truncating = True  # ahead of the leader: find the divergence again
+            return
+        if error != ErrorCode.NONE:
+            self._delay(state, error)
+            if error not in _WAIT_FOR_METADATA:
+                log.warning("%s-%d: fetch from leader %d failed: %s", p.topic, p.index, self.leader_id,
+                            error.name)
+            return
+        records = whole_batches(answer.records or b"")
+        try:
+            if len(records):
+                p.append_as_follower(records)
+        except KafkaError as e:
+            log.error("%s-%d: cannot append what leader %d sent: %s", p.topic, p.index, self.leader_id, e)
+            self._delay(state, e.code)
+            return
+        except OSError as e:
+            log.error("%s-%d: cannot write the log: %s", p.topic, p.index, e)
+            self._delay(state, ErrorCode.KAFKA_STORAGE_ERROR)
+            return
+        before = p.high_watermark
+        p.follower_high_watermark(answer.high_watermark)
+        if p.high_watermark != before:
+            self.broker.replica_manager.high_watermark_moved((p.topic, p.index))
+
+
+class ReplicaFetcherManager:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self.assigned: dict[TopicPartition, tuple[int, int]] = {}
+
+    def add_partition(self, partition) -> None:
+        """Fetch `partition` from its leader, first truncating to where the two logs agree."""
+        tp = (partition.topic, partition.index)
+        self.remove_partition(tp)
+        count = max(1, self.broker.config["num.replica.fetchers"])
+        key = (partition.leader_id, hash(tp) % count)
+        fetcher = self.fetchers.get(key)
+        if fetcher is None:
+            fetcher = self.fetchers[key] = ReplicaFetcher(self, *key)
+        fetcher.add(partition)
+        self.assigned[tp] = key
+
+    def remove_partition(self, tp: TopicPartition) -> None:
+        key = self.assigned.pop(tp, None)
+        if key is None:
+            return
+        fetcher = self.fetchers.get(key)
+        if fetcher is not None:
+            fetcher.remove(tp)
+            if not fetcher.partitions:
+                fetcher.stop()
+                del self.fetchers[key]
+
+    def shutdown(self) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.stop()
+        self.fetchers.clear()
+        self.assigned.clear()
