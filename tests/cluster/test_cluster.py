@@ -54,10 +54,16 @@ def admin(cluster: Cluster) -> AdminClient:
 def create(cluster: Cluster, topic: str, partitions: int = 3, factor: int = 3) -> None:
     client = admin(cluster)  # the futures need their client alive
     client.create_topics([NewTopic(topic, partitions, factor)])[topic].result(30)
+    # The controller's broker answered; the others hear from the controller in their own time.
+    cluster.wait_for(lambda: _same_view_everywhere(cluster, topic), 10, "the topic on every broker")
+
+
+def log_dir(broker) -> Path:
+    return Path(broker.overrides["log.dirs"])
 
 
 def topic_dirs(broker, topic: str) -> list[Path]:
-    return sorted((broker.data_dir / "logs").glob(f"{topic}-*"))
+    return sorted(log_dir(broker).glob(f"{topic}-*"))
 
 
 # --- controller election, failover, fencing ---------------------------------------------------
@@ -188,7 +194,7 @@ def test_create_topic_rf3_with_each_client(cluster, client):
     # Each replica has the partition's log on its own disk.
     for p, (_, replicas, _) in views[0].items():
         for broker_id in replicas:
-            assert (cluster.brokers[broker_id].data_dir / "logs" / f"{topic}-{p}").is_dir()
+            assert (log_dir(cluster.brokers[broker_id]) / f"{topic}-{p}").is_dir()
 
 
 def test_requests_to_a_follower_get_not_leader_and_clients_recover(cluster):

@@ -14,23 +14,25 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from strom.testing import Cluster, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
-from .test_cluster import live_brokers, partition_view
+from .test_cluster import live_brokers, log_dir, partition_view
 
 
 def create(cluster: Cluster, topic: str, assignment: list[list[int]] | None = None,
            partitions: int = 1, configs: dict | None = None) -> None:
     client = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    new = (NewTopic(topic, replica_assignment=assignment, config=configs or {}) if assignment
+    new = (NewTopic(topic, len(assignment), replica_assignment=assignment, config=configs or {}) if assignment
            else NewTopic(topic, partitions, 3, config=configs or {}))
     client.create_topics([new])[topic].result(30)
+    cluster.wait_for(lambda: leader_of(cluster, topic) >= 0, 10, "the topic's leader known")
 
 
 def segment_bytes(broker, topic: str, partition: int) -> bytes:
-    directory = broker.data_dir / "logs" / f"{topic}-{partition}"
+    directory = log_dir(broker) / f"{topic}-{partition}"
     return b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
 
 
-def produce(bootstrap: str, topic: str, values: list[bytes], **config) -> list[tuple[int, int]]:
+def produce(bootstrap: str, topic: str, values: list[bytes], spread: int = 1,
+            **config) -> list[tuple[int, int]]:
     """(partition, offset) of every acknowledged record; raises if any failed."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **config})
     acked, failed = [], []
@@ -38,10 +40,10 @@ def produce(bootstrap: str, topic: str, values: list[bytes], **config) -> list[t
     def report(err, msg):
         (failed if err else acked).append(err or (msg.partition(), msg.offset()))
 
-    for value in values:
+    for i, value in enumerate(values):
         while True:
             try:
-                producer.produce(topic, value, on_delivery=report)
+                producer.produce(topic, value, partition=i % spread, on_delivery=report)
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -68,11 +70,14 @@ def consume_all(bootstrap: str, topic: str, partitions: int, expected: int, time
 
 
 def leader_of(cluster: Cluster, topic: str, partition: int = 0) -> int:
-    broker = live_brokers(cluster)[0]
+    """As the controller's broker answers (tests stop followers, never it), else any live one."""
+    controller = cluster.controller_id()
+    broker = sorted(live_brokers(cluster), key=lambda b: b is not cluster.brokers.get(controller))[0]
     return partition_view(broker, topic).get(partition, (-1, [], []))[0]
 
 
 def isr_of(cluster: Cluster, topic: str, partition: int = 0) -> list[int]:
+    cluster.wait_for(lambda: leader_of(cluster, topic, partition) >= 0, 10, "a known leader")
     broker = cluster.brokers[leader_of(cluster, topic, partition)]
     return sorted(partition_view(broker, topic)[partition][2])
 
@@ -81,7 +86,7 @@ def test_followers_hold_the_leaders_bytes(cluster):
     topic = unique_name("copy")
     create(cluster, topic, partitions=3, configs={"min.insync.replicas": "2"})
     values = [b"record-%06d" % i for i in range(20_000)]
-    acked = produce(cluster.bootstrap, topic, values, acks="all", **{"enable.idempotence": True})
+    acked = produce(cluster.bootstrap, topic, values, 3, acks="all", **{"enable.idempotence": True})
     assert len(acked) == len(values)
     got = consume_all(cluster.bootstrap, topic, 3, len(values))
     assert sorted(m.value() for m in got) == values

@@ -131,15 +131,15 @@ class Partition:
         state.last_fetch_ms = now_ms
         return self.maybe_increment_high_watermark()
 
-    def isr_to_expand(self) -> list[int] | None:
-        """The new ISR if a follower outside it has caught up to the high watermark (and to
-        this leader's epoch), else None. One change in flight at a time."""
-        if self.pending_isr is not None or not self.is_leader:
+    def isr_to_expand(self, replica: int) -> list[int] | None:
+        """The new ISR if `replica`, which just fetched, is outside it and has caught up to the
+        high watermark, else None. One change in flight at a time."""
+        if self.pending_isr is not None or not self.is_leader or replica in self.isr:
             return None
-        joining = [r for r, s in self.followers.items()
-                   if r not in self.isr and r in self.replicas and s.log_end_offset >= self.high_watermark
-                   and s.last_caught_up_ms > 0]
-        return self.isr + joining if joining else None
+        state = self.followers.get(replica)
+        if replica not in self.replicas or state is None or state.log_end_offset < self.high_watermark:
+            return None
+        return [*self.isr, replica]
 
     def isr_to_shrink(self, now_ms: int, lag_ms: int) -> list[int] | None:
         if self.pending_isr is not None or not self.is_leader:
@@ -361,8 +361,8 @@ class ReplicaManager:
         partition.maybe_increment_high_watermark()
         self.high_watermark_moved((partition.topic, partition.index))
 
-    def maybe_expand_isr(self, partition: Partition) -> None:
-        new_isr = partition.isr_to_expand()
+    def maybe_expand_isr(self, partition: Partition, replica: int) -> None:
+        new_isr = partition.isr_to_expand(replica)
         if new_isr is not None:
             partition.pending_isr = new_isr
             self.alter_isr(partition, new_isr)
@@ -499,7 +499,7 @@ class ReplicaManager:
         if replica_id >= 0:
             if partition.update_follower(replica_id, offset, _now_ms()):
                 self.high_watermark_moved(tp)
-            self.maybe_expand_isr(partition)
+            self.maybe_expand_isr(partition, replica_id)
             try:
                 records = log_.read(offset, max_bytes, max_offset=log_.log_end_offset,
                                     min_one_message=min_one_message)
