@@ -32,3 +32,14 @@ def test_hand_encoded_fetch_response_matches_the_schema(version):
     if version >= 5:
         assert p0.log_start_offset == 2
     assert p1.error_code == 1 and not p1.records
+
+
+def test_diverging_epoch_is_a_tagged_field_of_v12():
+    topics = [("orders", [PartitionData(0, 0, 10, 10, 0, None, diverging_epoch=(3, 42)),
+                          PartitionData(1, 0, 10, 10, 0, None)])]
+    parts, size = encode_fetch_response(12, topics)
+    body = b"".join(parts)
+    assert len(body) == size
+    p0, p1 = messages.RESPONSES[1].decode(body, version=12).responses[0].partitions
+    assert (p0.diverging_epoch.epoch, p0.diverging_epoch.end_offset) == (3, 42)
+    assert p1.diverging_epoch is None  # absent

@@ -18,6 +18,8 @@ from strom.protocol.varint import write_uvarint
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqqq")  # index, error, high watermark, last stable, log start
 _ABORTED = struct.Struct(">qq")  # producer id, first offset
+# Partition tagged field 0 (DivergingEpoch): 1 field, tag 0, 13 bytes of epoch, end offset, no tags.
+_DIVERGING = struct.Struct(">BBBiqB")
 FLEXIBLE_FROM = 12
 
 
@@ -31,7 +33,8 @@ class PartitionData:
     records: Any = None  # a region with .size, or None for an empty record set
     # (producer id, first offset) of aborted transactions, for read_committed; None -> null
     aborted_transactions: Sequence[tuple[int, int]] | None = None
-
+    # (epoch, end offset) where a follower's log diverges from the leader's (KIP-320, v12)
+    diverging_epoch: tuple[int, int] | None = None
 
 
 def _array_len(n: int, flexible: bool) -> bytes:
@@ -84,7 +87,10 @@ def encode_fetch_response(
                 size += len(head) + n
                 parts.append(p.records)
                 head = bytearray()
-            head += tags  # partition
+            if flexible and p.diverging_epoch is not None:
+                head += _DIVERGING.pack(1, 0, 13, p.diverging_epoch[0], p.diverging_epoch[1], 0)
+            else:
+                head += tags  # partition
         head += tags  # topic
     head += tags  # response
     parts.append(bytes(head))

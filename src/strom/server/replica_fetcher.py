@@ -164,7 +164,8 @@ class ReplicaFetcher:
             p = s.partition
             topics.setdefault(p.topic, []).append({
                 "partition": p.index, "current_leader_epoch": p.leader_epoch,
-                "fetch_offset": p.log.log_end_offset, "last_fetched_epoch": -1,
+                "fetch_offset": p.log.log_end_offset,
+                "last_fetched_epoch": p.log.leader_epoch_cache.latest_epoch(),
                 "log_start_offset": p.log.log_start_offset,
                 "partition_max_bytes": config["replica.fetch.max.bytes"]})
         wait_ms = config["replica.fetch.wait.max.ms"]
@@ -198,6 +199,10 @@ class ReplicaFetcher:
             if error not in _WAIT_FOR_METADATA:
                 log.warning("%s-%d: fetch from leader %d failed: %s", p.topic, p.index, self.leader_id,
                             error.name)
+            return
+        diverging = answer.diverging_epoch
+        if diverging is not None and diverging.end_offset >= 0:  # absent: epoch and offset -1
+            self._truncate_partition(p, diverging.epoch, diverging.end_offset)
             return
         records = whole_batches(answer.records or b"")
         try:

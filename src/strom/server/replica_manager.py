@@ -294,6 +294,7 @@ class ReadResult:
     records: FetchSlice | None = None
     last_stable_offset: int = -1
     aborted: list[AbortedTxn] | None = None  # read_committed only
+    diverging_epoch: tuple[int, int] | None = None  # a follower's log left the leader's here
 
 
 class ReplicaManager:
@@ -484,7 +485,7 @@ class ReplicaManager:
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, min_one_message: bool,
              read_committed: bool = False, current_leader_epoch: int = -1,
-             replica_id: int = -1) -> ReadResult:
+             replica_id: int = -1, last_fetched_epoch: int = -1) -> ReadResult:
         """Read from the leader up to the high watermark, or for read_committed up to the last
         stable offset, with the aborted transactions the client must skip. A follower
         (`replica_id` >= 0) reads up to the log end: its fetch offset is its log end offset,
@@ -496,6 +497,14 @@ class ReplicaManager:
         if epoch_error != ErrorCode.NONE:
             return ReadResult(epoch_error)
         log_ = partition.log
+        if replica_id >= 0 and last_fetched_epoch >= 0:
+            # KIP-320: the follower's last epoch ends earlier here, or is unknown: it must
+            # truncate before it may append more.
+            epoch, end = log_.end_offset_for_epoch(last_fetched_epoch)
+            if epoch >= 0 and (epoch < last_fetched_epoch or end < offset):
+                return ReadResult(ErrorCode.NONE, partition.high_watermark, log_.log_start_offset,
+                                  last_stable_offset=partition.last_stable_offset,
+                                  diverging_epoch=(epoch, end))
         if replica_id >= 0:
             if partition.update_follower(replica_id, offset, _now_ms()):
                 self.high_watermark_moved(tp)

@@ -34,7 +34,8 @@ def _read_all(broker, request, wanted) -> tuple[list[tuple[str, list[PartitionDa
             result = rm.read(tp, p.fetch_offset, limit, min_one_message=total == 0,
                              read_committed=read_committed,
                              current_leader_epoch=getattr(p, "current_leader_epoch", -1),
-                             replica_id=replica_id)
+                             replica_id=replica_id,
+                             last_fetched_epoch=getattr(p, "last_fetched_epoch", -1))
             records = result.records if result.records is not None and result.records.size else None
             size = records.size if records is not None else 0
             total += size
@@ -44,7 +45,7 @@ def _read_all(broker, request, wanted) -> tuple[list[tuple[str, list[PartitionDa
                 (t.producer_id, t.first_offset) for t in result.aborted]
             out.append(PartitionData(p.partition, result.error, result.high_watermark,
                                      result.last_stable_offset, result.log_start_offset, records,
-                                     aborted))
+                                     aborted, result.diverging_epoch))
         topics.append((topic, out))
     return topics, total, errors
 

@@ -1,0 +1,93 @@
+"""The leader epoch cache and the follower's append (KIP-101): file format, lookups,
+truncation, and a log that keeps its epochs across reopening, rebuilding and truncation."""
+
+from __future__ import annotations
+
+import pytest
+from logtest_support import batch
+
+from strom.log.leader_epoch import EpochEntry, LeaderEpochCache
+from strom.protocol.errors import OffsetOutOfRangeError
+from strom.protocol.records import read_header
+
+
+def test_file_is_kafkas_text_format(tmp_path):
+    cache = LeaderEpochCache(tmp_path)
+    cache.assign(0, 0)
+    cache.assign(2, 10)
+    assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n2 10\n"
+    assert LeaderEpochCache(tmp_path).entries == [EpochEntry(0, 0), EpochEntry(2, 10)]
+
+
+def test_assign_keeps_epochs_and_offsets_increasing(tmp_path):
+    cache = LeaderEpochCache(tmp_path)
+    cache.assign(1, 5)
+    cache.assign(1, 9)  # same epoch: its start does not move
+    cache.assign(0, 20)  # older epoch: ignored
+    cache.assign(-1, 30)
+    assert cache.entries == [EpochEntry(1, 5)]
+    cache.assign(3, 4)  # a newer epoch starting earlier replaces what it overlaps
+    assert cache.entries == [EpochEntry(3, 4)]
+
+
+def test_end_offset_for(tmp_path):
+    cache = LeaderEpochCache(tmp_path)
+    assert cache.end_offset_for(0, 10) == (-1, -1)
+    for epoch, start in ((1, 0), (3, 10), (4, 25)):
+        cache.assign(epoch, start)
+    assert cache.end_offset_for(4, 40) == (4, 40)  # the latest epoch ends at the log end
+    assert cache.end_offset_for(3, 40) == (3, 25)
+    assert cache.end_offset_for(2, 40) == (1, 10)  # unknown epoch: the largest below it
+    assert cache.end_offset_for(0, 40) == (-1, -1)
+    assert cache.end_offset_for(5, 40) == (-1, -1)
+    assert cache.epoch_for(12) == 3 and cache.epoch_for(0) == 1
+
+
+def test_truncation_from_both_ends(tmp_path):
+    cache = LeaderEpochCache(tmp_path)
+    for epoch, start in ((1, 0), (3, 10), (4, 25)):
+        cache.assign(epoch, start)
+    cache.truncate_from_end(25)
+    assert cache.entries == [EpochEntry(1, 0), EpochEntry(3, 10)]
+    cache.truncate_from_start(12)
+    assert cache.entries == [EpochEntry(3, 12)]
+    assert LeaderEpochCache(tmp_path).entries == [EpochEntry(3, 12)]
+
+
+def test_unreadable_file_is_rebuilt_by_the_log(open_log, tmp_path):
+    log = open_log()
+    log.append(batch(3), leader_epoch=0)
+    log.append(batch(2), leader_epoch=5)
+    log.close()
+    (tmp_path / "topic-0" / "leader-epoch-checkpoint").write_bytes(b"\xff\xfe garbage")
+    reopened = open_log()
+    assert reopened.leader_epoch_cache.entries == [EpochEntry(0, 0), EpochEntry(5, 3)]
+    (tmp_path / "topic-0" / "leader-epoch-checkpoint").unlink()
+    reopened.close()
+    assert open_log().leader_epoch_cache.entries == [EpochEntry(0, 0), EpochEntry(5, 3)]
+
+
+def test_leader_appends_record_their_epochs(open_log):
+    log = open_log()
+    log.append(batch(3), leader_epoch=0)
+    log.append(batch(1), leader_epoch=0)
+    log.append(batch(2), leader_epoch=2)
+    assert log.leader_epoch_cache.entries == [EpochEntry(0, 0), EpochEntry(2, 4)]
+    assert log.end_offset_for_epoch(0) == (0, 4)
+    log.truncate_to(4)
+    assert log.leader_epoch_cache.entries == [EpochEntry(0, 0)]
+
+
+def test_follower_append_keeps_offsets_and_epochs(open_log):
+    leader = open_log(name="leader-0")
+    leader.append(batch(3), leader_epoch=1)
+    leader.append(batch(2), leader_epoch=4)
+    data = leader.read(0, 1 << 20).read_bytes()
+    follower = open_log(name="follower-0")
+    info = follower.append_as_follower(bytearray(data))
+    assert (info.first_offset, info.last_offset, follower.log_end_offset) == (0, 4, 5)
+    assert follower.read(0, 1 << 20).read_bytes() == data  # byte for byte
+    assert follower.leader_epoch_cache.entries == [EpochEntry(1, 0), EpochEntry(4, 3)]
+    assert read_header(data, 0).partition_leader_epoch == 1
+    with pytest.raises(OffsetOutOfRangeError):
+        follower.append_as_follower(bytearray(data))  # below its log end: refused
