@@ -6,7 +6,12 @@ from collections import Counter
 
 import pytest
 
-from strom.controller.admin import assign, assign_replicas, assign_replicas_rack_aware, rack_alternated
+from strom.controller.admin import (
+    assign,
+    assign_replicas,
+    assign_replicas_rack_aware,
+    rack_alternated,
+)
 from strom.protocol.errors import ErrorCode, KafkaError
 
 
