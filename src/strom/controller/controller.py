@@ -59,6 +59,12 @@ class ControllerContext:
     topics_to_delete: set[str] = field(default_factory=set)
     # Replicas that have yet to confirm StopReplica(delete) for a topic being deleted.
     deletion_pending: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
+    # Brokers in controlled shutdown: they lead nothing more and leave every ISR.
+    shutting_down: set[int] = field(default_factory=set)
+
+    def eligible(self, replicas: list[int]) -> list[int]:
+        """Replicas that may lead, in assignment order: live and not shutting down."""
+        return [r for r in replicas if r in self.live_brokers and r not in self.shutting_down]
 
     def partitions_on(self, brokers: set[int]):
         for topic in self.topics.values():
@@ -69,8 +75,11 @@ class ControllerContext:
 
 class KafkaController:
     def __init__(self, store: MetadataStore, io: StoreIO, broker_id: int,
-                 channel: ControllerChannelManager) -> None:
+                 channel: ControllerChannelManager,
+                 unclean_enabled: Callable[[str], bool] = lambda _topic: False) -> None:
         self.store = store
+        # unclean.leader.election.enable of a topic (its override, else the broker's).
+        self.unclean_enabled = unclean_enabled
         self.io = io
         self.broker_id = broker_id
         self.channel = channel
@@ -108,6 +117,12 @@ class KafkaController:
             self._controller_watch.cancel()
         self.events.close()
         self.channel.shutdown()
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> dict:
+        return await self.events.call("controlled_shutdown", broker_id, broker_epoch)
+
+    async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None) -> dict:
+        return await self.events.call("elect_leaders", election_type, partitions)
 
     async def alter_partition(self, request) -> dict:
         """AlterPartition from a leader, processed as an event like everything else."""
@@ -309,11 +324,11 @@ class KafkaController:
     def _stop_replica_callback(self, broker_id: int):
         return lambda response: self.events.put("stop_replica_response", broker_id, response)
 
-    async def _elect_offline_and_new(self, batch: RequestBatch, partitions) -> None:
+    async def _elect_offline_and_new(self, batch: RequestBatch, partitions, controlled: bool = False) -> None:
         """NewPartition -> Online (first live replica leads, the live replicas are the ISR) and
         OfflinePartition -> Online (the first live ISR member in assignment order leads).
-        A partition whose ISR has no live member stays offline, its last ISR kept (unclean
-        election is not enabled)."""
+        A partition whose ISR has no live member stays offline, its last ISR kept, unless
+        unclean.leader.election.enable lets any live replica lead (seed 002's strategies)."""
         live = self.ctx.live_brokers
         creates, updates = [], []
         for topic, index, state in partitions:
@@ -326,8 +341,18 @@ class KafkaController:
                     continue
                 new = PartitionState(alive[0], 0, alive, state.replicas, self.ctx.epoch, 0)
                 creates.append((topic, index, new))
-            elif state.leader not in live:
-                candidates = [r for r in state.replicas if r in live and r in state.isr]
+            elif state.leader not in live or state.leader in self.ctx.shutting_down:
+                candidates = [r for r in self.ctx.eligible(state.replicas) if r in state.isr]
+                if not candidates and controlled:
+                    continue  # a stopping broker keeps what nobody else can lead
+                if not candidates and self.ctx.eligible(state.replicas) and self.unclean_enabled(topic.name):
+                    chosen = self.ctx.eligible(state.replicas)[0]
+                    log.warning("unclean election for %s-%d: out-of-sync replica %d leads; records "
+                                "only the last ISR %s had are lost", topic.name, index, chosen, state.isr)
+                    updates.append((topic, index, replace(
+                        state, leader=chosen, leader_epoch=state.leader_epoch + 1, isr=[chosen],
+                        controller_epoch=self.ctx.epoch)))
+                    continue
                 if not candidates:
                     if state.leader != znodes.NO_LEADER:
                         new = replace(state, leader=znodes.NO_LEADER, leader_epoch=state.leader_epoch + 1,
@@ -336,7 +361,7 @@ class KafkaController:
                         log.warning("partition %s-%d is offline: no live replica in ISR %s",
                                     topic.name, index, state.isr)
                     continue
-                isr = [r for r in state.isr if r in live]
+                isr = [r for r in state.isr if r in live and r not in self.ctx.shutting_down]
                 new = replace(state, leader=candidates[0], leader_epoch=state.leader_epoch + 1,
                               isr=isr, controller_epoch=self.ctx.epoch)
                 updates.append((topic, index, new))
@@ -384,6 +409,7 @@ class KafkaController:
                  sorted(dead - bounced), sorted(bounced))
         for b in dead:
             self.channel.remove_broker(b)
+            self.ctx.shutting_down.discard(b)
         batch = self._batch()
         # A bounced broker first fails (its old registration's leadership and ISR places go),
         # then starts, as Kafka's controller handles it.
@@ -561,7 +587,8 @@ class KafkaController:
         elif p.partition_epoch != state.zk_version:
             answer["error_code"] = ErrorCode.INVALID_UPDATE_VERSION
         elif leader not in new_isr or any(
-                r not in state.replicas or (r not in self.ctx.live_brokers and r not in state.isr)
+                r not in state.replicas or (r not in state.isr and (
+                    r not in self.ctx.live_brokers or r in self.ctx.shutting_down))
                 for r in new_isr):
             answer["error_code"] = ErrorCode.INELIGIBLE_REPLICA
         if answer["error_code"] != ErrorCode.NONE:
@@ -579,3 +606,112 @@ class KafkaController:
         log.info("ISR of %s-%d: %s -> %s", name, p.partition_index, state.isr, new_isr)
         return {**answer, "leader_id": new.leader, "leader_epoch": new.leader_epoch, "isr": new_isr,
                 "partition_epoch": new.zk_version}
+
+    # -- controlled shutdown (handleControlledShutdownRequest) -----------------------------------
+
+    async def _on_controlled_shutdown(self, broker_id: int, broker_epoch: int) -> dict:
+        """Move leadership off a stopping broker and drop it from every ISR, before it goes.
+        Returns the partitions it still leads (no other in-sync replica could take them)."""
+        info = self.ctx.live_brokers.get(broker_id)
+        if info is None or 0 <= broker_epoch != info.epoch:
+            return {"error_code": ErrorCode.STALE_BROKER_EPOCH, "remaining_partitions": []}
+        self.ctx.shutting_down.add(broker_id)
+        batch = self._batch()
+        led = [p for p in self.ctx.partitions_on({broker_id})
+               if p[2].leader == broker_id and len(p[2].replicas) > 1]
+        await self._elect_offline_and_new(batch, led, controlled=True)
+        updates = []
+        for topic, index, state in self.ctx.partitions_on({broker_id}):
+            state = topic.partitions[index]
+            if state.leader != broker_id and broker_id in state.isr and state.leader >= 0:
+                updates.append((topic, index, replace(
+                    state, isr=[r for r in state.isr if r != broker_id],
+                    leader_epoch=state.leader_epoch + 1, controller_epoch=self.ctx.epoch)))
+        await self._write_states([], updates)
+        for topic, index, new in updates:
+            topic.partitions[index] = new
+            batch.add_leader_and_isr(self.ctx.eligible(new.replicas), topic, index, new)
+        for topic, index, _state in self.ctx.partitions_on({broker_id}):
+            if topic.partitions[index].leader != broker_id:
+                batch.add_stop_replica(broker_id, topic.name, index, -1, False)
+        self._send(batch)
+        remaining = [{"topic_name": t.name, "partition_index": i}
+                     for t, i, s in self.ctx.partitions_on({broker_id})
+                     if t.partitions[i].leader == broker_id and len(s.replicas) > 1]
+        log.info("controlled shutdown of broker %d: %d partitions still led there", broker_id,
+                 len(remaining))
+        return {"error_code": ErrorCode.NONE, "remaining_partitions": remaining}
+
+    # -- preferred and unclean elections on demand (ElectLeaders), and auto-rebalance ------------
+
+    async def _on_elect_leaders(self, election_type: int, partitions) -> dict[tuple[str, int], tuple]:
+        """election_type 0: the preferred (first assigned) replica leads if it is live and in
+        sync; 1: unclean, for partitions without a leader. {tp: (error, message)}."""
+        wanted = partitions if partitions is not None else [
+            (t.name, i) for t, i, _ in self._all_partitions()]
+        results: dict[tuple[str, int], tuple] = {}
+        chosen = []
+        for name, index in wanted:
+            topic = self.ctx.topics.get(name)
+            state = topic.partitions.get(index) if topic is not None else None
+            if state is None or name in self.ctx.topics_to_delete:
+                results[(name, index)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+            elif election_type == 0:
+                preferred = state.replicas[0]
+                if state.leader == preferred:
+                    results[(name, index)] = (ErrorCode.ELECTION_NOT_NEEDED, None)
+                elif preferred not in self.ctx.eligible([preferred]) or preferred not in state.isr:
+                    results[(name, index)] = (ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                                              f"Failed to elect leader for partition {name}-{index} "
+                                              f"under strategy PreferredReplicaPartitionLeaderElectionStrategy")
+                else:
+                    chosen.append((topic, index, replace(state, leader=preferred,
+                                                         leader_epoch=state.leader_epoch + 1,
+                                                         controller_epoch=self.ctx.epoch)))
+            else:
+                if state.leader in self.ctx.live_brokers:
+                    results[(name, index)] = (ErrorCode.ELECTION_NOT_NEEDED, None)
+                    continue
+                alive = self.ctx.eligible(state.replicas)
+                if not alive:
+                    results[(name, index)] = (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None)
+                    continue
+                in_sync = [r for r in alive if r in state.isr]
+                leader = (in_sync or alive)[0]
+                if not in_sync:
+                    log.warning("unclean election (ElectLeaders) for %s-%d: out-of-sync replica %d "
+                                "leads; records only the last ISR %s had are lost", name, index, leader,
+                                state.isr)
+                chosen.append((topic, index, replace(
+                    state, leader=leader, leader_epoch=state.leader_epoch + 1,
+                    isr=[r for r in state.isr if r in alive] or [leader], controller_epoch=self.ctx.epoch)))
+        await self._write_states([], chosen)
+        batch = self._batch()
+        for topic, index, new in chosen:
+            topic.partitions[index] = new
+            batch.add_leader_and_isr(self.ctx.eligible(new.replicas), topic, index, new)
+            results[(topic.name, index)] = (ErrorCode.NONE, None)
+        self._send(batch)
+        if chosen:
+            log.info("%s election moved leadership of %d partitions",
+                     "preferred" if election_type == 0 else "unclean", len(chosen))
+        return results
+
+    async def _on_auto_rebalance(self, percentage: int) -> None:
+        """Kafka's checkAndTriggerAutoLeaderRebalance: a broker whose share of partitions led by
+        someone other than their preferred leader (it) is above the threshold gets them back."""
+        by_preferred: dict[int, list[tuple[str, int]]] = {}
+        imbalanced: dict[int, list[tuple[str, int]]] = {}
+        for topic, index, state in self._all_partitions():
+            if topic.name in self.ctx.topics_to_delete or not state.replicas:
+                continue
+            preferred = state.replicas[0]
+            by_preferred.setdefault(preferred, []).append((topic.name, index))
+            if state.leader != preferred:
+                imbalanced.setdefault(preferred, []).append((topic.name, index))
+        for broker, tps in imbalanced.items():
+            ratio = 100 * len(tps) / len(by_preferred[broker])
+            if broker in self.ctx.eligible([broker]) and ratio > percentage:
+                log.info("leader imbalance of broker %d is %.0f%% (> %d%%): preferred election",
+                         broker, ratio, percentage)
+                await self._on_elect_leaders(0, tps)

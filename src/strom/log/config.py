@@ -40,6 +40,8 @@ class LogConfig:
     flush_messages: int = LONG_MAX  # flush.messages: fsync after this many unflushed records
     flush_ms: int = LONG_MAX  # flush.ms: fsync when the last flush is this old
     min_insync_replicas: int = 1  # min.insync.replicas: for acks=all produce
+    # unclean.leader.election.enable: may an out-of-sync replica lead (losing records)?
+    unclean_leader_election_enable: bool = False
 
     @property
     def log_append_time(self) -> bool:
@@ -127,6 +129,12 @@ def _cleanup_policy(value: str) -> str:
     return ",".join(parts)
 
 
+def parse_bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {text!r}")
+    return text.lower() == "true"
+
+
 # Kafka topic config name -> (LogConfig field, parser). Bounds are Kafka's.
 TOPIC_CONFIG_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "segment.bytes": ("segment_bytes", int_in(14, INT_MAX)),
@@ -146,4 +154,5 @@ TOPIC_CONFIG_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "flush.messages": ("flush_messages", int_in(1, LONG_MAX)),
     "flush.ms": ("flush_ms", int_in(0, LONG_MAX)),
     "min.insync.replicas": ("min_insync_replicas", int_in(1, INT_MAX)),
+    "unclean.leader.election.enable": ("unclean_leader_election_enable", parse_bool),
 }

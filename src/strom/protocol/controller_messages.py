@@ -1,5 +1,6 @@
 """Codecs for the inter-broker APIs: LeaderAndIsr (4), StopReplica (5) and UpdateMetadata (6)
-from the controller, AlterPartition (56) to it, as Kafka 3.x ZooKeeper-mode brokers speak them.
+from the controller, AlterPartition (56) and ControlledShutdown (7) to it, as Kafka 3.x
+ZooKeeper-mode brokers speak them.
 
 kafka-python ships no schemas for inter-broker APIs; the ones in `strom/protocol/schemas/`
 describe Kafka's layouts and go through kafka-python's generator like the built-in ones.
@@ -41,4 +42,12 @@ class AlterPartitionRequest(ApiMessage, load_json=schemas):
 
 
 class AlterPartitionResponse(ApiMessage, load_json=schemas):
+    pass
+
+
+class ControlledShutdownRequest(ApiMessage, load_json=schemas):
+    pass
+
+
+class ControlledShutdownResponse(ApiMessage, load_json=schemas):
     pass

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
+from strom.client import AsyncConnection
 from strom.controller import znodes
 from strom.controller.admin import TopicAdmin, read_configs
 from strom.controller.channel import ControllerChannelManager
@@ -50,6 +51,7 @@ METADATA_FILE = "strom-metadata.json"
 # Where each internal topic's settings are (offsets.topic.num.partitions, ...).
 _INTERNAL_CONFIG_PREFIX = {GROUP_METADATA_TOPIC: "offsets.topic", TRANSACTION_STATE_TOPIC: "transaction.state.log"}
 FIRST_METADATA_TIMEOUT_S = 30.0
+CONTROLLED_SHUTDOWN = 7
 AUTO_CREATE_WAIT_S = 1.0
 
 
@@ -122,7 +124,9 @@ class Broker:
         await self._register()
         self.store.add_session_listener(self._session_event)
         channel = ControllerChannelManager(self.broker_id, self.inter_broker_listener, self.deliver_local)
-        self.controller = KafkaController(self.store, self.store_io, self.broker_id, channel)
+        self.controller = KafkaController(
+            self.store, self.store_io, self.broker_id, channel,
+            lambda topic: self.log_config_for(topic).unclean_leader_election_enable)
         await self.controller.startup()
         if not await self.metadata_cache.wait_for(
                 lambda: self.broker_id in self.metadata_cache.live_brokers, FIRST_METADATA_TIMEOUT_S):
@@ -145,6 +149,8 @@ class Broker:
         self._schedule("transactional-id-expiration", self.config[
             "transaction.remove.expired.transaction.cleanup.interval.ms"],
             self.txn_coordinator.remove_expired)
+        self._schedule("auto-leader-rebalance", self.config["leader.imbalance.check.interval.seconds"] * 1000,
+                       self._auto_leader_rebalance)
         lag_ms = self.config["replica.lag.time.max.ms"]
         self._schedule("isr-expiration", max(lag_ms // 2, 1),
                        lambda: self.replica_manager.maybe_shrink_isr(lag_ms))
@@ -154,8 +160,10 @@ class Broker:
         self.state = BrokerState.RUNNING
 
     async def shutdown(self) -> None:
-        if self.state == BrokerState.SHUTTING_DOWN:
+        if self.state in (BrokerState.SHUTTING_DOWN, BrokerState.PENDING_CONTROLLED_SHUTDOWN):
             return
+        if self.clustered and self.config["controlled.shutdown.enable"] and self.broker_epoch >= 0:
+            await self._controlled_shutdown()
         self.state = BrokerState.SHUTTING_DOWN
         self.stopping = True
         await self.socket_server.stop_accepting()
@@ -183,6 +191,36 @@ class Broker:
         if self._store_thread is not None:
             self._store_thread.shutdown(wait=False)
         self.state = BrokerState.NOT_RUNNING
+
+    async def _controlled_shutdown(self) -> None:
+        """Seed 001's controlled shutdown: ask the controller to move leadership off this broker
+        (and out of every ISR) while it still serves, so clients and followers move over
+        before it goes. Retried `controlled.shutdown.max.retries` times."""
+        self.state = BrokerState.PENDING_CONTROLLED_SHUTDOWN
+        retries = self.config["controlled.shutdown.max.retries"]
+        fields = {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch}
+        for attempt in range(retries + 1):
+            try:
+                controller = self.metadata_cache.controller_id
+                if controller == self.broker_id:
+                    response = await self.deliver_local(CONTROLLED_SHUTDOWN, 3, fields)
+                else:
+                    host, port = self.broker_endpoint(controller)
+                    conn = await AsyncConnection.open(host, port, f"broker-{self.broker_id}-shutdown")
+                    try:
+                        response = await conn.call(CONTROLLED_SHUTDOWN, 3, fields)
+                    finally:
+                        conn.close()
+                if response.error_code == ErrorCode.NONE and not response.remaining_partitions:
+                    log.info("controlled shutdown succeeded: this broker leads nothing more")
+                    return
+                log.warning("controlled shutdown: %s, %d partitions still led here",
+                            ErrorCode(response.error_code).name, len(response.remaining_partitions))
+            except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError) as e:
+                log.warning("controlled shutdown request failed: %s", e or type(e).__name__)
+            if attempt < retries:
+                await asyncio.sleep(self.config["controlled.shutdown.retry.backoff.ms"] / 1000)
+        log.warning("controlled shutdown incomplete after %d retries; shutting down anyway", retries)
 
     # --- the metadata store ------------------------------------------------------------------
     def _open_store(self) -> MetadataStore:
@@ -309,6 +347,10 @@ class Broker:
 
         if 0 < interval_ms < 2**31:
             self._tasks.append(asyncio.get_running_loop().create_task(run(), name=name))
+
+    def _auto_leader_rebalance(self) -> None:
+        if self.config["auto.leader.rebalance.enable"] and self.controller.is_active:
+            self.controller.events.put("auto_rebalance", self.config["leader.imbalance.per.broker.percentage"])
 
     def _retention(self) -> None:
         deleted = self.log_manager.cleanup()

@@ -125,6 +125,13 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "min.insync.replicas": (int_in(1), "1"),
     "replica.lag.time.max.ms": (int_in(0), "30000"),
     "num.replica.fetchers": (int_in(1), "1"),
+    "unclean.leader.election.enable": (_bool, "false"),
+    "controlled.shutdown.enable": (_bool, "true"),
+    "controlled.shutdown.max.retries": (int_in(0), "3"),
+    "controlled.shutdown.retry.backoff.ms": (int_in(0), "5000"),
+    "auto.leader.rebalance.enable": (_bool, "true"),
+    "leader.imbalance.check.interval.seconds": (int_in(1), "300"),
+    "leader.imbalance.per.broker.percentage": (int_in(0), "10"),
     "replica.fetch.max.bytes": (int_in(0), "1048576"),
     "replica.fetch.response.max.bytes": (int_in(0), "10485760"),
     "replica.fetch.wait.max.ms": (int_in(0), "500"),
@@ -268,6 +275,7 @@ class BrokerConfig:
             flush_messages=self.values["log.flush.interval.messages"],
             flush_ms=self.log_flush_interval_ms,
             min_insync_replicas=self.values["min.insync.replicas"],
+            unclean_leader_election_enable=self.values["unclean.leader.election.enable"],
         )
 
 

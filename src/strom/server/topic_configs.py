@@ -41,6 +41,7 @@ BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     "flush.messages": ("log.flush.interval.messages",),
     "flush.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
     "min.insync.replicas": ("min.insync.replicas",),
+    "unclean.leader.election.enable": ("unclean.leader.election.enable",),
 }
 
 # Broker configs a broker group of synonyms shares (Kafka's brokerConfigSynonyms).
@@ -77,6 +78,8 @@ TOPIC_DOCS = {
     "segment.ms": "Roll to a new segment when the active one is this old.",
     "max.message.bytes": "The largest record batch accepted.",
     "min.insync.replicas": "Replicas that must have an acks=all write.",
+    "unclean.leader.election.enable": "Let an out-of-sync replica lead when no in-sync one is "
+                                      "alive, losing the records it lacks.",
 }
 
 

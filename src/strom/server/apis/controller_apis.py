@@ -1,5 +1,5 @@
-"""LeaderAndIsr, UpdateMetadata and StopReplica: what the controller tells a broker; and
-AlterPartition, what a leader asks of the controller.
+"""LeaderAndIsr, UpdateMetadata and StopReplica: what the controller tells a broker;
+AlterPartition and ControlledShutdown, what brokers ask of it; ElectLeaders, what admins ask.
 
 A request from a controller older than the newest one this broker has heard from is refused
 with STALE_CONTROLLER_EPOCH, and one addressed to an earlier registration of this broker
@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 
 from strom.protocol.errors import ErrorCode
-from strom.server.apis import RequestContext, api
+from strom.server.apis import RequestContext, api, by_topic
 
 log = logging.getLogger(__name__)
 
-LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, ALTER_PARTITION = 4, 5, 6, 56
+LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN = 4, 5, 6, 7
+ELECT_LEADERS, ALTER_PARTITION = 43, 56
 
 
 def _fenced(broker, request, api_name: str) -> ErrorCode:
@@ -79,3 +80,32 @@ async def handle_alter_partition(broker, ctx: RequestContext, request) -> dict:
     if broker.controller is None or not broker.controller.is_active:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_CONTROLLER, "topics": []}
     return await broker.controller.alter_partition(request)
+
+
+def _not_controller(broker) -> bool:
+    return broker.controller is None or not broker.controller.is_active
+
+
+@api(CONTROLLED_SHUTDOWN, 3, 3)
+async def handle_controlled_shutdown(broker, ctx: RequestContext, request) -> dict:
+    if _not_controller(broker):
+        return {"error_code": ErrorCode.NOT_CONTROLLER, "remaining_partitions": []}
+    return await broker.controller.controlled_shutdown(request.broker_id, request.broker_epoch)
+
+
+@api(ELECT_LEADERS, 0, 2)
+async def handle_elect_leaders(broker, ctx: RequestContext, request) -> dict:
+    """Preferred (0) or unclean (1) leader election on demand (kafka-leader-election)."""
+    version = ctx.header.api_version
+    if _not_controller(broker):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_CONTROLLER, "replica_election_results": []}
+    wanted = None if request.topic_partitions is None else [
+        (t.topic, p) for t in request.topic_partitions for p in t.partitions]
+    election_type = request.election_type if version >= 1 else 0
+    if election_type not in (0, 1):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST, "replica_election_results": []}
+    results = await broker.controller.elect_leaders(election_type, wanted)
+    entries = {tp: {"partition_id": tp[1], "error_code": error, "error_message": message}
+               for tp, (error, message) in results.items()}
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+            "replica_election_results": by_topic(entries, "partition_result", "topic")}
