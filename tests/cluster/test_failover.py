@@ -1,0 +1,146 @@
+"""Failure handling on three real brokers: controlled shutdown under load, unclean election
+off and on, preferred-leader election on demand and by the periodic rebalance."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Producer
+
+from strom.protocol.errors import ErrorCode
+from strom.testing import Cluster, RawClient, unique_name
+
+from .conftest import CLUSTER_OVERRIDES
+from .test_cluster import partition_view
+from .test_replication import consume_all, create, isr_of, leader_of
+
+ELECT_LEADERS = 43
+
+
+def elect(broker, election_type: int, topic: str, partition: int = 0):
+    with RawClient(broker) as client:
+        response = client.call(ELECT_LEADERS, 2, {
+            "election_type": election_type, "timeout_ms": 30000,
+            "topic_partitions": [{"topic": topic, "partitions": [partition]}]})
+    assert response.error_code == 0
+    return response.replica_election_results[0].partition_result[0]
+
+
+def test_controlled_shutdown_of_a_leader_under_load(cluster):
+    """SIGTERM on the leader: it hands leadership over before it stops, so an idempotent
+    acks=all producer sees no failure and nothing is lost; the longest stall is reported."""
+    topic = unique_name("controlled")
+    controller = cluster.controller_id()
+    victim = next(b for b in cluster.brokers if b != controller)
+    others = [b for b in cluster.brokers if b != victim]
+    create(cluster, topic, [[victim, *others]], configs={"min.insync.replicas": "2"})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 2, "message.timeout.ms": 60000})
+    acked, failed, stamps = [], [], []
+
+    def report(err, msg):
+        if err:
+            failed.append(err)
+        else:
+            acked.append(msg.value())
+            stamps.append(time.monotonic())
+
+    stopped = None
+    deadline = time.monotonic() + 8
+    i = 0
+    while time.monotonic() < deadline:
+        producer.produce(topic, b"%07d" % i, on_delivery=report)
+        i += 1
+        producer.poll(0.001)
+        if stopped is None and time.monotonic() > deadline - 6:
+            stopped = time.monotonic()
+            assert cluster.brokers[victim].stop() == 0  # SIGTERM: controlled shutdown first
+    assert producer.flush(60) == 0
+    assert not failed, failed[:3]
+    assert len(acked) == i
+    assert "controlled shutdown succeeded" in cluster.brokers[victim].log_text()
+    assert leader_of(cluster, topic) in others
+    stall = max(b - a for a, b in zip(stamps, stamps[1:], strict=False))
+    print(f"controlled shutdown: {i} records, longest stall between acknowledgements {stall * 1000:.0f} ms")
+    got = consume_all(cluster.bootstrap, topic, 1, i)
+    assert [m.value() for m in got] == [b"%07d" % n for n in range(i)]
+
+
+def _offline_partition(cluster: Cluster, topic: str, configs: dict) -> tuple[int, int]:
+    """A 2-replica partition whose follower died first, then its leader: returns (old leader,
+    out-of-sync follower), both down."""
+    controller = cluster.controller_id()
+    leader, follower = [b for b in cluster.brokers if b != controller]
+    create(cluster, topic, [[leader, follower]], configs=configs)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    producer.produce(topic, b"in-sync")
+    assert producer.flush(30) == 0
+    cluster.brokers[follower].kill()
+    cluster.wait_for(lambda: isr_of(cluster, topic) == [leader], 30, "the follower out of the ISR")
+    producer.produce(topic, b"only-on-the-leader")
+    assert producer.flush(30) == 0
+    cluster.brokers[leader].kill()
+    ctl = cluster.brokers[controller]
+    cluster.wait_for(lambda: partition_view(ctl, topic)[0][0] == -1, 30, "the partition offline")
+    return leader, follower
+
+
+def test_unclean_election_off_keeps_the_partition_offline(cluster):
+    topic = unique_name("clean")
+    leader, follower = _offline_partition(cluster, topic, {})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "message.timeout.ms": 3000})
+    errors = []
+    producer.produce(topic, b"nowhere", on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(30)
+    assert errors and errors[0] is not None, "the producer gets an error, not silent loss"
+    cluster.brokers[follower].start()  # out of sync: must not lead
+    time.sleep(3)
+    ctl = cluster.brokers[cluster.controller_id()]
+    assert partition_view(ctl, topic)[0][0] == -1
+    # An unclean election on demand brings it back on the out-of-sync replica.
+    result = elect(ctl, 1, topic)
+    assert result.error_code == ErrorCode.NONE
+    cluster.wait_for(lambda: partition_view(ctl, topic)[0][0] == follower, 10, "the unclean leader")
+    got = consume_all(cluster.bootstrap, topic, 1, 1)
+    assert [m.value() for m in got] == [b"in-sync"]  # what only the old leader had is lost
+
+
+def test_unclean_election_on_brings_the_partition_back(cluster):
+    topic = unique_name("unclean")
+    leader, follower = _offline_partition(cluster, topic, {"unclean.leader.election.enable": "true"})
+    cluster.brokers[follower].start()
+    ctl = cluster.brokers[cluster.controller_id()]
+    cluster.wait_for(lambda: partition_view(ctl, topic)[0][0] == follower, 30, "the out-of-sync replica leading")
+    assert "unclean election" in cluster.brokers[cluster.controller_id()].log_text()
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    producer.produce(topic, b"back")
+    assert producer.flush(30) == 0
+
+
+def test_preferred_leader_election_on_demand(cluster):
+    topic = unique_name("preferred")
+    controller = cluster.controller_id()
+    preferred = next(b for b in cluster.brokers if b != controller)
+    create(cluster, topic, [[preferred, *[b for b in cluster.brokers if b != preferred]]])
+    ctl = cluster.brokers[controller]
+    assert elect(ctl, 0, topic).error_code == ErrorCode.ELECTION_NOT_NEEDED
+    cluster.brokers[preferred].kill()
+    cluster.wait_for(lambda: leader_of(cluster, topic) not in (-1, preferred), 30, "another leader")
+    cluster.brokers[preferred].start()
+    cluster.wait_for(lambda: preferred in isr_of(cluster, topic), 30, "the preferred replica in sync")
+    assert elect(ctl, 0, topic).error_code == ErrorCode.NONE
+    cluster.wait_for(lambda: leader_of(cluster, topic) == preferred, 10, "the preferred leader back")
+
+
+def test_auto_leader_rebalance(zookeeper):
+    overrides = {**CLUSTER_OVERRIDES, "leader.imbalance.check.interval.seconds": "1"}
+    with Cluster(3, zookeeper=zookeeper, overrides=overrides) as cluster:
+        topic = unique_name("rebalance")
+        controller = cluster.controller_id()
+        preferred = next(b for b in cluster.brokers if b != controller)
+        create(cluster, topic, [[preferred, *[b for b in cluster.brokers if b != preferred]]])
+        cluster.brokers[preferred].kill()
+        cluster.wait_for(lambda: leader_of(cluster, topic) not in (-1, preferred), 30, "another leader")
+        cluster.brokers[preferred].start()
+        cluster.wait_for(lambda: leader_of(cluster, topic) == preferred, 30,
+                         "the periodic rebalance giving leadership back")
