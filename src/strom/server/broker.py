@@ -25,7 +25,7 @@ from strom.controller.channel import ControllerChannelManager
 from strom.controller.controller import KafkaController
 from strom.controller.store import LocalMetadataStore, MetadataStore, NodeExists
 from strom.controller.znodes import BrokerInfo, EndPoint, TopicMetadata
-from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
+from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
 from strom.coordinator.group import GroupCoordinator, create_group_coordinator
 from strom.coordinator.transaction.coordinator import TransactionCoordinator
 from strom.coordinator.transaction.manager import TransactionStateManager
@@ -39,6 +39,7 @@ from strom.server.apis import HANDLERS, RequestContext, load_all
 from strom.server.config import BrokerConfig, Listener
 from strom.server.config_repository import ConfigRepository
 from strom.server.dynamic_config import DEFAULT_ENTITY, DynamicBrokerConfig
+from strom.server.inter_broker import BrokerConnections
 from strom.server.log_services import LogServices
 from strom.server.metadata_cache import MetadataCache
 from strom.server.replica_fetcher import ReplicaFetcherManager
@@ -51,6 +52,9 @@ METADATA_FILE = "strom-metadata.json"
 # Where each internal topic's settings are (offsets.topic.num.partitions, ...).
 _INTERNAL_CONFIG_PREFIX = {GROUP_METADATA_TOPIC: "offsets.topic", TRANSACTION_STATE_TOPIC: "transaction.state.log"}
 FIRST_METADATA_TIMEOUT_S = 30.0
+WRITE_TXN_MARKERS, ADD_PARTITIONS_TO_TXN = 27, 24
+# A marker on its way to another broker: neither written nor given up, so retried.
+_MARKER_PENDING = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 CONTROLLED_SHUTDOWN = 7
 AUTO_CREATE_WAIT_S = 1.0
 
@@ -88,6 +92,9 @@ class Broker:
         self.replica_fetchers: ReplicaFetcherManager | None = None
         self.alter_partition: AlterPartitionManager | None = None
         self.leader_endpoints: dict[int, tuple[str, int]] = {}  # from LeaderAndIsr's live leaders
+        self.connections = BrokerConnections(self)
+        self._marker_results: dict[tuple, ErrorCode] = {}
+        self._markers_in_flight: set[tuple] = set()
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_coordinator: TransactionCoordinator | None = None
         self.cluster_id = ""
@@ -176,6 +183,7 @@ class Broker:
         await self.socket_server.drain(timeout=10)
         for task in self._tasks:
             task.cancel()
+        self.connections.close()
         if self.replica_fetchers is not None:
             self.replica_fetchers.shutdown()
             self.alter_partition.shutdown()
@@ -382,7 +390,7 @@ class Broker:
         store = TransactionStateManager(self.replica_manager,
                                         lambda: self.internal_partitions(TRANSACTION_STATE_TOPIC))
         return TransactionCoordinator(store,
-                                      self.producer_id_manager.generate, self.write_txn_markers,
+                                      self.producer_id_manager.generate, self.send_txn_markers,
                                       self.config["transaction.max.timeout.ms"],
                                       self.config["transactional.id.expiration.ms"])
 
@@ -398,12 +406,86 @@ class Broker:
                 self.group_coordinator.complete_txn(producer_id, index, committed)
         return errors
 
-    def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                           tp: tuple[str, int]) -> ErrorCode:
+    def send_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                         committed: bool, partitions) -> dict:
+        """The transaction coordinator's marker channel: markers for partitions led here are
+        written at once; the others go to their leaders as WriteTxnMarkers, and stay pending
+        (retried) until the answer arrives, which finishes the transaction."""
+        by_leader: dict[int, list] = {}
+        for tp in partitions:
+            state = self.metadata_cache.partition(*tp)
+            by_leader.setdefault(state.leader if state is not None else -1, []).append(tp)
+        errors = self.write_txn_markers(producer_id, producer_epoch, coordinator_epoch, committed,
+                                        by_leader.pop(self.broker_id, []))
+        key = (producer_id, producer_epoch, committed)
+        for leader, tps in by_leader.items():
+            waiting = []
+            for tp in tps:
+                done = self._marker_results.pop((key, tp), None)
+                if done is not None:
+                    errors[tp] = done
+                else:
+                    errors[tp] = ErrorCode.NOT_LEADER_OR_FOLLOWER if leader < 0 else _MARKER_PENDING
+                    waiting.append(tp)
+            if leader >= 0 and waiting and (leader, key) not in self._markers_in_flight:
+                self._markers_in_flight.add((leader, key))
+                self._loop.create_task(self._send_remote_markers(leader, key, coordinator_epoch, waiting))
+        return errors
+
+    async def _send_remote_markers(self, leader: int, key: tuple, coordinator_epoch: int, tps) -> None:
+        producer_id, producer_epoch, committed = key
+        topics: dict[str, list[int]] = {}
+        for topic, index in tps:
+            topics.setdefault(topic, []).append(index)
+        try:
+            response = await self.connections.call(leader, WRITE_TXN_MARKERS, 1, {"markers": [{
+                "producer_id": producer_id, "producer_epoch": producer_epoch,
+                "transaction_result": committed, "coordinator_epoch": coordinator_epoch,
+                "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}]})
+            for marker in response.markers:
+                for t in marker.topics:
+                    for p in t.partitions:
+                        self._marker_results[(key, (t.name, p.partition_index))] = ErrorCode(p.error_code)
+        except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError) as e:
+            log.warning("transaction markers to broker %d not sent: %s", leader, e or type(e).__name__)
+            await asyncio.sleep(0.5)
+        finally:
+            self._markers_in_flight.discard((leader, key))
+        if self.txn_coordinator is not None:
+            self.txn_coordinator.retry_markers(producer_id)
+
+    async def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                 tp: tuple[str, int]) -> ErrorCode:
         """Is `tp` part of the producer's open transaction? Asked of the transaction coordinator
-        (AddPartitionsToTxn v4 with verify_only; here the coordinator is this broker)."""
-        return self.txn_coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
-                                                      [tp])[tp]
+        (AddPartitionsToTxn v4 with verify_only), here or on the broker that leads the
+        transactional id's `__transaction_state` partition."""
+        coordinator = self._txn_coordinator_id(transactional_id)
+        if coordinator == self.broker_id:
+            return self.txn_coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
+                                                          [tp])[tp]
+        if coordinator < 0:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        try:
+            response = await self.connections.call(coordinator, ADD_PARTITIONS_TO_TXN, 4, {"transactions": [{
+                "transactional_id": transactional_id, "producer_id": producer_id,
+                "producer_epoch": producer_epoch, "verify_only": True,
+                "topics": [{"name": tp[0], "partitions": [tp[1]]}]}]})
+        except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if response.error_code != ErrorCode.NONE:
+            return ErrorCode(response.error_code)
+        for txn in response.results_by_transaction:
+            for t in txn.topic_results:
+                for p in t.results_by_partition:
+                    return ErrorCode(p.partition_error_code)
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+    def _txn_coordinator_id(self, transactional_id: str) -> int:
+        topic = self.metadata_cache.topics.get(TRANSACTION_STATE_TOPIC)
+        if topic is None:
+            return -1
+        state = topic.partitions.get(partition_for(transactional_id, len(topic.partitions)))
+        return state.leader if state is not None else -1
 
     def _expire_producers(self) -> None:
         now, expiration = int(time.time() * 1000), self.config["producer.id.expiration.ms"]
@@ -556,6 +638,7 @@ class Broker:
     def become_leader_or_follower(self, topic: str, topic_id, p) -> ErrorCode:
         """One partition of a LeaderAndIsr request (Kafka's becomeLeaderOrFollower)."""
         current = self.replica_manager.get_partition(topic, p.partition_index)
+        was_leader = current is not None and current.is_leader
         if current is not None and p.leader_epoch < current.leader_epoch:
             log.warning("ignoring LeaderAndIsr for %s-%d: leader epoch %d is older than %d", topic,
                         p.partition_index, p.leader_epoch, current.leader_epoch)
@@ -573,8 +656,11 @@ class Broker:
             self.replica_fetchers.remove_partition((topic, p.partition_index))
         else:
             self.replica_fetchers.add_partition(partition)
-        if znodes.is_internal(topic) and p.leader == self.broker_id:
-            self._load_coordinator_partition(topic, p.partition_index)
+        if znodes.is_internal(topic):
+            if p.leader == self.broker_id and not was_leader:
+                self._load_coordinator_partition(topic, p.partition_index)
+            elif p.leader != self.broker_id and was_leader:
+                self._unload_coordinator_partition(topic, p.partition_index)
         return ErrorCode.NONE
 
     def _load_coordinator_partition(self, topic: str, index: int) -> None:
@@ -585,6 +671,12 @@ class Broker:
             self.group_coordinator.startup(self.group_coordinator.store.load(only=index))
         elif topic == TRANSACTION_STATE_TOPIC and self.txn_coordinator is not None:
             self.txn_coordinator.startup(self.txn_coordinator.store.load(only=index))
+
+    def _unload_coordinator_partition(self, topic: str, index: int) -> None:
+        if topic == GROUP_METADATA_TOPIC and self.group_coordinator is not None:
+            self.group_coordinator.unload_partition(index)
+        elif topic == TRANSACTION_STATE_TOPIC and self.txn_coordinator is not None:
+            self.txn_coordinator.unload_partition(index)
 
     def update_metadata(self, request) -> None:
         deleted = self.metadata_cache.update(request)
@@ -598,6 +690,9 @@ class Broker:
 
     def stop_replica(self, topic: str, partition: int, delete: bool) -> ErrorCode:
         self.replica_fetchers.remove_partition((topic, partition))
+        current = self.replica_manager.get_partition(topic, partition)
+        if znodes.is_internal(topic) and current is not None and current.is_leader:
+            self._unload_coordinator_partition(topic, partition)
         try:
             self.replica_manager.stop_replica(topic, partition, delete)
         except OSError as e:

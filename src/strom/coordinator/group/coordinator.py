@@ -152,12 +152,19 @@ class GroupCoordinator:
         """Answer every held-back request with NOT_COORDINATOR and stop all timers, as Kafka
         does when it unloads a group."""
         self.active = False
-        for group in list(self.groups.values()):
+        self.unload_partition(None)
+
+    def unload_partition(self, partition: int | None) -> None:
+        """Leadership of `__consumer_offsets` partition `partition` (None: all) left this
+        broker: its groups are dropped here, held-back requests answered NOT_COORDINATOR."""
+        for group_id, group in list(self.groups.items()):
+            if partition is not None and self.store.partition_for(group_id) != partition:
+                continue
             if isinstance(group, GroupMetadata):
                 self._unload(group)
             elif self.consumer_groups is not None:
                 self.consumer_groups.unload(group)
-        self.groups.clear()
+            del self.groups[group_id]
 
     def cancel_classic_timers(self, group: GroupMetadata) -> None:
         """Stop every timer of a classic group that is being replaced or unloaded."""

@@ -97,6 +97,17 @@ class TransactionCoordinator:
     def shutdown(self) -> None:
         self.active = False
 
+    def unload_partition(self, partition: int) -> None:
+        """Leadership of `__transaction_state` partition `partition` left this broker."""
+        for txn_id in [t for t in self.txns if self.store.partition_for(t) == partition]:
+            del self.txns[txn_id]
+
+    def retry_markers(self, producer_id: int) -> None:
+        """Markers sent to other brokers came back: finish the producer's prepared transaction."""
+        for meta in list(self.txns.values()):
+            if meta.producer_id == producer_id and meta.state in _PREPARED:
+                self._send_markers(meta)
+
     # --- writing state --------------------------------------------------------------------------
     def _persist(self, meta: TransactionMetadata) -> ErrorCode:
         """Write the new state; only once it is in the log does it become the current one."""

@@ -29,7 +29,7 @@ _RETRY_LATER = {ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN
 TRANSACTION_ABORTABLE_FROM = 11
 
 
-def _verify_transaction(broker, transactional_id: str | None, tp, records, version: int) -> ErrorCode:
+async def _verify_transaction(broker, transactional_id: str | None, tp, records, version: int) -> ErrorCode:
     """KIP-890: the first transactional batch of a producer in a partition must belong to a
     partition its coordinator added to the transaction; otherwise it would open a transaction
     no coordinator ever ends, holding the last stable offset back for good."""
@@ -41,7 +41,7 @@ def _verify_transaction(broker, transactional_id: str | None, tp, records, versi
     partition = broker.replica_manager.get_partition(*tp)
     if header.producer_id in partition.producer_state.ongoing:
         return ErrorCode.NONE  # verified when its transaction began here
-    error = broker.verify_transaction(transactional_id, header.producer_id, header.producer_epoch, tp)
+    error = await broker.verify_transaction(transactional_id, header.producer_id, header.producer_epoch, tp)
     if error in _RETRY_LATER:
         return ErrorCode.NOT_ENOUGH_REPLICAS
     if error == ErrorCode.PRODUCER_FENCED:
@@ -59,7 +59,7 @@ async def handle_produce(broker, ctx: RequestContext, request) -> dict | None:
         results = {(t.name, p.index): ProduceResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                    for t in request.topic_data for p in t.partition_data}
     else:
-        results = _append(broker, request, ctx.header.api_version)
+        results = await _append(broker, request, ctx.header.api_version)
     if acks == 0:
         failed = [f"{t}-{p}: {r.error.name}" for (t, p), r in results.items() if r.error]
         if failed:
@@ -70,7 +70,7 @@ async def handle_produce(broker, ctx: RequestContext, request) -> dict | None:
     return _response(results)
 
 
-def _append(broker, request, version: int) -> dict:
+async def _append(broker, request, version: int) -> dict:
     acks = request.acks
     entries, results = [], {}
     for topic in request.topic_data:
@@ -82,7 +82,7 @@ def _append(broker, request, version: int) -> dict:
                 results[tp] = ProduceResult(_topic_error(broker, tp))
             elif p.records is None:
                 results[tp] = ProduceResult(ErrorCode.CORRUPT_MESSAGE, message="no records")
-            elif (error := _verify_transaction(broker, request.transactional_id, tp, p.records,
+            elif (error := await _verify_transaction(broker, request.transactional_id, tp, p.records,
                                                version)) != ErrorCode.NONE:
                 results[tp] = ProduceResult(error, message="the partition is not part of the transaction")
             else:

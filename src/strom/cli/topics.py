@@ -1,0 +1,305 @@
+"""`strom topics create|list|describe|alter|delete`: topics from the command line, in the
+manner of Kafka's kafka-topics.sh.
+
+Like `strom groups` and `strom configs`, the commands speak the Kafka protocol, so they work
+against any Kafka-compatible cluster: Metadata (and DescribeConfigs for `describe`) from the
+bootstrap server; CreateTopics, CreatePartitions and DeleteTopics at the controller, asked
+again elsewhere on NOT_CONTROLLER, as Kafka's admin client does.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+import time
+import uuid
+from typing import Any
+
+import click
+
+from strom.cli.groups import Cluster, GroupCommandError, _bootstrap_option, _error_name
+from strom.protocol.errors import ErrorCode
+
+METADATA, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 3, 19, 20, 32, 37
+TOPIC_RESOURCE, DYNAMIC_TOPIC_CONFIG = 2, 1
+TIMEOUT_MS = 30_000  # how long the controller may wait for new partitions' leaders (Kafka's default)
+CONTROLLER_WAIT_S = 15.0  # how long to look for a controller that accepts the request
+
+
+def connect(bootstrap: str) -> Cluster:
+    """A connection to the first server of a comma-separated `host:port` list that answers."""
+    servers = [s.strip() for s in bootstrap.split(",") if s.strip()]
+    if not servers:
+        raise click.BadParameter("expected host:port[,host:port...]", param_hint="--bootstrap-server")
+    for server in servers[:-1]:
+        try:
+            return Cluster(server)
+        except GroupCommandError:
+            continue
+    return Cluster(servers[-1])
+
+
+def metadata(cluster: Cluster, topics: list[str] | None) -> Any:
+    """Metadata v12 (topic ids, live brokers, the controller), never auto-creating a topic."""
+    body = cluster.bootstrap.call(METADATA, 12, {
+        "topics": None if topics is None else [{"name": t} for t in topics],
+        "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+    cluster.brokers = {b.node_id: (b.host, b.port) for b in body.brokers}
+    return body
+
+
+def _at_controller(cluster: Cluster, api_key: int, version: int, fields: dict,
+                   result: Any) -> Any:
+    """Send a one-topic admin request to the controller and return `result(body)`, that
+    topic's entry; retried while no broker is the controller or the one asked no longer is."""
+    deadline = time.monotonic() + CONTROLLER_WAIT_S
+    while True:
+        controller = metadata(cluster, []).controller_id
+        if controller in cluster.brokers:
+            conn = cluster.connection(*cluster.brokers[controller])
+            conn.sock.settimeout(TIMEOUT_MS / 1000 + 10)
+            entry = result(conn.call(api_key, version, fields))
+            if entry.error_code != ErrorCode.NOT_CONTROLLER:
+                return entry
+        if time.monotonic() > deadline:
+            raise click.ClickException("no controller accepted the request "
+                                       f"(controller id {controller})")
+        time.sleep(0.5)
+
+
+def _failure(topic: str, entry: Any) -> str:
+    if entry.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        return f"Topic '{topic}' does not exist."
+    return entry.error_message or _error_name(entry.error_code)
+
+
+def parse_replica_assignment(text: str) -> list[list[int]]:
+    """Kafka's `--replica-assignment` syntax: partitions separated by commas, each partition's
+    broker ids (the preferred leader first) by colons: "1:2:3,2:3:1"."""
+    out = []
+    for index, part in enumerate(text.split(",")):
+        try:
+            replicas = [int(b) for b in part.split(":")]
+        except ValueError:
+            raise click.BadParameter(f"partition {index}: expected broker ids separated by colons, "
+                                     f"got {part!r}") from None
+        if len(set(replicas)) != len(replicas):
+            raise click.BadParameter(f"partition {index} lists a broker twice: {part!r}")
+        out.append(replicas)
+    if len({len(r) for r in out}) > 1:
+        raise click.BadParameter("all partitions must have the same number of replicas")
+    return out
+
+
+def _assignment_option(ctx: click.Context, param: click.Parameter,
+                       value: str | None) -> list[list[int]] | None:
+    return None if value is None else parse_replica_assignment(value)
+
+
+def _config_option(ctx: click.Context, param: click.Parameter,
+                   values: tuple[str, ...]) -> dict[str, str]:
+    """`--config k=v`, repeatable; as in kafka-topics.sh the value is everything after the first
+    `=`, commas included (cleanup.policy=compact,delete)."""
+    out = {}
+    for value in values:
+        key, sep, v = value.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected key=value, got {value!r}")
+        out[key.strip()] = v.strip()
+    return out
+
+
+@click.group()
+def topics() -> None:
+    """Create, list, describe, alter and delete topics (like kafka-topics.sh)."""
+
+
+@topics.command()
+@_bootstrap_option
+@click.argument("topic")
+@click.option("--partitions", type=int, default=-1,
+              help="Number of partitions (default: the broker's num.partitions).")
+@click.option("--replication-factor", type=int, default=-1,
+              help="Replicas of each partition (default: the broker's default.replication.factor).")
+@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", callback=_config_option,
+              help="A topic config, e.g. --config retention.ms=86400000 (repeatable).")
+@click.option("--replica-assignment", "assignment", metavar="B:B:B,B:B:B", callback=_assignment_option,
+              help="Brokers of each partition: partitions separated by commas, replicas by colons "
+                   "(instead of --partitions and --replication-factor).")
+@click.option("--if-not-exists", is_flag=True, help="Succeed quietly if the topic exists.")
+def create(bootstrap: str, topic: str, partitions: int, replication_factor: int,
+           configs: dict[str, str], assignment: list[list[int]] | None, if_not_exists: bool) -> None:
+    """Create a topic.
+
+    \b
+    Example:
+      strom topics create orders --partitions 6 --replication-factor 3 --config retention.ms=86400000
+      strom topics create pinned --replica-assignment 1:2:3,2:3:1
+    """
+    if assignment is not None and (partitions != -1 or replication_factor != -1):
+        raise click.UsageError("--replica-assignment cannot be used with --partitions or "
+                               "--replication-factor")
+    cluster = connect(bootstrap)
+    try:
+        entry = _at_controller(cluster, CREATE_TOPICS, 5, {"topics": [{
+            "name": topic, "num_partitions": partitions, "replication_factor": replication_factor,
+            "assignments": [{"partition_index": i, "broker_ids": r}
+                            for i, r in enumerate(assignment or [])],
+            "configs": [{"name": k, "value": v} for k, v in configs.items()],
+        }], "timeout_ms": TIMEOUT_MS, "validate_only": False}, lambda body: body.topics[0])
+    finally:
+        cluster.close()
+    if entry.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and if_not_exists:
+        return
+    if entry.error_code != ErrorCode.NONE:
+        raise click.ClickException(_failure(topic, entry))
+    click.echo(f"Created topic {topic}.")
+
+
+@topics.command("list")
+@_bootstrap_option
+@click.option("--exclude-internal", is_flag=True, help="Leave out internal topics (__consumer_offsets, ...).")
+def list_topics(bootstrap: str, exclude_internal: bool) -> None:
+    """The topics of the cluster, one per line.
+
+    \b
+    Example:
+      strom topics list --exclude-internal --bootstrap-server 127.0.0.1:9092
+    """
+    cluster = connect(bootstrap)
+    try:
+        body = metadata(cluster, None)
+    finally:
+        cluster.close()
+    for t in sorted(body.topics, key=lambda t: t.name):
+        if t.error_code == ErrorCode.NONE and not (exclude_internal and t.is_internal):
+            click.echo(t.name)
+
+
+def format_topic_id(topic_id: uuid.UUID | None) -> str:
+    """Kafka's Uuid.toString: url-safe base64 of the 16 bytes, without padding."""
+    if topic_id is None:
+        return ""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
+
+
+def _topic_configs(cluster: Cluster, names: list[str]) -> dict[str, list[str]]:
+    """The configs set on each topic (DYNAMIC_TOPIC_CONFIG), as `k=v` strings."""
+    if not names:
+        return {}
+    body = cluster.bootstrap.call(DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": n, "configuration_keys": None}
+                      for n in names],
+        "include_synonyms": False, "include_documentation": False})
+    return {r.resource_name: [f"{c.name}={c.value}" for c in r.configs
+                              if c.config_source == DYNAMIC_TOPIC_CONFIG]
+            for r in body.results if r.error_code == ErrorCode.NONE}
+
+
+@topics.command()
+@_bootstrap_option
+@click.option("--topic", "names", multiple=True, help="Only this topic (repeatable; default: all).")
+@click.option("--exclude-internal", is_flag=True, help="Leave out internal topics.")
+@click.option("--under-replicated-partitions", "under_replicated", is_flag=True,
+              help="Only partitions whose ISR is smaller than their replica list.")
+@click.option("--unavailable-partitions", "unavailable", is_flag=True,
+              help="Only partitions without a leader, or whose leader is not a live broker.")
+def describe(bootstrap: str, names: tuple[str, ...], exclude_internal: bool,
+             under_replicated: bool, unavailable: bool) -> None:
+    """Partitions, leaders, replicas and ISR of topics, in kafka-topics.sh's format.
+
+    With --under-replicated-partitions or --unavailable-partitions only the matching
+    partitions are shown, without the topics' summary lines.
+
+    \b
+    Example:
+      strom topics describe --topic orders
+      strom topics describe --under-replicated-partitions
+    """
+    cluster = connect(bootstrap)
+    try:
+        body = metadata(cluster, sorted(set(names)) if names else None)
+        found = []
+        for t in sorted(body.topics, key=lambda t: t.name):
+            if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise click.ClickException(f"Topic '{t.name}' does not exist.")
+            if t.error_code != ErrorCode.NONE:
+                raise click.ClickException(f"describing topic '{t.name}' failed: "
+                                           f"{_error_name(t.error_code)}")
+            if not (exclude_internal and t.is_internal):
+                found.append(t)
+        filtered = under_replicated or unavailable
+        configs = {} if filtered else _topic_configs(cluster, [t.name for t in found])
+    finally:
+        cluster.close()
+    live = set(cluster.brokers)
+    for t in found:
+        partitions = sorted(t.partitions, key=lambda p: p.partition_index)
+        if not filtered:
+            factor = len(partitions[0].replica_nodes) if partitions else 0
+            click.echo(f"Topic: {t.name}\tTopicId: {format_topic_id(t.topic_id)}"
+                       f"\tPartitionCount: {len(partitions)}\tReplicationFactor: {factor}"
+                       f"\tConfigs: {','.join(configs.get(t.name, []))}")
+        for p in partitions:
+            is_under = len(p.isr_nodes) < len(p.replica_nodes)
+            is_unavailable = p.leader_id < 0 or p.leader_id not in live
+            if (under_replicated and not is_under) or (unavailable and not is_unavailable):
+                continue
+            leader = p.leader_id if p.leader_id >= 0 else "none"
+            click.echo(f"\tTopic: {t.name}\tPartition: {p.partition_index}\tLeader: {leader}"
+                       f"\tReplicas: {','.join(map(str, p.replica_nodes))}"
+                       f"\tIsr: {','.join(map(str, p.isr_nodes))}")
+
+
+@topics.command()
+@_bootstrap_option
+@click.argument("topic")
+@click.option("--partitions", type=int, required=True, help="The new, larger number of partitions.")
+@click.option("--if-exists", is_flag=True, help="Succeed quietly if the topic does not exist.")
+def alter(bootstrap: str, topic: str, partitions: int, if_exists: bool) -> None:
+    """Add partitions to a topic (their number can only grow).
+
+    \b
+    Example:
+      strom topics alter orders --partitions 12
+    """
+    cluster = connect(bootstrap)
+    try:
+        entry = _at_controller(cluster, CREATE_PARTITIONS, 2, {
+            "topics": [{"name": topic, "count": partitions, "assignments": None}],
+            "timeout_ms": TIMEOUT_MS, "validate_only": False}, lambda body: body.results[0])
+    finally:
+        cluster.close()
+    if entry.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and if_exists:
+        return
+    if entry.error_code != ErrorCode.NONE:
+        raise click.ClickException(_failure(topic, entry))
+    click.echo(f"Topic {topic} now has {partitions} partitions.")
+
+
+@topics.command()
+@_bootstrap_option
+@click.argument("names", metavar="TOPIC...", nargs=-1, required=True)
+@click.option("--if-exists", is_flag=True, help="Skip topics that do not exist.")
+def delete(bootstrap: str, names: tuple[str, ...], if_exists: bool) -> None:
+    """Delete topics with all their data.
+
+    \b
+    Example:
+      strom topics delete orders payments
+    """
+    cluster = connect(bootstrap)
+    failed = False
+    try:
+        for topic in dict.fromkeys(names):
+            entry = _at_controller(cluster, DELETE_TOPICS, 4, {
+                "topic_names": [topic], "timeout_ms": TIMEOUT_MS}, lambda body: body.responses[0])
+            if entry.error_code == ErrorCode.NONE:
+                click.echo(f"Deleted topic {topic}.")
+            elif not (entry.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and if_exists):
+                failed = True
+                click.echo(f"Error: {_failure(topic, entry)}", err=True)
+    finally:
+        cluster.close()
+    if failed:
+        sys.exit(1)
