@@ -414,7 +414,8 @@ class Broker:
         by_leader: dict[int, list] = {}
         for tp in partitions:
             state = self.metadata_cache.partition(*tp)
-            by_leader.setdefault(state.leader if state is not None else -1, []).append(tp)
+            # A partition gone from the cluster is answered here: UNKNOWN_TOPIC_OR_PARTITION.
+            by_leader.setdefault(state.leader if state is not None else self.broker_id, []).append(tp)
         errors = self.write_txn_markers(producer_id, producer_epoch, coordinator_epoch, committed,
                                         by_leader.pop(self.broker_id, []))
         key = (producer_id, producer_epoch, committed)
