@@ -171,7 +171,8 @@ class RequestBatch:
                                                  "partition_states": []})
                 entry["partition_states"].append({
                     **_partition_state(state, index), "partition_epoch": state.zk_version,
-                    "adding_replicas": [], "removing_replicas": [], "is_new": is_new})
+                    "adding_replicas": list(state.adding), "removing_replicas": list(state.removing),
+                    "is_new": is_new})
             leaders = {state.leader for _, state, _ in entries.values() if state.leader in live}
             channel.send(broker_id, LEADER_AND_ISR, {
                 "controller_id": self.controller_id, "controller_epoch": self.controller_epoch,

@@ -124,6 +124,12 @@ class KafkaController:
     async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None) -> dict:
         return await self.events.call("elect_leaders", election_type, partitions)
 
+    async def alter_reassignments(self, changes: list[tuple[str, int, list[int] | None]]) -> dict:
+        return await self.events.call("alter_reassignments", changes)
+
+    async def list_reassignments(self, partitions: list[tuple[str, int]] | None) -> dict:
+        return await self.events.call("list_reassignments", partitions)
+
     async def alter_partition(self, request) -> dict:
         """AlterPartition from a leader, processed as an event like everything else."""
         return await self.events.call("alter_partition", request)
@@ -287,9 +293,12 @@ class KafkaController:
                 return None
             data = node[0]
         topic_id, assignment = znodes.decode_assignment(data)
+        adding, removing = znodes.decode_reassignment(data)
         topic = TopicMetadata(name, topic_id, internal=znodes.is_internal(name))
         for index, replicas in sorted(assignment.items()):
-            topic.partitions[index] = self._read_partition_state(name, index, replicas)
+            state = self._read_partition_state(name, index, replicas)
+            state.adding, state.removing = adding.get(index, []), removing.get(index, [])
+            topic.partitions[index] = state
         return topic
 
     def _read_partition_state(self, name: str, index: int, replicas: list[int]) -> PartitionState:
@@ -604,6 +613,9 @@ class KafkaController:
         topic.partitions[p.partition_index] = new
         batch.add_update_metadata([], [(topic, p.partition_index, new)])
         log.info("ISR of %s-%d: %s -> %s", name, p.partition_index, state.isr, new_isr)
+        if new.adding or new.removing:
+            await self._maybe_complete_reassignment(batch, topic, p.partition_index)
+            new = topic.partitions[p.partition_index]
         return {**answer, "leader_id": new.leader, "leader_epoch": new.leader_epoch, "isr": new_isr,
                 "partition_epoch": new.zk_version}
 
@@ -715,3 +727,97 @@ class KafkaController:
                 log.info("leader imbalance of broker %d is %.0f%% (> %d%%): preferred election",
                          broker, ratio, percentage)
                 await self._on_elect_leaders(0, tps)
+
+    # -- partition reassignment (KIP-455) ----------------------------------------------------
+
+    async def _write_assignment(self, topic: TopicMetadata) -> None:
+        """The topic's node with every partition's replicas and ongoing reassignment."""
+        data = znodes.encode_assignment(
+            topic.topic_id, {i: s.replicas for i, s in topic.partitions.items()},
+            {i: s.adding for i, s in topic.partitions.items()},
+            {i: s.removing for i, s in topic.partitions.items()})
+        await self._fenced_multi([SetData(znodes.topic_path(topic.name), data)])
+
+    async def _on_alter_reassignments(self, changes) -> dict[tuple[str, int], tuple]:
+        """Start (target replicas) or cancel (None) reassignments: {tp: (error, message)}.
+        Phase one: the partition's replicas become target + original, the new ones start
+        fetching; phase two (once every target replica is in sync) follows in
+        `_maybe_complete_reassignment`."""
+        results: dict[tuple[str, int], tuple] = {}
+        batch = self._batch()
+        touched: dict[str, TopicMetadata] = {}
+        for name, index, target in changes:
+            topic = self.ctx.topics.get(name)
+            state = topic.partitions.get(index) if topic is not None else None
+            if state is None or name in self.ctx.topics_to_delete:
+                results[(name, index)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+                continue
+            if target is None:
+                if not (state.adding or state.removing):
+                    results[(name, index)] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None)
+                    continue
+                target = state.original_replicas
+                log.info("cancelling the reassignment of %s-%d back to %s", name, index, target)
+            elif not target or len(set(target)) != len(target) or any(
+                    b not in self.ctx.live_brokers for b in target):
+                results[(name, index)] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                          f"replicas {target} must be distinct live brokers")
+                continue
+            original = state.original_replicas
+            union = list(target) + [r for r in original if r not in target]
+            new = replace(state, replicas=union, adding=[r for r in target if r not in original],
+                          removing=[r for r in original if r not in target],
+                          leader_epoch=state.leader_epoch + 1, controller_epoch=self.ctx.epoch)
+            await self._write_states([], [(topic, index, new)])
+            dropped = [r for r in state.replicas if r not in union]  # a cancelled addition
+            topic.partitions[index] = new
+            touched[name] = topic
+            batch.add_leader_and_isr(self.ctx.eligible(new.replicas), topic, index, new)
+            for r in dropped:
+                batch.add_stop_replica(r, name, index, -1, True)
+            results[(name, index)] = (ErrorCode.NONE, None)
+            log.info("reassigning %s-%d: %s -> %s (adding %s, removing %s)", name, index, original,
+                     list(target), new.adding, new.removing)
+        for topic in touched.values():
+            await self._write_assignment(topic)
+        for name, index, _ in changes:
+            if results.get((name, index), (None,))[0] == ErrorCode.NONE:
+                await self._maybe_complete_reassignment(batch, touched[name], index)
+        self._send(batch)
+        return results
+
+    async def _maybe_complete_reassignment(self, batch: RequestBatch, topic: TopicMetadata, index: int) -> None:
+        """Phase two, once every target replica is in the ISR: a target replica leads, the
+        replicas become the target, and the removed ones stop and delete their logs."""
+        state = topic.partitions[index]
+        target = state.target_replicas
+        if not (state.adding or state.removing) or not set(target) <= set(state.isr):
+            return
+        leader = state.leader
+        if leader not in target or leader not in self.ctx.eligible([leader]):
+            candidates = [r for r in self.ctx.eligible(target) if r in state.isr]
+            if not candidates:
+                return  # no target replica can lead yet
+            leader = candidates[0]
+        new = replace(state, replicas=list(target), adding=[], removing=[], leader=leader,
+                      isr=[r for r in state.isr if r in target], leader_epoch=state.leader_epoch + 1,
+                      controller_epoch=self.ctx.epoch)
+        await self._write_states([], [(topic, index, new)])
+        topic.partitions[index] = new
+        await self._write_assignment(topic)
+        batch.add_leader_and_isr(self.ctx.eligible(new.replicas), topic, index, new)
+        for r in state.removing:
+            batch.add_stop_replica(r, topic.name, index, -1, True)
+        log.info("reassignment of %s-%d complete: replicas %s, leader %d", topic.name, index,
+                 new.replicas, leader)
+
+    async def _on_list_reassignments(self, partitions) -> dict[tuple[str, int], PartitionState]:
+        wanted = partitions if partitions is not None else [
+            (t.name, i) for t, i, _ in self._all_partitions()]
+        out = {}
+        for name, index in wanted:
+            topic = self.ctx.topics.get(name)
+            state = topic.partitions.get(index) if topic is not None else None
+            if state is not None and (state.adding or state.removing):
+                out[(name, index)] = state
+        return out

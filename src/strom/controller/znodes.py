@@ -113,6 +113,18 @@ class PartitionState:
     replicas: list[int]
     controller_epoch: int = 0
     zk_version: int = 0
+    # An ongoing reassignment (KIP-455): replicas being added and removed; `replicas` is then
+    # the union, target replicas first.
+    adding: list[int] = field(default_factory=list)
+    removing: list[int] = field(default_factory=list)
+
+    @property
+    def target_replicas(self) -> list[int]:
+        return [r for r in self.replicas if r not in self.removing]
+
+    @property
+    def original_replicas(self) -> list[int]:
+        return [r for r in self.replicas if r not in self.adding]
 
     def encode(self) -> dict[str, Any]:
         return {"controller_epoch": self.controller_epoch, "leader": self.leader, "version": 1,
@@ -135,16 +147,27 @@ def is_internal(topic: str) -> bool:
     return topic in ("__consumer_offsets", "__transaction_state")
 
 
-def encode_assignment(topic_id: uuid.UUID, assignment: dict[int, list[int]]) -> dict[str, Any]:
+def encode_assignment(topic_id: uuid.UUID, assignment: dict[int, list[int]],
+                      adding: dict[int, list[int]] | None = None,
+                      removing: dict[int, list[int]] | None = None) -> dict[str, Any]:
+    """/brokers/topics/<t>: replicas per partition, and (KIP-455) those being added and
+    removed by an ongoing reassignment."""
     return {"version": 3, "topic_id": str(topic_id),
             "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
-            "adding_replicas": {}, "removing_replicas": {}}
+            "adding_replicas": {str(p): list(r) for p, r in sorted((adding or {}).items()) if r},
+            "removing_replicas": {str(p): list(r) for p, r in sorted((removing or {}).items()) if r}}
 
 
 def decode_assignment(data: dict[str, Any]) -> tuple[uuid.UUID, dict[int, list[int]]]:
     raw_id = data.get("topic_id")
     topic_id = _parse_uuid(raw_id) if raw_id else uuid.uuid4()
     return topic_id, {int(p): list(r) for p, r in data["partitions"].items()}
+
+
+def decode_reassignment(data: dict[str, Any]) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """(adding, removing) replicas per partition of an ongoing reassignment."""
+    return ({int(p): list(r) for p, r in (data.get("adding_replicas") or {}).items()},
+            {int(p): list(r) for p, r in (data.get("removing_replicas") or {}).items()})
 
 
 def _parse_uuid(text: str) -> uuid.UUID:

@@ -415,7 +415,7 @@ class ReplicaManager:
         self.partitions.pop((topic, index), None)
         if delete and self.log_manager.get_log(topic, index) is not None:
             self.log_manager.delete_log(topic, index)
-        self.fetch_purgatory.wake((topic, index))
+        self.high_watermark_moved((topic, index))  # waiting fetches and acks=all answer now
 
     def append_records(self, required_acks: int, entries: Iterable[tuple[TopicPartition, bytearray]],
                        from_client: bool = True) -> dict[TopicPartition, ProduceResult]:

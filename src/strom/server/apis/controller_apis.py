@@ -1,5 +1,6 @@
 """LeaderAndIsr, UpdateMetadata and StopReplica: what the controller tells a broker;
-AlterPartition and ControlledShutdown, what brokers ask of it; ElectLeaders, what admins ask.
+AlterPartition and ControlledShutdown, what brokers ask of it; ElectLeaders and partition
+reassignments (KIP-455), what admins ask.
 
 A request from a controller older than the newest one this broker has heard from is refused
 with STALE_CONTROLLER_EPOCH, and one addressed to an earlier registration of this broker
@@ -17,7 +18,7 @@ from strom.server.apis import RequestContext, api, by_topic
 log = logging.getLogger(__name__)
 
 LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN = 4, 5, 6, 7
-ELECT_LEADERS, ALTER_PARTITION = 43, 56
+ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, ALTER_PARTITION = 43, 45, 46, 56
 
 
 def _fenced(broker, request, api_name: str) -> ErrorCode:
@@ -109,3 +110,32 @@ async def handle_elect_leaders(broker, ctx: RequestContext, request) -> dict:
                for tp, (error, message) in results.items()}
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
             "replica_election_results": by_topic(entries, "partition_result", "topic")}
+
+
+@api(ALTER_PARTITION_REASSIGNMENTS, 0, 1)
+async def handle_alter_partition_reassignments(broker, ctx: RequestContext, request) -> dict:
+    """Move partitions to new replicas (null replicas: cancel an ongoing move)."""
+    if _not_controller(broker):
+        return {"throttle_time_ms": 0, "allow_replication_factor_change": True,
+                "error_code": ErrorCode.NOT_CONTROLLER, "error_message": None, "responses": []}
+    changes = [(t.name, p.partition_index, None if p.replicas is None else list(p.replicas))
+               for t in request.topics for p in t.partitions]
+    results = await broker.controller.alter_reassignments(changes)
+    entries = {tp: {"partition_index": tp[1], "error_code": error, "error_message": message}
+               for tp, (error, message) in results.items()}
+    return {"throttle_time_ms": 0, "allow_replication_factor_change": True, "error_code": ErrorCode.NONE,
+            "error_message": None, "responses": by_topic(entries)}
+
+
+@api(LIST_PARTITION_REASSIGNMENTS, 0, 0)
+async def handle_list_partition_reassignments(broker, ctx: RequestContext, request) -> dict:
+    if _not_controller(broker):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_CONTROLLER, "error_message": None,
+                "topics": []}
+    wanted = None if request.topics is None else [
+        (t.name, p) for t in request.topics for p in t.partition_indexes]
+    ongoing = await broker.controller.list_reassignments(wanted)
+    entries = {tp: {"partition_index": tp[1], "replicas": s.replicas, "adding_replicas": s.adding,
+                    "removing_replicas": s.removing} for tp, s in ongoing.items()}
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
+            "topics": by_topic(entries)}
