@@ -1,0 +1,219 @@
+"""The cluster's acceptance test: producers (idempotent and transactional) and a consumer
+group run while a nemesis kill -9s a random broker, SIGSTOPs one past its session timeout,
+restarts the controller and does a rolling restart. Afterwards every acknowledged record is
+there exactly once and in order, committed transactions are wholly visible to read_committed
+and aborted ones invisible, and the group resumes from its committed offsets."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections import defaultdict
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from strom.testing import Cluster, unique_name
+
+from .conftest import CLUSTER_OVERRIDES
+from .test_replication import create
+
+PARTITIONS = 3
+
+
+class Workload:
+    def __init__(self, cluster: Cluster, topic: str, txn_topic: str, group: str) -> None:
+        self.cluster, self.topic, self.txn_topic, self.group = cluster, topic, txn_topic, group
+        self.stop = threading.Event()
+        self.acked: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
+        self.failed: list = []
+        self.committed_txns: list[list[bytes]] = []
+        self.aborted_txns: list[list[bytes]] = []
+        self.consumed = 0
+        self.errors: list[BaseException] = []
+        self.progress: dict[str, str] = {}
+
+    def run_idempotent(self) -> None:
+        producer = Producer({"bootstrap.servers": self.cluster.bootstrap, "acks": "all",
+                             "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 300000})
+
+        def report(err, msg):
+            if err:
+                self.failed.append(err)
+            else:
+                self.acked[msg.partition()].append((msg.offset(), msg.value()))
+
+        i = 0
+        while not self.stop.is_set():
+            try:
+                producer.produce(self.topic, b"r%08d" % i, partition=i % PARTITIONS, on_delivery=report)
+                i += 1
+            except BufferError:
+                pass
+            producer.poll(0.002)
+        self.progress["idempotent"] = f"flushing {i} at {time.monotonic():.0f}"
+        producer.flush(120)
+        self.progress["idempotent"] = f"flushed at {time.monotonic():.0f}"
+
+    def run_transactional(self) -> None:
+        producer = Producer({"bootstrap.servers": self.cluster.bootstrap,
+                             "transactional.id": unique_name("nemesis-txn"), "transaction.timeout.ms": 60000})
+        producer.init_transactions(120)
+        n = 0
+        while not self.stop.is_set():
+            values = [b"t%06d-%d" % (n, k) for k in range(6)]
+            commit = n % 3 != 2
+            self.progress["txn"] = f"transaction {n} {'commit' if commit else 'abort'} at {time.monotonic():.0f}"
+            try:
+                producer.begin_transaction()
+                for k, value in enumerate(values):
+                    producer.produce(self.txn_topic, value, partition=k % PARTITIONS)
+                if commit:
+                    producer.commit_transaction(60)
+                    self.committed_txns.append(values)
+                else:
+                    producer.abort_transaction(60)
+                    self.aborted_txns.append(values)
+            except KafkaException as e:
+                error = e.args[0]
+                if error.fatal():
+                    raise
+                # Outcome unknown or refused: abort; its records must then never be visible.
+                self.progress["txn-error"] = f"{error} at {time.monotonic():.0f}"
+                try:
+                    producer.abort_transaction(60)
+                except KafkaException:
+                    pass
+                self.aborted_txns.append(values)
+            n += 1
+            time.sleep(0.05)
+
+    def run_consumer(self) -> None:
+        consumer = Consumer({"bootstrap.servers": self.cluster.bootstrap, "group.id": self.group,
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                             "session.timeout.ms": 10000})
+        consumer.subscribe([self.topic])
+        try:
+            while not self.stop.is_set():
+                msgs = [m for m in consumer.consume(500, 0.5) if m.error() is None]
+                self.consumed += len(msgs)
+                if msgs:
+                    try:
+                        consumer.commit(asynchronous=False)
+                    except KafkaException:
+                        pass  # retried with the next batch
+        finally:
+            consumer.close()
+
+    def guarded(self, fn):
+        def run():
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001 - reported by the test
+                self.errors.append(e)
+        return threading.Thread(target=run, daemon=True)
+
+
+def _nemesis(cluster: Cluster, rng: random.Random, log: list[str]) -> None:
+    ids = sorted(cluster.brokers)
+    victim = rng.choice(ids)  # 1. kill -9 a random broker, restart it
+    log.append(f"kill -9 broker {victim}")
+    cluster.brokers[victim].kill()
+    time.sleep(2)
+    cluster.brokers[victim].start()
+    time.sleep(3)
+    paused = rng.choice(ids)  # 2. SIGSTOP one past its session timeout
+    log.append(f"SIGSTOP broker {paused} for 7 s")
+    os.kill(cluster.brokers[paused].proc.pid, signal.SIGSTOP)
+    time.sleep(7)
+    os.kill(cluster.brokers[paused].proc.pid, signal.SIGCONT)
+    time.sleep(5)
+    controller = cluster.controller_id()  # 3. restart the controller
+    log.append(f"kill -9 the controller (broker {controller}) and restart it")
+    cluster.brokers[controller].kill()
+    cluster.brokers[controller].start()
+    time.sleep(3)
+    for broker_id in ids:  # 4. rolling restart
+        log.append(f"rolling restart: broker {broker_id}")
+        assert cluster.brokers[broker_id].stop() == 0
+        cluster.brokers[broker_id].start()
+        time.sleep(2)
+
+
+def test_nemesis(zookeeper):
+    overrides = {**CLUSTER_OVERRIDES, "replica.lag.time.max.ms": "5000",
+                 "controlled.shutdown.retry.backoff.ms": "500"}
+    with Cluster(3, zookeeper=zookeeper, overrides=overrides, session_timeout_ms=4000) as cluster:
+        topic, txn_topic = unique_name("nemesis"), unique_name("nemesis-txn")
+        for name in (topic, txn_topic):
+            create(cluster, name, partitions=PARTITIONS, configs={"min.insync.replicas": "2"})
+        work = Workload(cluster, topic, txn_topic, unique_name("nemesis-group"))
+        threads = [work.guarded(f) for f in (work.run_idempotent, work.run_transactional, work.run_consumer)]
+        for t in threads:
+            t.start()
+        time.sleep(3)
+        log: list[str] = []
+        _nemesis(cluster, random.Random(1234), log)
+        time.sleep(3)
+        work.stop.set()
+        for t in threads:
+            t.join(150)
+        stuck = [name for t, name in zip(threads, ("idempotent", "transactional", "consumer"), strict=True)
+                 if t.is_alive()]
+        assert not stuck, f"still running: {stuck}; progress {work.progress}; nemesis {log}"
+        assert not work.errors, work.errors
+        assert not work.failed, work.failed[:3]
+
+        # Every acknowledged record exactly once and in order, per partition.
+        everything = _read_all(cluster, topic, "read_uncommitted")
+        for p in range(PARTITIONS):
+            acked = sorted(work.acked[p])
+            got = everything[p]
+            assert [v for _, v in got] == [v for _, v in acked], f"partition {p}"
+            values = [v for _, v in got]
+            assert values == sorted(values) and len(set(values)) == len(values)
+        # Committed transactions whole, aborted ones invisible.
+        visible = {v for vs in _read_all(cluster, txn_topic, "read_committed").values() for _, v in vs}
+        committed = {v for vs in work.committed_txns for v in vs}
+        aborted = {v for vs in work.aborted_txns for v in vs}
+        assert committed <= visible and not (aborted & visible)
+        # The group resumes from its committed offsets.
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": work.group,
+                             "enable.auto.commit": False})
+        try:
+            committed_offsets = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], 30)
+        finally:
+            consumer.close()
+        assert sum(max(tp.offset, 0) for tp in committed_offsets) > 0
+        total = sum(len(v) for v in work.acked.values())
+        print(f"nemesis: {'; '.join(log)}")
+        print(f"nemesis: {total} acknowledged records, all read back once in order; "
+              f"{len(work.committed_txns)} transactions committed, {len(work.aborted_txns)} aborted; "
+              f"group consumed {work.consumed} and committed {sum(max(t.offset, 0) for t in committed_offsets)}")
+
+
+def _read_all(cluster: Cluster, topic: str, isolation: str) -> dict[int, list[tuple[int, bytes]]]:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique_name("verify"),
+                         "enable.auto.commit": False, "isolation.level": isolation})
+    out: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in range(PARTITIONS)}
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        deadline = time.monotonic() + 120
+        idle_since = time.monotonic()
+        while time.monotonic() < deadline:
+            if isolation == "read_uncommitted" and all(
+                    (out[p][-1][0] + 1 if out[p] else 0) >= ends[p] for p in range(PARTITIONS)):
+                break
+            if isolation == "read_committed" and time.monotonic() - idle_since > 5:
+                break  # markers and aborted records end the log below the high watermark
+            for msg in consumer.consume(1000, 1):
+                if msg.error() is None:
+                    out[msg.partition()].append((msg.offset(), msg.value()))
+                    idle_since = time.monotonic()
+    finally:
+        consumer.close()
+    return out
