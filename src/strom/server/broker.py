@@ -673,6 +673,22 @@ class Broker:
         elif topic == TRANSACTION_STATE_TOPIC and self.txn_coordinator is not None:
             self.txn_coordinator.startup(self.txn_coordinator.store.load(only=index))
 
+    async def await_internal_replication(self, topic: str, key: str) -> ErrorCode:
+        """Coordinators write with acks=all: before a commit, a transaction state change or
+        a new producer id is answered, the ISR must have what was written to the key's
+        partition of `topic` (COORDINATOR_NOT_AVAILABLE if not in time, as Kafka answers)."""
+        tp = (topic, partition_for(key, self.internal_partitions(topic)))
+        partition = self.replica_manager.get_partition(*tp)
+        if partition is None or not partition.is_leader:
+            return ErrorCode.NOT_COORDINATOR
+        error = await self.replica_manager.await_high_watermark(
+            tp, partition.log.log_end_offset, self.config["offsets.commit.timeout.ms"] / 1000)
+        if error == ErrorCode.NONE:
+            return error
+        log.warning("%s-%d: a coordinator write was not replicated: %s", *tp, error.name)
+        return ErrorCode.NOT_COORDINATOR if error == ErrorCode.NOT_LEADER_OR_FOLLOWER else \
+            ErrorCode.COORDINATOR_NOT_AVAILABLE
+
     def _unload_coordinator_partition(self, topic: str, index: int) -> None:
         if topic == GROUP_METADATA_TOPIC and self.group_coordinator is not None:
             self.group_coordinator.unload_partition(index)

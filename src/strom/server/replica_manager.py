@@ -380,6 +380,12 @@ class ReplicaManager:
                 partition.pending_isr = list(partition.isr)  # still counted until confirmed
                 self.alter_isr(partition, new_isr)
 
+    async def await_high_watermark(self, tp: TopicPartition, end_offset: int, timeout_s: float) -> ErrorCode:
+        """acks=all for a write ending at `end_offset` that is not a client's produce."""
+        result = ProduceResult(end_offset=end_offset)
+        await self.await_replication({tp: result}, -1, timeout_s)
+        return result.error
+
     async def await_replication(self, results: dict[TopicPartition, ProduceResult], acks: int,
                                 timeout_s: float) -> None:
         """acks=all: answer once the high watermark covers each write (every ISR member has

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from strom.coordinator import GROUP_METADATA_TOPIC
 from strom.coordinator.group.consumer_group import ConsumerGroup
 from strom.coordinator.group.records import OffsetAndMetadata
 from strom.protocol.errors import ErrorCode
@@ -64,7 +65,16 @@ async def handle_offset_commit(broker, ctx: RequestContext, request) -> dict:
             request.group_id, request.member_id,
             request.group_instance_id if version >= 7 else None,
             request.generation_id_or_member_epoch, commits))
+        await _replicated(broker, request.group_id, errors)
     return _commit_response(request.topics, errors)
+
+
+async def _replicated(broker, group_id: str, errors: dict) -> None:
+    """Offsets count as committed once the ISR of the group's partition has them."""
+    if any(e == ErrorCode.NONE for e in errors.values()):
+        error = await broker.await_internal_replication(GROUP_METADATA_TOPIC, group_id)
+        if error != ErrorCode.NONE:
+            errors.update({tp: error for tp, e in errors.items() if e == ErrorCode.NONE})
 
 
 def _fetch_group(broker, group_id: str, topics, member_id: str | None, member_epoch: int,
@@ -107,6 +117,7 @@ async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> dict
             request.group_id, request.producer_id, request.producer_epoch,
             request.member_id if v3 else "", request.group_instance_id if v3 else None,
             request.generation_id if v3 else -1, commits))
+        await _replicated(broker, request.group_id, errors)
     return _commit_response(request.topics, errors)
 
 

@@ -7,6 +7,7 @@ which fences every older producer of the same transactional id.
 
 from __future__ import annotations
 
+from strom.coordinator import TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode
 from strom.server.apis import RequestContext, api
 
@@ -30,6 +31,9 @@ async def handle_init_producer_id(broker, ctx: RequestContext, request) -> dict:
     expected = (request.producer_id, request.producer_epoch) if version >= 3 else (-1, -1)
     result = broker.txn_coordinator.init_producer_id(request.transactional_id,
                                                      request.transaction_timeout_ms, *expected)
+    error = result.error
+    if error == ErrorCode.NONE:
+        error = await broker.await_internal_replication(TRANSACTION_STATE_TOPIC, request.transactional_id)
     return {"throttle_time_ms": 0,
-            "error_code": fenced_code(result.error, version, PRODUCER_FENCED_FROM),
+            "error_code": fenced_code(error, version, PRODUCER_FENCED_FROM),
             "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from strom.coordinator import GROUP_METADATA_TOPIC
+from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.apis import RequestContext, api, by_topic
 from strom.server.apis.producer_id import fenced_code
@@ -24,7 +24,7 @@ def _topic_results(results: dict[TopicPartition, ErrorCode]) -> list[dict]:
                      for tp, error in results.items()}, "results_by_partition")
 
 
-def _add_partitions(broker, transactional_id: str, producer_id: int, epoch: int, topics: Iterable,
+async def _add_partitions(broker, transactional_id: str, producer_id: int, epoch: int, topics: Iterable,
                     verify_only: bool, version: int) -> dict[TopicPartition, ErrorCode]:
     wanted = [(t.name, p) for t in topics for p in t.partitions]
     topics_meta = broker.metadata_cache.topics
@@ -37,6 +37,8 @@ def _add_partitions(broker, transactional_id: str, producer_id: int, epoch: int,
     if verify_only:
         return coordinator.verify_partitions(transactional_id, producer_id, epoch, wanted)
     error = coordinator.add_partitions(transactional_id, producer_id, epoch, wanted)
+    if error == ErrorCode.NONE:
+        error = await broker.await_internal_replication(TRANSACTION_STATE_TOPIC, transactional_id)
     return dict.fromkeys(wanted, fenced_code(error, version, PRODUCER_FENCED_FROM))
 
 
@@ -44,13 +46,13 @@ def _add_partitions(broker, transactional_id: str, producer_id: int, epoch: int,
 async def handle_add_partitions_to_txn(broker, ctx: RequestContext, request) -> dict:
     version = ctx.header.api_version
     if version <= 3:
-        results = _add_partitions(broker, request.v3_and_below_transactional_id,
+        results = await _add_partitions(broker, request.v3_and_below_transactional_id,
                                   request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
                                   request.v3_and_below_topics, False, version)
         return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _topic_results(results)}
     # v4: the batched shape brokers use to add or verify several transactions at once.
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results_by_transaction": [
-        {"transactional_id": t.transactional_id, "topic_results": _topic_results(_add_partitions(
+        {"transactional_id": t.transactional_id, "topic_results": _topic_results(await _add_partitions(
             broker, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only, version))}
         for t in request.transactions]}
 
@@ -68,6 +70,8 @@ async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> dic
         return {"throttle_time_ms": 0, "error_code": e.code}
     error = broker.txn_coordinator.add_partitions(request.transactional_id, request.producer_id,
                                                   request.producer_epoch, [(GROUP_METADATA_TOPIC, partition)])
+    if error == ErrorCode.NONE:
+        error = await broker.await_internal_replication(TRANSACTION_STATE_TOPIC, request.transactional_id)
     return {"throttle_time_ms": 0,
             "error_code": fenced_code(error, ctx.header.api_version, PRODUCER_FENCED_FROM)}
 
@@ -76,6 +80,8 @@ async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> dic
 async def handle_end_txn(broker, ctx: RequestContext, request) -> dict:
     error = broker.txn_coordinator.end_transaction(request.transactional_id, request.producer_id,
                                                    request.producer_epoch, request.committed)
+    if error == ErrorCode.NONE:
+        error = await broker.await_internal_replication(TRANSACTION_STATE_TOPIC, request.transactional_id)
     return {"throttle_time_ms": 0,
             "error_code": fenced_code(error, ctx.header.api_version, PRODUCER_FENCED_FROM)}
 
