@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 from confluent_kafka import Producer
 
@@ -15,7 +16,7 @@ from strom.testing import RawClient, unique_name
 from .test_cluster import partition_view, topic_dirs
 from .test_replication import consume_all, create, segment_bytes
 
-ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46
+ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, INCREMENTAL_ALTER_CONFIGS = 45, 46, 44
 
 
 def reassign(controller, topic: str, replicas: list[int] | None):
@@ -98,3 +99,36 @@ def test_cancel_and_errors(cluster):
         assert partition_view(controller, topic)[0][1] == [1, 2]
     finally:
         os.kill(paused.proc.pid, signal.SIGCONT)
+
+
+def _alter(broker, resource_type: int, name: str, configs: dict[str, str]) -> None:
+    with RawClient(broker) as client:
+        response = client.call(INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [{
+            "resource_type": resource_type, "resource_name": name, "configs": [
+                {"name": k, "config_operation": 0, "value": v} for k, v in configs.items()]}]})
+    assert response.responses[0].error_code == 0, response.responses[0].error_message
+
+
+def test_throttled_reassignment_moves_at_the_throttle_rate(cluster):
+    """follower.replication.throttled.rate bounds how fast a new replica catches up; the
+    move still completes and loses nothing."""
+    topic = unique_name("throttled")
+    create(cluster, topic, [[1, 2, 3]])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 20})
+    for i in range(2000):
+        producer.produce(topic, b"%04d" % i + b"x" * 1000)
+    assert producer.flush(60) == 0
+    size = len(segment_bytes(cluster.brokers[1], topic, 0))
+    rate = 400_000
+    controller = cluster.brokers[cluster.controller_id()]
+    _alter(controller, 4, "", {"follower.replication.throttled.rate": str(rate)})  # cluster default
+    _alter(controller, 2, topic, {"follower.replication.throttled.replicas": "*"})
+    new = cluster.add_broker(4)
+    begin = time.monotonic()
+    assert reassign(controller, topic, [2, 3, 4]).responses[0].partitions[0].error_code == ErrorCode.NONE
+    cluster.wait_for(lambda: not ongoing(controller), 60, "the throttled move to complete")
+    took = time.monotonic() - begin
+    # Never faster than the throttle allows (slower machines only make it slower).
+    assert took >= 0.5 * size / rate, f"{size} bytes in {took:.1f} s at a {rate} B/s throttle"
+    assert segment_bytes(new, topic, 0) == segment_bytes(cluster.brokers[2], topic, 0)
+    print(f"throttled move: {size} bytes in {took:.1f} s at {rate} B/s")

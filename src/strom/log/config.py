@@ -42,6 +42,15 @@ class LogConfig:
     min_insync_replicas: int = 1  # min.insync.replicas: for acks=all produce
     # unclean.leader.election.enable: may an out-of-sync replica lead (losing records)?
     unclean_leader_election_enable: bool = False
+    # Replicas whose replication traffic is throttled ("partition:broker,...", "*" or ""),
+    # on the leader's side and on the follower's (Kafka's reassignment throttles).
+    leader_replication_throttled_replicas: str = ""
+    follower_replication_throttled_replicas: str = ""
+
+    def replication_throttled(self, follower: bool, partition: int, broker: int) -> bool:
+        listed = (self.follower_replication_throttled_replicas if follower
+                  else self.leader_replication_throttled_replicas).strip()
+        return listed == "*" or f"{partition}:{broker}" in {x.strip() for x in listed.split(",")}
 
     @property
     def log_append_time(self) -> bool:
@@ -135,6 +144,18 @@ def parse_bool(text: str) -> bool:
     return text.lower() == "true"
 
 
+def _throttled_replicas(text: str) -> str:
+    """Kafka's throttled replica list: "*", or "partition:broker" pairs separated by commas."""
+    text = text.strip()
+    if text in ("", "*"):
+        return text
+    for pair in text.split(","):
+        partition, sep, broker = pair.strip().partition(":")
+        if not sep or not partition.isdigit() or not broker.isdigit():
+            raise ValueError(f"expected '*' or a list of partition:broker, got {pair.strip()!r}")
+    return text
+
+
 # Kafka topic config name -> (LogConfig field, parser). Bounds are Kafka's.
 TOPIC_CONFIG_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "segment.bytes": ("segment_bytes", int_in(14, INT_MAX)),
@@ -155,4 +176,8 @@ TOPIC_CONFIG_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "flush.ms": ("flush_ms", int_in(0, LONG_MAX)),
     "min.insync.replicas": ("min_insync_replicas", int_in(1, INT_MAX)),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", parse_bool),
+    "leader.replication.throttled.replicas": ("leader_replication_throttled_replicas",
+                                              lambda text: _throttled_replicas(text)),
+    "follower.replication.throttled.replicas": ("follower_replication_throttled_replicas",
+                                                lambda text: _throttled_replicas(text)),
 }

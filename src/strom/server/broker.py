@@ -44,6 +44,7 @@ from strom.server.log_services import LogServices
 from strom.server.metadata_cache import MetadataCache
 from strom.server.replica_fetcher import ReplicaFetcherManager
 from strom.server.replica_manager import ReplicaManager
+from strom.server.replication_quota import ReplicationQuota
 from strom.server.socket_server import SocketServer
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,8 @@ class Broker:
         self.replica_fetchers = ReplicaFetcherManager(self)
         self.alter_partition = AlterPartitionManager(self)
         self.replica_manager.alter_isr = self.alter_partition.submit
+        self.replica_manager.leader_quota = ReplicationQuota(
+            lambda: self.config["leader.replication.throttled.rate"])
         if cluster_id is None:
             await self.store_io(self._record_cluster_id, self.cluster_id)
         self.admin = TopicAdmin(self.store, self.metadata_cache.broker_racks, self._validate_topic_configs)

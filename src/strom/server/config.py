@@ -126,6 +126,8 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "replica.lag.time.max.ms": (int_in(0), "30000"),
     "num.replica.fetchers": (int_in(1), "1"),
     "unclean.leader.election.enable": (_bool, "false"),
+    "leader.replication.throttled.rate": (int_in(1), str(2**63 - 1)),
+    "follower.replication.throttled.rate": (int_in(1), str(2**63 - 1)),
     "controlled.shutdown.enable": (_bool, "true"),
     "controlled.shutdown.max.retries": (int_in(0), "3"),
     "controlled.shutdown.retry.backoff.ms": (int_in(0), "5000"),

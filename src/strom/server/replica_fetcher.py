@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from strom.client import AsyncConnection
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
+from strom.server.replication_quota import ReplicationQuota
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +101,14 @@ class ReplicaFetcher:
 
     def _ready(self, truncating: bool) -> list[FetchState]:
         now = asyncio.get_running_loop().time()
+        over_quota = not truncating and self.manager.quota.exceeded()
         return [s for s in self.partitions.values()
                 if s.truncating == truncating and s.delayed_until <= now
-                and s.partition.leader_id == self.leader_id]
+                and s.partition.leader_id == self.leader_id
+                and not (over_quota and self._throttled(s.partition))]
+
+    def _throttled(self, partition) -> bool:
+        return partition.log.config.replication_throttled(True, partition.index, self.broker.broker_id)
 
     def _delay(self, state: FetchState, error: ErrorCode) -> None:
         state.delayed_until = asyncio.get_running_loop().time() + self.broker.config["replica.fetch.backoff.ms"] / 1000
@@ -160,14 +166,18 @@ class ReplicaFetcher:
             return
         config = self.broker.config
         topics: dict[str, list[dict]] = {}
+        budget = self.manager.quota.available()
         for s in states:
             p = s.partition
+            limit = config["replica.fetch.max.bytes"]
+            if self._throttled(p):
+                limit = max(1, min(limit, int(budget)))  # at least one batch comes anyway
             topics.setdefault(p.topic, []).append({
                 "partition": p.index, "current_leader_epoch": p.leader_epoch,
                 "fetch_offset": p.log.log_end_offset,
                 "last_fetched_epoch": p.log.leader_epoch_cache.latest_epoch(),
                 "log_start_offset": p.log.log_start_offset,
-                "partition_max_bytes": config["replica.fetch.max.bytes"]})
+                "partition_max_bytes": limit})
         wait_ms = config["replica.fetch.wait.max.ms"]
         response = await self.conn.call(FETCH, FETCH_VERSION, {
             "replica_id": self.broker.broker_id, "max_wait_ms": wait_ms,
@@ -208,6 +218,8 @@ class ReplicaFetcher:
         try:
             if len(records):
                 p.append_as_follower(records)
+                if self._throttled(p):
+                    self.manager.quota.record(len(records))
         except KafkaError as e:
             log.error("%s-%d: cannot append what leader %d sent: %s", p.topic, p.index, self.leader_id, e)
             self._delay(state, e.code)
@@ -227,6 +239,7 @@ class ReplicaFetcherManager:
         self.broker = broker
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self.assigned: dict[TopicPartition, tuple[int, int]] = {}
+        self.quota = ReplicationQuota(lambda: broker.config["follower.replication.throttled.rate"])
 
     def add_partition(self, partition) -> None:
         """Fetch `partition` from its leader, first truncating to where the two logs agree."""

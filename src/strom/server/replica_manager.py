@@ -22,6 +22,7 @@ from strom.log.txn_index import AbortedTxn
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import build_marker_batch, iter_records, validate_batches
 from strom.server.purgatory import Purgatory
+from strom.server.replication_quota import ReplicationQuota
 
 log = logging.getLogger(__name__)
 
@@ -308,6 +309,7 @@ class ReplicaManager:
         # Asks the controller for a new ISR (AlterPartition); set by the broker.
         self.alter_isr: Callable[[Partition, list[int]], None] = lambda _p, _isr: None
         self.checkpointed_hw: dict[TopicPartition, int] = {}
+        self.leader_quota: ReplicationQuota | None = None  # set by the broker
         # Does the cluster have this partition (somewhere else)? Decides between
         # NOT_LEADER_OR_FOLLOWER (clients refresh metadata and re-route) and UNKNOWN_TOPIC.
         self.known_partition = known_partition
@@ -515,9 +517,16 @@ class ReplicaManager:
             if partition.update_follower(replica_id, offset, _now_ms()):
                 self.high_watermark_moved(tp)
             self.maybe_expand_isr(partition, replica_id)
+            quota = self.leader_quota
+            throttled = quota is not None and log_.config.replication_throttled(False, tp[1], self.broker_id)
+            if throttled and quota.exceeded():
+                return ReadResult(ErrorCode.NONE, partition.high_watermark, log_.log_start_offset,
+                                  last_stable_offset=partition.last_stable_offset)
             try:
                 records = log_.read(offset, max_bytes, max_offset=log_.log_end_offset,
                                     min_one_message=min_one_message)
+                if throttled:
+                    quota.record(records.size)
             except KafkaError as e:
                 return ReadResult(e.code, partition.high_watermark, log_.log_start_offset)
             return ReadResult(ErrorCode.NONE, partition.high_watermark, log_.log_start_offset, records,

@@ -56,11 +56,13 @@ _BROKER_GROUPS = [
 # log.retention.hours) and the cleaner's settings.
 DYNAMIC_BROKER_CONFIGS = frozenset(
     {names[0] for names in BROKER_SYNONYMS.values()}
+    | {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}
     | {"log.cleaner.threads", "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size",
        "log.cleaner.io.buffer.load.factor"}
 )
 
 LIST_CONFIGS = frozenset({"cleanup.policy", "log.cleanup.policy", "listeners", "advertised.listeners",
+                          "leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
                           "log.dirs", "log.dir", "group.coordinator.rebalance.protocols",
                           "group.consumer.assignors"})
 
@@ -78,6 +80,10 @@ TOPIC_DOCS = {
     "segment.ms": "Roll to a new segment when the active one is this old.",
     "max.message.bytes": "The largest record batch accepted.",
     "min.insync.replicas": "Replicas that must have an acks=all write.",
+    "leader.replication.throttled.replicas": "Replicas (partition:broker or *) whose leaders "
+                                             "throttle replication to leader.replication.throttled.rate.",
+    "follower.replication.throttled.replicas": "Replicas (partition:broker or *) that fetch at most "
+                                               "follower.replication.throttled.rate.",
     "unclean.leader.election.enable": "Let an out-of-sync replica lead when no in-sync one is "
                                       "alive, losing the records it lacks.",
 }
