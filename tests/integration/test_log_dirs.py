@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import pytest
 from kafka.admin import KafkaAdminClient
@@ -120,3 +121,60 @@ def test_failed_dir_takes_only_its_partitions_offline(two_dir_broker, topic, tmp
         got = ck_consume(bootstrap, [(topic, p, 0)], 1)
         assert got[0].value() == b"before-%d" % p
     assert "Traceback" not in proc.log_text(), proc.log_text()[-3000:]
+
+
+def test_replica_moves_to_another_log_dir_while_serving(two_dir_broker, topic, tmp_path):
+    """AlterReplicaLogDirs: the partition is copied to the other dir while a producer keeps
+    writing; every record is there afterwards, in the new dir, and after a restart."""
+    import threading
+
+    from confluent_kafka import Producer
+
+    bootstrap = two_dir_broker.bootstrap
+    create_topic(bootstrap, topic, 1)
+    source = next(d for d, info in log_dirs(bootstrap).items() if (topic, 0) in info["partitions"])
+    target = next(d for d in log_dirs(bootstrap) if d != source)
+    stop, acked = threading.Event(), []
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        i = 0
+        while not stop.is_set():
+            try:
+                producer.produce(topic, b"%07d" % i, partition=0,
+                                 on_delivery=lambda err, msg: acked.append(msg.value()) if err is None else None)
+                i += 1
+            except BufferError:
+                pass
+            producer.poll(0.001)
+        assert producer.flush(30) == 0
+
+    writer = threading.Thread(target=produce)
+    writer.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(acked) < 20000 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        body = wire_call(bootstrap, 34, 2, {"dirs": [{"path": target, "topics": [{"name": topic, "partitions": [0]}]}]})
+        assert body.results[0].partitions[0].error_code == 0
+        deadline = time.monotonic() + 60
+        while (topic, 0) not in log_dirs(bootstrap)[target]["partitions"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        mark = len(acked)
+        while len(acked) < mark + 5000 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        writer.join(60)
+    dirs = log_dirs(bootstrap)
+    assert (topic, 0) in dirs[target]["partitions"] and (topic, 0) not in dirs[source]["partitions"]
+    assert len(acked) > mark
+    got = ck_consume(bootstrap, [(topic, 0, 0)], len(acked), timeout=60)
+    assert [m.value() for m in got] == [b"%07d" % i for i in range(len(acked))]
+    assert two_dir_broker.stop() == 0
+    two_dir_broker.start()
+    assert (topic, 0) in log_dirs(two_dir_broker.bootstrap)[target]["partitions"]
+    again = ck_consume(two_dir_broker.bootstrap, [(topic, 0, 0)], len(acked), timeout=60)
+    assert len(again) == len(acked)
+    bad = wire_call(bootstrap, 34, 2, {"dirs": [{"path": "/nowhere", "topics": [{"name": topic, "partitions": [0]}]}]})
+    assert bad.results[0].partitions[0].error_code == 57  # LOG_DIR_NOT_FOUND

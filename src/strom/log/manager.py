@@ -37,6 +37,7 @@ HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
 DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"  # a replica being moved to another log dir (AlterReplicaLogDirs)
 
 TopicPartition = tuple[str, int]
 
@@ -191,6 +192,10 @@ class LogManager:
                 log.info("removing %s left by an interrupted topic deletion", path)
                 shutil.rmtree(path, ignore_errors=True)
                 continue
+            if name.endswith(FUTURE_DIR_SUFFIX):
+                log.info("removing %s left by an interrupted move between log dirs", path)
+                shutil.rmtree(path, ignore_errors=True)
+                continue
             try:
                 topic, partition = parse_log_dir_name(name)
             except ValueError:
@@ -304,6 +309,21 @@ class LogManager:
     def _notify_dir_failure(self, d: Path, reason: str) -> None:
         for listener in self.dir_failure_listeners:
             listener(d, reason)
+
+    def future_dir(self, tp: TopicPartition, target: Path) -> Path:
+        return target / f"{tp[0]}-{tp[1]}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
+
+    def finish_move(self, tp: TopicPartition, future: Path, target: Path, config: LogConfig) -> Log:
+        """The copy in `future` (complete: nothing was appended since) becomes the
+        partition's log in `target`; the old directory goes as a deleted log's does."""
+        old = self._logs[tp]
+        final = target / old.dir.name
+        os.rename(future, final)
+        moved = Log.open(final, config, recovery_point=old.recovery_point,
+                         log_start_offset=old.log_start_offset, now_ms=self._now_ms)
+        self.delete_log(*tp)  # closes and removes the old directory
+        self._add(tp, target, moved)
+        return moved
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Delete a partition's log: rename its dir to `*-delete` first (a crash from there on

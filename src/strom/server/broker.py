@@ -40,6 +40,7 @@ from strom.server.config import BrokerConfig, Listener
 from strom.server.config_repository import ConfigRepository
 from strom.server.dynamic_config import DEFAULT_ENTITY, DynamicBrokerConfig
 from strom.server.inter_broker import BrokerConnections
+from strom.server.log_dir_mover import LogDirMover
 from strom.server.log_services import LogServices
 from strom.server.metadata_cache import MetadataCache
 from strom.server.replica_fetcher import ReplicaFetcherManager
@@ -94,6 +95,7 @@ class Broker:
         self.alter_partition: AlterPartitionManager | None = None
         self.leader_endpoints: dict[int, tuple[str, int]] = {}  # from LeaderAndIsr's live leaders
         self.connections = BrokerConnections(self)
+        self.log_dir_mover = LogDirMover(self)
         self._marker_results: dict[tuple, ErrorCode] = {}
         self._markers_in_flight: set[tuple] = set()
         self.group_coordinator: GroupCoordinator | None = None

@@ -164,6 +164,13 @@ class Partition:
         self.producer_state.apply_batches(records, self.log)
         return info
 
+    def replace_log(self, moved: Log) -> None:
+        """The same log, moved to another log dir (AlterReplicaLogDirs)."""
+        self.log = moved
+        self.producer_state = ProducerStateManager(moved.dir)
+        self.producer_state.rebuild(moved)
+        self.snapshot_offset = -1
+
     def truncate_to(self, offset: int) -> bool:
         """Drop everything from `offset` on (a follower's divergence from its leader)."""
         if not self.log.truncate_to(offset):

@@ -1,5 +1,6 @@
-"""DeleteRecords (move a partition's log start offset up) and DescribeLogDirs (partition sizes
-per log dir, and which dirs are offline)."""
+"""DeleteRecords (move a partition's log start offset up), DescribeLogDirs (partition sizes
+per log dir, and which dirs are offline) and AlterReplicaLogDirs (move a replica to another
+log dir of this broker)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.apis import RequestContext, api
 
-DELETE_RECORDS, DESCRIBE_LOG_DIRS = 21, 35
+DELETE_RECORDS, ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 21, 34, 35
 HIGH_WATERMARK = -1  # DeleteRecords offset meaning "up to the high watermark"
 
 
@@ -88,3 +89,30 @@ async def handle_describe_log_dirs(broker, ctx: RequestContext, request) -> dict
             "usable_bytes": usable,
         })
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results": results}
+
+
+def _move(broker, path: str, topic: str, index: int) -> ErrorCode:
+    manager = broker.log_manager
+    target = next((d for d in manager.log_dirs if str(d.absolute()) == path or str(d) == path), None)
+    if target is None:
+        return ErrorCode.LOG_DIR_NOT_FOUND
+    if target in manager.offline_dirs:
+        return ErrorCode.KAFKA_STORAGE_ERROR
+    if broker.replica_manager.get_partition(topic, index) is None:
+        return ErrorCode.REPLICA_NOT_AVAILABLE
+    if manager.dir_of((topic, index)) != target:
+        broker.log_dir_mover.start((topic, index), target)
+    return ErrorCode.NONE
+
+
+@api(ALTER_REPLICA_LOG_DIRS, 1, 2)
+async def handle_alter_replica_log_dirs(broker, ctx: RequestContext, request) -> dict:
+    """Replicas of this broker move, while serving, to the log dir named for them."""
+    results: dict[str, list[dict]] = {}
+    for d in request.dirs:
+        for t in d.topics:
+            for index in t.partitions:
+                results.setdefault(t.name, []).append(
+                    {"partition_index": index, "error_code": _move(broker, d.path, t.name, index)})
+    return {"throttle_time_ms": 0, "results": [{"topic_name": name, "partitions": ps}
+                                               for name, ps in results.items()]}
