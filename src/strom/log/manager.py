@@ -37,6 +37,7 @@ HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
 DELETE_DIR_SUFFIX = "-delete"
+LOCK_FILE = ".lock"
 FUTURE_DIR_SUFFIX = "-future"  # a replica being moved to another log dir (AlterReplicaLogDirs)
 
 TopicPartition = tuple[str, int]
@@ -91,6 +92,7 @@ class LogManager:
         self.default_config = default_config
         self._now_ms = now_ms
         self._logs: dict[TopicPartition, Log] = {}
+        self._locks: list[int] = []
         self._dir_of: dict[TopicPartition, Path] = {}
         self._per_dir: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)  # partitions per dir
         self.broker_id: int | None = None
@@ -219,6 +221,30 @@ class LogManager:
             log.info("%s: no clean shutdown marker, recovered unflushed segments", d)
 
     # -- logs
+
+    def lock_dirs(self) -> None:
+        """Take Kafka's `.lock` on every log dir, so a second broker on the same data refuses
+        to start instead of recovering (and corrupting) the running one's files."""
+        import fcntl
+
+        for d in self.log_dirs:
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                continue  # an unusable dir goes offline at start-up, as before
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise OSError(f"log dir {d} is in use by another broker (it holds {d / LOCK_FILE}); "
+                              "stop it or give this broker other log.dirs") from None
+            self._locks.append(fd)
+
+    def unlock_dirs(self) -> None:
+        for fd in self._locks:
+            os.close(fd)  # closing releases the lock
+        self._locks.clear()
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))

@@ -110,6 +110,7 @@ class Broker:
         self.state = BrokerState.STARTING
         self._loop = asyncio.get_running_loop()
         load_all()
+        self.log_manager.lock_dirs()  # before anything reads or writes them (metadata file too)
         self.store = await asyncio.to_thread(self._open_store)
         self.config_repository = ConfigRepository(self.store, self.store_io, self._config_changed)
         cluster_id = await self.store_io(self._stored_cluster_id)
@@ -199,6 +200,7 @@ class Broker:
         await self.log_services.stop()
         await self._snapshot_producers(at_shutdown=True)
         await asyncio.to_thread(self.log_manager.shutdown)
+        self.log_manager.unlock_dirs()
         if self.store is not None:
             await asyncio.to_thread(self.store.close)  # a clustered broker's znode goes at once
         if self._store_thread is not None:

@@ -199,6 +199,23 @@ class BrokerConfig:
             except ValueError as e:
                 raise ConfigError(f"invalid value for {key}: {e}") from None
         self._check_advertised()
+        self._check_security_protocols()
+
+    def _check_security_protocols(self) -> None:
+        """Only PLAINTEXT is built: a listener that would look secure (SSL, SASL_*) and serve
+        plaintext is refused, not started."""
+        mapping = {}
+        for pair in filter(None, (p.strip() for p in (self.values["listener.security.protocol.map"] or "").split(","))):
+            name, _, protocol = pair.partition(":")
+            mapping[name.strip().upper()] = protocol.strip().upper()
+        for listener in self.listeners:
+            protocol = mapping.get(listener.name, listener.name)
+            if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+                raise ConfigError(f"listener {listener.name} has no security protocol: name one in "
+                                  "listener.security.protocol.map")
+            if protocol != "PLAINTEXT":
+                raise ConfigError(f"listener {listener.name} uses security protocol {protocol}, which "
+                                  "Strom does not implement yet; only PLAINTEXT listeners can be served")
 
     def _check_advertised(self) -> None:
         advertised = self.values["advertised.listeners"]

@@ -1,0 +1,41 @@
+"""Start-up refuses what would silently go wrong: a second broker on the same log dirs, and a
+listener whose security protocol Strom does not implement."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from strom.server.config import BrokerConfig, ConfigError
+from strom.testing import BrokerProcess
+
+
+@pytest.mark.parametrize("protocol", ["SSL", "SASL_SSL", "SASL_PLAINTEXT"])
+def test_unimplemented_security_protocols_are_refused(protocol):
+    with pytest.raises(ConfigError, match="does not implement"):
+        BrokerConfig({"listeners": f"{protocol}://127.0.0.1:0"})
+    with pytest.raises(ConfigError, match="does not implement"):
+        BrokerConfig({"listeners": "CLIENT://127.0.0.1:0",
+                      "listener.security.protocol.map": f"CLIENT:{protocol}"})
+    with pytest.raises(ConfigError, match="no security protocol"):
+        BrokerConfig({"listeners": "CLIENT://127.0.0.1:0"})
+    BrokerConfig({"listeners": "CLIENT://127.0.0.1:0", "listener.security.protocol.map": "CLIENT:PLAINTEXT"})
+
+
+def test_second_broker_on_the_same_log_dir_refuses_to_start(tmp_path):
+    with BrokerProcess(data_dir=tmp_path) as first:
+        logs = tmp_path / "logs"
+        before = {p.name: p.stat().st_mtime_ns for p in logs.iterdir()}
+        second = subprocess.run(
+            [sys.executable, "-m", "strom", "serve", "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+             "--override", f"log.dirs={first.overrides['log.dirs']}"],
+            capture_output=True, text=True, timeout=60)
+        assert second.returncode != 0
+        assert "in use by another broker" in second.stderr
+        assert {p.name: p.stat().st_mtime_ns for p in logs.iterdir()} == before  # untouched
+        assert first.proc.poll() is None
+    # Once the first has stopped, the dir is free again.
+    with BrokerProcess(data_dir=tmp_path):
+        pass
