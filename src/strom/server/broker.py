@@ -103,6 +103,7 @@ class Broker:
         self.cluster_id = ""
         self.advertised: list[Listener] = []
         self._tasks: list[asyncio.Task] = []
+        self._logs_open = False
         self.stopping = False
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -119,6 +120,7 @@ class Broker:
         await self.store_io(self.config_repository.load)
         self.state = BrokerState.RECOVERY
         self.cluster_id = self.log_manager.startup(self.broker_id, cluster_id, self.log_config_for)
+        self._logs_open = True
         self.replica_manager.checkpointed_hw = self.log_manager.read_high_watermarks()
         self.replica_fetchers = ReplicaFetcherManager(self)
         self.alter_partition = AlterPartitionManager(self)
@@ -197,9 +199,10 @@ class Broker:
             await self.controller.shutdown()
         if self.config_repository is not None:
             self.config_repository.stop()
-        await self.log_services.stop()
-        await self._snapshot_producers(at_shutdown=True)
-        await asyncio.to_thread(self.log_manager.shutdown)
+        if self._logs_open:  # a start-up that failed before (say, on a locked dir) writes nothing
+            await self.log_services.stop()
+            await self._snapshot_producers(at_shutdown=True)
+            await asyncio.to_thread(self.log_manager.shutdown)
         self.log_manager.unlock_dirs()
         if self.store is not None:
             await asyncio.to_thread(self.store.close)  # a clustered broker's znode goes at once

