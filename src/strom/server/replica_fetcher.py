@@ -29,6 +29,10 @@ _WAIT_FOR_METADATA = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_
                       ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
 
 
+_LEADER_CATCHING_UP = {ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER}
+_LEADER_CATCHING_UP_S = 0.05
+
+
 @dataclass(slots=True)
 class FetchState:
     partition: object  # strom.server.replica_manager.Partition
@@ -111,7 +115,11 @@ class ReplicaFetcher:
         return partition.log.config.replication_throttled(True, partition.index, self.broker.broker_id)
 
     def _delay(self, state: FetchState, error: ErrorCode) -> None:
-        state.delayed_until = asyncio.get_running_loop().time() + self.broker.config["replica.fetch.backoff.ms"] / 1000
+        # The new leader has not heard of its epoch yet: it will in a moment, so ask again
+        # soon rather than after the full backoff (a stall every acks=all producer would see).
+        backoff = _LEADER_CATCHING_UP_S if error in _LEADER_CATCHING_UP else \
+            self.broker.config["replica.fetch.backoff.ms"] / 1000
+        state.delayed_until = asyncio.get_running_loop().time() + backoff
         log.debug("%s: %s-%d got %s", self.name, state.partition.topic, state.partition.index, error.name)
 
     # -- finding the divergence point -----------------------------------------------------------
