@@ -19,6 +19,7 @@ class _LazyGroup(click.Group):
     """Admin subcommands are imported only when used, so `strom serve` starts without them."""
 
     lazy = {"groups": "strom.cli.groups:groups", "configs": "strom.cli.configs:configs",
+            "reassign-partitions": "strom.cli.reassign:reassign",
             "cluster": "strom.cli.cluster:cluster", "topics": "strom.cli.topics:topics"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
