@@ -32,12 +32,19 @@ from strom.log.segment import (
     segment_name,
 )
 from strom.log.txn_index import AbortedTxn
-from strom.protocol.errors import OffsetOutOfRangeError, StorageError
+from strom.protocol.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    StorageError,
+)
 from strom.protocol.records import (
     HEADER_SIZE,
     BatchHeader,
     assign_offsets,
     read_header,
+    scan_valid_prefix,
     validate_batches,
 )
 
@@ -197,22 +204,37 @@ class Log:
         )
         opened._dir_dirty = created
         opened._parent_dirty = new_dir
-        opened._check_epoch_cache()
+        opened._check_epoch_cache(None if clean_shutdown else point)
         return opened
 
-    def _check_epoch_cache(self) -> None:
+    def _check_epoch_cache(self, recovered_from: int | None) -> None:
         """The leader epoch cache must describe the log as it is after recovery: rebuilt from
-        the batches if its file is missing, else trimmed to the log's offsets."""
+        the batches if its file is missing, else trimmed to the log's offsets. After a crash
+        (`recovered_from`: the recovery point) the epochs of the batches written since are
+        assigned too: a kill between a batch's write and its epoch's checkpoint write would
+        otherwise leave that epoch out."""
         cache = self.leader_epoch_cache
         if not cache.loaded and self._log_end_offset > self.log_start_offset:
             cache.rebuild(self._batch_epochs())
             return
         cache.truncate_from_end(self._log_end_offset)
         cache.truncate_from_start(self.log_start_offset)
+        if recovered_from is not None:
+            latest, missed = cache.latest_epoch(), []
+            for epoch, offset in self._batch_epochs(recovered_from):
+                if epoch > latest:
+                    latest = epoch
+                    missed.append((epoch, offset))
+            if missed:
+                log.warning("%s: leader epochs %s were missing from %s after recovery", self.name,
+                            missed, cache.FILE)
+                for epoch, offset in missed:  # rare, and rarely more than one
+                    cache.assign(epoch, offset)
 
-    def _batch_epochs(self):
-        """(partition leader epoch, base offset) of every batch, reading headers only."""
-        offset = self.log_start_offset
+    def _batch_epochs(self, start: int | None = None):
+        """(partition leader epoch, base offset) of every batch from `start` (default: the log
+        start offset), reading headers only."""
+        offset = self.log_start_offset if start is None else max(start, self.log_start_offset)
         while offset < self._log_end_offset:
             data = self.read(offset, 1 << 20, min_one_message=True).read_bytes()
             pos = 0
@@ -314,7 +336,7 @@ class Log:
         are kept, never assigned. The first batch may not start below the log end offset."""
         self._check_open()
         config = self._config
-        batches = validate_batches(records, config.max_message_bytes)
+        batches = _validate_replicated(records, config.max_message_bytes)
         first = batches[0][1].base_offset
         last = batches[-1][1].base_offset + batches[-1][1].last_offset_delta
         if first < self._log_end_offset:
@@ -735,6 +757,30 @@ class Log:
         """Stop serving after a log dir failure. Descriptors stay open (in-flight fetch regions
         still point at them) until `close()`; nothing more is written to the failed dir."""
         self.offline = True
+
+
+def _validate_replicated(buf, max_batch_bytes: int) -> list[tuple[int, BatchHeader]]:
+    """Check a leader's batches for a follower's append; return (position, header) of each.
+
+    Not `validate_batches`: a compacted batch keeps its last offset delta with fewer records, or
+    none, so the produce rule record count == last offset delta + 1 does not hold for it.
+    Checked instead, as Kafka's follower does: framing, magic, CRC, size and increasing offsets.
+    """
+    if not len(buf):
+        raise InvalidRecordError("empty record set")
+    batches, valid = scan_valid_prefix(buf)
+    if valid != len(buf):
+        raise CorruptRecordError(f"replicated record set is torn or corrupt at byte {valid} of {len(buf)}")
+    next_offset = -1
+    for pos, header in batches:
+        if header.size > max_batch_bytes:
+            raise RecordTooLargeError(
+                f"record batch of {header.size} bytes exceeds the limit of {max_batch_bytes}")
+        if header.last_offset_delta < 0 or header.base_offset < next_offset:
+            raise InvalidRecordError(f"replicated batch at byte {pos} has out-of-order offsets "
+                                     f"{header.base_offset}..{header.last_offset}")
+        next_offset = header.last_offset + 1
+    return batches
 
 
 def _clean_dir(dir: Path) -> list[int]:

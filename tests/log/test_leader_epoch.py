@@ -1,0 +1,108 @@
+"""Leader epochs through crashes and compaction: a follower copies compacted batches (fewer
+records than their offset range, gaps between them), and a log recovered after a crash ends
+with a leader epoch cache that matches its batches."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from logtest_support import batch, read_records
+
+from strom.log import LogConfig
+from strom.log.cleaner import rebuild_batch
+from strom.log.leader_epoch import EpochEntry
+from strom.protocol.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from strom.protocol.records import iter_records, read_header, scan_valid_prefix
+
+
+def _with_offset(data: bytearray, base_offset: int, epoch: int) -> bytearray:
+    """A copy of one batch as a leader stored it: base offset and leader epoch set (neither is
+    covered by the CRC)."""
+    out = bytearray(data)
+    out[0:8] = base_offset.to_bytes(8, "big")
+    out[12:16] = epoch.to_bytes(4, "big", signed=True)
+    return out
+
+
+def _compacted(base_offset: int, epoch: int, keep: slice) -> bytearray:
+    """A 5-record batch at `base_offset` re-encoded by the cleaner with only records[keep]."""
+    full = _with_offset(batch(5), base_offset, epoch)
+    records = list(iter_records(full))
+    return bytearray(rebuild_batch(read_header(full), records[keep], None))
+
+
+def test_follower_copies_compacted_batches_with_gaps(open_log):
+    # offsets 0-4 keep records 3 and 4; 5-9 is an empty filler; 10-14 was dropped by the
+    # cleaner entirely (a gap); 15-19 keeps record 15 only, at a new epoch.
+    data = _compacted(0, 1, slice(3, 5)) + _compacted(5, 1, slice(0, 0)) + _compacted(15, 2, slice(0, 1))
+    follower = open_log(LogConfig(index_interval_bytes=1))
+    info = follower.append_as_follower(data)
+    assert (info.first_offset, info.last_offset, follower.log_end_offset) == (0, 19, 20)
+    assert follower.read(0, 1 << 20).read_bytes() == bytes(data)
+    assert [r.offset for r in read_records(follower)] == [3, 4, 15]
+    # a fetch inside the gap starts at the next batch, located through the offset index
+    assert read_header(follower.read(12, 1 << 20).read_bytes()).base_offset == 15
+    assert follower.leader_epoch_cache.entries == [EpochEntry(1, 0), EpochEntry(2, 15)]
+    # the fetch after the gap continues where the leader's log continues
+    follower.append_as_follower(_with_offset(batch(2), 30, 2))
+    assert follower.log_end_offset == 32
+
+
+@pytest.mark.parametrize(
+    ("make", "error"),
+    [
+        (lambda: _with_offset(batch(3), 0, 0)[:-4], CorruptRecordError),
+        (lambda: _with_offset(batch(3), 5, 0) + _with_offset(batch(3), 6, 0), InvalidRecordError),
+        (lambda: _with_offset(batch(3, value_size=3000), 0, 0), RecordTooLargeError),
+        (lambda: bytearray(), InvalidRecordError),
+    ],
+)
+def test_follower_refuses_bad_record_sets(open_log, make, error):
+    log = open_log(LogConfig(max_message_bytes=2000))
+    with pytest.raises(error):
+        log.append_as_follower(make())
+    assert log.log_end_offset == 0 and log.active_segment.size == 0
+
+
+def test_crash_recovery_adds_epochs_the_checkpoint_missed(open_log, tmp_path):
+    log = open_log()
+    log.append(batch(3), leader_epoch=0)
+    log.append(batch(2), leader_epoch=3)
+    log.append(batch(2), leader_epoch=3)
+    log.close()
+    # killed after the epoch 3 batch was written but before its checkpoint write
+    (tmp_path / "topic-0" / "leader-epoch-checkpoint").write_text("0\n1\n0 0\n")
+    reopened = open_log(recovery_point=0, clean_shutdown=False)
+    assert reopened.leader_epoch_cache.entries == [EpochEntry(0, 0), EpochEntry(3, 3)]
+    assert (tmp_path / "topic-0" / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n3 3\n"
+
+
+def test_torn_tail_recovery_drops_the_epoch_it_cut(open_log, tmp_path):
+    log = open_log()
+    log.append(batch(3), leader_epoch=0)
+    log.append(batch(2), leader_epoch=2)
+    log.append(batch(4), leader_epoch=5)
+    path = log.active_segment.log_path
+    log.close()
+    with open(path, "r+b") as f:  # a kill -9 in the middle of the last write
+        f.truncate(os.path.getsize(path) - 7)
+    reopened = open_log(recovery_point=0, clean_shutdown=False)
+    assert reopened.log_end_offset == 5
+    assert reopened.leader_epoch_cache.entries == [EpochEntry(0, 0), EpochEntry(2, 3)]
+    data = reopened.read(0, 1 << 20).read_bytes()
+    epochs = [(h.partition_leader_epoch, h.base_offset) for _, h in scan_valid_prefix(data)[0]]
+    assert epochs == [(0, 0), (2, 3)]
+    assert reopened.end_offset_for_epoch(0) == (0, 3)
+
+
+def test_log_start_moves_trim_the_cache(open_log):
+    log = open_log(LogConfig(segment_bytes=200))
+    for epoch in (0, 0, 1, 1, 4, 4):
+        log.append(batch(2), leader_epoch=epoch)
+    assert log.leader_epoch_cache.entries == [EpochEntry(0, 0), EpochEntry(1, 4), EpochEntry(4, 8)]
+    log.increment_log_start_offset(6)
+    assert log.leader_epoch_cache.entries == [EpochEntry(1, 6), EpochEntry(4, 8)]
+    log.truncate_fully_and_start_at(20)
+    assert log.leader_epoch_cache.entries == []
+    assert log.end_offset_for_epoch(4) == (-1, -1)
