@@ -1,7 +1,7 @@
 """Cluster benchmark: what a 3-broker Strom cluster on ZooKeeper costs and how fast it recovers.
 
     .venv/bin/python benchmarks/cluster.py [--scenarios a,b,...] [--json FILE] [--records N]
-                                           [--session-timeouts 4000,10000]
+                                           [--session-timeouts 4000,10000] [--client-debug FILE]
 
 One ZooKeeper (Debian's, no fsync: `ZooKeeperServer(fsync=False)`) serves every scenario; each
 scenario starts its own `strom.testing.Cluster` of three real `strom serve` processes (under a
@@ -47,17 +47,42 @@ Scenarios (every time is wall clock, `time.monotonic()`):
   was missing ÷ `bytes_match_s` (start-up included); `mb_per_s_from_ready` without it. Both
   are polled every ~50 ms; the ISR can come first: a follower rejoins once it has fetched up
   to the high watermark, and the size of its files is only seen once it has written them.
+- `leader-kill`: a 1-partition RF=3 topic (min.insync.replicas=2) with assignment [[a, b, c]] where
+  a, the leader, is not the controller; an idempotent acks=all producer (linger.ms=5) at ~5,000
+  records/s (`--failover-rate`) of 100 bytes, each carrying a sequence number and its produce()
+  time; after 2 s kill -9 the leader, then produce until 4 s after a live broker's Metadata
+  (the controller's) names a new leader. `max_gap_s`: the longest gap between consecutive
+  acknowledgements (delivery callbacks, polled every 1 ms) ending after 1 s before the kill;
+  `first_ack_after_s`: kill -> the first acknowledgement after it; `first_new_record_ack_s`: kill ->
+  the first acknowledgement of a record produce()d after the kill; `baseline_max_gap_s`: the
+  longest gap before it; `exactly_once`: acknowledgements (distinct sequence numbers) == end
+  offset. Once per `--session-timeouts` value: nothing moves before the dead leader's session
+  expires.
+- `controlled-shutdown`: the same with SIGTERM (BrokerProcess.stop(): controlled shutdown, then
+  exit) instead of kill -9, session timeout 4000 ms, 3 s of producing after it. Target: under 1 s.
+- `rolling-restart`: an RF=3 topic of 3 partitions (min.insync.replicas=2) and the same producer
+  at ~20,000 records/s (`--rolling-rate`); after 2 s, brokers 1, 2, 3 in turn get SIGTERM, are
+  started again, and the next waits until another broker's Metadata lists the restarted one in
+  every partition's ISR. `total_s`: the first SIGTERM -> the last broker back in every ISR; the
+  longest gap between acknowledgements from the first SIGTERM to 2 s after the end; then a
+  consumer reads every partition up to its end offset and checks each acknowledged sequence
+  number is read exactly once (`duplicates`, `acked_not_read`, `read_not_acked`).
+- `--client-debug FILE` appends librdkafka's debug lines (msg,protocol,topic,metadata) around
+  each leader-kill and controlled-shutdown, and around rolling-restart's longest gap, with
+  ms since the disruption and wall time (to compare with the brokers' logs).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import multiprocessing
 import os
 import statistics
 import struct
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -83,7 +108,8 @@ import run  # noqa: E402  (the harness next to this file: machine description, p
 METADATA = 3
 MB = 1_000_000
 RECORD_SIZE = 100
-SCENARIOS = ("create-topics", "controller-failover", "replication-throughput", "replication-lag", "catch-up")
+SCENARIOS = ("create-topics", "controller-failover", "replication-throughput", "replication-lag", "catch-up",
+             "leader-kill", "controlled-shutdown", "rolling-restart")
 # Small internal topics: a 2-core machine runs three brokers and the clients.
 CLUSTER_OVERRIDES = {
     "offsets.topic.num.partitions": "3",
@@ -541,9 +567,307 @@ def scenario_catch_up(zk: ZooKeeperServer, args) -> dict:
     return result
 
 
+# --- leader-kill, controlled-shutdown, rolling-restart ------------------------------------------
+_SEQ = struct.Struct(">qq")  # sequence number, CLOCK_MONOTONIC ns of the produce() call
+DEBUG_CONTEXTS = "msg,protocol,topic,metadata"
+
+
+class _Lines(logging.Handler):
+    """librdkafka's log lines (forwarded on poll()), each with the monotonic and wall time it came."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[tuple[float, float, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((time.monotonic(), time.time(), record.getMessage()))
+
+
+def paced_produce(cluster: Cluster, topic: str, partitions: int, rate: int, disrupt, tail_s: float,
+                  warmup_s: float = 2.0, debug: bool = False, limit_s: float = 180.0) -> dict:
+    """An idempotent acks=all producer at `rate` records/s (1 ms slots, partition = seq % partitions)
+    from this thread; after `warmup_s`, `disrupt(events)` runs in a thread of its own (it stores
+    monotonic times in `events`, "disrupted" first); producing goes on until `tail_s` after it
+    returned. Every acknowledgement is timestamped when its callback runs (poll() every slot)."""
+    conf = {"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 5, "compression.type": "none", "message.timeout.ms": 120_000}
+    lines = _Lines()
+    if debug:
+        logger = logging.getLogger(f"rdkafka-{uuid.uuid4().hex[:6]}")
+        logger.propagate, logger.level = False, logging.DEBUG
+        logger.addHandler(lines)
+        conf |= {"debug": DEBUG_CONTEXTS, "logger": logger}
+    producer = Producer(conf)
+    producer.list_topics(topic, timeout=10)
+    acks: list[tuple[float, int, float]] = []  # (callback time, sequence, produce() time)
+    failed: list[str] = []
+    errors = [0]
+
+    def report(err, msg):
+        now = time.monotonic()
+        if err is None:
+            seq, sent_ns = _SEQ.unpack_from(msg.value())
+            acks.append((now, seq, sent_ns / 1e9))
+        else:
+            errors[0] += 1
+            if str(err) not in failed and len(failed) < 3:
+                failed.append(str(err))
+
+    events: dict[str, float] = {}
+    outcome: list[BaseException] = []
+
+    def run_disrupt():
+        try:
+            disrupt(events)
+        except BaseException as e:  # noqa: BLE001 - raised again from the producing thread
+            outcome.append(e)
+        events["done"] = time.monotonic()
+
+    thread = threading.Thread(target=run_disrupt, daemon=True)
+    padding = b"x" * (RECORD_SIZE - _SEQ.size)
+    per_tick, seq = max(1, rate // 1000), 0
+    start = slot = time.monotonic()
+    while True:
+        now = time.monotonic()
+        if not thread.is_alive() and "done" not in events and now - start >= warmup_s:
+            thread.start()
+        if "done" in events and now - events["done"] >= tail_s:
+            break
+        if now - start > limit_s:
+            raise RuntimeError(f"the disruption did not finish within {limit_s:.0f} s: {events}")
+        for _ in range(per_tick):
+            try:
+                producer.produce(topic, _SEQ.pack(seq, time.monotonic_ns()) + padding,
+                                 partition=seq % partitions, on_delivery=report)
+            except BufferError:
+                break  # the queue is full: this slot's records are not produced
+            seq += 1
+        producer.poll(0)
+        slot += 0.001
+        pause = slot - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+    produced_s = time.monotonic() - start
+    remaining = producer.flush(60)
+    if outcome:
+        raise outcome[0]
+    return {"acks": acks, "events": events, "produced": seq, "rate_per_s": round(seq / produced_s),
+            "not_flushed": remaining, "errors": errors[0], "first_errors": failed, "start": start,
+            "debug_lines": lines.lines}
+
+
+def ack_gaps(acks: list[tuple[float, int, float]], t0: float, t1: float) -> tuple[float, float]:
+    """The longest gap between consecutive acknowledgements whose gap ends in (t0, t1], and when it began."""
+    times = [a[0] for a in acks]
+    best, began = 0.0, t0
+    for before, after in zip(times, times[1:], strict=False):
+        if t0 < after <= t1 and after - before > best:
+            best, began = after - before, before
+    return best, began
+
+
+def long_gaps(acks: list[tuple[float, int, float]], hit: float, over: float = 0.25) -> list[list[float]]:
+    """[start after `hit` (s), length (s)] of every gap between consecutive acknowledgements over `over` s."""
+    times = [a[0] for a in acks]
+    return [[round(before - hit, 3), round(after - before, 3)]
+            for before, after in zip(times, times[1:], strict=False) if after - before > over]
+
+
+def unavailability(run_: dict, partitions: int, bootstrap: str, topic: str) -> dict:
+    """The numbers of leader-kill and controlled-shutdown, relative to events["disrupted"]."""
+    acks, events = run_["acks"], run_["events"]
+    hit = events["disrupted"]
+    gap, began = ack_gaps(acks, hit - 1.0, float("inf"))
+    baseline, _ = ack_gaps(acks, run_["start"] + 0.5, hit - 0.1)
+    after = [a for a in acks if a[0] > hit]
+    new = [a for a in after if a[2] > hit]  # produce()d after the disruption
+    ends = end_offsets(bootstrap, topic, partitions)
+    sequences = {a[1] for a in acks}
+    return {"max_gap_s": round(gap, 3), "gap_began_after_s": round(began - hit, 3),
+            "first_ack_after_s": round(after[0][0] - hit, 3) if after else None,
+            "first_new_record_ack_s": round(new[0][0] - hit, 3) if new else None,
+            "baseline_max_gap_s": round(baseline, 3), "gaps_over_0_25_s": long_gaps(acks, hit),
+            "rate_per_s": run_["rate_per_s"],
+            "produced": run_["produced"], "acked": len(acks), "errors": run_["errors"],
+            "first_errors": run_["first_errors"], "not_flushed": run_["not_flushed"],
+            "end_offsets": ends, "exactly_once": len(sequences) == len(acks) == sum(ends)}
+
+
+def debug_excerpt(run_: dict, path: Path | None, label: str, begin: float, end: float) -> int:
+    """librdkafka's lines from `begin` to `end` (monotonic), each with ms since the disruption (and
+    wall time to compare with the brokers' logs). Appended to `path`; returns the number of lines."""
+    if path is None or not run_["debug_lines"]:
+        return 0
+    hit = run_["events"]["disrupted"]
+    picked = [(m, w, text) for m, w, text in run_["debug_lines"] if begin <= m <= end]
+    with path.open("a") as f:
+        wall = datetime.fromtimestamp(time.time() - (time.monotonic() - hit), UTC)
+        f.write(f"=== {label}: disrupted at {wall.isoformat(timespec='milliseconds')}; events (ms since): "
+                + ", ".join(f"{k} {1000 * (v - hit):+.0f}" for k, v in run_["events"].items()) + "\n")
+        for m, w, text in picked:
+            stamp = datetime.fromtimestamp(w, UTC).strftime("%H:%M:%S.%f")[:-3]
+            f.write(f"{1000 * (m - hit):+8.1f} ms {stamp} {text}\n")
+    return len(picked)
+
+
+def leader_cluster(zk: ZooKeeperServer, session_timeout_ms: int, topic: str) -> tuple[Cluster, int]:
+    """A started cluster with a 1-partition RF=3 topic (min.insync.replicas=2) led by a broker that
+    is not the controller: assignment [[leader, other, controller]]. The caller closes it."""
+    cluster = new_cluster(zk, session_timeout_ms=session_timeout_ms).start()
+    try:
+        cluster.wait_for(lambda: cluster.controller_id() >= 0, 30, "a controller")
+        controller = cluster.controller_id()
+        leader, other = [i for i in cluster.brokers if i != controller]
+        create_topic(cluster, topic, assignment=[[leader, other, controller]], configs={"min.insync.replicas": "2"})
+        return cluster, leader
+    except BaseException:
+        cluster.close()
+        raise
+
+
+def leader_down(zk: ZooKeeperServer, args, session_timeout_ms: int, graceful: bool) -> dict:
+    name = "controlled-shutdown" if graceful else "leader-kill"
+    topic = f"bench-{name}-{uuid.uuid4().hex[:6]}"
+    cluster, leader = leader_cluster(zk, session_timeout_ms, topic)
+    try:
+        victim = cluster.brokers[leader]
+
+        def disrupt(events):
+            events["disrupted"] = time.monotonic()
+            if graceful:
+                victim.stop()  # SIGTERM: controlled shutdown, then the broker exits
+            else:
+                victim.kill()
+            events["exited"] = time.monotonic()
+            # the partition's new leader, as the controller's broker answers Metadata
+            controller = cluster.controller_id()
+            with RawClient(cluster.brokers[controller]) as raw:
+                cluster.wait_for(lambda: partitions_view(raw, topic).get(0, (leader,))[0] not in (leader, -1),
+                                 session_timeout_ms / 1000 + 30, "a new leader")
+            events["new_leader_in_metadata"] = time.monotonic()
+
+        tail = 3.0 if graceful else 4.0
+        run_ = paced_produce(cluster, topic, 1, args.failover_rate, disrupt, tail, debug=args.client_debug is not None)
+        result = {"session_timeout_ms": session_timeout_ms, "signal": "SIGTERM" if graceful else "SIGKILL",
+                  "leader": leader, "controller": cluster.controller_id(),
+                  **unavailability(run_, 1, cluster.bootstrap, topic),
+                  **{f"{k}_s": round(v - run_["events"]["disrupted"], 3) for k, v in run_["events"].items()
+                     if k not in ("disrupted", "done")}}
+        # from 0.2 s before the disruption to 0.3 s after the first record produce()d after it got through
+        hit = run_["events"]["disrupted"]
+        new = [a[0] for a in run_["acks"] if a[2] > hit]
+        result["debug_lines"] = debug_excerpt(run_, args.client_debug, f"{name} session {session_timeout_ms} ms",
+                                              hit - 0.2, (new[0] if new else hit + 10) + 0.3)
+        if errors := broker_errors(cluster):
+            result["broker_errors"] = errors
+    finally:
+        cluster.close()
+    log(f"{name}: session {session_timeout_ms} ms, {result['signal']} of leader {leader} at "
+        f"{result['rate_per_s']:,} rec/s: longest gap between acks {result['max_gap_s']} s "
+        f"(from {result['gap_began_after_s']:+} s; before it {result['baseline_max_gap_s']} s), first ack after "
+        f"{result['first_ack_after_s']} s, first ack of a record produced after it {result['first_new_record_ack_s']} s; "
+        f"new leader in Metadata after {result['new_leader_in_metadata_s']} s; {result['acked']:,}/{result['produced']:,} "
+        f"acked, end offset {sum(result['end_offsets']):,}, exactly once {result['exactly_once']}")
+    return result
+
+
+def scenario_leader_kill(zk: ZooKeeperServer, args) -> dict:
+    return {f"session_{ms}ms": leader_down(zk, args, ms, graceful=False) for ms in args.session_timeouts}
+
+
+def scenario_controlled_shutdown(zk: ZooKeeperServer, args) -> dict:
+    return {"session_4000ms": leader_down(zk, args, 4000, graceful=True)}
+
+
+def read_back(bootstrap: str, topic: str, ends: list[int]) -> tuple[int, set[int], int]:
+    """(records read, their distinct sequence numbers, duplicates) of every partition up to `ends`."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-read-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(len(ends))])
+    seen: set[int] = set()
+    read = duplicates = 0
+    positions = [0] * len(ends)
+    deadline = time.monotonic() + 120
+    try:
+        while any(pos < end for pos, end in zip(positions, ends, strict=True)) and time.monotonic() < deadline:
+            for msg in consumer.consume(10_000, 0.5):
+                if msg.error() is not None:
+                    continue
+                read += 1
+                seq = _SEQ.unpack_from(msg.value())[0]
+                duplicates += seq in seen
+                seen.add(seq)
+                positions[msg.partition()] = msg.offset() + 1
+    finally:
+        consumer.close()
+    return read, seen, duplicates
+
+
+def scenario_rolling_restart(zk: ZooKeeperServer, args) -> dict:
+    partitions = 3
+    with new_cluster(zk) as cluster:
+        topic = f"bench-rolling-{uuid.uuid4().hex[:6]}"
+        create_topic(cluster, topic, partitions, 3, configs={"min.insync.replicas": "2"})
+        steps: list[dict] = []
+
+        def disrupt(events):
+            events["disrupted"] = time.monotonic()
+            for broker_id, broker in cluster.brokers.items():
+                was_controller = cluster.controller_id() == broker_id
+                t0 = time.monotonic()
+                events[f"stop_{broker_id}"] = t0
+                broker.stop()
+                t1 = time.monotonic()
+                broker.start()
+                t2 = time.monotonic()
+                other = cluster.brokers[next(i for i in cluster.brokers if i != broker_id)]
+                with RawClient(other) as raw:
+                    cluster.wait_for(lambda raw=raw, b=broker_id: (view := partitions_view(raw, topic))
+                                     and all(b in isr for _, isr in view.values()), 60,
+                                     f"broker {broker_id} back in every ISR")
+                t3 = time.monotonic()
+                steps.append({"broker": broker_id, "was_controller": was_controller, "stop_s": round(t1 - t0, 3), "start_s": round(t2 - t1, 3),
+                              "back_in_isr_s": round(t3 - t2, 3), "step_s": round(t3 - t0, 3)})
+                log(f"rolling-restart: broker {broker_id}: SIGTERM -> exit {t1 - t0:.2f} s, start -> ready "
+                    f"{t2 - t1:.2f} s, ready -> in every ISR {t3 - t2:.2f} s")
+
+        run_ = paced_produce(cluster, topic, partitions, args.rolling_rate, disrupt, tail_s=2.0,
+                             debug=args.client_debug is not None)
+        hit, done = run_["events"]["disrupted"], run_["events"]["done"]
+        acks = run_["acks"]
+        gap, began = ack_gaps(acks, hit, done + 2.0)
+        baseline, _ = ack_gaps(acks, run_["start"] + 0.5, hit)
+        debug_lines = debug_excerpt(run_, args.client_debug, "rolling-restart (the longest gap)", began - 0.3,
+                                    began + gap + 0.1)
+        ends = end_offsets(cluster.bootstrap, topic, partitions)
+        read, seen, duplicates = read_back(cluster.bootstrap, topic, ends)
+        acked = {a[1] for a in acks}
+        view = {}
+        with RawClient(cluster.brokers[1]) as raw:
+            view = partitions_view(raw, topic)
+        result = {"partitions": partitions, "rate_per_s": run_["rate_per_s"], "total_s": round(done - hit, 3),
+                  "steps": steps, "max_gap_s": round(gap, 3), "gap_began_after_s": round(began - hit, 3),
+                  "baseline_max_gap_s": round(baseline, 3), "gaps_over_0_25_s": long_gaps(acks, hit),
+                  "produced": run_["produced"], "acked": len(acks),
+                  "errors": run_["errors"], "first_errors": run_["first_errors"],
+                  "not_flushed": run_["not_flushed"], "end_offsets": ends, "read": read,
+                  "duplicates": duplicates, "acked_not_read": len(acked - seen),
+                  "read_not_acked": len(seen - acked),
+                  "exactly_once": duplicates == 0 and not (acked - seen) and read == len(acks),
+                  "leaders_after": {str(p): v[0] for p, v in sorted(view.items())}, "debug_lines": debug_lines}
+        if errors := broker_errors(cluster):
+            result["broker_errors"] = errors
+    log(f"rolling-restart: 3 brokers restarted in {result['total_s']} s at {result['rate_per_s']:,} rec/s; longest gap "
+        f"between acks {result['max_gap_s']} s (before: {result['baseline_max_gap_s']} s); {result['acked']:,}/"
+        f"{result['produced']:,} acked, {result['read']:,} read, {result['duplicates']} duplicates, "
+        f"{result['acked_not_read']} acked but not read: exactly once {result['exactly_once']}")
+    return result
+
+
 RUNNERS = {"create-topics": scenario_create_topics, "controller-failover": scenario_controller_failover,
            "replication-throughput": scenario_replication_throughput, "replication-lag": scenario_replication_lag,
-           "catch-up": scenario_catch_up}
+           "catch-up": scenario_catch_up, "leader-kill": scenario_leader_kill,
+           "controlled-shutdown": scenario_controlled_shutdown, "rolling-restart": scenario_rolling_restart}
 
 
 def main() -> int:
@@ -553,12 +877,18 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=300_000, help="records per replication-throughput pass")
     parser.add_argument("--passes", type=int, default=3, help="replication-throughput passes per topic")
     parser.add_argument("--session-timeouts", default="4000,10000",
-                        help="zookeeper.session.timeout.ms values for controller-failover")
+                        help="zookeeper.session.timeout.ms values for controller-failover and leader-kill")
     parser.add_argument("--create-partitions", type=int, default=1000)
     parser.add_argument("--lag-rate", type=int, default=50_000, help="records/s of the replication-lag producer")
     parser.add_argument("--lag-seconds", type=float, default=10.0)
     parser.add_argument("--catch-up-mb", type=int, default=200)
     parser.add_argument("--catch-up-seconds", type=float, default=30.0)
+    parser.add_argument("--failover-rate", type=int, default=5_000,
+                        help="records/s of the leader-kill and controlled-shutdown producer")
+    parser.add_argument("--rolling-rate", type=int, default=20_000, help="records/s of the rolling-restart producer")
+    parser.add_argument("--client-debug", type=Path,
+                        help=f"append librdkafka's debug lines ({DEBUG_CONTEXTS}) around each leader-kill "
+                             f"and controlled-shutdown, and around rolling-restart's longest gap, to this file")
     args = parser.parse_args()
     args.session_timeouts = [int(x) for x in args.session_timeouts.split(",") if x.strip()]
     names = [x.strip() for x in args.scenarios.split(",") if x.strip()]
