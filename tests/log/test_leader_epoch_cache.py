@@ -38,7 +38,7 @@ def test_end_offset_for(tmp_path):
     assert cache.end_offset_for(4, 40) == (4, 40)  # the latest epoch ends at the log end
     assert cache.end_offset_for(3, 40) == (3, 25)
     assert cache.end_offset_for(2, 40) == (1, 10)  # unknown epoch: the largest below it
-    assert cache.end_offset_for(0, 40) == (-1, -1)
+    assert cache.end_offset_for(0, 40) == (0, 0)  # older than all: ends where the first starts
     assert cache.end_offset_for(5, 40) == (-1, -1)
     assert cache.epoch_for(12) == 3 and cache.epoch_for(0) == 1
 

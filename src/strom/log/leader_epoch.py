@@ -60,13 +60,16 @@ class LeaderEpochCache:
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest known epoch <= `epoch`, the offset where it ends): the log end for the
-        latest epoch, else the start of the next epoch; UNDEFINED below the first epoch."""
+        latest epoch, else the start of the next epoch. An epoch older than every known one
+        ends where the first known one starts, as Kafka answers; UNDEFINED above the latest."""
         if not self.entries or epoch < 0:
             return UNDEFINED
         if epoch == self.entries[-1].epoch:
             return epoch, log_end_offset
-        if epoch > self.entries[-1].epoch or epoch < self.entries[0].epoch:
+        if epoch > self.entries[-1].epoch:
             return UNDEFINED
+        if epoch < self.entries[0].epoch:
+            return epoch, self.entries[0].start_offset
         for i, entry in enumerate(self.entries):
             if entry.epoch > epoch:
                 return self.entries[i - 1].epoch, entry.start_offset
