@@ -47,6 +47,9 @@ class _BrokerSender:
         self.broker = broker
         self.queue: asyncio.Queue[_Item] = asyncio.Queue()
         self.conn: AsyncConnection | None = None
+        self.busy = 0  # requests queued or in flight
+        self.idle = asyncio.Event()
+        self.idle.set()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"controller-to-{broker.id}")
 
     async def _send(self, item: _Item) -> Any:
@@ -87,6 +90,9 @@ class _BrokerSender:
                 except Exception:
                     log.exception("controller callback for %s to broker %d failed",
                                   NAMES[item.api_key], self.broker.id)
+            self.busy -= 1
+            if not self.busy:
+                self.idle.set()
 
     def stop(self) -> None:
         self.task.cancel()
@@ -117,7 +123,19 @@ class ControllerChannelManager:
         if sender is None:
             log.debug("not sending %s to broker %d: not live", NAMES[api_key], broker_id)
             return
+        sender.busy += 1
+        sender.idle.clear()
         sender.queue.put_nowait(_Item(api_key, fields, callback))
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait (at most `timeout_s`) until every queued request was delivered: a controller
+        that stops must not take the last leadership changes it decided with it."""
+        waits = [s.idle.wait() for s in self.senders.values() if s.broker.id != self.local_broker_id]
+        if waits:
+            try:
+                await asyncio.wait_for(asyncio.gather(*waits), timeout_s)
+            except TimeoutError:
+                log.warning("controller stopping with requests to brokers still undelivered")
 
     def shutdown(self) -> None:
         for broker_id in list(self.senders):

@@ -109,6 +109,8 @@ class KafkaController:
     async def shutdown(self) -> None:
         if self.events is None:
             return
+        if self.is_active:
+            await self.channel.drain(5)
         try:
             await asyncio.wait_for(self.events.call("resign"), 5)
         except (TimeoutError, Exception):  # shutting down regardless
