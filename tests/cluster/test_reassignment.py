@@ -79,24 +79,25 @@ def test_reassignment_under_load_loses_nothing(cluster):
 
 
 def test_cancel_and_errors(cluster):
+    c = cluster.controller_id()
+    a, b = [x for x in cluster.brokers if x != c]
     topic = unique_name("cancel")
-    create(cluster, topic, [[1, 2]])
-    controller_id = cluster.controller_id()
-    controller = cluster.brokers[controller_id]
-    first = reassign(controller, topic, [1, 2, 9]).responses[0].partitions[0]
+    create(cluster, topic, [[c, a]])
+    controller = cluster.brokers[c]
+    first = reassign(controller, topic, [c, a, 9]).responses[0].partitions[0]
     assert first.error_code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
     assert reassign(controller, topic, None).responses[0].partitions[0].error_code == (
         ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)
-    # A move onto a paused broker cannot finish (it cannot catch up); cancel it.
-    paused = cluster.brokers[3]
+    # A move onto a paused broker (not the controller) cannot finish: it cannot catch up.
+    paused = cluster.brokers[b]
     os.kill(paused.proc.pid, signal.SIGSTOP)
     try:
-        assert reassign(controller, topic, [1, 3]).responses[0].partitions[0].error_code == ErrorCode.NONE
-        assert ongoing(controller) == [(topic, 0, [3], [2])]
-        assert partition_view(controller, topic)[0][1] == [1, 3, 2]
+        assert reassign(controller, topic, [c, b]).responses[0].partitions[0].error_code == ErrorCode.NONE
+        assert ongoing(controller) == [(topic, 0, [b], [a])]
+        assert partition_view(controller, topic)[0][1] == [c, b, a]
         assert reassign(controller, topic, None).responses[0].partitions[0].error_code == ErrorCode.NONE
         assert ongoing(controller) == []
-        assert partition_view(controller, topic)[0][1] == [1, 2]
+        assert partition_view(controller, topic)[0][1] == [c, a]
     finally:
         os.kill(paused.proc.pid, signal.SIGCONT)
 
