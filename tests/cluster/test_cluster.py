@@ -62,6 +62,14 @@ def log_dir(broker) -> Path:
     return Path(broker.overrides["log.dirs"])
 
 
+def fill(cluster: Cluster, topic: str, count: int, partitions: int) -> None:
+    """`count` small records spread round-robin over the partitions, all acknowledged."""
+    producer = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(count):
+        producer.produce(topic, b"%d" % i, partition=i % partitions)
+    assert producer.flush(30) == 0
+
+
 def topic_dirs(broker, topic: str) -> list[Path]:
     return sorted(log_dir(broker).glob(f"{topic}-*"))
 
@@ -240,10 +248,7 @@ def _one_record_batch(value: bytes) -> bytes:
 def test_delete_topic_while_a_replica_is_down(cluster):
     topic = unique_name("delete-down")
     create(cluster, topic, 2, 3)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap})
-    for i in range(20):
-        producer.produce(topic, b"x%d" % i, partition=i % 2)
-    assert producer.flush(30) == 0
+    fill(cluster, topic, 20, 2)
     controller = cluster.controller_id()
     down_id = next(i for i in cluster.brokers if i != controller)
     down = cluster.brokers[down_id]
@@ -356,10 +361,7 @@ def test_group_coordination_on_the_cluster(cluster):
     back its offsets through whichever broker coordinates it."""
     topic = unique_name("groups")
     create(cluster, topic, 3, 1)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap})
-    for i in range(30):
-        producer.produce(topic, b"%d" % i, partition=i % 3)
-    assert producer.flush(30) == 0
+    fill(cluster, topic, 30, 3)
     group = unique_name("group")
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})

@@ -60,22 +60,28 @@ def assign_replicas(
 ) -> dict[int, list[int]]:
     """Kafka's rack-unaware assignment: spread leaders round-robin from a random broker, and
     place followers at a shift that grows every full round so replicas do not pile up."""
-    n = len(brokers)
+    brokers = sorted(brokers)
+    assignment: dict[int, list[int]] = {}
+    for partition, first, shift in _walk(num_partitions, replication_factor, len(brokers),
+                                         start_partition, start_index, replica_shift):
+        n = len(brokers)
+        assignment[partition] = [brokers[first]] + [
+            brokers[(first + 1 + (shift + j) % (n - 1)) % n] for j in range(replication_factor - 1)]
+    return assignment
+
+
+def _walk(num_partitions: int, replication_factor: int, n: int, start_partition: int,
+          start_index: int | None, replica_shift: int | None):
+    """Both assignments' walk: (partition, index of its first replica, follower shift), the
+    shift growing every full round of `n` brokers, from a random start unless given."""
     if replication_factor > n:
         raise _too_few_brokers(replication_factor, n)
-    brokers = sorted(brokers)
     start = random.randrange(n) if start_index is None else start_index
     shift = random.randrange(n) if replica_shift is None else replica_shift
-    assignment: dict[int, list[int]] = {}
     for partition in range(start_partition, start_partition + num_partitions):
         if partition > 0 and partition % n == 0:
             shift += 1
-        first = (partition + start) % n
-        replicas = [brokers[first]]
-        for j in range(replication_factor - 1):
-            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
-        assignment[partition] = replicas
-    return assignment
+        yield partition, (partition + start) % n, shift
 
 
 def rack_alternated(racks: Mapping[int, str]) -> list[int]:
@@ -102,15 +108,9 @@ def assign_replicas_rack_aware(
     unused rack (or broker) remains."""
     arranged = rack_alternated(racks)
     n, n_racks = len(arranged), len(set(racks.values()))
-    if replication_factor > n:
-        raise _too_few_brokers(replication_factor, n)
-    start = random.randrange(n) if start_index is None else start_index
-    shift = random.randrange(n) if replica_shift is None else replica_shift
     assignment: dict[int, list[int]] = {}
-    for partition in range(start_partition, start_partition + num_partitions):
-        if partition > 0 and partition % n == 0:
-            shift += 1
-        first = (partition + start) % n
+    for partition, first, shift in _walk(num_partitions, replication_factor, n, start_partition,
+                                         start_index, replica_shift):
         leader = arranged[first]
         replicas, used_racks, used = [leader], {racks[leader]}, {leader}
         k = 0
