@@ -152,3 +152,21 @@ def test_failed_acks0_produce_closes_the_connection(broker):
             {"index": 0, "records": build_batch([(b"k", b"v")])}]}]}))
     assert client.is_closed()
     _still_serving(broker)
+
+
+def test_clients_cannot_append_to_internal_topics(broker):
+    """A forged record in __consumer_offsets would rewrite a group's committed offsets; only
+    the coordinators write there."""
+    client = RawClient(broker)
+    try:
+        find = client.call(10, 3, {"key": "any-group", "key_type": 0})  # creates __consumer_offsets
+        assert find.error_code == 0
+        body = client.call(PRODUCE, 9, {"transactional_id": None, "acks": 1, "timeout_ms": 5000,
+                                         "topic_data": [{"name": "__consumer_offsets", "partition_data": [
+                                             {"index": 0, "records": build_batch([(b"k", b"v")])}]}]})
+        answer = body.responses[0].partition_responses[0]
+        assert answer.error_code == 17  # INVALID_TOPIC_EXCEPTION
+        assert "internal topic" in (answer.error_message or "")
+    finally:
+        client.close()
+    _still_serving(broker)

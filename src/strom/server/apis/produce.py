@@ -7,6 +7,7 @@ place. acks=0 gets no response, as in Kafka.
 from __future__ import annotations
 
 from strom.controller.admin import validate_topic_name
+from strom.controller.znodes import is_internal
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
 from strom.server.apis import CloseConnection, RequestContext, api, by_topic
@@ -78,6 +79,11 @@ async def _append(broker, request, version: int) -> dict:
             tp = (topic.name, p.index)
             if acks not in (0, 1, -1):
                 results[tp] = ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS)
+            elif is_internal(topic.name):
+                # Only the coordinators write there (Kafka's internalTopicsAllowed): a client
+                # could otherwise forge committed offsets or transaction states.
+                results[tp] = ProduceResult(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                            message=f"Cannot append to internal topic {topic.name}")
             elif broker.replica_manager.get_partition(*tp) is None:
                 results[tp] = ProduceResult(_topic_error(broker, tp))
             elif p.records is None:
