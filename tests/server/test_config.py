@@ -62,3 +62,20 @@ def test_cli_rejects_bad_config_with_exit_2(args):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("strom: ")
+
+
+def test_cleaner_threads_change_at_most_by_half_or_double():
+    from strom.protocol.errors import ErrorCode, KafkaError
+    from strom.server.config import BrokerConfig
+    from strom.server.dynamic_config import DynamicBrokerConfig
+
+    dynamic = DynamicBrokerConfig(BrokerConfig({"log.cleaner.threads": "2"}))
+    assert dynamic.validate(True, {"log.cleaner.threads": "4"})["log.cleaner.threads"] == 4
+    assert dynamic.validate(True, {"log.cleaner.threads": "1"})["log.cleaner.threads"] == 1
+    for value in ("5", "200000"):
+        try:
+            dynamic.validate(True, {"log.cleaner.threads": value})
+        except KafkaError as e:
+            assert e.code == ErrorCode.INVALID_CONFIG and "factor of 2" in str(e)
+        else:
+            raise AssertionError(f"log.cleaner.threads={value} accepted")

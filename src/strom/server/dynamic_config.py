@@ -54,6 +54,13 @@ class DynamicBrokerConfig:
             effective.default_log_config().with_overrides({})  # cross-field checks
         except (ConfigError, ValueError) as e:
             raise KafkaError(str(e), ErrorCode.INVALID_CONFIG) from None
+        current = self.effective()["log.cleaner.threads"]
+        wanted = effective["log.cleaner.threads"]
+        if not current / 2 <= wanted <= current * 2:
+            # Kafka's bound: one change may at most halve or double the cleaner threads.
+            raise KafkaError(f"Invalid value {wanted} for log.cleaner.threads: it may change by at "
+                             f"most a factor of 2 at a time (currently {current})",
+                             ErrorCode.INVALID_CONFIG)
         return effective
 
     def update(self, is_default: bool, configs: Mapping[str, str]) -> BrokerConfig:
