@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -38,3 +39,17 @@ def test_second_broker_on_the_same_log_dir_refuses_to_start(tmp_path):
     # Once the first has stopped, the dir is free again.
     with BrokerProcess(data_dir=tmp_path):
         pass
+
+
+@pytest.mark.parametrize("name", ["meta.properties", "strom-metadata.json"])
+def test_unreadable_files_are_named_at_start_up(tmp_path, name):
+    with BrokerProcess(data_dir=tmp_path) as broker:
+        logs = Path(broker.overrides["log.dirs"])
+        assert broker.stop() == 0
+    (logs / name).write_bytes(b"\xff\xfe\x00garbage{")
+    result = subprocess.run(
+        [sys.executable, "-m", "strom", "serve", "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+         "--override", f"log.dirs={logs}"], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert str(logs / name) in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr

@@ -192,7 +192,11 @@ class LocalMetadataStore:
         self._watches: dict[tuple[str, str], list[_LocalWatch]] = {}
         self._session_listeners: list[Callable[[str], None]] = []
         if path.exists():
-            self._load(json.loads(path.read_text()))
+            try:
+                self._load(json.loads(path.read_text(encoding="utf-8")))
+            except (ValueError, AttributeError, TypeError) as e:
+                raise ValueError(f"{path} is not a metadata file Strom can read ({e}); restore it "
+                                 "from a backup, or move it away to start with no topics") from None
 
     def _load(self, saved: dict[str, Any]) -> None:
         meta = saved.pop(_META_KEY, {})

@@ -21,6 +21,8 @@ def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
+    except UnicodeDecodeError:
+        raise ValueError(f"malformed checkpoint file {path}: not text") from None
     lines = text.splitlines()
     try:
         if len(lines) < 2:

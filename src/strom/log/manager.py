@@ -54,7 +54,12 @@ def new_cluster_id() -> str:
 def read_properties(path: Path) -> dict[str, str]:
     """The `key=value` subset of java properties that meta.properties uses."""
     props: dict[str, str] = {}
-    for raw in path.read_text(encoding="utf-8").splitlines():
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text file: restore it, or remove it if this log dir "
+                         "holds no data worth keeping (a new one is then written)") from None
+    for raw in text.splitlines():
         line = raw.strip()
         if not line or line[0] in "#!":
             continue
