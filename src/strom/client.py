@@ -18,7 +18,7 @@ class Connection:
     def __init__(self, host: str, port: int, timeout_s: float = 10.0, client_id: str = "strom") -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout_s)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.decoder = FrameDecoder(MAX_FRAME)
+        self.decoder = FrameDecoder(MAX_FRAME, trusted=True)
         self.client_id = client_id
         self.correlation = 0
 

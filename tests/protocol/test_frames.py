@@ -31,3 +31,18 @@ def test_frame_over_limit_rejected():
 def test_negative_size_rejected():
     with pytest.raises(InvalidFrame):
         FrameDecoder(100).feed(struct.pack(">i", -5))
+
+
+def test_a_large_announced_frame_costs_only_what_arrived():
+    """A header announcing 100 MB followed by 14 bytes must not reserve 100 MB; the buffer
+    grows as the bytes come, and the frame is exact at the end."""
+    decoder = FrameDecoder(200 << 20)
+    announced = 100 << 20
+    assert decoder.feed(struct.pack(">i", announced) + b"x" * (1 << 17)) == []
+    assert len(decoder.get_buffer()) <= 1 << 20  # not 100 MB
+    payload = bytes(range(256)) * (3 << 12)  # 3 MB more, spread over several growths
+    assert decoder.feed(payload) == []
+    rest = announced - (1 << 17) - len(payload)
+    frames = decoder.feed(b"z" * rest)
+    assert len(frames) == 1 and len(frames[0]) == announced
+    assert frames[0][: 1 << 17] == b"x" * (1 << 17) and frames[0][1 << 17 : (1 << 17) + len(payload)] == payload

@@ -12,6 +12,9 @@ import struct
 
 _SIZE = struct.Struct(">i")
 _SCRATCH = 65536
+# A large frame's buffer starts at this and doubles as bytes arrive: a header that announces
+# 100 MB and sends nothing more costs 1 MB, not 100 MB.
+_FIRST_CHUNK = 1 << 20
 
 
 class FrameTooLarge(Exception):
@@ -26,16 +29,24 @@ class InvalidFrame(Exception):
 
 
 class FrameDecoder:
-    def __init__(self, max_frame_bytes: int) -> None:
+    def __init__(self, max_frame_bytes: int, *, trusted: bool = False) -> None:
+        """`trusted`: the peer is a broker we asked (a client reading responses), so a large
+        frame's whole buffer is taken at once instead of grown as bytes arrive."""
         self.max_frame_bytes = max_frame_bytes
+        self.trusted = trusted
         self._scratch = bytearray(_SCRATCH)
         self._pending = 0  # bytes of the scratch buffer not yet consumed
         self._frame: bytearray | None = None  # a large frame being filled in place
         self._filled = 0
+        self._size = 0  # the large frame's announced size
 
     def get_buffer(self) -> memoryview:
         """Where the next bytes should be read into."""
         if self._frame is not None:
+            if self._filled == len(self._frame):  # full but not complete: grow by doubling
+                grown = bytearray(min(self._size, 2 * len(self._frame)))
+                grown[: self._filled] = self._frame
+                self._frame = grown
             return memoryview(self._frame)[self._filled :]
         return memoryview(self._scratch)[self._pending :]
 
@@ -43,7 +54,7 @@ class FrameDecoder:
         """Account for `n` bytes read into the last buffer; return the frames now complete."""
         if self._frame is not None:
             self._filled += n
-            if self._filled < len(self._frame):
+            if self._filled < self._size:
                 return []
             frame, self._frame = self._frame, None
             return [frame]
@@ -78,9 +89,11 @@ class FrameDecoder:
                 continue
             if 4 + size > _SCRATCH:
                 # Too big for the scratch buffer: give it its own, filled in place from now on.
-                self._frame = bytearray(size)
+                first = size if self.trusted else min(size, max(_FIRST_CHUNK, available))
+                self._frame = bytearray(first)
                 self._frame[:available] = scratch[pos + 4 : end]
                 self._filled = available
+                self._size = size
                 pos = end
             break
         remaining = end - pos

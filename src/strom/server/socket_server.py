@@ -26,6 +26,9 @@ _PAUSE_AT = 64  # queued requests on one connection before we stop reading from 
 _SIZE_PREFIX = 4
 _SMALL_REGION = 32 * 1024  # below this a region is read and sent with its response
 _COPY_CHUNK = 64 * 1024  # copied when the socket is full, to learn when it drains
+# A client that sends requests but does not read the answers gets no more answers once this
+# much of them waits unsent: its requests stay queued (and reading stops at _PAUSE_AT).
+_MAX_UNSENT = 4 << 20
 
 
 class _Region:
@@ -137,6 +140,8 @@ class Connection(asyncio.BufferedProtocol):
                     await self._process(frame)
                 finally:
                     self.server.in_flight -= 1
+                if self.transport is not None and self.transport.get_write_buffer_size() > _MAX_UNSENT:
+                    await self.drained.wait()
         except asyncio.CancelledError:
             pass
         except ConnectionError as e:  # the peer went away mid-response: not the broker's fault
