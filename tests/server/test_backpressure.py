@@ -21,6 +21,16 @@ def rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
+def closed_by_peer(sock: socket.socket) -> bool:
+    sock.settimeout(5)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    finally:
+        sock.close()
+
+
 def still_serving(broker: BrokerProcess) -> None:
     with RawClient(broker) as client:
         body = client.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
@@ -73,3 +83,14 @@ def test_a_client_that_never_reads_its_answers_is_not_buffered_without_bound():
         still_serving(broker)
         s.close()
         assert grown < 300, f"RSS grew by {grown:.0f} MB after {sent} unread Fetch requests"
+
+
+def test_connection_limits_and_idle_connections():
+    with BrokerProcess(overrides={"max.connections.per.ip": "5", "connections.max.idle.ms": "1500"}) as broker:
+        socks = [socket.create_connection(("127.0.0.1", broker.port)) for _ in range(5)]
+        extra = socket.create_connection(("127.0.0.1", broker.port))
+        assert closed_by_peer(extra), "the sixth connection from one IP is closed"
+        time.sleep(4)  # past connections.max.idle.ms: the idle ones are closed by the broker
+        assert all(closed_by_peer(s) for s in socks)
+        still_serving(broker)  # and new connections are welcome again
+        assert "max.connections.per.ip=5 reached" in broker.log_text()

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections import deque
+from collections import Counter, deque
 from typing import Any
 
 from strom.protocol import messages
@@ -61,6 +61,10 @@ class Connection(asyncio.BufferedProtocol):
         self.sock_fd = -1
         self.drained = asyncio.Event()
         self.drained.set()
+        self.ip = ""
+        self.accepted = False
+        self.busy = False  # a request is being answered (a long poll is not idleness)
+        self.last_active = 0.0
 
     # --- transport callbacks -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -76,13 +80,23 @@ class Connection(asyncio.BufferedProtocol):
         transport.set_write_buffer_limits(high=0)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.ip = peer[0] if peer else "?"
+        refusal = self.server.admit(self.ip)
+        if refusal is not None:
+            self.server.warn_once(f"refused-{refusal}", f"refusing a connection from {self.ip}: {refusal}")
+            transport.abort()
+            return
+        self.accepted = True
+        self.last_active = asyncio.get_running_loop().time()
         self.server.connections.add(self)
+        self.server.per_ip[self.ip] += 1
         self.worker = asyncio.get_running_loop().create_task(self._work())
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.decoder.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = asyncio.get_running_loop().time()
         try:
             frames = self.decoder.buffer_updated(nbytes)
         except (FrameTooLarge, InvalidFrame) as e:
@@ -109,7 +123,12 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        self.server.connections.discard(self)
+        if self.accepted:
+            self.accepted = False
+            self.server.connections.discard(self)
+            self.server.per_ip[self.ip] -= 1
+            if not self.server.per_ip[self.ip]:
+                del self.server.per_ip[self.ip]
         if self.worker is not None and not self.worker.done():
             self.worker.cancel()
 
@@ -136,10 +155,13 @@ class Connection(asyncio.BufferedProtocol):
                     self.paused = False
                     self.transport.resume_reading()
                 self.server.in_flight += 1
+                self.busy = True
                 try:
                     await self._process(frame)
                 finally:
                     self.server.in_flight -= 1
+                    self.busy = False
+                    self.last_active = asyncio.get_running_loop().time()
                 if self.transport is not None and self.transport.get_write_buffer_size() > _MAX_UNSENT:
                     await self.drained.wait()
         except asyncio.CancelledError:
@@ -243,6 +265,45 @@ class SocketServer:
         self.in_flight = 0
         self.bound: dict[str, tuple[str, int]] = {}
         self._native_sendfile = True
+        self.per_ip: Counter[str] = Counter()
+        self._warned: dict[str, float] = {}
+        self._idle_task: asyncio.Task | None = None
+
+    # --- connection quotas (max.connections, max.connections.per.ip, connections.max.idle.ms)
+
+    def admit(self, ip: str) -> str | None:
+        """None if a new connection from `ip` may stay, else why not (Kafka's limits)."""
+        config = self.broker.config
+        if len(self.connections) >= config["max.connections"]:
+            return f"max.connections={config['max.connections']} reached"
+        limit = config["max.connections.per.ip"]
+        for pair in filter(None, (p.strip() for p in config["max.connections.per.ip.overrides"].split(","))):
+            host, _, count = pair.rpartition(":")
+            if host == ip and count.isdigit():
+                limit = int(count)
+        if self.per_ip[ip] >= limit:
+            return f"max.connections.per.ip={limit} reached"
+        return None
+
+    def warn_once(self, key: str, message: str, every_s: float = 10.0) -> None:
+        """One line per kind of event per `every_s`: a flood must not flood the log."""
+        now = asyncio.get_running_loop().time()
+        if now - self._warned.get(key, -every_s) >= every_s:
+            self._warned[key] = now
+            log.warning(message)
+
+    async def _close_idle(self) -> None:
+        while True:
+            idle_ms = self.broker.config["connections.max.idle.ms"]
+            await asyncio.sleep(max(0.1, min(30.0, idle_ms / 4000)) if idle_ms > 0 else 30.0)
+            if idle_ms <= 0:
+                continue
+            now = asyncio.get_running_loop().time()
+            for conn in list(self.connections):
+                if not conn.queue and not conn.busy and now - conn.last_active > idle_ms / 1000:
+                    log.info("closing connection from %s: idle for more than connections.max.idle.ms=%d",
+                             conn.peer, idle_ms)
+                    conn.close()
 
     async def start(self, listeners: list[Any], send_buffer: int, receive_buffer: int) -> None:
         loop = asyncio.get_running_loop()
@@ -259,6 +320,7 @@ class SocketServer:
             host, port = server.sockets[0].getsockname()[:2]
             self.bound[listener.name] = (host, port)
             self.servers.append(server)
+        self._idle_task = loop.create_task(self._close_idle(), name="connections-max-idle")
 
     async def send_region(self, conn: Connection, region: Any) -> None:
         """Send a file region with zero copy: the loop's sendfile where it has one (asyncio),
@@ -287,6 +349,8 @@ class SocketServer:
     async def stop_accepting(self) -> None:
         for server in self.servers:
             server.close()
+        if self._idle_task is not None:
+            self._idle_task.cancel()
 
     async def drain(self, timeout: float) -> None:
         """Let in-flight requests finish (their responses written), then close connections."""

@@ -56,7 +56,8 @@ _BROKER_GROUPS = [
 # log.retention.hours) and the cleaner's settings.
 DYNAMIC_BROKER_CONFIGS = frozenset(
     {names[0] for names in BROKER_SYNONYMS.values()}
-    | {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}
+    | {"leader.replication.throttled.rate", "follower.replication.throttled.rate",
+       "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"}
     | {"log.cleaner.threads", "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size",
        "log.cleaner.io.buffer.load.factor"}
 )
