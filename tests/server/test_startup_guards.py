@@ -3,8 +3,10 @@ listener whose security protocol Strom does not implement."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,19 @@ def test_unreadable_files_are_named_at_start_up(tmp_path, name):
     assert result.returncode != 0
     assert str(logs / name) in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+
+
+def test_log_lines_quoting_client_values_are_bounded():
+    from strom.protocol import messages
+
+    with BrokerProcess() as broker:
+        name = "t" * (1 << 20)  # a 1 MB topic name
+        with socket.create_connection(("127.0.0.1", broker.port)) as sock:
+            sock.sendall(messages.encode_request(3, 9, {"topics": [{"name": name}],
+                                                         "allow_auto_topic_creation": True,
+                                                         "include_cluster_authorized_operations": False,
+                                                         "include_topic_authorized_operations": False}))
+            sock.settimeout(10)
+            sock.recv(1 << 16)
+        time.sleep(0.5)
+        assert max(len(line) for line in broker.stderr_lines) < 5000

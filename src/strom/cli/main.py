@@ -55,6 +55,8 @@ def serve(properties: Path | None, overrides: tuple[str, ...], log_level: str) -
         sys.exit(2)
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_bounded_line)
     _raise_open_file_limit()
     _keep_large_buffers_in_heap()
     try:
@@ -64,6 +66,18 @@ def serve(properties: Path | None, overrides: tuple[str, ...], log_level: str) -
     runner = asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop and _use_uvloop() else None)
     with runner:
         sys.exit(runner.run(_serve(cfg, started)))
+
+
+MAX_LOG_LINE = 2000
+
+
+def _bounded_line(record: logging.LogRecord) -> bool:
+    """Log lines quote what clients send (topic names, group ids): a 4 MB name must not make
+    a 4 MB line. The message is cut, saying how much was left out."""
+    message = record.getMessage()
+    if len(message) > MAX_LOG_LINE:
+        record.msg, record.args = f"{message[:MAX_LOG_LINE]}... ({len(message) - MAX_LOG_LINE} more characters)", None
+    return True
 
 
 def _raise_open_file_limit() -> None:

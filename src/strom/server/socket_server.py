@@ -169,8 +169,12 @@ class Connection(asyncio.BufferedProtocol):
         except ConnectionError as e:  # the peer went away mid-response: not the broker's fault
             log.info("connection from %s lost while answering: %s", self.peer, e)
             self.close()
-        except Exception:
-            log.exception("connection from %s failed; closing it", self.peer)
+        except Exception as e:
+            # One line (the traceback at DEBUG): a request that trips a handler must not let
+            # a client write pages of log, and such events are rate-limited.
+            self.server.warn_once(f"failed-{type(e).__name__}", f"closing connection from {self.peer}: "
+                                  f"request failed with {type(e).__name__}: {str(e)[:200]}")
+            log.debug("request from %s failed", self.peer, exc_info=True)
             self.close()
 
     async def _process(self, frame: bytearray) -> None:
