@@ -1,0 +1,53 @@
+"""The `strom` data source against a 3-broker cluster: tasks read each partition from its
+leader (leaders on three different brokers, the source told of one broker only) and the sink
+writes to leaders across the cluster."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from strom.testing import Cluster, unique_name
+from strom.zookeeper_server import ZooKeeperServer
+
+from .conftest import consume_all, read
+
+ASSIGNMENT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]  # partition p led by broker p + 1
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with ZooKeeperServer(fsync=False) as zk, Cluster(3, zookeeper=zk) as c:
+        yield c
+
+
+def create(cluster: Cluster, topic: str) -> None:
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    client.create_topics([NewTopic(topic, len(ASSIGNMENT), replica_assignment=ASSIGNMENT)])[topic].result(30)
+    metadata = client.list_topics(topic, timeout=10).topics[topic]
+    assert {p.leader for p in metadata.partitions.values()} == {1, 2, 3}
+
+
+def test_batch_read_from_each_partitions_leader(spark, cluster):
+    topic = unique_name("spark-cluster-read")
+    create(cluster, topic)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(300):
+        producer.produce(topic, b"v%d" % i, key=b"k%d" % i, partition=i % 3)
+    assert producer.flush(30) == 0
+    one_broker = cluster.brokers[1].bootstrap  # the others are found through Metadata
+    rows = read(spark, one_broker, subscribe=topic).select("value", "partition").collect()
+    assert sorted(bytes(r.value) for r in rows) == sorted(b"v%d" % i for i in range(300))
+    assert {r.partition for r in rows} == {0, 1, 2}
+
+
+def test_batch_write_across_leaders(spark, cluster):
+    topic = unique_name("spark-cluster-write")
+    create(cluster, topic)
+    rows = [(f"k{i}", f"v{i}", i % 3) for i in range(300)]
+    df = spark.createDataFrame(rows, "key string, value string, partition int").repartition(3)
+    (df.write.format("strom").option("kafka.bootstrap.servers", cluster.brokers[2].bootstrap)
+     .option("topic", topic).mode("append").save())
+    got = consume_all(cluster.bootstrap, topic)
+    assert sorted((m.value().decode(), m.partition()) for m in got) == sorted((v, p) for _, v, p in rows)
