@@ -4,6 +4,9 @@ writes to leaders across the cluster."""
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
+
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -12,6 +15,7 @@ from strom.testing import Cluster, unique_name
 from strom.zookeeper_server import ZooKeeperServer
 
 from .conftest import consume_all, read
+from .test_write import stream_copy
 
 ASSIGNMENT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]  # partition p led by broker p + 1
 
@@ -51,3 +55,28 @@ def test_batch_write_across_leaders(spark, cluster):
      .option("topic", topic).mode("append").save())
     got = consume_all(cluster.bootstrap, topic)
     assert sorted((m.value().decode(), m.partition()) for m in got) == sorted((v, p) for _, v, p in rows)
+
+
+def test_exactly_once_stream_copy_survives_a_broker_kill(spark, cluster, tmp_path):
+    """transactionalIdPrefix across three brokers: a broker that leads a source and a target
+    partition is killed mid-query and restarted; the committed output is the input once."""
+    source, target = unique_name("eos-in"), unique_name("eos-out")
+    create(cluster, source)
+    create(cluster, target)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(600):
+        producer.produce(source, b"v%d" % i, partition=i % 3)
+    assert producer.flush(30) == 0
+    victim = next(b for b in (3, 2) if b != cluster.controller_id())
+    killer = threading.Timer(3.0, cluster.brokers[victim].kill)
+    restarter = threading.Timer(6.0, cluster.brokers[victim].start)
+    killer.start()
+    restarter.start()
+    try:
+        stream_copy(spark, cluster.brokers[1].bootstrap, source, target, tmp_path / "ckpt",
+                    transactionalIdPrefix="eos-" + source)
+    finally:
+        killer.join()
+        restarter.join()
+    committed = consume_all(cluster.bootstrap, target, timeout=60, **{"isolation.level": "read_committed"})
+    assert Counter(m.value() for m in committed) == Counter(b"v%d" % i for i in range(600))

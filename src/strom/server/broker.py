@@ -173,6 +173,7 @@ class Broker:
                        self._expire_producers)
         self.log_services.start()
         self.state = BrokerState.RUNNING
+        self.socket_server.ready.set()
 
     async def shutdown(self) -> None:
         if self.state in (BrokerState.SHUTTING_DOWN, BrokerState.PENDING_CONTROLLED_SHUTDOWN):

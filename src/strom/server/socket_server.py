@@ -29,6 +29,9 @@ _COPY_CHUNK = 64 * 1024  # copied when the socket is full, to learn when it drai
 # A client that sends requests but does not read the answers gets no more answers once this
 # much of them waits unsent: its requests stay queued (and reading stops at _PAUSE_AT).
 _MAX_UNSENT = 4 << 20
+# Answered while the broker starts: the controller's requests (it cannot start without them)
+# and ApiVersions; everything else waits until the broker is running.
+_BEFORE_READY = frozenset({4, 5, 6, 7, 18, 56})
 
 
 class _Region:
@@ -192,6 +195,10 @@ class Connection(asyncio.BufferedProtocol):
             self._reject_unsupported(frame, f"api key {header.api_key} v{header.api_version} is not supported")
             return
         ctx = RequestContext(header, self.listener, self.peer)
+        if header.api_key not in _BEFORE_READY and not self.server.ready.is_set():
+            # As Kafka starts processing requests only once started: a client asking a broker
+            # that has not heard from the controller yet would be told its topics do not exist.
+            await self.server.ready.wait()
         try:
             response = await HANDLERS[header.api_key].handler(self.server.broker, ctx, request.body)
         except CloseConnection as e:
@@ -270,6 +277,7 @@ class SocketServer:
         self.bound: dict[str, tuple[str, int]] = {}
         self._native_sendfile = True
         self.per_ip: Counter[str] = Counter()
+        self.ready = asyncio.Event()  # set once the broker runs
         self._warned: dict[str, float] = {}
         self._idle_task: asyncio.Task | None = None
 
