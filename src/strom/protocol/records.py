@@ -22,6 +22,11 @@ from strom.protocol import compression
 from strom.protocol.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from strom.protocol.varint import VarintError, read_varint, write_varint
 
+try:  # the compiled record walk (built by the project's set-up); the Python one below otherwise
+    from strom.protocol._records import check_records as _check_records
+except ImportError:  # pragma: no cover - exercised by the tests directly
+    _check_records = None
+
 HEADER = struct.Struct(">qiiBIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part of a batch not counted in batchLength
@@ -124,19 +129,20 @@ def scan_valid_prefix(buf) -> tuple[list[tuple[int, BatchHeader]], int]:
     return batches, pos
 
 
-def validate_batches(buf, max_batch_bytes: int) -> list[tuple[int, BatchHeader]]:
+def validate_batches(buf, max_batch_bytes: int, require_keys: bool = False) -> list[tuple[int, BatchHeader]]:
     """Check a produce request's record set; return (position, header) of each batch.
 
     Raises the error Kafka returns for the record set: CORRUPT_MESSAGE for a torn set or a CRC
     mismatch, MESSAGE_TOO_LARGE for a batch over `max_batch_bytes`, INVALID_RECORD for a batch
-    that is not magic v2 or claims no records.
+    that is not magic v2, whose count disagrees with its offsets or its records, or whose
+    records are badly framed (or keyless, with `require_keys`: compacted topics).
     """
     view = memoryview(buf)
     end = len(view)
     if end == 0:
         raise InvalidRecordError("empty record set")
     batches: list[tuple[int, BatchHeader]] = []
-    pos = 0
+    pos = records_before = 0
     while pos < end:
         if end - pos < HEADER_SIZE:
             raise CorruptRecordError(f"truncated batch header at byte {pos}")
@@ -153,11 +159,111 @@ def validate_batches(buf, max_batch_bytes: int) -> list[tuple[int, BatchHeader]]
             )
         if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
             raise InvalidRecordError("record count does not match last offset delta")
+        if header.producer_id >= 0 and header.base_sequence < 0:
+            raise InvalidRecordError(f"invalid sequence number {header.base_sequence}")
         if not crc_ok(view, pos, header):
             raise CorruptRecordError(f"CRC mismatch in batch at byte {pos}")
+        check_batch_records(view, pos, header, require_keys, records_before)
         batches.append((pos, header))
         pos += header.size
+        records_before += header.record_count
     return batches
+
+
+def check_batch_records(view: memoryview, pos: int, header: BatchHeader, require_keys: bool = False,
+                        first_index: int = 0) -> None:
+    """Walk the batch's records (decompressed, where they are) as Kafka's LogValidator does:
+    exactly `record_count` well-framed records filling the batch. Raises InvalidRecordError
+    with the record's index in the record set (`record_index`, KIP-467's batch_index)."""
+    start, end = pos + HEADER_SIZE, pos + header.size
+    if header.compression:
+        try:
+            body = compression.decompress(header.compression, view[start:end])
+        except Exception as e:  # each codec raises its own type on garbage
+            raise InvalidRecordError(f"cannot decompress the batch at offset delta 0: {e}") from None
+        start, end = 0, len(body)
+    else:
+        body = view
+    walk = _check_records or check_records_py
+    bad = walk(body, start, end, header.record_count, require_keys)
+    if bad is not None:
+        index, reason = bad
+        error = InvalidRecordError(f"record {index} of the batch: {reason}")
+        error.record_index = first_index + index
+        raise error
+
+
+def check_records_py(buf, start: int, end: int, count: int, require_keys: bool) -> tuple[int, str] | None:
+    """The record framing rules of `_records.c`, in Python (same answers)."""
+    for index in range(count):
+        if start >= end:
+            return index, "fewer records than the batch header counts"
+        try:
+            reason, start = _check_one(buf, start, end, require_keys)
+        except VarintError as e:
+            reason = f"malformed varint ({e})"
+        if reason is not None:
+            return index, reason
+    if start != end:
+        return count - 1, "bytes left after the last record the batch header counts"
+    return None
+
+
+def _varint(buf, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
+    """A zig-zag varint of at most `max_bytes` bytes that may not pass `end` (5 bytes: an int32)."""
+    raw = 0
+    for i in range(max_bytes):
+        if pos >= end:
+            raise VarintError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << (7 * i)
+        if not b & 0x80:
+            if max_bytes == 5:
+                raw &= 0xFFFFFFFF
+                value = (raw >> 1) ^ -(raw & 1)
+                return (value + 2**31) % 2**32 - 2**31, pos
+            return (raw >> 1) ^ -(raw & 1), pos
+    raise VarintError("varint too long")
+
+
+def _skip(buf, pos: int, end: int) -> tuple[int, int, str | None]:
+    length, pos = _varint(buf, pos, end, 5)
+    if length > 0:
+        if length > end - pos:
+            return length, pos, "field runs past the end of the record"
+        pos += length
+    return length, pos, None
+
+
+def _check_one(buf, pos: int, end: int, require_keys: bool) -> tuple[str | None, int]:
+    size, pos = _varint(buf, pos, end, 5)
+    if size < 1 or size > end - pos:
+        return "record length runs past the end of the batch", pos
+    record_end = pos + size
+    pos += 1  # attributes
+    _, pos = _varint(buf, pos, record_end, 10)  # timestamp delta
+    _, pos = _varint(buf, pos, record_end, 5)  # offset delta
+    key_length, pos, error = _skip(buf, pos, record_end)
+    if error is None and require_keys and key_length < 0:
+        error = "Compacted topic cannot accept message without key"
+    if error is None:
+        _, pos, error = _skip(buf, pos, record_end)
+    if error is None:
+        headers, pos = _varint(buf, pos, record_end, 5)
+        if headers < 0:
+            error = "negative header count"
+        for _h in range(max(headers, 0)):
+            key_length, pos, error = _skip(buf, pos, record_end)
+            if error is None and key_length < 0:
+                error = "null header key"
+            if error is None:
+                _, pos, error = _skip(buf, pos, record_end)
+            if error is not None:
+                break
+    if error is None and pos != record_end:
+        error = "record length does not match its fields"
+    return error, pos
 
 
 def assign_offsets(

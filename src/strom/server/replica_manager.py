@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from strom.log.config import LogConfig
 from strom.log.log import AppendInfo, FetchSlice, Log
@@ -20,7 +20,7 @@ from strom.log.manager import LogManager
 from strom.log.producer_state import ProducerStateManager
 from strom.log.txn_index import AbortedTxn
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.protocol.records import build_marker_batch, iter_records, validate_batches
+from strom.protocol.records import build_marker_batch, validate_batches
 from strom.server.purgatory import Purgatory
 from strom.server.replication_quota import ReplicationQuota
 
@@ -210,13 +210,13 @@ class Partition:
         """Append a record set; `from_client` False for coordinators' own writes (transactional
         offset commits), which carry no sequence numbers to check."""
         self._check_leader(required_acks, min_insync)
-        batches = validate_batches(records, self.log.config.max_message_bytes)
+        config = self.log.config
+        batches = validate_batches(records, config.max_message_bytes,
+                                   require_keys=from_client and config.compact)
         headers = [h for _, h in batches]
         if any(h.is_control for h in headers):
             raise KafkaError("control batches are written by the transaction coordinator, "
                              "not by clients", ErrorCode.INVALID_RECORD)
-        if from_client and self.log.config.compact:
-            _require_keys(records, batches)
         if from_client and headers[0].producer_id >= 0:
             duplicate = self._check_sequences(headers)
             if duplicate is not None:
@@ -274,15 +274,6 @@ class Partition:
         return end, self.producer_state.encode_snapshot()
 
 
-def _require_keys(records, batches) -> None:
-    """Kafka refuses keyless records in a compacted topic: the cleaner could not keep them.
-    Only compacted topics pay for decoding records on produce."""
-    for pos, header in batches:
-        if not header.is_control and any(r.key is None for r in iter_records(records, pos)):
-            raise KafkaError("Compacted topic cannot accept message without key",
-                             ErrorCode.INVALID_RECORD)
-
-
 @dataclass(slots=True)
 class ProduceResult:
     error: ErrorCode = ErrorCode.NONE
@@ -292,6 +283,7 @@ class ProduceResult:
     message: str | None = None
     end_offset: int = -1  # the log end offset right after this append (what acks=all waits for)
     durable_at: int = -1  # flush.messages reached: answer once the log is fsynced below this
+    record_errors: list[tuple[int, str]] = field(default_factory=list)  # KIP-467 (index, message)
 
 
 @dataclass(slots=True)
@@ -445,7 +437,9 @@ class ReplicaManager:
                     records, required_acks, partition.log.config.min_insync_replicas, from_client)
             except KafkaError as e:
                 log.warning("produce to %s-%d rejected: %s (%s)", tp[0], tp[1], e.code.name, e)
-                results[tp] = ProduceResult(e.code, message=str(e) or None)
+                index = getattr(e, "record_index", None)
+                results[tp] = ProduceResult(e.code, message=str(e) or None,
+                                            record_errors=[] if index is None else [(index, str(e))])
                 continue
             except OSError as e:
                 log.error("produce to %s-%d failed writing the log: %s", tp[0], tp[1], e)

@@ -68,7 +68,7 @@ async def handle_produce(broker, ctx: RequestContext, request) -> dict | None:
         return None
     await broker.replica_manager.await_flushes(results)
     await broker.replica_manager.await_replication(results, acks, request.timeout_ms / 1000)
-    return _response(results)
+    return _response(results, ctx.header.api_version)
 
 
 async def _append(broker, request, version: int) -> dict:
@@ -103,16 +103,22 @@ def _has_transactional_batch(request) -> bool:
                for t in request.topic_data for p in t.partition_data)
 
 
-def _response(results: dict) -> dict:
+def _response(results: dict, version: int) -> dict:
     return {
         "responses": by_topic({tp: {
             "index": tp[1],
-            "error_code": r.error,
+            "error_code": _error_for_version(r.error, version),
             "base_offset": r.base_offset,
             "log_append_time_ms": r.log_append_time,
             "log_start_offset": r.log_start_offset,
-            "record_errors": [],
+            "record_errors": [{"batch_index": i, "batch_index_error_message": m}
+                              for i, m in r.record_errors] if version >= 8 else [],
             "error_message": r.message,
         } for tp, r in results.items()}, "partition_responses"),
         "throttle_time_ms": 0,
     }
+
+
+def _error_for_version(error: ErrorCode, version: int) -> ErrorCode:
+    # INVALID_RECORD came with Produce v8 (KIP-467); older clients know the batch as corrupt.
+    return ErrorCode.CORRUPT_MESSAGE if error == ErrorCode.INVALID_RECORD and version < 8 else error

@@ -1,0 +1,10 @@
+"""Build hook for Strom's one compiled helper, the record walk that validates produced batches.
+
+`optional=True`: where no C compiler is at hand the install still succeeds and Strom uses the
+same checks written in Python (slower, same answers).
+"""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("strom.protocol._records", ["src/strom/protocol/_records.c"],
+                             optional=True)])

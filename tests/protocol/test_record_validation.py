@@ -1,0 +1,149 @@
+"""Record framing checks on produce (Kafka's LogValidator): the compiled walk and the Python
+one give the same verdicts, on good batches, on the corruptions clients could send, and on
+random damage."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+from crc32c import crc32c
+
+from strom.protocol import compression, records
+from strom.protocol.errors import InvalidRecordError
+from strom.protocol.records import (
+    CRC_START,
+    HEADER_SIZE,
+    build_batch,
+    check_records_py,
+    read_header,
+    validate_batches,
+)
+from strom.protocol.varint import write_varint
+
+WALKS = [pytest.param(check_records_py, id="python")]
+if records._check_records is not None:
+    WALKS.append(pytest.param(records._check_records, id="compiled"))
+
+
+def test_the_compiled_walk_is_built() -> None:
+    # The set-up builds it; without it produce pays Python's per-record cost.
+    assert records._check_records is not None
+
+
+def reseal(batch: bytearray) -> bytearray:
+    """Recompute the CRC after tampering, as a hostile client would."""
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[CRC_START:])))
+    return batch
+
+
+def with_header_count(batch: bytes, count: int) -> bytearray:
+    out = bytearray(batch)
+    struct.pack_into(">i", out, 23, count - 1)  # last offset delta
+    struct.pack_into(">i", out, 57, count)  # record count
+    return reseal(out)
+
+
+def body_verdict(walk, batch: bytes, require_keys: bool = False):
+    header = read_header(batch)
+    return walk(batch, HEADER_SIZE, header.size, header.record_count, require_keys)
+
+
+@pytest.mark.parametrize("walk", WALKS)
+def test_good_batches_pass(walk) -> None:
+    batch = build_batch([(b"k%d" % i, b"v" * i) for i in range(50)] + [(None, None)])
+    assert body_verdict(walk, batch) is None
+    rec = records.Record(7, 1000, b"key", b"value", (("h1", b"x"), ("h2", None)))
+    assert body_verdict(walk, build_batch([rec], base_offset=7, timestamp=1000)) is None
+
+
+@pytest.mark.parametrize("walk", WALKS)
+def test_count_above_the_records_is_refused(walk) -> None:
+    batch = with_header_count(build_batch([(b"k", b"v")]), 2**31 - 1)
+    index, reason = body_verdict(walk, batch)
+    assert index == 1 and "fewer records" in reason
+
+
+@pytest.mark.parametrize("walk", WALKS)
+def test_records_past_the_count_are_refused(walk) -> None:
+    batch = with_header_count(build_batch([(b"k", b"v")] * 3), 2)
+    assert body_verdict(walk, batch) == (1, "bytes left after the last record the batch header counts")
+
+
+@pytest.mark.parametrize("walk", WALKS)
+def test_random_record_bytes_are_refused(walk) -> None:
+    rng = random.Random(7)
+    batch = bytearray(build_batch([(b"k", b"v" * 40)] * 4))
+    refused = 0
+    for _ in range(200):
+        tampered = bytearray(batch)
+        tampered[HEADER_SIZE:] = rng.randbytes(len(batch) - HEADER_SIZE)
+        refused += body_verdict(walk, reseal(tampered)) is not None
+    assert refused >= 195  # random bytes almost never frame 4 records exactly
+
+
+@pytest.mark.parametrize("walk", WALKS)
+def test_keyless_records_refused_only_when_keys_are_required(walk) -> None:
+    batch = build_batch([(b"k", b"v"), (None, b"v")])
+    assert body_verdict(walk, batch) is None
+    index, reason = body_verdict(walk, batch, require_keys=True)
+    assert index == 1 and "without key" in reason
+
+
+@pytest.mark.parametrize("walk", WALKS)
+def test_negative_header_count_and_null_header_key(walk) -> None:
+    def one(fields: bytes) -> bytes:
+        body = write_varint(len(fields)) + fields
+        batch = bytearray(build_batch([(b"k", b"v")]))
+        return with_header_count(bytes(batch[:HEADER_SIZE]) + body, 1)
+
+    def fix_length(batch: bytearray) -> bytearray:
+        struct.pack_into(">i", batch, 8, len(batch) - 12)
+        return reseal(batch)
+
+    base = b"\x00" + write_varint(0) + write_varint(0) + write_varint(1) + b"k" + write_varint(1) + b"v"
+    bad_count = fix_length(bytearray(one(base + write_varint(-1))))
+    assert body_verdict(walk, bad_count) == (0, "negative header count")
+    bad_key = fix_length(bytearray(one(base + write_varint(1) + write_varint(-1) + write_varint(-1))))
+    assert body_verdict(walk, bad_key) == (0, "null header key")
+
+
+def test_both_walks_agree_on_random_damage() -> None:
+    if records._check_records is None:
+        pytest.fail("the compiled record walk is not built")
+    rng = random.Random(1234)
+    good = build_batch([(b"key-%d" % i, rng.randbytes(rng.randrange(0, 90))) for i in range(30)])
+    for trial in range(3000):
+        batch = bytearray(good)
+        for _ in range(rng.randrange(1, 4)):
+            batch[rng.randrange(HEADER_SIZE, len(batch))] = rng.randrange(256)
+        header = read_header(batch)
+        count = rng.choice([header.record_count, header.record_count + 1, 1, 29])
+        for keys in (False, True):
+            compiled = records._check_records(batch, HEADER_SIZE, len(batch), count, keys)
+            python = check_records_py(batch, HEADER_SIZE, len(batch), count, keys)
+            assert (compiled is None) == (python is None), (trial, compiled, python)
+            if compiled is not None:
+                assert compiled[0] == python[0], (trial, compiled, python)
+
+
+@pytest.mark.parametrize("codec", [compression.GZIP, compression.SNAPPY, compression.LZ4, compression.ZSTD])
+def test_compressed_batches_are_walked_after_decompression(codec) -> None:
+    good = build_batch([(b"k", b"v" * 100)] * 10, codec=codec)
+    assert [h.record_count for _, h in validate_batches(good, 1 << 20)] == [10]
+    with pytest.raises(InvalidRecordError, match="fewer records"):
+        validate_batches(with_header_count(good, 11), 1 << 20)
+    garbage = bytearray(good)
+    garbage[HEADER_SIZE:] = b"\x00not a compressed frame\xff" * 4
+    struct.pack_into(">i", garbage, 8, len(garbage) - 12)
+    with pytest.raises(InvalidRecordError):
+        validate_batches(reseal(garbage), 1 << 20)
+
+
+def test_record_index_counts_across_batches() -> None:
+    first = build_batch([(b"a", b"1"), (b"b", b"2")])
+    second = build_batch([(b"c", b"3"), (None, b"4")])
+    with pytest.raises(InvalidRecordError) as refused:
+        validate_batches(bytearray(first + second), 1 << 20, require_keys=True)
+    assert refused.value.record_index == 3

@@ -1,0 +1,107 @@
+"""What a hostile or careless client may not do to a broker: each case gets Kafka's error, the
+broker keeps serving normal clients, and nothing acknowledged before is lost."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from crc32c import crc32c
+
+from strom.protocol.records import CRC_START, HEADER_SIZE, build_batch
+from strom.testing import BrokerProcess, RawClient, unique_name
+
+PRODUCE = 0
+INVALID_RECORD, CORRUPT_MESSAGE = 87, 2
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with BrokerProcess(overrides={"num.partitions": "1"}) as b:
+        yield b
+
+
+def produce_acked(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    failures = []
+    for v in values:
+        producer.produce(topic, v, on_delivery=lambda err, _m: err and failures.append(err))
+    assert producer.flush(30) == 0
+    assert not failures, failures
+
+
+def read_values(bootstrap: str, topic: str, expected: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("g"),
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out: list[bytes] = []
+    try:
+        for _ in range(300):
+            msg = consumer.poll(0.1)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                out.append(msg.value())
+            if len(out) >= expected:
+                break
+    finally:
+        consumer.close()
+    assert len(out) == expected, f"read {len(out)} of {expected}"
+    return out
+
+
+def reseal(batch: bytearray) -> bytes:
+    struct.pack_into(">i", batch, 8, len(batch) - 12)
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[CRC_START:])))
+    return bytes(batch)
+
+
+def raw_produce(broker: BrokerProcess, topic: str, records: bytes, version: int = 9):
+    with RawClient(broker) as client:
+        body = client.call(PRODUCE, version, {
+            "transactional_id": None, "acks": -1, "timeout_ms": 10_000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]})
+    return body.responses[0].partition_responses[0]
+
+
+# --- item 6: record batches are validated beyond their header -----------------------------------
+def test_a_batch_claiming_more_records_than_it_holds_is_refused(broker):
+    topic = unique_name("count")
+    produce_acked(broker.bootstrap, topic, [b"before"])
+    batch = bytearray(build_batch([(b"k", b"one record")]))
+    struct.pack_into(">i", batch, 23, 2**31 - 2)  # last offset delta
+    struct.pack_into(">i", batch, 57, 2**31 - 1)  # record count
+    answer = raw_produce(broker, topic, reseal(batch))
+    assert answer.error_code == INVALID_RECORD
+    assert "fewer records" in answer.error_message
+    assert [(e.batch_index, "fewer records" in e.batch_index_error_message)
+            for e in answer.record_errors] == [(1, True)]
+    # The log end offset did not move by 2^31: the next record lands at offset 1.
+    produce_acked(broker.bootstrap, topic, [b"after"])
+    assert read_values(broker.bootstrap, topic, 2) == [b"before", b"after"]
+
+
+def test_random_record_bytes_with_a_correct_crc_are_refused(broker):
+    topic = unique_name("garbage")
+    produce_acked(broker.bootstrap, topic, [b"before"])
+    batch = bytearray(build_batch([(b"k", b"v" * 50)] * 3))
+    batch[HEADER_SIZE:] = bytes(range(256))[: len(batch) - HEADER_SIZE]
+    answer = raw_produce(broker, topic, reseal(batch))
+    assert answer.error_code == INVALID_RECORD, answer
+    # Consumers are not stopped at a poisoned offset: every record they see is readable.
+    produce_acked(broker.bootstrap, topic, [b"after"])
+    assert read_values(broker.bootstrap, topic, 2) == [b"before", b"after"]
+
+
+def test_a_torn_record_set_is_corrupt_and_old_produce_versions_get_no_record_errors(broker):
+    topic = unique_name("torn")
+    produce_acked(broker.bootstrap, topic, [b"before"])
+    batch = build_batch([(b"k", b"v")] * 3)
+    answer = raw_produce(broker, topic, batch[:-5])
+    assert answer.error_code == CORRUPT_MESSAGE
+    batch = bytearray(build_batch([(b"k", b"v")]))
+    struct.pack_into(">i", batch, 23, 1)
+    struct.pack_into(">i", batch, 57, 2)
+    answer = raw_produce(broker, topic, reseal(batch), version=7)
+    assert answer.error_code == CORRUPT_MESSAGE  # INVALID_RECORD came with v8
+    assert read_values(broker.bootstrap, topic, 1) == [b"before"]
