@@ -3,6 +3,11 @@ cluster of them on a ZooKeeper.
 
 Used by the integration tests and the benchmarks: the broker under test is always a separate
 process reached over a real socket, exactly as users run it.
+
+The client-side helpers every test suite shares live here too: `wait_for` (poll a condition with
+a bound), `create_topic`, and `consume_until` / `consume_all` (read through confluent-kafka until
+a condition holds, failing the test at the deadline instead of returning what arrived so far).
+confluent-kafka is a test dependency, so those helpers import it when called.
 """
 
 from __future__ import annotations
@@ -17,15 +22,19 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from strom.client import Connection
 from strom.zookeeper_server import ZooKeeperServer
 
 if TYPE_CHECKING:
+    from confluent_kafka import Consumer, KafkaError, Message
     from kazoo.client import KazooClient
+
+T = TypeVar("T")
 
 _READY = re.compile(r"ready on (?P<listeners>\S+?)(?:,| \()")
 
@@ -245,11 +254,7 @@ class Cluster:
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float = 30.0,
                  what: str = "condition") -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-            time.sleep(0.05)
+        wait_for(predicate, timeout, what=what)
 
     def close(self) -> None:
         if self._client is not None:
@@ -270,3 +275,154 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# --- what tests share on the client side ------------------------------------------------------
+
+def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05,
+             what: str = "condition") -> T:
+    """Poll `predicate` until it returns something truthy, and return that; fail the test (an
+    AssertionError naming `what`) once `timeout` seconds have passed. Bounds are meant to be
+    generous: a test waits for a condition, it never asserts how fast it came."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, *, replication_factor: int = 1,
+                 config: dict[str, str] | None = None, assignment: list[list[int]] | None = None,
+                 timeout: float = 30.0) -> None:
+    """CreateTopics through confluent-kafka's admin client; raises what the broker answered.
+    `assignment` (a replica list per partition) replaces `partitions` and `replication_factor`."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    if assignment is not None:
+        new = NewTopic(name, len(assignment), replica_assignment=assignment, config=config or {})
+    else:
+        new = NewTopic(name, partitions, replication_factor, config=config or {})
+    client = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    client.create_topics([new], operation_timeout=timeout)[name].result(timeout=timeout + 5)
+
+
+@dataclass
+class ReadProgress:
+    """What a `consume_until` read has seen so far."""
+
+    records: list[Message] = field(default_factory=list)
+    # (topic, partition) -> the offset the consumer last reported reaching the end at (its
+    # start offset until then).
+    reached: dict[tuple[str, int], int] = field(default_factory=dict)
+    errors: list[KafkaError] = field(default_factory=list)
+
+    def describe(self) -> str:
+        counts: dict[tuple[str, int], int] = {}
+        for m in self.records:
+            counts[(m.topic(), m.partition())] = counts.get((m.topic(), m.partition()), 0) + 1
+        return (f"read {len(self.records)} records {counts}; ends reached {self.reached}; "
+                f"errors {[str(e) for e in self.errors[-3:]]}")
+
+
+def reading_consumer(bootstrap: str, **conf: Any) -> Consumer:
+    """A confluent-kafka consumer for reading what tests wrote: no group membership (assign
+    only), no commits, end-of-partition events on, and an error rather than a silent reset when
+    a start offset is out of range."""
+    from confluent_kafka import Consumer
+
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("strom-check"),
+                     "enable.auto.commit": False, "enable.auto.offset.store": False,
+                     "enable.partition.eof": True, "auto.offset.reset": "error",
+                     "fetch.wait.max.ms": 100, **conf})
+
+
+def _read(consumer: Consumer, progress: ReadProgress, until: Callable[[ReadProgress], bool],
+          timeout: float, what: str) -> ReadProgress:
+    from confluent_kafka import KafkaError
+
+    deadline = time.monotonic() + timeout
+    while not until(progress):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}: "
+                                 f"{progress.describe()}")
+        for msg in consumer.consume(500, 0.2):
+            err = msg.error()
+            if err is None:
+                progress.records.append(msg)
+            elif err.code() == KafkaError._PARTITION_EOF:
+                progress.reached[(msg.topic(), msg.partition())] = msg.offset()
+            elif err.fatal() or err.code() in (KafkaError._AUTO_OFFSET_RESET,
+                                               KafkaError.OFFSET_OUT_OF_RANGE):
+                raise AssertionError(f"consumer error while waiting for {what}: {err}")
+            else:  # a broker restarting under the read, say: the client retries
+                progress.errors.append(err)
+    return progress
+
+
+def consume_until(bootstrap: str, assignment: Sequence[tuple[str, int, int]],
+                  until: Callable[[ReadProgress], bool], *, timeout: float = 60.0,
+                  what: str = "records", **conf: Any) -> ReadProgress:
+    """Assign (topic, partition, offset)s and read until `until(progress)` holds; fails the
+    test at the deadline, saying what was read."""
+    from confluent_kafka import TopicPartition
+
+    consumer = reading_consumer(bootstrap, **conf)
+    try:
+        consumer.assign([TopicPartition(t, p, o) for t, p, o in assignment])
+        progress = ReadProgress(reached={(t, p): o for t, p, o in assignment})
+        return _read(consumer, progress, until, timeout, what)
+    finally:
+        consumer.close()
+
+
+def consume_all(bootstrap: str, topic: str, partitions: Iterable[int] | None = None, *,
+                start: int | None = None, count: int | None = None, allow_empty: bool = False,
+                timeout: float = 60.0, **conf: Any) -> list[Message]:
+    """Every record of `partitions` of `topic` (default: all) from `start` (default: each log
+    start) up to the high watermarks as they are when called, in the order they arrived;
+    read_uncommitted unless `conf` says otherwise.
+
+    The end is where the consumer reports reaching it (offsets may have gaps: compaction,
+    transaction markers, aborted records under read_committed). With `count`, the read also goes
+    on until that many records arrived (a new leader may answer a high watermark that is still
+    catching up). Fails the test at the deadline, and when partitions that hold records gave
+    none, unless `allow_empty` (read_committed over aborted transactions only, say)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    consumer = reading_consumer(bootstrap, **{"isolation.level": "read_uncommitted", **conf})
+
+    def watermarks() -> dict[int, tuple[int, int]] | None:
+        # None while a partition has no leader to answer (a broker was just killed, say).
+        try:
+            return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+                    for p in wanted}
+        except KafkaException:
+            return None
+
+    try:
+        if partitions is None:
+            meta = consumer.list_topics(topic, timeout=15).topics[topic]
+            assert meta.error is None, f"{topic}: {meta.error}"
+            partitions = sorted(meta.partitions)
+        wanted = list(partitions)
+        marks = wait_for(watermarks, timeout, interval=0.2, what=f"the watermarks of {topic}")
+        starts = {p: low if start is None else start for p, (low, _) in marks.items()}
+        ends = {(topic, p): high for p, (_, high) in marks.items()}
+        consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+        progress = ReadProgress(reached={(topic, p): o for p, o in starts.items()})
+
+        def done(progress: ReadProgress) -> bool:
+            return (all(progress.reached[tp] >= end for tp, end in ends.items())
+                    and (count is None or len(progress.records) >= count))
+
+        what = f"{topic} up to {ends}" + ("" if count is None else f" and {count} records")
+        _read(consumer, progress, done, timeout, what)
+    finally:
+        consumer.close()
+    holding = any(ends[(topic, p)] > starts[p] for p in starts)
+    assert allow_empty or progress.records or not holding, \
+        f"read nothing from {topic} although its partitions hold records up to {ends}"
+    return progress.records

@@ -17,11 +17,10 @@ from confluent_kafka.admin import (
     ConfigEntry,
     ConfigResource,
     NewPartitions,
-    NewTopic,
 )
 
 from strom.protocol.errors import ErrorCode
-from strom.testing import Cluster, RawClient, unique_name
+from strom.testing import Cluster, RawClient, create_topic, unique_name
 
 METADATA, INIT_PRODUCER_ID, PRODUCE = 3, 22, 0
 LEADER_AND_ISR, UPDATE_METADATA, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 4, 6, 32, 44
@@ -51,11 +50,14 @@ def admin(cluster: Cluster) -> AdminClient:
     return AdminClient({"bootstrap.servers": cluster.bootstrap})
 
 
-def create(cluster: Cluster, topic: str, partitions: int = 3, factor: int = 3) -> None:
-    client = admin(cluster)  # the futures need their client alive
-    client.create_topics([NewTopic(topic, partitions, factor)])[topic].result(30)
-    # The controller's broker answered; the others hear from the controller in their own time.
-    cluster.wait_for(lambda: _same_view_everywhere(cluster, topic), 10, "the topic on every broker")
+def create(cluster: Cluster, topic: str, partitions: int = 3, factor: int = 3, *,
+           assignment: list[list[int]] | None = None, configs: dict[str, str] | None = None) -> None:
+    """Create `topic` (`assignment`, a replica list per partition, replaces `partitions` and
+    `factor`) and wait until every live broker knows it, each partition with a leader: the
+    controller's broker answered; the others hear from the controller in their own time."""
+    create_topic(cluster.bootstrap, topic, partitions, replication_factor=factor, config=configs,
+                 assignment=assignment)
+    cluster.wait_for(lambda: _same_view_everywhere(cluster, topic), 30, "the topic on every broker")
 
 
 def log_dir(broker) -> Path:
@@ -139,7 +141,8 @@ def test_bounced_broker_gets_a_new_epoch_and_the_metadata(cluster):
 
 def _same_view_everywhere(cluster: Cluster, topic: str) -> bool:
     views = [partition_view(b, topic) for b in live_brokers(cluster)]
-    return bool(views[0]) and all(v == views[0] for v in views)
+    return bool(views[0]) and all(v == views[0] for v in views) \
+        and all(leader >= 0 for leader, _, _ in views[0].values())
 
 
 def _check_assignment(view: dict, brokers: set[int], partitions: int, factor: int) -> None:

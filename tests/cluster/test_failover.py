@@ -8,11 +8,11 @@ import time
 from confluent_kafka import Producer
 
 from strom.protocol.errors import ErrorCode
-from strom.testing import Cluster, RawClient, unique_name
+from strom.testing import Cluster, RawClient, consume_all, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
-from .test_cluster import partition_view
-from .test_replication import consume_all, create, isr_of, leader_of
+from .test_cluster import create, partition_view
+from .test_replication import isr_of, leader_of
 
 ELECT_LEADERS = 43
 
@@ -33,7 +33,7 @@ def test_controlled_shutdown_of_a_leader_under_load(cluster):
     controller = cluster.controller_id()
     victim = next(b for b in cluster.brokers if b != controller)
     others = [b for b in cluster.brokers if b != victim]
-    create(cluster, topic, [[victim, *others]], configs={"min.insync.replicas": "2"})
+    create(cluster, topic, assignment=[[victim, *others]], configs={"min.insync.replicas": "2"})
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
                          "linger.ms": 2, "message.timeout.ms": 60000})
     acked, failed, stamps = [], [], []
@@ -62,7 +62,7 @@ def test_controlled_shutdown_of_a_leader_under_load(cluster):
     assert leader_of(cluster, topic) in others
     stall = max(b - a for a, b in zip(stamps, stamps[1:], strict=False))
     print(f"controlled shutdown: {i} records, longest stall between acknowledgements {stall * 1000:.0f} ms")
-    got = consume_all(cluster.bootstrap, topic, 1, i)
+    got = consume_all(cluster.bootstrap, topic, count=i)
     assert [m.value() for m in got] == [b"%07d" % n for n in range(i)]
 
 
@@ -71,7 +71,7 @@ def _offline_partition(cluster: Cluster, topic: str, configs: dict) -> tuple[int
     out-of-sync follower), both down."""
     controller = cluster.controller_id()
     leader, follower = [b for b in cluster.brokers if b != controller]
-    create(cluster, topic, [[leader, follower]], configs=configs)
+    create(cluster, topic, assignment=[[leader, follower]], configs=configs)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
     producer.produce(topic, b"in-sync")
     assert producer.flush(30) == 0
@@ -101,7 +101,7 @@ def test_unclean_election_off_keeps_the_partition_offline(cluster):
     result = elect(ctl, 1, topic)
     assert result.error_code == ErrorCode.NONE
     cluster.wait_for(lambda: partition_view(ctl, topic)[0][0] == follower, 10, "the unclean leader")
-    got = consume_all(cluster.bootstrap, topic, 1, 1)
+    got = consume_all(cluster.bootstrap, topic, count=1)
     assert [m.value() for m in got] == [b"in-sync"]  # what only the old leader had is lost
 
 
@@ -121,7 +121,7 @@ def test_preferred_leader_election_on_demand(cluster):
     topic = unique_name("preferred")
     controller = cluster.controller_id()
     preferred = next(b for b in cluster.brokers if b != controller)
-    create(cluster, topic, [[preferred, *[b for b in cluster.brokers if b != preferred]]])
+    create(cluster, topic, assignment=[[preferred, *[b for b in cluster.brokers if b != preferred]]])
     ctl = cluster.brokers[controller]
     assert elect(ctl, 0, topic).error_code == ErrorCode.ELECTION_NOT_NEEDED
     cluster.brokers[preferred].kill()
@@ -138,7 +138,7 @@ def test_auto_leader_rebalance(zookeeper):
         topic = unique_name("rebalance")
         controller = cluster.controller_id()
         preferred = next(b for b in cluster.brokers if b != controller)
-        create(cluster, topic, [[preferred, *[b for b in cluster.brokers if b != preferred]]])
+        create(cluster, topic, assignment=[[preferred, *[b for b in cluster.brokers if b != preferred]]])
         cluster.brokers[preferred].kill()
         cluster.wait_for(lambda: leader_of(cluster, topic) not in (-1, preferred), 30, "another leader")
         cluster.brokers[preferred].start()

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from strom.testing import Cluster, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
-from .test_replication import create
+from .test_cluster import create
 
 PARTITIONS = 3
 
@@ -148,7 +148,7 @@ def test_nemesis(zookeeper):
     with Cluster(3, zookeeper=zookeeper, overrides=overrides, session_timeout_ms=4000) as cluster:
         topic, txn_topic = unique_name("nemesis"), unique_name("nemesis-txn")
         for name in (topic, txn_topic):
-            create(cluster, name, partitions=PARTITIONS, configs={"min.insync.replicas": "2"})
+            create(cluster, name, PARTITIONS, configs={"min.insync.replicas": "2"})
         work = Workload(cluster, topic, txn_topic, unique_name("nemesis-group"))
         threads = [work.guarded(f) for f in (work.run_idempotent, work.run_transactional, work.run_consumer)]
         for t in threads:

@@ -11,10 +11,10 @@ import time
 from confluent_kafka import Producer
 
 from strom.protocol.errors import ErrorCode
-from strom.testing import RawClient, unique_name
+from strom.testing import RawClient, consume_all, unique_name
 
-from .test_cluster import partition_view, topic_dirs
-from .test_replication import consume_all, create, segment_bytes
+from .test_cluster import create, partition_view, topic_dirs
+from .test_replication import segment_bytes
 
 ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, INCREMENTAL_ALTER_CONFIGS = 45, 46, 44
 
@@ -34,7 +34,7 @@ def ongoing(controller) -> list:
 
 def test_reassignment_under_load_loses_nothing(cluster):
     topic = unique_name("move")
-    create(cluster, topic, [[1, 2, 3]], configs={"min.insync.replicas": "2"})
+    create(cluster, topic, assignment=[[1, 2, 3]], configs={"min.insync.replicas": "2"})
     cluster.add_broker(4)
     controller = cluster.brokers[cluster.controller_id()]
     stop = threading.Event()
@@ -71,7 +71,7 @@ def test_reassignment_under_load_loses_nothing(cluster):
     assert not failed, failed[:3]
     leader, replicas, isr = partition_view(controller, topic)[0]
     assert replicas == [2, 3, 4] and leader in (2, 3, 4) and sorted(isr) == [2, 3, 4]
-    got = consume_all(cluster.bootstrap, topic, 1, len(acked))
+    got = consume_all(cluster.bootstrap, topic, count=len(acked))
     assert [m.value() for m in got] == sorted(acked) == [b"%07d" % i for i in range(len(acked))]
     cluster.wait_for(lambda: topic_dirs(cluster.brokers[1], topic) == [], 30, "the old replica deleted")
     cluster.wait_for(lambda: len({segment_bytes(cluster.brokers[b], topic, 0) for b in (2, 3, 4)}) == 1, 30,
@@ -82,7 +82,7 @@ def test_cancel_and_errors(cluster):
     c = cluster.controller_id()
     a, b = [x for x in cluster.brokers if x != c]
     topic = unique_name("cancel")
-    create(cluster, topic, [[c, a]])
+    create(cluster, topic, assignment=[[c, a]])
     controller = cluster.brokers[c]
     first = reassign(controller, topic, [c, a, 9]).responses[0].partitions[0]
     assert first.error_code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
@@ -114,7 +114,7 @@ def test_throttled_reassignment_moves_at_the_throttle_rate(cluster):
     """follower.replication.throttled.rate bounds how fast a new replica catches up; the
     move still completes and loses nothing."""
     topic = unique_name("throttled")
-    create(cluster, topic, [[1, 2, 3]])
+    create(cluster, topic, assignment=[[1, 2, 3]])
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 20})
     for i in range(2000):
         producer.produce(topic, b"%04d" % i + b"x" * 1000)

@@ -9,21 +9,11 @@ import signal
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from strom.testing import Cluster, unique_name
+from strom.testing import Cluster, consume_all, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
-from .test_cluster import live_brokers, log_dir, partition_view
-
-
-def create(cluster: Cluster, topic: str, assignment: list[list[int]] | None = None,
-           partitions: int = 1, configs: dict | None = None) -> None:
-    client = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    new = (NewTopic(topic, len(assignment), replica_assignment=assignment, config=configs or {}) if assignment
-           else NewTopic(topic, partitions, 3, config=configs or {}))
-    client.create_topics([new])[topic].result(30)
-    cluster.wait_for(lambda: leader_of(cluster, topic) >= 0, 10, "the topic's leader known")
+from .test_cluster import create, live_brokers, log_dir, partition_view
 
 
 def segment_bytes(broker, topic: str, partition: int) -> bytes:
@@ -52,23 +42,6 @@ def produce(bootstrap: str, topic: str, values: list[bytes], spread: int = 1,
     return acked
 
 
-def consume_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60) -> list:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("check"),
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    out = []
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        deadline = time.monotonic() + timeout
-        while len(out) < expected and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, 1):
-                if msg.error() is None:
-                    out.append(msg)
-    finally:
-        consumer.close()
-    assert len(out) >= expected, f"read {len(out)} of {expected}"
-    return out
-
-
 def leader_of(cluster: Cluster, topic: str, partition: int = 0) -> int:
     """As the controller's broker answers (tests stop followers, never it), else any live one."""
     controller = cluster.controller_id()
@@ -84,11 +57,11 @@ def isr_of(cluster: Cluster, topic: str, partition: int = 0) -> list[int]:
 
 def test_followers_hold_the_leaders_bytes(cluster):
     topic = unique_name("copy")
-    create(cluster, topic, partitions=3, configs={"min.insync.replicas": "2"})
+    create(cluster, topic, 3, configs={"min.insync.replicas": "2"})
     values = [b"record-%06d" % i for i in range(20_000)]
     acked = produce(cluster.bootstrap, topic, values, 3, acks="all", **{"enable.idempotence": True})
     assert len(acked) == len(values)
-    got = consume_all(cluster.bootstrap, topic, 3, len(values))
+    got = consume_all(cluster.bootstrap, topic, count=len(values))
     assert sorted(m.value() for m in got) == values
     for p in range(3):
         cluster.wait_for(lambda p=p: len({segment_bytes(b, topic, p) for b in cluster.brokers.values()}) == 1,
@@ -102,7 +75,7 @@ def test_acks_all_survives_leader_kills(cluster):
     partition leader is killed with kill -9 five times; every acknowledged record is read
     back once, in order."""
     topic = unique_name("kills")
-    create(cluster, topic, partitions=1, configs={"min.insync.replicas": "2"})
+    create(cluster, topic, 1, configs={"min.insync.replicas": "2"})
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
                          "linger.ms": 5, "message.timeout.ms": 120000, "retry.backoff.ms": 100})
     acked: list[tuple[int, bytes]] = []
@@ -133,7 +106,7 @@ def test_acks_all_survives_leader_kills(cluster):
     assert kills == 5
     assert not failed, failed[:3]
     assert len(acked) == total
-    got = consume_all(cluster.bootstrap, topic, 1, total, timeout=120)
+    got = consume_all(cluster.bootstrap, topic, count=total, timeout=120)
     values = [m.value() for m in got]
     assert values == [b"%06d" % i for i in range(total)], "exactly once and in order"
     assert [m.offset() for m in got] == sorted(o for o, _ in acked)
@@ -148,7 +121,7 @@ def test_sigstopped_followers_leave_and_rejoin_the_isr(zookeeper):
         controller = cluster.controller_id()
         followers = [b for b in cluster.brokers if b != controller]
         topic = unique_name("isr")
-        create(cluster, topic, [[controller, *followers]], configs={"min.insync.replicas": "2"})
+        create(cluster, topic, assignment=[[controller, *followers]], configs={"min.insync.replicas": "2"})
         assert isr_of(cluster, topic) == [1, 2, 3]
         procs = [cluster.brokers[f].proc for f in followers]
         try:
@@ -169,7 +142,7 @@ def test_sigstopped_followers_leave_and_rejoin_the_isr(zookeeper):
             for proc in procs:
                 os.kill(proc.pid, signal.SIGCONT)
         cluster.wait_for(lambda: isr_of(cluster, topic) == [1, 2, 3], 60, "both followers back in the ISR")
-        got = consume_all(cluster.bootstrap, topic, 1, 2)
+        got = consume_all(cluster.bootstrap, topic, count=2)
         assert [m.value() for m in got] == [b"isr-of-two", b"acks-1-still-works"]
 
 
@@ -179,7 +152,7 @@ def test_returning_leader_truncates_what_the_new_leader_never_had(zookeeper):
         others = [b for b in cluster.brokers if b != controller]
         old_leader = others[0]
         topic = unique_name("diverge")
-        create(cluster, topic, [[old_leader, others[1], controller]])
+        create(cluster, topic, assignment=[[old_leader, others[1], controller]])
         produce(cluster.bootstrap, topic, [b"kept-%d" % i for i in range(10)], acks="all")
         cluster.wait_for(lambda: len({segment_bytes(b, topic, 0) for b in cluster.brokers.values()}) == 1, 30,
                          "replicas in step")
@@ -199,7 +172,7 @@ def test_returning_leader_truncates_what_the_new_leader_never_had(zookeeper):
         cluster.wait_for(lambda: len({segment_bytes(b, topic, 0) for b in cluster.brokers.values()}) == 1, 60,
                          "the old leader in step with the new one")
         assert "truncated the log" in cluster.brokers[old_leader].log_text()
-        got = consume_all(cluster.bootstrap, topic, 1, 13)
+        got = consume_all(cluster.bootstrap, topic, count=13)
         assert [m.value() for m in got] == [b"kept-%d" % i for i in range(10)] + [b"after-%d" % i for i in range(3)]
 
 
@@ -210,7 +183,7 @@ def test_consumers_never_see_records_above_the_high_watermark(zookeeper):
         controller = cluster.controller_id()
         followers = [b for b in cluster.brokers if b != controller]
         topic = unique_name("hw")
-        create(cluster, topic, [[controller, *followers]])
+        create(cluster, topic, assignment=[[controller, *followers]])
         procs = [cluster.brokers[f].proc for f in followers]
         for proc in procs:
             os.kill(proc.pid, signal.SIGSTOP)
@@ -230,5 +203,5 @@ def test_consumers_never_see_records_above_the_high_watermark(zookeeper):
         finally:
             for proc in procs:
                 os.kill(proc.pid, signal.SIGCONT)
-        got = consume_all(cluster.bootstrap, topic, 1, 1)
+        got = consume_all(cluster.bootstrap, topic, count=1)
         assert got[0].value() == b"unreplicated"

@@ -2,8 +2,10 @@
 
 Fixtures: `broker` is one broker shared by the whole session (tests only ever touch their own,
 uniquely named topics); `fresh_broker` is a broker of the test's own, for tests that stop,
-kill or restart it. Helpers: `create_topic`, `ck_produce` / `ck_consume` (confluent-kafka) and
-`roundtrip`, the one "produce these records and read them back exactly" check.
+kill or restart it; `retention_broker` checks retention every 200 ms. Helpers: `ck_produce` /
+`ck_consume` (confluent-kafka), `roundtrip`, the one "produce these records and read them back
+exactly" check, and `retention_has_run`. What every suite shares (`create_topic`, `wait_for`,
+`consume_all`, `consume_until`) is in `strom.testing`.
 """
 
 from __future__ import annotations
@@ -16,10 +18,17 @@ from dataclasses import dataclass
 
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from strom.protocol import messages, records
-from strom.testing import BrokerProcess, report_broker_logs, unique_name
+from strom.testing import (
+    BrokerProcess,
+    consume_until,
+    create_topic,
+    report_broker_logs,
+    unique_name,
+    wait_for,
+)
 
 GROUP = "strom-it"  # librdkafka wants a group.id; with assign() and no commits it never needs the group
 
@@ -37,6 +46,37 @@ def broker():
 def fresh_broker():
     with BrokerProcess() as proc:
         yield proc
+
+
+@pytest.fixture
+def retention_broker():
+    """A broker of the test's own that checks retention every 200 ms (log.retention.bytes is
+    set explicitly, at its default, so that it shows as a static broker config)."""
+    with BrokerProcess(overrides={"log.retention.check.interval.ms": "200",
+                                  "log.retention.bytes": "-1"}) as proc:
+        yield proc
+
+
+HOUR_MS = 3_600_000
+
+
+def old_records(n: int, hours: float = 2) -> list[Rec]:
+    """`n` records of partition 0 stamped `hours` ago: a week's retention keeps them, a
+    minute's does not."""
+    then = int(time.time() * 1000) - int(hours * HOUR_MS)
+    return [Rec(b"old-%03d" % i * 10, partition=0, timestamp=then + i) for i in range(n)]
+
+
+def retention_has_run(bootstrap: str) -> None:
+    """Returns once a retention check has run over every log that existed when it was called:
+    a topic of its own, created after them, whose old records a minute's retention must drop
+    (a check visits every log, so the one that trimmed this topic visited the others too)."""
+    marker = unique_name("retention-marker")
+    create_topic(bootstrap, marker, config={"segment.bytes": "1024", "retention.ms": "60000"})
+    ck_produce(bootstrap, marker, old_records(20) + [Rec(b"new", partition=0)],
+               **{"linger.ms": 0, "batch.num.messages": 5})
+    wait_for(lambda: watermarks(bootstrap, marker, 0)[0] > 0, timeout=60,
+             what="a retention check to trim " + marker)
 
 
 # Group coordinator settings that keep group tests fast: no initial rebalance delay, sessions as
@@ -70,16 +110,6 @@ def topic(request) -> str:
 # --- admin -------------------------------------------------------------------------------------
 def admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap})
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1,
-                 config: dict[str, str] | None = None) -> None:
-    client = admin(bootstrap)  # must outlive the futures
-    futures = client.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
-        operation_timeout=10,
-    )
-    futures[name].result(timeout=15)
 
 
 # --- confluent-kafka produce / consume -----------------------------------------------------------
@@ -118,23 +148,13 @@ def consumer(bootstrap: str, **conf) -> Consumer:
 
 
 def ck_consume(bootstrap: str, assignment: Sequence[tuple[str, int, int]], count: int,
-               timeout: float = 20.0, **conf) -> list[Message]:
-    """Assign (topic, partition, offset)s and poll until `count` messages arrived."""
-    c = consumer(bootstrap, **conf)
-    try:
-        c.assign([TopicPartition(t, p, o) for t, p, o in assignment])
-        out: list[Message] = []
-        deadline = time.monotonic() + timeout
-        while len(out) < count and time.monotonic() < deadline:
-            msg = c.poll(0.2)
-            if msg is None:
-                continue
-            assert msg.error() is None, f"consumer error: {msg.error()}"
-            out.append(msg)
-        assert len(out) == count, f"got {len(out)} of {count} messages in {timeout} s"
-        return out
-    finally:
-        c.close()
+               timeout: float = 60.0, **conf) -> list[Message]:
+    """Assign (topic, partition, offset)s and read until `count` messages arrived: exactly
+    `count`, none more."""
+    got = consume_until(bootstrap, assignment, lambda progress: len(progress.records) >= count,
+                        timeout=timeout, what=f"{count} messages", **conf).records
+    assert len(got) == count, f"got {len(got)} messages, {count} expected"
+    return got
 
 
 def watermarks(bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
@@ -209,41 +229,6 @@ def stored_batches(bootstrap: str, topic: str, partition: int, offset: int = 0) 
         out.append(header)
         pos += header.size
     return out
-
-
-# --- waiting and reading whole partitions (log lifecycle tests) ---------------------------------
-def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1, what: str = "condition"):
-    """Poll `predicate` until it returns something truthy (returned) or `timeout` passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
-
-
-def consume_all(bootstrap: str, topic: str, partition: int = 0, start: int = 0,
-                timeout: float = 20.0, **conf) -> list[Message]:
-    """Every message from `start` up to the high watermark as it was when called (gaps left by
-    compaction or deletion are fine)."""
-    _, high = watermarks(bootstrap, topic, partition)
-    c = consumer(bootstrap, **conf)
-    out: list[Message] = []
-    try:
-        c.assign([TopicPartition(topic, partition, start)])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and (not out or out[-1].offset() < high - 1) and high > start:
-            msg = c.poll(0.2)
-            if msg is None:
-                continue
-            assert msg.error() is None, f"consumer error: {msg.error()}"
-            out.append(msg)
-        assert not out or out[-1].offset() >= high - 1, f"stopped at {out[-1].offset()} of {high}"
-        return out
-    finally:
-        c.close()
 
 
 def set_topic_configs(bootstrap: str, topic: str, configs: dict[str, str | None]) -> None:

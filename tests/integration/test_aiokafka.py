@@ -7,7 +7,9 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from .conftest import create_topic, stored_batches
+from strom.testing import create_topic
+
+from .conftest import stored_batches
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -23,19 +23,9 @@ from strom.log.cleaner import (
     cleanable_offsets,
 )
 from strom.protocol.records import build_batch, read_header
-from strom.testing import BrokerProcess
+from strom.testing import BrokerProcess, consume_all, create_topic, wait_for
 
-from .conftest import (
-    Rec,
-    ck_produce,
-    consume_all,
-    consumer,
-    create_topic,
-    set_topic_configs,
-    stored_batches,
-    wait_for,
-    watermarks,
-)
+from .conftest import Rec, ck_produce, consumer, set_topic_configs, stored_batches, watermarks
 
 pytestmark = pytest.mark.timeout(120)
 

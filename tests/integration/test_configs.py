@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -18,36 +17,22 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from strom.testing import BrokerProcess
+from strom.testing import create_topic, wait_for
 
 from .conftest import (
     Rec,
     admin,
     ck_produce,
-    create_topic,
+    old_records,
+    retention_has_run,
     set_topic_configs,
-    wait_for,
     watermarks,
     wire_call,
 )
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(90)
 
-HOUR_MS = 3_600_000
 DESCRIBE_CONFIGS, TOPIC, BROKER = 32, 2, 4
-
-
-def old_records(n: int) -> list[Rec]:
-    """`n` records stamped two hours ago: kept by the default week, not by a minute."""
-    then = int(time.time() * 1000) - 2 * HOUR_MS
-    return [Rec(b"old-%03d" % i * 10, partition=0, timestamp=then + i) for i in range(n)]
-
-
-@pytest.fixture
-def retention_broker():
-    with BrokerProcess(overrides={"log.retention.check.interval.ms": "200",
-                                  "log.retention.bytes": "-1"}) as proc:  # explicit: a static config
-        yield proc
 
 
 def describe(bootstrap: str, rtype: ResourceType, name: str) -> dict[str, ConfigEntry]:
@@ -170,10 +155,10 @@ def test_retention_change_takes_effect_without_restart(retention_broker, topic):
     create_topic(bootstrap, topic, config={"segment.bytes": "2048"})
     ck_produce(bootstrap, topic, old_records(100)
                + [Rec(b"new", partition=0)], **{"linger.ms": 0, "batch.num.messages": 5})
-    time.sleep(1)
+    retention_has_run(bootstrap)
     assert watermarks(bootstrap, topic, 0)[0] == 0  # a week of retention keeps 2-hour-old records
     set_topic_configs(bootstrap, topic, {"retention.ms": "60000"})
-    low = wait_for(lambda: watermarks(bootstrap, topic, 0)[0], timeout=15, what="retention to apply")
+    low = wait_for(lambda: watermarks(bootstrap, topic, 0)[0], timeout=60, what="retention to apply")
     assert 0 < low <= 100
 
 
@@ -207,7 +192,7 @@ def test_dynamic_broker_configs_apply_live_and_survive_restart(retention_broker,
                + [Rec(b"new", partition=0)], **{"linger.ms": 0, "batch.num.messages": 5})
     # This broker's log.retention.ms is the default of every topic without an override.
     assert incremental(bootstrap, ResourceType.BROKER, "0", [op("log.retention.ms", "60000")]) is None
-    wait_for(lambda: watermarks(bootstrap, topic, 0)[0] > 0, timeout=15, what="broker retention to apply")
+    wait_for(lambda: watermarks(bootstrap, topic, 0)[0] > 0, timeout=60, what="broker retention to apply")
     entry = describe(bootstrap, ResourceType.TOPIC, topic)["retention.ms"]
     assert (entry.value, source(entry)) == ("60000", ConfigSource.DYNAMIC_BROKER_CONFIG)
     assert synonyms(entry) == [("log.retention.ms", "60000", ConfigSource.DYNAMIC_BROKER_CONFIG),

@@ -7,7 +7,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewPartitions, NewTopic
 
-from .conftest import Rec, admin, create_topic, roundtrip, unique_name, watermarks
+from strom.testing import create_topic, unique_name
+
+from .conftest import Rec, admin, roundtrip, watermarks
 
 pytestmark = pytest.mark.timeout(60)
 

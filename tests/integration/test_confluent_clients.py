@@ -10,7 +10,7 @@ from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import OffsetSpec
 
 from strom.protocol import compression
-from strom.testing import BrokerProcess
+from strom.testing import BrokerProcess, create_topic
 
 from .conftest import (
     Rec,
@@ -18,7 +18,6 @@ from .conftest import (
     ck_consume,
     ck_produce,
     consumer,
-    create_topic,
     offsets_for_times,
     roundtrip,
     stored_batches,

@@ -7,26 +7,11 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from strom.testing import BrokerProcess
+from strom.testing import create_topic, wait_for
 
-from .conftest import (
-    Rec,
-    admin,
-    ck_consume,
-    ck_produce,
-    create_topic,
-    wait_for,
-    watermarks,
-    wire_call,
-)
+from .conftest import Rec, admin, ck_consume, ck_produce, watermarks, wire_call
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def retention_broker():
-    with BrokerProcess(overrides={"log.retention.check.interval.ms": "200"}) as proc:
-        yield proc
 
 
 def delete_records(bootstrap: str, topic: str, partition: int, offset: int):

@@ -10,13 +10,14 @@ import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Producer, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
+from strom.testing import create_topic
+
 from .conftest import (
     Rec,
     admin,
     ck_consume,
     ck_produce,
     consumer,
-    create_topic,
     roundtrip,
     stored_batches,
     watermarks,

@@ -11,7 +11,9 @@ from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, To
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import KafkaAdminClient, MemberToRemove
 
-from .conftest import Rec, admin, ck_produce, create_topic, unique_name, wire_call
+from strom.testing import create_topic, unique_name
+
+from .conftest import Rec, admin, ck_produce, wire_call
 from .group_member import Member, wait_balanced
 
 pytestmark = pytest.mark.timeout(60)

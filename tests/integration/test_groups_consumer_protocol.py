@@ -14,7 +14,9 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from .conftest import GROUP_OVERRIDES, Rec, ck_produce, create_topic, unique_name
+from strom.testing import create_topic, unique_name
+
+from .conftest import GROUP_OVERRIDES, Rec, ck_produce
 from .group_member import Member, wait_balanced
 
 pytestmark = pytest.mark.timeout(90)

@@ -9,8 +9,9 @@ import pytest
 
 from strom.coordinator import partition_for
 from strom.coordinator.group.consumer_protocol import encode_assignment, encode_subscription
+from strom.testing import create_topic, unique_name
 
-from .conftest import GROUP_OVERRIDES, Rec, create_topic, roundtrip, unique_name, wire_call
+from .conftest import GROUP_OVERRIDES, Rec, roundtrip, wire_call
 
 pytestmark = pytest.mark.timeout(60)
 

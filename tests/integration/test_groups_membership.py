@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from .conftest import create_topic, unique_name
+from strom.testing import create_topic, unique_name
+
 from .group_member import Member, wait_balanced
 
 pytestmark = pytest.mark.timeout(90)

@@ -9,9 +9,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from strom.testing import BrokerProcess
+from strom.testing import BrokerProcess, create_topic, unique_name
 
-from .conftest import GROUP_OVERRIDES, Rec, ck_produce, create_topic, unique_name, wire_call
+from .conftest import GROUP_OVERRIDES, Rec, ck_produce, wire_call
 from .group_member import Member, wait_balanced
 
 pytestmark = pytest.mark.timeout(90)

@@ -18,8 +18,9 @@ from kafka.errors import (
 )
 
 from strom.protocol import compression
+from strom.testing import unique_name
 
-from .conftest import ck_consume, stored_batches, unique_name, watermarks
+from .conftest import ck_consume, stored_batches, watermarks
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,7 +8,9 @@ import subprocess
 
 import pytest
 
-from .conftest import create_topic, watermarks
+from strom.testing import create_topic
+
+from .conftest import watermarks
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,9 +11,9 @@ import pytest
 from kafka.admin import KafkaAdminClient
 
 from strom.protocol.records import build_batch
-from strom.testing import BrokerProcess
+from strom.testing import BrokerProcess, create_topic
 
-from .conftest import Rec, ck_consume, ck_produce, create_topic, wire_call
+from .conftest import Rec, ck_consume, ck_produce, wire_call
 
 pytestmark = pytest.mark.timeout(90)
 

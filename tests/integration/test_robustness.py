@@ -12,18 +12,9 @@ import time
 import pytest
 
 from strom.protocol import messages
-from strom.testing import BrokerProcess
+from strom.testing import BrokerProcess, create_topic, unique_name
 
-from .conftest import (
-    Rec,
-    ck_produce,
-    create_topic,
-    roundtrip,
-    stored_batches,
-    unique_name,
-    watermarks,
-    wire_call,
-)
+from .conftest import Rec, ck_produce, roundtrip, stored_batches, watermarks, wire_call
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -3,21 +3,11 @@ lookups, low watermarks and offset resets."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from strom.testing import BrokerProcess
+from strom.testing import create_topic, wait_for
 
-from .conftest import (
-    Rec,
-    ck_consume,
-    ck_produce,
-    create_topic,
-    offsets_for_times,
-    roundtrip,
-    watermarks,
-)
+from .conftest import Rec, ck_consume, ck_produce, offsets_for_times, roundtrip, watermarks
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,22 +26,6 @@ def test_many_segments(broker, topic):
         [5, 1777, 2999, -1]
 
 
-@pytest.fixture
-def retention_broker():
-    with BrokerProcess(overrides={"log.retention.check.interval.ms": "200"}) as proc:
-        yield proc
-
-
-def wait_for_low_watermark(bootstrap: str, topic: str, timeout: float = 15) -> tuple[int, int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        low, high = watermarks(bootstrap, topic, 0)
-        if low > 0:
-            return low, high
-        time.sleep(0.2)
-    raise AssertionError("retention deleted nothing")
-
-
 @pytest.mark.parametrize("config", [{"retention.ms": "60000"}, {"retention.bytes": "8192"}])
 def test_retention_moves_the_log_start_and_consumers_reset(retention_broker, topic, config):
     bootstrap = retention_broker.bootstrap
@@ -59,7 +33,8 @@ def test_retention_moves_the_log_start_and_consumers_reset(retention_broker, top
     old = [Rec(b"old-%03d" % i * 10, partition=0, timestamp=T0 + i) for i in range(100)]
     new = [Rec(b"new-%03d" % i * 10, partition=0) for i in range(50)]  # stamped now
     ck_produce(bootstrap, topic, old + new, **{"linger.ms": 0, "batch.num.messages": 5})
-    low, high = wait_for_low_watermark(bootstrap, topic)
+    low, high = wait_for(lambda: (marks := watermarks(bootstrap, topic, 0))[0] > 0 and marks,
+                         timeout=60, what="retention to delete something")
     assert high == 150
     if "retention.ms" in config:
         assert low <= 100  # only the old records could go

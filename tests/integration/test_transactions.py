@@ -31,7 +31,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from strom.protocol import records as rec
-from strom.testing import BrokerProcess
+from strom.testing import BrokerProcess, create_topic, unique_name, wait_for
 
 from .conftest import (
     GROUP_OVERRIDES,
@@ -39,10 +39,7 @@ from .conftest import (
     admin,
     ck_produce,
     consumer,
-    create_topic,
     stored_batches,
-    unique_name,
-    wait_for,
     watermarks,
     wire_call,
 )

@@ -22,9 +22,9 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from strom.protocol import messages
 from strom.protocol.records import TRANSACTIONAL_MASK, build_batch
-from strom.testing import BrokerProcess, RawClient
+from strom.testing import BrokerProcess, RawClient, create_topic, unique_name, wait_for
 
-from .conftest import consumer, create_topic, unique_name, wait_for
+from .conftest import consumer
 from .test_transactions import (
     TXN_OVERRIDES,
     describe_txn,

@@ -19,9 +19,9 @@ from confluent_kafka import TopicPartition
 from crc32c import crc32c
 
 from strom.protocol.records import ATTRIBUTES_OFFSET, CONTROL_MASK, TRANSACTIONAL_MASK, build_batch
-from strom.testing import BrokerProcess, RawClient
+from strom.testing import BrokerProcess, RawClient, create_topic, unique_name, wait_for
 
-from .conftest import Rec, consumer, create_topic, roundtrip, unique_name, wait_for
+from .conftest import Rec, consumer, roundtrip
 from .test_groups_errors import joined_member, sync
 from .test_transactions import (
     RETRIABLE_COORDINATOR,

@@ -1,17 +1,17 @@
 """PySpark against a real broker process: one SparkSession (local[2]) and one broker for the
 whole session; each test uses its own, uniquely named topics and checkpoint directories.
 
-Helpers: `create_topic`, `produce` (confluent-kafka, delivery reports back), `consume_all`
-(every record up to the end offsets), `read` (a batch read through the `strom` source)."""
+Helpers: `produce` (confluent-kafka, delivery reports back), `read` (a batch read through the
+`strom` source), `end_offsets`, `finished`; `create_topic` and `consume_all` come from
+`strom.testing`."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 import pytest
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka import IsolationLevel, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 import strom.spark
 from strom.testing import BrokerProcess, report_broker_logs, unique_name
@@ -40,13 +40,6 @@ def topic(request) -> str:
 
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the futures
-    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
-                                            config=config or {})], operation_timeout=10)
-    futures[name].result(timeout=15)
-
-
 def produce(bootstrap: str, topic: str, records: Iterable[dict], **conf) -> list[Message]:
     """Produce dicts of produce() keyword arguments; the delivery reports, in produce order."""
     reports: dict[int, tuple] = {}
@@ -57,36 +50,6 @@ def produce(bootstrap: str, topic: str, records: Iterable[dict], **conf) -> list
     assert producer.flush(30) == 0
     assert [err for err, _ in reports.values() if err] == []
     return [reports[i][1] for i in range(1, n + 1)]
-
-
-def consume_all(bootstrap: str, topic: str, timeout: float = 20.0, **conf) -> list[Message]:
-    """Every record of every partition of `topic`, up to the end offsets as they are now (the
-    last offsets may be transaction markers, which no consumer sees: the end is where the
-    consumer reports it reached the end)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "strom-spark-tests", "enable.auto.commit": False,
-                  "isolation.level": "read_uncommitted", "enable.partition.eof": True, **conf})
-    try:
-        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
-        c.assign([TopicPartition(topic, p, lo) for p, (lo, _) in ends.items()])
-        out: list[Message] = []
-        done: set[int] = set()
-        deadline = time.monotonic() + timeout
-        while len(done) < len(ends) and time.monotonic() < deadline:
-            msg = c.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error() is None:
-                out.append(msg)
-            elif msg.error().code() == KafkaError._PARTITION_EOF:
-                if msg.offset() >= ends[msg.partition()][1]:
-                    done.add(msg.partition())
-            else:
-                raise AssertionError(f"consumer error: {msg.error()}")
-        assert len(done) == len(ends), f"timed out reading {topic}: {len(out)} records"
-        return out
-    finally:
-        c.close()
 
 
 def read(spark, bootstrap: str, **options):

@@ -17,8 +17,9 @@ from strom.spark.fetch import (
 from strom.spark.offsets import Range
 from strom.spark.options import source_options
 from strom.spark.wire import PartitionClient
+from strom.testing import create_topic
 
-from .conftest import create_topic, produce
+from .conftest import produce
 from .test_stream import delete_records
 
 PATHS = pytest.mark.parametrize("read", [read_raw, read_librdkafka], ids=["raw", "librdkafka"])

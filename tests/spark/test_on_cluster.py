@@ -9,12 +9,12 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
-from strom.testing import Cluster, unique_name
+from strom.testing import Cluster, consume_all, create_topic, unique_name
 from strom.zookeeper_server import ZooKeeperServer
 
-from .conftest import consume_all, read
+from .conftest import read
 from .test_write import stream_copy
 
 ASSIGNMENT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]  # partition p led by broker p + 1
@@ -27,9 +27,8 @@ def cluster():
 
 
 def create(cluster: Cluster, topic: str) -> None:
-    client = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    client.create_topics([NewTopic(topic, len(ASSIGNMENT), replica_assignment=ASSIGNMENT)])[topic].result(30)
-    metadata = client.list_topics(topic, timeout=10).topics[topic]
+    create_topic(cluster.bootstrap, topic, assignment=ASSIGNMENT)
+    metadata = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(topic, timeout=10).topics[topic]
     assert {p.leader for p in metadata.partitions.values()} == {1, 2, 3}
 
 

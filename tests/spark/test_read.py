@@ -7,7 +7,9 @@ import json
 
 from confluent_kafka import Producer
 
-from .conftest import create_topic, produce, read
+from strom.testing import create_topic
+
+from .conftest import produce, read
 
 KAFKA_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 

@@ -10,7 +10,9 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from .conftest import create_topic, finished, produce, read
+from strom.testing import create_topic
+
+from .conftest import finished, produce, read
 
 
 def run_available_now(spark, bootstrap: str, out, checkpoint, **options):

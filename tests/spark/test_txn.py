@@ -9,8 +9,9 @@ from kafka.admin import KafkaAdminClient
 
 from strom.spark.options import sink_options
 from strom.spark.txn import State, Transactions, TxnCommit, abort_batch, commit_batch
+from strom.testing import consume_all, create_topic
 
-from .conftest import consume_all, create_topic, end_offsets
+from .conftest import end_offsets
 
 
 def open_transaction(bootstrap: str, txn_id: str, topic: str, values: list[bytes]) -> tuple[int, int]:

@@ -7,7 +7,9 @@ from collections import Counter
 
 from kafka.partitioner.default import murmur2
 
-from .conftest import consume_all, create_topic, end_offsets, finished, produce
+from strom.testing import consume_all, create_topic
+
+from .conftest import end_offsets, finished, produce
 
 
 def write(df, bootstrap: str, **options) -> None:

@@ -7,13 +7,17 @@ so it works against any Kafka-compatible broker, not only Strom.
 from __future__ import annotations
 
 import re
-import socket
-import struct
-import sys
 
 import click
 
-from strom.protocol import messages
+from strom.cli.common import (
+    ClientSettings,
+    Cluster,
+    CommandError,
+    Group,
+    client_options,
+    error_name,
+)
 
 DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
 TOPIC, BROKER = 2, 4
@@ -23,17 +27,9 @@ SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
 DYNAMIC_SOURCES = {1, 2, 3}
 
 
-def _call(bootstrap: str, api_key: int, version: int, fields: dict, timeout: float = 30.0):
-    host, _, port = bootstrap.rpartition(":")
-    with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout) as sock:
-        sock.sendall(messages.encode_request(api_key, version, fields, client_id="strom-configs"))
-        reader = sock.makefile("rb")
-        head = reader.read(4)
-        if len(head) < 4:
-            raise click.ClickException("the broker closed the connection")
-        (size,) = struct.unpack(">i", head)
-        _, body = messages.decode_response(api_key, version, reader.read(size))
-    return body
+def _call(client: ClientSettings, api_key: int, version: int, fields: dict):
+    with Cluster(client) as cluster:
+        return cluster.call(api_key, version, fields)
 
 
 def _resource(topic: str | None, broker: int | None, broker_defaults: bool) -> tuple[int, str, str]:
@@ -66,7 +62,7 @@ def parse_config_list(text: str) -> dict[str, str]:
 
 
 entity_options = [
-    click.option("--bootstrap-server", "bootstrap", required=True, metavar="HOST:PORT"),
+    client_options(),
     click.option("--topic", default=None, help="A topic's configs."),
     click.option("--broker", type=int, default=None, help="A broker's configs (by id)."),
     click.option("--broker-defaults", is_flag=True, help="The cluster-wide dynamic broker defaults."),
@@ -79,7 +75,7 @@ def _with_entity_options(f):
     return f
 
 
-@click.group()
+@click.group(cls=Group)
 def configs() -> None:
     """Describe or change topic and broker configs (like kafka-configs.sh)."""
 
@@ -87,18 +83,24 @@ def configs() -> None:
 @configs.command()
 @_with_entity_options
 @click.option("--all", "show_all", is_flag=True, help="Every config, not just the dynamic ones.")
-def describe(bootstrap: str, topic: str | None, broker: int | None, broker_defaults: bool,
+def describe(client: ClientSettings, topic: str | None, broker: int | None, broker_defaults: bool,
              show_all: bool) -> None:
-    """Print the configs of a topic or broker with their synonyms."""
+    """Print the configs of a topic or broker with their synonyms.
+
+    \b
+    Example:
+      strom configs describe --topic orders
+      strom configs describe --broker 1 --all
+      strom configs describe --broker-defaults
+    """
     rtype, name, what = _resource(topic, broker, broker_defaults)
-    body = _call(bootstrap, DESCRIBE_CONFIGS, 4, {
+    body = _call(client, DESCRIBE_CONFIGS, 4, {
         "resources": [{"resource_type": rtype, "resource_name": name, "configuration_keys": None}],
         "include_synonyms": True, "include_documentation": False,
     })
     result = body.results[0]
     if result.error_code:
-        click.echo(f"Error: {result.error_message or result.error_code}", err=True)
-        sys.exit(1)
+        raise CommandError(result.error_message or error_name(result.error_code))
     entries = [c for c in result.configs if show_all or c.config_source in DYNAMIC_SOURCES]
     click.echo(f"{'All' if show_all else 'Dynamic'} configs for {what} are:")
     for c in entries:
@@ -112,9 +114,16 @@ def describe(bootstrap: str, topic: str | None, broker: int | None, broker_defau
 @click.option("--add-config", "add", default="", metavar="K=V,...",
               help="Configs to set, e.g. retention.ms=1000,cleanup.policy=[compact,delete].")
 @click.option("--delete-config", "delete", default="", metavar="K,...", help="Configs to remove.")
-def alter(bootstrap: str, topic: str | None, broker: int | None, broker_defaults: bool, add: str,
+def alter(client: ClientSettings, topic: str | None, broker: int | None, broker_defaults: bool, add: str,
           delete: str) -> None:
-    """Set or remove dynamic configs of a topic or broker."""
+    """Set or remove dynamic configs of a topic or broker.
+
+    \b
+    Example:
+      strom configs alter --topic orders --add-config retention.ms=86400000,cleanup.policy=[compact,delete]
+      strom configs alter --topic orders --delete-config retention.ms
+      strom configs alter --broker-defaults --add-config log.retention.ms=604800000
+    """
     rtype, name, what = _resource(topic, broker, broker_defaults)
     to_set = parse_config_list(add)
     to_delete = [k.strip() for k in delete.split(",") if k.strip()]
@@ -122,12 +131,12 @@ def alter(bootstrap: str, topic: str | None, broker: int | None, broker_defaults
         raise click.UsageError("nothing to do: give --add-config and/or --delete-config")
     entries = [{"name": k, "config_operation": SET, "value": v} for k, v in to_set.items()]
     entries += [{"name": k, "config_operation": DELETE, "value": None} for k in to_delete]
-    body = _call(bootstrap, INCREMENTAL_ALTER_CONFIGS, 1, {
+    body = _call(client, INCREMENTAL_ALTER_CONFIGS, 1, {
         "resources": [{"resource_type": rtype, "resource_name": name, "configs": entries}],
         "validate_only": False,
     })
     response = body.responses[0]
     if response.error_code:
-        click.echo(f"Error while altering configs of {what}: {response.error_message}", err=True)
-        sys.exit(1)
+        raise CommandError(f"altering the configs of {what} failed: "
+                           f"{response.error_message or error_name(response.error_code)}")
     click.echo(f"Completed updating config for {what}.")

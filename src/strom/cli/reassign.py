@@ -17,8 +17,15 @@ from typing import Any
 
 import click
 
-from strom.cli.groups import Cluster, _bootstrap_option, _error_name
-from strom.cli.topics import TIMEOUT_MS, _at_controller, connect, metadata
+from strom.cli.common import (
+    ClientSettings,
+    Cluster,
+    Command,
+    CommandError,
+    client_options,
+    error_name,
+)
+from strom.cli.topics import TIMEOUT_MS
 from strom.protocol.errors import ErrorCode, KafkaError
 
 ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46
@@ -38,20 +45,20 @@ def _read_json(path: str) -> Any:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except OSError as e:
-        raise click.ClickException(f"cannot read {path}: {e.strerror}") from None
+        raise CommandError(f"cannot read {path}: {e.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise click.ClickException(f"{path} is not valid JSON: {e}") from None
+        raise CommandError(f"{path} is not valid JSON: {e}") from None
 
 
 def _version_1(data: Any, path: str, key: str) -> list:
     """The `key` list of a version-1 document (a missing version means 1, as in Kafka)."""
     if not isinstance(data, dict):
-        raise click.ClickException(f"{path}: expected a JSON object with a {key!r} list")
+        raise CommandError(f"{path}: expected a JSON object with a {key!r} list")
     if data.get("version", 1) != 1:
-        raise click.ClickException(f"{path}: not supported version field value {data['version']!r}")
+        raise CommandError(f"{path}: not supported version field value {data['version']!r}")
     items = data.get(key)
     if not isinstance(items, list):
-        raise click.ClickException(f"{path}: expected a {key!r} list")
+        raise CommandError(f"{path}: expected a {key!r} list")
     return items
 
 
@@ -60,10 +67,10 @@ def parse_topics_to_move(data: Any, path: str) -> list[str]:
     names = []
     for item in _version_1(data, path, "topics"):
         if not isinstance(item, dict) or not isinstance(item.get("topic"), str) or not item["topic"]:
-            raise click.ClickException(f'{path}: each topic must be {{"topic": "<name>"}}, got {json.dumps(item)}')
+            raise CommandError(f'{path}: each topic must be {{"topic": "<name>"}}, got {json.dumps(item)}')
         names.append(item["topic"])
     if not names:
-        raise click.ClickException(f"{path}: the list of topics to move is empty")
+        raise CommandError(f"{path}: the list of topics to move is empty")
     return list(dict.fromkeys(names))
 
 
@@ -75,25 +82,25 @@ def parse_reassignment(data: Any, path: str) -> Assignment:
         if not (isinstance(item, dict) and isinstance(item.get("topic"), str)
                 and _is_int(item.get("partition")) and isinstance(item.get("replicas"), list)
                 and all(_is_int(r) for r in item["replicas"])):
-            raise click.ClickException(f'{path}: each partition needs "topic", "partition" and '
+            raise CommandError(f'{path}: each partition needs "topic", "partition" and '
                                        f'"replicas" (broker ids), got {json.dumps(item)}')
         tp, replicas = (item["topic"], item["partition"]), item["replicas"]
         if tp in out:
-            raise click.ClickException(f"{path}: partition {_name(tp)} is listed twice")
+            raise CommandError(f"{path}: partition {_name(tp)} is listed twice")
         if not replicas:
-            raise click.ClickException(f"{path}: the replica list of {_name(tp)} is empty")
+            raise CommandError(f"{path}: the replica list of {_name(tp)} is empty")
         if len(set(replicas)) != len(replicas):
-            raise click.ClickException(f"{path}: the replica list of {_name(tp)} lists a broker twice: {replicas}")
+            raise CommandError(f"{path}: the replica list of {_name(tp)} lists a broker twice: {replicas}")
         log_dirs = item.get("log_dirs", [ANY_LOG_DIR] * len(replicas))
         if not isinstance(log_dirs, list) or len(log_dirs) != len(replicas):
-            raise click.ClickException(f"{path}: the log_dirs of {_name(tp)} must be a list as long as "
+            raise CommandError(f"{path}: the log_dirs of {_name(tp)} must be a list as long as "
                                        f"its replicas {replicas}")
         if any(d != ANY_LOG_DIR for d in log_dirs):
-            raise click.ClickException(f'{path}: log_dirs other than "any" ({_name(tp)}) are not supported '
+            raise CommandError(f'{path}: log_dirs other than "any" ({_name(tp)}) are not supported '
                                        "by this tool yet")
         out[tp] = list(replicas)
     if not out:
-        raise click.ClickException(f"{path}: the partition reassignment list is empty")
+        raise CommandError(f"{path}: the partition reassignment list is empty")
     return out
 
 
@@ -110,13 +117,13 @@ def format_reassignment(assignment: Assignment) -> str:
 
 def current_assignment(cluster: Cluster, topics: Iterable[str]) -> Assignment:
     """Every partition's replicas of `topics`, as the bootstrap server's metadata has them."""
-    body = metadata(cluster, sorted(set(topics)))
+    body = cluster.metadata(sorted(set(topics)))
     out: Assignment = {}
     for t in body.topics:
         if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-            raise click.ClickException(f"Topic '{t.name}' does not exist.")
+            raise CommandError(f"Topic '{t.name}' does not exist.")
         if t.error_code != ErrorCode.NONE:
-            raise click.ClickException(f"describing topic '{t.name}' failed: {_error_name(t.error_code)}")
+            raise CommandError(f"describing topic '{t.name}' failed: {error_name(t.error_code)}")
         out.update({(t.name, p.partition_index): list(p.replica_nodes) for p in t.partitions})
     return out
 
@@ -126,7 +133,7 @@ def _current_of(cluster: Cluster, partitions: Iterable[TopicPartition]) -> Assig
     current = current_assignment(cluster, (t for t, _ in partitions))
     for tp in partitions:
         if tp not in current:
-            raise click.ClickException(f"Partition {_name(tp)} does not exist.")
+            raise CommandError(f"Partition {_name(tp)} does not exist.")
     return {tp: current[tp] for tp in partitions}
 
 
@@ -151,9 +158,9 @@ def propose(current: Assignment, brokers: list[int]) -> Assignment:
 
 
 def _controller_call(cluster: Cluster, api_key: int, fields: dict) -> Any:
-    body = _at_controller(cluster, api_key, 0, fields, lambda body: body)
+    body = cluster.at_controller(api_key, 0, fields, lambda body: body)
     if body.error_code != ErrorCode.NONE:
-        raise click.ClickException(body.error_message or _error_name(body.error_code))
+        raise CommandError(body.error_message or error_name(body.error_code))
     return body
 
 
@@ -183,7 +190,7 @@ def ongoing(cluster: Cluster, partitions: Iterable[TopicPartition] | None = None
 def _failure(tp: TopicPartition, entry: Any) -> str:
     if entry.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
         return f"partition {_name(tp)} does not exist"
-    name = _error_name(entry.error_code)
+    name = error_name(entry.error_code)
     return f"{name}: {entry.error_message}" if entry.error_message else name
 
 
@@ -205,8 +212,8 @@ def _broker_list(ctx: click.Context, param: click.Parameter, value: str | None) 
 ACTIONS = ("generate", "execute", "verify", "cancel", "list")
 
 
-@click.command("reassign-partitions")
-@_bootstrap_option
+@click.command("reassign-partitions", cls=Command)
+@client_options()
 @click.option("--generate", is_flag=True, help="Propose an assignment of the topics in "
               "--topics-to-move-json-file over the brokers of --broker-list (nothing is changed).")
 @click.option("--execute", is_flag=True, help="Start the reassignment in --reassignment-json-file.")
@@ -225,7 +232,7 @@ ACTIONS = ("generate", "execute", "verify", "cancel", "list")
               help="For --execute: start it even while other reassignments are in progress.")
 @click.option("--throttle", type=int, metavar="BYTES/S",
               help="Accepted for compatibility; not applied by this tool yet (a warning says so).")
-def reassign(bootstrap: str, generate: bool, execute: bool, verify: bool, cancel: bool, list_: bool,
+def reassign(client: ClientSettings, generate: bool, execute: bool, verify: bool, cancel: bool, list_: bool,
              topics_file: str | None, brokers: list[int] | None, reassignment_file: str | None,
              additional: bool, throttle: int | None) -> None:
     """Move partitions to other brokers (like kafka-reassign-partitions.sh). Exactly one
@@ -259,7 +266,7 @@ def reassign(bootstrap: str, generate: bool, execute: bool, verify: bool, cancel
         names = parse_topics_to_move(_read_json(topics_file), topics_file)
     elif reassignment_file is not None and action != "list":
         targets = parse_reassignment(_read_json(reassignment_file), reassignment_file)
-    cluster = connect(bootstrap)
+    cluster = Cluster(client)
     try:
         if action == "generate":
             _generate(cluster, names, brokers or [])
@@ -279,12 +286,12 @@ def _generate(cluster: Cluster, names: list[str], brokers: list[int]) -> None:
     current = current_assignment(cluster, names)  # also learns the live brokers
     unknown = [b for b in brokers if b not in cluster.brokers]
     if unknown:
-        raise click.ClickException(f"broker(s) {','.join(map(str, unknown))} of --broker-list "
+        raise CommandError(f"broker(s) {','.join(map(str, unknown))} of --broker-list "
                                    "are not in the cluster")
     try:
         proposed = propose(current, brokers)
     except KafkaError as e:
-        raise click.ClickException(str(e)) from None
+        raise CommandError(str(e)) from None
     click.echo(f"Current partition replica assignment\n{format_reassignment(current)}\n")
     click.echo(f"Proposed partition reassignment configuration\n{format_reassignment(proposed)}")
 
@@ -292,7 +299,7 @@ def _generate(cluster: Cluster, names: list[str], brokers: list[int]) -> None:
 def _execute(cluster: Cluster, targets: Assignment, additional: bool, throttle: int | None) -> None:
     current = _current_of(cluster, targets)
     if not additional and ongoing(cluster):
-        raise click.ClickException("Cannot execute because there is an existing partition assignment. "
+        raise CommandError("Cannot execute because there is an existing partition assignment. "
                                    "Use --additional to override this and create a new partition "
                                    "assignment in addition to the existing one.")
     click.echo(f"Current partition replica assignment\n\n{format_reassignment(current)}\n\n"

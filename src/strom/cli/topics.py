@@ -11,66 +11,31 @@ from __future__ import annotations
 
 import base64
 import sys
-import time
 import uuid
 from typing import Any
 
 import click
 
-from strom.cli.groups import Cluster, GroupCommandError, _bootstrap_option, _error_name
+from strom.cli.common import (
+    ClientSettings,
+    Cluster,
+    CommandError,
+    Group,
+    client_options,
+    error_name,
+    parse_key_values,
+)
 from strom.protocol.errors import ErrorCode
 
-METADATA, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 3, 19, 20, 32, 37
+CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
 TOPIC_RESOURCE, DYNAMIC_TOPIC_CONFIG = 2, 1
 TIMEOUT_MS = 30_000  # how long the controller may wait for new partitions' leaders (Kafka's default)
-CONTROLLER_WAIT_S = 15.0  # how long to look for a controller that accepts the request
-
-
-def connect(bootstrap: str) -> Cluster:
-    """A connection to the first server of a comma-separated `host:port` list that answers."""
-    servers = [s.strip() for s in bootstrap.split(",") if s.strip()]
-    if not servers:
-        raise click.BadParameter("expected host:port[,host:port...]", param_hint="--bootstrap-server")
-    for server in servers[:-1]:
-        try:
-            return Cluster(server)
-        except GroupCommandError:
-            continue
-    return Cluster(servers[-1])
-
-
-def metadata(cluster: Cluster, topics: list[str] | None) -> Any:
-    """Metadata v12 (topic ids, live brokers, the controller), never auto-creating a topic."""
-    body = cluster.bootstrap.call(METADATA, 12, {
-        "topics": None if topics is None else [{"name": t} for t in topics],
-        "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
-    cluster.brokers = {b.node_id: (b.host, b.port) for b in body.brokers}
-    return body
-
-
-def _at_controller(cluster: Cluster, api_key: int, version: int, fields: dict,
-                   result: Any) -> Any:
-    """Send a one-topic admin request to the controller and return `result(body)`, that
-    topic's entry; retried while no broker is the controller or the one asked no longer is."""
-    deadline = time.monotonic() + CONTROLLER_WAIT_S
-    while True:
-        controller = metadata(cluster, []).controller_id
-        if controller in cluster.brokers:
-            conn = cluster.connection(*cluster.brokers[controller])
-            conn.sock.settimeout(TIMEOUT_MS / 1000 + 10)
-            entry = result(conn.call(api_key, version, fields))
-            if entry.error_code != ErrorCode.NOT_CONTROLLER:
-                return entry
-        if time.monotonic() > deadline:
-            raise click.ClickException("no controller accepted the request "
-                                       f"(controller id {controller})")
-        time.sleep(0.5)
 
 
 def _failure(topic: str, entry: Any) -> str:
     if entry.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
         return f"Topic '{topic}' does not exist."
-    return entry.error_message or _error_name(entry.error_code)
+    return entry.error_message or error_name(entry.error_code)
 
 
 def parse_replica_assignment(text: str) -> list[list[int]]:
@@ -100,22 +65,16 @@ def _config_option(ctx: click.Context, param: click.Parameter,
                    values: tuple[str, ...]) -> dict[str, str]:
     """`--config k=v`, repeatable; as in kafka-topics.sh the value is everything after the first
     `=`, commas included (cleanup.policy=compact,delete)."""
-    out = {}
-    for value in values:
-        key, sep, v = value.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"expected key=value, got {value!r}")
-        out[key.strip()] = v.strip()
-    return out
+    return {k: v.strip() for k, v in parse_key_values(values, "--config").items()}
 
 
-@click.group()
+@click.group(cls=Group)
 def topics() -> None:
     """Create, list, describe, alter and delete topics (like kafka-topics.sh)."""
 
 
 @topics.command()
-@_bootstrap_option
+@client_options()
 @click.argument("topic")
 @click.option("--partitions", type=int, default=-1,
               help="Number of partitions (default: the broker's num.partitions).")
@@ -127,7 +86,7 @@ def topics() -> None:
               help="Brokers of each partition: partitions separated by commas, replicas by colons "
                    "(instead of --partitions and --replication-factor).")
 @click.option("--if-not-exists", is_flag=True, help="Succeed quietly if the topic exists.")
-def create(bootstrap: str, topic: str, partitions: int, replication_factor: int,
+def create(client: ClientSettings, topic: str, partitions: int, replication_factor: int,
            configs: dict[str, str], assignment: list[list[int]] | None, if_not_exists: bool) -> None:
     """Create a topic.
 
@@ -139,9 +98,9 @@ def create(bootstrap: str, topic: str, partitions: int, replication_factor: int,
     if assignment is not None and (partitions != -1 or replication_factor != -1):
         raise click.UsageError("--replica-assignment cannot be used with --partitions or "
                                "--replication-factor")
-    cluster = connect(bootstrap)
+    cluster = Cluster(client)
     try:
-        entry = _at_controller(cluster, CREATE_TOPICS, 5, {"topics": [{
+        entry = cluster.at_controller(CREATE_TOPICS, 5, {"topics": [{
             "name": topic, "num_partitions": partitions, "replication_factor": replication_factor,
             "assignments": [{"partition_index": i, "broker_ids": r}
                             for i, r in enumerate(assignment or [])],
@@ -152,23 +111,23 @@ def create(bootstrap: str, topic: str, partitions: int, replication_factor: int,
     if entry.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and if_not_exists:
         return
     if entry.error_code != ErrorCode.NONE:
-        raise click.ClickException(_failure(topic, entry))
+        raise CommandError(_failure(topic, entry))
     click.echo(f"Created topic {topic}.")
 
 
 @topics.command("list")
-@_bootstrap_option
+@client_options()
 @click.option("--exclude-internal", is_flag=True, help="Leave out internal topics (__consumer_offsets, ...).")
-def list_topics(bootstrap: str, exclude_internal: bool) -> None:
+def list_topics(client: ClientSettings, exclude_internal: bool) -> None:
     """The topics of the cluster, one per line.
 
     \b
     Example:
       strom topics list --exclude-internal --bootstrap-server 127.0.0.1:9092
     """
-    cluster = connect(bootstrap)
+    cluster = Cluster(client)
     try:
-        body = metadata(cluster, None)
+        body = cluster.metadata(None)
     finally:
         cluster.close()
     for t in sorted(body.topics, key=lambda t: t.name):
@@ -187,7 +146,7 @@ def _topic_configs(cluster: Cluster, names: list[str]) -> dict[str, list[str]]:
     """The configs set on each topic (DYNAMIC_TOPIC_CONFIG), as `k=v` strings."""
     if not names:
         return {}
-    body = cluster.bootstrap.call(DESCRIBE_CONFIGS, 4, {
+    body = cluster.call(DESCRIBE_CONFIGS, 4, {
         "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": n, "configuration_keys": None}
                       for n in names],
         "include_synonyms": False, "include_documentation": False})
@@ -197,14 +156,14 @@ def _topic_configs(cluster: Cluster, names: list[str]) -> dict[str, list[str]]:
 
 
 @topics.command()
-@_bootstrap_option
+@client_options()
 @click.option("--topic", "names", multiple=True, help="Only this topic (repeatable; default: all).")
 @click.option("--exclude-internal", is_flag=True, help="Leave out internal topics.")
 @click.option("--under-replicated-partitions", "under_replicated", is_flag=True,
               help="Only partitions whose ISR is smaller than their replica list.")
 @click.option("--unavailable-partitions", "unavailable", is_flag=True,
               help="Only partitions without a leader, or whose leader is not a live broker.")
-def describe(bootstrap: str, names: tuple[str, ...], exclude_internal: bool,
+def describe(client: ClientSettings, names: tuple[str, ...], exclude_internal: bool,
              under_replicated: bool, unavailable: bool) -> None:
     """Partitions, leaders, replicas and ISR of topics, in kafka-topics.sh's format.
 
@@ -216,16 +175,16 @@ def describe(bootstrap: str, names: tuple[str, ...], exclude_internal: bool,
       strom topics describe --topic orders
       strom topics describe --under-replicated-partitions
     """
-    cluster = connect(bootstrap)
+    cluster = Cluster(client)
     try:
-        body = metadata(cluster, sorted(set(names)) if names else None)
+        body = cluster.metadata(sorted(set(names)) if names else None)
         found = []
         for t in sorted(body.topics, key=lambda t: t.name):
             if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                raise click.ClickException(f"Topic '{t.name}' does not exist.")
+                raise CommandError(f"Topic '{t.name}' does not exist.")
             if t.error_code != ErrorCode.NONE:
-                raise click.ClickException(f"describing topic '{t.name}' failed: "
-                                           f"{_error_name(t.error_code)}")
+                raise CommandError(f"describing topic '{t.name}' failed: "
+                                           f"{error_name(t.error_code)}")
             if not (exclude_internal and t.is_internal):
                 found.append(t)
         filtered = under_replicated or unavailable
@@ -252,20 +211,20 @@ def describe(bootstrap: str, names: tuple[str, ...], exclude_internal: bool,
 
 
 @topics.command()
-@_bootstrap_option
+@client_options()
 @click.argument("topic")
 @click.option("--partitions", type=int, required=True, help="The new, larger number of partitions.")
 @click.option("--if-exists", is_flag=True, help="Succeed quietly if the topic does not exist.")
-def alter(bootstrap: str, topic: str, partitions: int, if_exists: bool) -> None:
+def alter(client: ClientSettings, topic: str, partitions: int, if_exists: bool) -> None:
     """Add partitions to a topic (their number can only grow).
 
     \b
     Example:
       strom topics alter orders --partitions 12
     """
-    cluster = connect(bootstrap)
+    cluster = Cluster(client)
     try:
-        entry = _at_controller(cluster, CREATE_PARTITIONS, 2, {
+        entry = cluster.at_controller(CREATE_PARTITIONS, 2, {
             "topics": [{"name": topic, "count": partitions, "assignments": None}],
             "timeout_ms": TIMEOUT_MS, "validate_only": False}, lambda body: body.results[0])
     finally:
@@ -273,26 +232,26 @@ def alter(bootstrap: str, topic: str, partitions: int, if_exists: bool) -> None:
     if entry.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and if_exists:
         return
     if entry.error_code != ErrorCode.NONE:
-        raise click.ClickException(_failure(topic, entry))
+        raise CommandError(_failure(topic, entry))
     click.echo(f"Topic {topic} now has {partitions} partitions.")
 
 
 @topics.command()
-@_bootstrap_option
+@client_options()
 @click.argument("names", metavar="TOPIC...", nargs=-1, required=True)
 @click.option("--if-exists", is_flag=True, help="Skip topics that do not exist.")
-def delete(bootstrap: str, names: tuple[str, ...], if_exists: bool) -> None:
+def delete(client: ClientSettings, names: tuple[str, ...], if_exists: bool) -> None:
     """Delete topics with all their data.
 
     \b
     Example:
       strom topics delete orders payments
     """
-    cluster = connect(bootstrap)
+    cluster = Cluster(client)
     failed = False
     try:
         for topic in dict.fromkeys(names):
-            entry = _at_controller(cluster, DELETE_TOPICS, 4, {
+            entry = cluster.at_controller(DELETE_TOPICS, 4, {
                 "topic_names": [topic], "timeout_ms": TIMEOUT_MS}, lambda body: body.responses[0])
             if entry.error_code == ErrorCode.NONE:
                 click.echo(f"Deleted topic {topic}.")
