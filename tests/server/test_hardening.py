@@ -105,3 +105,63 @@ def test_a_torn_record_set_is_corrupt_and_old_produce_versions_get_no_record_err
     answer = raw_produce(broker, topic, reseal(batch), version=7)
     assert answer.error_code == CORRUPT_MESSAGE  # INVALID_RECORD came with v8
     assert read_values(broker.bootstrap, topic, 1) == [b"before"]
+
+
+# --- items 4 and 7: topics the broker cannot serve, and the internal topics -------------------
+def admin(bootstrap: str):
+    from confluent_kafka.admin import AdminClient
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def raw_create(broker: BrokerProcess, topic: str, partitions: int):
+    # Raw: confluent-kafka refuses 2^31-1 partitions itself, a hostile client does not.
+    with RawClient(broker) as client:
+        body = client.call(19, 5, {"topics": [{
+            "name": topic, "num_partitions": partitions, "replication_factor": 1,
+            "assignments": [], "configs": []}], "timeout_ms": 30_000, "validate_only": False})
+    return body.topics[0]
+
+
+@pytest.mark.parametrize("partitions", [100_000, 2**31 - 1])
+def test_more_partitions_than_a_broker_may_hold_are_refused(broker, partitions):
+    topic = unique_name("served")
+    produce_acked(broker.bootstrap, topic, [b"kept"])
+    answer = raw_create(broker, unique_name("huge"), partitions)
+    assert answer.error_code == 44  # POLICY_VIOLATION
+    assert "max.broker.partitions=20000" in answer.error_message
+    # Nothing else went offline: the existing topic still takes and serves records.
+    produce_acked(broker.bootstrap, topic, [b"more"])
+    assert read_values(broker.bootstrap, topic, 2) == [b"kept", b"more"]
+
+
+def test_growing_a_topic_past_the_limit_is_refused(broker):
+    from confluent_kafka.admin import NewPartitions
+    topic = unique_name("grow")
+    produce_acked(broker.bootstrap, topic, [b"x"])
+    client = admin(broker.bootstrap)
+    future = client.create_partitions([NewPartitions(topic, 100_000)])[topic]
+    with pytest.raises(Exception) as refused:
+        future.result(timeout=30)
+    assert refused.value.args[0].name() == "POLICY_VIOLATION"
+
+
+def test_internal_topics_cannot_be_deleted_or_written_by_clients(broker):
+    topic = unique_name("offsets")
+    produce_acked(broker.bootstrap, topic, [b"a", b"b"])
+    group = unique_name("group")
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+    consumer.close()
+    for internal in ("__consumer_offsets",):
+        client = admin(broker.bootstrap)
+        future = client.delete_topics([internal], operation_timeout=10)[internal]
+        with pytest.raises(Exception) as refused:
+            future.result(timeout=30)
+        assert refused.value.args[0].code() == 17  # INVALID_TOPIC_EXCEPTION
+    forged = raw_produce(broker, "__consumer_offsets", build_batch([(b"forged", b"offset")]))
+    assert forged.error_code == 17  # INVALID_TOPIC_EXCEPTION
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    committed = consumer.committed([TopicPartition(topic, 0)], timeout=30)
+    consumer.close()
+    assert committed[0].offset == 2

@@ -26,6 +26,7 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 # Notifications kept under /config/changes: a broker that was away reloads every config at
 # start-up, so old ones only matter to brokers that are running and have already seen them.
 KEEP_CONFIG_CHANGES = 100
+MAX_INT32 = 2**31 - 1
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -162,10 +163,34 @@ class TopicAdmin:
     assign replicas to (id -> rack), as the metadata cache of the calling broker knows them."""
 
     def __init__(self, store: MetadataStore, live_brokers: Callable[[], Mapping[int, str | None]],
-                 validate_configs: Callable[[Mapping[str, str]], None]) -> None:
+                 validate_configs: Callable[[Mapping[str, str]], None],
+                 replica_counts: Callable[[], Mapping[int, int]] = dict,
+                 max_broker_partitions: Callable[[], int] = lambda: MAX_INT32) -> None:
         self.store = store
         self.live_brokers = live_brokers
         self.validate_configs = validate_configs
+        self.replica_counts = replica_counts  # broker id -> partition replicas it holds now
+        self.max_broker_partitions = max_broker_partitions
+
+    def _check_partition_limit(self, partitions: int, factor: int, live: Mapping[int, object]) -> None:
+        """Refuse, before any assignment is computed, more partition replicas than the live
+        brokers may hold together (`max.broker.partitions` each, as KIP-578 names it)."""
+        limit = self.max_broker_partitions()
+        room = limit * len(live) - sum(self.replica_counts().get(b, 0) for b in live)
+        if partitions * factor > room:
+            raise KafkaError(f"{partitions} partitions with replication factor {factor} would exceed "
+                             f"max.broker.partitions={limit} ({max(room, 0)} partition replicas "
+                             f"left on {len(live)} live brokers)", ErrorCode.POLICY_VIOLATION)
+
+    def _check_broker_limits(self, new: Mapping[int, list[int]]) -> None:
+        limit, counts = self.max_broker_partitions(), dict(self.replica_counts())
+        for replicas in new.values():
+            for b in replicas:
+                counts[b] = counts.get(b, 0) + 1
+        over = sorted(b for b, n in counts.items() if n > limit)
+        if over:
+            raise KafkaError(f"the assignment would put more than max.broker.partitions={limit} "
+                             f"partition replicas on brokers {over}", ErrorCode.POLICY_VIOLATION)
 
     # -- topics
 
@@ -207,6 +232,7 @@ class TopicAdmin:
                                  "were given", ErrorCode.INVALID_REQUEST)
             check_assignment(assignment, 0, set(live))
             replicas = {p: list(r) for p, r in assignment.items()}
+            self._check_broker_limits(replicas)
         else:
             partitions = default_partitions if num_partitions == -1 else num_partitions
             factor = default_replication_factor if replication_factor == -1 else replication_factor
@@ -215,6 +241,7 @@ class TopicAdmin:
             if factor <= 0:
                 raise KafkaError("replication factor must be larger than 0",
                                  ErrorCode.INVALID_REPLICATION_FACTOR)
+            self._check_partition_limit(partitions, factor, live)
             replicas = assign(partitions, factor, live)
         self._check_configs(configs)
         topic_id = uuid.uuid4()
@@ -231,6 +258,10 @@ class TopicAdmin:
         return topic_id, replicas
 
     def delete_topic(self, name: str) -> None:
+        if znodes.is_internal(name):
+            # Every group's offsets or every transaction's state would go with it.
+            raise KafkaError(f"Topic {name} is an internal topic and cannot be deleted",
+                             ErrorCode.INVALID_TOPIC_EXCEPTION)
         if self.store.get(znodes.topic_path(name)) is None:
             raise KafkaError("This server does not host this topic-partition.",
                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -260,7 +291,9 @@ class TopicAdmin:
             new = {n + i: list(r) for i, r in enumerate(assignment)}
             check_assignment(new, n, set(live))
         else:
+            self._check_partition_limit(count - n, len(current[0]), live)
             new = assign(count - n, len(current[0]), live, start_partition=n)
+        self._check_broker_limits(new)
         if not validate_only:
             self.store.multi([SetData(znodes.topic_path(name),
                                       znodes.encode_assignment(topic_id, {**current, **new}), version)])

@@ -129,7 +129,9 @@ class Broker:
             lambda: self.config["leader.replication.throttled.rate"])
         if cluster_id is None:
             await self.store_io(self._record_cluster_id, self.cluster_id)
-        self.admin = TopicAdmin(self.store, self.metadata_cache.broker_racks, self._validate_topic_configs)
+        self.admin = TopicAdmin(self.store, self.metadata_cache.broker_racks, self._validate_topic_configs,
+                                self.metadata_cache.replica_counts,
+                                lambda: self.config["max.broker.partitions"])
         self.log_services.load_dynamic_config()
         self.producer_id_manager = ProducerIdManager(self.store, self.broker_id)
         await self.socket_server.start(self.config.listeners, self.config["socket.send.buffer.bytes"],

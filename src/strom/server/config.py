@@ -127,6 +127,9 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "num.replica.fetchers": (int_in(1), "1"),
     "unclean.leader.election.enable": (_bool, "false"),
     "max.connections": (int_in(0), "2147483647"),
+    # Partition replicas one broker may hold (KIP-578's name): CreateTopics and CreatePartitions
+    # beyond it get POLICY_VIOLATION instead of a broker that cannot open or load its logs.
+    "max.broker.partitions": (int_in(1), "20000"),
     "max.connections.per.ip": (int_in(0), "2147483647"),
     "max.connections.per.ip.overrides": (_str, ""),
     "connections.max.idle.ms": (int_in(-1), "600000"),

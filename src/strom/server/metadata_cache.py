@@ -65,6 +65,15 @@ class MetadataCache:
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
         return next((t for t in self.topics.values() if t.topic_id == topic_id), None)
 
+    def replica_counts(self) -> dict[int, int]:
+        """Partition replicas per broker, over every topic known (max.broker.partitions)."""
+        counts: dict[int, int] = {}
+        for topic in self.topics.values():
+            for state in topic.partitions.values():
+                for b in state.replicas:
+                    counts[b] = counts.get(b, 0) + 1
+        return counts
+
     def partition(self, topic: str, index: int) -> PartitionState | None:
         meta = self.topics.get(topic)
         return None if meta is None else meta.partitions.get(index)
