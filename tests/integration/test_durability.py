@@ -4,13 +4,12 @@ same port and data dir."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Producer, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from strom.testing import create_topic
+from strom.testing import consume_all, create_topic, wait_for
 
 from .conftest import (
     Rec,
@@ -26,12 +25,8 @@ from .conftest import (
 pytestmark = pytest.mark.timeout(90)
 
 T0 = 1_600_000_000_000
-
-
-def read_partition(bootstrap: str, topic: str, partition: int) -> list:
-    low, high = watermarks(bootstrap, topic, partition)
-    assert low == 0
-    return ck_consume(bootstrap, [(topic, partition, 0)], high) if high else []
+# Records that must share one batch: a linger no produce loop outlasts; flush() sends at once.
+ONE_BATCH = {"linger.ms": 30_000}
 
 
 def assert_clean_log(proc) -> None:
@@ -40,63 +35,67 @@ def assert_clean_log(proc) -> None:
 
 
 class NumberedProducer(threading.Thread):
-    """Produces 0, 1, 2, ... (acks=all) round-robin over partitions until stopped; records which
-    numbers the broker acknowledged, and where."""
+    """Produces 0, 1, 2, ... round-robin over partitions until stopped, with an idempotent
+    acks=all producer (so a retry after a broker restart cannot write a record twice); records
+    which numbers the broker acknowledged, and where."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
         super().__init__(daemon=True)
         self.topic, self.partitions = topic, partitions
-        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
-                                  "message.timeout.ms": 3000, "reconnect.backoff.max.ms": 200})
+        # A message timeout far longer than a restart: records in flight at the kill are retried
+        # on the restarted broker, not given up.
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                  "enable.idempotence": True, "linger.ms": 2,
+                                  "message.timeout.ms": 120_000, "reconnect.backoff.max.ms": 200})
         self.acked: dict[int, tuple[int, int]] = {}
-        self.failed = 0
+        self.failed: list = []
+        self.sent = 0
+        self.unflushed = -1
         self.stop = threading.Event()
 
     def _report(self, err, msg) -> None:
         if err is None:
             self.acked[int(msg.value())] = (msg.partition(), msg.offset())
         else:
-            self.failed += 1
+            self.failed.append(err)
 
     def run(self) -> None:
-        n = 0
         while not self.stop.is_set():
             try:
-                self.producer.produce(self.topic, b"%d" % n, partition=n % self.partitions,
+                self.producer.produce(self.topic, b"%d" % self.sent, partition=self.sent % self.partitions,
                                       on_delivery=self._report)
-                n += 1
+                self.sent += 1
             except BufferError:
                 self.producer.poll(0.01)
             self.producer.poll(0)
-        self.producer.flush(15)  # whatever is still in flight fails within message.timeout.ms
+        self.unflushed = self.producer.flush(150)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 def test_kill_9_while_producing_acks_all_loses_no_acked_record(fresh_broker, topic):
     create_topic(fresh_broker.bootstrap, topic, partitions=2)
     producer = NumberedProducer(fresh_broker.bootstrap, topic, 2)
     producer.start()
-    deadline = time.monotonic() + 30
-    while len(producer.acked) < 5000 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: len(producer.acked) >= 3000, timeout=90, interval=0.01, what="3000 acknowledgements")
     fresh_broker.kill()
     acked_at_kill = len(producer.acked)
-    producer.stop.set()
-    producer.join(30)
-    assert not producer.is_alive()
-    assert acked_at_kill >= 5000, "the producer was too slow to reach 5000 acks in 30 s"
-    assert producer.failed > 0, "the kill should have caught records in flight"
     fresh_broker.start()  # same port, same data dir: recovery of an unclean shutdown
+    # The producer goes on through the restart; its retries meet the recovered producer state.
+    wait_for(lambda: len(producer.acked) >= acked_at_kill + 1000, timeout=90,
+             what="1000 more acknowledgements after the restart")
+    producer.stop.set()
+    producer.join(180)
+    assert not producer.is_alive()
+    assert producer.unflushed == 0 and producer.failed == [], producer.failed[:3]
+    assert len(producer.acked) == producer.sent
 
     for p in range(2):
-        log = [int(m.value()) for m in read_partition(fresh_broker.bootstrap, topic, p)]
-        acked = sorted((offset, n) for n, (part, offset) in producer.acked.items() if part == p)
-        assert acked, f"nothing acknowledged on partition {p}"
-        # Every acknowledged record is at the offset it was acknowledged with ...
-        assert [(offset, log[offset] if offset < len(log) else None) for offset, _ in acked] == acked
-        # ... in produce order, and nothing was written twice.
-        assert [n for _, n in acked] == sorted(n for _, n in acked)
-        assert len(set(log)) == len(log)
+        log = consume_all(fresh_broker.bootstrap, topic, [p])
+        # Exactly the numbers produced to this partition, each once, in produce order ...
+        assert [int(m.value()) for m in log] == list(range(p, producer.sent, 2))
+        # ... each at the offset it was acknowledged with, before the kill as after.
+        assert {int(m.value()): (p, m.offset()) for m in log} == \
+            {n: at for n, at in producer.acked.items() if at[0] == p}
         # The recovered log takes new appends right after its end.
         [report] = ck_produce(fresh_broker.bootstrap, topic, [Rec(b"after", partition=p)], acks="all")
         assert report.offset() == len(log)
@@ -150,12 +149,16 @@ def test_clients_ride_through_a_restart(fresh_broker, topic):
         def produce_and_read(values: list[bytes]) -> None:
             for v in values:
                 producer.produce(topic, v, partition=0, on_delivery=lambda err, _m: errors.append(err))
-            assert producer.flush(20) == 0
-            expected, deadline = len(got) + len(values), time.monotonic() + 20
-            while len(got) < expected and time.monotonic() < deadline:
+            assert producer.flush(60) == 0
+            expected = len(got) + len(values)
+
+            def read_more() -> bool:
                 msg = c.poll(0.2)
                 if msg is not None and msg.error() is None:
                     got.append(msg.value())
+                return len(got) >= expected
+
+            wait_for(read_more, timeout=60, interval=0, what=f"{expected} records read")
 
         produce_and_read([b"before-%d" % i for i in range(20)])
         assert fresh_broker.stop() == 0
@@ -174,7 +177,7 @@ def test_leader_epochs_across_restarts(fresh_broker, topic):
     create_topic(bootstrap, topic)
     for generation in range(3):
         ck_produce(bootstrap, topic, [Rec(b"g%d" % generation, partition=0, timestamp=T0 + 1000 * generation + i)
-                                      for i in range(3)], **{"linger.ms": 100})
+                                      for i in range(3)], **ONE_BATCH)
         assert fresh_broker.stop() == 0
         fresh_broker.start()
     assert [b.partition_leader_epoch for b in stored_batches(bootstrap, topic, 0)] == [0, 1, 2]
@@ -197,13 +200,13 @@ def test_leader_epochs_across_restarts(fresh_broker, topic):
 def test_clean_shutdown_with_connected_clients(fresh_broker, topic):
     create_topic(fresh_broker.bootstrap, topic)
     ck_produce(fresh_broker.bootstrap, topic, [Rec(b"x", partition=0)])
-    idle = consumer(fresh_broker.bootstrap, **{"fetch.wait.max.ms": 5000})
-    idle.assign([TopicPartition(topic, 0, 1)])  # long-polls at the end
+    # A long poll at the end that would outlast the stop's bound: shutting down must not wait
+    # for it (stop() fails when the broker has not exited within its timeout).
+    idle = consumer(fresh_broker.bootstrap, **{"fetch.wait.max.ms": 240_000, "socket.timeout.ms": 300_000})
+    idle.assign([TopicPartition(topic, 0, 1)])
     try:
         assert idle.poll(1.0) is None
-        begin = time.monotonic()
-        assert fresh_broker.stop() == 0
-        assert time.monotonic() - begin < 10
+        assert fresh_broker.stop(timeout=60) == 0
     finally:
         idle.close()
     assert_clean_log(fresh_broker)
