@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 
 import pytest
@@ -9,8 +11,8 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Ka
 from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import OffsetSpec
 
-from strom.protocol import compression
-from strom.testing import BrokerProcess, create_topic
+from strom.protocol import compression, messages, records
+from strom.testing import BrokerProcess, create_topic, unique_name, wait_for
 
 from .conftest import (
     Rec,
@@ -29,7 +31,7 @@ pytestmark = pytest.mark.timeout(60)
 T0 = 1_700_000_000_000  # an explicit CreateTime base, ms
 # Tests that need their records in one batch: a linger far longer than the produce loop, even on
 # a loaded machine (200 ms was not always); the final flush() sends at once regardless.
-ONE_BATCH = {"linger.ms": 5000}
+ONE_BATCH = {"linger.ms": 30_000}
 
 
 def sample(n: int, partitions: int | None = None, size: int = 40) -> list[Rec]:
@@ -57,7 +59,7 @@ def test_roundtrip_keys_headers_timestamps(broker, topic):
 def test_every_compression_codec(broker, topic, codec):
     create_topic(broker.bootstrap, topic, partitions=2)
     roundtrip(broker.bootstrap, topic, sample(400, partitions=2), **{"compression.type": codec,
-                                                                   "linger.ms": 100})
+                                                                   **ONE_BATCH})
     # The broker stores the producer's batches as they came: compressed, several records each.
     for p in (0, 1):
         batches = stored_batches(broker.bootstrap, topic, p)
@@ -168,13 +170,18 @@ def test_auto_create_topic_on_produce(broker, topic):
 
 
 def test_consumer_metadata_does_not_auto_create(broker, topic):
-    c = consumer(broker.bootstrap)  # librdkafka consumers ask with allow_auto_topic_creation=false
+    # librdkafka consumers ask with allow_auto_topic_creation=false; the answer they report
+    # (the topic does not exist) shows the Metadata request was made and answered.
+    c = consumer(broker.bootstrap, **{"group.id": unique_name("no-auto-create")})
     try:
-        c.assign([TP(topic, 0, 0)])
-        deadline = time.monotonic() + 1.5
-        while time.monotonic() < deadline:
+        c.subscribe([topic])
+
+        def told_unknown() -> bool:
             msg = c.poll(0.2)
-            assert msg is None or msg.error() is not None
+            return msg is not None and msg.error() is not None \
+                and msg.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+        wait_for(told_unknown, timeout=30, interval=0, what="the consumer to hear the topic is unknown")
     finally:
         c.close()
     assert topic not in admin(broker.bootstrap).list_topics(timeout=10).topics
@@ -231,18 +238,25 @@ def test_out_of_range_offset_resets(broker, topic):
 
 
 def test_long_poll_wakes_up_on_append(broker, topic):
+    """A Fetch parked at the end with a 120 s max wait is answered by the append, with the
+    record: the response must arrive well inside the wait (a 60 s socket timeout fails it)."""
     create_topic(broker.bootstrap, topic)
-    c = consumer(broker.bootstrap, **{"fetch.wait.max.ms": 10_000})
-    try:
-        c.assign([TP(topic, 0, 0)])
-        assert c.poll(1.0) is None  # now parked in a 10 s long poll
-        sent = time.monotonic()
+    host, port = broker.bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(messages.encode_request(1, 4, {
+            "replica_id": -1, "max_wait_ms": 120_000, "min_bytes": 1, "max_bytes": 1 << 20,
+            "isolation_level": 0, "topics": [{"topic": topic, "partitions": [
+                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]}))
+        # Give the fetch time to park; had it not, it would find the record at once: no failure.
+        time.sleep(0.5)
         ck_produce(broker.bootstrap, topic, [Rec(b"wake up", partition=0)], **{"linger.ms": 0})
-        msg = c.poll(8.0)
-        assert msg is not None and msg.error() is None and msg.value() == b"wake up"
-        assert time.monotonic() - sent < 3, "the append did not end the long poll"
-    finally:
-        c.close()
+        reader = sock.makefile("rb")
+        (size,) = struct.unpack(">i", reader.read(4))
+        _, body = messages.decode_response(1, 4, reader.read(size))
+    data = body.responses[0].partitions[0]
+    assert (data.error_code, data.high_watermark) == (0, 1)
+    batch = records.read_header(data.records, 0)
+    assert (batch.base_offset, batch.record_count) == (0, 1)
 
 
 def test_record_batch_over_message_max_bytes_is_rejected(broker, topic):
