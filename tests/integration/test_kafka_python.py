@@ -33,7 +33,8 @@ def produce(bootstrap: str, topic: str, n: int, partitions: int = 1, **conf) -> 
         futures = [producer.send(topic, value=b"kp-%d" % i * 5, key=b"k%d" % (i % 3), partition=i % partitions,
                                  headers=[("n", b"%d" % i), ("x", b"")], timestamp_ms=T0 + i)
                    for i in range(n)]
-        return [f.get(timeout=20) for f in futures]
+        producer.flush(timeout=30)  # sends at once, whatever the linger
+        return [f.get(timeout=30) for f in futures]
     finally:
         producer.close(timeout=10)
 
@@ -78,7 +79,7 @@ def test_produce_and_consume_every_codec(broker, topic, codec):
 
 def test_seek_into_the_middle_and_cross_client(broker, topic):
     create(broker.bootstrap, NewTopic(topic, 1, 1))
-    produce(broker.bootstrap, topic, 30, linger_ms=200)
+    produce(broker.bootstrap, topic, 30, linger_ms=30_000)  # one batch: flush() ends the linger
     assert len(stored_batches(broker.bootstrap, topic, 0)) == 1
     got = consume(broker.bootstrap, topic, 0, 17, 13)
     assert [r.offset for r in got] == list(range(17, 30))
