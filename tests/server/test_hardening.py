@@ -165,3 +165,49 @@ def test_internal_topics_cannot_be_deleted_or_written_by_clients(broker):
     committed = consumer.committed([TopicPartition(topic, 0)], timeout=30)
     consumer.close()
     assert committed[0].offset == 2
+
+
+# --- item 10: one large legal request does not stall everyone else ---------------------------
+def test_other_clients_are_answered_while_a_huge_metadata_request_is_worked_on(broker):
+    import threading
+    import time
+
+    from strom.protocol.messages import encode_request
+
+    names = [{"name": f"no-such-topic-{i:07d}"} for i in range(300_000)]
+    request = encode_request(3, 12, {"topics": names, "allow_auto_topic_creation": False,
+                                     "include_topic_authorized_operations": False})
+    answers: list[float] = []  # when each small request was answered
+    big_done = threading.Event()
+
+    def ping() -> None:
+        with RawClient(broker) as client:
+            while not big_done.is_set():
+                client.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+                answers.append(time.monotonic())
+
+    with RawClient(broker) as big:
+        big.sock.settimeout(120)
+        pinger = threading.Thread(target=ping)
+        pinger.start()
+        start = time.monotonic()
+        big.send_raw(request)
+        try:
+            frame = big.read_frame()
+        finally:
+            end = time.monotonic()
+            big_done.set()
+            pinger.join(30)
+    assert frame is not None and len(frame) > 300_000 * 20  # every topic answered
+    # Relative, not a speed limit: while the big request is worked on, the longest wait of a
+    # small one is a fraction of it (a blocked loop makes one wait span nearly all of it).
+    times = [start] + [t for t in answers if start < t < end] + [end]
+    longest_wait = max(b - a for a, b in zip(times, times[1:], strict=False))
+    assert longest_wait < 0.5 * (end - start), (longest_wait, end - start, len(times))
+    still_serving_client(broker)
+
+
+def still_serving_client(broker: BrokerProcess) -> None:
+    topic = unique_name("alive")
+    produce_acked(broker.bootstrap, topic, [b"alive"])
+    assert read_values(broker.bootstrap, topic, 1) == [b"alive"]

@@ -31,6 +31,12 @@ _COPY_CHUNK = 64 * 1024  # copied when the socket is full, to learn when it drai
 _MAX_UNSENT = 4 << 20
 # Answered while the broker starts: the controller's requests (it cannot start without them)
 # and ApiVersions; everything else waits until the broker is running.
+# Requests above this size are decoded, and their answers encoded, in a worker thread: a
+# Metadata request naming a million topics takes seconds of codec work, which on the event
+# loop would stall every other client (the loop still gets the GIL every switch interval).
+# Produce is exempt: its records stay opaque bytes, cheap to decode at any size.
+_LARGE_REQUEST = 1 << 20
+_PRODUCE = 0
 _BEFORE_READY = frozenset({4, 5, 6, 7, 18, 56})
 
 
@@ -181,8 +187,10 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
 
     async def _process(self, frame: bytearray) -> None:
+        offload = len(frame) > _LARGE_REQUEST and frame[:2] != _PRODUCE.to_bytes(2, "big")
         try:
-            request = messages.parse_request(frame)
+            request = (await asyncio.to_thread(messages.parse_request, frame) if offload
+                       else messages.parse_request(frame))
         except messages.UnsupportedRequest as e:
             self._reject_unsupported(frame, str(e))
             return
@@ -209,6 +217,10 @@ class Connection(asyncio.BufferedProtocol):
             return
         if isinstance(response, RawResponse):
             await self._send_parts(messages.response_header(header), response.parts)
+        elif offload:
+            encoded = await asyncio.to_thread(messages.encode_response, header, response)
+            if not self.transport.is_closing():
+                self.transport.write(encoded)
         else:
             self.transport.write(messages.encode_response(header, response))
 

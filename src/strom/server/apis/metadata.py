@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from strom.controller.admin import validate_topic_name
@@ -12,6 +13,7 @@ from strom.server.apis import RequestContext, api
 log = logging.getLogger(__name__)
 
 METADATA, DESCRIBE_CLUSTER = 3, 60
+_YIELD_EVERY = 5000
 
 
 def _topic_entry(topic: TopicMetadata, live) -> dict:
@@ -63,7 +65,9 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> dict:
         "auto.create.topics.enable"
     ]
     entries = []
-    for name in sorted(topics) if names is None else names:
+    for i, name in enumerate(sorted(topics) if names is None else names):
+        if i and not i % _YIELD_EVERY:
+            await asyncio.sleep(0)  # a request naming a million topics shares the loop
         topic = topics.get(name) if name is not None else None
         if topic is None and name is not None and allow_create:
             try:
