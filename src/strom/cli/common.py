@@ -8,6 +8,7 @@ it, could not be reached, or a check found problems); 2 the command line itself 
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import functools
 import re
@@ -139,21 +140,22 @@ class ClientSettings:
             raise CommandError(f"security.protocol={protocol} is not supported by this command "
                                "(it connects in PLAINTEXT only)")
 
-    def kafka_python_config(self, defaults: Mapping[str, Any],
-                            extra: Mapping[str, str] = ()) -> dict[str, Any]:
-        """kafka-python keyword arguments from the client properties (and `extra`, which win):
-        Kafka's dotted names become kafka-python's underscored ones, values take the type of
-        kafka-python's default. Properties kafka-python does not know are named on stderr."""
-        props = {**self.properties, **dict(extra)}
-        out: dict[str, Any] = {}
+    def kafka_python_config(self, known: Mapping[str, Any], *, fallback: Mapping[str, str] = {},
+                            extra: Mapping[str, str] = {}) -> dict[str, Any]:
+        """kafka-python keyword arguments (its `known` DEFAULT_CONFIG) from Kafka client
+        properties: `fallback` (the command's own defaults), then the properties file, then
+        `extra` (command-line properties) win. Dotted names become kafka-python's underscored
+        ones; values take the type of kafka-python's default. Properties kafka-python does not
+        know are named on stderr and left out."""
+        props = {**fallback, **self.properties, **extra}
+        props.pop("bootstrap.servers", None)  # from --bootstrap-server (or the file) already
+        out: dict[str, Any] = {"bootstrap_servers": [f"{h}:{p}" for h, p in self.servers]}
         unknown = []
         for key, text in props.items():
             name = key.replace(".", "_")
-            default = defaults.get(name)
-            if (name not in defaults or name == "bootstrap_servers"
-                    or not isinstance(default, str | int | float | bool | None)):
-                if name != "bootstrap_servers":
-                    unknown.append(key)
+            default = known.get(name)
+            if name not in known or not isinstance(default, str | int | float | bool | None):
+                unknown.append(key)
                 continue
             out[name] = _typed(key, text.strip(), default)
         if unknown:
@@ -475,3 +477,28 @@ def table(rows: list[list[Any]]) -> str:
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
                      for row in rows)
+
+
+# --- record payloads in JSON lines (strom produce / strom consume --format json) -----------------
+def bytes_to_json(data: bytes | None) -> str | dict | None:
+    """A key, value or header value as JSON: text when it is UTF-8, else {"base64": ...}."""
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+def json_to_bytes(value: Any, what: str) -> bytes | None:
+    """The inverse of bytes_to_json; ValueError naming `what` for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, dict) and set(value) == {"base64"} and isinstance(value["base64"], str):
+        try:
+            return base64.b64decode(value["base64"], validate=True)
+        except ValueError:
+            raise ValueError(f"{what}: invalid base64") from None
+    raise ValueError(f"{what} must be a string, null or {{\"base64\": \"...\"}}")

@@ -371,8 +371,8 @@ def reset_offsets(client: ClientSettings, group: str, topics: tuple[str, ...], a
     else:
         click.echo(f"Consumer group '{group}' has no offsets to reset.")
     if not execute and not dry_run:
-        click.echo("Warning: nothing was changed: add --execute to commit these offsets "
-                   "(--dry-run says this is intended).", err=True)
+        click.echo("Warning: a dry run, nothing was changed: --execute commits these offsets "
+                   "(--dry-run asks for a dry run without this warning).", err=True)
 
 
 def _commit(cluster: Cluster, group: str, offsets: Mapping[TopicPartition, int]) -> None:

@@ -20,7 +20,9 @@ class _LazyGroup(click.Group):
 
     lazy = {"groups": "strom.cli.groups:groups", "configs": "strom.cli.configs:configs",
             "reassign-partitions": "strom.cli.reassign:reassign",
-            "cluster": "strom.cli.cluster:cluster", "topics": "strom.cli.topics:topics"}
+            "cluster": "strom.cli.cluster:cluster", "topics": "strom.cli.topics:topics",
+            "produce": "strom.cli.produce:produce", "consume": "strom.cli.consume:consume",
+            "get-offsets": "strom.cli.offsets:get_offsets", "dump-log": "strom.cli.dump_log:dump_log"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
@@ -34,7 +36,14 @@ class _LazyGroup(click.Group):
 
 @click.group(cls=_LazyGroup)
 def main() -> None:
-    """Strom: a Kafka-compatible commit log."""
+    """Strom: a Kafka-compatible commit log.
+
+    The client commands (topics, produce, consume, groups, get-offsets, configs,
+    reassign-partitions) share --bootstrap-server (default 127.0.0.1:9092) and --command-config
+    (a client properties file). Every command exits 0 on success, 1 when the operation failed
+    (one line on stderr says why) and 2 when the command line is wrong. Run `strom COMMAND
+    --help` for its options and examples.
+    """
 
 
 @main.command()
