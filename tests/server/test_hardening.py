@@ -211,3 +211,39 @@ def still_serving_client(broker: BrokerProcess) -> None:
     topic = unique_name("alive")
     produce_acked(broker.bootstrap, topic, [b"alive"])
     assert read_values(broker.bootstrap, topic, 1) == [b"alive"]
+
+
+# --- item 8: dynamic configs within Kafka's ranges ---------------------------------------------
+@pytest.mark.parametrize("key,value", [
+    ("log.cleaner.threads", "200000"),  # at most doubled per change
+    ("log.segment.bytes", str(2**31)),  # a Kafka INT
+    ("max.connections", str(2**40)),
+    ("log.cleaner.backoff.ms", str(2**70)),  # beyond a Kafka LONG
+    ("log.retention.bytes", "lots"),
+])
+def test_dynamic_broker_configs_out_of_range_are_refused(broker, key, value):
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    for entity in ("", "0"):  # the cluster-wide default and this broker
+        with RawClient(broker) as client:
+            body = client.call(44, 1, {"resources": [{
+                "resource_type": 4, "resource_name": entity,
+                "configs": [{"name": key, "config_operation": 0, "value": value}]}],
+                "validate_only": False})
+        answer = body.responses[0]
+        assert answer.error_code == 40, answer  # INVALID_CONFIG
+        assert key in answer.error_message
+    client = admin(broker.bootstrap)
+    described = client.describe_configs([ConfigResource(ResourceType.BROKER, "0")])
+    config = next(iter(described.values())).result(timeout=30)
+    assert config[key].value != value
+    still_serving_client(broker)
+
+
+def test_the_broker_restarts_cleanly_after_all_of_the_above(broker):
+    topic = unique_name("last")
+    produce_acked(broker.bootstrap, topic, [b"acked-%d" % i for i in range(100)])
+    broker.stop()
+    broker.start()
+    assert read_values(broker.bootstrap, topic, 100) == [b"acked-%d" % i for i in range(100)]
+    assert "Traceback" not in broker.log_text()

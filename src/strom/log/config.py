@@ -94,7 +94,9 @@ class LogConfig:
 # Value parsers shared by topic configs and broker configs (strom.server.config): each takes
 # the raw text and returns the typed value, or raises ValueError with a reason the caller
 # prefixes with the key.
-def int_in(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
+def int_in(low: int | None = None, high: int = 2**63 - 1) -> Callable[[str], int]:
+    """At most a Kafka LONG unless told less."""
+
     def parse(text: str) -> int:
         try:
             value = int(text.strip())
@@ -102,7 +104,7 @@ def int_in(low: int | None = None, high: int | None = None) -> Callable[[str], i
             raise ValueError(f"expected an integer, got {text!r}") from None
         if low is not None and value < low:
             raise ValueError(f"must be at least {low}, got {value}")
-        if high is not None and value > high:
+        if value > high:
             raise ValueError(f"must be at most {high}, got {value}")
         return value
 

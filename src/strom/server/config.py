@@ -187,6 +187,49 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "broker.rack": (_optional(_str), None),
 }
 
+# Keys Kafka types INT (SHORT for the replication factors): a value above their range is
+# refused as Kafka refuses it, instead of, say, a broker asked to run 2^40 of something.
+_KAFKA_INT = {
+    "broker.id", "node.id", "num.partitions", "default.replication.factor", "log.segment.bytes",
+    "log.roll.hours", "log.retention.minutes", "log.retention.hours", "log.index.interval.bytes",
+    "index.interval.bytes", "log.index.size.max.bytes", "log.cleaner.threads", "message.max.bytes",
+    "socket.request.max.bytes", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
+    "queued.max.requests", "num.network.threads", "num.io.threads",
+    "num.recovery.threads.per.data.dir", "min.insync.replicas", "num.replica.fetchers",
+    "max.connections", "max.connections.per.ip", "max.broker.partitions",
+    "controlled.shutdown.max.retries", "leader.imbalance.per.broker.percentage",
+    "replica.fetch.max.bytes", "replica.fetch.response.max.bytes", "replica.fetch.wait.max.ms",
+    "replica.fetch.min.bytes", "replica.fetch.backoff.ms", "offsets.topic.num.partitions",
+    "transaction.state.log.num.partitions", "transaction.state.log.min.isr",
+    "group.initial.rebalance.delay.ms", "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms", "group.max.size", "offsets.topic.segment.bytes",
+    "offsets.retention.minutes", "offsets.load.buffer.size", "offset.metadata.max.bytes",
+    "offsets.commit.timeout.ms", "transaction.state.log.segment.bytes", "transaction.max.timeout.ms",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms", "transactional.id.expiration.ms",
+    "transaction.remove.expired.transaction.cleanup.interval.ms", "producer.id.expiration.ms",
+    "producer.id.expiration.check.interval.ms", "log.flush.offset.checkpoint.interval.ms",
+    "log.flush.start.offset.checkpoint.interval.ms", "group.consumer.session.timeout.ms",
+    "group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms",
+    "group.consumer.heartbeat.interval.ms", "group.consumer.min.heartbeat.interval.ms",
+    "group.consumer.max.heartbeat.interval.ms", "group.consumer.max.size",
+    "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms",
+}
+_KAFKA_SHORT = {"offsets.topic.replication.factor", "transaction.state.log.replication.factor"}
+
+
+def _at_most(parse: Callable[[str], Any], high: int) -> Callable[[str], Any]:
+    def bounded(text: str) -> Any:
+        value = parse(text)
+        if value is not None and value > high:
+            raise ConfigError(f"must be at most {high}, got {value}")
+        return value
+    return bounded
+
+
+for _key in _KAFKA_INT | _KAFKA_SHORT:
+    _parse, _default = DEFINITIONS[_key]
+    DEFINITIONS[_key] = (_at_most(_parse, 2**15 - 1 if _key in _KAFKA_SHORT else 2**31 - 1), _default)
+
 
 class BrokerConfig:
     """Validated broker settings; `values` holds every key, explicit or default."""
