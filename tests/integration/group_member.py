@@ -296,6 +296,31 @@ class Member:
         self.kill()
 
 
+def coordinator_lines(broker, group: str, text: str, since: int = 0) -> int:
+    """How many lines of `broker`'s log from line `since` on name `group` and contain `text`:
+    the coordinator says why members come and go ("has failed" for an expired session, "through
+    explicit LeaveGroup", "preparing to rebalance"), which no wall clock can show reliably."""
+    lines = broker.stderr_lines[since:]
+    return sum(1 for line in lines if group in line and text in line)
+
+
+def assert_rejoined_without_rebalance(broker, group: str, instance_id: str, since: int) -> None:
+    """The coordinator took the restarted static member back in place: it logged the rejoin,
+    started no rebalance (a rebalance starts within the JoinGroup that would cause it, before
+    the member has its partitions), and the group is stable."""
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient
+
+    from strom.testing import wait_for
+
+    wait_for(lambda: coordinator_lines(broker, group, f"instance id {instance_id} rejoins group", since) == 1,
+             30, what="the coordinator to log the static member's rejoin")
+    assert coordinator_lines(broker, group, "preparing to rebalance", since) == 0
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    described = admin.describe_consumer_groups([group])[group].result(15)
+    assert described.state == ConsumerGroupState.STABLE and len(described.members) == 2
+
+
 def wait_balanced(members: list[Member], partitions: int, sizes: list[int] | None = None,
                   timeout: float = 30.0, topic: str | None = None) -> list[set[int]]:
     """Wait until the members' assignments are disjoint, cover partitions 0..n-1 and have the
