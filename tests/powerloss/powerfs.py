@@ -16,9 +16,13 @@ Commands, one a line on standard input, each answered with one line on standard 
 
 - `cut strict`: the power goes off. Every later operation fails with EIO; the unmount that
   follows writes the durable state (and nothing else) back to BACKING.
-- `cut torn SEED`: the same, but each file keeps a random mix of its unsynced pages and a size
-  between its durable and live sizes, and each directory keeps all or none of its unsynced
-  entry changes, as a kernel's background write-back may leave them. SEED makes it repeatable.
+- `cut torn SEED`: the same, but as if the kernel's write-back had been part way through:
+  each changed file is left as it was at its last fsync, or with its live content up to a
+  random byte past its first change (so a record batch may be torn anywhere) followed by the
+  durable bytes beyond that, which a truncation since the last fsync has removed; each
+  directory keeps all or none of its unsynced entry changes. SEED makes it repeatable. Never
+  does new data come back without the older data before it, nor cut-off data reappear after
+  newer data: what a journaling filesystem's ordered write-back can leave.
 - `delay SECONDS`: every fsync first waits this long (a slow disk) and counts only if the power
   is still on when it finishes.
 - `syncing`: how many fsyncs are waiting out that delay right now;
@@ -51,7 +55,6 @@ from typing import Any
 os.environ.setdefault("FUSE_LIBRARY_NAME", "fuse3")
 import mfusepy  # noqa: E402
 
-PAGE = 4096
 ROOT = 1
 
 
@@ -65,6 +68,7 @@ class Node:
     entries: dict[str, int] | None = None
     nlink: int = 1
     opened: int = 0
+    shrunk_to: int | None = None  # the smallest size a truncation left since the last fsync
     mtime_ns: int = field(default_factory=time.time_ns)
 
     @property
@@ -89,22 +93,17 @@ def _powered(method: Callable) -> Callable:
     return run
 
 
-def torn(old: bytes, new: bytes, rng: random.Random) -> bytes:
-    """What a crash may leave of a file whose durable content is `old` and live content `new`:
-    a size between the two, and each page that differs either old or new (zeros where neither
-    reaches)."""
-    if old == new:
-        return old
-    low, high = sorted((len(old), len(new)))
-    size = rng.choice((len(old), len(new), rng.randint(low, high)))
-    out = bytearray(old[:size])
-    out.extend(bytes(size - len(out)))
-    for start in range(0, size, PAGE):
-        end = min(start + PAGE, size)
-        newer = new[start:end].ljust(end - start, b"\0")
-        if out[start:end] != newer and rng.random() < 0.5:
-            out[start:end] = newer
-    return bytes(out)
+def torn(old: bytes, new: bytes, shrunk_to: int | None, rng: random.Random) -> bytes:
+    """What a crash part way through write-back may leave of a file that was `old` at its last
+    fsync and is `new` now; `shrunk_to` is the smallest size a truncation gave it since."""
+    if old == new or rng.random() < 0.2:
+        return old  # nothing of it reached the disk
+    common = len(os.path.commonprefix([old, new]))
+    if shrunk_to is not None:
+        # The truncation reached the disk, then part of what was written after it.
+        return new[:rng.randint(min(shrunk_to, common), len(new))]
+    cut = rng.randint(common, len(new))
+    return new[:cut] + old[cut:]
 
 
 class PowerLossFS(mfusepy.Operations):
@@ -177,7 +176,9 @@ class PowerLossFS(mfusepy.Operations):
             durable = self.durable_data.get(node.ino, b"")
             if mode == "live":
                 return bytes(node.data)
-            return torn(durable, bytes(node.data), rng) if mode == "torn" else durable
+            if mode == "torn":
+                return torn(durable, bytes(node.data), node.shrunk_to, rng)
+            return durable
 
         def write(node: Node, path: Path) -> None:
             written.add(node.ino)
@@ -255,6 +256,7 @@ class PowerLossFS(mfusepy.Operations):
     def _resize(node: Node, size: int) -> None:
         if size < len(node.data):
             del node.data[size:]
+            node.shrunk_to = size if node.shrunk_to is None else min(node.shrunk_to, size)
         else:
             node.data.extend(bytes(size - len(node.data)))
         node.mtime_ns = time.time_ns()
@@ -278,7 +280,7 @@ class PowerLossFS(mfusepy.Operations):
 
     def statfs(self, path: str) -> dict[str, int]:
         free = 1 << 24
-        return {"f_bsize": PAGE, "f_frsize": PAGE, "f_blocks": free, "f_bfree": free,
+        return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": free, "f_bfree": free,
                 "f_bavail": free, "f_files": 1 << 20, "f_ffree": 1 << 20, "f_namemax": 255}
 
     def access(self, path: str, amode: int) -> int:
@@ -454,6 +456,7 @@ class PowerLossFS(mfusepy.Operations):
         def make_durable() -> None:
             node = self._node(path, fh)
             self.durable_data[node.ino] = bytes(node.data)
+            node.shrunk_to = None
 
         return self._sync(make_durable)
 
