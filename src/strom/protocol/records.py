@@ -129,13 +129,15 @@ def scan_valid_prefix(buf) -> tuple[list[tuple[int, BatchHeader]], int]:
     return batches, pos
 
 
-def validate_batches(buf, max_batch_bytes: int, require_keys: bool = False) -> list[tuple[int, BatchHeader]]:
+def validate_batches(buf, max_batch_bytes: int, *, check_records: bool = False,
+                     require_keys: bool = False) -> list[tuple[int, BatchHeader]]:
     """Check a produce request's record set; return (position, header) of each batch.
 
     Raises the error Kafka returns for the record set: CORRUPT_MESSAGE for a torn set or a CRC
     mismatch, MESSAGE_TOO_LARGE for a batch over `max_batch_bytes`, INVALID_RECORD for a batch
-    that is not magic v2, whose count disagrees with its offsets or its records, or whose
-    records are badly framed (or keyless, with `require_keys`: compacted topics).
+    that is not magic v2 or whose count disagrees with its offsets. With `check_records` (what
+    clients send) also INVALID_RECORD for records that do not fill the batch exactly, are badly
+    framed, or (with `require_keys`: compacted topics) have no key.
     """
     view = memoryview(buf)
     end = len(view)
@@ -159,11 +161,10 @@ def validate_batches(buf, max_batch_bytes: int, require_keys: bool = False) -> l
             )
         if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
             raise InvalidRecordError("record count does not match last offset delta")
-        if header.producer_id >= 0 and header.base_sequence < 0:
-            raise InvalidRecordError(f"invalid sequence number {header.base_sequence}")
         if not crc_ok(view, pos, header):
             raise CorruptRecordError(f"CRC mismatch in batch at byte {pos}")
-        check_batch_records(view, pos, header, require_keys, records_before)
+        if check_records:
+            check_batch_records(view, pos, header, require_keys, records_before)
         batches.append((pos, header))
         pos += header.size
         records_before += header.record_count

@@ -211,12 +211,15 @@ class Partition:
         offset commits), which carry no sequence numbers to check."""
         self._check_leader(required_acks, min_insync)
         config = self.log.config
-        batches = validate_batches(records, config.max_message_bytes,
+        batches = validate_batches(records, config.max_message_bytes, check_records=from_client,
                                    require_keys=from_client and config.compact)
         headers = [h for _, h in batches]
         if any(h.is_control for h in headers):
             raise KafkaError("control batches are written by the transaction coordinator, "
                              "not by clients", ErrorCode.INVALID_RECORD)
+        if from_client and any(h.producer_id >= 0 and h.base_sequence < 0 for h in headers):
+            raise KafkaError("invalid sequence number in a batch with a producer id",
+                             ErrorCode.INVALID_RECORD)
         if from_client and headers[0].producer_id >= 0:
             duplicate = self._check_sequences(headers)
             if duplicate is not None:
