@@ -888,9 +888,14 @@ def _recover_segments(
             segment.offset_index.close()
             segment.time_index.close()
         if truncated:
+            # Name what is lost: everything from the first bad batch to the end of this
+            # segment, or of the log when the later segments go with it.
+            lost_to = ("the log end" if last or unflushed
+                       else f"{segments[i + 1].base_offset - 1}")
             log.warning(
-                "%s: truncated %d invalid bytes at the end of %s",
-                dir.name, truncated, segment.log_path.name,
+                "%s: %s has a torn or corrupt batch at byte %d: truncated %d bytes there, so "
+                "offsets %d to %s are unreadable and dropped",
+                dir.name, segment.log_path.name, segment.size, truncated, segment.next_offset, lost_to,
             )
             if unflushed and not last:
                 for later in segments[i + 1 :]:
