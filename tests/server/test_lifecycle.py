@@ -47,7 +47,6 @@ def test_each_listener_advertises_itself():
 def test_sigterm_shuts_down_cleanly_and_marks_it(tmp_path):
     broker = BrokerProcess(data_dir=tmp_path)
     broker.start()
-    assert broker.startup_seconds < 30
     assert broker.stop() == 0
     log_dir = tmp_path / "logs"
     assert (log_dir / ".kafka_cleanshutdown").exists()
