@@ -15,11 +15,16 @@ needs from it passes through here:
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol import admin, consumer, metadata, producer  # noqa: F401  (registers APIs)
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.schemas.fields.array import ArrayField
+from kafka.protocol.schemas.fields.simple import SimpleField
+from kafka.protocol.schemas.fields.struct import StructField
+from kafka.protocol.schemas.fields.struct_array import StructArrayField
 
 from strom.protocol import (
     consumer_group_messages,  # noqa: F401  (registers KIP-848 APIs)
@@ -127,12 +132,81 @@ def parse_request(buf) -> Request:
             # The hot path: record sets stay writable views of the frame (see produce.py).
             body = parse_produce_request(memoryview(buf)[pos:], header.api_version)
         else:
-            body = cls.decode(memoryview(buf)[pos:], version=header.api_version)
+            body = _decode_body(cls, memoryview(buf)[pos:], header.api_version)
     except MalformedRequest as e:
+        raise InvalidRequest(f"malformed {cls.name} v{header.api_version}: {e}") from e
+    except InvalidRequest as e:
         raise InvalidRequest(f"malformed {cls.name} v{header.api_version}: {e}") from e
     except Exception as e:  # the codec raises assorted errors on truncated or garbled bodies
         raise InvalidRequest(f"malformed {cls.name} v{header.api_version}: {e!r}") from e
     return Request(header, body, len(buf))
+
+
+def _decode_body(cls: type, view: memoryview, version: int) -> Any:
+    """The codec's decoder, plus the two checks Kafka's generated readers make and the codec
+    skips: a string or bytes field may not run past the end of the request (the codec slices
+    short and carries on), and a field the schema does not allow to be null may not be null
+    (the codec reads any negative length as null, and handlers trust the schema)."""
+    flexible = cls.flexible_version_q(version)
+    decode = cls._struct.compiled_decode_from(version, compact=flexible, tagged=flexible,
+                                              data_class=cls[None])
+    body, end = decode(view, 0)
+    if end > len(view):
+        raise InvalidRequest(f"a field runs {end - len(view)} bytes past the end of the request")
+    check = _null_check(cls, version)
+    if check is not None and (field := check(body)) is not None:
+        raise InvalidRequest(f"non-nullable field {field} was null")
+    return body
+
+
+_NullCheck = Callable[[Any], "str | None"]
+_NULL_CHECKS: dict[tuple[type, int], _NullCheck | None] = {}
+
+
+def _null_check(cls: type, version: int) -> _NullCheck | None:
+    key = (cls, version)
+    if key not in _NULL_CHECKS:
+        _NULL_CHECKS[key] = _struct_null_check(cls._struct, version)
+    return _NULL_CHECKS[key]
+
+
+def _struct_null_check(struct_field: StructField, version: int) -> _NullCheck | None:
+    """A function naming the first field of a decoded struct that holds null where the schema
+    says it may not (searching nested structs and arrays), or None when no field can."""
+    checks: list[tuple[str, bool, str, _NullCheck | None]] = []
+    for f in struct_field.untagged_fields(version):
+        nullable = f.nullable_for_version_q(version)
+        if isinstance(f, StructArrayField):
+            checks.append((f.name, nullable, "structs", _struct_null_check(f.array_of, version)))
+        elif isinstance(f, ArrayField):
+            of_references = not isinstance(f.array_of, SimpleField) or f.array_of.type_str in ("string", "bytes")
+            checks.append((f.name, nullable, "values" if of_references else "", None))
+        elif isinstance(f, StructField):
+            # The codec never decodes a non-nullable struct as null: only its fields matter.
+            if (inner := _struct_null_check(f, version)) is not None:
+                checks.append((f.name, True, "struct", inner))
+        elif f.type_str in ("string", "bytes", "records") and not nullable:
+            checks.append((f.name, False, "", None))
+    checks = [c for c in checks if not c[1] or c[3] is not None or c[2] == "values"]
+    if not checks:
+        return None
+
+    def check(obj: Any) -> str | None:
+        for name, nullable, kind, inner in checks:
+            value = getattr(obj, name)
+            if value is None:
+                if nullable:
+                    continue
+                return name
+            if kind == "values" and any(v is None for v in value):
+                return f"{name}[]"
+            if inner is not None:
+                for item in value if kind == "structs" else (value,):
+                    if (bad := inner(item)) is not None:
+                        return f"{name}.{bad}"
+        return None
+
+    return check
 
 
 def response_header(header: RequestHeader) -> bytes:
