@@ -122,9 +122,17 @@ class Power:
         self.mount = mount
         self.brokers: list[BrokerProcess] = []
 
-    def broker(self, name: str = "broker", **overrides: str) -> BrokerProcess:
-        """A started broker whose data lives under `name` on the mount."""
-        proc = BrokerProcess(data_dir=self.mount.path / name, overrides=overrides)
+    def broker(self, name: str = "broker", make_log_dir: bool = True, **overrides: str) -> BrokerProcess:
+        """A started broker whose log dir is `name/logs` on the mount. `name` is made and made
+        durable first; so is `logs` (as an installation provides it) unless `make_log_dir` is
+        False, which leaves creating it to the broker."""
+        data_dir = self.mount.path / name
+        data_dir.mkdir()
+        fsync_path(self.mount.path)
+        if make_log_dir:
+            (data_dir / "logs").mkdir()
+            fsync_path(data_dir)
+        proc = BrokerProcess(data_dir=data_dir, overrides=overrides)
         self.brokers.append(proc)
         return proc.start()
 

@@ -196,7 +196,7 @@ class CrashFS(pyfuse3.Operations):
         kernel's write-back may have done before the power went."""
         rng = random.Random(seed)
         for node in sorted(self.nodes.values(), key=lambda n: n.ino):
-            if node.is_dir or node.dirty is None or rng.random() < 0.3:
+            if node.is_dir or node.dirty is None:
                 continue
             live_size = os.stat(self.live / str(node.ino)).st_size
             target = self.durable / str(node.ino)
