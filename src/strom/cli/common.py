@@ -226,8 +226,7 @@ class _OneLineErrors:
 
 
 def kafka_error_text(e: kafka.errors.KafkaError) -> str:
-    if isinstance(e, kafka.errors.NoBrokersAvailable):
-        return "no broker of --bootstrap-server answered"
+    """A kafka-python error in one line: its class name and what it says."""
     name = type(e).__name__
     return f"{name}: {e}" if str(e) and str(e) != name else name
 

@@ -9,11 +9,14 @@ Kafka-compatible cluster and takes Kafka's client properties from `--command-con
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import click
 from kafka import KafkaProducer
@@ -29,7 +32,14 @@ from strom.cli.common import (
     parse_key_values,
 )
 
-LINGER_MS = 10  # lets lines read in a burst share a batch without delaying a typed line noticeably
+# The producer's own defaults, under --command-config and --producer-property:
+# - linger.ms: lines read in a burst share a batch, a typed line is not noticeably delayed;
+# - enable.idempotence off, one request in flight: kafka-python's idempotent producer fails
+#   every later record once the broker refused one batch (a record too large, say), while a
+#   console producer should report that record and go on; one request in flight keeps the
+#   order that idempotence would have kept across retries.
+FALLBACK = {"linger.ms": "10", "enable.idempotence": "false",
+            "max.in.flight.requests.per.connection": "1"}
 Header = tuple[str, bytes | None]
 
 
@@ -44,6 +54,7 @@ class OutRecord:
     headers: tuple[Header, ...] = ()
     partition: int | None = None
     timestamp: int | None = None
+    line: int = 0  # where in the input it was read
 
 
 @dataclass
@@ -107,7 +118,7 @@ class LineFormat:
             part = self._cut(line, 0, self.headers_delimiter, "headers delimiter", number)
             if part is not None:
                 pos = len(part) + len(self.headers_delimiter)
-                if self._null(part) is not None:
+                if part and self._null(part) is not None:  # an empty part: no headers
                     headers = self._headers(part, number)
         key = None
         if self.parse_key:
@@ -172,22 +183,48 @@ def read_records(stream: BinaryIO, fmt: LineFormat | None) -> Iterator[OutRecord
         if line.endswith(b"\r"):
             line = line[:-1]
         if fmt is not None:
-            yield fmt.parse(line, number)
+            record = fmt.parse(line, number)
         elif line.strip():
-            yield parse_json_line(line, number)
+            record = parse_json_line(line, number)
+        else:
+            continue
+        if record.key is None and record.value is None:
+            raise LineError(f"line {number}: a record without key and value cannot be sent by "
+                            "this producer")
+        yield dataclasses.replace(record, line=number)
 
 
 class Delivery:
-    """Counts delivery reports; remembers the first failure to report it."""
+    """Counts records sent, delivered and refused (the producer's I/O thread reports them), and
+    remembers the first refusal to report it."""
 
     def __init__(self) -> None:
-        self.sent = self.failed = 0
+        self.sent = self.failed = self.done = 0
         self.first_error: str | None = None
+        self._changed = threading.Condition()
 
-    def failure(self, error: Exception) -> None:
-        self.failed += 1
-        if self.first_error is None:
-            self.first_error = kafka_error_text(error) if isinstance(error, KafkaError) else str(error)
+    def track(self, future: Any) -> None:
+        self.sent += 1
+        future.add_callback(self._success)
+        future.add_errback(self._failure)
+
+    def _success(self, _metadata: Any) -> None:
+        with self._changed:
+            self.done += 1
+            self._changed.notify_all()
+
+    def _failure(self, error: Exception) -> None:
+        with self._changed:
+            self.done += 1
+            self.failed += 1
+            if self.first_error is None:
+                self.first_error = kafka_error_text(error) if isinstance(error, KafkaError) else str(error)
+            self._changed.notify_all()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether every record sent was reported within `timeout_s`."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.done >= self.sent, timeout_s)
 
 
 @click.command("produce", cls=Command)
@@ -234,8 +271,7 @@ def produce(client: ClientSettings, topic_arg: str | None, topic: str | None, fm
         extra["compression.type"] = compression_codec
     if acks is not None:
         extra["acks"] = acks
-    config = client.kafka_python_config(KafkaProducer.DEFAULT_CONFIG, extra=extra,
-                                        fallback={"linger.ms": str(LINGER_MS)})
+    config = client.kafka_python_config(KafkaProducer.DEFAULT_CONFIG, extra=extra, fallback=FALLBACK)
     if config.get("compression_type") == "none":
         config["compression_type"] = None
     try:
@@ -245,17 +281,16 @@ def produce(client: ClientSettings, topic_arg: str | None, topic: str | None, fm
     delivery = Delivery()
     try:
         for record in read_records(sys.stdin.buffer, line_format):
-            future = producer.send(name, value=record.value, key=record.key,
-                                   headers=list(record.headers) or None,
-                                   partition=partition if partition is not None else record.partition,
-                                   timestamp_ms=record.timestamp)
-            delivery.sent += 1
-            future.add_errback(delivery.failure)
+            try:
+                future = producer.send(name, value=record.value, key=record.key,
+                                       headers=list(record.headers) or None,
+                                       partition=partition if partition is not None else record.partition,
+                                       timestamp_ms=record.timestamp)
+            except (ValueError, TypeError, AssertionError) as e:  # what the client refuses to send
+                raise LineError(f"line {record.line}: {e}") from None
+            delivery.track(future)
             if sync:
-                try:
-                    future.get()
-                except KafkaError:
-                    pass  # counted by the errback
+                delivery.wait(producer.config["delivery_timeout_ms"] / 1000)
     except LineError as e:
         raise CommandError(f"{e} ({delivery.sent} records before it were sent)") from None
     except KafkaTimeoutError:  # no metadata for the topic within max.block.ms
@@ -264,11 +299,23 @@ def produce(client: ClientSettings, topic_arg: str | None, topic: str | None, fm
     except KeyboardInterrupt:
         pass  # end of input: deliver what was read
     finally:
-        producer.flush()
-        producer.close()
+        _finish(producer, delivery)
     if delivery.failed:
         raise CommandError(f"{delivery.failed} of {delivery.sent} records were not delivered: "
                            f"{delivery.first_error}")
+
+
+def _finish(producer: KafkaProducer, delivery: Delivery) -> None:
+    """Deliver what is queued and wait for every report. kafka-python's flush can give up
+    early once a batch failed, so the reports themselves are awaited."""
+    try:
+        producer.flush()
+    except KafkaError:
+        pass
+    if not delivery.wait(producer.config["delivery_timeout_ms"] / 1000 + 5):
+        click.echo(f"Warning: {delivery.sent - delivery.done} records were not confirmed in time",
+                   err=True)
+    producer.close()
 
 
 def _topic(argument: str | None, option: str | None) -> str:
@@ -277,4 +324,7 @@ def _topic(argument: str | None, option: str | None) -> str:
     name = argument or option
     if not name:
         raise click.UsageError("give the topic (as the argument or --topic)")
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", name) or name in (".", ".."):
+        raise click.BadParameter(f"{name!r} is not a valid topic name (up to 249 of A-Z a-z 0-9 . _ -)",
+                                 param_hint="'TOPIC'")
     return name
