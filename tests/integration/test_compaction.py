@@ -220,6 +220,56 @@ def test_clients_read_past_a_batch_left_empty_by_compaction(fresh_broker, topic)
         kc.close()
 
 
+def cleaned_passes(proc: BrokerProcess, topic: str) -> int:
+    return sum(f"cleaned {topic}-0 up to" in line for line in proc.stderr_lines)
+
+
+def fill_compacted(bootstrap: str, topic: str, stamp_ms: int | None) -> list[tuple[bytes, bytes]]:
+    """200 writes of 20 keys over several 2 KB segments, then a record bigger than a segment,
+    of a key of its own, that rolls them all out of the active segment (which is never
+    cleaned); stamped `stamp_ms` on (None: now). The (key, value)s written, in order."""
+    writes = [(b"k%02d" % (i % 20), b"v%03d-" % i + b"x" * 40) for i in range(200)]
+    ck_produce(bootstrap, topic, [Rec(v, k, partition=0, timestamp=None if stamp_ms is None else stamp_ms + i)
+                                  for i, (k, v) in enumerate(writes)], **{"batch.num.messages": 10})
+    roll = (b"roll", b"r" * 3000)
+    ck_produce(bootstrap, topic, [Rec(roll[1], roll[0], partition=0)])
+    return [*writes, roll]
+
+
+def latest_per_key(writes: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    last = {k: i for i, (k, _) in enumerate(writes)}
+    return [w for i, w in enumerate(writes) if last[w[0]] == i]
+
+
+def test_max_compaction_lag_cleans_a_log_the_dirty_ratio_would_not(cleaner_broker, topic):
+    """min.cleanable.dirty.ratio=1 holds cleaning off (no log is dirtier than that); a topic
+    whose oldest dirty record is older than max.compaction.lag.ms is cleaned all the same, and
+    the same topic without it is not."""
+    proc = cleaner_broker
+    bootstrap = proc.bootstrap
+    two_hours_ago = int(time.time() * 1000) - 2 * 3_600_000
+    held = {"min.cleanable.dirty.ratio": "1", "segment.bytes": "2048"}
+    lagged, control, marker = topic + "-lag", topic + "-control", topic + "-marker"
+    create_topic(bootstrap, lagged, config=compacted_config(**held, **{"max.compaction.lag.ms": "3600000"}))
+    create_topic(bootstrap, control, config=compacted_config(**held))
+    create_topic(bootstrap, marker, config=compacted_config(**{"segment.bytes": "2048"}))
+    # The marker is cleaned once now, so that its next pass (below) has a dirty ratio under 1.
+    fill_compacted(bootstrap, marker, None)
+    wait_for(lambda: cleaned_passes(proc, marker) == 1, timeout=60, what="the marker's first pass")
+
+    written = fill_compacted(bootstrap, control, two_hours_ago)
+    assert fill_compacted(bootstrap, lagged, two_hours_ago) == written
+    wait_for(lambda: [(m.key(), m.value()) for m in consume_all(bootstrap, lagged)] == latest_per_key(written),
+             timeout=60, interval=0.3, what="max.compaction.lag.ms to force a clean")
+
+    # One thread cleans the dirtiest log first: the marker's second pass (dirty ratio < 1)
+    # would come after the control's (ratio 1) had the control been cleanable.
+    fill_compacted(bootstrap, marker, None)
+    wait_for(lambda: cleaned_passes(proc, marker) == 2, timeout=60, what="the marker's second pass")
+    assert f"beginning cleaning of {control}-0" not in proc.log_text()
+    assert [(m.key(), m.value()) for m in consume_all(bootstrap, control)] == written
+
+
 def test_compacted_topic_refuses_records_without_a_key(broker, topic):
     create_topic(broker.bootstrap, topic, config={"cleanup.policy": "compact"})
     reports = []
