@@ -336,7 +336,7 @@ def reset_offsets(client: ClientSettings, group: str, topics: tuple[str, ...], a
       strom groups reset-offsets orders-app --all-topics --by-duration PT1H --export > plan.csv
       strom groups reset-offsets orders-app --from-file plan.csv --execute
     """
-    chosen = [s for s in SPECS if specs[s] not in (None, False)]
+    chosen = [s for s in SPECS if specs[s] is not None and specs[s] is not False]  # 0 is a value
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-current, "
                                "--to-offset, --shift-by, --to-datetime, --by-duration, --from-file")
