@@ -278,6 +278,8 @@ def produce(client: ClientSettings, topic_arg: str | None, topic: str | None, fm
         producer = KafkaProducer(**config)
     except ValueError as e:  # a config kafka-python refuses
         raise CommandError(f"invalid producer config: {e}") from None
+    except RuntimeError as e:  # a compression codec whose Python package is not installed
+        raise CommandError(f"{e} (kafka-python needs python-snappy, lz4 or zstandard for them)") from None
     delivery = Delivery()
     try:
         for record in read_records(sys.stdin.buffer, line_format):
