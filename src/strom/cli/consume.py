@@ -9,6 +9,7 @@ nothing; with `--group` it joins that group and commits what it printed.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -67,10 +68,17 @@ class TextFormat:
                     else value.encode())
         return fmt
 
+    @functools.cached_property
+    def values_only(self) -> bool:  # looked at once per record: computed once
+        return self.print_value and not (self.print_timestamp or self.print_partition or
+                                         self.print_offset or self.print_headers or self.print_key)
+
     def __call__(self, r: Any) -> bytes:
         """One record as kafka-console-consumer prints it: the chosen columns separated by
         key.separator, then line.separator."""
         null = self.null_literal
+        if self.values_only:  # the default: skip the general path, this is per record
+            return (null if r.value is None else r.value) + self.line_separator
         columns = []
         if self.print_timestamp:
             kind = TIMESTAMP_TYPES.get(r.timestamp_type)
