@@ -1,0 +1,344 @@
+"""What careless or hostile clients cost a Strom broker, each next to its baseline.
+
+    .venv/bin/python benchmarks/hardening.py [--scenarios idle-connections,slow-large-frames,produce-cpu]
+                                             [--connections 2000] [--clients 20] [--json FILE]
+
+Scenarios (every broker is a real `strom serve` on 127.0.0.1, ephemeral port, temp dir):
+
+- idle-connections: the broker's RSS idle with no client, then with N connections open that
+  send nothing, then once each has sent one ApiVersions request (the state of an idle client
+  after its handshake), then after they all closed. Baseline: the same broker before the first
+  connection. `per_connection_kb` is (RSS with N - RSS idle) / N.
+- slow-large-frames: C clients each announce a frame of `socket.request.max.bytes` (100 MiB
+  by default) and send its bytes slowly (64 KiB every 50 ms each); the broker's RSS is
+  sampled every 250 ms for 10 s, then once more after the clients left. Baseline: the bytes
+  the clients actually sent, which a broker that buffers requests must hold at least, and the
+  bytes they announced, which a broker trusting the size prefix would allocate at once.
+  `ApiVersions answered in` checks that the broker kept serving others meanwhile.
+- produce-cpu: broker CPU seconds per GB produced (1 KiB records, one partition, acks=1,
+  kcat; run.py's produce load) for this working tree and for another commit (`--before`,
+  by default the commit before Produce started validating every record), alternating the
+  two for each pass. The other commit's `src/` is taken with `git archive` into a temp dir
+  and put first on the broker's PYTHONPATH; nothing in the repository changes.
+
+Lines of numbers go to stderr, one JSON document to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import run  # noqa: E402  (the harness next to this file: memory, CPU, kcat load, progress log)
+from strom.testing import BrokerProcess  # noqa: E402
+
+REPO = HERE.parent
+# The commit whose parent Produce did not yet validate each record (KIP-467 record errors).
+RECORD_VALIDATION_COMMIT = "211d584"
+DEFAULT_MAX_REQUEST = 104_857_600  # socket.request.max.bytes, Kafka's default
+API_VERSIONS_V0 = struct.pack(">ihhih", 10, 18, 0, 1, -1)  # size, key, version, id, null client
+
+
+def rss_mb(pid: int) -> float:
+    return run.memory_mb(pid)["rss_mb"]
+
+
+def settled_rss(pid: int, timeout: float = 10.0) -> float:
+    """RSS once three samples 200 ms apart agree within 0.3 MB (or after `timeout`)."""
+    samples = [rss_mb(pid)]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        samples.append(rss_mb(pid))
+        if len(samples) >= 3 and max(samples[-3:]) - min(samples[-3:]) <= 0.3:
+            break
+    return samples[-1]
+
+
+def raise_fd_limit(wanted: int) -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < wanted:
+        soft = min(hard, wanted) if hard != resource.RLIM_INFINITY else wanted
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return soft
+
+
+def read_frames(sock: socket.socket, count: int, timeout: float) -> int:
+    """Read `count` response frames (their sizes only matter); returns how many arrived."""
+    sock.settimeout(timeout)
+    buf = bytearray()
+    got = 0
+    while got < count:
+        try:
+            chunk = sock.recv(65536)
+        except (TimeoutError, ConnectionError):
+            break
+        if not chunk:
+            break
+        buf += chunk
+        while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
+            del buf[: 4 + int.from_bytes(buf[:4], "big")]
+            got += 1
+    return got
+
+
+def api_versions_seconds(port: int, timeout: float = 30.0) -> float | None:
+    """Time for a new connection's ApiVersions v0 to be answered, or None."""
+    begin = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(API_VERSIONS_V0)
+        return time.monotonic() - begin if read_frames(sock, 1, timeout) == 1 else None
+
+
+# --- idle connections ---------------------------------------------------------------------------
+
+def idle_connections(count: int) -> dict:
+    limit = raise_fd_limit(count + 200)
+    if limit < count + 50:
+        raise RuntimeError(f"open file limit {limit} is too low for {count} connections")
+    overrides = {"max.connections": str(count + 100), "max.connections.per.ip": str(count + 100)}
+    with BrokerProcess(overrides=overrides) as broker:
+        pid = broker.proc.pid
+        time.sleep(1.0)  # let start-up garbage settle, as run.py's memory-idle does
+        idle = settled_rss(pid)
+        run.log(f"idle-connections: idle broker {idle:.1f} MB; opening {count} connections")
+        socks = []
+        try:
+            for _ in range(count):
+                sock = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+                socks.append(sock)
+            connected = settled_rss(pid)
+            run.log(f"idle-connections: {count} connections open: {connected:.1f} MB")
+            for sock in socks:
+                sock.sendall(API_VERSIONS_V0)
+            answered = sum(read_frames(sock, 1, 10.0) for sock in socks)
+            after_request = settled_rss(pid)
+            run.log(f"idle-connections: after one ApiVersions each ({answered} answered): "
+                    f"{after_request:.1f} MB")
+        finally:
+            for sock in socks:
+                sock.close()
+        time.sleep(1.0)
+        closed = settled_rss(pid)
+        run.log(f"idle-connections: all closed: {closed:.1f} MB")
+        refused = broker.log_text().count("refusing a connection")
+    return {
+        "connections": count,
+        "idle_rss_mb": idle,
+        "connected_rss_mb": connected,
+        "after_one_request_rss_mb": after_request,
+        "after_close_rss_mb": closed,
+        "per_connection_kb": round((connected - idle) * 1000 / count, 1),
+        "per_connection_after_request_kb": round((after_request - idle) * 1000 / count, 1),
+        "answered": answered,
+        "refusal_log_lines": refused,
+    }
+
+
+# --- slow large frames --------------------------------------------------------------------------
+
+def slow_large_frames(clients: int, chunk: int, interval: float, seconds: float,
+                      max_request: int) -> dict:
+    overrides = {"socket.request.max.bytes": str(max_request)}
+    with BrokerProcess(overrides=overrides) as broker:
+        pid = broker.proc.pid
+        time.sleep(1.0)
+        idle = settled_rss(pid)
+        run.log(f"slow-large-frames: idle broker {idle:.1f} MB; {clients} clients announce "
+                f"{max_request} bytes each and send {chunk} bytes every {interval * 1000:.0f} ms")
+        socks = [socket.create_connection(("127.0.0.1", broker.port), timeout=10) for _ in range(clients)]
+        payload = bytes(chunk)
+        sent = [0] * clients
+        samples: list[tuple[float, float]] = []
+        begin = time.monotonic()
+        try:
+            for sock in socks:
+                sock.sendall(struct.pack(">i", max_request))
+                sock.setblocking(False)
+            next_send = next_sample = begin
+            while (now := time.monotonic()) - begin < seconds:
+                if now >= next_send:
+                    for i, sock in enumerate(socks):
+                        left = max_request - sent[i]
+                        if left > 0:
+                            try:
+                                sent[i] += sock.send(payload[: min(chunk, left)])
+                            except BlockingIOError:
+                                pass  # the broker is not reading it now: try next tick
+                    next_send += interval
+                if now >= next_sample:
+                    samples.append((round(now - begin, 2), rss_mb(pid)))
+                    next_sample += 0.25
+                time.sleep(max(0.0, min(next_send, next_sample) - time.monotonic()))
+            serving = api_versions_seconds(broker.port)
+            end = rss_mb(pid)
+        finally:
+            for sock in socks:
+                sock.close()
+        time.sleep(1.0)
+        after = settled_rss(pid)
+        alive = broker.proc.poll() is None
+        peak_t, peak = max(samples, key=lambda s: s[1])
+        run.log(f"slow-large-frames: peak {peak:.1f} MB at {peak_t:.1f} s, end {end:.1f} MB, "
+                f"after the clients left {after:.1f} MB; sent {sum(sent) / 1e6:.1f} MB of "
+                f"{clients * max_request / 1e6:.0f} MB announced")
+    return {
+        "clients": clients,
+        "announced_mb": round(clients * max_request / 1e6, 1),
+        "sent_mb": round(sum(sent) / 1e6, 1),
+        "idle_rss_mb": idle,
+        "peak_rss_mb": peak,
+        "peak_at_s": peak_t,
+        "end_rss_mb": end,
+        "above_idle_at_end_mb": round(end - idle, 1),
+        "after_clients_left_rss_mb": after,
+        "api_versions_answered_in_s": None if serving is None else round(serving, 4),
+        "broker_alive": alive,
+        "samples": samples,
+    }
+
+
+# --- produce CPU per GB, two commits ------------------------------------------------------------
+
+def checkout_src(ref: str, into: Path) -> str:
+    """`src/` of commit `ref` under `into` (git archive: the repository is only read);
+    returns the full commit id."""
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", f"{ref}^{{commit}}"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", commit, "src"],
+                             capture_output=True, check=True).stdout
+    with tempfile.TemporaryFile() as f:
+        f.write(archive)
+        f.seek(0)
+        with tarfile.open(fileobj=f) as tar:
+            tar.extractall(into, filter="data")
+    return commit
+
+
+def strom_source(env: dict[str, str]) -> str:
+    """Which strom package a broker with `env` imports (to be sure the right one runs)."""
+    out = subprocess.run([run.PY, "-c", "import strom; print(strom.__file__)"],
+                         env={**os.environ, **env}, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def produce_cpu(before: str, passes: int, seconds: float, size: int, loop: str) -> dict:
+    if not run.KCAT:
+        raise RuntimeError("produce-cpu needs kcat (apt-get install -y kcat)")
+    workdir = Path(tempfile.mkdtemp(prefix="strom-hardening-"))
+    try:
+        before_commit = checkout_src(before, workdir / "before")
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        variants = {"working tree": {}, "before": {"PYTHONPATH": str(workdir / "before" / "src")}}
+        sources = {label: strom_source(env) for label, env in variants.items()}
+        gen = run.Generator("kcat", 1, workdir)
+        mode = run.Mode(produce_seconds=seconds, repeats=1, consume_repeats=0, latency_seconds=0,
+                        latency_rate=0, startup_runs=0)
+        found: dict[str, list[dict]] = {label: [] for label in variants}
+        for i in range(passes):
+            order = list(variants) if i % 2 == 0 else list(reversed(variants))
+            for label in order:
+                run.StromTarget.env = variants[label]
+                target = run.StromTarget(loop, f"produce-cpu-{label}")
+                try:
+                    topic = f"bench-cpu-{i}"
+                    run.create_topic(target.bootstrap, topic, 1)
+                    res = run.produce_run(target, gen, topic, size, 1, "1", mode)
+                finally:
+                    target.close()
+                found[label].append(res)
+                run.log(f"produce-cpu pass {i + 1}/{passes} {label}: {res['records_per_s']} rec/s, "
+                        f"{res['broker_cpu_s_per_gb']} CPU s/GB (foreign load {res['foreign_cpu_util']})")
+    finally:
+        run.StromTarget.env = {}
+        run.PROCS.cleanup()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    def summary(results: list[dict]) -> dict:
+        per_gb = [r["broker_cpu_s_per_gb"] for r in results if r["broker_cpu_s_per_gb"]]
+        rates = [r["records_per_s"] for r in results if r["records_per_s"]]
+        return {"cpu_s_per_gb_median": statistics.median(per_gb) if per_gb else None,
+                "cpu_s_per_gb_passes": per_gb,
+                "records_per_s_median": statistics.median(rates) if rates else None,
+                "foreign_cpu_util_max": max(r["foreign_cpu_util"] for r in results)}
+
+    now, then = summary(found["working tree"]), summary(found["before"])
+    ratio = (round(now["cpu_s_per_gb_median"] / then["cpu_s_per_gb_median"], 3)
+             if now["cpu_s_per_gb_median"] and then["cpu_s_per_gb_median"] else None)
+    return {"record_size": size, "loop": loop, "passes": passes, "pass_seconds": seconds,
+            "head": head, "before_commit": before_commit, "strom_imported_from": sources,
+            "working_tree": now, "before": then, "cpu_per_gb_ratio_to_before": ratio}
+
+
+SCENARIOS = ("idle-connections", "slow-large-frames", "produce-cpu")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
+                        help=f"comma-separated, from {', '.join(SCENARIOS)}")
+    parser.add_argument("--connections", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--chunk", type=int, default=64 * 1024, help="bytes per send per client")
+    parser.add_argument("--interval-ms", type=float, default=50.0)
+    parser.add_argument("--seconds", type=float, default=10.0, help="slow-large-frames duration")
+    parser.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST)
+    parser.add_argument("--before", default=f"{RECORD_VALIDATION_COMMIT}^",
+                        help="commit to compare produce CPU with (default: before record validation)")
+    parser.add_argument("--passes", type=int, default=3, help="produce-cpu passes per commit")
+    parser.add_argument("--pass-seconds", type=float, default=3.0)
+    parser.add_argument("--size", type=int, default=1024, help="produce-cpu record size")
+    parser.add_argument("--loop", default="uvloop", help="produce-cpu broker event loop")
+    parser.add_argument("--json", type=Path, help="also write the JSON document here")
+    args = parser.parse_args()
+    wanted = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    unknown = set(wanted) - set(SCENARIOS)
+    if unknown:
+        sys.exit(f"unknown scenarios {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
+
+    started = datetime.now(UTC)
+    idle_load = run.background_load()
+    results: dict[str, dict] = {}
+    failed: dict[str, str] = {}
+    for name in wanted:
+        try:
+            if name == "idle-connections":
+                results[name] = idle_connections(args.connections)
+            elif name == "slow-large-frames":
+                results[name] = slow_large_frames(args.clients, args.chunk, args.interval_ms / 1000,
+                                                  args.seconds, args.max_request_bytes)
+            else:
+                results[name] = produce_cpu(args.before, args.passes, args.pass_seconds, args.size,
+                                            args.loop)
+        except Exception as e:  # one failing scenario is reported; the others still run
+            run.log(f"{name} failed: {e!r}")
+            failed[name] = repr(e)
+    doc = {"meta": {"date": started.isoformat(timespec="seconds"), "machine": run.machine_info(),
+                    "background_cpu_util_at_start": idle_load,
+                    "elapsed_s": round(time.monotonic() - run.T0, 1)},
+           "results": results, "failed": failed}
+    text = json.dumps(doc, indent=2)
+    if args.json:
+        args.json.write_text(text + "\n")
+    print(text)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
