@@ -82,7 +82,7 @@ class _IndexFile:
         return len(self._columns()[0])
 
     # -- shared operations
-    def _drop_from(self, keep: int) -> None:
+    def drop_from(self, keep: int) -> None:
         """Forget entries from index `keep` on, in memory and in the file."""
         if keep < len(self):
             for column in self._columns():
@@ -216,11 +216,11 @@ class OffsetIndex(_IndexFile):
 
     def truncate_to(self, offset: int) -> None:
         """Drop entries for offsets >= `offset`."""
-        self._drop_from(bisect_left(self._rel, offset - self.base_offset))
+        self.drop_from(bisect_left(self._rel, offset - self.base_offset))
 
     def truncate_to_position(self, position: int) -> None:
         """Drop entries pointing at or beyond `position` of the log."""
-        self._drop_from(bisect_left(self._pos, position))
+        self.drop_from(bisect_left(self._pos, position))
 
     def sanity_check(self, log_size: int) -> bool:
         """False when the file is damaged: torn entry, entries out of order, or past the log."""
@@ -301,7 +301,7 @@ class TimeIndex(_IndexFile):
 
     def truncate_to(self, offset: int) -> None:
         """Drop entries for offsets >= `offset`."""
-        self._drop_from(bisect_left(self._rel, offset - self.base_offset))
+        self.drop_from(bisect_left(self._rel, offset - self.base_offset))
 
     def sanity_check(self, log_size: int) -> bool:
         """False when the file is damaged: torn entry or entries out of order."""

@@ -144,6 +144,8 @@ class Log:
         self._parent_dirty = False  # the partition directory itself is new
         self.closed = False
         self.offline = False  # its log dir failed: every operation answers KAFKA_STORAGE_ERROR
+        self.write_refusal: str | None = None  # its disk is (nearly) full: appends refused, reads served
+        self.append_hook: Callable[[int], None] | None = None  # bytes appended (disk space guard)
         self.last_flush_ms = now_ms()  # for flush.ms (Kafka's lastFlushTime)
         self.flush_hook: FlushHook | None = None
         self.io_error_hook: IoErrorHook | None = None
@@ -298,7 +300,7 @@ class Log:
         `batches` is what `validate_batches` returned for this very buffer, when the caller
         already had to validate it (idempotent producers), so the CRCs are not checked twice.
         """
-        self._check_open()
+        self._check_writable()
         config = self._config
         writable = isinstance(records, bytearray) or (
             isinstance(records, memoryview) and not records.readonly)
@@ -317,6 +319,8 @@ class Log:
         except (OSError, StorageError) as e:
             raise self._io_error(e) from e
         self._log_end_offset = last + 1
+        if self.append_hook is not None:
+            self.append_hook(len(records))
         if leader_epoch > self.leader_epoch_cache.latest_epoch():
             self.leader_epoch_cache.assign(leader_epoch, first)
         if self.flush_hook is not None and last + 1 - self.recovery_point >= config.flush_messages:
@@ -334,7 +338,7 @@ class Log:
     def append_as_follower(self, records: bytearray | memoryview) -> AppendInfo:
         """Write batches exactly as the leader has them: offsets and partition leader epochs
         are kept, never assigned. The first batch may not start below the log end offset."""
-        self._check_open()
+        self._check_writable()
         config = self._config
         batches = _validate_replicated(records, config.max_message_bytes)
         first = batches[0][1].base_offset
@@ -349,6 +353,8 @@ class Log:
         except (OSError, StorageError) as e:
             raise self._io_error(e) from e
         self._log_end_offset = last + 1
+        if self.append_hook is not None:
+            self.append_hook(len(records))
         cache = self.leader_epoch_cache
         for _, header in batches:
             if header.partition_leader_epoch > cache.latest_epoch():
@@ -640,8 +646,10 @@ class Log:
         del self._segments[:n]
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        # Deleted before the epoch checkpoint is rewritten: on a full disk that write fails,
+        # and the segments, out of the log already, must still go to give the space back.
         self._schedule_delete(victims, now)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         log.info(
             "%s: deleted %d segment(s) by retention; log start offset now %d",
             self.name, n, self.log_start_offset,
@@ -743,6 +751,11 @@ class Log:
             raise StorageError(f"log {self.name} is closed")
         if self.offline:
             raise StorageError(f"the log directory of {self.name} is offline")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.write_refusal is not None:
+            raise StorageError(self.write_refusal)
 
     def _io_error(self, error: BaseException) -> StorageError:
         """Report an I/O failure (the broker takes the log dir offline) and return the

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import logging
 import os
 import shutil
@@ -38,6 +39,9 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
 DELETE_DIR_SUFFIX = "-delete"
 LOCK_FILE = ".lock"
+MIN_FREE_AFTER_ENOSPC = 4 << 20  # bytes a dir that hit ENOSPC needs free before writing again
+SPACE_CHECK_BYTES = 1 << 20  # appended bytes between free-space checks, at least
+LONG_FUTURE = 2**62  # a time after every pending deletion's delay
 FUTURE_DIR_SUFFIX = "-future"  # a replica being moved to another log dir (AlterReplicaLogDirs)
 
 TopicPartition = tuple[str, int]
@@ -83,6 +87,15 @@ def write_properties(path: Path, props: dict[str, str]) -> None:
     os.replace(tmp, path)
 
 
+def out_of_space(error: BaseException | None) -> bool:
+    """True when `error`, or what caused it, is a full disk or quota: a state that passes."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        error = error.__cause__
+    return False
+
+
 class LogManager:
     def __init__(
         self,
@@ -103,6 +116,11 @@ class LogManager:
         self.broker_id: int | None = None
         self.cluster_id: str | None = None
         self.offline_dirs: dict[Path, str] = {}  # failed dir -> why
+        # Disk space guard: below `min_free_bytes` free a dir refuses writes (reads go on) until
+        # space returns, instead of failing as a whole when the disk fills.
+        self.min_free_bytes = 0  # log.dir.min.free.bytes
+        self.low_space_dirs: dict[Path, int] = {}  # dir -> free bytes needed to write again
+        self._appended_since_check = 0  # a fast producer may not outrun the periodic check
         self.dir_failure_listeners: list[Callable[[Path, str], None]] = []
         self.flusher = LogFlusher(self.handle_io_error, now_ms)
         # tp -> high watermark, read when writing replication-offset-checkpoint (ReplicaManager's).
@@ -288,7 +306,11 @@ class LogManager:
         try:
             created = Log.open(d / name, config, now_ms=self._now_ms)
         except OSError as e:
-            self.mark_dir_offline(d, e)
+            if out_of_space(e):
+                shutil.rmtree(d / name, ignore_errors=True)
+                self.mark_low_space(d)
+            else:
+                self.mark_dir_offline(d, e)
             raise StorageError(f"cannot create log {name} in {d}: {e}") from e
         self._add(key, d, created)
         return created
@@ -296,6 +318,8 @@ class LogManager:
     def _add(self, key: TopicPartition, d: Path, lg: Log) -> None:
         lg.flush_hook = self.flusher.request
         lg.io_error_hook = self.handle_io_error
+        lg.write_refusal = self._refusal(d)
+        lg.append_hook = self._appended
         self._logs[key] = lg
         self._dir_of[key] = d
         self._per_dir[d] += 1
@@ -310,11 +334,82 @@ class LogManager:
         return [d for d in self.log_dirs if d not in self.offline_dirs]
 
     def handle_io_error(self, lg: Log, error: BaseException) -> None:
-        """An I/O error on `lg`: its whole log dir goes offline. Callable from any thread."""
+        """An I/O error on `lg`: its whole log dir goes offline, unless the disk is only full
+        (the write was undone; the dir refuses writes until space returns). Callable from any
+        thread."""
         d = next((d for tp, d in self._dir_of.items() if self._logs.get(tp) is lg), None)
         if d is None:
             d = lg.dir.parent
-        self.mark_dir_offline(d, error)
+        if out_of_space(error):
+            self.mark_low_space(d)
+        else:
+            self.mark_dir_offline(d, error)
+
+    # -- disk space
+
+    def _free_bytes(self, d: Path) -> int | None:
+        try:
+            st = os.statvfs(d)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
+
+    def _refusal(self, d: Path) -> str | None:
+        if d not in self.low_space_dirs:
+            return None
+        return (f"log dir {d} is low on space: writes resume at {self.low_space_dirs[d]} free bytes "
+                f"(log.dir.min.free.bytes={self.min_free_bytes})")
+
+    def _set_refusal(self, d: Path) -> None:
+        refusal = self._refusal(d)
+        for tp, dd in list(self._dir_of.items()):
+            lg = self._logs.get(tp)
+            if dd == d and lg is not None:
+                lg.write_refusal = refusal
+
+    def _appended(self, nbytes: int) -> None:
+        self._appended_since_check += nbytes
+        if self._appended_since_check >= max(SPACE_CHECK_BYTES, self.min_free_bytes // 8):
+            self._appended_since_check = 0
+            self.check_free_space()
+
+    def mark_low_space(self, d: Path) -> None:
+        """The disk of `d` ran out (ENOSPC): refuse writes there until it has room again."""
+        if d in self.low_space_dirs or d not in self._per_dir:
+            return
+        self.low_space_dirs[d] = max(self.min_free_bytes, MIN_FREE_AFTER_ENOSPC)
+        log.error("log dir %s is out of space: writes refused, reads go on, until %d bytes are free",
+                  d, self.low_space_dirs[d])
+        self._set_refusal(d)
+
+    def check_free_space(self) -> list[Path]:
+        """Refuse or accept writes per live dir by its free space; returns the low dirs."""
+        for d in self.live_dirs:
+            free = self._free_bytes(d)
+            if free is None:
+                continue
+            needed = self.low_space_dirs.get(d, self.min_free_bytes)
+            if free < needed and d not in self.low_space_dirs:
+                self.low_space_dirs[d] = needed
+                log.error("log dir %s has %d bytes free, below log.dir.min.free.bytes=%d: writes "
+                          "refused, reads go on", d, free, needed)
+                self._set_refusal(d)
+            elif free >= needed and d in self.low_space_dirs:
+                del self.low_space_dirs[d]
+                log.warning("log dir %s has %d bytes free again: writes accepted", d, free)
+                self._set_refusal(d)
+        return list(self.low_space_dirs)
+
+    def free_space(self, dirs: list[Path], now_ms: int | None = None) -> None:
+        """On a low dir, unlink segments already deleted (retention, truncation) without waiting
+        for file.delete.delay.ms: their space is what lets writes resume."""
+        for tp, d in list(self._dir_of.items()):
+            lg = self._logs.get(tp)
+            if d in dirs and lg is not None and not (lg.offline or lg.closed):
+                try:
+                    lg.purge_deleted(LONG_FUTURE)
+                except OSError as e:
+                    self.handle_io_error(lg, e)
 
     def mark_dir_offline(self, d: Path, error: BaseException | str) -> None:
         """Take log dir `d` and every partition in it offline (Kafka's handleLogDirFailure).
@@ -402,7 +497,8 @@ class LogManager:
             try:
                 write_checkpoint(d / name, entries)
             except OSError as e:
-                self.mark_dir_offline(d, e)
+                # A full disk keeps the previous checkpoint (written by rename): still valid.
+                self.mark_low_space(d) if out_of_space(e) else self.mark_dir_offline(d, e)
 
     def checkpoint(self) -> None:
         """Write the recovery-point and log-start-offset checkpoints of every live log dir."""

@@ -8,6 +8,7 @@ over batch headers (`pread` of small chunks) to the batch that holds the wanted 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -244,14 +245,27 @@ class LogSegment:
                     last_time_ts = max_ts
             since += header.batch_length + LOG_OVERHEAD
             offset += header.last_offset_delta + 1
-        if entries:
-            self.offset_index.append_many(entries)
-        if time_entries:
-            self.time_index.append_many(time_entries)
+        indexed = len(self.offset_index), len(self.time_index)
+        try:
+            if entries:
+                self.offset_index.append_many(entries)
+            if time_entries:
+                self.time_index.append_many(time_entries)
+        except OSError as e:
+            self._undo_append(start, *indexed)
+            raise StorageError(f"index write for {self.log_path} failed: {e}") from e
         self._bytes_since_index = since
         self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_off
         self._next_offset = offset
         return offset - 1, set_max, set_off
+
+    def _undo_append(self, start: int, offset_entries: int, time_entries: int) -> None:
+        """Take back a record set whose indexing failed (a full disk): the log may not hold
+        batches its owner did not count."""
+        self.offset_index.drop_from(offset_entries)
+        self.time_index.drop_from(time_entries)
+        os.ftruncate(self.fd, start)
+        self.size = start
 
     def _write(self, buf, position: int) -> None:
         view = memoryview(buf)
@@ -492,6 +506,11 @@ class LogSegment:
                 os.rename(path, path.with_name(path.name + DELETED_SUFFIX))
             except FileNotFoundError:
                 pass
+            except OSError:
+                # A full disk can refuse even a rename; the space is what is wanted back, so
+                # unlink at once (open descriptors keep serving in-flight reads).
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
 
     def purge(self) -> None:
         """Close the descriptor and unlink the (renamed) files."""

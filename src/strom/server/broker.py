@@ -59,6 +59,7 @@ WRITE_TXN_MARKERS, ADD_PARTITIONS_TO_TXN = 27, 24
 _MARKER_PENDING = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 CONTROLLED_SHUTDOWN = 7
 AUTO_CREATE_WAIT_S = 1.0
+DISK_SPACE_CHECK_MS = 1000
 
 
 class BrokerState(enum.Enum):
@@ -78,6 +79,7 @@ class Broker:
         self.state = BrokerState.NOT_RUNNING
         self.default_log_config = config.default_log_config()
         self.log_manager = LogManager(config.log_dirs, self.default_log_config)
+        self.log_manager.min_free_bytes = config["log.dir.min.free.bytes"]
         self.dynamic_config = DynamicBrokerConfig(config)
         self.log_services = LogServices(self)  # cleaner, flusher, live reconfiguration
         self.metadata_cache = MetadataCache(self.broker_id)
@@ -156,6 +158,7 @@ class Broker:
         self.txn_coordinator = self._create_txn_coordinator()
         self.txn_coordinator.startup(self.txn_coordinator.store.load())  # finishes prepared ones
         self._schedule("log-retention", self.config["log.retention.check.interval.ms"], self._retention)
+        self._schedule("log-dir-space", DISK_SPACE_CHECK_MS, self._check_disk_space)
         self._schedule("recovery-point-checkpoint",
                        self.config["log.flush.offset.checkpoint.interval.ms"], self._checkpoint)
         self._schedule("group-metadata-expiration", self.config["offsets.retention.check.interval.ms"],
@@ -372,6 +375,15 @@ class Broker:
     def _auto_leader_rebalance(self) -> None:
         if self.config["auto.leader.rebalance.enable"] and self.controller.is_active:
             self.controller.events.put("auto_rebalance", self.config["leader.imbalance.per.broker.percentage"])
+
+    def _check_disk_space(self) -> None:
+        """Refuse writes to a dir short of space and accept them again once it has room;
+        meanwhile retention runs every check and deleted segments go at once."""
+        low = self.log_manager.check_free_space()
+        if low:
+            self.log_manager.free_space(low)
+            self._retention()
+            self.log_manager.check_free_space()
 
     def _retention(self) -> None:
         deleted = self.log_manager.cleanup()

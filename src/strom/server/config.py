@@ -130,6 +130,9 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     # Partition replicas one broker may hold (KIP-578's name): CreateTopics and CreatePartitions
     # beyond it get POLICY_VIOLATION instead of a broker that cannot open or load its logs.
     "max.broker.partitions": (int_in(1), "20000"),
+    # Strom's own: a log dir with less free space refuses writes (KAFKA_STORAGE_ERROR) and keeps
+    # serving reads, until retention or deletions free enough (Kafka's broker halts instead).
+    "log.dir.min.free.bytes": (int_in(0), str(64 << 20)),
     "max.connections.per.ip": (int_in(0), "2147483647"),
     "max.connections.per.ip.overrides": (_str, ""),
     "connections.max.idle.ms": (int_in(-1), "600000"),
