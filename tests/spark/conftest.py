@@ -1,5 +1,6 @@
-"""PySpark against a real broker process: one SparkSession (local[2]) and one broker for the
-whole session; each test uses its own, uniquely named topics and checkpoint directories.
+"""PySpark against a real broker process: one SparkSession (local[2,2]) and one broker for the
+whole session; each test uses its own, uniquely named topics and checkpoint directories; a
+failed task is retried once (local[2,2]).
 
 Helpers: `produce` (confluent-kafka, delivery reports back), `read` (a batch read through the
 `strom` source), `end_offsets`, `finished`; `create_topic` and `consume_all` come from
@@ -27,7 +28,8 @@ def broker():
 
 @pytest.fixture(scope="session")
 def spark():
-    session = strom.spark.local_session("local[2]", "strom-tests", **{"spark.sql.shuffle.partitions": "2"})
+    # local[2,2]: two threads, and one retry of a failed task (as on a cluster, Spark retries).
+    session = strom.spark.local_session("local[2,2]", "strom-tests", **{"spark.sql.shuffle.partitions": "2"})
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
