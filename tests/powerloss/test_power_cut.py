@@ -300,12 +300,9 @@ def test_metadata_and_checkpoints_survive(power: Power) -> None:
     assert read == [(n, n) for n in range(40, 100)]
 
 
-# Strict: each marks a durability bug this harness found in Strom; the day it is fixed the test
-# passes, the run fails on the unexpected pass, and the marker goes.
-@pytest.mark.xfail(strict=True, reason=(
-    "ProducerStateManager.write_snapshot (src/strom/log/producer_state.py) renames the "
-    "snapshot into the partition directory without fsyncing that directory, and nothing else "
-    "syncs it until the next roll: the snapshot vanishes with the power"))
+# Each of the next three caught a durability bug when it was written (a snapshot renamed
+# without a directory fsync, offset commits answered before their flush.messages fsync, a
+# new log dir whose parent was never fsynced).
 def test_producer_snapshots_survive(power: Power) -> None:
     """Producer snapshots survive a power cut: the newest one the broker wrote before it is
     still there after it (the producers' state does not fall back to an older snapshot or to
@@ -328,10 +325,6 @@ def test_producer_snapshots_survive(power: Power) -> None:
     assert read == [(n, n) for n in range(50)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "coordinator appends (log_store.append in src/strom/coordinator/log_store.py, used by the "
-    "group coordinator for OffsetCommit) never await ReplicaManager.await_flushes, which only "
-    "the Produce handler calls: the commit is answered before the flush.messages fsync"))
 def test_flush_messages_1_keeps_acknowledged_offset_commits(power: Power) -> None:
     """`__consumer_offsets` under `flush.messages=1` (the broker's log.flush.interval.messages,
     which internal topics take): an acknowledged OffsetCommit survives a power cut, as an
@@ -359,9 +352,6 @@ def test_flush_messages_1_keeps_acknowledged_offset_commits(power: Power) -> Non
     assert committed[0].offset == 9
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "LogManager.startup (src/strom/log/manager.py) creates a missing log dir with mkdir but "
-    "never fsyncs its parent (Kafka flushes it): the whole log dir can vanish with the power"))
 def test_a_log_dir_the_broker_creates_survives(power: Power) -> None:
     """A log dir that `strom serve` creates itself (its parent exists) survives a power cut,
     with the metadata file and the fsynced records in it: creating it is made durable."""

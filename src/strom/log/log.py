@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strom.log.config import INT_MAX, LogConfig
+from strom.log.index import fsync_path
 from strom.log.leader_epoch import LeaderEpochCache
 from strom.log.segment import (
     DELETED_SUFFIX,
@@ -527,10 +528,10 @@ class Log:
                         raise
         if self._dir_dirty:
             self._dir_dirty = False
-            _fsync_dir(self.dir)
+            fsync_path(self.dir)
         if self._parent_dirty:
             self._parent_dirty = False
-            _fsync_dir(self.dir.parent)
+            fsync_path(self.dir.parent)
         if target > self.recovery_point:
             self.recovery_point = target
         self.last_flush_ms = self._now_ms()
@@ -863,7 +864,7 @@ def _complete_swaps(dir: Path, names: list[str], swaps: list[str]) -> None:
         path = dir / f"{segment_name(base)}{LOG_SUFFIX}"
         os.rename(path.with_name(path.name + SWAP_SUFFIX), path)
         log.info("%s: completed the interrupted swap of %s", dir.name, path.name)
-    _fsync_dir(dir)
+    fsync_path(dir)
 
 
 def _rename_if_exists(src: Path, dst: Path) -> None:
@@ -917,10 +918,3 @@ def _recover_segments(
                 return segments[: i + 1]
     return segments
 
-
-def _fsync_dir(dir: Path) -> None:
-    fd = os.open(dir, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

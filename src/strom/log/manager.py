@@ -27,6 +27,7 @@ from pathlib import Path
 from strom.log.checkpoint import read_checkpoint, write_checkpoint
 from strom.log.config import LogConfig
 from strom.log.flusher import LogFlusher
+from strom.log.index import fsync_path
 from strom.log.log import Log, parse_log_dir_name, wall_clock_ms
 from strom.protocol.errors import StorageError
 
@@ -85,6 +86,19 @@ def write_properties(path: Path, props: dict[str, str]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_path(path.parent)
+
+
+def make_durable_dir(d: Path) -> None:
+    """mkdir -p, fsyncing the parent of every directory created, as Kafka does for a new log
+    dir: without it a power cut can take the whole directory away, fsynced files and all."""
+    missing = []
+    while not d.exists():
+        missing.append(d)
+        d = d.parent
+    for new in reversed(missing):
+        new.mkdir(exist_ok=True)
+        fsync_path(new.parent)
 
 
 def out_of_space(error: BaseException | None) -> bool:
@@ -148,7 +162,7 @@ class LogManager:
             self._loop = None
         for d in self.log_dirs:
             try:
-                d.mkdir(parents=True, exist_ok=True)
+                make_durable_dir(d)
                 probe = d / ".strom-write-probe"
                 probe.write_bytes(b"")
                 probe.unlink()
@@ -252,7 +266,7 @@ class LogManager:
 
         for d in self.log_dirs:
             try:
-                d.mkdir(parents=True, exist_ok=True)
+                make_durable_dir(d)
                 fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError:
                 continue  # an unusable dir goes offline at start-up, as before

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from strom.log.index import fsync_path
 from strom.log.txn_index import AbortedTxn
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import (
@@ -213,6 +214,7 @@ class ProducerStateManager:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        fsync_path(self.dir)  # the new name, not only the bytes, must survive a power cut
         for old in self.snapshot_offsets()[:-_SNAPSHOTS_KEPT]:
             (self.dir / f"{old:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
         return path

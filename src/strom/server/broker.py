@@ -701,11 +701,21 @@ class Broker:
     async def await_internal_replication(self, topic: str, key: str) -> ErrorCode:
         """Coordinators write with acks=all: before a commit, a transaction state change or
         a new producer id is answered, the ISR must have what was written to the key's
-        partition of `topic` (COORDINATOR_NOT_AVAILABLE if not in time, as Kafka answers)."""
+        partition of `topic` (COORDINATOR_NOT_AVAILABLE if not in time, as Kafka answers), and
+        the fsync that flush.messages asks for must be done."""
         tp = (topic, partition_for(key, self.internal_partitions(topic)))
         partition = self.replica_manager.get_partition(*tp)
         if partition is None or not partition.is_leader:
             return ErrorCode.NOT_COORDINATOR
+        lg, end = partition.log, partition.log.log_end_offset
+        if end - lg.recovery_point >= lg.config.flush_messages:
+            # flush.messages applies to coordinators' writes as to a producer's: the commit is
+            # answered once the fsync its append started is done.
+            try:
+                await self.log_manager.flusher.wait_durable(lg, end)
+            except OSError as e:
+                log.error("%s-%d: a coordinator write could not be flushed: %s", *tp, e)
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
         error = await self.replica_manager.await_high_watermark(
             tp, partition.log.log_end_offset, self.config["offsets.commit.timeout.ms"] / 1000)
         if error == ErrorCode.NONE:
