@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from strom.testing import BrokerProcess, create_topic, unique_name
+from strom.testing import BrokerProcess, create_topic, unique_name, wait_for
 
 from .conftest import GROUP_OVERRIDES, Rec, ck_produce, wire_call
 from .group_member import Member, assert_rejoined_without_rebalance, wait_balanced
@@ -169,10 +169,8 @@ def test_offset_delete_and_commit_retention_expiry(tmp_path, topic):
             # OffsetCommit v2-v4 carry a retention of their own: an explicit expire timestamp.
             assert _commit(bootstrap, 2, group, topic, {0: 11}, retention_time_ms=300) == {0: 0}
             assert [tp.offset for tp in c.committed(tps, timeout=10)] == [11, 6]
-            deadline = time.monotonic() + 10
-            while c.committed(tps, timeout=10)[0].offset != -1001:
-                assert time.monotonic() < deadline, "the offset never expired"
-                time.sleep(0.1)
+            wait_for(lambda: c.committed(tps, timeout=10)[0].offset == -1001, timeout=60,
+                     what="the offset to expire")
             assert c.committed(tps, timeout=10)[1].offset == 6  # no retention: kept
         finally:
             c.close()

@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import time
+from pathlib import Path
 
 import pytest
 
 from strom.protocol import messages
-from strom.testing import BrokerProcess, create_topic, unique_name
+from strom.testing import BrokerProcess, create_topic, unique_name, wait_for
 
 from .conftest import Rec, ck_produce, roundtrip, stored_batches, watermarks, wire_call
 
@@ -37,6 +37,17 @@ def closed_by_broker(sock: socket.socket) -> bool:
         return sock.recv(1) == b""
     except ConnectionResetError:
         return True
+
+
+def open_sockets(proc: BrokerProcess) -> int:
+    """How many sockets the broker process holds open (listeners and connections)."""
+    count = 0
+    for fd in Path(f"/proc/{proc.proc.pid}/fd").iterdir():
+        try:
+            count += os.readlink(fd).startswith("socket:")
+        except FileNotFoundError:  # closed while we looked
+            pass
+    return count
 
 
 def assert_serving_and_quiet(proc: BrokerProcess) -> None:
@@ -79,6 +90,7 @@ def test_client_resetting_mid_fetch(lone_broker, topic, read_first):
     create_topic(lone_broker.bootstrap, topic)
     ck_produce(lone_broker.bootstrap, topic, [Rec(os.urandom(400_000), partition=0) for _ in range(40)],
                **{"linger.ms": 0})
+    before = open_sockets(lone_broker)
     for _ in range(4):
         sock = connect(lone_broker)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -90,7 +102,8 @@ def test_client_resetting_mid_fetch(lone_broker, topic, read_first):
             sock.recv(100)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.close()  # RST while the broker streams a 16 MB response
-    time.sleep(0.5)
+    # The broker has dealt with the resets once it has closed those connections.
+    wait_for(lambda: open_sockets(lone_broker) <= before, timeout=60, what="the reset connections closed")
     assert watermarks(lone_broker.bootstrap, topic, 0) == (0, 40)
     assert sum(b.record_count for b in stored_batches(lone_broker.bootstrap, topic, 0)) == 40
     if lone_broker.env["STROM_EVENT_LOOP"] == "asyncio":
