@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from fuzz_support import Fuzzer, advertised_targets, bad_log_line, prepare_broker
 
 from strom.protocol import messages
+from strom.protocol.frames import FrameDecoder, frame
 from strom.testing import BrokerProcess, RawClient, unique_name
 
 SECONDS = float(os.environ.get("STROM_FUZZ_SECONDS", "75"))
@@ -145,3 +146,97 @@ def test_valid_requests_still_parse():
     raw = messages.encode_request(3, 12, {"topics": None, "allow_auto_topic_creation": False,
                                           "include_topic_authorized_operations": False})
     assert messages.parse_request(raw[4:]).body.topics is None  # nullable: all topics
+
+
+# --- hostile framing: what idle, slow and interleaved connections cost ------------------------
+
+def _frames_in_pieces(decoders: int, seed: int) -> None:
+    """Several decoders on one thread, reads of random sizes interleaved at random: every
+    decoder still gets exactly its own frames (reads land in one shared buffer)."""
+    import random
+
+    rng = random.Random(seed)
+    streams, expected = [], []
+    for d in range(decoders):
+        payloads = [bytes([d]) * rng.choice((0, 1, 5, 300, 70000, 1 << 21)) + b"%d" % i for i in range(6)]
+        expected.append(payloads)
+        streams.append(memoryview(b"".join(frame(p) for p in payloads)))
+    decs = [FrameDecoder(4 << 20) for _ in range(decoders)]
+    got: list[list[bytes]] = [[] for _ in range(decoders)]
+    while any(streams):
+        d = rng.choice([i for i, s in enumerate(streams) if s])
+        buf = decs[d].get_buffer()
+        n = min(len(buf), len(streams[d]), rng.choice((1, 3, 4, 100, 5000, 1 << 20)))
+        buf[:n] = streams[d][:n]
+        streams[d] = streams[d][n:]
+        got[d] += [bytes(f) for f in decs[d].buffer_updated(n)]
+    assert got == expected
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_interleaved_connections_get_their_own_frames(seed: int):
+    _frames_in_pieces(4, seed)
+
+
+def test_frames_from_two_threads():
+    import threading
+
+    errors = []
+
+    def work(seed: int) -> None:
+        try:
+            _frames_in_pieces(3, seed)
+        except BaseException as e:  # noqa: B036 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in (10, 11)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_idle_decoders_hold_no_buffer():
+    """2,000 connections that each sent a request and wait: no 64 KiB buffer each (that was
+    140 MB for 2,000 idle connections)."""
+    import tracemalloc
+
+    request = frame(b"\x00\x12\x00\x00\x00\x00\x00\x01\xff\xff")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        decoders = [FrameDecoder(100 << 20) for _ in range(2000)]
+        for d in decoders:
+            buf = d.get_buffer()
+            buf[: len(request)] = request
+            assert len(d.buffer_updated(len(request))) == 1
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 2000 * 4096, f"{held / 2000:.0f} bytes per idle decoder"
+
+
+def test_a_trickled_large_frame_holds_about_what_arrived():
+    """A client announcing 100 MB and sending 10 MB of it: the decoder holds ~10 MB (pieces as
+    they fill), not the announced size and not a doubled buffer."""
+    import tracemalloc
+
+    decoder = FrameDecoder(100 << 20)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        assert decoder.feed(struct.pack(">i", 100 << 20)) == []
+        sent = 0
+        chunk = bytes(range(256)) * 256  # 64 KiB
+        while sent < 10 << 20:
+            assert decoder.feed(chunk) == []
+            sent += len(chunk)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert sent <= held < sent + (2 << 20)
+    rest = (100 << 20) - sent
+    frames = decoder.feed(chunk * (rest // len(chunk)))
+    assert len(frames) == 1 and len(frames[0]) == 100 << 20
+    assert frames[0][: 1 << 16] == chunk and frames[0][-(1 << 16) :] == chunk
