@@ -14,12 +14,16 @@ Scenarios (every broker is a real `strom serve` on 127.0.0.1, ephemeral port, te
   sampled every 250 ms for 10 s, then once more after the clients left. Baseline: the bytes
   the clients actually sent, which a broker that buffers requests must hold at least, and the
   bytes they announced, which a broker trusting the size prefix would allocate at once.
-  `ApiVersions answered in` checks that the broker kept serving others meanwhile.
+  `api_versions_answered_in_s` checks that the broker kept serving others meanwhile.
+- wide-request: one Metadata v9 request naming N empty (invalid) topic names, 2 bytes each
+  on the wire, against the same request naming one: time to its answer, the broker's peak
+  RSS (VmHWM), and the longest a second client's ApiVersions (sent one after the other on
+  its own connection) waits meanwhile.
 - produce-cpu: broker CPU seconds per GB produced (1 KiB records, one partition, acks=1,
-  kcat; run.py's produce load) for this working tree and for another commit (`--before`,
-  by default the commit before Produce started validating every record), alternating the
-  two for each pass. The other commit's `src/` is taken with `git archive` into a temp dir
-  and put first on the broker's PYTHONPATH; nothing in the repository changes.
+  kcat; run.py's produce load; `--size`, `--compression`) for two versions of Strom, alternating them pass by pass:
+  `--after` (default: this working tree) and `--before` (default: the commit before Produce
+  started validating every record). A commit's `src/` is taken with `git archive` into a
+  temp dir and put first on the broker's PYTHONPATH; nothing in the repository changes.
 
 Lines of numbers go to stderr, one JSON document to stdout.
 """
@@ -38,6 +42,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +50,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import run  # noqa: E402  (the harness next to this file: memory, CPU, kcat load, progress log)
+from strom.protocol.varint import write_uvarint  # noqa: E402
 from strom.testing import BrokerProcess  # noqa: E402
 
 REPO = HERE.parent
@@ -213,6 +219,73 @@ def slow_large_frames(clients: int, chunk: int, interval: float, seconds: float,
     }
 
 
+# --- one wide request ---------------------------------------------------------------------------
+
+def metadata_request(topics: int) -> bytes:
+    """Metadata v9 naming `topics` empty topic names: 2 bytes per name on the wire."""
+    head = struct.pack(">hhih", 3, 9, 1, 1) + b"w" + b"\x00"
+    body = write_uvarint(topics + 1) + b"\x01\x00" * topics + b"\x00\x00\x00\x00"
+    payload = head + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+class Prober:
+    """Another client: ApiVersions on its own connection, one after the other, each answer
+    timed, until stopped. Its longest wait is how long the broker served nobody else."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=300)
+        self.waits: list[float] = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            begin = time.monotonic()
+            self.sock.sendall(API_VERSIONS_V0)
+            if read_frames(self.sock, 1, 300.0) != 1:
+                return
+            self.waits.append(time.monotonic() - begin)
+            time.sleep(0.01)
+
+    def stop(self) -> float:
+        self.stopped.set()
+        self.thread.join(310)
+        self.sock.close()
+        return max(self.waits, default=0.0)
+
+
+def wide_request(topics: int) -> dict:
+    """One Metadata request naming many (invalid) topics, against the same request naming
+    one: how long it takes, what it makes the broker hold, and the longest another client's
+    ApiVersions waits meanwhile (one event loop serves every connection)."""
+    out = {}
+    with BrokerProcess(overrides={"auto.create.topics.enable": "false"}) as broker:
+        pid = broker.proc.pid
+        time.sleep(1.0)
+        idle = settled_rss(pid)
+        for label, count in (("one topic", 1), (f"{topics} topics", topics)):
+            request = metadata_request(count)
+            prober = Prober(broker.port)
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=300) as sock:
+                begin = time.monotonic()
+                sock.sendall(request)
+                answered = read_frames(sock, 1, 300.0) == 1
+                took = time.monotonic() - begin
+            stall = prober.stop()
+            peak = run.memory_mb(pid)["hwm_mb"]
+            out[label] = {"request_bytes": len(request), "answered": answered,
+                          "answered_in_s": round(took, 3),
+                          "other_client_longest_wait_s": round(stall, 3),
+                          "broker_peak_rss_mb": peak}
+            run.log(f"wide-request {label} ({len(request)} bytes): answered in {took:.2f} s, "
+                    f"another client waited up to {stall:.3f} s, broker peak RSS {peak:.0f} MB "
+                    f"(idle {idle:.0f} MB)")
+        out["idle_rss_mb"] = idle
+    return out
+
+
 # --- produce CPU per GB, two commits ------------------------------------------------------------
 
 def checkout_src(ref: str, into: Path) -> str:
@@ -237,15 +310,24 @@ def strom_source(env: dict[str, str]) -> str:
     return out.stdout.strip()
 
 
-def produce_cpu(before: str, passes: int, seconds: float, size: int, loop: str) -> dict:
+def produce_cpu(before: str, after: str | None, passes: int, seconds: float, size: int,
+                loop: str, compression: str) -> dict:
     if not run.KCAT:
         raise RuntimeError("produce-cpu needs kcat (apt-get install -y kcat)")
     workdir = Path(tempfile.mkdtemp(prefix="strom-hardening-"))
+    codec = run.PRODUCER_THROUGHPUT["compression.type"]
+    run.PRODUCER_THROUGHPUT["compression.type"] = compression
     try:
         before_commit = checkout_src(before, workdir / "before")
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        variants = {"working tree": {}, "before": {"PYTHONPATH": str(workdir / "before" / "src")}}
+        if after is None:
+            after_commit = "working tree at " + subprocess.run(
+                ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                check=True).stdout.strip()
+            after_env = {}
+        else:
+            after_commit = checkout_src(after, workdir / "after")
+            after_env = {"PYTHONPATH": str(workdir / "after" / "src")}
+        variants = {"after": after_env, "before": {"PYTHONPATH": str(workdir / "before" / "src")}}
         sources = {label: strom_source(env) for label, env in variants.items()}
         gen = run.Generator("kcat", 1, workdir)
         mode = run.Mode(produce_seconds=seconds, repeats=1, consume_repeats=0, latency_seconds=0,
@@ -266,6 +348,7 @@ def produce_cpu(before: str, passes: int, seconds: float, size: int, loop: str) 
                 run.log(f"produce-cpu pass {i + 1}/{passes} {label}: {res['records_per_s']} rec/s, "
                         f"{res['broker_cpu_s_per_gb']} CPU s/GB (foreign load {res['foreign_cpu_util']})")
     finally:
+        run.PRODUCER_THROUGHPUT["compression.type"] = codec
         run.StromTarget.env = {}
         run.PROCS.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -278,15 +361,17 @@ def produce_cpu(before: str, passes: int, seconds: float, size: int, loop: str) 
                 "records_per_s_median": statistics.median(rates) if rates else None,
                 "foreign_cpu_util_max": max(r["foreign_cpu_util"] for r in results)}
 
-    now, then = summary(found["working tree"]), summary(found["before"])
+    now, then = summary(found["after"]), summary(found["before"])
     ratio = (round(now["cpu_s_per_gb_median"] / then["cpu_s_per_gb_median"], 3)
              if now["cpu_s_per_gb_median"] and then["cpu_s_per_gb_median"] else None)
-    return {"record_size": size, "loop": loop, "passes": passes, "pass_seconds": seconds,
-            "head": head, "before_commit": before_commit, "strom_imported_from": sources,
-            "working_tree": now, "before": then, "cpu_per_gb_ratio_to_before": ratio}
+    return {"record_size": size, "compression": compression, "loop": loop, "passes": passes,
+            "pass_seconds": seconds,
+            "after_commit": after_commit, "before_commit": before_commit,
+            "strom_imported_from": sources, "after": now, "before": then,
+            "cpu_per_gb_ratio_to_before": ratio}
 
 
-SCENARIOS = ("idle-connections", "slow-large-frames", "produce-cpu")
+SCENARIOS = ("idle-connections", "slow-large-frames", "wide-request", "produce-cpu")
 
 
 def main() -> int:
@@ -299,12 +384,18 @@ def main() -> int:
     parser.add_argument("--interval-ms", type=float, default=50.0)
     parser.add_argument("--seconds", type=float, default=10.0, help="slow-large-frames duration")
     parser.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST)
+    parser.add_argument("--wide-topics", type=int, default=200_000,
+                        help="topic names in the wide Metadata request")
     parser.add_argument("--before", default=f"{RECORD_VALIDATION_COMMIT}^",
                         help="commit to compare produce CPU with (default: before record validation)")
+    parser.add_argument("--after", default=None,
+                        help="commit to measure against --before (default: this working tree)")
     parser.add_argument("--passes", type=int, default=3, help="produce-cpu passes per commit")
     parser.add_argument("--pass-seconds", type=float, default=3.0)
     parser.add_argument("--size", type=int, default=1024, help="produce-cpu record size")
     parser.add_argument("--loop", default="uvloop", help="produce-cpu broker event loop")
+    parser.add_argument("--compression", default="none",
+                        help="produce-cpu producer compression.type (none, gzip, snappy, lz4, zstd)")
     parser.add_argument("--json", type=Path, help="also write the JSON document here")
     args = parser.parse_args()
     wanted = [s.strip() for s in args.scenarios.split(",") if s.strip()]
@@ -320,12 +411,15 @@ def main() -> int:
         try:
             if name == "idle-connections":
                 results[name] = idle_connections(args.connections)
+            elif name == "wide-request":
+                results[name] = wide_request(args.wide_topics)
             elif name == "slow-large-frames":
                 results[name] = slow_large_frames(args.clients, args.chunk, args.interval_ms / 1000,
                                                   args.seconds, args.max_request_bytes)
             else:
-                results[name] = produce_cpu(args.before, args.passes, args.pass_seconds, args.size,
-                                            args.loop)
+                results[name] = produce_cpu(args.before, args.after, args.passes,
+                                            args.pass_seconds, args.size, args.loop,
+                                            args.compression)
         except Exception as e:  # one failing scenario is reported; the others still run
             run.log(f"{name} failed: {e!r}")
             failed[name] = repr(e)
