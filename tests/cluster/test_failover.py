@@ -94,7 +94,9 @@ def test_unclean_election_off_keeps_the_partition_offline(cluster):
     producer.flush(30)
     assert errors and errors[0] is not None, "the producer gets an error, not silent loss"
     cluster.brokers[follower].start()  # out of sync: must not lead
-    time.sleep(3)
+    # The controller handles events one at a time: once a topic created now is known
+    # everywhere, the follower's start-up (and any election it allowed) has been handled.
+    create(cluster, unique_name("barrier"), 1, 1)
     ctl = cluster.brokers[cluster.controller_id()]
     assert partition_view(ctl, topic)[0][0] == -1
     # An unclean election on demand brings it back on the out-of-sync replica.

@@ -15,7 +15,7 @@ from collections import defaultdict
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from strom.testing import Cluster, unique_name
+from strom.testing import Cluster, consume_all, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
 from .test_cluster import create
@@ -195,25 +195,11 @@ def test_nemesis(zookeeper):
 
 
 def _read_all(cluster: Cluster, topic: str, isolation: str) -> dict[int, list[tuple[int, bytes]]]:
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique_name("verify"),
-                         "enable.auto.commit": False, "isolation.level": isolation})
+    """Every partition read to its high watermark (under read_committed too: every transaction
+    has ended, so the last stable offset reaches it, at the latest when the coordinator aborts
+    one left open)."""
     out: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
-    try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                for p in range(PARTITIONS)}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        deadline = time.monotonic() + 120
-        idle_since = time.monotonic()
-        while time.monotonic() < deadline:
-            if isolation == "read_uncommitted" and all(
-                    (out[p][-1][0] + 1 if out[p] else 0) >= ends[p] for p in range(PARTITIONS)):
-                break
-            if isolation == "read_committed" and time.monotonic() - idle_since > 5:
-                break  # markers and aborted records end the log below the high watermark
-            for msg in consumer.consume(1000, 1):
-                if msg.error() is None:
-                    out[msg.partition()].append((msg.offset(), msg.value()))
-                    idle_since = time.monotonic()
-    finally:
-        consumer.close()
+    for msg in consume_all(cluster.bootstrap, topic, timeout=180, allow_empty=isolation == "read_committed",
+                           **{"isolation.level": isolation}):
+        out[msg.partition()].append((msg.offset(), msg.value()))
     return out

@@ -10,10 +10,12 @@ import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from strom.testing import Cluster, consume_all, unique_name
+from strom.testing import Cluster, RawClient, consume_all, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
 from .test_cluster import create, live_brokers, log_dir, partition_view
+
+FETCH = 1
 
 
 def segment_bytes(broker, topic: str, partition: int) -> bytes:
@@ -188,14 +190,20 @@ def test_consumers_never_see_records_above_the_high_watermark(zookeeper):
         for proc in procs:
             os.kill(proc.pid, signal.SIGSTOP)
         try:
-            time.sleep(1.5)
-            produce(cluster.brokers[controller].bootstrap, topic, [b"unreplicated"], acks="1")
-            consumer = Consumer({"bootstrap.servers": cluster.brokers[controller].bootstrap,
-                                 "group.id": unique_name("hw"), "enable.auto.commit": False})
+            # A stopped follower cannot fetch past offset 0, so the high watermark stays at 0
+            # (a fetch it had parked may be answered, but only its next fetch moves it).
+            leader = cluster.brokers[controller]
+            produce(leader.bootstrap, topic, [b"unreplicated"], acks="1")
+            # A consumer's Fetch, answered at once (max wait 0): nothing, and the watermark.
+            with RawClient(leader) as client:
+                body = client.call(FETCH, 4, {
+                    "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                    "isolation_level": 0, "topics": [{"topic": topic, "partitions": [
+                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+            data = body.responses[0].partitions[0]
+            assert (data.error_code, data.high_watermark, bytes(data.records or b"")) == (0, 0, b"")
+            consumer = Consumer({"bootstrap.servers": leader.bootstrap, "group.id": unique_name("hw")})
             try:
-                consumer.assign([TopicPartition(topic, 0, 0)])
-                seen = [m for m in consumer.consume(10, 3) if m.error() is None]
-                assert seen == []
                 low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
                 assert (low, high) == (0, 0)
             finally:
