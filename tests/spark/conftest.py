@@ -36,6 +36,22 @@ def spark():
 
 
 @pytest.fixture
+def row_at_a_time(spark):
+    """Rows go to Python workers (the check, the sink) in batches of one, not of 100 or 10,000."""
+    settings = {"spark.sql.execution.arrow.maxRecordsPerBatch": "1",
+                "spark.sql.execution.python.udf.maxRecordsPerBatch": "1"}
+    before = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    yield
+    for k, v in before.items():
+        if v is None:
+            spark.conf.unset(k)
+        else:
+            spark.conf.set(k, v)
+
+
+@pytest.fixture
 def topic(request) -> str:
     return unique_name(request.node.name)
 

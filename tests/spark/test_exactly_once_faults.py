@@ -54,7 +54,8 @@ def fault_at(trigger: bytes, landed: bytes, bootstrap: str, target: str, marker:
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": "fault", "enable.auto.commit": False,
                       "isolation.level": "read_uncommitted"})
         try:
-            c.assign([TopicPartition(target, 0, 0)])
+            partitions = c.list_topics(target, timeout=30).topics[target].partitions
+            c.assign([TopicPartition(target, p, 0) for p in partitions])
             for _ in range(600):  # 60 s at most; the test sees in `marker` whether it landed
                 msg = c.poll(0.1)
                 if msg is not None and msg.error() is None and msg.value() == landed:
@@ -86,22 +87,6 @@ def copy_through(spark, bootstrap: str, source: str, target: str, checkpoint: Pa
              .option("transactionalIdPrefix", prefix).option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start())
     return finished(query)
-
-
-@pytest.fixture
-def row_at_a_time(spark):
-    """Rows go to Python workers (the check, the sink) in batches of one, not of 100 or 10,000."""
-    settings = {"spark.sql.execution.arrow.maxRecordsPerBatch": "1",
-                "spark.sql.execution.python.udf.maxRecordsPerBatch": "1"}
-    before = {k: spark.conf.get(k, None) for k in settings}
-    for k, v in settings.items():
-        spark.conf.set(k, v)
-    yield
-    for k, v in before.items():
-        if v is None:
-            spark.conf.unset(k)
-        else:
-            spark.conf.set(k, v)
 
 
 def prepare(bootstrap: str, topic: str) -> tuple[str, str, list[bytes]]:
@@ -140,39 +125,47 @@ def test_exactly_once_through_a_task_that_fails_mid_write(spark, broker, topic, 
     assert everything[LANDED] == 2
 
 
+def copy_through_a_kill(spark, victim: BrokerProcess, bootstrap: str, source: str, target: str,
+                        tmp_path: Path, prefix: str) -> Path:
+    """`copy_through` with a fault that kills `victim` (kill -9) mid-batch, while a thread
+    restarts it on its port as soon as it is dead. A query that fails meanwhile is run again
+    from its checkpoint, as an operator would (three runs at most). The fault's marker."""
+    pid = victim.proc.pid
+    stop = threading.Event()
+
+    def restart_when_killed() -> None:
+        while not stop.is_set():
+            if victim.proc.poll() is not None:
+                victim.start()
+                return
+            stop.wait(0.05)
+
+    restarter = threading.Thread(target=restart_when_killed, daemon=True)
+    restarter.start()
+    marker = tmp_path / "killed"
+    fault = fault_at(TRIGGER, LANDED, bootstrap, target, marker, lambda: os.kill(pid, 9))
+    failures: list[BaseException] = []
+    try:
+        for _ in range(3):
+            try:
+                copy_through(spark, bootstrap, source, target, tmp_path / "ckpt", prefix, fault)
+                break
+            except Exception as e:  # noqa: BLE001 - the query failed: run it again
+                failures.append(e)
+        else:
+            raise AssertionError(f"the query failed three times: {failures}")
+    finally:
+        stop.set()
+        restarter.join(60)
+    wait_for(lambda: victim.proc.pid != pid and victim.proc.poll() is None, 60, what="the restarted broker")
+    return marker
+
+
 def test_exactly_once_through_a_broker_kill_mid_batch(spark, topic, tmp_path, row_at_a_time):
-    """kill -9 of the (only) broker while a task has written part of its batch; the test
-    restarts it on the same port. Whatever failed meanwhile (task, or the query: then it is run
-    again from its checkpoint, as an operator would), the committed output is the input once."""
+    """kill -9 of the (only) broker while a task has written part of its batch; it comes back
+    on the same port. Whatever failed meanwhile, the committed output is the input once."""
     with BrokerProcess() as broker:
         bs = broker.bootstrap
         source, target, values = prepare(bs, topic)
-        pid = broker.proc.pid
-        stop = threading.Event()
-
-        def restart_when_killed() -> None:
-            while not stop.is_set():
-                if broker.proc.poll() is not None:
-                    broker.start()
-                    return
-                stop.wait(0.05)
-
-        restarter = threading.Thread(target=restart_when_killed, daemon=True)
-        restarter.start()
-        marker = tmp_path / "killed"
-        fault = fault_at(TRIGGER, LANDED, bs, target, marker, lambda: os.kill(pid, 9))
-        failures: list[BaseException] = []
-        try:
-            for _ in range(3):
-                try:
-                    copy_through(spark, bs, source, target, tmp_path / "ckpt", "eos-" + topic, fault)
-                    break
-                except Exception as e:  # noqa: BLE001 - the query failed: run it again
-                    failures.append(e)
-            else:
-                raise AssertionError(f"the query failed three times: {failures}")
-        finally:
-            stop.set()
-            restarter.join(60)
-        wait_for(lambda: broker.proc.pid != pid and broker.proc.poll() is None, 60, what="the restarted broker")
+        marker = copy_through_a_kill(spark, broker, bs, source, target, tmp_path, "eos-" + topic)
         check_exactly_once(bs, target, values, marker)

@@ -1,11 +1,8 @@
 """The `strom` data source against a 3-broker cluster: tasks read each partition from its
-leader (leaders on three different brokers, the source told of one broker only) and the sink
-writes to leaders across the cluster."""
+leader (leaders on three different brokers, the source told of one broker only), the sink
+writes to leaders across the cluster, and an exactly-once copy goes through a broker kill."""
 
 from __future__ import annotations
-
-import threading
-from collections import Counter
 
 import pytest
 from confluent_kafka import Producer
@@ -15,7 +12,7 @@ from strom.testing import Cluster, consume_all, create_topic, unique_name
 from strom.zookeeper_server import ZooKeeperServer
 
 from .conftest import read
-from .test_write import stream_copy
+from .test_exactly_once_faults import ROWS, check_exactly_once, copy_through_a_kill, value
 
 ASSIGNMENT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]  # partition p led by broker p + 1
 
@@ -56,26 +53,20 @@ def test_batch_write_across_leaders(spark, cluster):
     assert sorted((m.value().decode(), m.partition()) for m in got) == sorted((v, p) for _, v, p in rows)
 
 
-def test_exactly_once_stream_copy_survives_a_broker_kill(spark, cluster, tmp_path):
+def test_exactly_once_stream_copy_survives_a_broker_kill(spark, cluster, tmp_path, row_at_a_time):
     """transactionalIdPrefix across three brokers: a broker that leads a source and a target
-    partition is killed mid-query and restarted; the committed output is the input once."""
+    partition is killed while a task has written part of its batch, and restarted; the
+    committed output is the input once."""
     source, target = unique_name("eos-in"), unique_name("eos-out")
     create(cluster, source)
     create(cluster, target)
+    values = [value(i) for i in range(ROWS)]
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
-    for i in range(600):
-        producer.produce(source, b"v%d" % i, partition=i % 3)
+    for i, v in enumerate(values):
+        producer.produce(source, v, partition=i % 3)
     assert producer.flush(30) == 0
     victim = next(b for b in (3, 2) if b != cluster.controller_id())
-    killer = threading.Timer(3.0, cluster.brokers[victim].kill)
-    restarter = threading.Timer(6.0, cluster.brokers[victim].start)
-    killer.start()
-    restarter.start()
-    try:
-        stream_copy(spark, cluster.brokers[1].bootstrap, source, target, tmp_path / "ckpt",
-                    transactionalIdPrefix="eos-" + source)
-    finally:
-        killer.join()
-        restarter.join()
-    committed = consume_all(cluster.bootstrap, target, timeout=60, **{"isolation.level": "read_committed"})
-    assert Counter(m.value() for m in committed) == Counter(b"v%d" % i for i in range(600))
+    one_broker = cluster.brokers[1].bootstrap
+    marker = copy_through_a_kill(spark, cluster.brokers[victim], one_broker, source, target, tmp_path,
+                                 "eos-" + source)
+    check_exactly_once(cluster.bootstrap, target, values, marker)
