@@ -26,12 +26,16 @@ def partition_dir(broker: BrokerProcess, topic: str) -> Path:
 
 
 def batches_of(path: Path) -> list[tuple[int, object]]:
-    """(file position, header) of every batch in a segment file."""
+    """(file position, header) of every batch in a segment file, which must hold whole batches
+    only."""
     data, pos, out = path.read_bytes(), 0, []
-    while pos < len(data):
+    while pos + HEADER_SIZE <= len(data):
         header = read_header(data, pos)
+        if pos + header.size > len(data):
+            break
         out.append((pos, header))
         pos += header.size
+    assert pos == len(data), f"{path.name}: {len(data) - pos} bytes after the last whole batch"
     return out
 
 
