@@ -71,6 +71,7 @@ class BrokerProcess:
         self.overrides.update(overrides or {})
         self.env = env
         self.proc: subprocess.Popen | None = None
+        self._drainer: threading.Thread | None = None
         self.port = 0
         self.stderr_lines: list[str] = []
         self.startup_seconds = 0.0
@@ -90,7 +91,8 @@ class BrokerProcess:
         begin = time.monotonic()
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env=env)
-        threading.Thread(target=self._drain_stderr, args=(self.proc,), daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain_stderr, args=(self.proc,), daemon=True)
+        self._drainer.start()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
@@ -109,23 +111,32 @@ class BrokerProcess:
         for line in proc.stderr:
             self.stderr_lines.append(line.rstrip())
 
+    def _log_complete(self) -> None:
+        # Once the process is gone, its last lines are still in the pipe: read them before
+        # returning, so that a test looking at the log after stop() or kill() sees all of it.
+        if self._drainer is not None:
+            self._drainer.join(10)
+
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM and wait: the clean shutdown path. Returns the exit code."""
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else 0
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout)
+            code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
             raise
+        self._log_complete()
+        return code
 
     def kill(self) -> None:
         """kill -9: no chance to flush or checkpoint."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+            self._log_complete()
 
     def restart(self) -> BrokerProcess:
         return self.start()
