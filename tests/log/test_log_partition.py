@@ -76,7 +76,7 @@ def test_round_trip_over_segments(open_log):
     # a read returns bytes of one segment only
     first = log.read(0, 1 << 20)
     assert first.size == log.segments[0].size and first.segment is log.segments[0]
-    assert first.fd == log.segments[0].fd
+    assert first.read_bytes() == log.segments[0].read_batch(0, log.segments[0].size)
 
 
 def test_append_info(open_log, clock):

@@ -8,6 +8,7 @@ import contextlib
 import re
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -215,3 +216,60 @@ def test_a_disk_that_really_fills_refuses_writes_until_retention_frees_it():
         broker.stop()
         broker.start()
         assert read_values(broker.bootstrap, "rolling", 1, start=max(acked) + 1) == [b"after"]
+
+
+# --- items 4 and 5: partitions are not capped by the open-file limit ---------------------------
+def low_fd_python(tmp_path: Path, limit: int) -> str:
+    """A python that starts with an open-file limit of `limit` (soft and hard), for a broker."""
+    wrapper = tmp_path / "python-low-fds"
+    wrapper.write_text(
+        f"#!{sys.executable}\n"
+        "import os, resource, sys\n"
+        f"resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))\n"
+        f"os.execv({sys.executable!r}, [{sys.executable!r}] + sys.argv[1:])\n")
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_thousands_of_partitions_under_a_low_open_file_limit(tmp_path, monkeypatch):
+    from confluent_kafka.admin import NewTopic
+
+    partitions = 2000
+    monkeypatch.setattr(sys, "executable", low_fd_python(tmp_path, 300))
+    with BrokerProcess(overrides={"log.segment.bytes": "4096"}) as broker:
+        assert "log files keep at most 150 open" in broker.log_text()
+        client = AdminClient({"bootstrap.servers": broker.bootstrap})
+        client.create_topics([NewTopic("wide", partitions, 1)])["wide"].result(timeout=120)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50})
+        failures: list = []
+        for rounds in range(3):  # a few records each, so segments roll and indexes are written
+            for p in range(partitions):
+                producer.produce("wide", b"%d-%d" % (p, rounds) + bytes(1500), partition=p,
+                                 on_delivery=lambda err, _m: err and failures.append(err))
+            assert producer.flush(120) == 0
+        assert not failures, failures[:3]
+
+        def read_all_partitions() -> dict[int, list[bytes]]:
+            consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique_name("g"),
+                                 "enable.auto.commit": False})
+            consumer.assign([TopicPartition("wide", p, 0) for p in range(partitions)])
+            got: dict[int, list[bytes]] = {}
+            try:
+                deadline = time.monotonic() + 180
+                while sum(map(len, got.values())) < 3 * partitions and time.monotonic() < deadline:
+                    msg = consumer.poll(0.5)
+                    if msg is not None:
+                        assert msg.error() is None, msg.error()
+                        got.setdefault(msg.partition(), []).append(msg.value()[:12])
+            finally:
+                consumer.close()
+            return got
+
+        expected = {p: [b"%d-%d" % (p, r) + bytes(12 - len(b"%d-%d" % (p, r))) for r in range(3)]
+                    for p in range(partitions)}
+        assert read_all_partitions() == expected
+        log = broker.log_text()
+        assert " failed (" not in log and "out of file descriptors" not in log
+        broker.stop()
+        broker.start()  # loading 2,000 logs with 150 descriptors for them
+        assert read_all_partitions() == expected

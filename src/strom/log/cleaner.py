@@ -800,9 +800,9 @@ class LogCleaner:
         sources, tail = [], []
         for segment in lg.segments[:-1]:
             target = sources if segment.base_offset < ltc.first_uncleanable_offset else tail
-            target.append(SourceSegment(segment, segment.base_offset, segment.size, os.dup(segment.fd)))
+            target.append(SourceSegment(segment, segment.base_offset, segment.size, segment.dup_fd()))
         active = lg.active_segment
-        tail.append(SourceSegment(active, active.base_offset, active.size, os.dup(active.fd)))
+        tail.append(SourceSegment(active, active.base_offset, active.size, active.dup_fd()))
         return CleanJob(ltc.tp, lg, lg.config, ltc.first_dirty_offset, ltc.first_uncleanable_offset,
                         sources, tail, now_ms, dict(self._producer_last_offsets(ltc.tp)))
 

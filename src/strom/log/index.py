@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from itertools import islice
 from pathlib import Path
 
+from strom.log.open_files import OPEN_FILES
+
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _LITTLE_ENDIAN = sys.byteorder == "little"
@@ -52,7 +54,6 @@ class _IndexFile:
     def __init__(self, path: Path, base_offset: int) -> None:
         self.path = Path(path)
         self.base_offset = base_offset
-        self._wfd: int | None = None
         self._dirty = False  # written since the last flush
         try:
             data = self.path.read_bytes()
@@ -100,24 +101,27 @@ class _IndexFile:
     def _create(self) -> None:
         os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
 
-    def _fd(self) -> int:
-        if self._wfd is None:
-            self._wfd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        return self._wfd
+    def _open_for_write(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+
+    def _writable(self):
+        """The write descriptor, from the process's bounded cache of open files."""
+        return OPEN_FILES.use(self, self._open_for_write)
 
     def _write_at(self, data: bytes, entry_index: int) -> None:
         self._dirty = True
-        fd = self._fd()
         pos = entry_index * self.entry_size
         view = memoryview(data)
-        while view:
-            n = os.pwrite(fd, view, pos)
-            pos += n
-            view = view[n:]
+        with self._writable() as fd:
+            while view:
+                n = os.pwrite(fd, view, pos)
+                pos += n
+                view = view[n:]
 
     def _truncate_file(self, entries: int) -> None:
         self._dirty = True
-        os.ftruncate(self._fd(), entries * self.entry_size)
+        with self._writable() as fd:
+            os.ftruncate(fd, entries * self.entry_size)
 
     def is_full(self, max_index_bytes: int) -> bool:
         return len(self) >= max_index_bytes // self.entry_size
@@ -134,9 +138,7 @@ class _IndexFile:
 
     def close(self) -> None:
         """Close the write descriptor; entries stay available for lookups."""
-        if self._wfd is not None:
-            os.close(self._wfd)
-            self._wfd = None
+        OPEN_FILES.close(self)
 
     def rename(self, path: Path) -> None:
         try:

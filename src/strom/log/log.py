@@ -21,6 +21,7 @@ from pathlib import Path
 from strom.log.config import INT_MAX, LogConfig
 from strom.log.index import fsync_path
 from strom.log.leader_epoch import LeaderEpochCache
+from strom.log.open_files import Pin
 from strom.log.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -85,18 +86,33 @@ class AppendInfo:
     valid_bytes: int
 
 
+# A region up to this size is read when the fetch is served and travels as bytes; a larger one
+# is sent from the file (sendfile) and pins the segment's descriptor until then. Reading small
+# regions at once keeps a fetch of thousands of partitions from pinning thousands of files.
+SMALL_REGION = 32 * 1024
+
+
 @dataclass(slots=True)
 class FetchSlice:
-    """A region of a segment file. `segment` keeps the segment (and so `fd`) referenced; a
-    deleted segment keeps its descriptor open for file.delete.delay.ms."""
+    """A region of a segment file: its bytes (`data`) when small, else a descriptor that `pin`
+    holds open until the region is sent and dropped, even if the segment is deleted or its
+    file leaves the cache of open files meanwhile. An empty slice has neither (fd -1)."""
 
     fd: int
     position: int
     size: int
     segment: LogSegment | None = None
+    pin: Pin | None = None
+    data: bytes | None = None
+
+    def head(self, n: int) -> bytes:
+        """The region's first `n` bytes."""
+        return self.data[:n] if self.data is not None else os.pread(self.fd, min(n, self.size), self.position)
 
     def read_bytes(self) -> bytes:
         """The region's bytes via pread, for callers that cannot sendfile."""
+        if self.data is not None:
+            return self.data
         if self.size <= 0:
             return b""
         data = os.pread(self.fd, self.size, self.position)
@@ -448,7 +464,14 @@ class Log:
             except OSError as e:
                 raise self._io_error(e) from e
             if found is not None:
-                return FetchSlice(segment.fd, found[0], found[1], segment)
+                position, size = found
+                if size <= 0:
+                    return FetchSlice(-1, position, 0, segment)
+                if size <= SMALL_REGION:
+                    data = segment.read_batch(position, size)
+                    return FetchSlice(-1, position, len(data), segment, data=data)
+                pin = segment.pin()
+                return FetchSlice(pin.fd, position, size, segment, pin)
             i += 1  # `offset` fell in a gap: the next segment holds the next batch
         return self._empty_slice()
 
@@ -483,7 +506,7 @@ class Log:
 
     def _empty_slice(self) -> FetchSlice:
         active = self._segments[-1]
-        return FetchSlice(active.fd, active.size, 0, active)
+        return FetchSlice(-1, active.size, 0, active)
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp is >= `timestamp`."""

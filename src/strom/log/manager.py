@@ -101,13 +101,23 @@ def make_durable_dir(d: Path) -> None:
         fsync_path(new.parent)
 
 
-def out_of_space(error: BaseException | None) -> bool:
-    """True when `error`, or what caused it, is a full disk or quota: a state that passes."""
+def _caused_by(error: BaseException | None, codes: tuple[int, ...]) -> bool:
     while error is not None:
-        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        if isinstance(error, OSError) and error.errno in codes:
             return True
         error = error.__cause__
     return False
+
+
+def out_of_space(error: BaseException | None) -> bool:
+    """True when `error`, or what caused it, is a full disk or quota: a state that passes."""
+    return _caused_by(error, (errno.ENOSPC, errno.EDQUOT))
+
+
+def out_of_descriptors(error: BaseException | None) -> bool:
+    """True for the process's or the system's open-file limit: the operation fails, the dir
+    stays (its files are fine, and descriptors come back as files and connections close)."""
+    return _caused_by(error, (errno.EMFILE, errno.ENFILE))
 
 
 class LogManager:
@@ -320,9 +330,10 @@ class LogManager:
         try:
             created = Log.open(d / name, config, now_ms=self._now_ms)
         except OSError as e:
-            if out_of_space(e):
+            if out_of_space(e) or out_of_descriptors(e):
                 shutil.rmtree(d / name, ignore_errors=True)
-                self.mark_low_space(d)
+                if out_of_space(e):
+                    self.mark_low_space(d)
             else:
                 self.mark_dir_offline(d, e)
             raise StorageError(f"cannot create log {name} in {d}: {e}") from e
@@ -356,6 +367,9 @@ class LogManager:
             d = lg.dir.parent
         if out_of_space(error):
             self.mark_low_space(d)
+        elif out_of_descriptors(error):
+            log.error("%s: out of file descriptors (%s); the operation failed, the log dir stays online",
+                      lg.name, error)
         else:
             self.mark_dir_offline(d, error)
 

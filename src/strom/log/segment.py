@@ -16,6 +16,7 @@ from pathlib import Path
 
 from strom.log.config import INT_MAX, LogConfig
 from strom.log.index import OffsetIndex, TimeIndex
+from strom.log.open_files import OPEN_FILES, Pin
 from strom.log.txn_index import TransactionIndex
 from strom.protocol.errors import StorageError
 from strom.protocol.records import (
@@ -102,15 +103,16 @@ class LogSegment:
         self.config = config
         stem = segment_name(base_offset)
         self.log_path = self.dir / (stem + LOG_SUFFIX)
+        self._path = self.log_path  # where the file is now (`delete` renames it)
         flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if create else 0)
-        self.fd = os.open(self.log_path, flags, 0o644)
         try:
-            self.size = os.fstat(self.fd).st_size
+            with OPEN_FILES.use(self, lambda: os.open(self.log_path, flags, 0o644)) as fd:
+                self.size = os.fstat(fd).st_size
             self.offset_index = OffsetIndex(self.dir / (stem + INDEX_SUFFIX), base_offset)
             self.time_index = TimeIndex(self.dir / (stem + TIME_INDEX_SUFFIX), base_offset)
             self.txn_index = TransactionIndex(self.dir / (stem + TXN_INDEX_SUFFIX))
         except BaseException:
-            os.close(self.fd)
+            OPEN_FILES.close(self)
             raise
         # Segment age for segment.ms counts from creation, or from loading (as Kafka's `created`).
         self.created_ms = now_ms if now_ms is not None else _wall_ms()
@@ -122,6 +124,34 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path}, size={self.size})"
+
+    # -- the log file's descriptor: opened on use, kept in the process's bounded cache
+
+    def _open(self) -> int:
+        if self.closed:
+            raise StorageError(f"segment {self._path} is closed")
+        return os.open(self._path, os.O_RDWR)
+
+    def _file(self):
+        """`with segment._file() as fd:` the log file, open (and kept open) for the block."""
+        return OPEN_FILES.use(self, self._open)
+
+    def pin(self) -> Pin:
+        """The log file's descriptor, held open until the pin is released or collected (a
+        fetch region sent after the handler returns)."""
+        return OPEN_FILES.pin(self, self._open)
+
+    @property
+    def fd(self) -> int:
+        """The cached descriptor, unpinned: valid only until another file is opened in this
+        process (for tests and tools; the broker uses `_file()`, `pin()` or `dup_fd()`)."""
+        with self._file() as fd:
+            return fd
+
+    def dup_fd(self) -> int:
+        """A descriptor of the caller's own (the cleaner reads segments in a thread)."""
+        with self._file() as fd:
+            return os.dup(fd)
 
     # -- state
 
@@ -142,7 +172,8 @@ class LogSegment:
 
     @property
     def last_modified_ms(self) -> int:
-        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+        with self._file() as fd:
+            return os.fstat(fd).st_mtime_ns // 1_000_000
 
     def index_full(self) -> bool:
         max_bytes = self.config.segment_index_bytes
@@ -165,7 +196,8 @@ class LogSegment:
             # catches plausible-looking garbage that passed the ordering checks.
             for i in (0, len(index) - 1):
                 offset, position = index.entry(i)
-                head = os.pread(self.fd, HEADER_SIZE, position)
+                with self._file() as fd:
+                    head = os.pread(fd, HEADER_SIZE, position)
                 if len(head) < HEADER_SIZE:
                     return False
                 h = HEADER.unpack_from(head)
@@ -264,23 +296,25 @@ class LogSegment:
         batches its owner did not count."""
         self.offset_index.drop_from(offset_entries)
         self.time_index.drop_from(time_entries)
-        os.ftruncate(self.fd, start)
+        with self._file() as fd:
+            os.ftruncate(fd, start)
         self.size = start
 
     def _write(self, buf, position: int) -> None:
         view = memoryview(buf)
-        try:
-            while view:
-                n = os.pwrite(self.fd, view, position)
-                position += n
-                view = view[n:]
-        except OSError as e:
-            # Never leave half a record set behind: readers and recovery would see a torn batch.
+        with self._file() as fd:
             try:
-                os.ftruncate(self.fd, self.size)
-            except OSError:
-                pass
-            raise StorageError(f"write to {self.log_path} failed: {e}") from e
+                while view:
+                    n = os.pwrite(fd, view, position)
+                    position += n
+                    view = view[n:]
+            except OSError as e:
+                # Never leave half a record set behind: readers and recovery would see a torn batch.
+                try:
+                    os.ftruncate(fd, self.size)
+                except OSError:
+                    pass
+                raise StorageError(f"write to {self.log_path} failed: {e}") from e
 
     def seal(self) -> None:
         """Stop being the active segment: record the final max timestamp in the time index (so
@@ -296,7 +330,8 @@ class LogSegment:
         """fsync the log and both indexes (blocking; safe to run in a thread)."""
         if self.closed:
             return
-        os.fsync(self.fd)
+        with self._file() as fd:
+            os.fsync(fd)
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
@@ -304,7 +339,8 @@ class LogSegment:
     # -- reading
 
     def _headers(self, start: int, end: int) -> Iterator[tuple[int, tuple]]:
-        return scan_headers(self.fd, start, end)
+        with self._file() as fd:
+            yield from scan_headers(fd, start, end)
 
     def locate(self, offset: int) -> tuple[int, tuple] | None:
         """(position, header tuple) of the first batch whose last offset is >= `offset`."""
@@ -350,7 +386,8 @@ class LogSegment:
         return pos, min(end - pos, max_size)
 
     def read_batch(self, position: int, size: int) -> bytes:
-        return os.pread(self.fd, size, position)
+        with self._file() as fd:
+            return os.pread(fd, size, position)
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int = 0) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `start_offset` with a timestamp
@@ -388,7 +425,10 @@ class LogSegment:
     def recover(self, max_message_bytes: int) -> int:
         """Re-validate every batch (CRC included), cut a torn or corrupt tail and rebuild both
         indexes. Returns the number of bytes truncated."""
-        fd = self.fd
+        with self._file() as fd:
+            return self._recover(fd, max_message_bytes)
+
+    def _recover(self, fd: int, max_message_bytes: int) -> int:
         file_size = os.fstat(fd).st_size
         base = self.base_offset
         config = self.config
@@ -470,7 +510,8 @@ class LogSegment:
             return 0
         pos, h = found
         removed = self.size - pos
-        os.ftruncate(self.fd, pos)
+        with self._file() as fd:
+            os.ftruncate(fd, pos)
         self.size = pos
         self.offset_index.truncate_to_position(pos)
         self.time_index.truncate_to(h[_BASE])
@@ -494,8 +535,8 @@ class LogSegment:
         return [stem.with_name(stem.name + suffix) for suffix in SEGMENT_FILE_SUFFIXES]
 
     def delete(self) -> None:
-        """Rename the files to `*.deleted` (Kafka's first step of deletion). The log descriptor
-        stays open so in-flight fetch slices keep working until `purge()`."""
+        """Rename the files to `*.deleted` (Kafka's first step of deletion). In-flight fetch
+        regions hold pins of the log descriptor, so they keep working until they are sent."""
         if self.deleted:
             return
         self.deleted = True
@@ -504,6 +545,8 @@ class LogSegment:
         for path in self._paths():
             try:
                 os.rename(path, path.with_name(path.name + DELETED_SUFFIX))
+                if path == self.log_path:
+                    self._path = path.with_name(path.name + DELETED_SUFFIX)
             except FileNotFoundError:
                 pass
             except OSError:
@@ -534,4 +577,4 @@ class LogSegment:
             self.closed = True
             self.offset_index.close()
             self.time_index.close()
-            os.close(self.fd)
+            OPEN_FILES.close(self)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import resource
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -32,6 +33,7 @@ from strom.coordinator.transaction.manager import TransactionStateManager
 from strom.coordinator.transaction.producer_id_manager import ProducerIdManager
 from strom.log.config import LogConfig
 from strom.log.manager import LogManager, new_cluster_id
+from strom.log.open_files import OPEN_FILES
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, is_flexible
 from strom.server.alter_partition import AlterPartitionManager
@@ -60,6 +62,7 @@ _MARKER_PENDING = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 CONTROLLED_SHUTDOWN = 7
 AUTO_CREATE_WAIT_S = 1.0
 DISK_SPACE_CHECK_MS = 1000
+FD_RESERVE = 256  # descriptors neither log files nor client connections may take
 
 
 class BrokerState(enum.Enum):
@@ -113,6 +116,7 @@ class Broker:
         self.state = BrokerState.STARTING
         self._loop = asyncio.get_running_loop()
         load_all()
+        self._budget_file_descriptors()
         self.log_manager.lock_dirs()  # before anything reads or writes them (metadata file too)
         self.store = await asyncio.to_thread(self._open_store)
         self.config_repository = ConfigRepository(self.store, self.store_io, self._config_changed)
@@ -375,6 +379,25 @@ class Broker:
     def _auto_leader_rebalance(self) -> None:
         if self.config["auto.leader.rebalance.enable"] and self.controller.is_active:
             self.controller.events.put("auto_rebalance", self.config["leader.imbalance.per.broker.percentage"])
+
+    def _budget_file_descriptors(self) -> None:
+        """Raise the open-file limit to its hard maximum (as the JVM does for Kafka) and split it:
+        half for log files (a bounded cache: partitions are not capped by the limit), most of
+        the rest for client connections, and a reserve for everything else (checkpoints, the
+        cleaner, the metadata store), so clients can never starve the log of descriptors."""
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY:
+            hard = max(soft, 1 << 20)
+        if soft < hard:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+                soft = hard
+            except (ValueError, OSError) as e:
+                log.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, e)
+        OPEN_FILES.capacity = max(64, soft // 2)
+        self.socket_server.max_connections_by_fds = max(16, soft - OPEN_FILES.capacity - FD_RESERVE)
+        log.info("open-file limit %d: log files keep at most %d open, clients at most %d connections",
+                 soft, OPEN_FILES.capacity, self.socket_server.max_connections_by_fds)
 
     def _check_disk_space(self) -> None:
         """Refuse writes to a dir short of space and accept them again once it has room;

@@ -15,6 +15,7 @@ import socket
 from collections import Counter, deque
 from typing import Any
 
+from strom.log.log import SMALL_REGION
 from strom.protocol import messages
 from strom.protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrame
 from strom.server.apis import HANDLERS, CloseConnection, RawResponse, RequestContext, supports
@@ -24,7 +25,6 @@ log = logging.getLogger(__name__)
 
 _PAUSE_AT = 64  # queued requests on one connection before we stop reading from it
 _SIZE_PREFIX = 4
-_SMALL_REGION = 32 * 1024  # below this a region is read and sent with its response
 _COPY_CHUNK = 64 * 1024  # copied when the socket is full, to learn when it drains
 # A client that sends requests but does not read the answers gets no more answers once this
 # much of them waits unsent: its requests stay queued (and reading stops at _PAUSE_AT).
@@ -245,7 +245,9 @@ class Connection(asyncio.BufferedProtocol):
         for part in parts:
             if isinstance(part, bytes):
                 pending.append(part)
-            elif part.size <= _SMALL_REGION:
+            elif part.data is not None:
+                pending.append(part.data)
+            elif part.size <= SMALL_REGION:
                 # One pread and one write beat three writes and the sendfile machinery.
                 pending.append(os.pread(part.fd, part.size, part.position))
             else:
@@ -292,6 +294,9 @@ class SocketServer:
         self.ready = asyncio.Event()  # set once the broker runs
         self._warned: dict[str, float] = {}
         self._idle_task: asyncio.Task | None = None
+        # Connections the open-file limit leaves room for after the log's share (the broker
+        # sets it at start-up): clients cannot take the descriptors segment rolls need.
+        self.max_connections_by_fds = 2**31 - 1
 
     # --- connection quotas (max.connections, max.connections.per.ip, connections.max.idle.ms)
 
@@ -300,6 +305,9 @@ class SocketServer:
         config = self.broker.config
         if len(self.connections) >= config["max.connections"]:
             return f"max.connections={config['max.connections']} reached"
+        if len(self.connections) >= self.max_connections_by_fds:
+            return (f"{self.max_connections_by_fds} connections reached, what the open-file limit "
+                    "leaves after the log's share")
         limit = config["max.connections.per.ip"]
         for pair in filter(None, (p.strip() for p in config["max.connections.per.ip.overrides"].split(","))):
             host, _, count = pair.rpartition(":")

@@ -5,7 +5,6 @@ stable offset, as in Kafka."""
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -25,7 +24,7 @@ def _epoch_of(partition, offset: int) -> int:
         return -1
     if found.size < HEADER_SIZE:
         return -1
-    return read_header(os.pread(found.fd, HEADER_SIZE, found.position)).partition_leader_epoch
+    return read_header(found.head(HEADER_SIZE)).partition_leader_epoch
 
 
 def _lookup(partition, timestamp: int, read_committed: bool) -> tuple[int, int, int]:
