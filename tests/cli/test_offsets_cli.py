@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime
 
@@ -126,6 +127,9 @@ def test_active_groups_are_refused_and_offsets_deleted(cli_broker, filled):
     member = subprocess.Popen([sys.executable, "-m", "strom", "consume", topic, "--group", group,
                                "--bootstrap-server", bootstrap], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
+    printed: list[str] = []
+    reader = threading.Thread(target=lambda: printed.extend(member.stdout), daemon=True)
+    reader.start()
     try:
         wait_for(lambda: "Stable" in strom("groups", "describe", group, "--state",
                                            "--bootstrap-server", bootstrap).stdout,
@@ -143,10 +147,15 @@ def test_active_groups_are_refused_and_offsets_deleted(cli_broker, filled):
                         (topic, "1"): ["Error:", "GROUP_SUBSCRIBED_TO_TOPIC"], (other, "1"): ["Successful"]}
         assert done.stderr.strip() == ("Error: the offsets of 2 partition(s) were not deleted "
                                        "(GROUP_SUBSCRIBED_TO_TOPIC)")
+        # It reads on from the group's offsets (2) to the end of `topic`.
+        wait_for(lambda: len(printed) == 2 * (COUNT - 2), timeout=60, what="the member's records")
     finally:
         member.send_signal(signal.SIGINT)  # Ctrl-C: the consumer leaves the group and says so
-        _, err = member.communicate(timeout=60)
-    # It read on from the group's offsets (2) to the end, and committed that as it left.
+        err = member.stderr.read()
+        member.wait(timeout=60)
+        reader.join(timeout=10)
+    # It committed what it printed as it left.
+    assert sorted(printed) == sorted(f"{p}-{i}\n" for p in (0, 1) for i in range(2, COUNT))
     assert member.returncode == 0 and err.strip().endswith("Processed a total of 16 messages"), err
     assert committed(bootstrap, group) == {(topic, 0): 10, (topic, 1): 10, (other, 0): 2}
     # With the member gone the group is empty: its offsets may be reset and deleted.

@@ -117,10 +117,6 @@ class ClientSettings:
     properties: dict[str, str]
 
     @property
-    def bootstrap(self) -> str:
-        return ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.servers)
-
-    @property
     def client_id(self) -> str:
         return self.properties.get("client.id", CLIENT_ID)
 

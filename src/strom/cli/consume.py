@@ -243,8 +243,13 @@ def consume(client: ClientSettings, topic_arg: str | None, topic: str | None, in
         extra["isolation.level"] = isolation_level
     if group is not None:
         extra["group.id"] = group
+    # kafka-python sends one fetch at a time to a broker, for the partitions with nothing
+    # buffered: when those are at their end, the broker holds the fetch fetch.max.wait.ms
+    # while the others' next data waits behind it. 100 ms instead of 500 keeps a topic whose
+    # partitions end at different times from stalling (measured: 4 partitions of 500,000
+    # records read in ~4-6 s instead of ~8-11 s).
     fallback = {"client.id": "strom-consume", "allow.auto.create.topics": "false",
-                "max.poll.records": str(MAX_POLL_RECORDS),
+                "max.poll.records": str(MAX_POLL_RECORDS), "fetch.max.wait.ms": "100",
                 "auto.offset.reset": "earliest" if from_beginning else "latest"}
     if group is None:
         fallback["enable.auto.commit"] = "false"
@@ -285,6 +290,13 @@ def _start(from_beginning: bool, offset: str | None, from_timestamp: int | None,
 def _subscribe(consumer: KafkaConsumer, topic: str | None, include: str | None,
                partitions: tuple[int, ...], group: str | None, start: StartAt) -> None:
     if group is not None:
+        # The topic's metadata first: a topic that does not exist is an error rather than a wait,
+        # and the group's first assignment is made with metadata kafka-python already has (else
+        # it joins again at once to take in the metadata that came meanwhile).
+        if include:
+            consumer.topics()
+        elif not consumer.partitions_for_topic(topic):
+            raise CommandError(f"Topic '{topic}' does not exist.")
         listener = _Seeker(consumer, start)
         if include:
             consumer.subscribe(pattern=f"^(?:{include})$", listener=listener)
