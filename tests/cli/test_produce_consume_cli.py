@@ -203,7 +203,10 @@ def test_failures_exit_non_zero_with_one_line(cli_broker, tmp_path):
     bootstrap = cli_broker.bootstrap
     topic = unique_name("fail")
     create_topic(bootstrap, topic, 1, config={"max.message.bytes": "300"})
-    assert fails("consume", unique_name("missing"), "--bootstrap-server", bootstrap).endswith("does not exist.")
+    missing = unique_name("missing")
+    assert fails("consume", missing, "--bootstrap-server", bootstrap) == f"Error: Topic '{missing}' does not exist."
+    assert fails("consume", missing, "--bootstrap-server", bootstrap, "--group", unique_name("g")) == \
+        f"Error: Topic '{missing}' does not exist."
     assert "Partition(s) 5" in fails("consume", topic, "--bootstrap-server", bootstrap, "--partition", "5")
     assert "--offset needs --partition" in fails("consume", topic, "--bootstrap-server", bootstrap,
                                                  "--offset", "3", code=2)
