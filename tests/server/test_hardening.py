@@ -247,3 +247,62 @@ def test_the_broker_restarts_cleanly_after_all_of_the_above(broker):
     broker.start()
     assert read_values(broker.bootstrap, topic, 100) == [b"acked-%d" % i for i in range(100)]
     assert "Traceback" not in broker.log_text()
+
+
+# --- item 2: what all connections' large requests may hold together ----------------------------
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_large_requests_share_queued_max_request_bytes_and_all_get_answered():
+    import socket
+    import threading
+
+    from strom.protocol.messages import encode_request
+
+    limits = {"socket.request.max.bytes": str(8 << 20), "queued.max.request.bytes": str(16 << 20)}
+    with BrokerProcess(overrides=limits) as broker:
+        before = rss_mb(broker.proc.pid)
+        # Ten clients announce 8 MiB each and send half: only two frames fit the pool, the
+        # other connections are not read (their bytes stay in the kernel, not the broker).
+        socks = []
+        for _ in range(10):
+            s = socket.create_connection(("127.0.0.1", broker.port))
+            s.settimeout(2)
+            try:
+                s.sendall(struct.pack(">i", 8 << 20) + bytes(4 << 20))
+            except TimeoutError:
+                pass  # a connection the broker does not read: the kernel's buffers are full
+            socks.append(s)
+        with RawClient(broker) as client:  # small requests go on meanwhile
+            assert client.call(18, 3, {"client_software_name": "t",
+                                       "client_software_version": "1"}).error_code == 0
+        grown = rss_mb(broker.proc.pid) - before
+        assert grown < 30, f"RSS grew by {grown:.0f} MB for 10 half-sent 8 MiB frames"
+        for s in socks:
+            s.close()
+        # Large legal requests on six connections at once: each is answered, two at a time.
+        request = encode_request(3, 12, {"topics": [{"name": f"t-{i:06d}"} for i in range(180_000)],
+                                         "allow_auto_topic_creation": False,
+                                         "include_topic_authorized_operations": False})
+        assert (4 << 20) < len(request) < (8 << 20)
+        answered = []
+
+        def ask() -> None:
+            with RawClient(broker) as client:
+                client.sock.settimeout(120)
+                client.send_raw(request)
+                frame = client.read_frame()
+                answered.append(frame is not None and len(frame) > 180_000 * 10)
+
+        threads = [threading.Thread(target=ask) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+        assert answered == [True] * 6
+        still_serving_client(broker)

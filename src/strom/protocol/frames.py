@@ -71,6 +71,11 @@ class FrameDecoder:
         self._received = 0  # bytes of the large frame received so far
         self._size = 0  # the large frame's announced size
 
+    @property
+    def large_frame_size(self) -> int:
+        """The announced size of the large frame being received (0 when none is)."""
+        return self._size if self._frame is not None else 0
+
     def get_buffer(self) -> memoryview:
         """Where the next bytes should be read into. Fill it and call `buffer_updated` before
         asking any decoder on this thread for a buffer again."""

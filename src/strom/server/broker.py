@@ -89,7 +89,8 @@ class Broker:
         self.replica_manager = ReplicaManager(
             self.broker_id, self.log_manager,
             lambda topic, index: self.metadata_cache.partition(topic, index) is not None)
-        self.socket_server = SocketServer(self, config["socket.request.max.bytes"])
+        self.socket_server = SocketServer(self, config["socket.request.max.bytes"],
+                                          config["queued.max.request.bytes"])
         self.clustered = bool(config["zookeeper.connect"])
         self.store: MetadataStore | None = None
         self._store_thread: ThreadPoolExecutor | None = None

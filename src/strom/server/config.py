@@ -119,6 +119,9 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "socket.send.buffer.bytes": (int_in(-1), "102400"),
     "socket.receive.buffer.bytes": (int_in(-1), "102400"),
     "queued.max.requests": (int_in(1), "500"),
+    # What all connections' large requests may hold together (-1: no bound, Kafka's default;
+    # Strom bounds it by default). At least socket.request.max.bytes, so any request fits.
+    "queued.max.request.bytes": (int_in(-1), str(256 << 20)),
     "num.network.threads": (int_in(1), "3"),
     "num.io.threads": (int_in(1), "8"),
     "num.recovery.threads.per.data.dir": (int_in(1), "1"),
@@ -253,6 +256,10 @@ class BrokerConfig:
                 raise ConfigError(f"invalid value for {key}: {e}") from None
         self._check_advertised()
         self._check_security_protocols()
+        queued, largest = self.values["queued.max.request.bytes"], self.values["socket.request.max.bytes"]
+        if 0 < queued < largest:  # Kafka's rule: the pool must fit the largest request
+            raise ConfigError(f"queued.max.request.bytes ({queued}) must be -1 or at least "
+                              f"socket.request.max.bytes ({largest})")
 
     def _check_security_protocols(self) -> None:
         """Only PLAINTEXT is built: a listener that would look secure (SSL, SASL_*) and serve

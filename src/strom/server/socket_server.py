@@ -60,7 +60,10 @@ class Connection(asyncio.BufferedProtocol):
         self.server = server
         self.listener = listener
         self.decoder = FrameDecoder(server.max_request_bytes)
-        self.queue: deque[bytearray] = deque()
+        self.queue: deque[tuple[bytearray, int]] = deque()  # (frame, its pool reservation)
+        self.reserved = 0  # pool bytes held for the large frame being received
+        self.waiting_memory = False  # reading stopped until the pool can take that frame
+        self.reading_paused = False
         self.ready = asyncio.Event()
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -113,11 +116,40 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
             return
         if frames:
-            self.queue.extend(frames)
+            reservation, self.reserved = self.reserved, 0  # only a large frame ends a reservation
+            self.queue.append((frames[0], reservation))
+            self.queue.extend((f, 0) for f in frames[1:])
             self.ready.set()
             if len(self.queue) >= _PAUSE_AT and not self.paused:
                 self.paused = True
-                self.transport.pause_reading()
+                self._update_reading()
+        size = self.decoder.large_frame_size
+        if size and not self.reserved and not self.waiting_memory:
+            # queued.max.request.bytes: a large frame takes its whole size from the pool
+            # before its body is read, so every admitted frame can finish (Kafka's MemoryPool).
+            if self.server.request_memory.try_acquire(self, size):
+                self.reserved = size
+            else:
+                self.waiting_memory = True
+                self._update_reading()
+
+    def memory_granted(self, size: int) -> None:
+        self.reserved, self.waiting_memory = size, False
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        pause = self.paused or self.waiting_memory
+        if pause != self.reading_paused and self.transport is not None and not self.transport.is_closing():
+            self.reading_paused = pause
+            (self.transport.pause_reading if pause else self.transport.resume_reading)()
+
+    def _release_memory(self) -> None:
+        pool = self.server.request_memory
+        held = self.reserved + sum(r for _, r in self.queue)
+        self.reserved = 0
+        self.waiting_memory = False
+        pool.forget(self)
+        pool.release(held)
 
     def pause_writing(self) -> None:
         self.drained.clear()
@@ -132,6 +164,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        self._release_memory()
         if self.accepted:
             self.accepted = False
             self.server.connections.discard(self)
@@ -143,6 +176,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         self.closing = True
+        self._release_memory()
         self.queue.clear()
         self.ready.set()
         if self.transport is not None:
@@ -159,15 +193,17 @@ class Connection(asyncio.BufferedProtocol):
                         return
                     self.ready.clear()
                     await self.ready.wait()
-                frame = self.queue.popleft()
+                frame, reservation = self.queue.popleft()
                 if self.paused and len(self.queue) < _PAUSE_AT // 2:
                     self.paused = False
-                    self.transport.resume_reading()
+                    self._update_reading()
                 self.server.in_flight += 1
                 self.busy = True
                 try:
                     await self._process(frame)
                 finally:
+                    del frame
+                    self.server.request_memory.release(reservation)
                     self.server.in_flight -= 1
                     self.busy = False
                     self.last_active = asyncio.get_running_loop().time()
@@ -281,10 +317,47 @@ class Connection(asyncio.BufferedProtocol):
             await self.drained.wait()
 
 
+class RequestMemory:
+    """queued.max.request.bytes: the bytes all connections' large requests may hold at once,
+    reserved whole when a frame's size is read; connections wait in turn (reading paused)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity  # <= 0: unbounded, as Kafka's -1
+        self.used = 0
+        self.waiting: deque[tuple[Connection, int]] = deque()
+
+    def try_acquire(self, conn: Connection, size: int) -> bool:
+        if self.capacity <= 0:
+            return True
+        if not self.waiting and self.used + size <= self.capacity:
+            self.used += size
+            return True
+        self.waiting.append((conn, size))
+        return False
+
+    def release(self, size: int) -> None:
+        if self.capacity <= 0 or not size:
+            return
+        self.used -= size
+        self._grant()
+
+    def forget(self, conn: Connection) -> None:
+        if any(c is conn for c, _ in self.waiting):
+            self.waiting = deque((c, n) for c, n in self.waiting if c is not conn)
+            self._grant()
+
+    def _grant(self) -> None:
+        while self.waiting and self.used + self.waiting[0][1] <= self.capacity:
+            conn, wanted = self.waiting.popleft()
+            self.used += wanted
+            conn.memory_granted(wanted)
+
+
 class SocketServer:
-    def __init__(self, broker: Any, max_request_bytes: int) -> None:
+    def __init__(self, broker: Any, max_request_bytes: int, queued_max_request_bytes: int = -1) -> None:
         self.broker = broker
         self.max_request_bytes = max_request_bytes
+        self.request_memory = RequestMemory(queued_max_request_bytes)
         self.servers: list[asyncio.base_events.Server] = []
         self.connections: set[Connection] = set()
         self.in_flight = 0
