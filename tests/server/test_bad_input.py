@@ -9,7 +9,7 @@ import pytest
 
 from strom.protocol import messages
 from strom.protocol.records import build_batch
-from strom.testing import BrokerProcess, RawClient
+from strom.testing import BrokerProcess, RawClient, wait_for
 
 PRODUCE, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 2, 3, 18, 19
 
@@ -73,7 +73,7 @@ def test_frame_longer_than_allowed(broker):
     client = RawClient(broker)
     client.send_raw(struct.pack(">i", 300000))
     assert client.is_closed()
-    assert "exceeds socket.request.max.bytes" in broker.log_text()
+    wait_for(lambda: "exceeds socket.request.max.bytes" in broker.log_text(), 10, what="the log line")
     _still_serving(broker)
 
 
