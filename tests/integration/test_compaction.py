@@ -259,7 +259,7 @@ def test_max_compaction_lag_cleans_a_log_the_dirty_ratio_would_not(cleaner_broke
     create_topic(bootstrap, marker, config=compacted_config(**{"segment.bytes": "2048"}))
     # The marker is cleaned once now, so that its next pass (below) has a dirty ratio under 1.
     fill_compacted(bootstrap, marker, None)
-    wait_for(lambda: cleaned_passes(proc, marker) == 1, timeout=60, what="the marker's first pass")
+    wait_for(lambda: cleaned_passes(proc, marker) >= 1, timeout=60, what="the marker's first pass")
 
     written = fill_compacted(bootstrap, control, two_hours_ago)
     assert fill_compacted(bootstrap, lagged, two_hours_ago) == written
@@ -268,8 +268,10 @@ def test_max_compaction_lag_cleans_a_log_the_dirty_ratio_would_not(cleaner_broke
 
     # One thread cleans the dirtiest log first: the marker's second pass (dirty ratio < 1)
     # would come after the control's (ratio 1) had the control been cleanable.
+    # (A pass may land while a fill is under way, so passes are counted from here on.)
+    passes = cleaned_passes(proc, marker)
     fill_compacted(bootstrap, marker, None)
-    wait_for(lambda: cleaned_passes(proc, marker) == 2, timeout=60, what="the marker's second pass")
+    wait_for(lambda: cleaned_passes(proc, marker) > passes, timeout=60, what="the marker's next pass")
     assert f"beginning cleaning of {control}-0" not in proc.log_text()
     assert [(m.key(), m.value()) for m in consume_all(bootstrap, control)] == written
 

@@ -52,7 +52,7 @@ from crc32c import crc32c
 
 from strom.log.checkpoint import read_checkpoint, write_checkpoint
 from strom.log.config import LogConfig
-from strom.log.index import OffsetIndex, TimeIndex
+from strom.log.index import OffsetIndex, TimeIndex, fsync_path
 from strom.log.log import CLEANED_SUFFIX, Log, wall_clock_ms
 from strom.log.segment import (
     INDEX_SUFFIX,
@@ -881,7 +881,7 @@ class LogCleaner:
         except ValueError as e:  # retention or truncation removed a source segment meanwhile
             log.info("not swapping cleaned segment into %s: %s", lg.name, e)
             return False
-        await asyncio.to_thread(_fsync_dir, lg.dir)
+        await asyncio.to_thread(fsync_path, lg.dir)
         return True
 
     async def write_checkpoints(self, only_dir: Path | None = None) -> None:
@@ -899,11 +899,3 @@ class LogCleaner:
                 await asyncio.to_thread(write_checkpoint, d / CLEANER_CHECKPOINT, by_dir.get(d, {}))
             except OSError as e:
                 self.log_manager.mark_dir_offline(d, e)
-
-
-def _fsync_dir(dir: Path) -> None:
-    fd = os.open(dir, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
