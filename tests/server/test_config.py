@@ -24,7 +24,11 @@ def test_retention_precedence_ms_minutes_hours():
 
 
 @pytest.mark.parametrize("props, fragment", [
-    ({"no.such.key": "1"}, "unknown config key 'no.such.key'"),
+    ({"no.such.key": "1"}, "unknown config key 'no.such.key'$"),
+    ({"num.partition": "3"}, "did you mean 'num.partitions'"),
+    ({"retention.ms": "1000"}, "'retention.ms' is a topic config; .* 'log.retention.ms'"),
+    ({"queued.max.request.bytes": "1024"}, "at least socket.request.max.bytes"),
+    ({"log.segment.bytes": str(2**31)}, "must be at most 2147483647"),
     ({"num.partitions": "zero"}, "invalid value for num.partitions"),
     ({"num.partitions": "0"}, "must be at least 1"),
     ({"auto.create.topics.enable": "yes"}, "expected true or false"),

@@ -6,6 +6,7 @@ or a bad value is a `ConfigError` with one line that names the key; the CLI exit
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -237,6 +238,18 @@ for _key in _KAFKA_INT | _KAFKA_SHORT:
     DEFINITIONS[_key] = (_at_most(_parse, 2**15 - 1 if _key in _KAFKA_SHORT else 2**31 - 1), _default)
 
 
+def unknown_key_message(key: str) -> str:
+    """Why `key` is refused, with what the user most likely meant: the broker name of a topic
+    config (retention.ms -> log.retention.ms), or the nearest known key."""
+    from strom.server.topic_configs import BROKER_SYNONYMS  # it imports this module
+
+    if key in BROKER_SYNONYMS:
+        return (f"{key!r} is a topic config; the broker's default for every topic is "
+                f"{BROKER_SYNONYMS[key][0]!r}")
+    near = difflib.get_close_matches(key, DEFINITIONS, n=1, cutoff=0.8)
+    return f"unknown config key {key!r}" + (f"; did you mean {near[0]!r}?" if near else "")
+
+
 class BrokerConfig:
     """Validated broker settings; `values` holds every key, explicit or default."""
 
@@ -244,7 +257,7 @@ class BrokerConfig:
         props = dict(props or {})
         unknown = sorted(set(props) - set(DEFINITIONS))
         if unknown:
-            raise ConfigError(f"unknown config key {unknown[0]!r}")
+            raise ConfigError(unknown_key_message(unknown[0]))
         self.explicit = frozenset(props)
         self.props = props  # as given, for DescribeConfigs and dynamic reconfiguration
         self.values: dict[str, Any] = {}
