@@ -77,6 +77,9 @@ class BrokerState(enum.Enum):
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        if config.ignored:
+            log.warning("these Kafka configs have no effect in Strom and are ignored: %s",
+                        ", ".join(config.ignored))
         self.broker_id = config.broker_id
         self.broker_epoch = -1
         self.state = BrokerState.NOT_RUNNING

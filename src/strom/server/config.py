@@ -238,6 +238,12 @@ for _key in _KAFKA_INT | _KAFKA_SHORT:
     DEFINITIONS[_key] = (_at_most(_parse, 2**15 - 1 if _key in _KAFKA_SHORT else 2**31 - 1), _default)
 
 
+def is_kafka_broker_config(key: str) -> bool:
+    from strom.server.kafka_configs import NAMES, PREFIXES
+
+    return key in NAMES or key.startswith(PREFIXES)
+
+
 def unknown_key_message(key: str) -> str:
     """Why `key` is refused, with what the user most likely meant: the broker name of a topic
     config (retention.ms -> log.retention.ms), or the nearest known key."""
@@ -246,7 +252,9 @@ def unknown_key_message(key: str) -> str:
     if key in BROKER_SYNONYMS:
         return (f"{key!r} is a topic config; the broker's default for every topic is "
                 f"{BROKER_SYNONYMS[key][0]!r}")
-    near = difflib.get_close_matches(key, DEFINITIONS, n=1, cutoff=0.8)
+    from strom.server.kafka_configs import NAMES
+
+    near = difflib.get_close_matches(key, set(DEFINITIONS) | NAMES, n=1, cutoff=0.8)
     return f"unknown config key {key!r}" + (f"; did you mean {near[0]!r}?" if near else "")
 
 
@@ -255,9 +263,14 @@ class BrokerConfig:
 
     def __init__(self, props: Mapping[str, str] | None = None) -> None:
         props = dict(props or {})
-        unknown = sorted(set(props) - set(DEFINITIONS))
+        unused = sorted(k for k in props if k not in DEFINITIONS and is_kafka_broker_config(k))
+        unknown = sorted(set(props) - set(DEFINITIONS) - set(unused))
         if unknown:
             raise ConfigError(unknown_key_message(unknown[0]))
+        # Kafka configs Strom has no use for (a KRaft quorum, SSL stores, metric reporters): a
+        # user's server.properties starts as it is; the broker names them in one warning.
+        self.ignored = unused
+        props = {k: v for k, v in props.items() if k not in unused}
         self.explicit = frozenset(props)
         self.props = props  # as given, for DescribeConfigs and dynamic reconfiguration
         self.values: dict[str, Any] = {}
