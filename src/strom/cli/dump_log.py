@@ -27,7 +27,7 @@ import dataclasses
 import json
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -238,16 +238,24 @@ class Dumper:
         with _mapped(log_path) as data:
             return scan_log(data)
 
-    def offset_index(self, path: Path) -> None:
-        index = OffsetIndex(path, _base_offset(path))
-        entries, zeros = _trim_zero_entries(index.entries(), (index.base_offset, 0))
-        torn = path.stat().st_size % OffsetIndex.entry_size
+    def _open_index(self, path: Path, kind: type, empty: Callable[[int], tuple[int, int]]):
+        """(entries, empty trailing entries, scan of the log) of an index file, with a torn
+        tail reported; None when only the sanity check was asked for (and is done)."""
+        index = kind(path, _base_offset(path))
+        entries, zeros = _trim_zero_entries(index.entries(), empty(index.base_offset))
+        torn = path.stat().st_size % kind.entry_size
         if self.opts.sanity_only:
             self._sanity(path, torn, index.sanity_check(self._log_size(path)))
-            return
+            return None
         if torn:
             self.problem(path, f"ends with {torn} bytes of a torn entry")
-        scan = self._log_scan_for(path)
+        return entries, zeros, self._log_scan_for(path)
+
+    def offset_index(self, path: Path) -> None:
+        opened = self._open_index(path, OffsetIndex, lambda base: (base, 0))
+        if opened is None:
+            return
+        entries, zeros, scan = opened
         previous = None
         for offset, position in entries:
             self.out(f"offset: {offset} position: {position}")
@@ -267,15 +275,10 @@ class Dumper:
             self.out(f"({zeros} empty entries at the end: preallocated space)")
 
     def time_index(self, path: Path) -> None:
-        index = TimeIndex(path, _base_offset(path))
-        entries, zeros = _trim_zero_entries(index.entries(), (0, index.base_offset))
-        torn = path.stat().st_size % TimeIndex.entry_size
-        if self.opts.sanity_only:
-            self._sanity(path, torn, index.sanity_check(self._log_size(path)))
+        opened = self._open_index(path, TimeIndex, lambda base: (0, base))
+        if opened is None:
             return
-        if torn:
-            self.problem(path, f"ends with {torn} bytes of a torn entry")
-        scan = self._log_scan_for(path)
+        entries, zeros, scan = opened
         previous = None
         for timestamp, offset in entries:
             self.out(f"timestamp: {timestamp} offset: {offset}")
