@@ -72,15 +72,6 @@ class OpenFiles:
         finally:
             self._unpin(owner)
 
-    def adopt(self, owner: object, fd: int) -> None:
-        """Take a descriptor the owner has just opened (e.g. with O_EXCL to create its file)."""
-        with self._lock:
-            old = self._fds.pop(owner, None)
-            if old is not None and old != fd:
-                os.close(old)
-            self._fds[owner] = fd
-            self._evict(len(self._fds) - self.capacity, keep=owner)
-
     def pin(self, owner: object, opener: Callable[[], int]) -> Pin:
         """A descriptor that stays open until the returned `Pin` is released or collected."""
         with self._lock:

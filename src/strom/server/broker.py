@@ -408,8 +408,8 @@ class Broker:
         meanwhile retention runs every check and deleted segments go at once."""
         low = self.log_manager.check_free_space()
         if low:
+            self._retention()  # first: what it deletes is then unlinked at once
             self.log_manager.free_space(low)
-            self._retention()
             self.log_manager.check_free_space()
 
     def _retention(self) -> None:

@@ -15,7 +15,6 @@ import socket
 from collections import Counter, deque
 from typing import Any
 
-from strom.log.log import SMALL_REGION
 from strom.protocol import messages
 from strom.protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrame
 from strom.server.apis import HANDLERS, CloseConnection, RawResponse, RequestContext, supports
@@ -282,10 +281,8 @@ class Connection(asyncio.BufferedProtocol):
             if isinstance(part, bytes):
                 pending.append(part)
             elif part.data is not None:
+                # A small region was read with the fetch: one write beats the sendfile machinery.
                 pending.append(part.data)
-            elif part.size <= SMALL_REGION:
-                # One pread and one write beat three writes and the sendfile machinery.
-                pending.append(os.pread(part.fd, part.size, part.position))
             else:
                 self.transport.write(b"".join(pending))
                 pending = []
