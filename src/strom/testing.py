@@ -373,6 +373,50 @@ def _read(consumer: Consumer, progress: ReadProgress, until: Callable[[ReadProgr
     return progress
 
 
+def memory_mb(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident memory in MiB from /proc: `VmRSS` now, or `VmHWM` at its peak."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no {field} for process {pid}")
+
+
+def produce_acked(bootstrap: str, topic: str, values: Iterable[bytes], *, partition: int = 0,
+                  batch_each: bool = False, **conf: Any) -> list[int]:
+    """Produce `values` to one partition with an idempotent producer and return the offsets
+    they were acknowledged at (failing the test on any delivery error). `batch_each`: one
+    record per batch (a flush after each)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, **conf})
+    offsets: list[int] = []
+    failures: list = []
+
+    def done(err, msg) -> None:
+        (failures.append(err) if err else offsets.append(msg.offset()))
+
+    count = 0
+    for value in values:
+        producer.produce(topic, value, partition=partition, on_delivery=done)
+        count += 1
+        if batch_each:
+            producer.flush(30)
+    assert producer.flush(30) == 0, "records left unacknowledged"
+    assert not failures, failures
+    assert len(offsets) == count
+    return offsets
+
+
+def read_values(bootstrap: str, topic: str, expected: int, *, partition: int = 0,
+                start: int = 0) -> list[bytes]:
+    """The values of one partition from `start` to its end: exactly `expected` of them."""
+    values = [m.value() for m in consume_all(bootstrap, topic, [partition], start=start,
+                                             count=expected, allow_empty=not expected)]
+    assert len(values) == expected, f"read {len(values)} of {expected}"
+    return values
+
+
 def consume_until(bootstrap: str, assignment: Sequence[tuple[str, int, int]],
                   until: Callable[[ReadProgress], bool], *, timeout: float = 60.0,
                   what: str = "records", **conf: Any) -> ReadProgress:

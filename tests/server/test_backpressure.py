@@ -10,15 +10,7 @@ import time
 from confluent_kafka import Producer
 
 from strom.protocol import messages
-from strom.testing import BrokerProcess, RawClient
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
+from strom.testing import BrokerProcess, RawClient, memory_mb
 
 
 def closed_by_peer(sock: socket.socket) -> bool:
@@ -39,14 +31,14 @@ def still_serving(broker: BrokerProcess) -> None:
 
 def test_announced_but_unsent_frames_do_not_reserve_memory():
     with BrokerProcess(overrides={"socket.request.max.bytes": str(100 << 20)}) as broker:
-        before = rss_mb(broker.proc.pid)
+        before = memory_mb(broker.proc.pid)
         socks = []
         for _ in range(20):
             s = socket.create_connection(("127.0.0.1", broker.port))
             s.sendall(struct.pack(">i", 100 << 20) + b"\x00" * 14)  # 100 MB announced, 14 sent
             socks.append(s)
         time.sleep(1)
-        grown = rss_mb(broker.proc.pid) - before
+        grown = memory_mb(broker.proc.pid) - before
         still_serving(broker)
         for s in socks:
             s.close()
@@ -67,7 +59,7 @@ def test_a_client_that_never_reads_its_answers_is_not_buffered_without_bound():
             "forgotten_topics_data": [], "topics": [{"topic": "unread", "partitions": [
                 {"partition": p, "current_leader_epoch": -1, "fetch_offset": 0, "log_start_offset": -1,
                  "partition_max_bytes": 1 << 20} for p in range(100)]}]})
-        before = rss_mb(broker.proc.pid)
+        before = memory_mb(broker.proc.pid)
         s = socket.create_connection(("127.0.0.1", broker.port))
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.settimeout(0.5)
@@ -79,7 +71,7 @@ def test_a_client_that_never_reads_its_answers_is_not_buffered_without_bound():
         except TimeoutError:
             pass  # the broker stopped reading: what this test wants
         time.sleep(2)
-        grown = rss_mb(broker.proc.pid) - before
+        grown = memory_mb(broker.proc.pid) - before
         still_serving(broker)
         s.close()
         assert grown < 300, f"RSS grew by {grown:.0f} MB after {sent} unread Fetch requests"

@@ -12,17 +12,8 @@ SERVER_PROPERTIES = Path(__file__).resolve().parents[2] / "config" / "server.pro
 
 
 def test_the_shipped_server_properties_starts_a_broker(tmp_path):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "strom", "serve", str(SERVER_PROPERTIES),
-         "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={tmp_path}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        ready = proc.stdout.readline()
-        assert re.search(r"ready on PLAINTEXT://127\.0\.0\.1:\d+", ready), ready + proc.stderr.read()
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err[-2000:]
+    ready, err = serve(SERVER_PROPERTIES, "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={tmp_path}")
+    assert re.search(r"ready on PLAINTEXT://127\.0\.0\.1:\d+", ready), ready + err[-2000:]
     assert "WARNING" not in err and "ERROR" not in err, err[-2000:]
     assert (tmp_path / "meta.properties").exists()
 

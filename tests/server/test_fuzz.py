@@ -25,7 +25,7 @@ from fuzz_support import Fuzzer, advertised_targets, bad_log_line, prepare_broke
 
 from strom.protocol import messages
 from strom.protocol.frames import FrameDecoder, frame
-from strom.testing import BrokerProcess, RawClient, unique_name
+from strom.testing import BrokerProcess, RawClient, memory_mb, unique_name
 
 SECONDS = float(os.environ.get("STROM_FUZZ_SECONDS", "75"))
 SEED = int(os.environ.get("STROM_FUZZ_SEED", "20261124"))
@@ -38,15 +38,6 @@ MIN_CASES_PER_VERSION = 20
 OVERRIDES = {"auto.create.topics.enable": "false", "group.initial.rebalance.delay.ms": "0"}
 
 pytestmark = pytest.mark.timeout(SECONDS + 180)
-
-
-def _peak_rss_mb(pid: int) -> float:
-    """VmHWM: the most resident memory the process ever had."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmHWM for process {pid}")
 
 
 def _produce_and_consume(broker: BrokerProcess) -> list[bytes]:
@@ -100,7 +91,7 @@ def test_fuzzed_requests_do_not_hurt_the_broker():
         assert report.outcomes["closed"] > 0 and report.outcomes["answered"] > 0
 
         assert _produce_and_consume(broker) == [b"still-serving"]
-        peak = _peak_rss_mb(broker.proc.pid)
+        peak = memory_mb(broker.proc.pid, "VmHWM")
         print(f"broker peak RSS {peak:.0f} MB")
         assert peak < PEAK_RSS_LIMIT_MB
         time.sleep(0.5)  # the log arrives through a pipe

@@ -6,11 +6,18 @@ from __future__ import annotations
 import struct
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from crc32c import crc32c
 
 from strom.protocol.records import CRC_START, HEADER_SIZE, build_batch
-from strom.testing import BrokerProcess, RawClient, unique_name
+from strom.testing import (
+    BrokerProcess,
+    RawClient,
+    memory_mb,
+    produce_acked,
+    read_values,
+    unique_name,
+)
 
 PRODUCE = 0
 INVALID_RECORD, CORRUPT_MESSAGE = 87, 2
@@ -20,34 +27,6 @@ INVALID_RECORD, CORRUPT_MESSAGE = 87, 2
 def broker():
     with BrokerProcess(overrides={"num.partitions": "1"}) as b:
         yield b
-
-
-def produce_acked(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    failures = []
-    for v in values:
-        producer.produce(topic, v, on_delivery=lambda err, _m: err and failures.append(err))
-    assert producer.flush(30) == 0
-    assert not failures, failures
-
-
-def read_values(bootstrap: str, topic: str, expected: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("g"),
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    out: list[bytes] = []
-    try:
-        for _ in range(300):
-            msg = consumer.poll(0.1)
-            if msg is not None:
-                assert msg.error() is None, msg.error()
-                out.append(msg.value())
-            if len(out) >= expected:
-                break
-    finally:
-        consumer.close()
-    assert len(out) == expected, f"read {len(out)} of {expected}"
-    return out
 
 
 def reseal(batch: bytearray) -> bytes:
@@ -250,14 +229,6 @@ def test_the_broker_restarts_cleanly_after_all_of_the_above(broker):
 
 
 # --- item 2: what all connections' large requests may hold together ----------------------------
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
-
-
 def test_large_requests_share_queued_max_request_bytes_and_all_get_answered():
     import socket
     import threading
@@ -266,7 +237,7 @@ def test_large_requests_share_queued_max_request_bytes_and_all_get_answered():
 
     limits = {"socket.request.max.bytes": str(8 << 20), "queued.max.request.bytes": str(16 << 20)}
     with BrokerProcess(overrides=limits) as broker:
-        before = rss_mb(broker.proc.pid)
+        before = memory_mb(broker.proc.pid)
         # Ten clients announce 8 MiB each and send half: only two frames fit the pool, the
         # other connections are not read (their bytes stay in the kernel, not the broker).
         socks = []
@@ -281,7 +252,7 @@ def test_large_requests_share_queued_max_request_bytes_and_all_get_answered():
         with RawClient(broker) as client:  # small requests go on meanwhile
             assert client.call(18, 3, {"client_software_name": "t",
                                        "client_software_version": "1"}).error_code == 0
-        grown = rss_mb(broker.proc.pid) - before
+        grown = memory_mb(broker.proc.pid) - before
         assert grown < 30, f"RSS grew by {grown:.0f} MB for 10 half-sent 8 MiB frames"
         for s in socks:
             s.close()

@@ -17,44 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from strom.protocol.records import HEADER_SIZE, build_batch
-from strom.testing import BrokerProcess, RawClient, unique_name
-
-
-def produce_acked(bootstrap: str, topic: str, values: list[bytes], **conf) -> list[int]:
-    """Offsets of `values`, each acknowledged (one record per request with linger 0)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "linger.ms": 0, **conf})
-    offsets: list[int] = []
-    failures: list = []
-
-    def done(err, msg) -> None:
-        (failures.append(err) if err else offsets.append(msg.offset()))
-
-    for v in values:
-        producer.produce(topic, v, on_delivery=done)
-        producer.flush(30)
-    assert not failures, failures
-    assert len(offsets) == len(values)
-    return offsets
-
-
-def read_values(bootstrap: str, topic: str, expected: int, start: int = 0) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("g"),
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, start)])
-    out: list[bytes] = []
-    try:
-        for _ in range(300):
-            msg = consumer.poll(0.1)
-            if msg is not None:
-                assert msg.error() is None, msg.error()
-                out.append(msg.value())
-            if len(out) >= expected:
-                break
-    finally:
-        consumer.close()
-    assert len(out) == expected, f"read {len(out)} of {expected}"
-    return out
+from strom.testing import BrokerProcess, RawClient, produce_acked, read_values, unique_name
 
 
 def segment_batches(path: Path) -> list[tuple[int, int]]:
@@ -72,7 +35,8 @@ def segment_batches(path: Path) -> list[tuple[int, int]]:
 def test_a_corrupt_batch_mid_segment_is_reported_with_the_offsets_it_makes_unreadable():
     with BrokerProcess(overrides={"num.partitions": "1"}) as broker:
         topic = unique_name("mid")
-        offsets = produce_acked(broker.bootstrap, topic, [b"record-%d" % i for i in range(10)])
+        offsets = produce_acked(broker.bootstrap, topic, [b"record-%d" % i for i in range(10)],
+                                batch_each=True)
         assert offsets == list(range(10))
         broker.kill()  # unclean: the segment is re-validated at start-up
         segment = next((broker.data_dir / "logs").glob(f"{topic}-0/*.log"))
