@@ -145,6 +145,7 @@ class LogManager:
         self.min_free_bytes = 0  # log.dir.min.free.bytes
         self.low_space_dirs: dict[Path, int] = {}  # dir -> free bytes needed to write again
         self._appended_since_check = 0  # a fast producer may not outrun the periodic check
+        self._descriptors_warned = -10.0
         self.dir_failure_listeners: list[Callable[[Path, str], None]] = []
         self.flusher = LogFlusher(self.handle_io_error, now_ms)
         # tp -> high watermark, read when writing replication-offset-checkpoint (ReplicaManager's).
@@ -331,11 +332,8 @@ class LogManager:
             created = Log.open(d / name, config, now_ms=self._now_ms)
         except OSError as e:
             if out_of_space(e) or out_of_descriptors(e):
-                shutil.rmtree(d / name, ignore_errors=True)
-                if out_of_space(e):
-                    self.mark_low_space(d)
-            else:
-                self.mark_dir_offline(d, e)
+                shutil.rmtree(d / name, ignore_errors=True)  # a half-made log is not kept
+            self.dir_failed(d, e)
             raise StorageError(f"cannot create log {name} in {d}: {e}") from e
         self._add(key, d, created)
         return created
@@ -363,13 +361,20 @@ class LogManager:
         (the write was undone; the dir refuses writes until space returns). Callable from any
         thread."""
         d = next((d for tp, d in self._dir_of.items() if self._logs.get(tp) is lg), None)
-        if d is None:
-            d = lg.dir.parent
+        self.dir_failed(lg.dir.parent if d is None else d, error)
+
+    def dir_failed(self, d: Path, error: BaseException) -> None:
+        """What an I/O error in dir `d` does: a full disk makes the dir refuse writes until
+        space returns, running out of descriptors fails just that operation, anything else
+        takes the dir offline."""
         if out_of_space(error):
             self.mark_low_space(d)
         elif out_of_descriptors(error):
-            log.error("%s: out of file descriptors (%s); the operation failed, the log dir stays online",
-                      lg.name, error)
+            now = time.monotonic()
+            if now - self._descriptors_warned >= 10:  # one line per 10 s, however many fail
+                self._descriptors_warned = now
+                log.error("log dir %s: out of file descriptors (%s); operations fail, the dir "
+                          "stays online", d, error)
         else:
             self.mark_dir_offline(d, error)
 
@@ -428,7 +433,7 @@ class LogManager:
                 self._set_refusal(d)
         return list(self.low_space_dirs)
 
-    def free_space(self, dirs: list[Path], now_ms: int | None = None) -> None:
+    def free_space(self, dirs: list[Path]) -> None:
         """On a low dir, unlink segments already deleted (retention, truncation) without waiting
         for file.delete.delay.ms: their space is what lets writes resume."""
         for tp, d in list(self._dir_of.items()):
@@ -526,7 +531,7 @@ class LogManager:
                 write_checkpoint(d / name, entries)
             except OSError as e:
                 # A full disk keeps the previous checkpoint (written by rename): still valid.
-                self.mark_low_space(d) if out_of_space(e) else self.mark_dir_offline(d, e)
+                self.dir_failed(d, e)
 
     def checkpoint(self) -> None:
         """Write the recovery-point and log-start-offset checkpoints of every live log dir."""
