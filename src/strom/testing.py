@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _READY = re.compile(r"ready on (?P<listeners>\S+?)(?:,| \()")
+_METRICS = re.compile(r"metrics on (?P<url>\S+)")
 
 
 def unique_name(base: str) -> str:
@@ -73,6 +74,7 @@ class BrokerProcess:
         self.proc: subprocess.Popen | None = None
         self._drainer: threading.Thread | None = None
         self.port = 0
+        self.metrics_url: str | None = None  # with metrics.port set: http://host:port/metrics
         self.stderr_lines: list[str] = []
         self.startup_seconds = 0.0
 
@@ -101,6 +103,8 @@ class BrokerProcess:
             match = _READY.search(line)
             if match:
                 self.port = int(match["listeners"].rsplit(":", 1)[1])
+                metrics = _METRICS.search(line)
+                self.metrics_url = metrics["url"] if metrics else None
                 self.startup_seconds = time.monotonic() - begin
                 threading.Thread(target=self.proc.stdout.read, daemon=True).start()
                 return self

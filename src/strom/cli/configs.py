@@ -1,4 +1,5 @@
-"""`strom configs describe|alter`: Kafka's kafka-configs.sh for topics and brokers.
+"""`strom configs describe|alter`: Kafka's kafka-configs.sh for topics, brokers and broker
+loggers.
 
 Talks to a broker over the Kafka protocol (DescribeConfigs v4, IncrementalAlterConfigs v1),
 so it works against any Kafka-compatible broker, not only Strom.
@@ -20,11 +21,12 @@ from strom.cli.common import (
 )
 
 DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE = 0, 1
 SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
-           3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG"}
-DYNAMIC_SOURCES = {1, 2, 3}
+           3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
+           6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
+DYNAMIC_SOURCES = {1, 2, 3, 6}
 
 
 def _call(client: ClientSettings, api_key: int, version: int, fields: dict):
@@ -32,15 +34,18 @@ def _call(client: ClientSettings, api_key: int, version: int, fields: dict):
         return cluster.call(api_key, version, fields)
 
 
-def _resource(topic: str | None, broker: int | None, broker_defaults: bool) -> tuple[int, str, str]:
+def _resource(topic: str | None, broker: int | None, broker_defaults: bool,
+              broker_logger: int | None) -> tuple[int, str, str]:
     """(resource type, resource name, description) from the entity options."""
-    chosen = [x for x in (topic is not None, broker is not None, broker_defaults) if x]
+    chosen = [x for x in (topic is not None, broker is not None, broker_defaults, broker_logger is not None) if x]
     if len(chosen) != 1:
-        raise click.UsageError("give exactly one of --topic, --broker, --broker-defaults")
+        raise click.UsageError("give exactly one of --topic, --broker, --broker-defaults, --broker-logger")
     if topic is not None:
         return TOPIC, topic, f"topic {topic}"
     if broker is not None:
         return BROKER, str(broker), f"broker {broker}"
+    if broker_logger is not None:
+        return BROKER_LOGGER, str(broker_logger), f"the loggers of broker {broker_logger}"
     return BROKER, "", "the default broker"
 
 
@@ -66,6 +71,8 @@ entity_options = [
     click.option("--topic", default=None, help="A topic's configs."),
     click.option("--broker", type=int, default=None, help="A broker's configs (by id)."),
     click.option("--broker-defaults", is_flag=True, help="The cluster-wide dynamic broker defaults."),
+    click.option("--broker-logger", type=int, default=None, metavar="ID",
+                 help="A broker's logger levels (kafka-configs --entity-type broker-loggers)."),
 ]
 
 
@@ -84,7 +91,7 @@ def configs() -> None:
 @_with_entity_options
 @click.option("--all", "show_all", is_flag=True, help="Every config, not just the dynamic ones.")
 def describe(client: ClientSettings, topic: str | None, broker: int | None, broker_defaults: bool,
-             show_all: bool) -> None:
+             broker_logger: int | None, show_all: bool) -> None:
     """Print the configs of a topic or broker with their synonyms.
 
     \b
@@ -92,8 +99,9 @@ def describe(client: ClientSettings, topic: str | None, broker: int | None, brok
       strom configs describe --topic orders
       strom configs describe --broker 1 --all
       strom configs describe --broker-defaults
+      strom configs describe --broker-logger 1
     """
-    rtype, name, what = _resource(topic, broker, broker_defaults)
+    rtype, name, what = _resource(topic, broker, broker_defaults, broker_logger)
     body = _call(client, DESCRIBE_CONFIGS, 4, {
         "resources": [{"resource_type": rtype, "resource_name": name, "configuration_keys": None}],
         "include_synonyms": True, "include_documentation": False,
@@ -114,17 +122,18 @@ def describe(client: ClientSettings, topic: str | None, broker: int | None, brok
 @click.option("--add-config", "add", default="", metavar="K=V,...",
               help="Configs to set, e.g. retention.ms=1000,cleanup.policy=[compact,delete].")
 @click.option("--delete-config", "delete", default="", metavar="K,...", help="Configs to remove.")
-def alter(client: ClientSettings, topic: str | None, broker: int | None, broker_defaults: bool, add: str,
-          delete: str) -> None:
-    """Set or remove dynamic configs of a topic or broker.
+def alter(client: ClientSettings, topic: str | None, broker: int | None, broker_defaults: bool,
+          broker_logger: int | None, add: str, delete: str) -> None:
+    """Set or remove dynamic configs of a topic or broker, or a broker's logger levels.
 
     \b
     Example:
       strom configs alter --topic orders --add-config retention.ms=86400000,cleanup.policy=[compact,delete]
       strom configs alter --topic orders --delete-config retention.ms
       strom configs alter --broker-defaults --add-config log.retention.ms=604800000
+      strom configs alter --broker-logger 0 --add-config strom.request=DEBUG
     """
-    rtype, name, what = _resource(topic, broker, broker_defaults)
+    rtype, name, what = _resource(topic, broker, broker_defaults, broker_logger)
     to_set = parse_config_list(add)
     to_delete = [k.strip() for k in delete.split(",") if k.strip()]
     if not to_set and not to_delete:

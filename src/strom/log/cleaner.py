@@ -683,6 +683,11 @@ class LogCleaner:
         self.uncleanable: set[TopicPartition] = set()  # failed with an unexpected error
         self.last_result: CleanResult | None = None
         self.passes = 0
+        # What metrics report (Kafka's LogCleaner and LogCleanerManager gauges).
+        self.bytes_read = 0
+        self.bytes_written = 0
+        self.max_dirty_ratio = 0.0  # over the compacted logs at the last look
+        self.last_run = 0.0  # monotonic time a pass last ended
         self._stopping = threading.Event()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -752,6 +757,7 @@ class LogCleaner:
         """The log to clean next (marked in progress), or None."""
         now = self._now_ms() if now_ms is None else now_ms
         best: LogToClean | None = None
+        max_ratio = 0.0
         for tp, lg in self.log_manager.logs():
             config = lg.config
             if not config.compact or tp in self.in_progress or tp in self.uncleanable:
@@ -761,6 +767,7 @@ class LogCleaner:
             ltc = self._log_to_clean(tp, lg, now)
             if ltc.total_bytes == 0:
                 continue
+            max_ratio = max(max_ratio, ltc.cleanable_ratio)
             if not (
                 ltc.cleanable_ratio > config.min_cleanable_dirty_ratio
                 or (ltc.need_compaction_now and ltc.cleanable_bytes > 0)
@@ -769,6 +776,7 @@ class LogCleaner:
                 continue
             if best is None or ltc.cleanable_ratio > best.cleanable_ratio:
                 best = ltc
+        self.max_dirty_ratio = max_ratio
         if best is not None:
             self.in_progress.add(best.tp)
         return best
@@ -855,8 +863,11 @@ class LogCleaner:
             return True
         finally:
             self.in_progress.discard(tp)
+            self.last_run = time.monotonic()
         self.passes += 1
         self.last_result = result
+        self.bytes_read += result.bytes_read
+        self.bytes_written += result.bytes_written
         self.checkpoints[tp] = result.end_offset
         if result.min_delete_horizon is None:
             self.horizons.pop(tp, None)

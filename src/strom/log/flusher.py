@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from strom.log.log import Log, wall_clock_ms
@@ -39,6 +40,7 @@ class LogFlusher:
         self._task: asyncio.Task | None = None
         self._waiters: dict[Log, list[tuple[int, asyncio.Future]]] = {}
         self.flushes = 0
+        self.observe_flush: Callable[[float], None] = lambda _seconds: None  # metrics' hook
 
     async def wait_durable(self, target: Log, offset: int) -> None:
         """Return once `target` is fsynced below `offset`; raises the flush's OSError."""
@@ -107,7 +109,9 @@ class LogFlusher:
                     self._release(target, OSError("log offline") if target.offline else None)
                     continue
                 try:
+                    started = time.monotonic()
                     await asyncio.to_thread(target.flush, up_to)
+                    self.observe_flush(time.monotonic() - started)
                     self.flushes += 1
                     self._release(target)
                 except OSError as e:

@@ -114,6 +114,7 @@ class Broker:
         self._tasks: list[asyncio.Task] = []
         self._logs_open = False
         self.stopping = False
+        self.metrics_server = None  # metrics_endpoint.MetricsServer when metrics.port is set
 
     # --- lifecycle -----------------------------------------------------------------------
     async def startup(self) -> None:
@@ -147,6 +148,12 @@ class Broker:
         await self.socket_server.start(self.config.listeners, self.config["socket.send.buffer.bytes"],
                                        self.config["socket.receive.buffer.bytes"])
         self.advertised = self._advertised_listeners()
+        if self.config["metrics.port"] >= 0:
+            from strom.server.metrics_endpoint import MetricsServer  # loads prometheus-client
+
+            self.socket_server.enable_metrics()
+            self.metrics_server = MetricsServer(self)
+            self.metrics_server.start(self.config["metrics.host"], self.config["metrics.port"])
         await self.config_repository.start()
         await self._register()
         self.store.add_session_listener(self._session_event)
@@ -195,6 +202,8 @@ class Broker:
             await self._controlled_shutdown()
         self.state = BrokerState.SHUTTING_DOWN
         self.stopping = True
+        if self.metrics_server is not None:
+            await asyncio.to_thread(self.metrics_server.stop)
         await self.socket_server.stop_accepting()
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()  # held-back JoinGroup/SyncGroup: NOT_COORDINATOR

@@ -192,6 +192,10 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "control.plane.listener.name": (_optional(_str), None),
     "security.inter.broker.protocol": (_str, "PLAINTEXT"),
     "broker.rack": (_optional(_str), None),
+    # Strom's own: the Prometheus endpoint (GET /metrics), off unless a port is given (0: any
+    # free port, named in the ready line); metrics.host is the address it binds.
+    "metrics.port": (int_in(-1, 65535), "-1"),
+    "metrics.host": (_str, "127.0.0.1"),
 }
 
 # Keys Kafka types INT (SHORT for the replication factors): a value above their range is

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from strom.log.cleaner import LogCleaner
 from strom.server.config import BrokerConfig
 from strom.server.dynamic_config import DEFAULT_ENTITY
+from strom.server.metrics import Histogram
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,8 @@ class LogServices:
             producer_last_offsets=self._producer_last_offsets,
         )
         self.log_manager.high_watermarks = self._high_watermarks
+        self.flush_time = Histogram()  # LogFlushRateAndTimeMs
+        self.log_manager.flusher.observe_flush = self.flush_time.observe
         # Until start(), logs the controller asks for belong to existing partitions.
         self.log_manager.new_logs_expected = False
 

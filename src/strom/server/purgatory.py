@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Hashable, Iterable
 
+from strom.server.metrics import remote_wait
+
 
 class Purgatory:
     def __init__(self) -> None:
@@ -22,7 +24,8 @@ class Purgatory:
         for key in keys:
             self._watchers.setdefault(key, set()).add(future)
         try:
-            await asyncio.wait_for(future, timeout)
+            with remote_wait():
+                await asyncio.wait_for(future, timeout)
             return True
         except TimeoutError:
             return False

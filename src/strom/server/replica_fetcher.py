@@ -226,6 +226,7 @@ class ReplicaFetcher:
         try:
             if len(records):
                 p.append_as_follower(records)
+                self.manager.broker.replica_manager.topic_stats.replication_bytes_in += len(records)
                 if self._throttled(p):
                     self.manager.quota.record(len(records))
         except KafkaError as e:

@@ -21,6 +21,15 @@ from strom.log.producer_state import ProducerStateManager
 from strom.log.txn_index import AbortedTxn
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import build_marker_batch, validate_batches
+from strom.server.metrics import (
+    BYTES_IN,
+    BYTES_REJECTED,
+    FAILED_PRODUCE_REQUESTS,
+    MESSAGES_IN,
+    PRODUCE_REQUESTS,
+    BrokerTopicStats,
+    remote_wait,
+)
 from strom.server.purgatory import Purgatory
 from strom.server.replication_quota import ReplicationQuota
 
@@ -315,6 +324,9 @@ class ReplicaManager:
         # Does the cluster have this partition (somewhere else)? Decides between
         # NOT_LEADER_OR_FOLLOWER (clients refresh metadata and re-route) and UNKNOWN_TOPIC.
         self.known_partition = known_partition
+        self.topic_stats = BrokerTopicStats()
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     def get_partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
@@ -360,6 +372,10 @@ class ReplicaManager:
 
     def isr_changed(self, partition: Partition, isr: list[int], partition_epoch: int) -> None:
         """The controller accepted this leader's AlterPartition."""
+        if len(isr) < len(partition.isr):
+            self.isr_shrinks += 1
+        elif len(isr) > len(partition.isr):
+            self.isr_expands += 1
         partition.isr = list(isr)
         partition.partition_epoch = partition_epoch
         partition.pending_isr = None
@@ -425,29 +441,39 @@ class ReplicaManager:
         self.partitions.pop((topic, index), None)
         if delete and self.log_manager.get_log(topic, index) is not None:
             self.log_manager.delete_log(topic, index)
+        if delete and not any(t == topic for t, _ in self.partitions):
+            self.topic_stats.remove_topic(topic)
         self.high_watermark_moved((topic, index))  # waiting fetches and acks=all answer now
 
     def append_records(self, required_acks: int, entries: Iterable[tuple[TopicPartition, bytearray]],
                        from_client: bool = True) -> dict[TopicPartition, ProduceResult]:
         results: dict[TopicPartition, ProduceResult] = {}
+        topics = self.topic_stats.topics
         for tp, records in entries:
             partition = self.partitions.get(tp)
             if partition is None:
                 results[tp] = ProduceResult(self.missing_partition_error(tp))
                 continue
+            stats = topics[tp[0]]
+            stats[PRODUCE_REQUESTS] += 1
             try:
                 info = partition.append_records_to_leader(
                     records, required_acks, partition.log.config.min_insync_replicas, from_client)
             except KafkaError as e:
+                stats[FAILED_PRODUCE_REQUESTS] += 1
+                stats[BYTES_REJECTED] += len(records)
                 log.warning("produce to %s-%d rejected: %s (%s)", tp[0], tp[1], e.code.name, e)
                 index = getattr(e, "record_index", None)
                 results[tp] = ProduceResult(e.code, message=str(e) or None,
                                             record_errors=[] if index is None else [(index, str(e))])
                 continue
             except OSError as e:
+                stats[FAILED_PRODUCE_REQUESTS] += 1
                 log.error("produce to %s-%d failed writing the log: %s", tp[0], tp[1], e)
                 results[tp] = ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(e))
                 continue
+            stats[BYTES_IN] += len(records)
+            stats[MESSAGES_IN] += info.last_offset - info.first_offset + 1
             log_, end = partition.log, info.last_offset + 1
             flush_due = log_.flush_hook is not None and end - log_.recovery_point >= log_.config.flush_messages
             results[tp] = ProduceResult(
@@ -491,7 +517,8 @@ class ReplicaManager:
             if result.durable_at < 0 or partition is None:
                 continue
             try:
-                await self.log_manager.flusher.wait_durable(partition.log, result.durable_at)
+                with remote_wait():
+                    await self.log_manager.flusher.wait_durable(partition.log, result.durable_at)
             except OSError as e:
                 result.error, result.message = ErrorCode.KAFKA_STORAGE_ERROR, str(e)
 

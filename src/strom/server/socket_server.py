@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from collections import Counter, deque
 from typing import Any
 
@@ -19,8 +20,18 @@ from strom.protocol import messages
 from strom.protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrame
 from strom.server.apis import HANDLERS, CloseConnection, RawResponse, RequestContext, supports
 from strom.server.apis.api_versions import API_VERSIONS, unsupported_version_response
+from strom.server.metrics import (
+    CURRENT_REQUEST,
+    LoopIdleSampler,
+    RequestMetrics,
+    RequestTimer,
+    api_name,
+    local_time,
+)
 
 log = logging.getLogger(__name__)
+# Kafka's kafka.request.logger: one line per request at DEBUG (`--log-level strom.request=DEBUG`).
+request_log = logging.getLogger("strom.request")
 
 _PAUSE_AT = 64  # queued requests on one connection before we stop reading from it
 _SIZE_PREFIX = 4
@@ -59,7 +70,8 @@ class Connection(asyncio.BufferedProtocol):
         self.server = server
         self.listener = listener
         self.decoder = FrameDecoder(server.max_request_bytes)
-        self.queue: deque[tuple[bytearray, int]] = deque()  # (frame, its pool reservation)
+        # (frame, its pool reservation, when its last byte arrived)
+        self.queue: deque[tuple[bytearray, int, float]] = deque()
         self.reserved = 0  # pool bytes held for the large frame being received
         self.waiting_memory = False  # reading stopped until the pool can take that frame
         self.reading_paused = False
@@ -76,6 +88,7 @@ class Connection(asyncio.BufferedProtocol):
         self.accepted = False
         self.busy = False  # a request is being answered (a long poll is not idleness)
         self.last_active = 0.0
+        self.answered = 0.0  # monotonic time the last answer was written
 
     # --- transport callbacks -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -99,6 +112,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         self.accepted = True
         self.last_active = asyncio.get_running_loop().time()
+        self.server.connections_created[self.listener] += 1
         self.server.connections.add(self)
         self.server.per_ip[self.ip] += 1
         self.worker = asyncio.get_running_loop().create_task(self._work())
@@ -115,9 +129,10 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
             return
         if frames:
+            now = time.monotonic()
             reservation, self.reserved = self.reserved, 0  # only a large frame ends a reservation
-            self.queue.append((frames[0], reservation))
-            self.queue.extend((f, 0) for f in frames[1:])
+            self.queue.append((frames[0], reservation, now))
+            self.queue.extend((f, 0, now) for f in frames[1:])
             self.ready.set()
             if len(self.queue) >= _PAUSE_AT and not self.paused:
                 self.paused = True
@@ -144,7 +159,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _release_memory(self) -> None:
         pool = self.server.request_memory
-        held = self.reserved + sum(r for _, r in self.queue)
+        held = self.reserved + sum(r for _, r, _ in self.queue)
         self.reserved = 0
         self.waiting_memory = False
         pool.forget(self)
@@ -166,6 +181,7 @@ class Connection(asyncio.BufferedProtocol):
         self._release_memory()
         if self.accepted:
             self.accepted = False
+            self.server.connections_closed[self.listener] += 1
             self.server.connections.discard(self)
             self.server.per_ip[self.ip] -= 1
             if not self.server.per_ip[self.ip]:
@@ -192,20 +208,24 @@ class Connection(asyncio.BufferedProtocol):
                         return
                     self.ready.clear()
                     await self.ready.wait()
-                frame, reservation = self.queue.popleft()
+                frame, reservation, received = self.queue.popleft()
+                # Kafka reads a connection's next request only after answering the previous one,
+                # so its queue time starts then, not while it waited behind that one.
+                received = max(received, self.answered)
                 if self.paused and len(self.queue) < _PAUSE_AT // 2:
                     self.paused = False
                     self._update_reading()
                 self.server.in_flight += 1
                 self.busy = True
                 try:
-                    await self._process(frame)
+                    await self._process(frame, received)
                 finally:
                     del frame
                     self.server.request_memory.release(reservation)
                     self.server.in_flight -= 1
                     self.busy = False
                     self.last_active = asyncio.get_running_loop().time()
+                    self.answered = time.monotonic()
                 if self.transport is not None and self.transport.get_write_buffer_size() > _MAX_UNSENT:
                     await self.drained.wait()
         except asyncio.CancelledError:
@@ -221,7 +241,8 @@ class Connection(asyncio.BufferedProtocol):
             log.debug("request from %s failed", self.peer, exc_info=True)
             self.close()
 
-    async def _process(self, frame: bytearray) -> None:
+    async def _process(self, frame: bytearray, received: float) -> None:
+        started = time.monotonic()
         offload = len(frame) > _LARGE_REQUEST and frame[:2] != _PRODUCE.to_bytes(2, "big")
         try:
             request = (await asyncio.to_thread(messages.parse_request, frame) if offload
@@ -242,22 +263,32 @@ class Connection(asyncio.BufferedProtocol):
             # As Kafka starts processing requests only once started: a client asking a broker
             # that has not heard from the controller yet would be told its topics do not exist.
             await self.server.ready.wait()
+        timed = self.server.request_metrics is not None or request_log.isEnabledFor(logging.DEBUG)
+        timer = RequestTimer(received, started) if timed else None
+        CURRENT_REQUEST.set(timer)
         try:
             response = await HANDLERS[header.api_key].handler(self.server.broker, ctx, request.body)
         except CloseConnection as e:
             log.info("closing connection from %s: %s", self.peer, e)
             self.close()
             return
+        if timer is not None:
+            timer.handled = timer.sending = time.monotonic()
+        size = 0
         if response is None or self.transport is None or self.transport.is_closing():
-            return
-        if isinstance(response, RawResponse):
-            await self._send_parts(messages.response_header(header), response.parts)
-        elif offload:
-            encoded = await asyncio.to_thread(messages.encode_response, header, response)
+            pass
+        elif isinstance(response, RawResponse):
+            size = await self._send_parts(messages.response_header(header), response.parts)
+        else:
+            encoded = (await asyncio.to_thread(messages.encode_response, header, response) if offload
+                       else messages.encode_response(header, response))
+            size = len(encoded)
+            if timer is not None:
+                timer.sending = time.monotonic()
             if not self.transport.is_closing():
                 self.transport.write(encoded)
-        else:
-            self.transport.write(messages.encode_response(header, response))
+        if timer is not None:
+            self.server.request_done(self, header, len(frame), size, timer, time.monotonic())
 
     def _reject_unsupported(self, frame: bytearray, reason: str) -> None:
         """Kafka answers ApiVersions of an unknown version with UNSUPPORTED_VERSION at v0 and
@@ -274,7 +305,8 @@ class Connection(asyncio.BufferedProtocol):
         log.warning("closing connection from %s: %s", self.peer, reason)
         self.close()
 
-    async def _send_parts(self, response_header: bytes, parts: list[Any]) -> None:
+    async def _send_parts(self, response_header: bytes, parts: list[Any]) -> int:
+        """Write a response of bytes and file regions; returns its size."""
         size = len(response_header) + sum(len(p) if isinstance(p, bytes) else p.size for p in parts)
         pending = [size.to_bytes(_SIZE_PREFIX, "big"), response_header]
         for part in parts:
@@ -289,6 +321,7 @@ class Connection(asyncio.BufferedProtocol):
                 await self.server.send_region(self, part)
         if pending:
             self.transport.write(b"".join(pending))
+        return size + _SIZE_PREFIX
 
     async def sendfile_when_idle(self, region: Any) -> None:
         """Zero copy without the loop's help (uvloop has no sendfile): `os.sendfile` on the
@@ -364,6 +397,11 @@ class SocketServer:
         self.ready = asyncio.Event()  # set once the broker runs
         self._warned: dict[str, float] = {}
         self._idle_task: asyncio.Task | None = None
+        self.connections_created: Counter[str] = Counter()  # per listener
+        self.connections_closed: Counter[str] = Counter()
+        # Set when the metrics endpoint is on: request times and the loop's idle ratio.
+        self.request_metrics: RequestMetrics | None = None
+        self.loop_idle: LoopIdleSampler | None = None
         # Connections the open-file limit leaves room for after the log's share (the broker
         # sets it at start-up): clients cannot take the descriptors segment rolls need.
         self.max_connections_by_fds = 2**31 - 1
@@ -386,6 +424,26 @@ class SocketServer:
         if self.per_ip[ip] >= limit:
             return f"max.connections.per.ip={limit} reached"
         return None
+
+    def enable_metrics(self) -> None:
+        self.request_metrics = RequestMetrics()
+        self.loop_idle = LoopIdleSampler()
+        self.loop_idle.start()
+
+    def request_done(self, conn: Connection, header: Any, request_size: int, response_size: int,
+                     t: RequestTimer, done: float) -> None:
+        """Record a request's times (Kafka's RequestMetrics) and, on demand, log it (Kafka's
+        request logger): queue, local, remote and send times in one line."""
+        if self.request_metrics is not None:
+            self.request_metrics.record(header.api_key, header.api_version, t, done)
+        if request_log.isEnabledFor(logging.DEBUG):
+            request_log.debug(
+                "%s v%d correlation %d from client %r at %s (%s): %d bytes in, %d bytes out; "
+                "total %.3f ms = queue %.3f + local %.3f + remote %.3f + response queue %.3f + send %.3f",
+                api_name(header.api_key), header.api_version, header.correlation_id, header.client_id,
+                conn.peer, conn.listener, request_size, response_size, (done - t.received) * 1000,
+                (t.started - t.received) * 1000, local_time(t) * 1000, t.remote * 1000,
+                (t.sending - t.handled) * 1000, (done - t.sending) * 1000)
 
     def warn_once(self, key: str, message: str, every_s: float = 10.0) -> None:
         """One line per kind of event per `every_s`: a flood must not flood the log."""
@@ -453,6 +511,8 @@ class SocketServer:
             server.close()
         if self._idle_task is not None:
             self._idle_task.cancel()
+        if self.loop_idle is not None:
+            self.loop_idle.stop()
 
     async def drain(self, timeout: float) -> None:
         """Let in-flight requests finish (their responses written), then close connections."""

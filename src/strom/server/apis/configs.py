@@ -1,10 +1,12 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and dynamic broker
-configs.
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics, dynamic broker
+configs and broker loggers.
 
 Topic overrides live at /config/topics/<name>, dynamic broker configs at /config/brokers/<id>
 and /config/brokers/<default> (the cluster default, resource name ""), as in Kafka's ZooKeeper
 mode. Every change is validated completely before it is stored (INVALID_CONFIG with the
-reason otherwise) and then applied to the live logs at once.
+reason otherwise) and then applied to the live logs at once. Logger levels (BROKER_LOGGER,
+`kafka-configs --entity-type broker-loggers`) change this broker's logging at once and, as in
+Kafka, are not stored.
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ from collections.abc import Awaitable, Callable
 
 from strom.log.config import TOPIC_CONFIG_KEYS
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.server import log_levels
 from strom.server.apis import RequestContext, api
 from strom.server.config import DEFINITIONS
 from strom.server.dynamic_config import DEFAULT_ENTITY
 from strom.server.topic_configs import LIST_CONFIGS, describe_broker, describe_topic
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
-TOPIC, BROKER = 2, 4  # ConfigResource types
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8  # ConfigResource types
+DYNAMIC_BROKER_LOGGER_CONFIG = 6  # config source
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
 
 
@@ -32,6 +36,44 @@ def _broker_entity(broker, name: str) -> bool:
         raise KafkaError(f"Unexpected broker id, expected {broker.broker_id} or empty string, "
                          f"but received {name}", ErrorCode.INVALID_REQUEST)
     return False
+
+
+def _logger_entity(broker, name: str) -> None:
+    if name != str(broker.broker_id):
+        raise KafkaError(f"Unexpected broker id, expected {broker.broker_id}, but received {name}",
+                         ErrorCode.INVALID_REQUEST)
+
+
+def _describe_loggers(keys) -> list[dict]:
+    levels = log_levels.current_levels()
+    names = levels if keys is None else [k for k in keys if k in levels]
+    return [{"name": name, "value": levels[name], "read_only": False,
+             "config_source": DYNAMIC_BROKER_LOGGER_CONFIG, "is_sensitive": False, "synonyms": [],
+             "config_type": 2, "documentation": None} for name in names]  # 2: STRING
+
+
+def _alter_loggers(broker, name: str, configs, validate_only: bool) -> None:
+    """SET gives a logger a level, DELETE makes it inherit its parent's again."""
+    _logger_entity(broker, name)
+    changes = []
+    for c in configs:
+        if c.config_operation not in (SET, DELETE):
+            raise KafkaError(f"{('APPEND', 'SUBTRACT')[c.config_operation == SUBTRACT]} operation is "
+                             "not allowed for the BROKER_LOGGER resource", ErrorCode.INVALID_REQUEST)
+        level = c.value if c.config_operation == SET else None
+        try:
+            if level is not None:
+                log_levels.level_of(level)
+        except log_levels.LevelError as e:
+            raise KafkaError(str(e), ErrorCode.INVALID_CONFIG) from None
+        changes.append((c.name, level))
+    if validate_only:
+        return
+    for logger, level in changes:
+        try:
+            log_levels.set_level(logger, level)
+        except log_levels.LevelError as e:
+            raise KafkaError(str(e), ErrorCode.INVALID_CONFIG) from None
 
 
 def _topic_configs(broker, name: str) -> dict[str, str]:
@@ -62,6 +104,9 @@ async def handle_describe_configs(broker, ctx: RequestContext, request) -> dict:
                 result["configs"] = describe_broker(
                     broker.config.values, layers, keys, per_broker=not is_default,
                     include_synonyms=include_synonyms, include_docs=include_docs)
+            elif resource.resource_type == BROKER_LOGGER:
+                _logger_entity(broker, resource.resource_name)
+                result["configs"] = _describe_loggers(keys)
             else:
                 raise KafkaError(f"unsupported resource type {resource.resource_type}",
                                  ErrorCode.INVALID_REQUEST)
@@ -150,6 +195,9 @@ def _list_value(broker, resource_type: int, name: str, current: dict[str, str]) 
 @api(INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def handle_incremental_alter_configs(broker, ctx: RequestContext, request) -> dict:
     async def alter_one(resource) -> None:
+        if resource.resource_type == BROKER_LOGGER:
+            _alter_loggers(broker, resource.resource_name, resource.configs, request.validate_only)
+            return
         known = TOPIC_CONFIG_KEYS if resource.resource_type == TOPIC else DEFINITIONS
 
         def new_configs(current: dict[str, str]) -> dict[str, str]:

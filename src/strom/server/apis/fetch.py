@@ -13,9 +13,11 @@ import time
 from strom.protocol.errors import ErrorCode
 from strom.protocol.fetch import PartitionData, encode_fetch_response
 from strom.server.apis import RawResponse, RequestContext, api
+from strom.server.metrics import BYTES_OUT, FAILED_FETCH_REQUESTS, FETCH_REQUESTS, BrokerTopicStats
 
 FETCH = 1
 READ_COMMITTED = 1  # isolation_level: read up to the last stable offset, skip aborted data
+_UNKNOWN = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)
 
 
 def _read_all(broker, request, wanted) -> tuple[list[tuple[str, list[PartitionData]]], int, bool]:
@@ -61,5 +63,23 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
         if total >= request.min_bytes or errors or remaining <= 0 or not keys or broker.stopping:
             break
         await broker.replica_manager.fetch_purgatory.wait_any(keys, remaining)
+    _count(broker.replica_manager.topic_stats, topics, getattr(request, "replica_id", -1) >= 0)
     parts, _ = encode_fetch_response(ctx.header.api_version, topics)
     return RawResponse(parts)
+
+
+def _count(stats: BrokerTopicStats, topics: list[tuple[str, list[PartitionData]]], follower: bool) -> None:
+    """BytesOutPerSec and the fetch request rates per topic; followers' bytes count as
+    replication traffic instead. Topics the broker does not have get no series, so a client
+    cannot grow the metrics by naming made-up topics."""
+    for topic, partitions in topics:
+        sent = sum(p.records.size for p in partitions if p.records is not None)
+        if follower:
+            stats.replication_bytes_out += sent
+            continue
+        known = [p for p in partitions if p.error_code not in _UNKNOWN]
+        if known:
+            counts = stats.topics[topic]
+            counts[BYTES_OUT] += sent
+            counts[FETCH_REQUESTS] += len(known)
+            counts[FAILED_FETCH_REQUESTS] += sum(p.error_code != ErrorCode.NONE for p in known)

@@ -1,0 +1,256 @@
+"""The Prometheus endpoint: Kafka's well-known broker metrics, built when scraped.
+
+A scrape arrives on prometheus-client's HTTP thread (`metrics.port`); the metrics are built on
+the broker's event loop, so they see the broker's state as the loop does, from the counters
+metrics.py records and from the broker's own state. Imported only when the endpoint is on,
+so a broker without it does not load prometheus-client. docs/metrics.md maps each metric to
+Kafka's MBean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import start_http_server
+from prometheus_client.registry import Collector
+
+from strom.server.metrics import (
+    PHASES,
+    TOPIC_COUNTERS,
+    BrokerTopicStats,
+    Histogram,
+    RequestMetrics,
+    api_name,
+)
+
+log = logging.getLogger(__name__)
+
+_SCRAPE_TIMEOUT_S = 10.0
+
+
+def histogram_family(name: str, doc: str, labels: list[str],
+                     series: Iterable[tuple[list[str], Histogram]]) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, doc, labels=labels)
+    for values, hist in series:
+        family.add_metric(values, hist.buckets(), hist.total)
+    return family
+
+
+def request_families(metrics: RequestMetrics) -> Iterator[Any]:
+    names = {key: api_name(key) for key in metrics.apis}
+    requests = CounterMetricFamily("strom_requests", "Requests answered, per API and version",
+                                   labels=["request", "version"])
+    for key, stats in metrics.apis.items():
+        for version, count in sorted(stats.versions.items()):
+            requests.add_metric([names[key], str(version)], count)
+    yield requests
+    for i, (name, doc) in enumerate(PHASES):
+        yield histogram_family(name, doc, ["request"],
+                               (([names[key]], stats.phases[i]) for key, stats in metrics.apis.items()))
+
+
+def topic_families(stats: BrokerTopicStats) -> Iterator[Any]:
+    for i, (name, doc) in enumerate(TOPIC_COUNTERS):
+        per_topic = CounterMetricFamily(f"strom_topic_{name}", f"{doc}, per topic", labels=["topic"])
+        for topic, counts in stats.topics.items():
+            per_topic.add_metric([topic], counts[i])
+        yield per_topic
+        yield CounterMetricFamily(f"strom_{name}", f"{doc}, all topics",
+                                  value=stats.total(i))
+    yield CounterMetricFamily("strom_replication_bytes_in", "Bytes this broker copied from leaders as a follower",
+                              value=stats.replication_bytes_in)
+    yield CounterMetricFamily("strom_replication_bytes_out", "Bytes followers fetched from this broker",
+                              value=stats.replication_bytes_out)
+
+
+# --- what a scrape reads from the broker --------------------------------------------------
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def broker_families(broker: Any) -> Iterator[Any]:
+    """The metrics that are the broker's state, read on the loop at scrape time."""
+    rm, socket_server = broker.replica_manager, broker.socket_server
+    partitions = list(rm.partitions.values())
+    leaders = [p for p in partitions if p.is_leader]
+    yield _gauge("strom_partitions", "Partitions this broker holds a replica of (PartitionCount)", len(partitions))
+    yield _gauge("strom_leader_partitions", "Partitions this broker leads (LeaderCount)", len(leaders))
+    yield _gauge("strom_under_replicated_partitions", "Led partitions with fewer in-sync replicas than replicas",
+                 sum(len(p.isr) < len(p.replicas) for p in leaders))
+    yield _gauge("strom_under_min_isr_partitions", "Led partitions with fewer in-sync replicas than min.insync.replicas",
+                 sum(len(p.isr) < p.log.config.min_insync_replicas for p in leaders))
+    yield _gauge("strom_at_min_isr_partitions", "Led partitions with exactly min.insync.replicas in sync",
+                 sum(len(p.isr) == p.log.config.min_insync_replicas for p in leaders))
+    yield _gauge("strom_offline_log_dirs", "Log dirs taken offline by an I/O error",
+                 len(broker.log_manager.offline_dirs))
+    yield CounterMetricFamily("strom_isr_shrinks", "ISR shrinks the controller accepted", value=rm.isr_shrinks)
+    yield CounterMetricFamily("strom_isr_expands", "ISR expansions the controller accepted", value=rm.isr_expands)
+    purgatory = GaugeMetricFamily("strom_purgatory_size", "Requests waiting in a purgatory",
+                                  labels=["operation"])
+    purgatory.add_metric(["Produce"], len(rm.produce_purgatory))
+    purgatory.add_metric(["Fetch"], len(rm.fetch_purgatory))
+    yield purgatory
+    yield from _controller_families(broker.controller)
+    yield from _log_families(broker)
+    yield from _group_families(broker)
+    yield from _network_families(socket_server)
+
+
+def _controller_families(controller: Any) -> Iterator[Any]:
+    active = controller is not None and controller.is_active
+    topics = controller.ctx.topics.values() if active else ()
+    states = [s for t in topics for s in t.partitions.values()]
+    live = controller.ctx.live_brokers if active else {}
+    yield _gauge("strom_active_controller", "1 on the broker that is the active controller", int(active))
+    yield _gauge("strom_offline_partitions", "Partitions without a live leader (on the active controller)",
+                 sum(s.leader < 0 or s.leader not in live for s in states))
+    yield _gauge("strom_global_topics", "Topics in the cluster (on the active controller)", len(topics))
+    yield _gauge("strom_global_partitions", "Partitions in the cluster (on the active controller)", len(states))
+
+
+def _log_families(broker: Any) -> Iterator[Any]:
+    labels = ["topic", "partition"]
+    size = GaugeMetricFamily("strom_log_size_bytes", "Bytes in a partition's log", labels=labels)
+    segments = GaugeMetricFamily("strom_log_segments", "Segments in a partition's log", labels=labels)
+    start = GaugeMetricFamily("strom_log_start_offset", "A partition's log start offset", labels=labels)
+    end = GaugeMetricFamily("strom_log_end_offset", "A partition's log end offset", labels=labels)
+    for (topic, index), lg in broker.log_manager.logs():
+        key = [topic, str(index)]
+        size.add_metric(key, lg.size_in_bytes)
+        segments.add_metric(key, len(lg.segments))
+        start.add_metric(key, lg.log_start_offset)
+        end.add_metric(key, lg.log_end_offset)
+    yield from (size, segments, start, end)
+    yield histogram_family("strom_log_flush_seconds", "fsyncs of logs (LogFlushRateAndTimeMs)", [],
+                           [([], broker.log_services.flush_time)])
+    cleaner = broker.log_services.cleaner
+    last = cleaner.last_result
+    yield CounterMetricFamily("strom_log_cleaner_passes", "Compaction passes completed", value=cleaner.passes)
+    yield CounterMetricFamily("strom_log_cleaner_read_bytes", "Bytes compaction read", value=cleaner.bytes_read)
+    yield CounterMetricFamily("strom_log_cleaner_written_bytes", "Bytes compaction wrote", value=cleaner.bytes_written)
+    yield _gauge("strom_log_cleaner_max_dirty_ratio",
+                 "Highest dirty ratio of a compacted log at the cleaner's last look (max-dirty-percent / 100)",
+                 cleaner.max_dirty_ratio)
+    yield _gauge("strom_log_cleaner_last_pass_seconds", "Duration of the last compaction pass",
+                 last.elapsed_s if last is not None else 0)
+    yield _gauge("strom_log_cleaner_seconds_since_last_run", "Seconds since a compaction pass last ended",
+                 time.monotonic() - cleaner.last_run if cleaner.last_run else 0)
+    yield _gauge("strom_log_cleaner_uncleanable_partitions", "Logs the cleaner gave up on after an error",
+                 len(cleaner.uncleanable))
+
+
+def _group_families(broker: Any) -> Iterator[Any]:
+    coordinator = broker.group_coordinator
+    if coordinator is None:
+        return
+    states = GaugeMetricFamily("strom_groups", "Groups this broker coordinates, per state",
+                               labels=["state"])
+    by_state = Counter(g.state_name for g in coordinator.groups.values())
+    for state, count in sorted(by_state.items()):
+        states.add_metric([state], count)
+    yield states
+    lag = GaugeMetricFamily("strom_consumer_group_lag",
+                            "High watermark minus committed offset, for the partitions of coordinated "
+                            "groups this broker holds a replica of", labels=["group", "topic", "partition"])
+    offsets = 0
+    partitions = broker.replica_manager.partitions
+    for group_id, group in coordinator.groups.items():
+        offsets += len(group.offsets)
+        for tp, committed in group.offsets.items():
+            partition = partitions.get(tp)
+            if partition is not None:
+                lag.add_metric([group_id, tp[0], str(tp[1])],
+                               max(0, partition.high_watermark - committed.offset))
+    yield _gauge("strom_group_offsets", "Committed offsets held by this broker's coordinator (NumOffsets)", offsets)
+    yield lag
+
+
+def _network_families(socket_server: Any) -> Iterator[Any]:
+    open_ = GaugeMetricFamily("strom_connections", "Open client connections", labels=["listener"])
+    for listener, count in sorted(Counter(c.listener for c in socket_server.connections).items()):
+        open_.add_metric([listener], count)
+    yield open_
+    for name, counts, doc in (("created", socket_server.connections_created, "Connections accepted"),
+                              ("closed", socket_server.connections_closed, "Connections closed")):
+        family = CounterMetricFamily(f"strom_connections_{name}", doc, labels=["listener"])
+        for listener, count in sorted(counts.items()):
+            family.add_metric([listener], count)
+        yield family
+    yield _gauge("strom_request_queue_size", "Requests received and not yet started",
+                 sum(len(c.queue) for c in socket_server.connections))
+    yield _gauge("strom_requests_in_flight", "Requests being answered", socket_server.in_flight)
+    pool = socket_server.request_memory
+    yield _gauge("strom_request_memory_available_bytes",
+                 "What queued.max.request.bytes has left for large requests (-1: unbounded)",
+                 pool.capacity - pool.used if pool.capacity > 0 else -1)
+    if socket_server.loop_idle is not None:
+        yield _gauge("strom_network_processor_avg_idle_ratio",
+                     "Share of time the event loop was idle (NetworkProcessorAvgIdlePercent / 100)",
+                     socket_server.loop_idle.idle_ratio)
+
+
+# --- the endpoint -------------------------------------------------------------------------
+
+class _LoopCollector(Collector):
+    """Builds a scrape's metrics on the broker's event loop, for the HTTP thread."""
+
+    def __init__(self, broker: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.broker = broker
+        self.loop = loop
+
+    def collect(self) -> Iterable[Any]:
+        try:
+            on_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            return self._snapshot()
+        future = asyncio.run_coroutine_threadsafe(self._on_loop(), self.loop)
+        return future.result(_SCRAPE_TIMEOUT_S)
+
+    async def _on_loop(self) -> list[Any]:
+        return self._snapshot()
+
+    def _snapshot(self) -> list[Any]:
+        broker = self.broker
+        sections = [broker_families(broker), topic_families(broker.replica_manager.topic_stats)]
+        if broker.socket_server.request_metrics is not None:
+            sections.append(request_families(broker.socket_server.request_metrics))
+        families: list[Any] = []
+        for section in sections:
+            try:
+                families.extend(section)
+            except Exception as e:  # a scrape shows what it could build, the log says what not
+                log.warning("metrics: %s failed: %s: %s", section.__name__, type(e).__name__, e)
+        return families
+
+
+class MetricsServer:
+    """The Prometheus endpoint (`metrics.port`, on `metrics.host`): GET /metrics."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._httpd = None
+        self.address: tuple[str, int] | None = None
+
+    def start(self, host: str, port: int) -> None:
+        self.registry.register(_LoopCollector(self.broker, asyncio.get_running_loop()))
+        self.registry.register(ProcessCollector(registry=None))
+        self._httpd, _ = start_http_server(port, addr=host, registry=self.registry)
+        self.address = self._httpd.server_address[:2]
+        log.info("serving metrics on http://%s:%d/metrics", *self.address)
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
