@@ -386,6 +386,25 @@ def memory_mb(pid: int, field: str = "VmRSS") -> float:
     raise AssertionError(f"no {field} for process {pid}")
 
 
+def scrape(url: str) -> dict[tuple[str, frozenset], float]:
+    """Every sample of a Prometheus scrape of `url`, keyed by (sample name, labels)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def metric_value(samples: dict[tuple[str, frozenset], float], name: str, **labels: str) -> float:
+    """One series of a scrape; a missing series fails the test (so 0 means a real 0)."""
+    key = (name, frozenset(labels.items()))
+    assert key in samples, f"no series {name}{labels}"
+    return samples[key]
+
+
 def produce_acked(bootstrap: str, topic: str, values: Iterable[bytes], *, partition: int = 0,
                   batch_each: bool = False, **conf: Any) -> list[int]:
     """Produce `values` to one partition with an idempotent producer and return the offsets

@@ -6,30 +6,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from prometheus_client.parser import text_string_to_metric_families
 
-from strom.testing import BrokerProcess, create_topic, unique_name, wait_for
-
-
-def scrape(url: str) -> dict[tuple[str, frozenset], float]:
-    """Every sample of a scrape, keyed by (sample name, labels)."""
-    with urllib.request.urlopen(url, timeout=10) as response:
-        assert response.status == 200
-        text = response.read().decode()
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def value(samples: dict, name: str, **labels: str) -> float:
-    """One series' value; a missing series fails the test (so 0 means a real 0)."""
-    key = (name, frozenset(labels.items()))
-    assert key in samples, f"no series {name}{labels}"
-    return samples[key]
+from strom.testing import BrokerProcess, create_topic, metric_value, scrape, unique_name, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -54,19 +36,19 @@ def test_produce_and_consume_move_the_topic_counters(broker):
         producer.produce(topic, key=str(i).encode(), value=b"v" * 100, partition=i % 2)
     assert producer.flush(30) == 0
     after_produce = scrape(url)
-    assert value(after_produce, "strom_topic_messages_in_total", topic=topic) == 500
-    topic_bytes = value(after_produce, "strom_topic_bytes_in_total", topic=topic)
+    assert metric_value(after_produce, "strom_topic_messages_in_total", topic=topic) == 500
+    topic_bytes = metric_value(after_produce, "strom_topic_bytes_in_total", topic=topic)
     assert topic_bytes > 500 * 100  # record framing and batch headers on top of the values
-    assert value(after_produce, "strom_bytes_in_total") - value(before, "strom_bytes_in_total") >= topic_bytes
-    assert value(after_produce, "strom_messages_in_total") - value(before, "strom_messages_in_total") >= 500
-    ends = [value(after_produce, "strom_log_end_offset", topic=topic, partition=str(p)) for p in (0, 1)]
+    assert metric_value(after_produce, "strom_bytes_in_total") - metric_value(before, "strom_bytes_in_total") >= topic_bytes
+    assert metric_value(after_produce, "strom_messages_in_total") - metric_value(before, "strom_messages_in_total") >= 500
+    ends = [metric_value(after_produce, "strom_log_end_offset", topic=topic, partition=str(p)) for p in (0, 1)]
     assert ends == [250, 250]
-    assert value(after_produce, "strom_log_size_bytes", topic=topic, partition="0") > 0
-    assert value(after_produce, "strom_log_segments", topic=topic, partition="0") == 1
+    assert metric_value(after_produce, "strom_log_size_bytes", topic=topic, partition="0") > 0
+    assert metric_value(after_produce, "strom_log_segments", topic=topic, partition="0") == 1
     produces = sum(v for (n, labels), v in after_produce.items()
                    if n == "strom_requests_total" and ("request", "Produce") in labels)
     assert produces >= 1
-    assert value(after_produce, "strom_request_time_seconds_count", request="Produce") == produces
+    assert metric_value(after_produce, "strom_request_time_seconds_count", request="Produce") == produces
     buckets = sorted((float(dict(labels)["le"]), v) for (n, labels), v in after_produce.items()
                      if n == "strom_request_time_seconds_bucket" and ("request", "Produce") in labels)
     counts = [v for _, v in buckets]
@@ -82,26 +64,26 @@ def test_produce_and_consume_move_the_topic_counters(broker):
     assert got == 500
     consumer.commit(asynchronous=False)
     after_consume = scrape(url)
-    assert value(after_consume, "strom_topic_bytes_out_total", topic=topic) >= topic_bytes
-    assert value(after_consume, "strom_topic_fetch_requests_total", topic=topic) >= 2
-    assert value(after_consume, "strom_connections", listener="PLAINTEXT") >= 1
-    assert value(after_consume, "strom_groups", state="Stable") >= 1
+    assert metric_value(after_consume, "strom_topic_bytes_out_total", topic=topic) >= topic_bytes
+    assert metric_value(after_consume, "strom_topic_fetch_requests_total", topic=topic) >= 2
+    assert metric_value(after_consume, "strom_connections", listener="PLAINTEXT") >= 1
+    assert metric_value(after_consume, "strom_groups", state="Stable") >= 1
     for p in (0, 1):
-        assert value(after_consume, "strom_consumer_group_lag", group=group, topic=topic, partition=str(p)) == 0
+        assert metric_value(after_consume, "strom_consumer_group_lag", group=group, topic=topic, partition=str(p)) == 0
 
     # Produce 30 more to partition 0 without consuming them: the group lags by exactly that.
     for _ in range(30):
         producer.produce(topic, value=b"late", partition=0)
     assert producer.flush(30) == 0
     lagging = scrape(url)
-    assert value(lagging, "strom_consumer_group_lag", group=group, topic=topic, partition="0") == 30
-    assert value(lagging, "strom_consumer_group_lag", group=group, topic=topic, partition="1") == 0
+    assert metric_value(lagging, "strom_consumer_group_lag", group=group, topic=topic, partition="0") == 30
+    assert metric_value(lagging, "strom_consumer_group_lag", group=group, topic=topic, partition="1") == 0
     consumer.close()
-    assert 0.0 <= value(lagging, "strom_network_processor_avg_idle_ratio") <= 1.0
-    assert value(lagging, "process_resident_memory_bytes") > 0
-    assert value(lagging, "strom_active_controller") == 1
-    assert value(lagging, "strom_leader_partitions") >= 2
-    assert value(lagging, "strom_under_replicated_partitions") == 0
+    assert 0.0 <= metric_value(lagging, "strom_network_processor_avg_idle_ratio") <= 1.0
+    assert metric_value(lagging, "process_resident_memory_bytes") > 0
+    assert metric_value(lagging, "strom_active_controller") == 1
+    assert metric_value(lagging, "strom_leader_partitions") >= 2
+    assert metric_value(lagging, "strom_under_replicated_partitions") == 0
 
 
 def test_long_poll_shows_in_the_fetch_purgatory_and_remote_time(broker):
@@ -112,10 +94,10 @@ def test_long_poll_shows_in_the_fetch_purgatory_and_remote_time(broker):
     consumer.assign([TopicPartition(topic, 0, 0)])
     try:
         # The consumer's fetch waits in the purgatory for data that does not come.
-        wait_for(lambda: (consumer.poll(0.05), value(scrape(url), "strom_purgatory_size", operation="Fetch"))[1] >= 1,
+        wait_for(lambda: (consumer.poll(0.05), metric_value(scrape(url), "strom_purgatory_size", operation="Fetch"))[1] >= 1,
                  timeout=20, what="a long-polling fetch in the purgatory")
         wait_for(lambda: (consumer.poll(0.05),
-                          value(scrape(url), "strom_request_remote_time_seconds_sum", request="Fetch"))[1] >= 1.0,
+                          metric_value(scrape(url), "strom_request_remote_time_seconds_sum", request="Fetch"))[1] >= 1.0,
                  timeout=20, what="a second of fetch remote time")
     finally:
         consumer.close()
@@ -130,9 +112,9 @@ def test_refused_records_count_as_rejected_and_failed(broker):
     producer.flush(30)
     assert errors and errors[0] is not None  # a compacted topic refuses keyless records
     samples = scrape(url)
-    assert value(samples, "strom_topic_failed_produce_requests_total", topic=topic) == 1
-    assert value(samples, "strom_topic_bytes_rejected_total", topic=topic) > 0
-    assert value(samples, "strom_topic_messages_in_total", topic=topic) == 0
+    assert metric_value(samples, "strom_topic_failed_produce_requests_total", topic=topic) == 1
+    assert metric_value(samples, "strom_topic_bytes_rejected_total", topic=topic) > 0
+    assert metric_value(samples, "strom_topic_messages_in_total", topic=topic) == 0
 
 
 def test_flushes_and_cleaning_are_timed(broker):
@@ -147,12 +129,12 @@ def test_flushes_and_cleaning_are_timed(broker):
         producer.poll(0)
     assert producer.flush(30) == 0
     after = scrape(url)
-    assert value(after, "strom_log_flush_seconds_count") > value(before, "strom_log_flush_seconds_count")
-    assert value(after, "strom_log_segments", topic=topic, partition="0") > 1
-    wait_for(lambda: value(scrape(url), "strom_log_cleaner_passes_total") > value(before, "strom_log_cleaner_passes_total"),
+    assert metric_value(after, "strom_log_flush_seconds_count") > metric_value(before, "strom_log_flush_seconds_count")
+    assert metric_value(after, "strom_log_segments", topic=topic, partition="0") > 1
+    wait_for(lambda: metric_value(scrape(url), "strom_log_cleaner_passes_total") > metric_value(before, "strom_log_cleaner_passes_total"),
              timeout=30, what="a compaction pass")
     samples = scrape(url)
-    assert value(samples, "strom_log_cleaner_read_bytes_total") > value(samples, "strom_log_cleaner_written_bytes_total") > 0
+    assert metric_value(samples, "strom_log_cleaner_read_bytes_total") > metric_value(samples, "strom_log_cleaner_written_bytes_total") > 0
 
 
 def test_topic_deletion_keeps_the_totals_and_drops_the_series(broker):
@@ -162,12 +144,12 @@ def test_topic_deletion_keeps_the_totals_and_drops_the_series(broker):
     producer.produce(topic, value=b"once")
     assert producer.flush(30) == 0
     before = scrape(url)
-    assert value(before, "strom_topic_messages_in_total", topic=topic) == 1
+    assert metric_value(before, "strom_topic_messages_in_total", topic=topic) == 1
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.delete_topics([topic])[topic].result(30)
     wait_for(lambda: ("strom_topic_messages_in_total", frozenset({("topic", topic)})) not in scrape(url),
              timeout=30, what="the deleted topic's series to go")
-    assert value(scrape(url), "strom_messages_in_total") >= value(before, "strom_messages_in_total")
+    assert metric_value(scrape(url), "strom_messages_in_total") >= metric_value(before, "strom_messages_in_total")
 
 
 def strom(*args: str) -> subprocess.CompletedProcess:

@@ -1,0 +1,62 @@
+"""Replication metrics of a real three-broker cluster, scraped while a follower stalls and a
+broker dies: under-replicated partitions, ISR shrinks and expansions, replication traffic, the
+one active controller and its offline-partition count."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from strom.testing import Cluster, create_topic, metric_value, produce_acked, scrape, unique_name, wait_for
+
+from .conftest import CLUSTER_OVERRIDES
+
+
+@pytest.fixture
+def cluster(zookeeper):
+    overrides = {**CLUSTER_OVERRIDES, "metrics.port": "0", "replica.lag.time.max.ms": "1000"}
+    with Cluster(3, zookeeper=zookeeper, overrides=overrides) as c:
+        yield c
+
+
+def test_replication_metrics_follow_a_stalled_follower_and_a_dead_broker(cluster):
+    controller = cluster.controller_id()
+    leader = cluster.brokers[controller]  # the controller leads, so stopping others keeps it
+    stalled_id, doomed_id = sorted(set(cluster.brokers) - {controller})
+    stalled, doomed = cluster.brokers[stalled_id], cluster.brokers[doomed_id]
+    topic = unique_name("replicated")
+    create_topic(cluster.bootstrap, topic, replication_factor=3,
+                 assignment=[[controller, stalled_id, doomed_id]])
+    produce_acked(cluster.bootstrap, topic, [b"x" * 100] * 50, acks="all")
+
+    def leader_metric(name: str, **labels: str) -> float:
+        return metric_value(scrape(leader.metrics_url), name, **labels)
+
+    active = [metric_value(scrape(b.metrics_url), "strom_active_controller") for b in cluster.brokers.values()]
+    assert sorted(active) == [0, 0, 1]
+    assert leader_metric("strom_replication_bytes_out_total") >= 50 * 100
+    wait_for(lambda: metric_value(scrape(stalled.metrics_url), "strom_replication_bytes_in_total") >= 50 * 100,
+             timeout=10, what="the follower's replication bytes")
+    assert leader_metric("strom_under_replicated_partitions") == 0
+    shrinks, expands = leader_metric("strom_isr_shrinks_total"), leader_metric("strom_isr_expands_total")
+
+    stalled.proc.send_signal(signal.SIGSTOP)  # behind for replica.lag.time.max.ms: out of the ISR
+    try:
+        wait_for(lambda: leader_metric("strom_under_replicated_partitions") >= 1, timeout=15,
+                 what="an under-replicated partition")
+        assert leader_metric("strom_isr_shrinks_total") > shrinks
+    finally:
+        stalled.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: leader_metric("strom_under_replicated_partitions") == 0, timeout=30,
+             what="the follower back in the ISR")
+    assert leader_metric("strom_isr_expands_total") > expands
+
+    # A partition whose only replica dies has no leader: the controller counts it offline.
+    lonely = unique_name("lonely")
+    create_topic(cluster.bootstrap, lonely, assignment=[[doomed_id]])
+    assert leader_metric("strom_offline_partitions") == 0
+    doomed.kill()
+    wait_for(lambda: leader_metric("strom_offline_partitions") >= 1, timeout=30,
+             what="an offline partition on the controller")
+    assert leader_metric("strom_global_partitions") >= 2
