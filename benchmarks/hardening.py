@@ -44,6 +44,8 @@ import tarfile
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -310,65 +312,106 @@ def strom_source(env: dict[str, str]) -> str:
     return out.stdout.strip()
 
 
-def produce_cpu(before: str, after: str | None, passes: int, seconds: float, size: int,
-                loop: str, compression: str) -> dict:
+@dataclass
+class Variant:
+    """One way of running the broker in a CPU comparison: its environment, its overrides, and
+    what runs beside the load (`beside(target)` returns the function that stops it)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    overrides: dict[str, str] = field(default_factory=dict)
+    beside: Callable[[run.StromTarget], Callable[[], None]] | None = None
+
+
+def compare_produce_cpu(variants: dict[str, Variant], passes: int, seconds: float, size: int,
+                        loop: str, compression: str, scenario: str) -> dict[str, dict]:
+    """Broker CPU per GB produced (kcat, one partition, acks=1) for each variant, the variants
+    alternating pass by pass so drifts of the machine hit them all alike."""
     if not run.KCAT:
-        raise RuntimeError("produce-cpu needs kcat (apt-get install -y kcat)")
-    workdir = Path(tempfile.mkdtemp(prefix="strom-hardening-"))
+        raise RuntimeError(f"{scenario} needs kcat (apt-get install -y kcat)")
+    workdir = Path(tempfile.mkdtemp(prefix=f"strom-{scenario}-"))
     codec = run.PRODUCER_THROUGHPUT["compression.type"]
     run.PRODUCER_THROUGHPUT["compression.type"] = compression
+    found: dict[str, list[dict]] = {label: [] for label in variants}
     try:
-        before_commit = checkout_src(before, workdir / "before")
-        if after is None:
-            after_commit = "working tree at " + subprocess.run(
-                ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                check=True).stdout.strip()
-            after_env = {}
-        else:
-            after_commit = checkout_src(after, workdir / "after")
-            after_env = {"PYTHONPATH": str(workdir / "after" / "src")}
-        variants = {"after": after_env, "before": {"PYTHONPATH": str(workdir / "before" / "src")}}
-        sources = {label: strom_source(env) for label, env in variants.items()}
         gen = run.Generator("kcat", 1, workdir)
         mode = run.Mode(produce_seconds=seconds, repeats=1, consume_repeats=0, latency_seconds=0,
                         latency_rate=0, startup_runs=0)
-        found: dict[str, list[dict]] = {label: [] for label in variants}
         for i in range(passes):
             order = list(variants) if i % 2 == 0 else list(reversed(variants))
             for label in order:
-                run.StromTarget.env = variants[label]
-                target = run.StromTarget(loop, f"produce-cpu-{label}")
+                variant = variants[label]
+                run.StromTarget.env, run.StromTarget.overrides = variant.env, variant.overrides
+                target = run.StromTarget(loop, f"{scenario}-{label}")
+                stop = variant.beside(target) if variant.beside is not None else None
                 try:
                     topic = f"bench-cpu-{i}"
                     run.create_topic(target.bootstrap, topic, 1)
                     res = run.produce_run(target, gen, topic, size, 1, "1", mode)
                 finally:
+                    if stop is not None:
+                        stop()
                     target.close()
                 found[label].append(res)
-                run.log(f"produce-cpu pass {i + 1}/{passes} {label}: {res['records_per_s']} rec/s, "
+                run.log(f"{scenario} pass {i + 1}/{passes} {label}: {res['records_per_s']} rec/s, "
                         f"{res['broker_cpu_s_per_gb']} CPU s/GB (foreign load {res['foreign_cpu_util']})")
     finally:
         run.PRODUCER_THROUGHPUT["compression.type"] = codec
-        run.StromTarget.env = {}
+        run.StromTarget.env, run.StromTarget.overrides = {}, {}
         run.PROCS.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
+    return {label: _cpu_summary(results) for label, results in found.items()}
 
-    def summary(results: list[dict]) -> dict:
-        per_gb = [r["broker_cpu_s_per_gb"] for r in results if r["broker_cpu_s_per_gb"]]
-        rates = [r["records_per_s"] for r in results if r["records_per_s"]]
-        return {"cpu_s_per_gb_median": statistics.median(per_gb) if per_gb else None,
-                "cpu_s_per_gb_passes": per_gb,
-                "records_per_s_median": statistics.median(rates) if rates else None,
-                "foreign_cpu_util_max": max(r["foreign_cpu_util"] for r in results)}
 
-    now, then = summary(found["after"]), summary(found["before"])
-    ratio = (round(now["cpu_s_per_gb_median"] / then["cpu_s_per_gb_median"], 3)
-             if now["cpu_s_per_gb_median"] and then["cpu_s_per_gb_median"] else None)
+def _cpu_summary(results: list[dict]) -> dict:
+    per_gb = [r["broker_cpu_s_per_gb"] for r in results if r["broker_cpu_s_per_gb"]]
+    rates = [r["records_per_s"] for r in results if r["records_per_s"]]
+    return {"cpu_s_per_gb_median": statistics.median(per_gb) if per_gb else None,
+            "cpu_s_per_gb_passes": per_gb,
+            "records_per_s_median": statistics.median(rates) if rates else None,
+            "foreign_cpu_util_max": max(r["foreign_cpu_util"] for r in results)}
+
+
+def cpu_ratio(now: dict, then: dict) -> float | None:
+    a, b = now["cpu_s_per_gb_median"], then["cpu_s_per_gb_median"]
+    return round(a / b, 3) if a and b else None
+
+
+def commit_variant(ref: str, workdir: Path) -> tuple[Variant, str]:
+    """A broker running commit `ref`'s `src/` (first on its PYTHONPATH), and the full commit id.
+    Compiled helpers built here are copied next to their sources when these are the same in
+    `ref`, so the two sides differ only in their Python."""
+    into = workdir / ref.replace("/", "_")
+    commit = checkout_src(ref, into)
+    for built in (REPO / "src").rglob("*.so"):
+        source = built.with_name(built.name.split(".")[0] + ".c")
+        theirs = into / source.relative_to(REPO)
+        if source.exists() and theirs.exists() and theirs.read_bytes() == source.read_bytes():
+            shutil.copy2(built, theirs.with_name(built.name))
+    return Variant(env={"PYTHONPATH": str(into / "src")}), commit
+
+
+def produce_cpu(before: str, after: str | None, passes: int, seconds: float, size: int,
+                loop: str, compression: str) -> dict:
+    workdir = Path(tempfile.mkdtemp(prefix="strom-hardening-src-"))
+    try:
+        before_variant, before_commit = commit_variant(before, workdir)
+        if after is None:
+            after_commit = "working tree at " + subprocess.run(
+                ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                check=True).stdout.strip()
+            after_variant = Variant()
+        else:
+            after_variant, after_commit = commit_variant(after, workdir)
+        variants = {"after": after_variant, "before": before_variant}
+        sources = {label: strom_source(v.env) for label, v in variants.items()}
+        found = compare_produce_cpu(variants, passes, seconds, size, loop, compression, "produce-cpu")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     return {"record_size": size, "compression": compression, "loop": loop, "passes": passes,
             "pass_seconds": seconds,
             "after_commit": after_commit, "before_commit": before_commit,
-            "strom_imported_from": sources, "after": now, "before": then,
-            "cpu_per_gb_ratio_to_before": ratio}
+            "strom_imported_from": sources, "after": found["after"], "before": found["before"],
+            "cpu_per_gb_ratio_to_before": cpu_ratio(found["after"], found["before"])}
 
 
 SCENARIOS = ("idle-connections", "slow-large-frames", "wide-request", "produce-cpu")

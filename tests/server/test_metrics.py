@@ -3,15 +3,28 @@ traffic says they must. Also request logging and logger levels (BROKER_LOGGER)."
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from strom.testing import BrokerProcess, create_topic, metric_value, scrape, unique_name, wait_for
+from strom.testing import (
+    BrokerProcess,
+    create_topic,
+    metric_value,
+    produce_acked,
+    scrape,
+    unique_name,
+    wait_for,
+)
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +201,42 @@ def test_log_level_spec_at_start_up():
                  timeout=10, what="a request log line")
         # --log-level INFO (what BrokerProcess passes) sets the root level over the environment.
         assert any(" INFO strom." in line for line in b.stderr_lines)
+
+
+def _series_names(samples: dict) -> set[str]:
+    """Metric names as PromQL uses them: counters with _total, histograms as their base name."""
+    names = set()
+    for name, _ in samples:
+        for suffix in ("_bucket", "_count", "_sum"):
+            if name.endswith(suffix) and not name.endswith("_total"):
+                names.add(name.removesuffix(suffix))
+        names.add(name)
+    return names
+
+
+def test_the_docs_and_the_dashboard_name_what_is_served(broker):
+    """docs/metrics.md lists every strom_* metric a broker serves and nothing else, and every
+    metric the Grafana dashboard queries exists."""
+    topic, group = unique_name("documented"), unique_name("documented-group")
+    create_topic(broker.bootstrap, topic)
+    produce_acked(broker.bootstrap, topic, [b"one"])
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    wait_for(lambda: (message := consumer.poll(0.2)) is not None and not message.error(), timeout=30,
+             what="the record")
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    served = {n for n in _series_names(scrape(broker.metrics_url)) if n.startswith("strom_")}
+    served -= {n for n in served if n.endswith("_created")}  # prometheus-client's counter timestamps
+    docs = (REPO / "docs" / "metrics.md").read_text()
+    documented = set(re.findall(r"`(strom_[a-z_]+)`", docs))
+    histograms = {n.removesuffix("_bucket") for n in served if n.endswith("_bucket")}
+    parts = {f"{h}{s}" for h in histograms for s in ("_bucket", "_count", "_sum")}
+    assert documented - served == set()
+    assert served - parts - documented == set()
+    dashboard = json.loads((REPO / "docs" / "grafana-dashboard.json").read_text())
+    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"\b(strom_[a-z_]+|process_[a-z_]+)\b", target["expr"])}
+    all_served = _series_names(scrape(broker.metrics_url))
+    assert queried and queried - all_served == set()
