@@ -38,6 +38,7 @@ T = TypeVar("T")
 
 _READY = re.compile(r"ready on (?P<listeners>\S+?)(?:,| \()")
 _METRICS = re.compile(r"metrics on (?P<url>\S+)")
+_LISTENER = re.compile(r"(?P<name>[A-Z_][A-Z0-9_]*)://\S+?:(?P<port>\d+)")
 
 
 def unique_name(base: str) -> str:
@@ -75,6 +76,7 @@ class BrokerProcess:
         self._drainer: threading.Thread | None = None
         self.port = 0
         self.metrics_url: str | None = None  # with metrics.port set: http://host:port/metrics
+        self.ports: dict[str, int] = {}  # every listener's port, by listener name
         self.stderr_lines: list[str] = []
         self.startup_seconds = 0.0
 
@@ -103,6 +105,8 @@ class BrokerProcess:
             match = _READY.search(line)
             if match:
                 self.port = int(match["listeners"].rsplit(":", 1)[1])
+                listeners = line.split(" ready on ", 1)[1].split(" (", 1)[0]
+                self.ports = {m["name"]: int(m["port"]) for m in _LISTENER.finditer(listeners)}
                 metrics = _METRICS.search(line)
                 self.metrics_url = metrics["url"] if metrics else None
                 self.startup_seconds = time.monotonic() - begin

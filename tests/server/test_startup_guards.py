@@ -1,5 +1,5 @@
 """Start-up refuses what would silently go wrong: a second broker on the same log dirs, and a
-listener whose security protocol Strom does not implement."""
+listener whose security protocol Strom does not implement (SASL; SSL between brokers)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from strom.server.config import BrokerConfig, ConfigError
 from strom.testing import BrokerProcess
 
 
-@pytest.mark.parametrize("protocol", ["SSL", "SASL_SSL", "SASL_PLAINTEXT"])
+@pytest.mark.parametrize("protocol", ["SASL_SSL", "SASL_PLAINTEXT"])
 def test_unimplemented_security_protocols_are_refused(protocol):
     with pytest.raises(ConfigError, match="does not implement"):
         BrokerConfig({"listeners": f"{protocol}://127.0.0.1:0"})
@@ -24,6 +24,15 @@ def test_unimplemented_security_protocols_are_refused(protocol):
                       "listener.security.protocol.map": f"CLIENT:{protocol}"})
     BrokerConfig({"listeners": "CLIENT://127.0.0.1:0"})  # unmapped: plaintext, as before
     BrokerConfig({"listeners": "CLIENT://127.0.0.1:0", "listener.security.protocol.map": "CLIENT:PLAINTEXT"})
+
+
+def test_cluster_brokers_talk_plaintext_to_each_other():
+    """SSL listeners serve clients; the inter-broker listener of a cluster stays PLAINTEXT."""
+    BrokerConfig({"listeners": "SSL://127.0.0.1:0"})  # one broker: no inter-broker traffic
+    clustered = {"zookeeper.connect": "127.0.0.1:2181", "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0"}
+    BrokerConfig(clustered)
+    with pytest.raises(ConfigError, match="PLAINTEXT only for now"):
+        BrokerConfig({**clustered, "inter.broker.listener.name": "SSL"})
 
 
 def test_second_broker_on_the_same_log_dir_refuses_to_start(tmp_path):

@@ -14,6 +14,7 @@ import enum
 import logging
 import resource
 import socket
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,7 @@ from strom.server.replica_fetcher import ReplicaFetcherManager
 from strom.server.replica_manager import ReplicaManager
 from strom.server.replication_quota import ReplicationQuota
 from strom.server.socket_server import SocketServer
+from strom.server.tls import server_context
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +148,7 @@ class Broker:
         self.log_services.load_dynamic_config()
         self.producer_id_manager = ProducerIdManager(self.store, self.broker_id)
         await self.socket_server.start(self.config.listeners, self.config["socket.send.buffer.bytes"],
-                                       self.config["socket.receive.buffer.bytes"])
+                                       self.config["socket.receive.buffer.bytes"], self._tls_contexts())
         self.advertised = self._advertised_listeners()
         if self.config["metrics.port"] >= 0:
             from strom.server.metrics_endpoint import MetricsServer  # loads prometheus-client
@@ -335,14 +337,12 @@ class Broker:
 
             loop.call_soon_threadsafe(lambda: loop.create_task(rejoin()))
 
+    def _tls_contexts(self) -> dict[str, ssl.SSLContext]:
+        return {listener.name: server_context(partial(self.config.ssl_setting, listener.name), listener.name)
+                for listener in self.config.listeners if self._protocol_of(listener.name) == "SSL"}
+
     def _protocol_of(self, listener: str) -> str:
-        mapping = self.config["listener.security.protocol.map"]
-        if mapping:
-            for pair in mapping.split(","):
-                name, _, protocol = pair.strip().partition(":")
-                if name.strip().upper() == listener:
-                    return protocol.strip().upper()
-        return listener if listener in znodes.SECURITY_PROTOCOLS else "PLAINTEXT"
+        return self.config.protocol_of(listener)
 
     def broker_endpoint(self, broker_id: int) -> tuple[str, int]:
         """Where another broker listens for inter-broker requests (LookupError if unknown)."""
@@ -356,14 +356,7 @@ class Broker:
 
     @property
     def inter_broker_listener(self) -> str:
-        """Where the controller reaches brokers: control.plane.listener.name, else
-        inter.broker.listener.name, else the listener of security.inter.broker.protocol."""
-        for key in ("control.plane.listener.name", "inter.broker.listener.name"):
-            if self.config[key]:
-                return self.config[key].upper()
-        wanted = self.config["security.inter.broker.protocol"].upper()
-        names = [listener.name for listener in self.config.listeners]
-        return wanted if wanted in names else names[0]
+        return self.config.inter_broker_listener
 
     async def deliver_local(self, api_key: int, version: int, fields: dict):
         """Inter-broker requests between this broker and its own controller: the same

@@ -196,7 +196,26 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     # free port, named in the ready line); metrics.host is the address it binds.
     "metrics.port": (int_in(-1, 65535), "-1"),
     "metrics.host": (_str, "127.0.0.1"),
+    # TLS for SSL listeners (server/tls.py), Kafka's names and defaults; stores must be PEM.
+    "ssl.keystore.type": (_str, "JKS"),
+    "ssl.keystore.location": (_optional(_str), None),
+    "ssl.keystore.password": (_optional(_str), None),
+    "ssl.key.password": (_optional(_str), None),
+    "ssl.keystore.certificate.chain": (_optional(_str), None),
+    "ssl.keystore.key": (_optional(_str), None),
+    "ssl.truststore.type": (_str, "JKS"),
+    "ssl.truststore.location": (_optional(_str), None),
+    "ssl.truststore.password": (_optional(_str), None),
+    "ssl.truststore.certificates": (_optional(_str), None),
+    "ssl.client.auth": (one_of("none", "requested", "required"), "none"),
+    "ssl.enabled.protocols": (_str, "TLSv1.2,TLSv1.3"),
+    "ssl.cipher.suites": (_str, ""),
+    "ssl.protocol": (_str, "TLSv1.3"),
 }
+# Never shown by DescribeConfigs (Kafka's PASSWORD type): null with is_sensitive set.
+SENSITIVE = frozenset({"ssl.keystore.password", "ssl.key.password", "ssl.truststore.password",
+                       "ssl.keystore.key"})
+_LISTENER_SSL = re.compile(r"^listener\.name\.(?P<listener>[^.]+)\.(?P<key>ssl\..+)$")
 
 # Keys Kafka types INT (SHORT for the replication factors): a value above their range is
 # refused as Kafka refuses it, instead of, say, a broker asked to run 2^40 of something.
@@ -267,6 +286,12 @@ class BrokerConfig:
 
     def __init__(self, props: Mapping[str, str] | None = None) -> None:
         props = dict(props or {})
+        # listener.name.<listener>.ssl.*: one listener's TLS settings (see ssl_setting).
+        self.listener_ssl: dict[tuple[str, str], str] = {}
+        for key in list(props):
+            match = _LISTENER_SSL.match(key)
+            if match and match["key"] in DEFINITIONS:
+                self.listener_ssl[(match["listener"].upper(), match["key"])] = props.pop(key)
         unused = sorted(k for k in props if k not in DEFINITIONS and is_kafka_broker_config(k))
         unknown = sorted(set(props) - set(DEFINITIONS) - set(unused))
         if unknown:
@@ -291,20 +316,43 @@ class BrokerConfig:
             raise ConfigError(f"queued.max.request.bytes ({queued}) must be -1 or at least "
                               f"socket.request.max.bytes ({largest})")
 
-    def _check_security_protocols(self) -> None:
-        """Only PLAINTEXT is built: a listener that would look secure (SSL, SASL_*) and serve
-        plaintext is refused, not started."""
-        mapping = {}
+    def protocol_of(self, listener: str) -> str:
+        """A listener's security protocol: listener.security.protocol.map, else its name when
+        that is a protocol, else PLAINTEXT (as Strom has always served such listeners)."""
         for pair in filter(None, (p.strip() for p in (self.values["listener.security.protocol.map"] or "").split(","))):
             name, _, protocol = pair.partition(":")
-            mapping[name.strip().upper()] = protocol.strip().upper()
+            if name.strip().upper() == listener:
+                return protocol.strip().upper()
+        return listener if listener in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL") else "PLAINTEXT"
+
+    def ssl_setting(self, listener: str, key: str) -> Any:
+        """`key` (an ssl.* config) for `listener`: its listener.name override, else the broker's."""
+        override = self.listener_ssl.get((listener, key))
+        return DEFINITIONS[key][0](override) if override is not None else self.values[key]
+
+    def _check_security_protocols(self) -> None:
+        """PLAINTEXT and SSL are built: a listener that would look secure through SASL and
+        serve without it is refused, not started. Brokers of a cluster talk PLAINTEXT."""
         for listener in self.listeners:
-            # A listener named after no protocol and not in the map is plaintext, as Strom has
-            # always served it (Kafka would ask for a map entry).
-            protocol = mapping.get(listener.name, listener.name)
-            if protocol in ("SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            protocol = self.protocol_of(listener.name)
+            if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
                 raise ConfigError(f"listener {listener.name} uses security protocol {protocol}, which "
-                                  "Strom does not implement yet; only PLAINTEXT listeners can be served")
+                                  "Strom does not implement yet; PLAINTEXT and SSL listeners can be served")
+        if self.values["zookeeper.connect"] and self.protocol_of(self.inter_broker_listener) != "PLAINTEXT":
+            raise ConfigError(f"the inter-broker listener {self.inter_broker_listener} is "
+                              f"{self.protocol_of(self.inter_broker_listener)}; brokers of a cluster "
+                              "talk to each other over PLAINTEXT only for now (inter.broker.listener.name)")
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """Where brokers reach each other: control.plane.listener.name, else
+        inter.broker.listener.name, else the listener of security.inter.broker.protocol."""
+        for key in ("control.plane.listener.name", "inter.broker.listener.name"):
+            if self.values[key]:
+                return self.values[key].upper()
+        wanted = self.values["security.inter.broker.protocol"].upper()
+        names = [listener.name for listener in self.listeners]
+        return wanted if wanted in names else names[0]
 
     def _check_advertised(self) -> None:
         advertised = self.values["advertised.listeners"]

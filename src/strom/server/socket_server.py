@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
 import time
 from collections import Counter, deque
 from typing import Any
@@ -28,6 +29,7 @@ from strom.server.metrics import (
     api_name,
     local_time,
 )
+from strom.server.tls import ANONYMOUS, principal
 
 log = logging.getLogger(__name__)
 # Kafka's kafka.request.logger: one line per request at DEBUG (`--log-level strom.request=DEBUG`).
@@ -36,6 +38,7 @@ request_log = logging.getLogger("strom.request")
 _PAUSE_AT = 64  # queued requests on one connection before we stop reading from it
 _SIZE_PREFIX = 4
 _COPY_CHUNK = 64 * 1024  # copied when the socket is full, to learn when it drains
+_TLS_CHUNK = 256 * 1024  # what a TLS connection encrypts per write of a file region
 # A client that sends requests but does not read the answers gets no more answers once this
 # much of them waits unsent: its requests stay queued (and reading stops at _PAUSE_AT).
 _MAX_UNSENT = 4 << 20
@@ -66,9 +69,11 @@ class _Region:
 
 
 class Connection(asyncio.BufferedProtocol):
-    def __init__(self, server: SocketServer, listener: str) -> None:
+    def __init__(self, server: SocketServer, listener: str, tls: bool = False) -> None:
         self.server = server
         self.listener = listener
+        self.tls = tls  # file regions are copied through the TLS layer: no sendfile
+        self.principal = ANONYMOUS
         self.decoder = FrameDecoder(server.max_request_bytes)
         # (frame, its pool reservation, when its last byte arrived)
         self.queue: deque[tuple[bytearray, int, float]] = deque()
@@ -101,9 +106,13 @@ class Connection(asyncio.BufferedProtocol):
             except OSError:
                 pass
         # Report any unsent byte, so `drained` tells exactly when the socket took everything.
-        transport.set_write_buffer_limits(high=0)
+        # (A TLS transport keeps its default limits: with high=0 it never reports the drain.)
+        if not self.tls:
+            transport.set_write_buffer_limits(high=0)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if self.tls:  # called once the handshake is done
+            self.principal = principal(transport.get_extra_info("peercert"))
         self.ip = peer[0] if peer else "?"
         refusal = self.server.admit(self.ip)
         if refusal is not None:
@@ -174,7 +183,8 @@ class Connection(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         self.closing = True
         self.ready.set()
-        return True  # keep the write side open until queued requests are answered
+        # Keep the write side open until queued requests are answered (TLS cannot half-close).
+        return not self.tls
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -258,7 +268,7 @@ class Connection(asyncio.BufferedProtocol):
         if not supports(header.api_key, header.api_version):
             self._reject_unsupported(frame, f"api key {header.api_key} v{header.api_version} is not supported")
             return
-        ctx = RequestContext(header, self.listener, self.peer)
+        ctx = RequestContext(header, self.listener, self.peer, self.principal)
         if header.api_key not in _BEFORE_READY and not self.server.ready.is_set():
             # As Kafka starts processing requests only once started: a client asking a broker
             # that has not heard from the controller yet would be told its topics do not exist.
@@ -326,12 +336,14 @@ class Connection(asyncio.BufferedProtocol):
     async def sendfile_when_idle(self, region: Any) -> None:
         """Zero copy without the loop's help (uvloop has no sendfile): `os.sendfile` on the
         socket while the transport has nothing queued, so bytes stay in order; when the socket
-        is full, queue one small copied chunk with the transport and wait until it drains."""
+        is full, queue one small copied chunk with the transport and wait until it drains.
+        Under TLS the bytes must pass through the TLS layer: copied chunks only, larger ones."""
         pos, end = region.position, region.position + region.size
+        chunk_size = _TLS_CHUNK if self.tls else _COPY_CHUNK
         while pos < end:
             if self.transport.is_closing():
                 return
-            if self.transport.get_write_buffer_size() == 0:
+            if not self.tls and self.transport.get_write_buffer_size() == 0:
                 try:
                     sent = os.sendfile(self.sock_fd, region.fd, pos, end - pos)
                 except BlockingIOError:
@@ -339,12 +351,13 @@ class Connection(asyncio.BufferedProtocol):
                 if sent:
                     pos += sent
                     continue
-            chunk = os.pread(region.fd, min(_COPY_CHUNK, end - pos), pos)
+            chunk = os.pread(region.fd, min(chunk_size, end - pos), pos)
             if not chunk:
                 raise OSError(f"segment region ends early at byte {pos}")
             self.transport.write(chunk)
             pos += len(chunk)
-            await self.drained.wait()
+            if not self.tls or self.transport.get_write_buffer_size() > _TLS_CHUNK:
+                await self.drained.wait()
 
 
 class RequestMemory:
@@ -438,10 +451,10 @@ class SocketServer:
             self.request_metrics.record(header.api_key, header.api_version, t, done)
         if request_log.isEnabledFor(logging.DEBUG):
             request_log.debug(
-                "%s v%d correlation %d from client %r at %s (%s): %d bytes in, %d bytes out; "
+                "%s v%d correlation %d from client %r at %s (%s, %s): %d bytes in, %d bytes out; "
                 "total %.3f ms = queue %.3f + local %.3f + remote %.3f + response queue %.3f + send %.3f",
                 api_name(header.api_key), header.api_version, header.correlation_id, header.client_id,
-                conn.peer, conn.listener, request_size, response_size, (done - t.received) * 1000,
+                conn.peer, conn.listener, conn.principal, request_size, response_size, (done - t.received) * 1000,
                 (t.started - t.received) * 1000, local_time(t) * 1000, t.remote * 1000,
                 (t.sending - t.handled) * 1000, (done - t.sending) * 1000)
 
@@ -465,12 +478,17 @@ class SocketServer:
                              conn.peer, idle_ms)
                     conn.close()
 
-    async def start(self, listeners: list[Any], send_buffer: int, receive_buffer: int) -> None:
+    async def start(self, listeners: list[Any], send_buffer: int, receive_buffer: int,
+                    tls: dict[str, ssl.SSLContext] | None = None) -> None:
+        """Listen on every listener; those named in `tls` speak TLS with that context."""
         loop = asyncio.get_running_loop()
+        tls = tls or {}
         for listener in listeners:
+            context = tls.get(listener.name)
             server = await loop.create_server(
-                lambda name=listener.name: Connection(self, name),
+                lambda name=listener.name, secure=context is not None: Connection(self, name, secure),
                 host=listener.host or None, port=listener.port, reuse_address=True, backlog=1024,
+                ssl=context, ssl_handshake_timeout=10 if context is not None else None,
             )
             for sock in server.sockets:
                 if send_buffer > 0:
@@ -488,7 +506,7 @@ class SocketServer:
         transport = conn.transport
         if transport.is_closing():
             return  # the peer is gone; loop.sendfile would raise "Transport is closing"
-        if self._native_sendfile:
+        if self._native_sendfile and not conn.tls:
             loop = asyncio.get_running_loop()
             try:
                 await loop.sendfile(transport, _Region(region.fd), region.position, region.size,

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from strom.log.config import TOPIC_CONFIG_KEYS, LogConfig
-from strom.server.config import DEFINITIONS
+from strom.server.config import DEFINITIONS, SENSITIVE
 
 # ConfigSource
 UNKNOWN, DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 0, 1, 2, 3
@@ -146,12 +146,15 @@ class ConfigLayers:
 
 def _entry(name: str, value: str | None, source: int, synonyms: list[dict], *, read_only: bool,
            include_synonyms: bool, include_docs: bool, doc: str | None) -> dict:
+    sensitive = name in SENSITIVE
+    if sensitive:  # Kafka's PASSWORD configs: never shown, here or in a synonym
+        value, synonyms = None, [{**s, "value": None} for s in synonyms]
     return {
         "name": name,
         "value": value,
         "read_only": read_only,
         "config_source": source,
-        "is_sensitive": False,
+        "is_sensitive": sensitive,
         "synonyms": synonyms if include_synonyms else [],
         "config_type": config_type(name),
         "documentation": doc if include_docs else None,

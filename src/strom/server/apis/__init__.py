@@ -19,6 +19,7 @@ class RequestContext:
     header: RequestHeader
     listener: str
     client: str
+    principal: str = "User:ANONYMOUS"  # who the connection authenticated as (TLS client certificate)
 
 
 @dataclass(slots=True)

@@ -1,0 +1,220 @@
+"""SSL listeners with real clients: certificates made by the test (a CA, the broker's
+certificate for 127.0.0.1, a client certificate), records through confluent-kafka,
+kafka-python and aiokafka, fetches large enough to go through the copied-region path, client
+authentication and the principal it gives, and what the broker does with clients that do not
+speak TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import struct
+from pathlib import Path
+
+import pytest
+import trustme
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+from strom.testing import BrokerProcess, create_topic, unique_name, wait_for
+
+VALUE = bytes(range(256)) * 200  # 51,200 bytes: fetch regions over 32 KiB are copied chunks
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("alice.example.com", common_name="alice", organization_name="Acme")
+    paths = {name: d / f"{name}.pem" for name in ("ca", "server", "client_key", "client_cert")}
+    ca.cert_pem.write_to_path(str(paths["ca"]))
+    server.private_key_and_cert_chain_pem.write_to_path(str(paths["server"]))
+    client.private_key_pem.write_to_path(str(paths["client_key"]))
+    client.cert_chain_pems[0].write_to_path(str(paths["client_cert"]))
+    paths["server_key_text"] = server.private_key_pem.bytes().decode()
+    paths["server_chain_text"] = "".join(p.bytes().decode() for p in server.cert_chain_pems)
+    paths["ca_text"] = ca.cert_pem.bytes().decode()
+    return paths
+
+
+def ssl_overrides(pki, **extra: str) -> dict[str, str]:
+    return {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki["server"]),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki["ca"]), **extra}
+
+
+@pytest.fixture(scope="module")
+def broker(pki):
+    overrides = ssl_overrides(pki, **{"ssl.client.auth": "requested", "group.initial.rebalance.delay.ms": "0",
+                                      "ssl.key.password": "not-for-your-eyes"})
+    with BrokerProcess(overrides=overrides) as b:
+        yield b
+
+
+def tls_bootstrap(broker: BrokerProcess) -> str:
+    return f"127.0.0.1:{broker.ports['SSL']}"
+
+
+def librdkafka_tls(pki, with_cert: bool = True) -> dict[str, str]:
+    conf = {"security.protocol": "SSL", "ssl.ca.location": str(pki["ca"])}
+    if with_cert:
+        conf |= {"ssl.certificate.location": str(pki["client_cert"]), "ssl.key.location": str(pki["client_key"])}
+    return conf
+
+
+def test_confluent_kafka_over_tls(broker, pki):
+    topic = unique_name("tls-confluent")
+    create_topic(broker.bootstrap, topic)
+    producer = Producer({"bootstrap.servers": tls_bootstrap(broker), **librdkafka_tls(pki)})
+    for i in range(40):
+        producer.produce(topic, key=str(i).encode(), value=VALUE)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": tls_bootstrap(broker), "group.id": unique_name("g"),
+                         "auto.offset.reset": "earliest", **librdkafka_tls(pki)})
+    consumer.subscribe([topic])
+    got = []
+    wait_for(lambda: got.extend(m for m in consumer.consume(40, 0.5) if not m.error()) or len(got) >= 40,
+             timeout=30, what="40 records over TLS")
+    consumer.close()
+    assert [m.key() for m in got] == [str(i).encode() for i in range(40)]
+    assert all(m.value() == VALUE for m in got)
+
+
+def test_kafka_python_over_tls(broker, pki):
+    from kafka import KafkaConsumer, KafkaProducer
+
+    topic = unique_name("tls-kafka-python")
+    create_topic(broker.bootstrap, topic)
+    tls = {"security_protocol": "SSL", "ssl_cafile": str(pki["ca"]), "ssl_certfile": str(pki["client_cert"]),
+           "ssl_keyfile": str(pki["client_key"])}
+    producer = KafkaProducer(bootstrap_servers=tls_bootstrap(broker), **tls)
+    for i in range(20):
+        producer.send(topic, value=VALUE + bytes([i])).get(timeout=30)
+    producer.close()
+    consumer = KafkaConsumer(topic, bootstrap_servers=tls_bootstrap(broker), auto_offset_reset="earliest",
+                             consumer_timeout_ms=10_000, **tls)
+    values = [m.value for _, m in zip(range(20), consumer, strict=False)]
+    consumer.close()
+    assert values == [VALUE + bytes([i]) for i in range(20)]
+
+
+def test_aiokafka_over_tls(broker, pki):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
+
+    topic = unique_name("tls-aiokafka")
+    create_topic(broker.bootstrap, topic)
+
+    async def run() -> list[bytes]:
+        context = create_ssl_context(cafile=str(pki["ca"]), certfile=str(pki["client_cert"]),
+                                     keyfile=str(pki["client_key"]))
+        common = {"bootstrap_servers": tls_bootstrap(broker), "security_protocol": "SSL", "ssl_context": context}
+        producer = AIOKafkaProducer(**common)
+        await producer.start()
+        try:
+            for i in range(20):
+                await producer.send_and_wait(topic, VALUE + bytes([i]))
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **common)
+        await consumer.start()
+        try:
+            out = []
+            while len(out) < 20:
+                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 30)
+                out += [m.value for messages in batch.values() for m in messages]
+            return out
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(run()) == [VALUE + bytes([i]) for i in range(20)]
+
+
+def test_the_client_certificate_names_the_principal(pki):
+    """ssl.client.auth=required: a client without a certificate is turned away, one with a
+    certificate is served as User:<its subject>, as Kafka names it."""
+    overrides = ssl_overrides(pki, **{"ssl.client.auth": "required"})
+    with BrokerProcess(overrides=overrides, env={"STROM_LOG_LEVEL": "strom.request=DEBUG"}) as b:
+        topic = unique_name("tls-required")
+        create_topic(b.bootstrap, topic)
+        anonymous = Producer({"bootstrap.servers": tls_bootstrap(b), "message.timeout.ms": 3000,
+                              **librdkafka_tls(pki, with_cert=False)})
+        failures = []
+        anonymous.produce(topic, value=b"x", on_delivery=lambda err, _m: failures.append(err))
+        anonymous.flush(10)
+        assert failures and failures[0] is not None
+        producer = Producer({"bootstrap.servers": tls_bootstrap(b), **librdkafka_tls(pki)})
+        producer.produce(topic, value=b"signed")
+        assert producer.flush(30) == 0
+        # RFC 2253 order, most specific first (trustme adds an OU of its own).
+        principal = re.compile(r"Produce v\d+ .*\(SSL, User:CN=alice,OU=Testing cert #\w+,O=Acme\)")
+        wait_for(lambda: any(principal.search(line) for line in b.stderr_lines),
+                 timeout=10, what="a Produce logged with the certificate's principal")
+
+
+def test_inline_pem_stores(pki):
+    """ssl.keystore.certificate.chain / ssl.keystore.key / ssl.truststore.certificates instead
+    of files, given per listener (listener.name.ssl.*) as Kafka allows."""
+    overrides = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+                 "listener.name.ssl.ssl.keystore.type": "PEM",
+                 "listener.name.ssl.ssl.keystore.certificate.chain": pki["server_chain_text"].replace("\n", "\\n"),
+                 "listener.name.ssl.ssl.keystore.key": pki["server_key_text"].replace("\n", "\\n"),
+                 "listener.name.ssl.ssl.truststore.type": "PEM",
+                 "listener.name.ssl.ssl.truststore.certificates": pki["ca_text"].replace("\n", "\\n")}
+    with BrokerProcess(overrides=overrides) as b:
+        topic = unique_name("tls-inline")
+        create_topic(b.bootstrap, topic)
+        producer = Producer({"bootstrap.servers": tls_bootstrap(b), **librdkafka_tls(pki)})
+        producer.produce(topic, value=b"inline")
+        assert producer.flush(30) == 0
+        assert not any("ignored" in line for line in b.stderr_lines)
+
+
+def test_plaintext_bytes_on_the_tls_port_do_not_disturb_the_broker(broker, pki):
+    api_versions_v0 = struct.pack(">ihhih", 10, 18, 0, 1, -1)
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", broker.ports["SSL"]), timeout=5) as s:
+            s.sendall(api_versions_v0 + b"\x00" * 300)
+            try:
+                assert s.recv(100) == b""  # the handshake fails: closed without an answer
+            except ConnectionResetError:
+                pass
+    test_confluent_kafka_over_tls(broker, pki)  # still serving TLS clients
+    assert broker.proc.poll() is None
+
+
+def test_describe_configs_hides_passwords(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource(ResourceType.BROKER, "0")
+    configs = admin.describe_configs([resource])[resource].result(30)
+    password = configs["ssl.key.password"]
+    assert password.is_sensitive and password.value is None
+    assert configs["ssl.keystore.type"].value == "PEM" and not configs["ssl.keystore.type"].is_sensitive
+    assert "not-for-your-eyes" not in "\n".join(broker.stderr_lines)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"ssl.keystore.type": "JKS", "ssl.keystore.location": "/nonexistent.jks"}, "ssl.keystore.type=JKS is not supported"),
+    ({"ssl.keystore.location": ""}, "has no certificate"),
+    ({"ssl.client.auth": "required"}, "needs a truststore"),
+    ({"ssl.enabled.protocols": "TLSv1.1"}, "ssl.enabled.protocols"),
+])
+def test_bad_tls_settings_stop_the_start_with_one_line(pki, overrides, message):
+    base = {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(pki["server"])}
+    broker = BrokerProcess(overrides={**base, **overrides})
+    with pytest.raises(RuntimeError, match="did not become ready"):
+        broker.start(timeout=20)
+    broker.close()
+    assert any(message in line for line in broker.stderr_lines), broker.stderr_lines[-5:]
+
+
+def test_sasl_listeners_are_still_refused(pki):
+    broker = BrokerProcess(overrides={"listeners": "SASL_SSL://127.0.0.1:0"})
+    with pytest.raises(RuntimeError, match="did not become ready"):
+        broker.start(timeout=20)
+    broker.close()
+    assert any("SASL_SSL, which Strom does not implement yet" in line for line in broker.stderr_lines)
+
