@@ -7,6 +7,8 @@ out as buffers and file regions (Fetch), or None when Kafka sends no response (a
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,21 +74,6 @@ def supports(api_key: int, version: int) -> bool:
 
 
 def load_all() -> None:
-    """Import every handler module so that it registers itself."""
-    from strom.server.apis import (  # noqa: F401
-        api_versions,
-        configs,
-        controller_apis,
-        fetch,
-        find_coordinator,
-        groups,
-        leader_epoch,
-        list_offsets,
-        log_dirs,
-        metadata,
-        offsets,
-        produce,
-        producer_id,
-        topics,
-        transactions,
-    )
+    """Import every handler module of this package, so that each registers its APIs."""
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
