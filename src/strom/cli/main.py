@@ -24,7 +24,8 @@ class _LazyGroup(click.Group):
             "reassign-partitions": "strom.cli.reassign:reassign",
             "cluster": "strom.cli.cluster:cluster", "topics": "strom.cli.topics:topics",
             "produce": "strom.cli.produce:produce", "consume": "strom.cli.consume:consume",
-            "get-offsets": "strom.cli.offsets:get_offsets", "dump-log": "strom.cli.dump_log:dump_log"}
+            "get-offsets": "strom.cli.offsets:get_offsets", "dump-log": "strom.cli.dump_log:dump_log",
+            "acls": "strom.cli.acls:acls", "users": "strom.cli.users:users"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})

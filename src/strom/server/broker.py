@@ -338,7 +338,7 @@ class Broker:
             loop.call_soon_threadsafe(lambda: loop.create_task(rejoin()))
 
     def _tls_contexts(self) -> dict[str, ssl.SSLContext]:
-        return {listener.name: server_context(partial(self.config.ssl_setting, listener.name), listener.name)
+        return {listener.name: server_context(partial(self.config.listener_setting, listener.name), listener.name)
                 for listener in self.config.listeners if self._protocol_of(listener.name) == "SSL"}
 
     def _protocol_of(self, listener: str) -> str:

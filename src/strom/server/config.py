@@ -211,11 +211,23 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "ssl.enabled.protocols": (_str, "TLSv1.2,TLSv1.3"),
     "ssl.cipher.suites": (_str, ""),
     "ssl.protocol": (_str, "TLSv1.3"),
+    # SASL (server/sasl.py): mechanisms per listener come from
+    # listener.name.<listener>.<mechanism>.sasl.jaas.config, as Kafka's listener-scoped JAAS.
+    "sasl.enabled.mechanisms": (_str, "GSSAPI"),
+    "sasl.mechanism.inter.broker.protocol": (_str, "GSSAPI"),
+    "sasl.server.max.receive.size": (int_in(1), "524288"),
+    "connections.max.reauth.ms": (int_in(0), "0"),
+    # Authorization (server/authorizer.py): empty authorizer.class.name means none, as in Kafka.
+    "authorizer.class.name": (_str, ""),
+    "super.users": (_str, ""),
+    "allow.everyone.if.no.acl.found": (_bool, "false"),
 }
 # Never shown by DescribeConfigs (Kafka's PASSWORD type): null with is_sensitive set.
 SENSITIVE = frozenset({"ssl.keystore.password", "ssl.key.password", "ssl.truststore.password",
                        "ssl.keystore.key"})
-_LISTENER_SSL = re.compile(r"^listener\.name\.(?P<listener>[^.]+)\.(?P<key>ssl\..+)$")
+_LISTENER_KEY = re.compile(r"^listener\.name\.(?P<listener>[^.]+)\.(?P<key>.+)$")
+# Listener-scoped keys that are not broker keys: a mechanism's JAAS configuration.
+_LISTENER_ONLY = re.compile(r"^[a-z0-9-]+\.sasl\.jaas\.config$")
 
 # Keys Kafka types INT (SHORT for the replication factors): a value above their range is
 # refused as Kafka refuses it, instead of, say, a broker asked to run 2^40 of something.
@@ -286,12 +298,12 @@ class BrokerConfig:
 
     def __init__(self, props: Mapping[str, str] | None = None) -> None:
         props = dict(props or {})
-        # listener.name.<listener>.ssl.*: one listener's TLS settings (see ssl_setting).
-        self.listener_ssl: dict[tuple[str, str], str] = {}
+        # listener.name.<listener>.<key>: one listener's settings (see listener_setting).
+        self.listener_props: dict[tuple[str, str], str] = {}
         for key in list(props):
-            match = _LISTENER_SSL.match(key)
-            if match and match["key"] in DEFINITIONS:
-                self.listener_ssl[(match["listener"].upper(), match["key"])] = props.pop(key)
+            match = _LISTENER_KEY.match(key)
+            if match and (match["key"] in DEFINITIONS or _LISTENER_ONLY.match(match["key"])):
+                self.listener_props[(match["listener"].upper(), match["key"])] = props.pop(key)
         unused = sorted(k for k in props if k not in DEFINITIONS and is_kafka_broker_config(k))
         unknown = sorted(set(props) - set(DEFINITIONS) - set(unused))
         if unknown:
@@ -325,9 +337,12 @@ class BrokerConfig:
                 return protocol.strip().upper()
         return listener if listener in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL") else "PLAINTEXT"
 
-    def ssl_setting(self, listener: str, key: str) -> Any:
-        """`key` (an ssl.* config) for `listener`: its listener.name override, else the broker's."""
-        override = self.listener_ssl.get((listener, key))
+    def listener_setting(self, listener: str, key: str) -> Any:
+        """`key` for `listener`: its listener.name override, else the broker's value (None for
+        a listener-only key such as `plain.sasl.jaas.config` that the listener does not set)."""
+        override = self.listener_props.get((listener, key))
+        if key not in DEFINITIONS:
+            return override
         return DEFINITIONS[key][0](override) if override is not None else self.values[key]
 
     def _check_security_protocols(self) -> None:
