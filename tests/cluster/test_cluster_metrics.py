@@ -8,7 +8,15 @@ import signal
 
 import pytest
 
-from strom.testing import Cluster, create_topic, metric_value, produce_acked, scrape, unique_name, wait_for
+from strom.testing import (
+    Cluster,
+    create_topic,
+    metric_value,
+    produce_acked,
+    scrape,
+    unique_name,
+    wait_for,
+)
 
 from .conftest import CLUSTER_OVERRIDES
 

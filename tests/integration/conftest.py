@@ -15,6 +15,7 @@ import struct
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
@@ -238,3 +239,26 @@ def set_topic_configs(bootstrap: str, topic: str, configs: dict[str, str | None]
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
     client = admin(bootstrap)
     client.incremental_alter_configs([resource])[resource].result(timeout=15)
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory) -> dict[str, Any]:
+    """Certificates made for the session (trustme): a CA, the broker's certificate for
+    127.0.0.1 (and its key and chain as PEM text, for inline stores), and a client certificate
+    for CN=alice,O=Acme."""
+    import trustme
+
+    d = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("alice.example.com", common_name="alice", organization_name="Acme")
+    paths: dict[str, Any] = {name: d / f"{name}.pem" for name in ("ca", "server", "client_key", "client_cert")}
+    ca.cert_pem.write_to_path(str(paths["ca"]))
+    server.private_key_and_cert_chain_pem.write_to_path(str(paths["server"]))
+    client.private_key_pem.write_to_path(str(paths["client_key"]))
+    client.cert_chain_pems[0].write_to_path(str(paths["client_cert"]))
+    paths["server_key_text"] = server.private_key_pem.bytes().decode()
+    paths["server_chain_text"] = "".join(p.bytes().decode() for p in server.cert_chain_pems)
+    paths["ca_text"] = ca.cert_pem.bytes().decode()
+    return paths
+

@@ -1,5 +1,5 @@
-"""SSL listeners with real clients: certificates made by the test (a CA, the broker's
-certificate for 127.0.0.1, a client certificate), records through confluent-kafka,
+"""SSL listeners with real clients: certificates made by the test (`pki` in conftest: a CA,
+the broker's certificate for 127.0.0.1, a client certificate), records through confluent-kafka,
 kafka-python and aiokafka, fetches large enough to go through the copied-region path, client
 authentication and the principal it gives, and what the broker does with clients that do not
 speak TLS."""
@@ -10,33 +10,14 @@ import asyncio
 import re
 import socket
 import struct
-from pathlib import Path
 
 import pytest
-import trustme
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from strom.testing import BrokerProcess, create_topic, unique_name, wait_for
 
 VALUE = bytes(range(256)) * 200  # 51,200 bytes: fetch regions over 32 KiB are copied chunks
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("pki")
-    ca = trustme.CA()
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    client = ca.issue_cert("alice.example.com", common_name="alice", organization_name="Acme")
-    paths = {name: d / f"{name}.pem" for name in ("ca", "server", "client_key", "client_cert")}
-    ca.cert_pem.write_to_path(str(paths["ca"]))
-    server.private_key_and_cert_chain_pem.write_to_path(str(paths["server"]))
-    client.private_key_pem.write_to_path(str(paths["client_key"]))
-    client.cert_chain_pems[0].write_to_path(str(paths["client_cert"]))
-    paths["server_key_text"] = server.private_key_pem.bytes().decode()
-    paths["server_chain_text"] = "".join(p.bytes().decode() for p in server.cert_chain_pems)
-    paths["ca_text"] = ca.cert_pem.bytes().decode()
-    return paths
 
 
 def ssl_overrides(pki, **extra: str) -> dict[str, str]:
@@ -209,12 +190,4 @@ def test_bad_tls_settings_stop_the_start_with_one_line(pki, overrides, message):
         broker.start(timeout=20)
     broker.close()
     assert any(message in line for line in broker.stderr_lines), broker.stderr_lines[-5:]
-
-
-def test_sasl_listeners_are_still_refused(pki):
-    broker = BrokerProcess(overrides={"listeners": "SASL_SSL://127.0.0.1:0"})
-    with pytest.raises(RuntimeError, match="did not become ready"):
-        broker.start(timeout=20)
-    broker.close()
-    assert any("SASL_SSL, which Strom does not implement yet" in line for line in broker.stderr_lines)
 

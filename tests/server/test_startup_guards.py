@@ -1,5 +1,5 @@
-"""Start-up refuses what would silently go wrong: a second broker on the same log dirs, and a
-listener whose security protocol Strom does not implement (SASL; SSL between brokers)."""
+"""Start-up refuses what would silently go wrong: a second broker on the same log dirs, and
+brokers of a cluster asked to talk to each other over a protocol Strom does not speak there."""
 
 from __future__ import annotations
 
@@ -15,15 +15,11 @@ from strom.server.config import BrokerConfig, ConfigError
 from strom.testing import BrokerProcess
 
 
-@pytest.mark.parametrize("protocol", ["SASL_SSL", "SASL_PLAINTEXT"])
-def test_unimplemented_security_protocols_are_refused(protocol):
-    with pytest.raises(ConfigError, match="does not implement"):
-        BrokerConfig({"listeners": f"{protocol}://127.0.0.1:0"})
-    with pytest.raises(ConfigError, match="does not implement"):
-        BrokerConfig({"listeners": "CLIENT://127.0.0.1:0",
-                      "listener.security.protocol.map": f"CLIENT:{protocol}"})
+def test_listeners_without_a_known_protocol_serve_plaintext():
     BrokerConfig({"listeners": "CLIENT://127.0.0.1:0"})  # unmapped: plaintext, as before
-    BrokerConfig({"listeners": "CLIENT://127.0.0.1:0", "listener.security.protocol.map": "CLIENT:PLAINTEXT"})
+    config = BrokerConfig({"listeners": "CLIENT://127.0.0.1:0,SECURE://127.0.0.1:0",
+                           "listener.security.protocol.map": "CLIENT:PLAINTEXT,SECURE:SASL_SSL"})
+    assert [config.protocol_of(n) for n in ("CLIENT", "SECURE")] == ["PLAINTEXT", "SASL_SSL"]
 
 
 def test_cluster_brokers_talk_plaintext_to_each_other():

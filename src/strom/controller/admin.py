@@ -14,6 +14,7 @@ import random
 import re
 import uuid
 from collections.abc import Callable, Mapping
+from urllib.parse import quote
 
 from strom.controller import znodes
 from strom.controller.store import Create, MetadataStore, NodeExists, SetData
@@ -312,6 +313,10 @@ class TopicAdmin:
     def change_broker_config(self, entity: str, configs: Mapping[str, str]) -> None:
         """Dynamic configs of broker `entity` (an id, or "<default>" for the cluster default)."""
         self._change_config("brokers", entity, configs)
+
+    def change_user_config(self, user: str, configs: Mapping[str, str]) -> None:
+        """A user's configs (SCRAM credentials), under its name sanitized as Kafka's Sanitizer does."""
+        self._change_config("users", quote(user, safe=""), configs)
 
     def _change_config(self, entity_type: str, name: str, configs: Mapping[str, str]) -> None:
         self.store.set(znodes.config_path(entity_type, name), {"version": 1, "config": dict(configs)})

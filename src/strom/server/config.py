@@ -217,6 +217,7 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "sasl.mechanism.inter.broker.protocol": (_str, "GSSAPI"),
     "sasl.server.max.receive.size": (int_in(1), "524288"),
     "connections.max.reauth.ms": (int_in(0), "0"),
+    "connection.failed.authentication.delay.ms": (int_in(0), "100"),
     # Authorization (server/authorizer.py): empty authorizer.class.name means none, as in Kafka.
     "authorizer.class.name": (_str, ""),
     "super.users": (_str, ""),
@@ -346,13 +347,8 @@ class BrokerConfig:
         return DEFINITIONS[key][0](override) if override is not None else self.values[key]
 
     def _check_security_protocols(self) -> None:
-        """PLAINTEXT and SSL are built: a listener that would look secure through SASL and
-        serve without it is refused, not started. Brokers of a cluster talk PLAINTEXT."""
-        for listener in self.listeners:
-            protocol = self.protocol_of(listener.name)
-            if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-                raise ConfigError(f"listener {listener.name} uses security protocol {protocol}, which "
-                                  "Strom does not implement yet; PLAINTEXT and SSL listeners can be served")
+        """Brokers of a cluster talk PLAINTEXT to each other for now: an inter-broker listener
+        that asks for more is refused rather than started."""
         if self.values["zookeeper.connect"] and self.protocol_of(self.inter_broker_listener) != "PLAINTEXT":
             raise ConfigError(f"the inter-broker listener {self.inter_broker_listener} is "
                               f"{self.protocol_of(self.inter_broker_listener)}; brokers of a cluster "

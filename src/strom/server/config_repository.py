@@ -1,4 +1,5 @@
-"""Topic and dynamic broker configs as stored under /config, kept current on every broker.
+"""Topic, dynamic broker and user configs (SCRAM credentials) as stored under /config, kept
+current on every broker.
 
 Loaded whole at start-up; afterwards each /config/changes notification (written by whichever
 broker took the AlterConfigs) names one entity, which is read again and handed to
@@ -11,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote
 
 from strom.controller import znodes
 from strom.controller.admin import read_configs
@@ -27,6 +29,7 @@ class ConfigRepository:
         self.on_change = on_change
         self.topics: dict[str, dict[str, str]] = {}
         self.brokers: dict[str, dict[str, str]] = {}
+        self.users: dict[str, dict[str, str]] = {}  # by user name (their znodes are sanitized)
         self._last_seen = -1
         self._watch = None
         self._pending: asyncio.Task | None = None
@@ -38,12 +41,17 @@ class ConfigRepository:
             self.topics[name] = read_configs(self.store, "topics", name)
         for name in self.store.children(znodes.CONFIG_BROKERS):
             self.brokers[name] = read_configs(self.store, "brokers", name)
+        for name in self.store.children(znodes.CONFIG_USERS):
+            self.users[unquote(name)] = read_configs(self.store, "users", name)
 
     def topic(self, name: str) -> dict[str, str]:
         return self.topics.get(name, {})
 
     def broker(self, entity: str) -> dict[str, str]:
         return self.brokers.get(entity, {})
+
+    def user(self, name: str) -> dict[str, str]:
+        return self.users.get(name, {})
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -71,13 +79,17 @@ class ConfigRepository:
             if node is None or not isinstance(node[0], dict):
                 continue
             entity_type, _, name = str(node[0].get("entity_path", "")).partition("/")
-            if entity_type not in ("topics", "brokers") or not name:
+            target = {"topics": self.topics, "brokers": self.brokers, "users": self.users}.get(entity_type)
+            if target is None or not name:
                 continue
             configs = await self.io(read_configs, self.store, entity_type, name)
-            target = self.topics if entity_type == "topics" else self.brokers
+            if entity_type == "users":
+                name = unquote(name)
             if target.get(name) == configs:
                 continue
             target[name] = configs
+            if entity_type == "users":
+                continue  # credentials are read when a client authenticates
             try:
                 self.on_change(entity_type, name)
             except Exception:

@@ -15,6 +15,7 @@ import socket
 import ssl
 import time
 from collections import Counter, deque
+from functools import partial
 from typing import Any
 
 from strom.protocol import messages
@@ -29,7 +30,17 @@ from strom.server.metrics import (
     api_name,
     local_time,
 )
-from strom.server.tls import ANONYMOUS, principal
+from strom.server.sasl import (
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    AuthenticationFailed,
+    ListenerSasl,
+    SaslAuthenticator,
+    SaslProtocolError,
+    ScramCredential,
+    listener_sasl,
+)
+from strom.server.tls import ANONYMOUS, principal, server_context
 
 log = logging.getLogger(__name__)
 # Kafka's kafka.request.logger: one line per request at DEBUG (`--log-level strom.request=DEBUG`).
@@ -51,6 +62,10 @@ _MAX_UNSENT = 4 << 20
 _LARGE_REQUEST = 1 << 20
 _PRODUCE = 0
 _BEFORE_READY = frozenset({4, 5, 6, 7, 18, 56})
+# Failed authentications from one IP within the window after which its SASL connections are
+# refused until the window passes (password guessing costs the guesser, not the broker).
+_MAX_AUTH_FAILURES = 20
+_AUTH_FAILURE_WINDOW_S = 60.0
 
 
 class _Region:
@@ -74,6 +89,8 @@ class Connection(asyncio.BufferedProtocol):
         self.listener = listener
         self.tls = tls  # file regions are copied through the TLS layer: no sendfile
         self.principal = ANONYMOUS
+        self.sasl: SaslAuthenticator | None = None  # on SASL listeners
+        self.session_expires = 0.0  # monotonic time a SASL session ends (KIP-368), 0: never
         self.decoder = FrameDecoder(server.max_request_bytes)
         # (frame, its pool reservation, when its last byte arrived)
         self.queue: deque[tuple[bytearray, int, float]] = deque()
@@ -119,6 +136,14 @@ class Connection(asyncio.BufferedProtocol):
             self.server.warn_once(f"refused-{refusal}", f"refusing a connection from {self.ip}: {refusal}")
             transport.abort()
             return
+        sasl = self.server.sasl.get(self.listener)
+        if sasl is not None:
+            if self.server.auth_blocked(self.ip):
+                self.server.warn_once(f"auth-blocked-{self.ip}", f"refusing connections from {self.ip} for a "
+                                      "while: too many failed authentications")
+                transport.abort()
+                return
+            self.sasl = SaslAuthenticator(sasl)
         self.accepted = True
         self.last_active = asyncio.get_running_loop().time()
         self.server.connections_created[self.listener] += 1
@@ -147,6 +172,12 @@ class Connection(asyncio.BufferedProtocol):
                 self.paused = True
                 self._update_reading()
         size = self.decoder.large_frame_size
+        if size and self.sasl is not None and self.sasl.principal is None and size > self.server.sasl_max_receive:
+            # sasl.server.max.receive.size: before authentication a client cannot make the broker
+            # hold a large frame.
+            log.warning("closing connection from %s: a %d-byte frame before SASL authentication", self.peer, size)
+            self.close()
+            return
         if size and not self.reserved and not self.waiting_memory:
             # queued.max.request.bytes: a large frame takes its whole size from the pool
             # before its body is read, so every admitted frame can finish (Kafka's MemoryPool).
@@ -253,6 +284,9 @@ class Connection(asyncio.BufferedProtocol):
 
     async def _process(self, frame: bytearray, received: float) -> None:
         started = time.monotonic()
+        if self.sasl is not None and self.sasl.raw_tokens:
+            await self._raw_sasl_token(frame)
+            return
         offload = len(frame) > _LARGE_REQUEST and frame[:2] != _PRODUCE.to_bytes(2, "big")
         try:
             request = (await asyncio.to_thread(messages.parse_request, frame) if offload
@@ -267,6 +301,8 @@ class Connection(asyncio.BufferedProtocol):
         header = request.header
         if not supports(header.api_key, header.api_version):
             self._reject_unsupported(frame, f"api key {header.api_key} v{header.api_version} is not supported")
+            return
+        if self.sasl is not None and await self._sasl_gate(header, request.body):
             return
         ctx = RequestContext(header, self.listener, self.peer, self.principal)
         if header.api_key not in _BEFORE_READY and not self.server.ready.is_set():
@@ -299,6 +335,70 @@ class Connection(asyncio.BufferedProtocol):
                 self.transport.write(encoded)
         if timer is not None:
             self.server.request_done(self, header, len(frame), size, timer, time.monotonic())
+
+    # --- SASL (Kafka's SaslServerAuthenticator) ------------------------------------------------
+
+    async def _sasl_gate(self, header: Any, body: Any) -> bool:
+        """Authentication in front of the handlers: True if the request was answered (or the
+        connection closed) here. Before authentication only ApiVersions, SaslHandshake and
+        SaslAuthenticate pass; an expired session (KIP-368) closes the connection."""
+        key = header.api_key
+        if key == SASL_HANDSHAKE:
+            self._answer(header, self.sasl.handshake(body.mechanism, header.api_version))
+            return True
+        if key == SASL_AUTHENTICATE:
+            response = self.sasl.authenticate(body.auth_bytes)
+            if response["error_code"]:
+                await self._authentication_failed(response["error_message"])
+                self._answer(header, response)
+                self.close()
+                return True
+            if self.sasl.mechanism.complete:
+                self._authenticated()
+            self._answer(header, response)
+            return True
+        if self.sasl.principal is None:
+            if key == API_VERSIONS:
+                return False
+            log.warning("closing connection from %s: %s before SASL authentication", self.peer, api_name(key))
+            self.close()
+            return True
+        if self.session_expires and time.monotonic() > self.session_expires:
+            log.info("closing connection from %s (%s): its SASL session expired without re-authentication",
+                     self.peer, self.principal)
+            self.close()
+            return True
+        return False
+
+    async def _raw_sasl_token(self, frame: bytearray) -> None:
+        """After a v0 SaslHandshake the exchange is bare tokens, each in a size-prefixed frame."""
+        try:
+            reply = self.sasl.step(bytes(frame))
+        except (AuthenticationFailed, SaslProtocolError) as e:
+            await self._authentication_failed(str(e))
+            self.close()
+            return
+        if self.sasl.principal is not None and not self.sasl.raw_tokens:
+            self._authenticated()
+        self.transport.write(len(reply).to_bytes(_SIZE_PREFIX, "big") + reply)
+
+    def _authenticated(self) -> None:
+        self.principal = self.sasl.principal
+        lifetime = self.sasl.session_lifetime_ms()
+        self.session_expires = time.monotonic() + lifetime / 1000 if lifetime else 0.0
+        log.debug("%s authenticated as %s with %s", self.peer, self.principal, self.sasl.mechanism_name)
+
+    async def _authentication_failed(self, why: str | None) -> None:
+        """One line, then connection.failed.authentication.delay.ms before the answer, as Kafka
+        slows down password guessing; the IP's failures are counted (SocketServer.auth_blocked)."""
+        self.server.auth_failed(self.ip)
+        self.server.warn_once(f"auth-failed-{self.ip}", f"failed authentication with {self.peer} "
+                              f"({self.sasl.mechanism_name}): {why}", every_s=1.0)
+        await asyncio.sleep(self.server.broker.config["connection.failed.authentication.delay.ms"] / 1000)
+
+    def _answer(self, header: Any, response: dict) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(messages.encode_response(header, response))
 
     def _reject_unsupported(self, frame: bytearray, reason: str) -> None:
         """Kafka answers ApiVersions of an unknown version with UNSUPPORTED_VERSION at v0 and
@@ -415,6 +515,9 @@ class SocketServer:
         # Set when the metrics endpoint is on: request times and the loop's idle ratio.
         self.request_metrics: RequestMetrics | None = None
         self.loop_idle: LoopIdleSampler | None = None
+        self.sasl: dict[str, ListenerSasl] = {}  # SASL listeners' setups, by listener name
+        self.sasl_max_receive = 524288
+        self._auth_failures: dict[str, deque[float]] = {}
         # Connections the open-file limit leaves room for after the log's share (the broker
         # sets it at start-up): clients cannot take the descriptors segment rolls need.
         self.max_connections_by_fds = 2**31 - 1
@@ -437,6 +540,22 @@ class SocketServer:
         if self.per_ip[ip] >= limit:
             return f"max.connections.per.ip={limit} reached"
         return None
+
+    def auth_failed(self, ip: str) -> None:
+        self._auth_failures.setdefault(ip, deque()).append(time.monotonic())
+
+    def auth_blocked(self, ip: str) -> bool:
+        """True while `ip` has failed authentication _MAX_AUTH_FAILURES times in the last
+        _AUTH_FAILURE_WINDOW_S seconds: its new SASL connections are closed at once."""
+        failures = self._auth_failures.get(ip)
+        if failures is None:
+            return False
+        while failures and failures[0] < time.monotonic() - _AUTH_FAILURE_WINDOW_S:
+            failures.popleft()
+        if not failures:
+            del self._auth_failures[ip]
+            return False
+        return len(failures) >= _MAX_AUTH_FAILURES
 
     def enable_metrics(self) -> None:
         self.request_metrics = RequestMetrics()
@@ -483,8 +602,16 @@ class SocketServer:
         """Listen on every listener; those named in `tls` speak TLS with that context."""
         loop = asyncio.get_running_loop()
         tls = tls or {}
+        config = self.broker.config
+        self.sasl_max_receive = config["sasl.server.max.receive.size"]
+        for listener in listeners:
+            if config.protocol_of(listener.name).startswith("SASL_"):
+                self.sasl[listener.name] = listener_sasl(
+                    partial(config.listener_setting, listener.name), listener.name, self._scram_credential)
         for listener in listeners:
             context = tls.get(listener.name)
+            if context is None and config.protocol_of(listener.name) == "SASL_SSL":
+                context = server_context(partial(config.listener_setting, listener.name), listener.name)
             server = await loop.create_server(
                 lambda name=listener.name, secure=context is not None: Connection(self, name, secure),
                 host=listener.host or None, port=listener.port, reuse_address=True, backlog=1024,
@@ -499,6 +626,10 @@ class SocketServer:
             self.bound[listener.name] = (host, port)
             self.servers.append(server)
         self._idle_task = loop.create_task(self._close_idle(), name="connections-max-idle")
+
+    def _scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
+        text = self.broker.config_repository.user(user).get(mechanism)
+        return ScramCredential.decode(text) if text else None
 
     async def send_region(self, conn: Connection, region: Any) -> None:
         """Send a file region with zero copy: the loop's sendfile where it has one (asyncio),

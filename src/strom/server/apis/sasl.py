@@ -1,0 +1,23 @@
+"""SaslHandshake and SaslAuthenticate where no SASL is spoken.
+
+On SASL listeners the socket server's authenticator answers both (server/sasl.py); a request
+that reaches these handlers came on a listener without SASL, which Kafka answers with
+ILLEGAL_SASL_STATE.
+"""
+
+from __future__ import annotations
+
+from strom.protocol.errors import ErrorCode
+from strom.server.apis import RequestContext, api
+from strom.server.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
+
+
+@api(SASL_HANDSHAKE, 0, 1)
+async def handle_sasl_handshake(broker, ctx: RequestContext, request) -> dict:
+    return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": []}
+
+
+@api(SASL_AUTHENTICATE, 0, 2)
+async def handle_sasl_authenticate(broker, ctx: RequestContext, request) -> dict:
+    return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "auth_bytes": b"", "session_lifetime_ms": 0,
+            "error_message": f"listener {ctx.listener} does not use SASL"}

@@ -1,0 +1,369 @@
+"""SASL on SASL_PLAINTEXT and SASL_SSL listeners: the mechanisms (PLAIN, SCRAM-SHA-256,
+SCRAM-SHA-512, OAUTHBEARER with unsecured JWS) as byte-in, byte-out exchanges, knowing nothing
+of sockets, and the JAAS option lines Kafka configures them with.
+
+Credentials, as in Kafka: PLAIN users from the listener's JAAS options (`user_<name>="<pw>"`),
+SCRAM users from the metadata store (/config/users/<name>, written by
+AlterUserScramCredentials), OAUTHBEARER tokens checked as Kafka's unsecured validator does.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+SCRAM_MECHANISMS = {"SCRAM-SHA-256": ("sha256", 1), "SCRAM-SHA-512": ("sha512", 2)}  # hash, wire id
+MECHANISM_BY_ID = {wire: name for name, (_, wire) in SCRAM_MECHANISMS.items()}
+MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384  # Kafka's bounds for SCRAM credentials
+SUPPORTED = ("PLAIN", *SCRAM_MECHANISMS, "OAUTHBEARER")
+
+
+class AuthenticationFailed(Exception):
+    """The client's credentials are wrong: SASL_AUTHENTICATION_FAILED, then the connection closes."""
+
+
+class SaslProtocolError(Exception):
+    """The client broke the exchange (bytes out of order, unparseable)."""
+
+
+# --- JAAS ------------------------------------------------------------------------------------
+
+_JAAS = re.compile(r'^\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)\s*(?P<options>.*?);?\s*$',
+                   re.DOTALL)
+_OPTION = re.compile(r'\s*(?P<key>[\w.-]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s;]+))')
+
+
+def parse_jaas(text: str) -> dict[str, str]:
+    """The options of a one-module JAAS line, e.g. `...PlainLoginModule required
+    username="admin" password="s" user_admin="s";` -> {"username": "admin", ...}."""
+    match = _JAAS.match(text)
+    if match is None:
+        raise ValueError("expected '<LoginModule class> required key=\"value\" ...;'")
+    options, pos, rest = {}, 0, match["options"]
+    while pos < len(rest.rstrip().rstrip(";")):
+        option = _OPTION.match(rest, pos)
+        if option is None:
+            raise ValueError(f"cannot read the JAAS options from {rest[pos:pos + 30]!r}")
+        quoted = option["quoted"]
+        options[option["key"]] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else option["bare"]
+        pos = option.end()
+    return options
+
+
+# --- SCRAM credentials --------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    def encode(self) -> str:
+        """Kafka's form in /config/users/<user>: salt=..,stored_key=..,server_key=..,iterations=.."""
+        b64 = base64.b64encode
+        return (f"salt={b64(self.salt).decode()},stored_key={b64(self.stored_key).decode()},"
+                f"server_key={b64(self.server_key).decode()},iterations={self.iterations}")
+
+    @classmethod
+    def decode(cls, text: str) -> ScramCredential:
+        fields = dict(part.split("=", 1) for part in text.split(","))
+        return cls(base64.b64decode(fields["salt"]), base64.b64decode(fields["stored_key"]),
+                   base64.b64decode(fields["server_key"]), int(fields["iterations"]))
+
+
+def scram_credential(mechanism: str, salted_password: bytes, salt: bytes, iterations: int) -> ScramCredential:
+    """What the server keeps of a password (RFC 5802): StoredKey = H(HMAC(salted, "Client Key")),
+    ServerKey = HMAC(salted, "Server Key")."""
+    digest = SCRAM_MECHANISMS[mechanism][0]
+    client_key = hmac.digest(salted_password, b"Client Key", digest)
+    return ScramCredential(salt, hashlib.new(digest, client_key).digest(),
+                           hmac.digest(salted_password, b"Server Key", digest), iterations)
+
+
+def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    return hashlib.pbkdf2_hmac(SCRAM_MECHANISMS[mechanism][0], password.encode(), salt, iterations)
+
+
+# --- mechanisms ----------------------------------------------------------------------------------
+
+class Mechanism:
+    """One authentication exchange: `evaluate(client bytes) -> server bytes` until `complete`."""
+
+    complete = False
+    principal = ""
+    lifetime_ms: int | None = None  # when the credential stops being valid (OAUTHBEARER's exp)
+
+    def evaluate(self, token: bytes) -> bytes:
+        raise NotImplementedError
+
+
+class PlainServer(Mechanism):
+    def __init__(self, users: Mapping[str, str]) -> None:
+        self.users = users
+
+    def evaluate(self, token: bytes) -> bytes:
+        parts = token.split(b"\0")
+        if len(parts) != 3:
+            raise SaslProtocolError("PLAIN expects authzid NUL username NUL password")
+        authzid, username, password = (p.decode("utf-8", "replace") for p in parts)
+        if not username or not password:
+            raise AuthenticationFailed("Authentication failed: username or password not specified")
+        expected = self.users.get(username)
+        if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
+            raise AuthenticationFailed("Authentication failed: Invalid username or password")
+        if authzid and authzid != username:
+            raise AuthenticationFailed("Authentication failed: Client requested an authorization id "
+                                       "that is different from username")
+        self.complete, self.principal = True, f"User:{username}"
+        return b""
+
+
+class ScramServer(Mechanism):
+    """RFC 5802's server side: client-first, server-first, client-final, server-final."""
+
+    def __init__(self, mechanism: str, credentials: Callable[[str], ScramCredential | None]) -> None:
+        self.mechanism = mechanism
+        self.digest = SCRAM_MECHANISMS[mechanism][0]
+        self.credentials = credentials
+        self.state = "first"
+
+    def evaluate(self, token: bytes) -> bytes:
+        text = token.decode("utf-8", "replace")
+        if self.state == "first":
+            return self._first(text)
+        if self.state == "final":
+            return self._final(text)
+        raise SaslProtocolError("SCRAM exchange already finished")
+
+    def _first(self, text: str) -> bytes:
+        header, sep, bare = _split_gs2(text)
+        if not sep:
+            raise SaslProtocolError("SCRAM client-first message without a GS2 header")
+        attrs = _attributes(bare)
+        if "n" not in attrs or "r" not in attrs:
+            raise SaslProtocolError("SCRAM client-first message needs n= and r=")
+        self.username = attrs["n"].replace("=2C", ",").replace("=3D", "=")
+        authzid = next((p[2:] for p in header.split(",") if p.startswith("a=")), "")
+        if authzid and authzid != self.username:
+            raise AuthenticationFailed("Authentication failed: authorization id differs from the user name")
+        credential = self.credentials(self.username)
+        # An unknown user gets the same exchange as a known one (a made-up salt), so the
+        # failure at the end does not tell which users exist.
+        self.credential = credential or ScramCredential(secrets.token_bytes(16), b"", b"", MIN_ITERATIONS)
+        self.known = credential is not None
+        self.gs2_header = header + ","
+        self.client_first_bare = bare
+        self.nonce = attrs["r"] + secrets.token_urlsafe(18)
+        self.server_first = (f"r={self.nonce},s={base64.b64encode(self.credential.salt).decode()},"
+                             f"i={self.credential.iterations}")
+        self.state = "final"
+        return self.server_first.encode()
+
+    def _final(self, text: str) -> bytes:
+        self.state = "done"
+        without_proof, _, proof_part = text.rpartition(",p=")
+        attrs = _attributes(without_proof)
+        # Kafka checks that the client's nonce ends with the server's, not that they are equal:
+        # librdkafka sends its own nonce again in front of the one the server returned.
+        if not attrs.get("r", "").endswith(self.nonce):
+            raise AuthenticationFailed("Authentication failed: invalid nonce in the client's final message")
+        if base64.b64decode(attrs.get("c", "")) != self.gs2_header.encode():
+            raise AuthenticationFailed("Authentication failed: invalid channel binding")
+        auth_message = f"{self.client_first_bare},{self.server_first},{without_proof}".encode()
+        try:
+            proof = base64.b64decode(proof_part, validate=True)
+        except ValueError:
+            raise SaslProtocolError("SCRAM client proof is not base64") from None
+        signature = hmac.digest(self.credential.stored_key, auth_message, self.digest)
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=False))
+        if (not self.known or len(proof) != len(signature)
+                or not hmac.compare_digest(hashlib.new(self.digest, client_key).digest(), self.credential.stored_key)):
+            raise AuthenticationFailed(f"Authentication failed during authentication due to invalid "
+                                       f"credentials with SASL mechanism {self.mechanism}")
+        self.complete, self.principal = True, f"User:{self.username}"
+        server_signature = hmac.digest(self.credential.server_key, auth_message, self.digest)
+        return b"v=" + base64.b64encode(server_signature)
+
+
+class OAuthBearerServer(Mechanism):
+    """RFC 7628 with Kafka's unsecured JWS validator (alg "none"; `sub` names the principal;
+    `exp` bounds the session). A bad token is answered with an error challenge, which the
+    client acknowledges with 0x01 before the failure (RFC 7628, 3.2.2)."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.claim = options.get("unsecuredValidatorPrincipalClaimName", "sub")
+        self.scope_claim = options.get("unsecuredValidatorScopeClaimName", "scope")
+        self.required_scope = [s for s in options.get("unsecuredValidatorRequiredScope", "").split(",") if s]
+        self.skew_ms = int(options.get("unsecuredValidatorAllowableClockSkewMs", "0"))
+        self.error: str | None = None
+
+    def evaluate(self, token: bytes) -> bytes:
+        if self.error is not None:
+            raise AuthenticationFailed(f"Authentication failed: {self.error}")
+        text = token.decode("utf-8", "replace")
+        header, sep, rest = _split_gs2(text)
+        if not sep:
+            raise SaslProtocolError("OAUTHBEARER message without a GS2 header")
+        fields = dict(part.split("=", 1) for part in rest.strip("\x01").split("\x01") if "=" in part)
+        auth = fields.get("auth", "")
+        if not auth.lower().startswith("bearer "):
+            raise SaslProtocolError("OAUTHBEARER message without auth=Bearer <token>")
+        try:
+            self._validate(auth[7:].strip())
+        except ValueError as e:
+            self.error = str(e)
+            return json.dumps({"status": "invalid_token"}).encode()
+        self.complete = True
+        return b""
+
+    def _validate(self, jws: str) -> None:
+        parts = jws.split(".")
+        if len(parts) != 3 or parts[2]:
+            raise ValueError("the token is not an unsecured JWS (header.payload. with no signature)")
+        try:
+            header, claims = (json.loads(base64.urlsafe_b64decode(p + "=" * (-len(p) % 4))) for p in parts[:2])
+        except (ValueError, TypeError):
+            raise ValueError("the token's header or claims are not base64url JSON") from None
+        if not isinstance(header, dict) or header.get("alg") != "none" or not isinstance(claims, dict):
+            raise ValueError("the token must be unsecured (alg none)")
+        now_ms = time.time() * 1000
+        exp = claims.get("exp")
+        if not isinstance(exp, int | float) or exp * 1000 + self.skew_ms <= now_ms:
+            raise ValueError("the token has no exp claim or has expired")
+        subject = claims.get(self.claim)
+        if not isinstance(subject, str) or not subject:
+            raise ValueError(f"the token has no {self.claim} claim")
+        scopes = claims.get(self.scope_claim, [])
+        scopes = scopes.split() if isinstance(scopes, str) else scopes
+        missing = [s for s in self.required_scope if s not in scopes]
+        if missing:
+            raise ValueError(f"the token lacks the required scope {missing}")
+        self.principal = f"User:{subject}"
+        self.lifetime_ms = int(exp * 1000 - now_ms)
+
+
+def _split_gs2(text: str) -> tuple[str, str, str]:
+    """GS2 header ("n,," or "n,a=user,"), separator, rest."""
+    parts = text.split(",", 2)
+    if len(parts) < 3 or parts[0] not in ("n", "y") or (parts[1] and not parts[1].startswith("a=")):
+        return "", "", text
+    return f"{parts[0]},{parts[1]}", ",", parts[2]
+
+
+def _attributes(text: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in text.split(",") if "=" in part)
+
+
+# --- one connection's authentication -------------------------------------------------------------
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+_NONE, _ILLEGAL_SASL_STATE, _UNSUPPORTED_SASL_MECHANISM, _SASL_AUTHENTICATION_FAILED = 0, 34, 33, 58
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSasl:
+    """What a SASL listener offers: its mechanisms and their JAAS options, where SCRAM
+    credentials come from, and connections.max.reauth.ms."""
+
+    mechanisms: tuple[str, ...]
+    options: Mapping[str, Mapping[str, str]]
+    scram_credential: Callable[[str, str], ScramCredential | None]  # (mechanism, user)
+    max_reauth_ms: int = 0
+
+    def start(self, mechanism: str) -> Mechanism:
+        if mechanism == "PLAIN":
+            opts = self.options.get("PLAIN", {})
+            return PlainServer({k[5:]: v for k, v in opts.items() if k.startswith("user_")})
+        if mechanism in SCRAM_MECHANISMS:
+            return ScramServer(mechanism, lambda user: self.scram_credential(mechanism, user))
+        return OAuthBearerServer(self.options.get("OAUTHBEARER", {}))
+
+
+class SaslAuthenticator:
+    """Kafka's SaslServerAuthenticator for one connection: SaslHandshake picks a mechanism,
+    SaslAuthenticate carries its exchange (KIP-152), or after a v0 handshake the tokens come
+    as bare size-prefixed frames. A session may be renewed with a new handshake (KIP-368)."""
+
+    def __init__(self, listener: ListenerSasl) -> None:
+        self.listener = listener
+        self.mechanism: Mechanism | None = None
+        self.mechanism_name = ""
+        self.raw_tokens = False  # SaslHandshake v0: the next frames are bare tokens
+        self.principal: str | None = None  # once authenticated
+        self.failed: str | None = None
+
+    def handshake(self, mechanism: str, version: int) -> dict:
+        enabled = list(self.listener.mechanisms)
+        if self.mechanism is not None and not self.mechanism.complete:
+            return {"error_code": _ILLEGAL_SASL_STATE, "mechanisms": enabled}
+        if mechanism not in enabled:
+            return {"error_code": _UNSUPPORTED_SASL_MECHANISM, "mechanisms": enabled}
+        if self.principal is not None and version == 0:
+            return {"error_code": _ILLEGAL_SASL_STATE, "mechanisms": enabled}  # KIP-368 needs v1
+        self.mechanism, self.mechanism_name = self.listener.start(mechanism), mechanism
+        self.raw_tokens = version == 0
+        return {"error_code": _NONE, "mechanisms": enabled}
+
+    def step(self, token: bytes) -> bytes:
+        """One token of the exchange; raises AuthenticationFailed or SaslProtocolError."""
+        if self.mechanism is None or self.mechanism.complete:
+            raise SaslProtocolError("SaslAuthenticate without a SaslHandshake before it")
+        reply = self.mechanism.evaluate(token)
+        if self.mechanism.complete:
+            if self.principal is not None and self.mechanism.principal != self.principal:
+                raise AuthenticationFailed(f"Cannot change principals during re-authentication from "
+                                           f"{self.principal}: {self.mechanism.principal}")
+            self.principal = self.mechanism.principal
+            self.raw_tokens = False
+        return reply
+
+    def authenticate(self, auth_bytes: bytes) -> dict:
+        """The SaslAuthenticate response for `auth_bytes` (the caller closes after a failure)."""
+        try:
+            reply = self.step(bytes(auth_bytes))
+        except (AuthenticationFailed, SaslProtocolError) as e:
+            self.failed = str(e)
+            return {"error_code": _SASL_AUTHENTICATION_FAILED, "error_message": str(e), "auth_bytes": b"",
+                    "session_lifetime_ms": 0}
+        return {"error_code": _NONE, "error_message": None, "auth_bytes": reply,
+                "session_lifetime_ms": self.session_lifetime_ms() if self.mechanism.complete else 0}
+
+    def session_lifetime_ms(self) -> int:
+        """KIP-368: until the credential expires or connections.max.reauth.ms, whichever is first
+        (0: the session does not expire)."""
+        limits = [ms for ms in (self.listener.max_reauth_ms, self.mechanism.lifetime_ms) if ms]
+        return max(1, min(limits)) if limits else 0
+
+
+def listener_sasl(setting: Callable[[str], object], listener: str,
+                  scram_credential: Callable[[str, str], ScramCredential | None]) -> ListenerSasl:
+    """A SASL listener's setup from its configs (`setting(key)`: the listener's override or the
+    broker's value); ValueError names what is missing or unsupported."""
+    enabled = str(setting("sasl.enabled.mechanisms") or "")
+    mechanisms = tuple(m.strip().upper() for m in enabled.split(",") if m.strip())
+    unsupported = [m for m in mechanisms if m not in SUPPORTED]
+    if unsupported or not mechanisms:
+        raise ValueError(f"listener {listener}: sasl.enabled.mechanisms={enabled} names mechanisms Strom does "
+                         f"not support ({', '.join(unsupported) or 'none given'}); it supports {', '.join(SUPPORTED)}")
+    options: dict[str, dict[str, str]] = {}
+    for mechanism in mechanisms:
+        key = f"{mechanism.lower()}.sasl.jaas.config"
+        jaas = setting(key)
+        if jaas is None:
+            if mechanism == "PLAIN":
+                raise ValueError(f"listener {listener}: PLAIN needs listener.name.{listener.lower()}.{key} "
+                                 'naming its users (user_<name>="<password>")')
+            continue
+        try:
+            options[mechanism] = parse_jaas(str(jaas))
+        except ValueError as e:
+            raise ValueError(f"listener {listener}: {key}: {e}") from None
+    return ListenerSasl(mechanisms, options, scram_credential, int(setting("connections.max.reauth.ms") or 0))
