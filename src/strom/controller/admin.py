@@ -14,7 +14,6 @@ import random
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from urllib.parse import quote
 
 from strom.controller import znodes
 from strom.controller.store import Create, MetadataStore, NodeExists, SetData
@@ -314,9 +313,11 @@ class TopicAdmin:
         """Dynamic configs of broker `entity` (an id, or "<default>" for the cluster default)."""
         self._change_config("brokers", entity, configs)
 
-    def change_user_config(self, user: str, configs: Mapping[str, str]) -> None:
-        """A user's configs (SCRAM credentials), under its name sanitized as Kafka's Sanitizer does."""
-        self._change_config("users", quote(user, safe=""), configs)
+    def change_client_config(self, path: str, configs: Mapping[str, str]) -> None:
+        """Configs of a user, client id or IP (SCRAM credentials, quotas) at `path` under
+        /config: "users/alice", "users/alice/clients/app", "clients/<default>", "ips/10.0.0.1"."""
+        entity_type, _, name = path.partition("/")
+        self._change_config(entity_type, name, configs)
 
     def _change_config(self, entity_type: str, name: str, configs: Mapping[str, str]) -> None:
         self.store.set(znodes.config_path(entity_type, name), {"version": 1, "config": dict(configs)})

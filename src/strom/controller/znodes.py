@@ -23,7 +23,9 @@ CONFIG_BROKERS = "/config/brokers"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
-CONFIG_USERS = "/config/users"  # SCRAM credentials (and, later, user quotas), as Kafka keeps them
+CONFIG_USERS = "/config/users"  # SCRAM credentials and user quotas, as Kafka keeps them
+CONFIG_CLIENTS = "/config/clients"  # client-id quotas
+CONFIG_IPS = "/config/ips"  # connection-creation-rate quotas
 # ACLs as Kafka's AclAuthorizer keeps them: literal patterns under /kafka-acl/<ResourceType>/<name>,
 # prefixed ones under /kafka-acl-extended/prefixed/<ResourceType>/<name>, each change announced
 # by a sequential node under the matching changes path.
@@ -34,7 +36,8 @@ ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 
 # Paths every cluster has, created by the first broker (Kafka's persistent paths).
 PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/admin/delete_topics", "/config/topics",
-                    "/config/brokers", "/config/changes", CONFIG_USERS, ACL_LITERAL, ACL_PREFIXED,
+                    "/config/brokers", "/config/changes", CONFIG_USERS, CONFIG_CLIENTS, CONFIG_IPS,
+                    ACL_LITERAL, ACL_PREFIXED,
                     ACL_CHANGES, ACL_EXTENDED_CHANGES)
 
 NO_LEADER = -1

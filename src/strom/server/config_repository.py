@@ -1,5 +1,5 @@
-"""Topic, dynamic broker and user configs (SCRAM credentials) as stored under /config, kept
-current on every broker.
+"""Topic, dynamic broker and client configs (users' SCRAM credentials, user / client-id / IP
+quotas) as stored under /config, kept current on every broker.
 
 Loaded whole at start-up; afterwards each /config/changes notification (written by whichever
 broker took the AlterConfigs) names one entity, which is read again and handed to
@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote
 
 from strom.controller import znodes
 from strom.controller.admin import read_configs
@@ -29,7 +29,9 @@ class ConfigRepository:
         self.on_change = on_change
         self.topics: dict[str, dict[str, str]] = {}
         self.brokers: dict[str, dict[str, str]] = {}
-        self.users: dict[str, dict[str, str]] = {}  # by user name (their znodes are sanitized)
+        # users, clients and ips by their path under /config, names sanitized as stored:
+        # "users/alice", "users/alice/clients/app", "users/<default>", "clients/app", "ips/10.0.0.1".
+        self.clients: dict[str, dict[str, str]] = {}
         self._last_seen = -1
         self._watch = None
         self._pending: asyncio.Task | None = None
@@ -41,8 +43,13 @@ class ConfigRepository:
             self.topics[name] = read_configs(self.store, "topics", name)
         for name in self.store.children(znodes.CONFIG_BROKERS):
             self.brokers[name] = read_configs(self.store, "brokers", name)
-        for name in self.store.children(znodes.CONFIG_USERS):
-            self.users[unquote(name)] = read_configs(self.store, "users", name)
+        for user in self.store.children(znodes.CONFIG_USERS):
+            self.clients[f"users/{user}"] = read_configs(self.store, "users", user)
+            for client in self.store.children(f"{znodes.CONFIG_USERS}/{user}/clients"):
+                self.clients[f"users/{user}/clients/{client}"] = read_configs(self.store, "users", f"{user}/clients/{client}")
+        for kind in ("clients", "ips"):
+            for name in self.store.children(f"/config/{kind}"):
+                self.clients[f"{kind}/{name}"] = read_configs(self.store, kind, name)
 
     def topic(self, name: str) -> dict[str, str]:
         return self.topics.get(name, {})
@@ -51,7 +58,7 @@ class ConfigRepository:
         return self.brokers.get(entity, {})
 
     def user(self, name: str) -> dict[str, str]:
-        return self.users.get(name, {})
+        return self.clients.get(f"users/{sanitize(name)}", {})
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -78,22 +85,32 @@ class ConfigRepository:
             node = await self.io(self.store.get, f"{znodes.CONFIG_CHANGES}/{child}")
             if node is None or not isinstance(node[0], dict):
                 continue
-            entity_type, _, name = str(node[0].get("entity_path", "")).partition("/")
-            target = {"topics": self.topics, "brokers": self.brokers, "users": self.users}.get(entity_type)
+            path = str(node[0].get("entity_path", ""))
+            entity_type, _, name = path.partition("/")
+            if entity_type in ("users", "clients", "ips") and name:
+                # credentials and quotas are looked up when used: nothing to apply
+                self.clients[path] = await self.io(read_configs, self.store, entity_type, name)
+                continue
+            target = {"topics": self.topics, "brokers": self.brokers}.get(entity_type)
             if target is None or not name:
                 continue
             configs = await self.io(read_configs, self.store, entity_type, name)
-            if entity_type == "users":
-                name = unquote(name)
             if target.get(name) == configs:
                 continue
             target[name] = configs
-            if entity_type == "users":
-                continue  # credentials are read when a client authenticates
             try:
                 self.on_change(entity_type, name)
             except Exception:
                 log.exception("applying the config change of %s/%s failed", entity_type, name)
+
+
+def sanitize(name: str) -> str:
+    """A user or client id as its znode is named (Kafka's Sanitizer: URL-encoded); Kafka's
+    "<default>" entity is kept as it is."""
+    return name if name == DEFAULT else quote(name, safe="")
+
+
+DEFAULT = "<default>"
 
 
 def _seq(child: str) -> int:

@@ -9,9 +9,11 @@ the salted password, never the password; the broker keeps only what RFC 5802 nee
 from __future__ import annotations
 
 from collections import Counter
+from urllib.parse import unquote
 
 from strom.protocol.errors import ErrorCode
 from strom.server.apis import RequestContext, api
+from strom.server.config_repository import sanitize
 from strom.server.sasl import (
     MAX_ITERATIONS,
     MECHANISM_BY_ID,
@@ -30,17 +32,19 @@ def _result(user: str, error: ErrorCode = ErrorCode.NONE, message: str | None = 
 
 @api(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def handle_describe_user_scram_credentials(broker, ctx: RequestContext, request) -> dict:
-    users = broker.config_repository.users
+    repository = broker.config_repository
     named = [u.name for u in request.users] if request.users else None
     results = []
     if named is None:
-        named_once = sorted(u for u, configs in users.items() if any(m in configs for m in SCRAM_MECHANISMS))
+        named_once = sorted(unquote(path[6:]) for path, configs in repository.clients.items()
+                            if path.startswith("users/") and "/" not in path[6:]
+                            and any(m in configs for m in SCRAM_MECHANISMS))
         counts: Counter[str] = Counter()
     else:
         named_once, counts = list(dict.fromkeys(named)), Counter(named)
     for user in named_once:
         infos = [{"mechanism": SCRAM_MECHANISMS[m][1], "iterations": ScramCredential.decode(text).iterations}
-                 for m, text in sorted(users.get(user, {}).items()) if m in SCRAM_MECHANISMS]
+                 for m, text in sorted(repository.user(user).items()) if m in SCRAM_MECHANISMS]
         if counts[user] > 1:
             results.append(_result(user, ErrorCode.DUPLICATE_RESOURCE,
                                    "Cannot describe SCRAM credentials for the same user twice in a single request",
@@ -73,8 +77,9 @@ async def handle_alter_user_scram_credentials(broker, ctx: RequestContext, reque
                 else:
                     current[mechanism] = scram_credential(mechanism, bytes(item.salted_password), bytes(item.salt),
                                                           item.iterations).encode()
-            await broker.store_io(broker.admin.change_user_config, user, current)
-            broker.config_repository.users[user] = current
+            path = f"users/{sanitize(user)}"
+            await broker.store_io(broker.admin.change_client_config, path, current)
+            broker.config_repository.clients[path] = current
         results.append(_result(user, error, message))
     return {"throttle_time_ms": 0, "results": results}
 
