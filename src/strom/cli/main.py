@@ -25,7 +25,8 @@ class _LazyGroup(click.Group):
             "cluster": "strom.cli.cluster:cluster", "topics": "strom.cli.topics:topics",
             "produce": "strom.cli.produce:produce", "consume": "strom.cli.consume:consume",
             "get-offsets": "strom.cli.offsets:get_offsets", "dump-log": "strom.cli.dump_log:dump_log",
-            "acls": "strom.cli.acls:acls", "users": "strom.cli.users:users"}
+            "acls": "strom.cli.acls:acls", "users": "strom.cli.users:users",
+            "quotas": "strom.cli.quotas:quotas"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})

@@ -218,6 +218,10 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "sasl.server.max.receive.size": (int_in(1), "524288"),
     "connections.max.reauth.ms": (int_in(0), "0"),
     "connection.failed.authentication.delay.ms": (int_in(0), "100"),
+    # Quotas (server/quotas.py): the rate windows, and the broker-wide connection creation rate.
+    "quota.window.num": (int_in(1), "11"),
+    "quota.window.size.seconds": (int_in(1), "1"),
+    "max.connection.creation.rate": (int_in(0), "2147483647"),
     # Authorization (server/authorizer.py): empty authorizer.class.name means none, as in Kafka.
     "authorizer.class.name": (_str, ""),
     "super.users": (_str, ""),

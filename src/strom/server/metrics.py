@@ -48,14 +48,14 @@ class RequestTimer:
     """One request's moments (monotonic seconds) and what it spent waiting on others
     (Kafka's remote time: the purgatories, fsyncs)."""
 
-    __slots__ = ("received", "started", "handled", "sending", "remote")
+    __slots__ = ("received", "started", "handled", "sending", "remote", "throttle")
 
     def __init__(self, received: float, started: float) -> None:
         self.received = received  # its last byte arrived
         self.started = started  # its handler was called
         self.handled = self.sending = started  # its response was ready / handed to the socket
         self.remote = 0.0
-
+        self.throttle = 0.0  # what a quota held the client back by
 
 CURRENT_REQUEST: ContextVar[RequestTimer | None] = ContextVar("strom_current_request", default=None)
 
@@ -83,7 +83,7 @@ PHASES = (
     ("strom_request_remote_time_seconds",
      "Time a request waited for others: followers (acks=all), new data (fetch long polls), fsyncs"),
     ("strom_request_throttle_time_seconds",
-     "Time a response was held back by a quota (always 0: Strom has no quotas yet)"),
+     "Time a quota held the client back after the response (its connection read no further)"),
     ("strom_response_queue_time_seconds",
      "Time from a response being ready to its first byte handed to the socket (encoding included)"),
     ("strom_response_send_time_seconds", "Time handing a response to the socket, file regions included"),
@@ -114,7 +114,7 @@ class RequestMetrics:
         queue.observe(t.started - t.received)
         local.observe(local_time(t))
         remote.observe(t.remote)
-        throttle.observe(0.0)
+        throttle.observe(t.throttle)
         response_queue.observe(t.sending - t.handled)
         send.observe(done - t.sending)
 

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import ssl
+import struct
 import time
 from collections import Counter, deque
 from functools import partial
@@ -30,6 +31,7 @@ from strom.server.metrics import (
     api_name,
     local_time,
 )
+from strom.server.quotas import ClientQuotas, ConnectionRates
 from strom.server.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
@@ -62,6 +64,7 @@ _MAX_UNSENT = 4 << 20
 _LARGE_REQUEST = 1 << 20
 _PRODUCE = 0
 _BEFORE_READY = frozenset({4, 5, 6, 7, 18, 56})
+_FETCH = 1
 # Failed authentications from one IP within the window after which its SASL connections are
 # refused until the window passes (password guessing costs the guesser, not the broker).
 _MAX_AUTH_FAILURES = 20
@@ -304,6 +307,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         if self.sasl is not None and await self._sasl_gate(header, request.body):
             return
+        follower = header.api_key == _FETCH and getattr(request.body, "replica_id", -1) >= 0
         ctx = RequestContext(header, self.listener, self.peer, self.principal)
         if header.api_key not in _BEFORE_READY and not self.server.ready.is_set():
             # As Kafka starts processing requests only once started: a client asking a broker
@@ -318,8 +322,16 @@ class Connection(asyncio.BufferedProtocol):
             log.info("closing connection from %s: %s", self.peer, e)
             self.close()
             return
+        handled = time.monotonic()
         if timer is not None:
-            timer.handled = timer.sending = time.monotonic()
+            timer.handled = timer.sending = handled
+        throttle = self.server.quotas.request_throttle_ms(
+            _user(self.principal), header.client_id or "", header.api_key, len(frame),
+            _response_size(response), handled - started - (timer.remote if timer else 0.0), follower)
+        if throttle:
+            _set_throttle(response, throttle)
+            if timer is not None:
+                timer.throttle = throttle / 1000
         size = 0
         if response is None or self.transport is None or self.transport.is_closing():
             pass
@@ -335,6 +347,10 @@ class Connection(asyncio.BufferedProtocol):
                 self.transport.write(encoded)
         if timer is not None:
             self.server.request_done(self, header, len(frame), size, timer, time.monotonic())
+        if throttle:
+            # KIP-219: the answer goes out at once, saying how long; the connection is read no
+            # further meanwhile (its next request waits here), as Kafka mutes the channel.
+            await asyncio.sleep(throttle / 1000)
 
     # --- SASL (Kafka's SaslServerAuthenticator) ------------------------------------------------
 
@@ -460,6 +476,27 @@ class Connection(asyncio.BufferedProtocol):
                 await self.drained.wait()
 
 
+def _user(principal: str) -> str:
+    """The user a quota is looked up for: the principal's name (Kafka: "ANONYMOUS" unauthenticated)."""
+    return principal.partition(":")[2] or principal
+
+
+def _response_size(response: Any) -> int:
+    if isinstance(response, RawResponse):
+        return sum(len(p) if isinstance(p, bytes | bytearray) else p.size for p in response.parts)
+    return 0  # only Fetch (a RawResponse) is metered by its size
+
+
+def _set_throttle(response: Any, throttle_ms: int) -> None:
+    """Tell the client how long it is held back: in a response's throttle_time_ms, which a
+    RawResponse (Fetch) carries as the first field of its body."""
+    if isinstance(response, RawResponse):
+        head = response.parts[0]
+        response.parts[0] = struct.pack(">i", throttle_ms) + bytes(head[4:])
+    elif isinstance(response, dict) and "throttle_time_ms" in response:
+        response["throttle_time_ms"] = max(response["throttle_time_ms"] or 0, throttle_ms)
+
+
 class RequestMemory:
     """queued.max.request.bytes: the bytes all connections' large requests may hold at once,
     reserved whole when a frame's size is read; connections wait in turn (reading paused)."""
@@ -516,6 +553,8 @@ class SocketServer:
         self.request_metrics: RequestMetrics | None = None
         self.loop_idle: LoopIdleSampler | None = None
         self.sasl: dict[str, ListenerSasl] = {}  # SASL listeners' setups, by listener name
+        self.quotas = ClientQuotas({})  # given the cluster's quota configs at start()
+        self.connection_rates = ConnectionRates({})
         self.sasl_max_receive = 524288
         self._auth_failures: dict[str, deque[float]] = {}
         # Connections the open-file limit leaves room for after the log's share (the broker
@@ -539,7 +578,7 @@ class SocketServer:
                 limit = int(count)
         if self.per_ip[ip] >= limit:
             return f"max.connections.per.ip={limit} reached"
-        return None
+        return self.connection_rates.admit(ip, config["max.connection.creation.rate"])
 
     def auth_failed(self, ip: str) -> None:
         self._auth_failures.setdefault(ip, deque()).append(time.monotonic())
@@ -604,6 +643,9 @@ class SocketServer:
         tls = tls or {}
         config = self.broker.config
         self.sasl_max_receive = config["sasl.server.max.receive.size"]
+        windows = (config["quota.window.size.seconds"], config["quota.window.num"])
+        self.quotas = ClientQuotas(self.broker.config_repository.clients, *windows)
+        self.connection_rates = ConnectionRates(self.broker.config_repository.clients, *windows)
         for listener in listeners:
             if config.protocol_of(listener.name).startswith("SASL_"):
                 self.sasl[listener.name] = listener_sasl(
