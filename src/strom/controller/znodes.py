@@ -33,12 +33,13 @@ ACL_LITERAL = "/kafka-acl"
 ACL_PREFIXED = "/kafka-acl-extended/prefixed"
 ACL_CHANGES = "/kafka-acl-changes"
 ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+TOKENS = "/delegation_token/tokens"  # delegation tokens, and the notifications of their changes
+TOKEN_CHANGES = "/delegation_token/token_changes"
 
 # Paths every cluster has, created by the first broker (Kafka's persistent paths).
 PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/admin/delete_topics", "/config/topics",
                     "/config/brokers", "/config/changes", CONFIG_USERS, CONFIG_CLIENTS, CONFIG_IPS,
-                    ACL_LITERAL, ACL_PREFIXED,
-                    ACL_CHANGES, ACL_EXTENDED_CHANGES)
+                    ACL_LITERAL, ACL_PREFIXED, ACL_CHANGES, ACL_EXTENDED_CHANGES, TOKENS, TOKEN_CHANGES)
 
 NO_LEADER = -1
 LEADER_DURING_DELETE = -2  # what UpdateMetadata says of a partition whose topic is being deleted

@@ -29,6 +29,7 @@ from kafka.protocol.schemas.fields.struct_array import StructArrayField
 from strom.protocol import (
     consumer_group_messages,  # noqa: F401  (registers KIP-848 APIs)
     controller_messages,  # noqa: F401  (registers inter-broker APIs)
+    delegation_token_messages,  # noqa: F401  (registers the delegation token APIs)
 )
 from strom.protocol.frames import frame
 from strom.protocol.produce import MAX_VERSION as PRODUCE_MAX_VERSION

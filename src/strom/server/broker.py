@@ -14,7 +14,6 @@ import enum
 import logging
 import resource
 import socket
-import ssl
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +40,7 @@ from strom.server.alter_partition import AlterPartitionManager
 from strom.server.apis import HANDLERS, RequestContext, load_all
 from strom.server.config import BrokerConfig, Listener
 from strom.server.config_repository import ConfigRepository
+from strom.server.delegation_tokens import DelegationTokens
 from strom.server.dynamic_config import DEFAULT_ENTITY, DynamicBrokerConfig
 from strom.server.inter_broker import BrokerConnections
 from strom.server.log_dir_mover import LogDirMover
@@ -50,7 +50,6 @@ from strom.server.replica_fetcher import ReplicaFetcherManager
 from strom.server.replica_manager import ReplicaManager
 from strom.server.replication_quota import ReplicationQuota
 from strom.server.socket_server import SocketServer
-from strom.server.tls import server_context
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +130,8 @@ class Broker:
         if cluster_id is None and self.clustered:  # the first broker of a new cluster names it
             cluster_id = await self.store_io(self._record_cluster_id, new_cluster_id())
         await self.store_io(self.config_repository.load)
+        self.delegation_tokens = DelegationTokens(self.store, self.store_io, self.config)
+        await self.store_io(self.delegation_tokens.load)
         self.state = BrokerState.RECOVERY
         self.cluster_id = self.log_manager.startup(self.broker_id, cluster_id, self.log_config_for)
         self._logs_open = True
@@ -148,7 +149,7 @@ class Broker:
         self.log_services.load_dynamic_config()
         self.producer_id_manager = ProducerIdManager(self.store, self.broker_id)
         await self.socket_server.start(self.config.listeners, self.config["socket.send.buffer.bytes"],
-                                       self.config["socket.receive.buffer.bytes"], self._tls_contexts())
+                                       self.config["socket.receive.buffer.bytes"])
         self.advertised = self._advertised_listeners()
         if self.config["metrics.port"] >= 0:
             from strom.server.metrics_endpoint import MetricsServer  # loads prometheus-client
@@ -157,6 +158,7 @@ class Broker:
             self.metrics_server = MetricsServer(self)
             self.metrics_server.start(self.config["metrics.host"], self.config["metrics.port"])
         await self.config_repository.start()
+        await self.delegation_tokens.start()
         await self._register()
         self.store.add_session_listener(self._session_event)
         channel = ControllerChannelManager(self.broker_id, self.inter_broker_listener, self.deliver_local)
@@ -193,6 +195,9 @@ class Broker:
                        lambda: self.replica_manager.maybe_shrink_isr(lag_ms))
         self._schedule("producer-id-expiration", self.config["producer.id.expiration.check.interval.ms"],
                        self._expire_producers)
+        if self.delegation_tokens.enabled:
+            self._schedule("delegation-token-expiration", self.config["delegation.token.expiry.check.interval.ms"],
+                           partial(self.store_io, self.delegation_tokens.remove_expired))
         self.log_services.start()
         self.state = BrokerState.RUNNING
         self.socket_server.ready.set()
@@ -224,6 +229,7 @@ class Broker:
             await self.controller.shutdown()
         if self.config_repository is not None:
             self.config_repository.stop()
+            self.delegation_tokens.stop()
         if self._logs_open:  # a start-up that failed before (say, on a locked dir) writes nothing
             await self.log_services.stop()
             await self._snapshot_producers(at_shutdown=True)
@@ -336,10 +342,6 @@ class Broker:
                 self.controller.session_reconnected()
 
             loop.call_soon_threadsafe(lambda: loop.create_task(rejoin()))
-
-    def _tls_contexts(self) -> dict[str, ssl.SSLContext]:
-        return {listener.name: server_context(partial(self.config.listener_setting, listener.name), listener.name)
-                for listener in self.config.listeners if self._protocol_of(listener.name) == "SSL"}
 
     def _protocol_of(self, listener: str) -> str:
         return self.config.protocol_of(listener)

@@ -222,6 +222,12 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "quota.window.num": (int_in(1), "11"),
     "quota.window.size.seconds": (int_in(1), "1"),
     "max.connection.creation.rate": (int_in(0), "2147483647"),
+    # Delegation tokens (server/delegation_tokens.py): on when a secret is set, as in Kafka.
+    "delegation.token.secret.key": (_optional(_str), None),
+    "delegation.token.master.key": (_optional(_str), None),  # the secret's deprecated name
+    "delegation.token.max.lifetime.ms": (int_in(1), "604800000"),
+    "delegation.token.expiry.time.ms": (int_in(1), "86400000"),
+    "delegation.token.expiry.check.interval.ms": (int_in(1), "3600000"),
     # Authorization (server/authorizer.py): empty authorizer.class.name means none, as in Kafka.
     "authorizer.class.name": (_str, ""),
     "super.users": (_str, ""),
@@ -229,7 +235,7 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
 }
 # Never shown by DescribeConfigs (Kafka's PASSWORD type): null with is_sensitive set.
 SENSITIVE = frozenset({"ssl.keystore.password", "ssl.key.password", "ssl.truststore.password",
-                       "ssl.keystore.key"})
+                       "ssl.keystore.key", "delegation.token.secret.key", "delegation.token.master.key"})
 _LISTENER_KEY = re.compile(r"^listener\.name\.(?P<listener>[^.]+)\.(?P<key>.+)$")
 # Listener-scoped keys that are not broker keys: a mechanism's JAAS configuration.
 _LISTENER_ONLY = re.compile(r"^[a-z0-9-]+\.sasl\.jaas\.config$")

@@ -32,13 +32,11 @@ class ConfigRepository:
         # users, clients and ips by their path under /config, names sanitized as stored:
         # "users/alice", "users/alice/clients/app", "users/<default>", "clients/app", "ips/10.0.0.1".
         self.clients: dict[str, dict[str, str]] = {}
-        self._last_seen = -1
-        self._watch = None
-        self._pending: asyncio.Task | None = None
+        self._changes = ChangeListener(store, io, znodes.CONFIG_CHANGES, znodes.CONFIG_CHANGE_PREFIX, self._apply)
 
     def load(self) -> None:
         """Every config of the cluster (blocking; at start-up, before logs are loaded)."""
-        self._last_seen = max((_seq(c) for c in self.store.children(znodes.CONFIG_CHANGES)), default=-1)
+        self._changes.skip_existing()
         for name in self.store.children(znodes.CONFIG_TOPICS):
             self.topics[name] = read_configs(self.store, "topics", name)
         for name in self.store.children(znodes.CONFIG_BROKERS):
@@ -61,8 +59,51 @@ class ConfigRepository:
         return self.clients.get(f"users/{sanitize(name)}", {})
 
     async def start(self) -> None:
+        await self._changes.start()
+
+    def stop(self) -> None:
+        self._changes.stop()
+
+    async def _apply(self, change: Any) -> None:
+        if not isinstance(change, dict):
+            return
+        path = str(change.get("entity_path", ""))
+        entity_type, _, name = path.partition("/")
+        if entity_type in ("users", "clients", "ips") and name:
+            # credentials and quotas are looked up when used: nothing to apply
+            self.clients[path] = await self.io(read_configs, self.store, entity_type, name)
+            return
+        target = {"topics": self.topics, "brokers": self.brokers}.get(entity_type)
+        if target is None or not name:
+            return
+        configs = await self.io(read_configs, self.store, entity_type, name)
+        if target.get(name) == configs:
+            return
+        target[name] = configs
+        try:
+            self.on_change(entity_type, name)
+        except Exception:
+            log.exception("applying the config change of %s/%s failed", entity_type, name)
+
+
+class ChangeListener:
+    """Kafka's ZkNodeChangeNotificationListener: follows the sequential nodes a path collects
+    (`<prefix><n>`), handing each new one's data to `handle` in order, once."""
+
+    def __init__(self, store: MetadataStore, io: Callable[..., Awaitable[Any]], path: str, prefix: str,
+                 handle: Callable[[Any], Awaitable[None]]) -> None:
+        self.store, self.io, self.path, self.prefix, self.handle = store, io, path, prefix, handle
+        self._last_seen = -1
+        self._watch = None
+        self._pending: asyncio.Task | None = None
+
+    def skip_existing(self) -> None:
+        """What is there now is already loaded (blocking; at start-up)."""
+        self._last_seen = max((self._seq(c) for c in self.store.children(self.path)), default=-1)
+
+    async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._watch = await self.io(self.store.watch_children, znodes.CONFIG_CHANGES,
+        self._watch = await self.io(self.store.watch_children, self.path,
                                     lambda _children: loop.call_soon_threadsafe(self._schedule))
 
     def stop(self) -> None:
@@ -76,32 +117,17 @@ class ConfigRepository:
             self._pending.add_done_callback(lambda _t: self._schedule())
 
     async def _process(self) -> None:
-        children = await self.io(self.store.children, znodes.CONFIG_CHANGES)
-        for child in sorted(children, key=_seq):
-            seq = _seq(child)
-            if seq <= self._last_seen:
+        for child in sorted(await self.io(self.store.children, self.path), key=self._seq):
+            if self._seq(child) <= self._last_seen:
                 continue
-            self._last_seen = seq
-            node = await self.io(self.store.get, f"{znodes.CONFIG_CHANGES}/{child}")
-            if node is None or not isinstance(node[0], dict):
-                continue
-            path = str(node[0].get("entity_path", ""))
-            entity_type, _, name = path.partition("/")
-            if entity_type in ("users", "clients", "ips") and name:
-                # credentials and quotas are looked up when used: nothing to apply
-                self.clients[path] = await self.io(read_configs, self.store, entity_type, name)
-                continue
-            target = {"topics": self.topics, "brokers": self.brokers}.get(entity_type)
-            if target is None or not name:
-                continue
-            configs = await self.io(read_configs, self.store, entity_type, name)
-            if target.get(name) == configs:
-                continue
-            target[name] = configs
-            try:
-                self.on_change(entity_type, name)
-            except Exception:
-                log.exception("applying the config change of %s/%s failed", entity_type, name)
+            self._last_seen = self._seq(child)
+            node = await self.io(self.store.get, f"{self.path}/{child}")
+            if node is not None:
+                await self.handle(node[0])
+
+    def _seq(self, child: str) -> int:
+        digits = child[len(self.prefix):]
+        return int(digits) if digits.isdigit() else -1
 
 
 def sanitize(name: str) -> str:
@@ -112,7 +138,3 @@ def sanitize(name: str) -> str:
 
 DEFAULT = "<default>"
 
-
-def _seq(child: str) -> int:
-    digits = child[len(znodes.CONFIG_CHANGE_PREFIX):]
-    return int(digits) if digits.isdigit() else -1

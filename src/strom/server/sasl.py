@@ -127,12 +127,17 @@ class PlainServer(Mechanism):
 
 
 class ScramServer(Mechanism):
-    """RFC 5802's server side: client-first, server-first, client-final, server-final."""
+    """RFC 5802's server side: client-first, server-first, client-final, server-final. With
+    the `tokenauth=true` extension the user is a delegation token's id and the principal its
+    owner, for as long as the token lives."""
 
-    def __init__(self, mechanism: str, credentials: Callable[[str], ScramCredential | None]) -> None:
+    def __init__(self, mechanism: str, credentials: Callable[[str], ScramCredential | None],
+                 token: Callable[[str], tuple[ScramCredential, str, int] | None] = lambda _id: None) -> None:
         self.mechanism = mechanism
         self.digest = SCRAM_MECHANISMS[mechanism][0]
         self.credentials = credentials
+        self.token = token
+        self.token_owner: str | None = None
         self.state = "first"
 
     def evaluate(self, token: bytes) -> bytes:
@@ -154,7 +159,13 @@ class ScramServer(Mechanism):
         authzid = next((p[2:] for p in header.split(",") if p.startswith("a=")), "")
         if authzid and authzid != self.username:
             raise AuthenticationFailed("Authentication failed: authorization id differs from the user name")
-        credential = self.credentials(self.username)
+        if attrs.get("tokenauth") == "true":
+            found = self.token(self.username)
+            credential, self.token_owner, expiry_ms = found if found is not None else (None, None, 0)
+            if found is not None:
+                self.lifetime_ms = max(1, int(expiry_ms - time.time() * 1000))
+        else:
+            credential = self.credentials(self.username)
         # An unknown user gets the same exchange as a known one (a made-up salt), so the
         # failure at the end does not tell which users exist.
         self.credential = credential or ScramCredential(secrets.token_bytes(16), b"", b"", MIN_ITERATIONS)
@@ -188,7 +199,7 @@ class ScramServer(Mechanism):
                 or not hmac.compare_digest(hashlib.new(self.digest, client_key).digest(), self.credential.stored_key)):
             raise AuthenticationFailed(f"Authentication failed during authentication due to invalid "
                                        f"credentials with SASL mechanism {self.mechanism}")
-        self.complete, self.principal = True, f"User:{self.username}"
+        self.complete, self.principal = True, self.token_owner or f"User:{self.username}"
         server_signature = hmac.digest(self.credential.server_key, auth_message, self.digest)
         return b"v=" + base64.b64encode(server_signature)
 
@@ -277,13 +288,16 @@ class ListenerSasl:
     options: Mapping[str, Mapping[str, str]]
     scram_credential: Callable[[str, str], ScramCredential | None]  # (mechanism, user)
     max_reauth_ms: int = 0
+    # (mechanism, token id) -> the token's credential, owner and expiry (delegation tokens)
+    token_credential: Callable[[str, str], tuple[ScramCredential, str, int] | None] = lambda _m, _t: None
 
     def start(self, mechanism: str) -> Mechanism:
         if mechanism == "PLAIN":
             opts = self.options.get("PLAIN", {})
             return PlainServer({k[5:]: v for k, v in opts.items() if k.startswith("user_")})
         if mechanism in SCRAM_MECHANISMS:
-            return ScramServer(mechanism, lambda user: self.scram_credential(mechanism, user))
+            return ScramServer(mechanism, lambda user: self.scram_credential(mechanism, user),
+                               lambda token_id: self.token_credential(mechanism, token_id))
         return OAuthBearerServer(self.options.get("OAUTHBEARER", {}))
 
 
@@ -298,6 +312,7 @@ class SaslAuthenticator:
         self.mechanism_name = ""
         self.raw_tokens = False  # SaslHandshake v0: the next frames are bare tokens
         self.principal: str | None = None  # once authenticated
+        self.token_authenticated = False  # with a delegation token: it may not ask for tokens
         self.failed: str | None = None
 
     def handshake(self, mechanism: str, version: int) -> dict:
@@ -322,6 +337,7 @@ class SaslAuthenticator:
                 raise AuthenticationFailed(f"Cannot change principals during re-authentication from "
                                            f"{self.principal}: {self.mechanism.principal}")
             self.principal = self.mechanism.principal
+            self.token_authenticated = getattr(self.mechanism, "token_owner", None) is not None
             self.raw_tokens = False
         return reply
 
@@ -344,7 +360,8 @@ class SaslAuthenticator:
 
 
 def listener_sasl(setting: Callable[[str], object], listener: str,
-                  scram_credential: Callable[[str, str], ScramCredential | None]) -> ListenerSasl:
+                  scram_credential: Callable[[str, str], ScramCredential | None],
+                  token_credential: Callable[[str, str], tuple[ScramCredential, str, int] | None]) -> ListenerSasl:
     """A SASL listener's setup from its configs (`setting(key)`: the listener's override or the
     broker's value); ValueError names what is missing or unsupported."""
     enabled = str(setting("sasl.enabled.mechanisms") or "")
@@ -366,4 +383,5 @@ def listener_sasl(setting: Callable[[str], object], listener: str,
             options[mechanism] = parse_jaas(str(jaas))
         except ValueError as e:
             raise ValueError(f"listener {listener}: {key}: {e}") from None
-    return ListenerSasl(mechanisms, options, scram_credential, int(setting("connections.max.reauth.ms") or 0))
+    return ListenerSasl(mechanisms, options, scram_credential, int(setting("connections.max.reauth.ms") or 0),
+                        token_credential)

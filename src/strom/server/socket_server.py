@@ -12,7 +12,6 @@ import asyncio
 import logging
 import os
 import socket
-import ssl
 import struct
 import time
 from collections import Counter, deque
@@ -91,6 +90,7 @@ class Connection(asyncio.BufferedProtocol):
         self.server = server
         self.listener = listener
         self.tls = tls  # file regions are copied through the TLS layer: no sendfile
+        self.protocol = server.broker.config.protocol_of(listener)
         self.principal = ANONYMOUS
         self.sasl: SaslAuthenticator | None = None  # on SASL listeners
         self.session_expires = 0.0  # monotonic time a SASL session ends (KIP-368), 0: never
@@ -308,7 +308,8 @@ class Connection(asyncio.BufferedProtocol):
         if self.sasl is not None and await self._sasl_gate(header, request.body):
             return
         follower = header.api_key == _FETCH and getattr(request.body, "replica_id", -1) >= 0
-        ctx = RequestContext(header, self.listener, self.peer, self.principal)
+        ctx = RequestContext(header, self.listener, self.peer, self.principal, self.protocol,
+                             self.sasl is not None and self.sasl.token_authenticated)
         if header.api_key not in _BEFORE_READY and not self.server.ready.is_set():
             # As Kafka starts processing requests only once started: a client asking a broker
             # that has not heard from the controller yet would be told its topics do not exist.
@@ -636,11 +637,9 @@ class SocketServer:
                              conn.peer, idle_ms)
                     conn.close()
 
-    async def start(self, listeners: list[Any], send_buffer: int, receive_buffer: int,
-                    tls: dict[str, ssl.SSLContext] | None = None) -> None:
-        """Listen on every listener; those named in `tls` speak TLS with that context."""
+    async def start(self, listeners: list[Any], send_buffer: int, receive_buffer: int) -> None:
+        """Listen on every listener: SSL and SASL_SSL ones speak TLS, SASL_* ones authenticate."""
         loop = asyncio.get_running_loop()
-        tls = tls or {}
         config = self.broker.config
         self.sasl_max_receive = config["sasl.server.max.receive.size"]
         windows = (config["quota.window.size.seconds"], config["quota.window.num"])
@@ -649,10 +648,11 @@ class SocketServer:
         for listener in listeners:
             if config.protocol_of(listener.name).startswith("SASL_"):
                 self.sasl[listener.name] = listener_sasl(
-                    partial(config.listener_setting, listener.name), listener.name, self._scram_credential)
+                    partial(config.listener_setting, listener.name), listener.name, self._scram_credential,
+                    self._token_credential)
         for listener in listeners:
-            context = tls.get(listener.name)
-            if context is None and config.protocol_of(listener.name) == "SASL_SSL":
+            context = None
+            if config.protocol_of(listener.name) in ("SSL", "SASL_SSL"):
                 context = server_context(partial(config.listener_setting, listener.name), listener.name)
             server = await loop.create_server(
                 lambda name=listener.name, secure=context is not None: Connection(self, name, secure),
@@ -668,6 +668,9 @@ class SocketServer:
             self.bound[listener.name] = (host, port)
             self.servers.append(server)
         self._idle_task = loop.create_task(self._close_idle(), name="connections-max-idle")
+
+    def _token_credential(self, mechanism: str, token_id: str) -> tuple[ScramCredential, str, int] | None:
+        return self.broker.delegation_tokens.credential(mechanism, token_id)
 
     def _scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
         text = self.broker.config_repository.user(user).get(mechanism)

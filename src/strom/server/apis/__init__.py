@@ -21,7 +21,9 @@ class RequestContext:
     header: RequestHeader
     listener: str
     client: str
-    principal: str = "User:ANONYMOUS"  # who the connection authenticated as (TLS client certificate)
+    principal: str = "User:ANONYMOUS"  # who the connection authenticated as (TLS certificate, SASL)
+    security_protocol: str = "PLAINTEXT"  # of the listener the request came on
+    token_authenticated: bool = False  # SASL with a delegation token
 
 
 @dataclass(slots=True)

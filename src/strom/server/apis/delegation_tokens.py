@@ -1,0 +1,108 @@
+"""CreateDelegationToken, RenewDelegationToken, ExpireDelegationToken and
+DescribeDelegationToken (KIP-48; server/delegation_tokens.py keeps the tokens).
+
+As in Kafka, tokens are handed out only to clients that proved who they are with something
+other than a token: not over PLAINTEXT, not anonymously over SSL, not when authenticated with
+a token (DELEGATION_TOKEN_REQUEST_NOT_ALLOWED).
+"""
+
+from __future__ import annotations
+
+from strom.protocol.errors import ErrorCode
+from strom.server.apis import RequestContext, api
+from strom.server.delegation_tokens import TokenError, TokenInformation
+from strom.server.tls import ANONYMOUS
+
+CREATE, RENEW, EXPIRE, DESCRIBE = 38, 39, 40, 41
+
+
+def _allowed(ctx: RequestContext) -> bool:
+    if ctx.token_authenticated or ctx.security_protocol == "PLAINTEXT":
+        return False
+    return not (ctx.security_protocol == "SSL" and ctx.principal == ANONYMOUS)
+
+
+def _split(principal: str) -> tuple[str, str]:
+    kind, _, name = principal.partition(":")
+    return kind, name
+
+
+@api(CREATE, 0, 3)
+async def handle_create_delegation_token(broker, ctx: RequestContext, request) -> dict:
+    owner = ctx.principal
+    if getattr(request, "owner_principal_name", None):
+        owner = f"{request.owner_principal_type or 'User'}:{request.owner_principal_name}"
+    kind, name = _split(owner)
+    requester_kind, requester_name = _split(ctx.principal)
+    answer = {"error_code": ErrorCode.NONE, "principal_type": kind, "principal_name": name,
+              "token_requester_principal_type": requester_kind, "token_requester_principal_name": requester_name,
+              "issue_timestamp_ms": -1, "expiry_timestamp_ms": -1, "max_timestamp_ms": -1, "token_id": "",
+              "hmac": b"", "throttle_time_ms": 0}
+    if not _allowed(ctx):
+        return {**answer, "error_code": ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED}
+    renewers = [f"{r.principal_type}:{r.principal_name}" for r in request.renewers]
+    if any(not r.startswith("User:") for r in renewers) or not owner.startswith("User:"):
+        return {**answer, "error_code": ErrorCode.INVALID_PRINCIPAL_TYPE}
+    tokens = broker.delegation_tokens
+    try:
+        info, token_hmac = await broker.store_io(tokens.create, owner, ctx.principal, renewers, request.max_lifetime_ms)
+    except TokenError as e:
+        return {**answer, "error_code": e.code}
+    return {**answer, "issue_timestamp_ms": info.issue_ms, "expiry_timestamp_ms": info.expiry_ms,
+            "max_timestamp_ms": info.max_ms, "token_id": info.token_id, "hmac": token_hmac}
+
+
+async def _change(broker, ctx: RequestContext, change, token_hmac: bytes, period_ms: int) -> dict:
+    if not _allowed(ctx):
+        return {"error_code": ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, "expiry_timestamp_ms": -1,
+                "throttle_time_ms": 0}
+    try:
+        expiry = await broker.store_io(change, ctx.principal, bytes(token_hmac), period_ms)
+    except TokenError as e:
+        return {"error_code": e.code, "expiry_timestamp_ms": -1, "throttle_time_ms": 0}
+    return {"error_code": ErrorCode.NONE, "expiry_timestamp_ms": expiry, "throttle_time_ms": 0}
+
+
+@api(RENEW, 0, 2)
+async def handle_renew_delegation_token(broker, ctx: RequestContext, request) -> dict:
+    return await _change(broker, ctx, broker.delegation_tokens.renew, request.hmac, request.renew_period_ms)
+
+
+@api(EXPIRE, 0, 2)
+async def handle_expire_delegation_token(broker, ctx: RequestContext, request) -> dict:
+    return await _change(broker, ctx, broker.delegation_tokens.expire, request.hmac, request.expiry_time_period_ms)
+
+
+@api(DESCRIBE, 0, 3)
+async def handle_describe_delegation_token(broker, ctx: RequestContext, request) -> dict:
+    tokens = broker.delegation_tokens
+    if not _allowed(ctx):
+        return {"error_code": ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, "tokens": [], "throttle_time_ms": 0}
+    if not tokens.enabled:
+        return {"error_code": ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED, "tokens": [], "throttle_time_ms": 0}
+    owners = None if request.owners is None else [f"{o.principal_type}:{o.principal_name}" for o in request.owners]
+    described = []
+    for cached in tokens.tokens.values():
+        info = cached.info
+        if owners is not None and not any(info.owner_or_renewer(o) for o in owners):
+            continue
+        if not _may_describe(broker, ctx, info):
+            continue
+        kind, name = _split(info.owner)
+        requester_kind, requester_name = _split(info.requester)
+        described.append({
+            "principal_type": kind, "principal_name": name, "token_requester_principal_type": requester_kind,
+            "token_requester_principal_name": requester_name, "issue_timestamp": info.issue_ms,
+            "expiry_timestamp": info.expiry_ms, "max_timestamp": info.max_ms, "token_id": info.token_id,
+            "hmac": cached.hmac,
+            "renewers": [dict(zip(("principal_type", "principal_name"), _split(r), strict=True)) for r in info.renewers]})
+    return {"error_code": ErrorCode.NONE, "tokens": described, "throttle_time_ms": 0}
+
+
+def _may_describe(broker, ctx: RequestContext, info: TokenInformation) -> bool:
+    """Owners and renewers see their tokens; others only where an authorizer lets them
+    (DESCRIBE on the token), so with no authorizer everyone sees every token, as in Kafka."""
+    if info.owner_or_renewer(ctx.principal):
+        return True
+    authorize = getattr(broker, "authorize_token_describe", None)
+    return authorize is None or authorize(ctx, info.token_id)
