@@ -1,26 +1,84 @@
 """A blocking connection that speaks Kafka's protocol through `strom.protocol`: one request in
 flight at a time. Tools, tests and the Spark connector's raw fetch path use it where a client
-library would hide the bytes (or cost more than the bytes)."""
+library would hide the bytes (or cost more than the bytes). Both it and AsyncConnection (the
+brokers' connections to each other) can speak TLS and authenticate with SASL (ClientSecurity)."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
+from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
 from strom.protocol.frames import FrameDecoder
 from strom.protocol.messages import decode_response, encode_request
+from strom.protocol.scram import SCRAM_MECHANISMS, ScramClient
 
 MAX_FRAME = 1 << 30
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+
+
+class AuthenticationError(ConnectionError):
+    pass
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How a client reaches a secured listener: a TLS context, and a SASL mechanism (PLAIN,
+    SCRAM-SHA-256/512, the latter also with a delegation token) with its credentials."""
+
+    ssl: ssl.SSLContext | None = None
+    sasl_mechanism: str | None = None
+    username: str = ""
+    password: str = ""
+    token: bool = False
+
+    def exchange(self) -> Generator[tuple[int, int, dict], Any, None]:
+        """The SASL requests to send, each answered by the response sent back in (sans-I/O, so
+        the blocking and the asyncio connection share it)."""
+        if self.sasl_mechanism is None:
+            return
+        handshake = yield SASL_HANDSHAKE, 1, {"mechanism": self.sasl_mechanism}
+        if handshake.error_code:
+            raise AuthenticationError(f"SASL mechanism {self.sasl_mechanism} refused (error {handshake.error_code}); "
+                                      f"the broker offers {', '.join(handshake.mechanisms)}")
+        if self.sasl_mechanism == "PLAIN":
+            tokens = [f"\0{self.username}\0{self.password}".encode()]
+            scram = None
+        elif self.sasl_mechanism in SCRAM_MECHANISMS:
+            scram = ScramClient(self.sasl_mechanism, self.username, self.password, self.token)
+            tokens = [scram.first()]
+        else:
+            raise AuthenticationError(f"SASL mechanism {self.sasl_mechanism} is not one this client speaks")
+        answer = yield SASL_AUTHENTICATE, 2, {"auth_bytes": tokens[0]}
+        if not answer.error_code and scram is not None:
+            answer = yield SASL_AUTHENTICATE, 2, {"auth_bytes": scram.final(answer.auth_bytes)}
+            if not answer.error_code and not scram.verify(answer.auth_bytes):
+                raise AuthenticationError("the broker's SCRAM signature is wrong: it does not know the password")
+        if answer.error_code:
+            raise AuthenticationError(answer.error_message or f"SASL authentication failed (error {answer.error_code})")
 
 
 class Connection:
-    def __init__(self, host: str, port: int, timeout_s: float = 10.0, client_id: str = "strom") -> None:
+    def __init__(self, host: str, port: int, timeout_s: float = 10.0, client_id: str = "strom",
+                 security: ClientSecurity | None = None) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout_s)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if security is not None and security.ssl is not None:
+            self.sock = security.ssl.wrap_socket(self.sock, server_hostname=host)
         self.decoder = FrameDecoder(MAX_FRAME, trusted=True)
         self.client_id = client_id
         self.correlation = 0
+        if security is not None:
+            steps = security.exchange()
+            try:
+                request = next(steps)
+                while True:
+                    request = steps.send(self.call(*request))
+            except StopIteration:
+                pass
 
     def call(self, api_key: int, version: int, fields: dict[str, Any]) -> Any:
         """Send one request and return the decoded response body."""
@@ -77,13 +135,27 @@ class AsyncConnection:
         self.correlation = 0
 
     @classmethod
-    async def open(cls, host: str, port: int, client_id: str = "strom",
-                   timeout_s: float = 10.0) -> AsyncConnection:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    async def open(cls, host: str, port: int, client_id: str = "strom", timeout_s: float = 10.0,
+                   security: ClientSecurity | None = None) -> AsyncConnection:
+        context = security.ssl if security is not None else None
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=context, server_hostname=host if context else None), timeout_s)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return cls(reader, writer, client_id)
+        conn = cls(reader, writer, client_id)
+        if security is not None:
+            steps = security.exchange()
+            try:
+                request = next(steps)
+                while True:
+                    request = steps.send(await conn.call(*request, timeout_s=timeout_s))
+            except StopIteration:
+                pass
+            except BaseException:
+                conn.close()
+                raise
+        return conn
 
     async def call(self, api_key: int, version: int, fields: dict[str, Any],
                    timeout_s: float = 30.0) -> Any:

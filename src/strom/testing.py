@@ -390,6 +390,26 @@ def memory_mb(pid: int, field: str = "VmRSS") -> float:
     raise AssertionError(f"no {field} for process {pid}")
 
 
+def make_pki(directory: Path) -> dict[str, Any]:
+    """Certificates for TLS tests (trustme, a test dependency): a CA, the broker's certificate
+    for 127.0.0.1 (as a key-and-chain PEM file, and as PEM text for inline stores), and a client
+    certificate for CN=alice,O=Acme."""
+    import trustme
+
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("alice.example.com", common_name="alice", organization_name="Acme")
+    paths: dict[str, Any] = {name: directory / f"{name}.pem" for name in ("ca", "server", "client_key", "client_cert")}
+    ca.cert_pem.write_to_path(str(paths["ca"]))
+    server.private_key_and_cert_chain_pem.write_to_path(str(paths["server"]))
+    client.private_key_pem.write_to_path(str(paths["client_key"]))
+    client.cert_chain_pems[0].write_to_path(str(paths["client_cert"]))
+    paths["server_key_text"] = server.private_key_pem.bytes().decode()
+    paths["server_chain_text"] = "".join(p.bytes().decode() for p in server.cert_chain_pems)
+    paths["ca_text"] = ca.cert_pem.bytes().decode()
+    return paths
+
+
 def scrape(url: str) -> dict[tuple[str, frozenset], float]:
     """Every sample of a Prometheus scrape of `url`, keyed by (sample name, labels)."""
     import urllib.request

@@ -26,6 +26,7 @@ from strom.testing import (
     BrokerProcess,
     consume_until,
     create_topic,
+    make_pki,
     report_broker_logs,
     unique_name,
     wait_for,
@@ -243,22 +244,4 @@ def set_topic_configs(bootstrap: str, topic: str, configs: dict[str, str | None]
 
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory) -> dict[str, Any]:
-    """Certificates made for the session (trustme): a CA, the broker's certificate for
-    127.0.0.1 (and its key and chain as PEM text, for inline stores), and a client certificate
-    for CN=alice,O=Acme."""
-    import trustme
-
-    d = tmp_path_factory.mktemp("pki")
-    ca = trustme.CA()
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    client = ca.issue_cert("alice.example.com", common_name="alice", organization_name="Acme")
-    paths: dict[str, Any] = {name: d / f"{name}.pem" for name in ("ca", "server", "client_key", "client_cert")}
-    ca.cert_pem.write_to_path(str(paths["ca"]))
-    server.private_key_and_cert_chain_pem.write_to_path(str(paths["server"]))
-    client.private_key_pem.write_to_path(str(paths["client_key"]))
-    client.cert_chain_pems[0].write_to_path(str(paths["client_cert"]))
-    paths["server_key_text"] = server.private_key_pem.bytes().decode()
-    paths["server_chain_text"] = "".join(p.bytes().decode() for p in server.cert_chain_pems)
-    paths["ca_text"] = ca.cert_pem.bytes().decode()
-    return paths
-
+    return make_pki(tmp_path_factory.mktemp("pki"))

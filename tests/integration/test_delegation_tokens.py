@@ -1,19 +1,17 @@
-"""Delegation tokens against a real broker. No Python client speaks SCRAM's `tokenauth`
-extension (Kafka's Java client does), so the token side is driven by hand through
-strom.client: SCRAM-SHA-512 with the token's id and HMAC, as Kafka's ScramLoginModule does
-with tokenauth="true"."""
+"""Delegation tokens against a real broker. No Python client library speaks SCRAM's
+`tokenauth` extension (Kafka's Java client does), so the token side goes through
+strom.client's SCRAM client: SCRAM-SHA-512 with the token's id and HMAC, as Kafka's
+ScramLoginModule does with tokenauth="true"."""
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
-import os
 import time
 
 import pytest
 
-from strom.client import Connection
+from strom.client import AuthenticationError, ClientSecurity, Connection
 from strom.protocol.errors import ErrorCode
 from strom.testing import BrokerProcess
 
@@ -41,26 +39,11 @@ def plain(broker, user: str) -> Connection:
     return conn
 
 
-def scram_with_token(broker, token_id: str, token_hmac: bytes) -> tuple[Connection, int]:
-    """SCRAM-SHA-512 as a token (RFC 5802 with Kafka's tokenauth extension): the connection
-    and SaslAuthenticate's last error code."""
-    conn = Connection("127.0.0.1", broker.ports["SASL_PLAINTEXT"])
-    assert conn.call(17, 1, {"mechanism": "SCRAM-SHA-512"}).error_code == 0
-    nonce = base64.b64encode(os.urandom(18)).decode()
-    first_bare = f"n={token_id},r={nonce},tokenauth=true"
-    server_first = conn.call(36, 2, {"auth_bytes": f"n,,{first_bare}".encode()})
-    if server_first.error_code:
-        return conn, server_first.error_code
-    attrs = dict(part.split("=", 1) for part in server_first.auth_bytes.decode().split(","))
-    password = base64.b64encode(token_hmac)
-    salted = hashlib.pbkdf2_hmac("sha512", password, base64.b64decode(attrs["s"]), int(attrs["i"]))
-    client_key = hmac.digest(salted, b"Client Key", "sha512")
-    without_proof = f"c=biws,r={attrs['r']}"
-    auth_message = f"{first_bare},{server_first.auth_bytes.decode()},{without_proof}".encode()
-    signature = hmac.digest(hashlib.sha512(client_key).digest(), auth_message, "sha512")
-    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature, strict=True))).decode()
-    final = conn.call(36, 2, {"auth_bytes": f"{without_proof},p={proof}".encode()})
-    return conn, final.error_code
+def scram_with_token(broker, token_id: str, token_hmac: bytes) -> Connection:
+    """SCRAM-SHA-512 as a token: user the token id, password base64(HMAC), tokenauth=true."""
+    security = ClientSecurity(sasl_mechanism="SCRAM-SHA-512", username=token_id,
+                              password=base64.b64encode(token_hmac).decode(), token=True)
+    return Connection("127.0.0.1", broker.ports["SASL_PLAINTEXT"], security=security)
 
 
 def create(conn: Connection, renewers: list[str] = (), max_lifetime_ms: int = -1):
@@ -77,15 +60,12 @@ def test_a_token_authenticates_as_its_owner(broker):
         assert token.max_timestamp_ms - token.issue_timestamp_ms == 3_600_000
         assert token.expiry_timestamp_ms - token.issue_timestamp_ms == 600_000
         assert token.hmac == hmac.digest(b"the-cluster-secret", token.token_id.encode(), "sha512")
-    conn, error = scram_with_token(broker, token.token_id, token.hmac)
-    with conn:
-        assert error == 0
+    with scram_with_token(broker, token.token_id, token.hmac) as conn:
         assert conn.call(3, 9, METADATA).brokers
         # A token-authenticated connection may not ask for more tokens.
         assert create(conn).error_code == ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
-    conn, error = scram_with_token(broker, token.token_id, b"not the hmac")
-    conn.close()
-    assert error == ErrorCode.SASL_AUTHENTICATION_FAILED
+    with pytest.raises(AuthenticationError, match="invalid credentials"):
+        scram_with_token(broker, token.token_id, b"not the hmac")
 
 
 def test_renew_expire_and_describe(broker):
@@ -107,9 +87,8 @@ def test_renew_expire_and_describe(broker):
         gone = alice.call(40, 2, {"hmac": token.hmac, "expiry_time_period_ms": -1})
         assert gone.error_code == 0
         assert token.token_id not in [t.token_id for t in alice.call(41, 3, {"owners": None}).tokens]
-    conn, error = scram_with_token(broker, token.token_id, token.hmac)
-    conn.close()
-    assert error == ErrorCode.SASL_AUTHENTICATION_FAILED
+    with pytest.raises(AuthenticationError):
+        scram_with_token(broker, token.token_id, token.hmac)
 
 
 def test_tokens_end_at_their_max_lifetime(broker):
@@ -119,9 +98,8 @@ def test_tokens_end_at_their_max_lifetime(broker):
         time.sleep(1.2)
         assert alice.call(39, 2, {"hmac": token.hmac, "renew_period_ms": 1000}).error_code == \
             ErrorCode.DELEGATION_TOKEN_EXPIRED
-    conn, error = scram_with_token(broker, token.token_id, token.hmac)
-    conn.close()
-    assert error == ErrorCode.SASL_AUTHENTICATION_FAILED
+    with pytest.raises(AuthenticationError):
+        scram_with_token(broker, token.token_id, token.hmac)
 
 
 def test_tokens_are_refused_without_real_authentication_or_a_secret(broker):
@@ -148,8 +126,7 @@ def test_tokens_survive_a_restart(tmp_path):
         first.stop()
     second = BrokerProcess(data_dir=tmp_path, overrides=overrides).start()
     try:
-        conn, error = scram_with_token(second, token.token_id, token.hmac)
-        conn.close()
-        assert error == 0
+        with scram_with_token(second, token.token_id, token.hmac) as conn:
+            assert conn.call(3, 9, METADATA).brokers
     finally:
         second.close()

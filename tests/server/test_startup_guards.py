@@ -1,5 +1,5 @@
 """Start-up refuses what would silently go wrong: a second broker on the same log dirs, and
-brokers of a cluster asked to talk to each other over a protocol Strom does not speak there."""
+an inter-broker listener that is not there."""
 
 from __future__ import annotations
 
@@ -22,13 +22,11 @@ def test_listeners_without_a_known_protocol_serve_plaintext():
     assert [config.protocol_of(n) for n in ("CLIENT", "SECURE")] == ["PLAINTEXT", "SASL_SSL"]
 
 
-def test_cluster_brokers_talk_plaintext_to_each_other():
-    """SSL listeners serve clients; the inter-broker listener of a cluster stays PLAINTEXT."""
-    BrokerConfig({"listeners": "SSL://127.0.0.1:0"})  # one broker: no inter-broker traffic
+def test_the_inter_broker_listener_must_exist():
     clustered = {"zookeeper.connect": "127.0.0.1:2181", "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0"}
-    BrokerConfig(clustered)
-    with pytest.raises(ConfigError, match="PLAINTEXT only for now"):
-        BrokerConfig({**clustered, "inter.broker.listener.name": "SSL"})
+    assert BrokerConfig({**clustered, "inter.broker.listener.name": "SSL"}).inter_broker_listener == "SSL"
+    with pytest.raises(ConfigError, match="not one of listeners"):
+        BrokerConfig({**clustered, "inter.broker.listener.name": "INTERNAL"})
 
 
 def test_second_broker_on_the_same_log_dir_refuses_to_start(tmp_path):

@@ -20,7 +20,7 @@ from strom.cli.common import (
     client_options,
     error_name,
 )
-from strom.server.sasl import (
+from strom.protocol.scram import (
     MAX_ITERATIONS,
     MECHANISM_BY_ID,
     MIN_ITERATIONS,

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from strom.client import AsyncConnection
+from strom.client import AsyncConnection, ClientSecurity
 from strom.controller import znodes
 from strom.controller.znodes import BrokerInfo, PartitionState, TopicMetadata
 
@@ -59,7 +59,8 @@ class _BrokerSender:
         if self.conn is None:
             endpoint = self.broker.endpoint(self.manager.listener) or self.broker.endpoints[0]
             self.conn = await AsyncConnection.open(endpoint.host, endpoint.port,
-                                                   f"controller-{self.manager.local_broker_id}")
+                                                   f"controller-{self.manager.local_broker_id}",
+                                                   security=self.manager.security)
         return await self.conn.call(item.api_key, version, item.fields)
 
     async def _run(self) -> None:
@@ -101,9 +102,11 @@ class _BrokerSender:
 
 
 class ControllerChannelManager:
-    def __init__(self, local_broker_id: int, listener: str, local_delivery: LocalDelivery) -> None:
+    def __init__(self, local_broker_id: int, listener: str, local_delivery: LocalDelivery,
+                 security: ClientSecurity | None = None) -> None:
         self.local_broker_id = local_broker_id
         self.listener = listener
+        self.security = security  # how brokers' inter-broker listener is reached (TLS, SASL)
         self.local_delivery = local_delivery
         self.senders: dict[int, _BrokerSender] = {}
 

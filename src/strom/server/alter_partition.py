@@ -63,7 +63,8 @@ class AlterPartitionManager:
         if self.conn is None or self.conn_to != controller:
             self._close()
             host, port = self.broker.broker_endpoint(controller)
-            self.conn = await AsyncConnection.open(host, port, f"broker-{self.broker.broker_id}-alter-partition")
+            self.conn = await AsyncConnection.open(host, port, f"broker-{self.broker.broker_id}-alter-partition",
+                                                   security=self.broker.inter_broker_security)
             self.conn_to = controller
         try:
             return await self.conn.call(ALTER_PARTITION, ALTER_PARTITION_VERSION, fields)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
-from strom.client import AsyncConnection
+from strom.client import AsyncConnection, ClientSecurity
 from strom.controller import znodes
 from strom.controller.admin import TopicAdmin, read_configs
 from strom.controller.channel import ControllerChannelManager
@@ -49,6 +49,7 @@ from strom.server.metadata_cache import MetadataCache
 from strom.server.replica_fetcher import ReplicaFetcherManager
 from strom.server.replica_manager import ReplicaManager
 from strom.server.replication_quota import ReplicationQuota
+from strom.server.sasl import broker_security
 from strom.server.socket_server import SocketServer
 
 log = logging.getLogger(__name__)
@@ -116,11 +117,13 @@ class Broker:
         self._logs_open = False
         self.stopping = False
         self.metrics_server = None  # metrics_endpoint.MetricsServer when metrics.port is set
+        self.inter_broker_security: ClientSecurity | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
     async def startup(self) -> None:
         self.state = BrokerState.STARTING
         self._loop = asyncio.get_running_loop()
+        self.inter_broker_security = broker_security(self.config)  # before anything connects
         load_all()
         self._budget_file_descriptors()
         self.log_manager.lock_dirs()  # before anything reads or writes them (metadata file too)
@@ -161,7 +164,8 @@ class Broker:
         await self.delegation_tokens.start()
         await self._register()
         self.store.add_session_listener(self._session_event)
-        channel = ControllerChannelManager(self.broker_id, self.inter_broker_listener, self.deliver_local)
+        channel = ControllerChannelManager(self.broker_id, self.inter_broker_listener, self.deliver_local,
+                                           self.inter_broker_security)
         self.controller = KafkaController(
             self.store, self.store_io, self.broker_id, channel,
             lambda topic: self.log_config_for(topic).unclean_leader_election_enable)
@@ -255,7 +259,8 @@ class Broker:
                     response = await self.deliver_local(CONTROLLED_SHUTDOWN, 3, fields)
                 else:
                     host, port = self.broker_endpoint(controller)
-                    conn = await AsyncConnection.open(host, port, f"broker-{self.broker_id}-shutdown")
+                    conn = await AsyncConnection.open(host, port, f"broker-{self.broker_id}-shutdown",
+                                                      security=self.inter_broker_security)
                     try:
                         response = await conn.call(CONTROLLED_SHUTDOWN, 3, fields)
                     finally:

@@ -211,6 +211,7 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "ssl.enabled.protocols": (_str, "TLSv1.2,TLSv1.3"),
     "ssl.cipher.suites": (_str, ""),
     "ssl.protocol": (_str, "TLSv1.3"),
+    "ssl.endpoint.identification.algorithm": (_str, "https"),
     # SASL (server/sasl.py): mechanisms per listener come from
     # listener.name.<listener>.<mechanism>.sasl.jaas.config, as Kafka's listener-scoped JAAS.
     "sasl.enabled.mechanisms": (_str, "GSSAPI"),
@@ -357,12 +358,10 @@ class BrokerConfig:
         return DEFINITIONS[key][0](override) if override is not None else self.values[key]
 
     def _check_security_protocols(self) -> None:
-        """Brokers of a cluster talk PLAINTEXT to each other for now: an inter-broker listener
-        that asks for more is refused rather than started."""
-        if self.values["zookeeper.connect"] and self.protocol_of(self.inter_broker_listener) != "PLAINTEXT":
-            raise ConfigError(f"the inter-broker listener {self.inter_broker_listener} is "
-                              f"{self.protocol_of(self.inter_broker_listener)}; brokers of a cluster "
-                              "talk to each other over PLAINTEXT only for now (inter.broker.listener.name)")
+        """The inter-broker listener must name an existing listener (brokers reach each other
+        there, authenticating like clients when it is secured)."""
+        if self.inter_broker_listener not in {listener.name for listener in self.listeners}:
+            raise ConfigError(f"the inter-broker listener {self.inter_broker_listener} is not one of listeners")
 
     @property
     def inter_broker_listener(self) -> str:

@@ -25,14 +25,14 @@ from urllib.parse import quote, unquote
 from strom.controller import znodes
 from strom.controller.store import MetadataStore
 from strom.protocol.errors import ErrorCode
-from strom.server.config_repository import ChangeListener
-from strom.server.sasl import (
+from strom.protocol.scram import (
     MIN_ITERATIONS,
     SCRAM_MECHANISMS,
     ScramCredential,
     salted_password,
     scram_credential,
 )
+from strom.server.config_repository import ChangeListener
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ class BrokerConnections:
             if conn is None:
                 host, port = self.broker.broker_endpoint(broker_id)
                 conn = self.conns[broker_id] = await AsyncConnection.open(
-                    host, port, f"broker-{self.broker.broker_id}")
+                    host, port, f"broker-{self.broker.broker_id}", security=self.broker.inter_broker_security)
             try:
                 return await conn.call(api_key, version, fields, timeout_s)
             except BaseException:

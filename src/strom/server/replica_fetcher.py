@@ -90,7 +90,8 @@ class ReplicaFetcher:
             try:
                 if self.conn is None:
                     host, port = self.broker.broker_endpoint(self.leader_id)
-                    self.conn = await AsyncConnection.open(host, port, f"broker-{self.broker.broker_id}-fetcher")
+                    self.conn = await AsyncConnection.open(host, port, f"broker-{self.broker.broker_id}-fetcher",
+                                                           security=self.broker.inter_broker_security)
                 if any(s.truncating for s in self.partitions.values()):
                     await self._truncate()
                 await self._fetch()

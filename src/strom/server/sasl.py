@@ -18,10 +18,17 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
-SCRAM_MECHANISMS = {"SCRAM-SHA-256": ("sha256", 1), "SCRAM-SHA-512": ("sha512", 2)}  # hash, wire id
-MECHANISM_BY_ID = {wire: name for name, (_, wire) in SCRAM_MECHANISMS.items()}
-MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384  # Kafka's bounds for SCRAM credentials
+from strom.client import ClientSecurity
+from strom.protocol.scram import (
+    MIN_ITERATIONS,
+    SCRAM_MECHANISMS,
+    ScramCredential,
+)
+from strom.server.tls import client_context
+
 SUPPORTED = ("PLAIN", *SCRAM_MECHANISMS, "OAUTHBEARER")
 
 
@@ -55,41 +62,6 @@ def parse_jaas(text: str) -> dict[str, str]:
         options[option["key"]] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else option["bare"]
         pos = option.end()
     return options
-
-
-# --- SCRAM credentials --------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class ScramCredential:
-    salt: bytes
-    stored_key: bytes
-    server_key: bytes
-    iterations: int
-
-    def encode(self) -> str:
-        """Kafka's form in /config/users/<user>: salt=..,stored_key=..,server_key=..,iterations=.."""
-        b64 = base64.b64encode
-        return (f"salt={b64(self.salt).decode()},stored_key={b64(self.stored_key).decode()},"
-                f"server_key={b64(self.server_key).decode()},iterations={self.iterations}")
-
-    @classmethod
-    def decode(cls, text: str) -> ScramCredential:
-        fields = dict(part.split("=", 1) for part in text.split(","))
-        return cls(base64.b64decode(fields["salt"]), base64.b64decode(fields["stored_key"]),
-                   base64.b64decode(fields["server_key"]), int(fields["iterations"]))
-
-
-def scram_credential(mechanism: str, salted_password: bytes, salt: bytes, iterations: int) -> ScramCredential:
-    """What the server keeps of a password (RFC 5802): StoredKey = H(HMAC(salted, "Client Key")),
-    ServerKey = HMAC(salted, "Server Key")."""
-    digest = SCRAM_MECHANISMS[mechanism][0]
-    client_key = hmac.digest(salted_password, b"Client Key", digest)
-    return ScramCredential(salt, hashlib.new(digest, client_key).digest(),
-                           hmac.digest(salted_password, b"Server Key", digest), iterations)
-
-
-def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
-    return hashlib.pbkdf2_hmac(SCRAM_MECHANISMS[mechanism][0], password.encode(), salt, iterations)
 
 
 # --- mechanisms ----------------------------------------------------------------------------------
@@ -385,3 +357,28 @@ def listener_sasl(setting: Callable[[str], object], listener: str,
             raise ValueError(f"listener {listener}: {key}: {e}") from None
     return ListenerSasl(mechanisms, options, scram_credential, int(setting("connections.max.reauth.ms") or 0),
                         token_credential)
+
+
+def broker_security(config: Any) -> ClientSecurity | None:
+    """How this broker reaches other brokers' inter-broker listener, authenticating as Kafka's
+    brokers do: TLS with the listener's stores, SASL with sasl.mechanism.inter.broker.protocol
+    and the `username` / `password` of that mechanism's JAAS line on the listener."""
+    listener = config.inter_broker_listener
+    protocol = config.protocol_of(listener)
+    if protocol == "PLAINTEXT" or not config["zookeeper.connect"]:
+        return None  # an embedded broker's controller talks to it in-process
+    get = partial(config.listener_setting, listener)
+    context = client_context(get, listener) if protocol in ("SSL", "SASL_SSL") else None
+    if not protocol.startswith("SASL_"):
+        return ClientSecurity(ssl=context)
+    mechanism = str(config["sasl.mechanism.inter.broker.protocol"]).upper()
+    if mechanism not in ("PLAIN", *SCRAM_MECHANISMS):
+        raise ValueError(f"sasl.mechanism.inter.broker.protocol={mechanism}: brokers authenticate to each other "
+                         "with PLAIN or SCRAM-SHA-256/512")
+    jaas = get(f"{mechanism.lower()}.sasl.jaas.config")
+    options = parse_jaas(str(jaas)) if jaas else {}
+    if not options.get("username") or "password" not in options:
+        raise ValueError(f"listener {listener} carries traffic between brokers with {mechanism}: its "
+                         f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config needs the broker's "
+                         "own username and password")
+    return ClientSecurity(context, mechanism, options["username"], options["password"])

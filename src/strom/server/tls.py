@@ -56,6 +56,22 @@ def server_context(get: Callable[[str], Any], listener: str) -> ssl.SSLContext:
     return context
 
 
+def client_context(get: Callable[[str], Any], listener: str) -> ssl.SSLContext:
+    """What a broker connects to listener `listener` of other brokers with: their certificates
+    checked against the truststore (and their host name, unless
+    ssl.endpoint.identification.algorithm is empty), its own certificate shown if it has one."""
+    if not (get("ssl.truststore.location") or get("ssl.truststore.certificates")):
+        raise TlsConfigError(f"listener {listener} carries traffic between brokers over TLS: it needs a "
+                             "truststore (ssl.truststore.location or ssl.truststore.certificates) to check them")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = bool(get("ssl.endpoint.identification.algorithm"))
+    _load_truststore(context, get, listener)
+    _limit_versions(context, get("ssl.enabled.protocols"), listener)
+    if get("ssl.keystore.location") or get("ssl.keystore.certificate.chain"):
+        _load_keystore(context, get, listener)
+    return context
+
+
 def _load_keystore(context: ssl.SSLContext, get: Callable[[str], Any], listener: str) -> None:
     location, chain, key = get("ssl.keystore.location"), get("ssl.keystore.certificate.chain"), get("ssl.keystore.key")
     password = get("ssl.key.password") or get("ssl.keystore.password")

@@ -12,9 +12,7 @@ from collections import Counter
 from urllib.parse import unquote
 
 from strom.protocol.errors import ErrorCode
-from strom.server.apis import RequestContext, api
-from strom.server.config_repository import sanitize
-from strom.server.sasl import (
+from strom.protocol.scram import (
     MAX_ITERATIONS,
     MECHANISM_BY_ID,
     MIN_ITERATIONS,
@@ -22,6 +20,8 @@ from strom.server.sasl import (
     ScramCredential,
     scram_credential,
 )
+from strom.server.apis import RequestContext, api
+from strom.server.config_repository import sanitize
 
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 

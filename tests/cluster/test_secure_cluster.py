@@ -1,0 +1,89 @@
+"""A cluster whose brokers reach each other over SASL_SSL (inter.broker.listener.name), as
+clients do: the controller's requests, followers' fetches and ISR changes all authenticate.
+SCRAM users and delegation tokens made through one broker work on the others."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from strom.client import ClientSecurity, Connection
+from strom.testing import Cluster, create_topic, make_pki, unique_name, wait_for
+
+from .conftest import CLUSTER_OVERRIDES
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+        'password="broker-secret" user_broker="broker-secret" user_alice="alice-secret";')
+
+
+@pytest.fixture
+def cluster(zookeeper, tmp_path):
+    pki = make_pki(tmp_path)
+    overrides = {**CLUSTER_OVERRIDES, "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+                 "inter.broker.listener.name": "SASL_SSL", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                 "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                 "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+                 "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki["server"]),
+                 "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki["ca"]),
+                 "min.insync.replicas": "3", "delegation.token.secret.key": "cluster-secret"}
+    with Cluster(3, zookeeper=zookeeper, overrides=overrides) as c:
+        c.pki = pki
+        yield c
+
+
+def test_brokers_authenticate_to_each_other(cluster):
+    brokers = list(cluster.brokers.values())
+    topic = unique_name("secured")
+    create_topic(cluster.bootstrap, topic, replication_factor=3)  # the controller reached every broker
+    done = subprocess.run([sys.executable, "-m", "strom", "users", "scram-set", "bob", "--password", "bob-secret",
+                           "--bootstrap-server", brokers[0].bootstrap], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    ssl_bootstrap = ",".join(f"127.0.0.1:{b.ports['SASL_SSL']}" for b in brokers)
+    secured = {"bootstrap.servers": ssl_bootstrap, "security.protocol": "SASL_SSL",
+               "ssl.ca.location": str(cluster.pki["ca"]), "sasl.mechanisms": "SCRAM-SHA-256",
+               "sasl.username": "bob", "sasl.password": "bob-secret"}
+    producer = Producer({**secured, "acks": "all"})
+    for i in range(20):
+        producer.produce(topic, value=b"s%d" % i)
+    # min.insync.replicas=3: every write waits for both followers, which fetch over SASL_SSL.
+    assert producer.flush(60) == 0
+    consumer = Consumer({**secured, "group.id": unique_name("g"), "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    wait_for(lambda: got.extend(m.value() for m in consumer.consume(20, 0.5) if not m.error()) or len(got) >= 20,
+             timeout=60, what="the records over SASL_SSL")
+    consumer.close()
+    assert sorted(got) == sorted(b"s%d" % i for i in range(20))
+
+
+def test_a_token_from_one_broker_works_on_another(cluster):
+    first, second = list(cluster.brokers.values())[:2]
+    context = ClientSecurity(ssl=_client_ssl(cluster), sasl_mechanism="PLAIN", username="alice", password="alice-secret")
+    with Connection("127.0.0.1", first.ports["SASL_SSL"], security=context) as alice:
+        token = alice.call(38, 3, {"owner_principal_type": None, "owner_principal_name": None, "renewers": [],
+                                   "max_lifetime_ms": -1})
+        assert token.error_code == 0
+    as_token = ClientSecurity(ssl=_client_ssl(cluster), sasl_mechanism="SCRAM-SHA-512", username=token.token_id,
+                              password=_b64(token.hmac), token=True)
+
+    def authenticates() -> bool:
+        try:
+            with Connection("127.0.0.1", second.ports["SASL_SSL"], security=as_token) as conn:
+                return bool(conn.call(3, 1, {"topics": []}).brokers)
+        except ConnectionError:
+            return False
+
+    wait_for(authenticates, timeout=15, what="the token accepted by another broker")
+
+
+def _client_ssl(cluster) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(cluster.pki["ca"]))
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
