@@ -31,7 +31,9 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState
 from kazoo.retry import KazooRetry
+from kazoo.security import make_acl, make_digest_acl
 
+from strom.controller import znodes
 from strom.controller.store import (
     BadVersion,
     Check,
@@ -80,6 +82,10 @@ def _mapped(path: str) -> Iterator[None]:
     except _UNAVAILABLE as e:
         raise StoreUnavailable(f"ZooKeeper unavailable ({type(e).__name__}) at {path}") from e
 
+
+# What only the broker's own ZooKeeper user may read under zookeeper.set.acl (Kafka's
+# sensitive root paths: SCRAM credentials, dynamic broker configs with their passwords, tokens).
+SENSITIVE_PATHS = (znodes.CONFIG_USERS, znodes.CONFIG_BROKERS, znodes.TOKENS)
 
 class _ZkWatch:
     """A persistent watch over one-shot ZooKeeper watches: each fire re-reads the node and
@@ -150,14 +156,26 @@ class _ZkWatch:
 
 class ZooKeeperMetadataStore:
     def __init__(self, connect: str, session_timeout_ms: int = 18000,
-                 connection_timeout_ms: int = 18000) -> None:
+                 connection_timeout_ms: int = 18000, digest: str | None = None, set_acl: bool = False) -> None:
+        """`digest` ("user:password"): authenticate to ZooKeeper with it; `set_acl`
+        (zookeeper.set.acl): nodes created are writable by that user only and readable by all,
+        except the sensitive ones (credentials, dynamic broker configs, delegation tokens),
+        which only it may read, as Kafka's secure ZooKeeper mode has it."""
         self.connect = connect
         hosts, self.chroot = split_connect(connect)
         # Keep reconnecting forever, quickly: after an expired session kazoo starts a new one
         # and callers re-register (the default backoff grows to an hour between attempts).
         retry = KazooRetry(max_tries=None, delay=0.1, backoff=2, max_delay=1.0)
-        self._client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000,
-                                   connection_retry=retry)
+        self._owner_acl = self._public_acl = None
+        if set_acl:
+            if not digest or ":" not in digest:
+                raise StoreUnavailable("zookeeper.set.acl=true needs zookeeper.digest.auth=<user>:<password>")
+            user, _, password = digest.partition(":")
+            self._owner_acl = [make_digest_acl(user, password, all=True)]
+            self._public_acl = [*self._owner_acl, make_acl("world", "anyone", read=True)]
+        self._client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000, connection_retry=retry,
+                                   auth_data=[("digest", digest)] if digest else None,
+                                   default_acl=self._public_acl)
         self._connection_timeout = connection_timeout_ms / 1000
         self._connected = threading.Event()
         self._closed = False
@@ -177,6 +195,11 @@ class ZooKeeperMetadataStore:
         if self.chroot:
             with self._op(self.chroot):
                 self._client.ensure_path(self.chroot)
+
+    def _acl(self, path: str) -> list | None:
+        if self._owner_acl is not None and path.startswith(SENSITIVE_PATHS):
+            return self._owner_acl
+        return self._public_acl
 
     @contextmanager
     def _op(self, path: str) -> Iterator[None]:
@@ -237,7 +260,7 @@ class ZooKeeperMetadataStore:
                sequential: bool = False) -> str:
         with self._op(path):
             created = self._client.create(self._full(path), encode(data), ephemeral=ephemeral,
-                                          sequence=sequential, makepath=True)
+                                          sequence=sequential, makepath=True, acl=self._acl(path))
         return self._relative(created)
 
     def set(self, path: str, data: Any, expected_version: int = -1) -> int:
@@ -251,7 +274,7 @@ class ZooKeeperMetadataStore:
                         raise BadVersion(f"{path}: expected version {expected_version}, "
                                          "found none") from None
                 try:
-                    self._client.create(full, raw, makepath=True)
+                    self._client.create(full, raw, makepath=True, acl=self._acl(path))
                     return 0
                 except NodeExistsError:
                     continue  # created by someone else meanwhile: set it as asked
@@ -290,7 +313,7 @@ class ZooKeeperMetadataStore:
         for op in ops:
             full = self._full(op.path)
             if isinstance(op, Create):
-                txn.create(full, encode(op.data), ephemeral=op.ephemeral)
+                txn.create(full, encode(op.data), ephemeral=op.ephemeral, acl=self._acl(op.path))
             elif isinstance(op, SetData):
                 txn.set_data(full, encode(op.data), version=op.version)
             elif isinstance(op, Delete):

@@ -285,7 +285,8 @@ class Broker:
         session_ms = self.config["zookeeper.session.timeout.ms"]
         self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="zookeeper-io")
         store = ZooKeeperMetadataStore(self.config["zookeeper.connect"], session_ms,
-                                       self.config["zookeeper.connection.timeout.ms"] or session_ms)
+                                       self.config["zookeeper.connection.timeout.ms"] or session_ms,
+                                       self.config["zookeeper.digest.auth"], self.config["zookeeper.set.acl"])
         for path in znodes.PERSISTENT_PATHS:
             try:
                 store.create(path)

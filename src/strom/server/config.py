@@ -189,6 +189,10 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "zookeeper.connect": (_optional(_str), None),
     "zookeeper.session.timeout.ms": (int_in(1), "18000"),
     "zookeeper.connection.timeout.ms": (_optional(int_in(1)), None),  # default: the session timeout
+    "zookeeper.set.acl": (_bool, "false"),
+    # Strom's own: the digest user ("user:password") the broker authenticates to ZooKeeper as,
+    # what Kafka reads from the JAAS file's Client section with ZooKeeper's DigestLoginModule.
+    "zookeeper.digest.auth": (_optional(_str), None),
     "control.plane.listener.name": (_optional(_str), None),
     "security.inter.broker.protocol": (_str, "PLAINTEXT"),
     "broker.rack": (_optional(_str), None),
@@ -236,7 +240,8 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
 }
 # Never shown by DescribeConfigs (Kafka's PASSWORD type): null with is_sensitive set.
 SENSITIVE = frozenset({"ssl.keystore.password", "ssl.key.password", "ssl.truststore.password",
-                       "ssl.keystore.key", "delegation.token.secret.key", "delegation.token.master.key"})
+                       "ssl.keystore.key", "delegation.token.secret.key", "delegation.token.master.key",
+                       "zookeeper.digest.auth"})
 _LISTENER_KEY = re.compile(r"^listener\.name\.(?P<listener>[^.]+)\.(?P<key>.+)$")
 # Listener-scoped keys that are not broker keys: a mechanism's JAAS configuration.
 _LISTENER_ONLY = re.compile(r"^[a-z0-9-]+\.sasl\.jaas\.config$")
