@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from strom.jaas import parse_jaas
 from strom.protocol.frames import FrameDecoder
 from strom.protocol.messages import decode_response, encode_request
 from strom.protocol.scram import SCRAM_MECHANISMS, ScramClient
@@ -34,6 +35,35 @@ class ClientSecurity:
     username: str = ""
     password: str = ""
     token: bool = False
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> ClientSecurity | None:
+        """From Kafka client properties (Java's names, or librdkafka's where they differ):
+        security.protocol, ssl.truststore.location / ssl.ca.location (PEM),
+        ssl.keystore.location / ssl.certificate.location + ssl.key.location, ssl.key.password,
+        ssl.endpoint.identification.algorithm, sasl.mechanism(s), sasl.jaas.config /
+        sasl.username + sasl.password. None for PLAINTEXT; ValueError for what cannot work."""
+        protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
+        if protocol == "PLAINTEXT":
+            return None
+        if protocol not in ("SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise ValueError(f"security.protocol={protocol} is not PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+        context = None
+        if protocol in ("SSL", "SASL_SSL"):
+            context = ssl.create_default_context(
+                cafile=props.get("ssl.truststore.location") or props.get("ssl.ca.location") or None)
+            context.check_hostname = props.get("ssl.endpoint.identification.algorithm", "https").strip() != ""
+            chain = props.get("ssl.keystore.location") or props.get("ssl.certificate.location")
+            if chain:
+                context.load_cert_chain(chain, props.get("ssl.key.location") or None,
+                                        password=props.get("ssl.key.password") or None)
+        if not protocol.startswith("SASL_"):
+            return cls(ssl=context)
+        mechanism = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "GSSAPI").strip().upper()
+        options = parse_jaas(props["sasl.jaas.config"]) if props.get("sasl.jaas.config") else {}
+        return cls(context, mechanism, options.get("username", props.get("sasl.username", "")),
+                   options.get("password", props.get("sasl.password", "")),
+                   options.get("tokenauth", "").lower() == "true")
 
     def exchange(self) -> Generator[tuple[int, int, dict], Any, None]:
         """The SASL requests to send, each answered by the response sent back in (sans-I/O, so

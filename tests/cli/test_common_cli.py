@@ -77,10 +77,12 @@ def test_command_config(cli_broker, tmp_path):
                                          "--bootstrap-server", "127.0.0.1:1")
     # A list of servers: the first that answers is used.
     ok("groups", "list", "--bootstrap-server", f"127.0.0.1:1,{bootstrap}")
-    # TLS or SASL is refused plainly rather than ignored.
-    props.write_text(f"bootstrap.servers={bootstrap}\nsecurity.protocol=SASL_SSL\n")
+    # TLS asked of a plaintext listener fails in one line; a protocol Kafka does not have is refused.
+    props.write_text(f"bootstrap.servers={bootstrap}\nsecurity.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n")
+    assert fails("topics", "list", "--command-config", str(props)).startswith(f"Error: cannot connect to {bootstrap}: ")
+    props.write_text(f"bootstrap.servers={bootstrap}\nsecurity.protocol=KERBEROS\n")
     assert fails("topics", "list", "--command-config", str(props)) == \
-        "Error: security.protocol=SASL_SSL is not supported by this command (it connects in PLAINTEXT only)"
+        "Error: --command-config: security.protocol=KERBEROS is not PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
     props.write_text("this line is not a property\n")
     assert "expected key=value" in fails("topics", "list", "--command-config", str(props), code=2)
 

@@ -21,7 +21,8 @@ from typing import Any
 import click
 import kafka.errors
 
-from strom.client import Connection
+from strom.client import AuthenticationError, ClientSecurity, Connection
+from strom.jaas import parse_jaas
 from strom.protocol.errors import ErrorCode
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"  # where `strom serve` listens by default
@@ -128,13 +129,14 @@ class ClientSettings:
             raise click.BadParameter("request.timeout.ms must be a number of milliseconds",
                                      param_hint="'--command-config'") from None
 
-    def require_plaintext(self) -> None:
-        """Strom's own protocol connections are plaintext: refuse, rather than ignore, a
-        properties file that asks for TLS or SASL."""
-        protocol = self.properties.get("security.protocol", "PLAINTEXT").strip().upper()
-        if protocol != "PLAINTEXT":
-            raise CommandError(f"security.protocol={protocol} is not supported by this command "
-                               "(it connects in PLAINTEXT only)")
+    @functools.cached_property
+    def security(self) -> ClientSecurity | None:
+        """TLS and SASL from the properties (security.protocol, ssl.*, sasl.*), as Kafka's tools
+        read them from --command-config."""
+        try:
+            return ClientSecurity.from_properties(self.properties)
+        except (ValueError, OSError) as e:
+            raise CommandError(f"--command-config: {e}") from None
 
     def kafka_python_config(self, known: Mapping[str, Any], *, fallback: Mapping[str, str] = {},
                             extra: Mapping[str, str] = {}) -> dict[str, Any]:
@@ -143,7 +145,7 @@ class ClientSettings:
         `extra` (command-line properties) win. Dotted names become kafka-python's underscored
         ones; values take the type of kafka-python's default. Properties kafka-python does not
         know are named on stderr and left out."""
-        props = {**fallback, **self.properties, **extra}
+        props = _kafka_python_security({**fallback, **self.properties, **extra})
         props.pop("bootstrap.servers", None)  # from --bootstrap-server (or the file) already
         out: dict[str, Any] = {"bootstrap_servers": [f"{h}:{p}" for h, p in self.servers]}
         unknown = []
@@ -158,6 +160,26 @@ class ClientSettings:
             click.echo(f"Warning: ignoring client properties this client does not know: "
                        f"{', '.join(sorted(unknown))}", err=True)
         return out
+
+
+# Kafka's (and librdkafka's) security property names -> kafka-python's, for the same settings.
+_SECURITY_NAMES = {"ssl.truststore.location": "ssl.cafile", "ssl.ca.location": "ssl.cafile",
+                   "ssl.keystore.location": "ssl.certfile", "ssl.certificate.location": "ssl.certfile",
+                   "ssl.key.location": "ssl.keyfile", "ssl.key.password": "ssl.password",
+                   "sasl.mechanisms": "sasl.mechanism", "sasl.username": "sasl.plain.username",
+                   "sasl.password": "sasl.plain.password"}
+
+
+def _kafka_python_security(props: dict[str, str]) -> dict[str, str]:
+    out = {_SECURITY_NAMES.get(k, k): v for k, v in props.items()
+           if k not in ("sasl.jaas.config", "ssl.endpoint.identification.algorithm", "ssl.keystore.type",
+                        "ssl.truststore.type")}
+    if props.get("sasl.jaas.config"):
+        options = parse_jaas(props["sasl.jaas.config"])
+        out.update({"sasl.plain.username": options.get("username", ""), "sasl.plain.password": options.get("password", "")})
+    if props.get("ssl.endpoint.identification.algorithm", "https").strip() == "":
+        out["ssl.check.hostname"] = "false"
+    return out
 
 
 def _typed(key: str, text: str, default: Any) -> Any:
@@ -243,7 +265,10 @@ class BrokerConnection(Connection):
         self.address = f"{host}:{port}"
         self.timeout_s = settings.timeout_s
         try:
-            super().__init__(host, port, timeout_s=settings.timeout_s, client_id=settings.client_id)
+            super().__init__(host, port, timeout_s=settings.timeout_s, client_id=settings.client_id,
+                             security=settings.security)
+        except AuthenticationError as e:
+            raise CommandError(f"authentication with {self.address} failed: {e}") from None
         except OSError as e:
             raise CommandError(f"cannot connect to {self.address}: {os_reason(e)}") from None
 
@@ -275,7 +300,6 @@ class Cluster:
     them (partition leaders, group coordinators, the controller)."""
 
     def __init__(self, settings: ClientSettings) -> None:
-        settings.require_plaintext()
         self.settings = settings
         self.connections: dict[tuple[str, int], BrokerConnection] = {}
         self.brokers: dict[int, tuple[str, int]] = {}

@@ -13,7 +13,6 @@ import base64
 import hashlib
 import hmac
 import json
-import re
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -22,6 +21,7 @@ from functools import partial
 from typing import Any
 
 from strom.client import ClientSecurity
+from strom.jaas import parse_jaas
 from strom.protocol.scram import (
     MIN_ITERATIONS,
     SCRAM_MECHANISMS,
@@ -38,30 +38,6 @@ class AuthenticationFailed(Exception):
 
 class SaslProtocolError(Exception):
     """The client broke the exchange (bytes out of order, unparseable)."""
-
-
-# --- JAAS ------------------------------------------------------------------------------------
-
-_JAAS = re.compile(r'^\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)\s*(?P<options>.*?);?\s*$',
-                   re.DOTALL)
-_OPTION = re.compile(r'\s*(?P<key>[\w.-]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s;]+))')
-
-
-def parse_jaas(text: str) -> dict[str, str]:
-    """The options of a one-module JAAS line, e.g. `...PlainLoginModule required
-    username="admin" password="s" user_admin="s";` -> {"username": "admin", ...}."""
-    match = _JAAS.match(text)
-    if match is None:
-        raise ValueError("expected '<LoginModule class> required key=\"value\" ...;'")
-    options, pos, rest = {}, 0, match["options"]
-    while pos < len(rest.rstrip().rstrip(";")):
-        option = _OPTION.match(rest, pos)
-        if option is None:
-            raise ValueError(f"cannot read the JAAS options from {rest[pos:pos + 30]!r}")
-        quoted = option["quoted"]
-        options[option["key"]] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else option["bare"]
-        pos = option.end()
-    return options
 
 
 # --- mechanisms ----------------------------------------------------------------------------------
