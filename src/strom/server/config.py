@@ -461,17 +461,28 @@ class BrokerConfig:
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    """Java-properties subset: `key=value` or `key: value` lines, `#`/`!` comments."""
+    """Java-properties subset: `key=value` or `key: value` lines, `#`/`!` comments, and a line
+    ending in a backslash continued on the next (its leading spaces dropped), as a JAAS line
+    in a Kafka server.properties often is."""
     props: dict[str, str] = {}
-    for number, raw in enumerate(path.read_text().splitlines(), 1):
+    lines = iter(enumerate(path.read_text().splitlines(), 1))
+    for number, raw in lines:
         line = raw.strip()
         if not line or line[0] in "#!":
             continue
+        while _continues(line):
+            following = next(lines, None)
+            line = line[:-1] + ("" if following is None else following[1].lstrip())
         match = re.match(r"^([^=:\s]+)\s*[=:]\s*(.*)$", line)
         if not match:
             raise ConfigError(f"{path}:{number}: expected key=value, got {raw!r}")
         props[match[1]] = match[2]
     return props
+
+
+def _continues(line: str) -> bool:
+    """An odd number of trailing backslashes: the last one joins the next line."""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
 
 
 def load(path: Path | None, overrides: list[str]) -> BrokerConfig:

@@ -1,0 +1,106 @@
+"""Each Python client library against a SASL_SSL + SCRAM listener (config/secure.properties):
+write three records as a user and read them back.
+
+    .venv/bin/python examples/secure/clients.py --client confluent-kafka
+    .venv/bin/python examples/secure/clients.py --client kafka-python --bootstrap 127.0.0.1:9093
+    .venv/bin/python examples/secure/clients.py --client aiokafka --user alice --password alice-secret
+
+The security settings are each library's own names for the same four things: TLS with the CA
+that signed the broker's certificate, SCRAM-SHA-512, a user, its password.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import uuid
+
+
+def confluent_kafka(bootstrap: str, ca: str, user: str, password: str, topic: str) -> list[bytes]:
+    from confluent_kafka import Consumer, Producer
+
+    secure = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL", "ssl.ca.location": ca,
+              "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": user, "sasl.password": password}
+    producer = Producer(secure)
+    for i in range(3):
+        producer.produce(topic, value=f"confluent-{i}".encode())
+    if producer.flush(30):
+        sys.exit("confluent-kafka: records not delivered")
+    consumer = Consumer({**secure, "group.id": f"example-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    values, deadline = [], time.monotonic() + 30
+    while time.monotonic() < deadline and not any(v.startswith(b"confluent-2") for v in values):
+        values += [m.value() for m in consumer.consume(10, 1.0) if not m.error()]
+    consumer.close()
+    return values
+
+
+def kafka_python(bootstrap: str, ca: str, user: str, password: str, topic: str) -> list[bytes]:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    secure = {"bootstrap_servers": bootstrap, "security_protocol": "SASL_SSL", "ssl_cafile": ca,
+              "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": user, "sasl_plain_password": password}
+    producer = KafkaProducer(**secure)
+    for i in range(3):
+        producer.send(topic, f"kafka-python-{i}".encode()).get(timeout=30)
+    producer.close()
+    consumer = KafkaConsumer(topic, group_id=f"example-{uuid.uuid4().hex[:8]}", auto_offset_reset="earliest",
+                             consumer_timeout_ms=5000, **secure)
+    values = [m.value for m in consumer]
+    consumer.close()
+    return values
+
+
+def aiokafka(bootstrap: str, ca: str, user: str, password: str, topic: str) -> list[bytes]:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
+
+    async def run() -> list[bytes]:
+        secure = {"bootstrap_servers": bootstrap, "security_protocol": "SASL_SSL",
+                  "ssl_context": create_ssl_context(cafile=ca), "sasl_mechanism": "SCRAM-SHA-512",
+                  "sasl_plain_username": user, "sasl_plain_password": password}
+        producer = AIOKafkaProducer(**secure)
+        await producer.start()
+        try:
+            for i in range(3):
+                await producer.send_and_wait(topic, f"aiokafka-{i}".encode())
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, group_id=f"example-{uuid.uuid4().hex[:8]}",
+                                    auto_offset_reset="earliest", **secure)
+        await consumer.start()
+        try:
+            values: list[bytes] = []
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not any(v.startswith(b"aiokafka-2") for v in values):
+                batch = await consumer.getmany(timeout_ms=1000)
+                values += [m.value for messages in batch.values() for m in messages]
+            return values
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(run())
+
+
+CLIENTS = {"confluent-kafka": confluent_kafka, "kafka-python": kafka_python, "aiokafka": aiokafka}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--client", choices=sorted(CLIENTS), required=True)
+    parser.add_argument("--bootstrap", default="127.0.0.1:9093")
+    parser.add_argument("--ca", default="secrets/ca.pem")
+    parser.add_argument("--user", default="alice")
+    parser.add_argument("--password", default="alice-secret")
+    parser.add_argument("--topic", default="orders")
+    args = parser.parse_args()
+    values = CLIENTS[args.client](args.bootstrap, args.ca, args.user, args.password, args.topic)
+    mine = [v for v in values if v.startswith(args.client.split("-")[0].encode())]
+    print(f"{args.client}: wrote 3 records to {args.topic} as {args.user} and read back {len(mine)}")
+    return 0 if len(mine) >= 3 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The "Securing Strom" walkthrough, step by step, as a user would run it: certificates from
+examples/secure/make-certs (openssl), a broker from config/secure.properties, the admin's
+commands with examples/secure/admin.properties, a SCRAM user, and each client library through
+examples/secure/clients.py. Only the port and paths differ (ephemeral, temporary)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from strom.server.config import read_properties
+from strom.testing import BrokerProcess
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def walkthrough(tmp_path_factory):
+    work = tmp_path_factory.mktemp("secure")
+    subprocess.run([str(REPO / "examples/secure/make-certs"), str(work / "secrets")], check=True, timeout=60,
+                   capture_output=True)
+    props = read_properties(REPO / "config/secure.properties")
+    props.update({"listeners": "SASL_SSL://127.0.0.1:0", "log.dirs": str(work / "data"),
+                  "ssl.keystore.location": str(work / "secrets/broker.pem")})
+    with BrokerProcess(overrides=props) as broker:
+        bootstrap = f"127.0.0.1:{broker.ports['SASL_SSL']}"
+        admin = (REPO / "examples/secure/admin.properties").read_text()
+        admin = admin.replace("127.0.0.1:9093", bootstrap).replace("secrets/ca.pem", str(work / "secrets/ca.pem"))
+        (work / "admin.properties").write_text(admin)
+        yield broker, bootstrap, work
+
+
+def strom(work: Path, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "strom", *args, "--command-config", str(work / "admin.properties")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_admin_sets_up_a_user_and_a_topic(walkthrough):
+    _, _, work = walkthrough
+    assert "Set SCRAM-SHA-512 credential for user alice." in strom(
+        work, "users", "scram-set", "alice", "--mechanism", "SCRAM-SHA-512", "--password", "alice-secret")
+    assert "Created topic orders." in strom(work, "topics", "create", "orders", "--partitions", "3")
+
+
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python", "aiokafka"])
+def test_each_client_library_as_the_user(walkthrough, client):
+    _, bootstrap, work = walkthrough
+    done = subprocess.run([sys.executable, str(REPO / "examples/secure/clients.py"), "--client", client,
+                           "--bootstrap", bootstrap, "--ca", str(work / "secrets/ca.pem")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{client}: wrote 3 records to orders as alice and read back 3" in done.stdout
+
+
+def test_a_wrong_password_is_turned_away(walkthrough):
+    _, bootstrap, work = walkthrough
+    wrong = work / "wrong.properties"
+    wrong.write_text((work / "admin.properties").read_text().replace("admin-secret", "guess"))
+    done = subprocess.run([sys.executable, "-m", "strom", "topics", "list", "--command-config", str(wrong)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"Error: authentication with {bootstrap} failed: Authentication failed")
