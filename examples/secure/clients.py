@@ -24,10 +24,11 @@ def confluent_kafka(bootstrap: str, ca: str, user: str, password: str, topic: st
     secure = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL", "ssl.ca.location": ca,
               "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": user, "sasl.password": password}
     producer = Producer(secure)
+    failures = []
     for i in range(3):
-        producer.produce(topic, value=f"confluent-{i}".encode())
-    if producer.flush(30):
-        sys.exit("confluent-kafka: records not delivered")
+        producer.produce(topic, value=f"confluent-{i}".encode(), on_delivery=lambda err, _m: err and failures.append(err))
+    if producer.flush(30) or failures:
+        sys.exit(f"confluent-kafka: records not delivered: {failures[:1]}")
     consumer = Consumer({**secure, "group.id": f"example-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     values, deadline = [], time.monotonic() + 30

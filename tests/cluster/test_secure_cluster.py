@@ -1,6 +1,7 @@
 """A cluster whose brokers reach each other over SASL_SSL (inter.broker.listener.name), as
-clients do: the controller's requests, followers' fetches and ISR changes all authenticate.
-SCRAM users and delegation tokens made through one broker work on the others."""
+clients do, with ACLs on: the controller's requests, followers' fetches and ISR changes all
+authenticate as the brokers' super user. SCRAM users, ACLs and delegation tokens made through
+one broker work on the others."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from strom.client import ClientSecurity, Connection
-from strom.testing import Cluster, create_topic, make_pki, unique_name, wait_for
+from strom.testing import Cluster, make_pki, unique_name, wait_for
 
 from .conftest import CLUSTER_OVERRIDES
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
-        'password="broker-secret" user_broker="broker-secret" user_alice="alice-secret";')
+        'password="broker-secret" user_broker="broker-secret" user_admin="admin-secret" user_alice="alice-secret";')
 
 
 @pytest.fixture
@@ -30,20 +31,35 @@ def cluster(zookeeper, tmp_path):
                  "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
                  "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki["server"]),
                  "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki["ca"]),
-                 "min.insync.replicas": "3", "delegation.token.secret.key": "cluster-secret"}
+                 "min.insync.replicas": "3", "delegation.token.secret.key": "cluster-secret",
+                 "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                 "super.users": "User:broker;User:admin"}
     with Cluster(3, zookeeper=zookeeper, overrides=overrides) as c:
         c.pki = pki
         yield c
 
 
+def admin(cluster, *args: str) -> str:
+    brokers = list(cluster.brokers.values())
+    props = cluster.pki["ca"].parent / "admin.properties"
+    props.write_text(f"security.protocol=SASL_SSL\nssl.truststore.location={cluster.pki['ca']}\n"
+                     "sasl.mechanism=PLAIN\nsasl.username=admin\nsasl.password=admin-secret\n")
+    done = subprocess.run([sys.executable, "-m", "strom", *args, "--command-config", str(props),
+                           "--bootstrap-server", f"127.0.0.1:{brokers[-1].ports['SASL_SSL']}"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_brokers_authenticate_to_each_other(cluster):
     brokers = list(cluster.brokers.values())
-    topic = unique_name("secured")
-    create_topic(cluster.bootstrap, topic, replication_factor=3)  # the controller reached every broker
-    done = subprocess.run([sys.executable, "-m", "strom", "users", "scram-set", "bob", "--password", "bob-secret",
-                           "--bootstrap-server", brokers[0].bootstrap], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    ssl_bootstrap = ",".join(f"127.0.0.1:{b.ports['SASL_SSL']}" for b in brokers)
+    topic, group = unique_name("secured"), unique_name("g")
+    admin(cluster, "topics", "create", topic, "--replication-factor", "3")  # the controller reached every broker
+    admin(cluster, "users", "scram-set", "bob", "--password", "bob-secret")
+    # ACLs written through the last broker; the clients below go to the first.
+    admin(cluster, "acls", "add", "--allow-principal", "User:bob", "--producer", "--consumer", "--topic", topic)
+    admin(cluster, "acls", "add", "--allow-principal", "User:bob", "--consumer", "--group", group)
+    ssl_bootstrap = f"127.0.0.1:{brokers[0].ports['SASL_SSL']}"
     secured = {"bootstrap.servers": ssl_bootstrap, "security.protocol": "SASL_SSL",
                "ssl.ca.location": str(cluster.pki["ca"]), "sasl.mechanisms": "SCRAM-SHA-256",
                "sasl.username": "bob", "sasl.password": "bob-secret"}
@@ -52,7 +68,7 @@ def test_brokers_authenticate_to_each_other(cluster):
         producer.produce(topic, value=b"s%d" % i)
     # min.insync.replicas=3: every write waits for both followers, which fetch over SASL_SSL.
     assert producer.flush(60) == 0
-    consumer = Consumer({**secured, "group.id": unique_name("g"), "auto.offset.reset": "earliest"})
+    consumer = Consumer({**secured, "group.id": group, "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     got: list[bytes] = []
     wait_for(lambda: got.extend(m.value() for m in consumer.consume(20, 0.5) if not m.error()) or len(got) >= 20,

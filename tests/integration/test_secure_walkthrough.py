@@ -40,11 +40,18 @@ def strom(work: Path, *args: str) -> str:
     return done.stdout
 
 
-def test_the_admin_sets_up_a_user_and_a_topic(walkthrough):
+def test_the_admin_sets_up_users_a_topic_and_acls(walkthrough):
     _, _, work = walkthrough
-    assert "Set SCRAM-SHA-512 credential for user alice." in strom(
-        work, "users", "scram-set", "alice", "--mechanism", "SCRAM-SHA-512", "--password", "alice-secret")
+    for user in ("alice", "bob"):
+        assert f"Set SCRAM-SHA-512 credential for user {user}." in strom(
+            work, "users", "scram-set", user, "--mechanism", "SCRAM-SHA-512", "--password", f"{user}-secret")
     assert "Created topic orders." in strom(work, "topics", "create", "orders", "--partitions", "3")
+    assert "Added 4 ACL(s)." in strom(work, "acls", "add", "--allow-principal", "User:alice", "--producer",
+                                       "--consumer", "--topic", "orders")
+    assert "Added 1 ACL(s)." in strom(work, "acls", "add", "--allow-principal", "User:alice", "--consumer",
+                                       "--group", "example-", "--resource-pattern-type", "prefixed")
+    listed = strom(work, "acls", "list", "--topic", "orders")
+    assert "(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW) on TOPIC:LITERAL:orders" in listed
 
 
 @pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python", "aiokafka"])
@@ -55,6 +62,15 @@ def test_each_client_library_as_the_user(walkthrough, client):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{client}: wrote 3 records to orders as alice and read back 3" in done.stdout
+
+
+def test_a_user_without_acls_is_refused(walkthrough):
+    _, bootstrap, work = walkthrough
+    done = subprocess.run([sys.executable, str(REPO / "examples/secure/clients.py"), "--client", "confluent-kafka",
+                           "--bootstrap", bootstrap, "--ca", str(work / "secrets/ca.pem"), "--user", "bob",
+                           "--password", "bob-secret"], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "TOPIC_AUTHORIZATION_FAILED" in done.stderr
 
 
 def test_a_wrong_password_is_turned_away(walkthrough):

@@ -38,6 +38,7 @@ from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, is_flexible
 from strom.server.alter_partition import AlterPartitionManager
 from strom.server.apis import HANDLERS, RequestContext, load_all
+from strom.server.authorizer import AUTHORIZERS, INTERNAL, Authorizer
 from strom.server.config import BrokerConfig, Listener
 from strom.server.config_repository import ConfigRepository
 from strom.server.delegation_tokens import DelegationTokens
@@ -118,6 +119,7 @@ class Broker:
         self.stopping = False
         self.metrics_server = None  # metrics_endpoint.MetricsServer when metrics.port is set
         self.inter_broker_security: ClientSecurity | None = None
+        self.authorizer: Authorizer | None = None  # authorizer.class.name set: ACLs decide
 
     # --- lifecycle -----------------------------------------------------------------------
     async def startup(self) -> None:
@@ -135,6 +137,9 @@ class Broker:
         await self.store_io(self.config_repository.load)
         self.delegation_tokens = DelegationTokens(self.store, self.store_io, self.config)
         await self.store_io(self.delegation_tokens.load)
+        self.authorizer = self._create_authorizer()
+        if self.authorizer is not None:
+            await self.store_io(self.authorizer.load)
         self.state = BrokerState.RECOVERY
         self.cluster_id = self.log_manager.startup(self.broker_id, cluster_id, self.log_config_for)
         self._logs_open = True
@@ -162,6 +167,8 @@ class Broker:
             self.metrics_server.start(self.config["metrics.host"], self.config["metrics.port"])
         await self.config_repository.start()
         await self.delegation_tokens.start()
+        if self.authorizer is not None:
+            await self.authorizer.start()
         await self._register()
         self.store.add_session_listener(self._session_event)
         channel = ControllerChannelManager(self.broker_id, self.inter_broker_listener, self.deliver_local,
@@ -234,6 +241,8 @@ class Broker:
         if self.config_repository is not None:
             self.config_repository.stop()
             self.delegation_tokens.stop()
+            if self.authorizer is not None:
+                self.authorizer.stop()
         if self._logs_open:  # a start-up that failed before (say, on a locked dir) writes nothing
             await self.log_services.stop()
             await self._snapshot_producers(at_shutdown=True)
@@ -349,6 +358,16 @@ class Broker:
 
             loop.call_soon_threadsafe(lambda: loop.create_task(rejoin()))
 
+    def _create_authorizer(self) -> Authorizer | None:
+        name = self.config["authorizer.class.name"].strip()
+        if not name:
+            return None
+        if name not in AUTHORIZERS:
+            raise ValueError(f"authorizer.class.name={name} is not an authorizer Strom has; use one of "
+                             f"{', '.join(sorted(AUTHORIZERS))} (all mean ACLs), or leave it empty")
+        return Authorizer(self.store, self.store_io, self.config["super.users"],
+                          self.config["allow.everyone.if.no.acl.found"])
+
     def _protocol_of(self, listener: str) -> str:
         return self.config.protocol_of(listener)
 
@@ -372,7 +391,7 @@ class Broker:
         body = build(REQUESTS[api_key], version, fields)
         header = RequestHeader(api_key, version, 0, f"controller-{self.broker_id}",
                                is_flexible(api_key, version))
-        ctx = RequestContext(header, self.inter_broker_listener, "controller")
+        ctx = RequestContext(header, self.inter_broker_listener, "controller", INTERNAL)
         response = await HANDLERS[api_key].handler(self, ctx, body)
         return build(RESPONSES[api_key], version, response)
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from strom.log.config import TOPIC_CONFIG_KEYS
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.server import authorizer as acl
 from strom.server import log_levels
 from strom.server.apis import RequestContext, api
 from strom.server.config import DEFINITIONS
@@ -76,6 +77,16 @@ def _alter_loggers(broker, name: str, configs, validate_only: bool) -> None:
             raise KafkaError(str(e), ErrorCode.INVALID_CONFIG) from None
 
 
+def _authorize(broker, ctx: RequestContext, operation: int, resource_type: int, name: str) -> None:
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for broker (and broker
+    logger) resources, as Kafka checks them."""
+    if resource_type == TOPIC:
+        if not acl.allowed(broker, ctx, operation, acl.TOPIC, name):
+            raise KafkaError("Topic authorization failed.", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    elif not acl.allowed(broker, ctx, operation, acl.CLUSTER):
+        raise KafkaError("Cluster authorization failed.", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+
+
 def _topic_configs(broker, name: str) -> dict[str, str]:
     if name not in broker.metadata_cache.topics:
         raise KafkaError(f"Topic {name} does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -95,6 +106,7 @@ async def handle_describe_configs(broker, ctx: RequestContext, request) -> dict:
                   "configs": []}
         keys = resource.configuration_keys
         try:
+            _authorize(broker, ctx, acl.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name)
             if resource.resource_type == TOPIC:
                 result["configs"] = describe_topic(
                     broker.default_log_config, _topic_configs(broker, resource.resource_name), layers, keys,
@@ -151,12 +163,13 @@ def _check_names(configs) -> None:
                          ErrorCode.INVALID_REQUEST)
 
 
-async def _responses(request, alter_one: Callable[[object], Awaitable[None]]) -> dict:
+async def _responses(broker, ctx: RequestContext, request, alter_one: Callable[[object], Awaitable[None]]) -> dict:
     responses = []
     for resource in request.resources:
         entry = {"error_code": ErrorCode.NONE, "error_message": None,
                  "resource_type": resource.resource_type, "resource_name": resource.resource_name}
         try:
+            _authorize(broker, ctx, acl.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
             _check_names(resource.configs)
             await alter_one(resource)
         except KafkaError as e:
@@ -178,7 +191,7 @@ async def handle_alter_configs(broker, ctx: RequestContext, request) -> dict:
         await _alter(broker, resource.resource_type, resource.resource_name, lambda _current: configs,
                      request.validate_only)
 
-    return await _responses(request, alter_one)
+    return await _responses(broker, ctx, request, alter_one)
 
 
 def _list_value(broker, resource_type: int, name: str, current: dict[str, str]) -> list[str]:
@@ -229,4 +242,4 @@ async def handle_incremental_alter_configs(broker, ctx: RequestContext, request)
         await _alter(broker, resource.resource_type, resource.resource_name, new_configs,
                      request.validate_only)
 
-    return await _responses(request, alter_one)
+    return await _responses(broker, ctx, request, alter_one)

@@ -14,6 +14,7 @@ import logging
 
 from strom.protocol.errors import ErrorCode
 from strom.server.apis import RequestContext, api, by_topic
+from strom.server.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, DESCRIBE, allowed
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +35,14 @@ def _fenced(broker, request, api_name: str) -> ErrorCode:
     return ErrorCode.NONE
 
 
+# The controller's and brokers' requests need CLUSTER_ACTION, cluster administration ALTER or
+# DESCRIBE on the cluster; Kafka answers others with this.
+CLUSTER_DENIED = {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
+
 @api(LEADER_AND_ISR, 7, 7)
 async def handle_leader_and_isr(broker, ctx: RequestContext, request) -> dict:
+    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
+        return CLUSTER_DENIED
     error = _fenced(broker, request, "LeaderAndIsr")
     if error != ErrorCode.NONE:
         return {"error_code": error, "topics": []}
@@ -54,6 +61,8 @@ async def handle_leader_and_isr(broker, ctx: RequestContext, request) -> dict:
 
 @api(UPDATE_METADATA, 8, 8)
 async def handle_update_metadata(broker, ctx: RequestContext, request) -> dict:
+    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
+        return CLUSTER_DENIED
     error = _fenced(broker, request, "UpdateMetadata")
     if error == ErrorCode.NONE:
         broker.update_metadata(request)
@@ -62,6 +71,8 @@ async def handle_update_metadata(broker, ctx: RequestContext, request) -> dict:
 
 @api(STOP_REPLICA, 4, 4)
 async def handle_stop_replica(broker, ctx: RequestContext, request) -> dict:
+    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
+        return CLUSTER_DENIED
     error = _fenced(broker, request, "StopReplica")
     if error != ErrorCode.NONE:
         return {"error_code": error, "partition_errors": []}
@@ -78,6 +89,8 @@ async def handle_stop_replica(broker, ctx: RequestContext, request) -> dict:
 @api(ALTER_PARTITION, 0, 1)
 async def handle_alter_partition(broker, ctx: RequestContext, request) -> dict:
     """A leader asks the controller for a new ISR."""
+    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
+        return CLUSTER_DENIED
     if broker.controller is None or not broker.controller.is_active:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_CONTROLLER, "topics": []}
     return await broker.controller.alter_partition(request)
@@ -89,6 +102,8 @@ def _not_controller(broker) -> bool:
 
 @api(CONTROLLED_SHUTDOWN, 3, 3)
 async def handle_controlled_shutdown(broker, ctx: RequestContext, request) -> dict:
+    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
+        return CLUSTER_DENIED
     if _not_controller(broker):
         return {"error_code": ErrorCode.NOT_CONTROLLER, "remaining_partitions": []}
     return await broker.controller.controlled_shutdown(request.broker_id, request.broker_epoch)
@@ -97,6 +112,8 @@ async def handle_controlled_shutdown(broker, ctx: RequestContext, request) -> di
 @api(ELECT_LEADERS, 0, 2)
 async def handle_elect_leaders(broker, ctx: RequestContext, request) -> dict:
     """Preferred (0) or unclean (1) leader election on demand (kafka-leader-election)."""
+    if not allowed(broker, ctx, ALTER, CLUSTER):
+        return CLUSTER_DENIED
     version = ctx.header.api_version
     if _not_controller(broker):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_CONTROLLER, "replica_election_results": []}
@@ -115,6 +132,8 @@ async def handle_elect_leaders(broker, ctx: RequestContext, request) -> dict:
 @api(ALTER_PARTITION_REASSIGNMENTS, 0, 1)
 async def handle_alter_partition_reassignments(broker, ctx: RequestContext, request) -> dict:
     """Move partitions to new replicas (null replicas: cancel an ongoing move)."""
+    if not allowed(broker, ctx, ALTER, CLUSTER):
+        return CLUSTER_DENIED
     if _not_controller(broker):
         return {"throttle_time_ms": 0, "allow_replication_factor_change": True,
                 "error_code": ErrorCode.NOT_CONTROLLER, "error_message": None, "responses": []}
@@ -129,6 +148,8 @@ async def handle_alter_partition_reassignments(broker, ctx: RequestContext, requ
 
 @api(LIST_PARTITION_REASSIGNMENTS, 0, 0)
 async def handle_list_partition_reassignments(broker, ctx: RequestContext, request) -> dict:
+    if not allowed(broker, ctx, DESCRIBE, CLUSTER):
+        return CLUSTER_DENIED
     if _not_controller(broker):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_CONTROLLER, "error_message": None,
                 "topics": []}

@@ -10,10 +10,18 @@ from __future__ import annotations
 
 from strom.protocol.errors import ErrorCode
 from strom.server.apis import RequestContext, api
+from strom.server.authorizer import (
+    CREATE_TOKENS,
+    DELEGATION_TOKEN,
+    DESCRIBE,
+    DESCRIBE_TOKENS,
+    USER,
+    allowed,
+)
 from strom.server.delegation_tokens import TokenError, TokenInformation
 from strom.server.tls import ANONYMOUS
 
-CREATE, RENEW, EXPIRE, DESCRIBE = 38, 39, 40, 41
+CREATE, RENEW, EXPIRE, DESCRIBE_TOKEN = 38, 39, 40, 41
 
 
 def _allowed(ctx: RequestContext) -> bool:
@@ -43,6 +51,8 @@ async def handle_create_delegation_token(broker, ctx: RequestContext, request) -
     renewers = [f"{r.principal_type}:{r.principal_name}" for r in request.renewers]
     if any(not r.startswith("User:") for r in renewers) or not owner.startswith("User:"):
         return {**answer, "error_code": ErrorCode.INVALID_PRINCIPAL_TYPE}
+    if owner != ctx.principal and not allowed(broker, ctx, CREATE_TOKENS, USER, owner):
+        return {**answer, "error_code": ErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED}
     tokens = broker.delegation_tokens
     try:
         info, token_hmac = await broker.store_io(tokens.create, owner, ctx.principal, renewers, request.max_lifetime_ms)
@@ -73,7 +83,7 @@ async def handle_expire_delegation_token(broker, ctx: RequestContext, request) -
     return await _change(broker, ctx, broker.delegation_tokens.expire, request.hmac, request.expiry_time_period_ms)
 
 
-@api(DESCRIBE, 0, 3)
+@api(DESCRIBE_TOKEN, 0, 3)
 async def handle_describe_delegation_token(broker, ctx: RequestContext, request) -> dict:
     tokens = broker.delegation_tokens
     if not _allowed(ctx):
@@ -102,7 +112,5 @@ async def handle_describe_delegation_token(broker, ctx: RequestContext, request)
 def _may_describe(broker, ctx: RequestContext, info: TokenInformation) -> bool:
     """Owners and renewers see their tokens; others only where an authorizer lets them
     (DESCRIBE on the token), so with no authorizer everyone sees every token, as in Kafka."""
-    if info.owner_or_renewer(ctx.principal):
-        return True
-    authorize = getattr(broker, "authorize_token_describe", None)
-    return authorize is None or authorize(ctx, info.token_id)
+    return (info.owner_or_renewer(ctx.principal) or allowed(broker, ctx, DESCRIBE, DELEGATION_TOKEN, info.token_id)
+            or allowed(broker, ctx, DESCRIBE_TOKENS, USER, info.owner))

@@ -13,6 +13,7 @@ import time
 from strom.protocol.errors import ErrorCode
 from strom.protocol.fetch import PartitionData, encode_fetch_response
 from strom.server.apis import RawResponse, RequestContext, api
+from strom.server.authorizer import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed
 from strom.server.metrics import BYTES_OUT, FAILED_FETCH_REQUESTS, FETCH_REQUESTS, BrokerTopicStats
 
 FETCH = 1
@@ -20,7 +21,7 @@ READ_COMMITTED = 1  # isolation_level: read up to the last stable offset, skip a
 _UNKNOWN = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)
 
 
-def _read_all(broker, request, wanted) -> tuple[list[tuple[str, list[PartitionData]]], int, bool]:
+def _read_all(broker, request, wanted, denied: dict[str, ErrorCode]) -> tuple[list[tuple[str, list[PartitionData]]], int, bool]:
     rm = broker.replica_manager
     remaining = request.max_bytes
     topics, total, errors = [], 0, False
@@ -29,6 +30,9 @@ def _read_all(broker, request, wanted) -> tuple[list[tuple[str, list[PartitionDa
     for topic, partitions in wanted:
         out = []
         for p in partitions:
+            if topic in denied:
+                out.append(PartitionData(p.partition, denied[topic], -1, -1, -1))
+                continue
             tp = (topic, p.partition)
             limit = max(0, min(p.partition_max_bytes, remaining))
             # Kafka returns at least one whole batch, once per response, so that a batch larger
@@ -55,10 +59,11 @@ def _read_all(broker, request, wanted) -> tuple[list[tuple[str, list[PartitionDa
 @api(FETCH, 4, 12)
 async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
     wanted = [(t.topic, t.partitions) for t in request.topics]
+    denied = _denied(broker, ctx, request, wanted)
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
-    keys = [(topic, p.partition) for topic, ps in wanted for p in ps]
+    keys = [(topic, p.partition) for topic, ps in wanted for p in ps if topic not in denied]
     while True:
-        topics, total, errors = _read_all(broker, request, wanted)
+        topics, total, errors = _read_all(broker, request, wanted, denied)
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys or broker.stopping:
             break
@@ -66,6 +71,19 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
     _count(broker.replica_manager.topic_stats, topics, getattr(request, "replica_id", -1) >= 0)
     parts, _ = encode_fetch_response(ctx.header.api_version, topics)
     return RawResponse(parts)
+
+
+def _denied(broker, ctx: RequestContext, request, wanted) -> dict[str, ErrorCode]:
+    """Topics this fetch may not read: consumers need READ on each topic, followers
+    CLUSTER_ACTION on the cluster (Kafka's checks)."""
+    if broker.authorizer is None:
+        return {}
+    if getattr(request, "replica_id", -1) >= 0:
+        if allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
+            return {}
+        return {topic: ErrorCode.CLUSTER_AUTHORIZATION_FAILED for topic, _ in wanted}
+    return {topic: ErrorCode.TOPIC_AUTHORIZATION_FAILED for topic, _ in wanted
+            if not allowed(broker, ctx, READ, TOPIC, topic)}
 
 
 def _count(stats: BrokerTopicStats, topics: list[tuple[str, list[PartitionData]]], follower: bool) -> None:

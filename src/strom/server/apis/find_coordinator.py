@@ -16,6 +16,8 @@ import logging
 from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.apis import RequestContext, api
+from strom.server.authorizer import DESCRIBE, TRANSACTIONAL_ID, allowed
+from strom.server.authorizer import GROUP as GROUP_RESOURCE
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +48,20 @@ async def find_coordinator(broker, listener: str, key_type: int, key: str) -> di
     return _no_node(ErrorCode.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.")
 
 
+async def _authorized(broker, ctx: RequestContext, key_type: int, key: str) -> dict:
+    """Kafka asks DESCRIBE on the group, or on the transactional id, first."""
+    if key_type == GROUP and not allowed(broker, ctx, DESCRIBE, GROUP_RESOURCE, key):
+        return _no_node(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
+    if key_type == TRANSACTION and not allowed(broker, ctx, DESCRIBE, TRANSACTIONAL_ID, key):
+        return _no_node(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.")
+    return await find_coordinator(broker, ctx.listener, key_type, key)
+
+
 @api(FIND_COORDINATOR, 0, 4)
 async def handle_find_coordinator(broker, ctx: RequestContext, request) -> dict:
     version = ctx.header.api_version
     key_type = request.key_type if version >= 1 else GROUP
     if version < 4:
-        return {"throttle_time_ms": 0, **await find_coordinator(broker, ctx.listener, key_type, request.key)}
+        return {"throttle_time_ms": 0, **await _authorized(broker, ctx, key_type, request.key)}
     return {"throttle_time_ms": 0, "coordinators": [
-        {"key": key, **await find_coordinator(broker, ctx.listener, key_type, key)}
-        for key in request.coordinator_keys]}
+        {"key": key, **await _authorized(broker, ctx, key_type, key)} for key in request.coordinator_keys]}

@@ -13,6 +13,7 @@ from strom.coordinator.group.consumer_group import HeartbeatRequest
 from strom.coordinator.group.coordinator import JoinRequest
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.apis import RequestContext, api
+from strom.server.authorizer import CLUSTER, DELETE, DESCRIBE, GROUP, READ, allowed
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
@@ -25,9 +26,14 @@ def client_host(ctx: RequestContext) -> str:
     """The client address as Kafka shows it (InetAddress.toString: "/127.0.0.1")."""
     return "/" + ctx.client.rsplit(":", 1)[0].strip("[]")
 
+# What Kafka answers a group request its principal may not make.
+GROUP_DENIED = {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
+
 
 @api(JOIN_GROUP, 0, 9)
 async def handle_join_group(broker, ctx: RequestContext, request) -> dict:
+    if not allowed(broker, ctx, READ, GROUP, request.group_id):
+        return GROUP_DENIED
     version = ctx.header.api_version
     instance_id = request.group_instance_id if version >= 5 else None
     result = await broker.group_coordinator.join_group(JoinRequest(
@@ -62,6 +68,8 @@ async def handle_join_group(broker, ctx: RequestContext, request) -> dict:
 
 @api(SYNC_GROUP, 0, 5)
 async def handle_sync_group(broker, ctx: RequestContext, request) -> dict:
+    if not allowed(broker, ctx, READ, GROUP, request.group_id):
+        return GROUP_DENIED
     version = ctx.header.api_version
     protocol_type = request.protocol_type if version >= 5 else None
     protocol_name = request.protocol_name if version >= 5 else None
@@ -79,6 +87,8 @@ async def handle_sync_group(broker, ctx: RequestContext, request) -> dict:
 
 @api(HEARTBEAT, 0, 4)
 async def handle_heartbeat(broker, ctx: RequestContext, request) -> dict:
+    if not allowed(broker, ctx, READ, GROUP, request.group_id):
+        return GROUP_DENIED
     version = ctx.header.api_version
     error = broker.group_coordinator.heartbeat(
         request.group_id, request.member_id, request.group_instance_id if version >= 3 else None,
@@ -88,6 +98,8 @@ async def handle_heartbeat(broker, ctx: RequestContext, request) -> dict:
 
 @api(LEAVE_GROUP, 0, 5)
 async def handle_leave_group(broker, ctx: RequestContext, request) -> dict:
+    if not allowed(broker, ctx, READ, GROUP, request.group_id):
+        return GROUP_DENIED
     version = ctx.header.api_version
     if version < 3:
         leaving = [(request.member_id, None, None)]
@@ -113,6 +125,8 @@ async def handle_list_groups(broker, ctx: RequestContext, request) -> dict:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "groups": []}
     groups = coordinator.list_groups(request.states_filter if version >= 4 else (),
                                      request.types_filter if version >= 5 else ())
+    if not allowed(broker, ctx, DESCRIBE, CLUSTER):  # else only the groups it may describe
+        groups = [g for g in groups if allowed(broker, ctx, DESCRIBE, GROUP, g.group_id)]
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": [
         {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
          "group_type": g.group_type} for g in sorted(groups, key=lambda g: g.group_id)]}
@@ -122,6 +136,10 @@ async def handle_list_groups(broker, ctx: RequestContext, request) -> dict:
 async def handle_describe_groups(broker, ctx: RequestContext, request) -> dict:
     described = []
     for group_id in request.groups:
+        if not allowed(broker, ctx, DESCRIBE, GROUP, group_id):
+            described.append({"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "group_id": group_id,
+                              "group_state": "", "protocol_type": "", "protocol_data": "", "members": []})
+            continue
         error, summary = broker.group_coordinator.describe_group(group_id)
         described.append({
             "error_code": error, "group_id": group_id, "group_state": summary.state,
@@ -132,13 +150,17 @@ async def handle_describe_groups(broker, ctx: RequestContext, request) -> dict:
 
 @api(DELETE_GROUPS, 0, 2)
 async def handle_delete_groups(broker, ctx: RequestContext, request) -> dict:
-    results = broker.group_coordinator.delete_groups(list(request.groups_names))
+    permitted = [g for g in request.groups_names if allowed(broker, ctx, DELETE, GROUP, g)]
+    results = broker.group_coordinator.delete_groups(permitted)
     return {"throttle_time_ms": 0, "results": [
-        {"group_id": group_id, "error_code": results[group_id]} for group_id in request.groups_names]}
+        {"group_id": group_id, "error_code": results.get(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)}
+        for group_id in request.groups_names]}
 
 
 @api(CONSUMER_GROUP_HEARTBEAT, 0, 1)
 async def handle_consumer_group_heartbeat(broker, ctx: RequestContext, request) -> dict:
+    if not allowed(broker, ctx, READ, GROUP, request.group_id):
+        return GROUP_DENIED
     version = ctx.header.api_version
     owned = None if request.topic_partitions is None else [
         (tp.topic_id, list(tp.partitions)) for tp in request.topic_partitions]
@@ -176,4 +198,6 @@ async def handle_consumer_group_describe(broker, ctx: RequestContext, request) -
     consumer_groups = broker.group_coordinator.consumer_groups
     return {"throttle_time_ms": 0, "groups": [
         {**consumer_groups.describe(group_id), "authorized_operations": _NO_OPERATIONS}
+        if allowed(broker, ctx, DESCRIBE, GROUP, group_id)
+        else {"group_id": group_id, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
         for group_id in request.group_ids]}

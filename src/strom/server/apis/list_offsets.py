@@ -10,6 +10,7 @@ from collections import Counter
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
 from strom.server.apis import RequestContext, api
+from strom.server.authorizer import DESCRIBE, TOPIC, allowed
 
 LIST_OFFSETS = 2
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
@@ -60,7 +61,9 @@ async def handle_list_offsets(broker, ctx: RequestContext, request) -> dict:
             partition, error = broker.replica_manager.leader_partition((t.name, p.partition_index))
             entry = {"partition_index": p.partition_index, "error_code": ErrorCode.NONE,
                      "timestamp": -1, "offset": -1, "leader_epoch": -1}
-            if counts[(t.name, p.partition_index)] > 1:
+            if not allowed(broker, ctx, DESCRIBE, TOPIC, t.name):
+                entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif counts[(t.name, p.partition_index)] > 1:
                 entry["error_code"] = ErrorCode.INVALID_REQUEST
             elif partition is None:
                 entry["error_code"] = error

@@ -9,6 +9,7 @@ import os
 
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.apis import RequestContext, api
+from strom.server.authorizer import ALTER, CLUSTER, DELETE, DESCRIBE, TOPIC, allowed
 
 DELETE_RECORDS, ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 21, 34, 35
 HIGH_WATERMARK = -1  # DeleteRecords offset meaning "up to the high watermark"
@@ -37,6 +38,10 @@ async def handle_delete_records(broker, ctx: RequestContext, request) -> dict:
     for t in request.topics:
         partitions = []
         for p in t.partitions:
+            if not allowed(broker, ctx, DELETE, TOPIC, t.name):
+                partitions.append({"partition_index": p.partition_index, "low_watermark": -1,
+                                   "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+                continue
             error, low = _delete_records(broker, t.name, p.partition_index, p.offset)
             moved |= error == ErrorCode.NONE
             partitions.append({"partition_index": p.partition_index, "low_watermark": low,
@@ -59,6 +64,8 @@ def _space(path) -> tuple[int, int]:
 
 @api(DESCRIBE_LOG_DIRS, 1, 4)
 async def handle_describe_log_dirs(broker, ctx: RequestContext, request) -> dict:
+    if not allowed(broker, ctx, DESCRIBE, CLUSTER):  # Kafka answers with no dirs at all
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "results": []}
     manager = broker.log_manager
     wanted: dict[str, set[int]] | None = None
     if request.topics is not None:
@@ -108,11 +115,13 @@ def _move(broker, path: str, topic: str, index: int) -> ErrorCode:
 @api(ALTER_REPLICA_LOG_DIRS, 1, 2)
 async def handle_alter_replica_log_dirs(broker, ctx: RequestContext, request) -> dict:
     """Replicas of this broker move, while serving, to the log dir named for them."""
+    permitted = allowed(broker, ctx, ALTER, CLUSTER)
     results: dict[str, list[dict]] = {}
     for d in request.dirs:
         for t in d.topics:
             for index in t.partitions:
                 results.setdefault(t.name, []).append(
-                    {"partition_index": index, "error_code": _move(broker, d.path, t.name, index)})
+                    {"partition_index": index, "error_code": _move(broker, d.path, t.name, index) if permitted
+                     else ErrorCode.CLUSTER_AUTHORIZATION_FAILED})
     return {"throttle_time_ms": 0, "results": [{"topic_name": name, "partitions": ps}
                                                for name, ps in results.items()]}

@@ -9,6 +9,7 @@ from strom.controller.admin import validate_topic_name
 from strom.controller.znodes import TopicMetadata
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.apis import RequestContext, api
+from strom.server.authorizer import CLUSTER, CREATE, DESCRIBE, TOPIC, allowed
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,16 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> dict:
     for i, name in enumerate(sorted(topics) if names is None else names):
         if i and not i % _YIELD_EVERY:
             await asyncio.sleep(0)  # a request naming a million topics shares the loop
+        if name is not None and not allowed(broker, ctx, DESCRIBE, TOPIC, name):
+            # Kafka leaves topics a client may not describe out of a full listing.
+            if names is not None:
+                entries.append(_error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            continue
         topic = topics.get(name) if name is not None else None
+        if topic is None and name is not None and allow_create and not (
+                allowed(broker, ctx, CREATE, CLUSTER) or allowed(broker, ctx, CREATE, TOPIC, name)):
+            entries.append(_error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            continue
         if topic is None and name is not None and allow_create:
             try:
                 topic = await broker.auto_create_topic(name)

@@ -13,6 +13,16 @@ from strom.coordinator.group.consumer_group import ConsumerGroup
 from strom.coordinator.group.records import OffsetAndMetadata
 from strom.protocol.errors import ErrorCode
 from strom.server.apis import RequestContext, api, by_topic
+from strom.server.authorizer import (
+    DELETE,
+    DESCRIBE,
+    GROUP,
+    READ,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    WRITE,
+    allowed,
+)
 
 OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT, OFFSET_DELETE = 8, 9, 28, 47
 NO_METADATA = ""  # what OffsetFetch returns as metadata for a partition without a commit
@@ -23,16 +33,24 @@ def _partition_exists(broker, topic: str, partition: int) -> bool:
     return meta is not None and partition in meta.partitions
 
 
-def _requested_commits(broker, topics, leader_epochs: bool, retention_ms: int = -1
+def _requested_commits(broker, ctx: RequestContext, group_id: str, topics, leader_epochs: bool,
+                       retention_ms: int = -1
                        ) -> tuple[dict[tuple[str, int], ErrorCode], dict[tuple[str, int], OffsetAndMetadata]]:
-    """The offsets an OffsetCommit or TxnOffsetCommit asks for, and UNKNOWN_TOPIC_OR_PARTITION
-    for partitions that do not exist."""
+    """The offsets an OffsetCommit or TxnOffsetCommit asks for; GROUP_AUTHORIZATION_FAILED
+    everywhere without READ on the group, TOPIC_AUTHORIZATION_FAILED for topics without READ,
+    UNKNOWN_TOPIC_OR_PARTITION for partitions that do not exist."""
     now = int(time.time() * 1000)
     errors: dict[tuple[str, int], ErrorCode] = {}
     commits: dict[tuple[str, int], OffsetAndMetadata] = {}
+    group_allowed = allowed(broker, ctx, READ, GROUP, group_id)
     for topic in topics:
+        topic_allowed = group_allowed and allowed(broker, ctx, READ, TOPIC, topic.name)
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
+            if not topic_allowed:
+                errors[tp] = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if group_allowed
+                              else ErrorCode.GROUP_AUTHORIZATION_FAILED)
+                continue
             if not _partition_exists(broker, *tp):
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
@@ -59,7 +77,7 @@ async def handle_offset_commit(broker, ctx: RequestContext, request) -> dict:
     version = ctx.header.api_version
     # v2-v4 may ask for a retention of their own; later versions use the broker's.
     retention = request.retention_time_ms if version <= 4 else -1
-    errors, commits = _requested_commits(broker, request.topics, version >= 6, retention)
+    errors, commits = _requested_commits(broker, ctx, request.group_id, request.topics, version >= 6, retention)
     if commits:
         errors.update(broker.group_coordinator.commit_offsets(
             request.group_id, request.member_id,
@@ -77,9 +95,12 @@ async def _replicated(broker, group_id: str, errors: dict) -> None:
             errors.update({tp: error for tp, e in errors.items() if e == ErrorCode.NONE})
 
 
-def _fetch_group(broker, group_id: str, topics, member_id: str | None, member_epoch: int,
+def _fetch_group(broker, ctx: RequestContext, group_id: str, topics, member_id: str | None, member_epoch: int,
                  with_epoch: bool, require_stable: bool = False) -> tuple[ErrorCode, list[dict]]:
-    """One group's committed offsets as response topics; `topics` None means all."""
+    """One group's committed offsets as response topics; `topics` None means all (those the
+    principal may describe)."""
+    if not allowed(broker, ctx, DESCRIBE, GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
     coordinator = broker.group_coordinator
     group = coordinator.groups.get(group_id)
     if isinstance(group, ConsumerGroup) and (member_id is not None or member_epoch >= 0):
@@ -93,6 +114,11 @@ def _fetch_group(broker, group_id: str, topics, member_id: str | None, member_ep
         return error, []
     entries = {}
     for tp in (sorted(offsets) if wanted is None else wanted):
+        if not allowed(broker, ctx, DESCRIBE, TOPIC, tp[0]):
+            if wanted is not None:
+                entries[tp] = {"partition_index": tp[1], "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                               "committed_offset": -1, "metadata": NO_METADATA}
+            continue
         committed = offsets.get(tp)
         entry = {"partition_index": tp[1], "error_code": ErrorCode.NONE,
                  "committed_offset": committed.offset if committed else -1,
@@ -110,7 +136,11 @@ def _fetch_group(broker, group_id: str, topics, member_id: str | None, member_ep
 async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> dict:
     """Offsets committed as part of a transaction: written now, visible once it commits."""
     version = ctx.header.api_version
-    errors, commits = _requested_commits(broker, request.topics, version >= 2)
+    if not allowed(broker, ctx, WRITE, TRANSACTIONAL_ID, request.transactional_id):
+        return _commit_response(request.topics, {
+            (t.name, p.partition_index): ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            for t in request.topics for p in t.partitions})
+    errors, commits = _requested_commits(broker, ctx, request.group_id, request.topics, version >= 2)
     if commits:
         v3 = version >= 3
         errors.update(broker.group_coordinator.commit_txn_offsets(
@@ -127,13 +157,13 @@ async def handle_offset_fetch(broker, ctx: RequestContext, request) -> dict:
     if version >= 8:
         groups = []
         for g in request.groups:
-            error, topics = _fetch_group(broker, g.group_id, g.topics,
+            error, topics = _fetch_group(broker, ctx, g.group_id, g.topics,
                                          g.member_id if version >= 9 else None,
                                          g.member_epoch if version >= 9 else -1, True,
                                          request.require_stable)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
         return {"throttle_time_ms": 0, "groups": groups}
-    error, topics = _fetch_group(broker, request.group_id, request.topics, None, -1, version >= 5,
+    error, topics = _fetch_group(broker, ctx, request.group_id, request.topics, None, -1, version >= 5,
                                  version >= 7 and request.require_stable)
     if version == 1 and error != ErrorCode.NONE:
         # v1 has no group-level error: every requested partition carries it.
@@ -145,12 +175,16 @@ async def handle_offset_fetch(broker, ctx: RequestContext, request) -> dict:
 
 @api(OFFSET_DELETE, 0, 0)
 async def handle_offset_delete(broker, ctx: RequestContext, request) -> dict:
+    if not allowed(broker, ctx, DELETE, GROUP, request.group_id):
+        return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "throttle_time_ms": 0, "topics": []}
     errors: dict[tuple[str, int], ErrorCode] = {}
     known = []
     for topic in request.topics:
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
-            if _partition_exists(broker, *tp):
+            if not allowed(broker, ctx, READ, TOPIC, topic.name):
+                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif _partition_exists(broker, *tp):
                 known.append(tp)
             else:
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

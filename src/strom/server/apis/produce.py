@@ -11,6 +11,15 @@ from strom.controller.znodes import is_internal
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
 from strom.server.apis import CloseConnection, RequestContext, api, by_topic
+from strom.server.authorizer import (
+    CLUSTER,
+    IDEMPOTENT_WRITE,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    WRITE,
+    allowed,
+    allowed_any,
+)
 from strom.server.replica_manager import ProduceResult
 
 PRODUCE = 0
@@ -55,12 +64,11 @@ async def _verify_transaction(broker, transactional_id: str | None, tp, records,
 @api(PRODUCE, 3, 11)
 async def handle_produce(broker, ctx: RequestContext, request) -> dict | None:
     acks = request.acks
-    if request.transactional_id is None and _has_transactional_batch(request):
-        # Kafka refuses the whole request: transactional data needs a transactional id.
-        results = {(t.name, p.index): ProduceResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-                   for t in request.topic_data for p in t.partition_data}
+    refused = _refusal(broker, ctx, request)
+    if refused is not None:
+        results = {(t.name, p.index): ProduceResult(refused) for t in request.topic_data for p in t.partition_data}
     else:
-        results = await _append(broker, request, ctx.header.api_version)
+        results = await _append(broker, ctx, request, ctx.header.api_version)
     if acks == 0:
         failed = [f"{t}-{p}: {r.error.name}" for (t, p), r in results.items() if r.error]
         if failed:
@@ -71,7 +79,22 @@ async def handle_produce(broker, ctx: RequestContext, request) -> dict | None:
     return _response(results, ctx.header.api_version)
 
 
-async def _append(broker, request, version: int) -> dict:
+def _refusal(broker, ctx: RequestContext, request) -> ErrorCode | None:
+    """What refuses the whole request, as Kafka checks it before any partition: transactional
+    data without (or without WRITE on) its transactional id, idempotent data without
+    IDEMPOTENT_WRITE on the cluster or WRITE on some topic."""
+    if request.transactional_id is not None:
+        if not allowed(broker, ctx, WRITE, TRANSACTIONAL_ID, request.transactional_id):
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif _has_transactional_batch(request):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if broker.authorizer is not None and _has_idempotent_batch(request) and not (
+            allowed(broker, ctx, IDEMPOTENT_WRITE, CLUSTER) or allowed_any(broker, ctx, WRITE, TOPIC)):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None
+
+
+async def _append(broker, ctx: RequestContext, request, version: int) -> dict:
     acks = request.acks
     entries, results = [], {}
     for topic in request.topic_data:
@@ -84,6 +107,8 @@ async def _append(broker, request, version: int) -> dict:
                 # could otherwise forge committed offsets or transaction states.
                 results[tp] = ProduceResult(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                             message=f"Cannot append to internal topic {topic.name}")
+            elif not allowed(broker, ctx, WRITE, TOPIC, topic.name):
+                results[tp] = ProduceResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             elif broker.replica_manager.get_partition(*tp) is None:
                 results[tp] = ProduceResult(_topic_error(broker, tp))
             elif p.records is None:
@@ -95,6 +120,11 @@ async def _append(broker, request, version: int) -> dict:
                 entries.append((tp, p.records))
     results.update(broker.replica_manager.append_records(acks, entries))
     return results
+
+
+def _has_idempotent_batch(request) -> bool:
+    return any(p.records is not None and len(p.records) >= HEADER_SIZE and read_header(p.records).producer_id >= 0
+               for t in request.topic_data for p in t.partition_data)
 
 
 def _has_transactional_batch(request) -> bool:

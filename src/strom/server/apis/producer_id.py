@@ -10,6 +10,15 @@ from __future__ import annotations
 from strom.coordinator import TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode
 from strom.server.apis import RequestContext, api
+from strom.server.authorizer import (
+    CLUSTER,
+    IDEMPOTENT_WRITE,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    WRITE,
+    allowed,
+    allowed_any,
+)
 
 INIT_PRODUCER_ID = 22
 PRODUCER_FENCED_FROM = 4  # older versions report a fenced producer as INVALID_PRODUCER_EPOCH
@@ -25,6 +34,14 @@ def fenced_code(error: ErrorCode, version: int, since: int) -> ErrorCode:
 @api(INIT_PRODUCER_ID, 0, 4)
 async def handle_init_producer_id(broker, ctx: RequestContext, request) -> dict:
     version = ctx.header.api_version
+    if request.transactional_id is None and not (
+            allowed(broker, ctx, IDEMPOTENT_WRITE, CLUSTER) or allowed_any(broker, ctx, WRITE, TOPIC)):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "producer_id": -1, "producer_epoch": -1}
+    if request.transactional_id is not None and not allowed(broker, ctx, WRITE, TRANSACTIONAL_ID,
+                                                            request.transactional_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "producer_id": -1, "producer_epoch": -1}
     if request.transactional_id is None:  # "" is a transactional id: INVALID_REQUEST
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
                 "producer_id": broker.producer_id_manager.generate(), "producer_epoch": 0}

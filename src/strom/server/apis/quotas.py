@@ -12,6 +12,7 @@ from urllib.parse import unquote
 
 from strom.protocol.errors import ErrorCode
 from strom.server.apis import RequestContext, api
+from strom.server.authorizer import ALTER_CONFIGS, CLUSTER, DESCRIBE_CONFIGS, allowed
 from strom.server.config_repository import DEFAULT
 from strom.server.quotas import IP_KEYS, check_entity, quota_keys
 
@@ -41,6 +42,9 @@ def _matches(entity: dict[str, str | None], components, strict: bool) -> bool:
 
 @api(DESCRIBE_CLIENT_QUOTAS, 0, 1)
 async def handle_describe_client_quotas(broker, ctx: RequestContext, request) -> dict:
+    if not allowed(broker, ctx, DESCRIBE_CONFIGS, CLUSTER):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "entries": [],
+                "error_message": "Cluster authorization failed."}
     known = {"user", "client-id", "ip"}
     bad = [c.entity_type for c in request.components if c.entity_type not in known]
     if bad or len({c.entity_type for c in request.components}) != len(request.components):
@@ -63,6 +67,10 @@ async def handle_alter_client_quotas(broker, ctx: RequestContext, request) -> di
     results = []
     for entry in request.entries:
         entity_data = [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]
+        if not allowed(broker, ctx, ALTER_CONFIGS, CLUSTER):
+            results.append({"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                            "error_message": "Cluster authorization failed.", "entity": entity_data})
+            continue
         try:
             path, updates = _validate(entry)
         except ValueError as e:

@@ -21,6 +21,7 @@ from strom.protocol.scram import (
     scram_credential,
 )
 from strom.server.apis import RequestContext, api
+from strom.server.authorizer import ALTER, CLUSTER, DESCRIBE, allowed
 from strom.server.config_repository import sanitize
 
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
@@ -32,6 +33,9 @@ def _result(user: str, error: ErrorCode = ErrorCode.NONE, message: str | None = 
 
 @api(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def handle_describe_user_scram_credentials(broker, ctx: RequestContext, request) -> dict:
+    if not allowed(broker, ctx, DESCRIBE, CLUSTER):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "error_message": "Cluster authorization failed.", "results": []}
     repository = broker.config_repository
     named = [u.name for u in request.users] if request.users else None
     results = []
@@ -60,6 +64,7 @@ async def handle_describe_user_scram_credentials(broker, ctx: RequestContext, re
 @api(ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
 async def handle_alter_user_scram_credentials(broker, ctx: RequestContext, request) -> dict:
     """Each user's changes are checked as a whole and written at once, or not at all."""
+    permitted = allowed(broker, ctx, ALTER, CLUSTER)
     changes: dict[str, list] = {}
     for d in request.deletions:
         changes.setdefault(d.name, []).append(("delete", d.mechanism, d))
@@ -68,7 +73,8 @@ async def handle_alter_user_scram_credentials(broker, ctx: RequestContext, reque
     results = []
     for user, ops in changes.items():
         current = dict(broker.config_repository.user(user))
-        error, message = _check(user, ops, current)
+        error, message = _check(user, ops, current) if permitted else (
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
         if error == ErrorCode.NONE:
             for op, mechanism_id, item in ops:
                 mechanism = MECHANISM_BY_ID[mechanism_id]

@@ -7,6 +7,7 @@ from collections import Counter
 
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.apis import RequestContext, api
+from strom.server.authorizer import ALTER, CLUSTER, CREATE, DELETE, TOPIC, allowed
 from strom.server.topic_configs import created_topic_configs
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,8 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> dict:
     for t in request.topics:
         result = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None}
         try:
+            if not (allowed(broker, ctx, CREATE, CLUSTER) or allowed(broker, ctx, CREATE, TOPIC, t.name)):
+                raise KafkaError("Authorization failed.", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             broker.require_controller()
             if counts[t.name] > 1:
                 raise KafkaError(f"Create topics request from client `{ctx.header.client_id}` contains "
@@ -73,6 +76,8 @@ async def handle_delete_topics(broker, ctx: RequestContext, request) -> dict:
     for name, topic_id in wanted:
         entry = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.NONE, "error_message": None}
         try:
+            if name is not None and not allowed(broker, ctx, DELETE, TOPIC, name):
+                raise KafkaError("Authorization failed.", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             broker.require_controller()
             if name is None:
                 raise KafkaError("unknown topic id", ErrorCode.UNKNOWN_TOPIC_ID)
@@ -96,6 +101,8 @@ async def handle_create_partitions(broker, ctx: RequestContext, request) -> dict
     for t in request.topics:
         entry = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None}
         try:
+            if not allowed(broker, ctx, ALTER, TOPIC, t.name):
+                raise KafkaError("Authorization failed.", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             broker.require_controller()
             assignment = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
             await broker.store_io(broker.admin.create_partitions, t.name, t.count, assignment,

@@ -11,6 +11,17 @@ from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.apis import RequestContext, api, by_topic
 from strom.server.apis.producer_id import fenced_code
+from strom.server.authorizer import (
+    CLUSTER,
+    CLUSTER_ACTION,
+    DESCRIBE,
+    GROUP,
+    READ,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    WRITE,
+    allowed,
+)
 
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS = 24, 25, 26, 27
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
@@ -24,9 +35,16 @@ def _topic_results(results: dict[TopicPartition, ErrorCode]) -> list[dict]:
                      for tp, error in results.items()}, "results_by_partition")
 
 
-async def _add_partitions(broker, transactional_id: str, producer_id: int, epoch: int, topics: Iterable,
-                    verify_only: bool, version: int) -> dict[TopicPartition, ErrorCode]:
+async def _add_partitions(broker, ctx: RequestContext, transactional_id: str, producer_id: int, epoch: int,
+                          topics: Iterable, verify_only: bool, version: int) -> dict[TopicPartition, ErrorCode]:
     wanted = [(t.name, p) for t in topics for p in t.partitions]
+    if not verify_only:  # brokers' verification is theirs to ask (the cluster's own traffic)
+        if not allowed(broker, ctx, WRITE, TRANSACTIONAL_ID, transactional_id):
+            return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        denied = {tp for tp in wanted if not allowed(broker, ctx, WRITE, TOPIC, tp[0])}
+        if denied:  # Kafka adds none of them then
+            return {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp in denied else ErrorCode.OPERATION_NOT_ATTEMPTED
+                    for tp in wanted}
     topics_meta = broker.metadata_cache.topics
     unknown = {tp for tp in wanted
                if tp[0] not in topics_meta or tp[1] not in topics_meta[tp[0]].partitions}
@@ -46,14 +64,14 @@ async def _add_partitions(broker, transactional_id: str, producer_id: int, epoch
 async def handle_add_partitions_to_txn(broker, ctx: RequestContext, request) -> dict:
     version = ctx.header.api_version
     if version <= 3:
-        results = await _add_partitions(broker, request.v3_and_below_transactional_id,
+        results = await _add_partitions(broker, ctx, request.v3_and_below_transactional_id,
                                   request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
                                   request.v3_and_below_topics, False, version)
         return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _topic_results(results)}
     # v4: the batched shape brokers use to add or verify several transactions at once.
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results_by_transaction": [
         {"transactional_id": t.transactional_id, "topic_results": _topic_results(await _add_partitions(
-            broker, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only, version))}
+            broker, ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only, version))}
         for t in request.transactions]}
 
 
@@ -61,6 +79,10 @@ async def handle_add_partitions_to_txn(broker, ctx: RequestContext, request) -> 
 async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> dict:
     """The group's `__consumer_offsets` partition joins the transaction, so that offsets sent
     with TxnOffsetCommit get its marker."""
+    if not allowed(broker, ctx, WRITE, TRANSACTIONAL_ID, request.transactional_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+    if not allowed(broker, ctx, READ, GROUP, request.group_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
     if not request.group_id:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_GROUP_ID}
     partition = broker.group_coordinator.store.partition_for(request.group_id)
@@ -78,6 +100,8 @@ async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> dic
 
 @api(END_TXN, 0, 3)
 async def handle_end_txn(broker, ctx: RequestContext, request) -> dict:
+    if not allowed(broker, ctx, WRITE, TRANSACTIONAL_ID, request.transactional_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
     error = broker.txn_coordinator.end_transaction(request.transactional_id, request.producer_id,
                                                    request.producer_epoch, request.committed)
     if error == ErrorCode.NONE:
@@ -89,10 +113,12 @@ async def handle_end_txn(broker, ctx: RequestContext, request) -> dict:
 @api(WRITE_TXN_MARKERS, 1, 1)
 async def handle_write_txn_markers(broker, ctx: RequestContext, request) -> dict:
     markers = []
+    permitted = allowed(broker, ctx, CLUSTER_ACTION, CLUSTER)  # only brokers write markers
     for m in request.markers:
         wanted = [(t.name, p) for t in m.topics for p in t.partition_indexes]
-        errors = broker.write_txn_markers(m.producer_id, m.producer_epoch, m.coordinator_epoch,
-                                          m.transaction_result, wanted)
+        errors = (broker.write_txn_markers(m.producer_id, m.producer_epoch, m.coordinator_epoch,
+                                           m.transaction_result, wanted) if permitted
+                  else dict.fromkeys(wanted, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
         markers.append({"producer_id": m.producer_id, "topics": by_topic(
             {tp: {"partition_index": tp[1], "error_code": error} for tp, error in errors.items()})})
     return {"markers": markers}
@@ -103,6 +129,8 @@ async def handle_describe_transactions(broker, ctx: RequestContext, request) -> 
     states = []
     for transactional_id in request.transactional_ids:
         error, meta = broker.txn_coordinator.describe(transactional_id)
+        if not allowed(broker, ctx, DESCRIBE, TRANSACTIONAL_ID, transactional_id):
+            error, meta = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
         entry = {"error_code": error, "transactional_id": transactional_id, "transaction_state": "",
                  "transaction_timeout_ms": 0, "transaction_start_time_ms": -1, "producer_id": -1,
                  "producer_epoch": -1, "topics": []}
@@ -120,6 +148,7 @@ async def handle_list_transactions(broker, ctx: RequestContext, request) -> dict
     duration = request.duration_filter if ctx.header.api_version >= 1 else -1
     found, unknown = broker.txn_coordinator.list(request.state_filters or (),
                                                  request.producer_id_filters or (), duration)
+    found = [m for m in found if allowed(broker, ctx, DESCRIBE, TRANSACTIONAL_ID, m.transactional_id)]
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "unknown_state_filters": unknown,
             "transaction_states": [{"transactional_id": m.transactional_id, "producer_id": m.producer_id,
                                     "transaction_state": m.state.display} for m in found]}
@@ -135,7 +164,9 @@ async def handle_describe_producers(broker, ctx: RequestContext, request) -> dic
             partition = broker.replica_manager.get_partition(t.name, index)
             entry = {"partition_index": index, "error_code": ErrorCode.NONE, "error_message": None,
                      "active_producers": []}
-            if partition is None:
+            if not allowed(broker, ctx, READ, TOPIC, t.name):
+                entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition is None:
                 entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif not partition.is_leader:
                 entry["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER

@@ -1,0 +1,269 @@
+"""ACL authorization with Kafka's semantics (KIP-11, KIP-290 prefixed patterns), and the ACLs'
+place in the metadata store, as Kafka's AclAuthorizer keeps them in ZooKeeper mode.
+
+A resource's ACLs are one node, /kafka-acl/<Type>/<name> (literal patterns; "*" is every
+name) or /kafka-acl-extended/prefixed/<Type>/<prefix>, holding {"version": 1, "acls": [...]};
+each change is announced by a sequential node under /kafka-acl-changes (the resource as
+"Type:name") or /kafka-acl-extended-changes (JSON), which every broker follows. A decision:
+super users may do anything; a matching DENY wins; then a matching ALLOW, where READ, WRITE,
+DELETE and ALTER imply DESCRIBE and ALTER_CONFIGS implies DESCRIBE_CONFIGS; a resource no ACL
+matches is open only with allow.everyone.if.no.acl.found.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from strom.controller import znodes
+from strom.controller.store import BadVersion, MetadataStore, NodeExists
+from strom.server.config_repository import ChangeListener
+
+log = logging.getLogger("strom.authorizer")  # Kafka's kafka.authorizer.logger
+
+# Wire ids (Kafka's AclResourceType, PatternType, AclOperation, AclPermissionType) and the
+# names ZooKeeper nodes use.
+RESOURCE_NAMES = {2: "Topic", 3: "Group", 4: "Cluster", 5: "TransactionalId", 6: "DelegationToken", 7: "User"}
+RESOURCE_IDS = {name: rid for rid, name in RESOURCE_NAMES.items()}
+TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID, DELEGATION_TOKEN, USER = 2, 3, 4, 5, 6, 7
+ANY_RESOURCE, ANY_PATTERN, MATCH, LITERAL, PREFIXED = 1, 1, 2, 3, 4
+OPERATION_NAMES = {2: "All", 3: "Read", 4: "Write", 5: "Create", 6: "Delete", 7: "Alter", 8: "Describe",
+                   9: "ClusterAction", 10: "DescribeConfigs", 11: "AlterConfigs", 12: "IdempotentWrite",
+                   13: "CreateTokens", 14: "DescribeTokens"}
+OPERATION_IDS = {name: op for op, name in OPERATION_NAMES.items()}
+(ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS,
+ IDEMPOTENT_WRITE, CREATE_TOKENS, DESCRIBE_TOKENS) = range(2, 15)
+ANY_OPERATION = ANY_PERMISSION = 1
+DENY, ALLOW = 2, 3
+PERMISSION_NAMES = {DENY: "Deny", ALLOW: "Allow"}
+CLUSTER_NAME = "kafka-cluster"
+WILDCARD = "*"
+# Kafka's authorizer class names: any of them turns ACLs on.
+AUTHORIZERS = frozenset({"kafka.security.authorizer.AclAuthorizer", "kafka.security.auth.SimpleAclAuthorizer",
+                         "org.apache.kafka.metadata.authorizer.StandardAuthorizer"})
+_IMPLIES = {DESCRIBE: {DESCRIBE, READ, WRITE, DELETE, ALTER, ALL},
+            DESCRIBE_CONFIGS: {DESCRIBE_CONFIGS, ALTER_CONFIGS, ALL}}
+_DENIAL_LOG_EVERY_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Acl:
+    principal: str
+    host: str
+    operation: int
+    permission: int
+
+    def encode(self) -> dict[str, str]:
+        return {"principal": self.principal, "permissionType": PERMISSION_NAMES[self.permission],
+                "operation": OPERATION_NAMES[self.operation], "host": self.host}
+
+    @classmethod
+    def decode(cls, data: dict[str, str]) -> Acl:
+        permission = {name: pid for pid, name in PERMISSION_NAMES.items()}[data["permissionType"]]
+        return cls(data["principal"], data["host"], OPERATION_IDS[data["operation"]], permission)
+
+
+Resource = tuple[int, int, str]  # (resource type, pattern type LITERAL/PREFIXED, name)
+
+
+class AclFilter:
+    """DescribeAcls / DeleteAcls filters: ANY matches everything, MATCH a literal name, the
+    literal wildcard and every prefix of it."""
+
+    def __init__(self, resource_type: int, name: str | None, pattern: int, principal: str | None,
+                 host: str | None, operation: int, permission: int) -> None:
+        self.resource_type, self.name, self.pattern = resource_type, name, pattern
+        self.principal, self.host, self.operation, self.permission = principal, host, operation, permission
+
+    def matches_resource(self, resource: Resource) -> bool:
+        rtype, pattern, name = resource
+        if self.resource_type != ANY_RESOURCE and self.resource_type != rtype:
+            return False
+        if self.pattern == MATCH:
+            return self.name is None or (pattern == LITERAL and name in (self.name, WILDCARD)) or (
+                pattern == PREFIXED and self.name.startswith(name))
+        if self.pattern not in (ANY_PATTERN, pattern):
+            return False
+        return self.name is None or self.name == name
+
+    def matches_acl(self, acl: Acl) -> bool:
+        return ((self.principal is None or self.principal == acl.principal)
+                and (self.host is None or self.host == acl.host)
+                and self.operation in (ANY_OPERATION, acl.operation)
+                and self.permission in (ANY_PERMISSION, acl.permission))
+
+
+class Authorizer:
+    def __init__(self, store: MetadataStore, io: Callable[..., Awaitable[Any]], super_users: str,
+                 allow_if_no_acl: bool) -> None:
+        self.store, self.io = store, io
+        self.super_users = {u.strip() for u in super_users.split(";") if u.strip()}
+        self.allow_if_no_acl = allow_if_no_acl
+        self.acls: dict[Resource, frozenset[Acl]] = {}
+        self._listeners = [
+            ChangeListener(store, io, znodes.ACL_CHANGES, "acl_changes_", self._literal_changed),
+            ChangeListener(store, io, znodes.ACL_EXTENDED_CHANGES, "acl_changes_", self._extended_changed)]
+        self._last_denial_log: dict[tuple, float] = {}
+
+    # -- the decision
+
+    def authorize(self, principal: str, host: str, operation: int, resource_type: int, name: str) -> bool:
+        if principal in self.super_users:
+            return True
+        matching = [acl for acl in self._matching(resource_type, name)
+                    if acl.principal in (principal, "User:*") and acl.host in (host, WILDCARD)]
+        if not matching and not self._has_acls(resource_type, name):
+            allowed = self.allow_if_no_acl
+        elif any(a.permission == DENY and a.operation in (operation, ALL) for a in matching):
+            allowed = False
+        else:
+            implied = _IMPLIES.get(operation, {operation, ALL})
+            allowed = any(a.permission == ALLOW and a.operation in implied for a in matching)
+        if not allowed:
+            self._log_denial(principal, host, operation, resource_type, name)
+        return allowed
+
+    def authorize_any(self, principal: str, host: str, operation: int, resource_type: int) -> bool:
+        """Kafka's authorizeByResourceType: allowed on some resource of the type (an idempotent
+        producer may write if it may write to any topic)."""
+        if principal in self.super_users:
+            return True
+        for (rtype, _pattern, _name), acls in self.acls.items():
+            if rtype != resource_type:
+                continue
+            mine = [a for a in acls if a.principal in (principal, "User:*") and a.host in (host, WILDCARD)]
+            if any(a.permission == ALLOW and a.operation in (operation, ALL) for a in mine):
+                return True
+        return False
+
+    def _matching(self, resource_type: int, name: str) -> Iterator[Acl]:
+        for key in ((resource_type, LITERAL, name), (resource_type, LITERAL, WILDCARD)):
+            yield from self.acls.get(key, ())
+        for (rtype, pattern, prefix), acls in self.acls.items():
+            if rtype == resource_type and pattern == PREFIXED and name.startswith(prefix):
+                yield from acls
+
+    def _has_acls(self, resource_type: int, name: str) -> bool:
+        return next(self._matching(resource_type, name), None) is not None
+
+    def _log_denial(self, principal: str, host: str, operation: int, resource_type: int, name: str) -> None:
+        key = (principal, operation, resource_type, name)
+        now = time.monotonic()
+        if now - self._last_denial_log.get(key, -_DENIAL_LOG_EVERY_S) >= _DENIAL_LOG_EVERY_S:
+            if len(self._last_denial_log) > 10_000:
+                self._last_denial_log.clear()
+            self._last_denial_log[key] = now
+            log.info("Principal = %s is Denied Operation = %s from host = %s on resource = %s:LITERAL:%s",
+                     principal, OPERATION_NAMES.get(operation, operation), host,
+                     RESOURCE_NAMES.get(resource_type, resource_type), name)
+
+    # -- the store
+
+    @staticmethod
+    def _path(resource: Resource) -> str:
+        rtype, pattern, name = resource
+        root = znodes.ACL_LITERAL if pattern == LITERAL else znodes.ACL_PREFIXED
+        return f"{root}/{RESOURCE_NAMES[rtype]}/{name}"
+
+    def load(self) -> None:
+        """Every ACL of the cluster (blocking; at start-up)."""
+        for listener in self._listeners:
+            listener.skip_existing()
+        for pattern, root in ((LITERAL, znodes.ACL_LITERAL), (PREFIXED, znodes.ACL_PREFIXED)):
+            for type_name in self.store.children(root):
+                if type_name not in RESOURCE_IDS:
+                    continue
+                for name in self.store.children(f"{root}/{type_name}"):
+                    self._reload((RESOURCE_IDS[type_name], pattern, name))
+
+    def _reload(self, resource: Resource) -> None:
+        node = self.store.get(self._path(resource))
+        acls = frozenset(Acl.decode(a) for a in node[0].get("acls", [])) if node and isinstance(node[0], dict) else frozenset()
+        if acls:
+            self.acls[resource] = acls
+        else:
+            self.acls.pop(resource, None)
+
+    async def start(self) -> None:
+        for listener in self._listeners:
+            await listener.start()
+
+    def stop(self) -> None:
+        for listener in self._listeners:
+            listener.stop()
+
+    async def _literal_changed(self, data: Any) -> None:
+        type_name, _, name = str(data).partition(":")
+        if type_name in RESOURCE_IDS:
+            await self.io(self._reload, (RESOURCE_IDS[type_name], LITERAL, name))
+
+    async def _extended_changed(self, data: Any) -> None:
+        if isinstance(data, str):
+            data = json.loads(data)
+        if isinstance(data, dict) and data.get("resourceType") in RESOURCE_IDS:
+            pattern = PREFIXED if data.get("patternType") == "PREFIXED" else LITERAL
+            await self.io(self._reload, (RESOURCE_IDS[data["resourceType"]], pattern, data.get("name", "")))
+
+    def change(self, resource: Resource, add: Iterable[Acl] = (), remove: Iterable[Acl] = ()) -> None:
+        """Add or remove ACLs of one resource (blocking): a conditional write of its node,
+        retried on a concurrent change, then the change notification."""
+        path = self._path(resource)
+        while True:
+            node = self.store.get(path)
+            current = {Acl.decode(a) for a in node[0].get("acls", [])} if node and isinstance(node[0], dict) else set()
+            wanted = (current | set(add)) - set(remove)
+            if wanted == current:
+                return
+            data = {"version": 1, "acls": [a.encode() for a in sorted(wanted, key=_order)]}
+            try:
+                if node is None:
+                    self.store.create(path, data)
+                elif wanted:
+                    self.store.set(path, data, expected_version=node[1])
+                else:
+                    self.store.delete(path, expected_version=node[1])
+                break
+            except (NodeExists, BadVersion):
+                continue  # someone else changed it meanwhile: read again
+        rtype, pattern, name = resource
+        if pattern == LITERAL:
+            self.store.create(f"{znodes.ACL_CHANGES}/acl_changes_", f"{RESOURCE_NAMES[rtype]}:{name}", sequential=True)
+        else:
+            self.store.create(f"{znodes.ACL_EXTENDED_CHANGES}/acl_changes_", {
+                "version": 1, "resourceType": RESOURCE_NAMES[rtype], "name": name, "patternType": "PREFIXED"},
+                sequential=True)
+        self._reload(resource)
+
+
+def _order(acl: Acl) -> tuple:
+    return acl.principal, acl.host, acl.operation, acl.permission
+
+
+def host_of(client: str) -> str:
+    """The client's address without its port (RequestContext.client is "ip:port")."""
+    return client.rsplit(":", 1)[0] if ":" in client else client
+
+
+# The principal of requests a broker hands itself (its controller's, in process): never a
+# client's, which are always "User:...".
+INTERNAL = "Broker:local"
+
+
+def allowed(broker: Any, ctx: Any, operation: int, resource_type: int, name: str = CLUSTER_NAME) -> bool:
+    """May this request's principal do `operation` on the resource? Always, with no authorizer."""
+    authorizer = broker.authorizer
+    if authorizer is None or ctx.principal == INTERNAL:
+        return True
+    return authorizer.authorize(ctx.principal, host_of(ctx.client), operation, resource_type, name)
+
+
+def allowed_any(broker: Any, ctx: Any, operation: int, resource_type: int) -> bool:
+    authorizer = broker.authorizer
+    if authorizer is None or ctx.principal == INTERNAL:
+        return True
+    return authorizer.authorize_any(ctx.principal, host_of(ctx.client), operation, resource_type)
+
