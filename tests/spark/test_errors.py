@@ -13,17 +13,17 @@ def _load(spark, **options):
 
 @pytest.mark.parametrize("options, message", [
     ({"subscribe": "t"}, "'kafka.bootstrap.servers' must be specified"),
-    ({"kafka.bootstrap.servers": "B"}, "One of the options 'subscribe', 'subscribePattern', 'assign' must be"),
-    ({"kafka.bootstrap.servers": "B", "subscribe": "t", "assign": '{"t":[0]}'}, "Only one of the options"),
-    ({"kafka.bootstrap.servers": "B", "subscribe": "t", "startingOfsets": "earliest"},
+    ({"kafka.bootstrap.servers": "127.0.0.1:1"}, "One of the options 'subscribe', 'subscribePattern', 'assign' must be"),
+    ({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "assign": '{"t":[0]}'}, "Only one of the options"),
+    ({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "startingOfsets": "earliest"},
      "Unknown option.*startingofsets"),
-    ({"kafka.bootstrap.servers": "B", "subscribe": "t", "startingOffsets": "{nope"},
+    ({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "startingOffsets": "{nope"},
      "'startingOffsets' is not valid JSON"),
-    ({"kafka.bootstrap.servers": "B", "subscribe": "t", "startingOffsets": "latest"},
+    ({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "startingOffsets": "latest"},
      "startingOffsets=latest .* not allowed for batch"),
-    ({"kafka.bootstrap.servers": "B", "subscribe": "t", "kafka.auto.offset.reset": "earliest"},
+    ({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "kafka.auto.offset.reset": "earliest"},
      "'auto.offset.reset' is not supported.*startingOffsets"),
-    ({"kafka.bootstrap.servers": "B", "subscribe": "t", "failOnDataLoss": "maybe"}, "must be true or false"),
+    ({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "failOnDataLoss": "maybe"}, "must be true or false"),
 ])
 def test_bad_source_options(spark, options, message):
     with pytest.raises(Exception, match=message):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 
+import pytest
 from confluent_kafka import Producer
 
 from strom.testing import create_topic
@@ -90,9 +91,18 @@ def test_starting_timestamps(spark, broker, topic):
 
 
 def test_empty_and_missing_topics(spark, broker, topic):
+    """An empty topic reads as no rows; one that does not exist is an error for subscribe and
+    assign, as in Spark's Kafka source (a pattern that matches nothing is just empty)."""
     create_topic(broker.bootstrap, topic)
     assert read(spark, broker.bootstrap, subscribe=topic).count() == 0
-    assert read(spark, broker.bootstrap, subscribe=topic + "-never-created").count() == 0
+    assert read(spark, broker.bootstrap, subscribePattern=topic + "-never-.*").count() == 0
+    missing = topic + "-never-created"
+    with pytest.raises(Exception, match=f"subscribe: topic\\(s\\) '{missing}' do not exist"):
+        read(spark, broker.bootstrap, subscribe=f"{topic},{missing}").count()
+    with pytest.raises(Exception, match=f"assign: topic '{missing}' does not exist"):
+        read(spark, broker.bootstrap, assign=json.dumps({missing: [0]})).count()
+    with pytest.raises(Exception, match=r"has no partition\(s\) \[3\] \(it has \[0\]\)"):
+        read(spark, broker.bootstrap, assign=json.dumps({topic: [0, 3]})).count()
 
 
 def test_transaction_markers_and_aborted_data_are_not_data_loss(spark, broker, topic):

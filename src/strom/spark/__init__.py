@@ -1,8 +1,9 @@
 """PySpark connector: the `strom` data source, Spark's Kafka source and sink for any
 Kafka-compatible broker (`format("kafka")` -> `format("strom")`).
 
-    import strom.spark
-    strom.spark.register(spark)
+Spark finds the source by itself once Strom is installed (the `pyspark_strom` module, which
+PySpark's data source lookup imports); `register(spark)` does the same by hand.
+
     spark.read.format("strom").option("kafka.bootstrap.servers", "127.0.0.1:9092") \\
         .option("subscribe", "events").load()
 """
@@ -13,10 +14,25 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from strom.spark import save_mode
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["register", "local_session"]
+try:  # the default save mode, for sessions that found the source by themselves
+    save_mode.install()
+except ImportError:  # strom.spark imported where PySpark is not installed
+    pass
+
+__all__ = ["register", "local_session", "foreach_batch"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "foreach_batch":
+        from strom.spark.sink import foreach_batch
+
+        return foreach_batch
+    raise AttributeError(name)
 
 
 def register(spark: SparkSession) -> None:
@@ -24,6 +40,7 @@ def register(spark: SparkSession) -> None:
     from strom.spark.source import StromDataSource
 
     spark.dataSource.register(StromDataSource)
+    save_mode.install()
 
 
 def local_session(master: str = "local[2]", app: str = "strom", **conf: Any) -> SparkSession:

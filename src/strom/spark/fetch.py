@@ -115,16 +115,18 @@ def _deadline(opts: SourceOptions) -> float:
 
 def read_raw(opts: SourceOptions, r: Range) -> Iterator[pa.RecordBatch]:
     """The range by Fetch requests to the partition leader; batches of any size."""
+    timeout_ms = opts.client.request_timeout_ms or SOCKET_TIMEOUT_S * 1000
     client = PartitionClient(opts.client.bootstrap, r.topic, r.partition,
-                             min(SOCKET_TIMEOUT_S, opts.poll_timeout_ms / 1000),
-                             opts.client.conf.get("client.id", "strom-spark"))
+                             min(timeout_ms, opts.poll_timeout_ms) / 1000,
+                             opts.client_id)
+    wait_ms = int(opts.client.conf.get("fetch.wait.max.ms", FETCH_WAIT_MS))
     level = 1 if opts.isolation_level == "read_committed" else 0
     rows = Rows(r.topic, r.partition, opts.include_headers)
     position, deadline = r.start, _deadline(opts)
     try:
         while position < r.end:
             try:
-                got = client.fetch(position, level, FETCH_WAIT_MS, FETCH_MAX_BYTES)
+                got = client.fetch(position, level, wait_ms, FETCH_MAX_BYTES)
                 if got.error_code == OFFSET_OUT_OF_RANGE:
                     position = _out_of_range(*client.watermarks(level), opts, r, position)
                     continue
@@ -198,7 +200,8 @@ def _is_abort_marker(batch) -> bool:
 
 def consumer(opts: SourceOptions) -> Consumer:
     return Consumer(opts.client.client_conf(**{
-        "group.id": "strom-spark",  # librdkafka wants one; nothing is ever committed
+        "group.id": opts.group_id or "strom-spark",  # never joined, nothing is committed
+        "client.id": opts.client_id,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "error",  # an offset that is gone must surface, not be skipped
@@ -224,7 +227,7 @@ def read_librdkafka(opts: SourceOptions, r: Range) -> Iterator[pa.RecordBatch]:
         position = start
         deadline = _deadline(opts)
         while position < r.end:
-            msgs = c.consume(CONSUME_MAX, 0.5)
+            msgs = c.consume(opts.client.max_poll_records or CONSUME_MAX, 0.5)
             if not msgs:
                 if time.monotonic() > deadline:
                     raise _timeout(opts, r, position)

@@ -5,6 +5,7 @@ starts and ends. Offsets travel as Spark's Kafka source writes them in checkpoin
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -52,49 +53,73 @@ class Range:
 class Admin:
     """Metadata and ListOffsets through librdkafka's admin client, with bounded waits."""
 
-    def __init__(self, client: ClientOptions, isolation: str = "read_uncommitted") -> None:
+    def __init__(self, client: ClientOptions, isolation: str = "read_uncommitted",
+                 retries: int = 0, retry_interval_ms: int = 1000) -> None:
         self.bootstrap = client.bootstrap
         self.isolation = (IsolationLevel.READ_COMMITTED if isolation == "read_committed"
                           else IsolationLevel.READ_UNCOMMITTED)
-        conf = {k: v for k, v in client.conf.items() if k not in ("isolation.level", "group.id")}
-        self.admin = AdminClient({"bootstrap.servers": client.bootstrap,
-                                  "socket.connection.setup.timeout.ms": 10_000, **conf})
+        self.timeout_s = client.request_timeout_ms / 1000 if client.request_timeout_ms else TIMEOUT_S
+        self.retries, self.retry_interval_s = retries, retry_interval_ms / 1000
+        conf = {k: v for k, v in client.client_conf().items() if k != "isolation.level"}
+        self.admin = AdminClient({"socket.connection.setup.timeout.ms": 10_000, **conf})
+
+    @classmethod
+    def of(cls, opts: SourceOptions) -> Admin:
+        return cls(opts.client, opts.isolation_level, opts.offset_retries, opts.offset_retry_interval_ms)
 
     def _fail(self, what: str, error: object) -> StromConnectionError:
         return StromConnectionError(
             f"Could not {what} from Kafka brokers {self.bootstrap} (kafka.bootstrap.servers) "
-            f"within {TIMEOUT_S:.0f} s: {error}")
+            f"within {self.timeout_s:.0f} s: {error}")
 
     def topics(self) -> dict[str, list[int]]:
         """Every topic and its partitions; fails in bounded time when no broker answers."""
         try:
-            metadata = self.admin.list_topics(timeout=TIMEOUT_S)
+            metadata = self.admin.list_topics(timeout=self.timeout_s)
         except KafkaException as e:
             raise self._fail("fetch metadata", e.args[0]) from None
         return {name: sorted(t.partitions) for name, t in metadata.topics.items() if t.error is None}
 
-    def partitions(self, options: SourceOptions) -> list[Partition]:
-        """The topic-partitions the subscription covers now (topics are never auto-created)."""
+    def partitions(self, options: SourceOptions, batch: bool = False) -> list[Partition]:
+        """The topic-partitions the subscription covers now (topics are never auto-created). A
+        batch read of a topic that does not exist fails, as Spark's does; a stream waits for it."""
         found = self.topics()
         if options.assign is not None:
             for topic, parts in options.assign.items():
-                missing = sorted(set(parts) - set(found.get(topic, ())))
+                if topic not in found:
+                    raise StromOptionError(f"assign: topic {topic!r} does not exist")
+                missing = sorted(set(parts) - set(found[topic]))
                 if missing:
-                    raise StromOptionError(f"assign: topic {topic!r} has no partition(s) {missing}")
+                    raise StromOptionError(f"assign: topic {topic!r} has no partition(s) {missing} "
+                                           f"(it has {found[topic]})")
             return sorted((t, p) for t, parts in options.assign.items() for p in set(parts))
+        absent = [t for t in options.subscribe if t not in found]
+        if batch and absent:
+            raise StromOptionError(f"subscribe: topic(s) {', '.join(map(repr, absent))} do not exist")
         return sorted((t, p) for t, parts in found.items() if options.matches(t) for p in parts)
 
     def list_offsets(self, specs: dict[Partition, OffsetSpec]) -> Offsets:
+        """ListOffsets, tried again up to `retries` times (fetchOffset.numRetries)."""
+        for attempt in range(self.retries + 1):
+            try:
+                return self._list_offsets(specs)
+            except StromConnectionError:
+                if attempt == self.retries:
+                    raise
+                time.sleep(self.retry_interval_s)
+        raise AssertionError("unreachable")
+
+    def _list_offsets(self, specs: dict[Partition, OffsetSpec]) -> Offsets:
         if not specs:
             return {}
         # One request per spec kind: TopicPartition keys hash on topic and partition only.
         futures = self.admin.list_offsets(
             {TopicPartition(t, p): spec for (t, p), spec in specs.items()},
-            isolation_level=self.isolation, request_timeout=TIMEOUT_S)
+            isolation_level=self.isolation, request_timeout=self.timeout_s)
         out = {}
         for tp, future in futures.items():
             try:
-                out[(tp.topic, tp.partition)] = future.result(timeout=TIMEOUT_S + 5).offset
+                out[(tp.topic, tp.partition)] = future.result(timeout=self.timeout_s + 5).offset
             except KafkaException as e:
                 raise self._fail(f"list offsets of {tp.topic}-{tp.partition}", e.args[0]) from None
             except TimeoutError:
@@ -109,13 +134,16 @@ class Admin:
         return self.list_offsets({tp: OffsetSpec.latest() for tp in parts})
 
     def resolve(self, spec: object, parts: list[Partition], strategy: str = "error",
-                missing: int = EARLIEST) -> Offsets:
-        """Concrete offsets for an offset spec (see options.OffsetSpec) over `parts`; a partition
-        the spec leaves out gets `missing` (-2 earliest / -1 latest)."""
+                missing: int = EARLIEST, name: str = "startingOffsets") -> Offsets:
+        """Concrete offsets for an offset spec (see options.OffsetSpec) over `parts`. JSON must
+        name exactly `parts`, as Spark's source insists; a partition appearing since the query
+        began (`missing`-filled) is the streaming case."""
         if spec == "earliest" or spec == "latest":
             return self.earliest(parts) if spec == "earliest" else self.latest(parts)
         if isinstance(spec, tuple):
             kind, value = spec
+            if kind == "timestamps":
+                check_covers(value, parts, name.replace("Offsets", "OffsetsByTimestamp"))
             stamps = {tp: value for tp in parts} if kind == "timestamp" else {
                 tp: value[tp[0]][tp[1]] for tp in parts if tp[1] in value.get(tp[0], {})}
             found = self.list_offsets({tp: OffsetSpec.for_timestamp(ts) for tp, ts in stamps.items()})
@@ -127,6 +155,7 @@ class Admin:
             wanted = {tp: found.get(tp, missing) for tp in parts}
             wanted.update({tp: LATEST for tp in nothing})
         else:
+            check_covers(spec, parts, name)
             wanted = {tp: spec.get(tp[0], {}).get(tp[1], missing) for tp in parts}
         return self._sentinels(wanted)
 
@@ -134,6 +163,28 @@ class Admin:
         early = self.earliest([tp for tp, o in wanted.items() if o == EARLIEST])
         late = self.latest([tp for tp, o in wanted.items() if o == LATEST])
         return {tp: early.get(tp, late.get(tp, o)) for tp, o in wanted.items()}
+
+
+def check_covers(spec: dict[str, dict[int, int]], parts: list[Partition], name: str) -> None:
+    """Per-partition JSON must name every partition read and nothing else (Spark's rule: a
+    misspelled topic would otherwise silently read from the default)."""
+    named = {(t, p) for t, ps in spec.items() for p in ps}
+    wanted = set(parts)
+    if named == wanted:
+        return
+    problems = []
+    topics = {t for t, _ in parts}
+    unknown = sorted({t for t, _ in named if t not in topics})
+    if unknown:
+        problems.append(f"topic(s) {', '.join(map(repr, unknown))} that the query does not read")
+    extra = sorted(tp for tp in named - wanted if tp[0] in topics)
+    if extra:
+        problems.append("partition(s) that do not exist: " + ", ".join(f"{t}-{p}" for t, p in extra))
+    left_out = sorted(wanted - named)
+    if left_out:
+        problems.append("no offset for " + ", ".join(f"{t}-{p}" for t, p in left_out))
+    raise StromOptionError(f"{name} must give an offset for every partition the query reads and no "
+                           f"other (-2 for earliest, -1 for latest): it names {'; '.join(problems)}")
 
 
 def split(ranges: list[Range], min_partitions: int | None, max_records: int | None) -> list[Range]:

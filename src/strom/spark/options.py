@@ -4,11 +4,15 @@ trace from a Spark task. Spark hands options over lower-cased (a case-insensitiv
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from strom.spark.client_conf import ClientConfError, translate
 
 # Source options of Spark's Kafka source (lower-cased), with the ones Strom reads.
 SOURCE_OPTIONS = {
@@ -16,31 +20,18 @@ SOURCE_OPTIONS = {
     "startingoffsets", "endingoffsets",
     "startingtimestamp", "endingtimestamp",
     "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
-    "maxoffsetspertrigger", "minpartitions", "maxrecordsperpartition",
+    "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay",
+    "minpartitions", "maxrecordsperpartition",
     "failondataloss", "includeheaders", "kafkaconsumer.polltimeoutms",
-    # Accepted for drop-in compatibility; they tune the Java consumer and mean nothing here.
     "fetchoffset.numretries", "fetchoffset.retryintervalms", "groupidprefix",
 }
-SINK_OPTIONS = {"topic", "transactionalidprefix"}
+SINK_OPTIONS = {"topic", "transactionalidprefix", "includeheaders"}
 # Spark adds these itself (streaming writes, `load(path)`); never a user mistake.
 SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
 SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 
-# Kafka client options Spark's Kafka source refuses, with the reason it gives.
-REFUSED_CLIENT_OPTIONS = {
-    "auto.offset.reset": "set the source option 'startingOffsets' instead",
-    "enable.auto.commit": "offsets are kept in Spark's checkpoint, never committed to Kafka",
-    "key.deserializer": "keys are always binary; use DataFrame operations to decode them",
-    "value.deserializer": "values are always binary; use DataFrame operations to decode them",
-    "key.serializer": "keys must be binary or string columns",
-    "value.serializer": "values must be binary or string columns",
-    "interceptor.classes": "Java interceptors cannot run in a Python client",
-    "transactional.id": "set the sink option 'transactionalIdPrefix' for exactly-once streaming writes",
-}
-# Java client settings that have no librdkafka equivalent and are harmless to drop.
-JAVA_ONLY_CLIENT_OPTIONS = {"max.poll.records", "default.api.timeout.ms", "request.timeout.ms"}
-
 LATEST, EARLIEST = -1, -2  # Spark's (and Kafka's ListOffsets) sentinels in offset JSON
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000  # Spark's maxTriggerDelay default, 15m
 
 
 class StromOptionError(ValueError):
@@ -55,10 +46,15 @@ OffsetSpec = Any
 @dataclass(frozen=True)
 class ClientOptions:
     bootstrap: str
-    conf: dict[str, str]  # the `kafka.*` options without the prefix, for librdkafka
+    conf: dict[str, str]  # the `kafka.*` options, in librdkafka's names (client_conf.py)
+    request_timeout_ms: int | None = None  # Java knobs the connector applies itself
+    max_poll_records: int | None = None
+    max_block_ms: int | None = None
+    given: frozenset[str] = frozenset()  # the client settings as the user named them
 
     def client_conf(self, **extra: Any) -> dict[str, Any]:
-        return {"bootstrap.servers": self.bootstrap, **extra, **self.conf}
+        timeout = {"socket.timeout.ms": self.request_timeout_ms} if self.request_timeout_ms else {}
+        return {"bootstrap.servers": self.bootstrap, **extra, **timeout, **self.conf}
 
 
 @dataclass(frozen=True)
@@ -77,6 +73,18 @@ class SourceOptions:
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
     isolation_level: str = "read_uncommitted"
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    offset_retries: int = 3  # fetchOffset.numRetries / retryIntervalMs, as Spark's defaults
+    offset_retry_interval_ms: int = 1000
+    group_id: str | None = None  # kafka.group.id, or groupIdPrefix + a unique suffix
+
+    @property
+    def client_id(self) -> str:
+        """kafka.client.id, else named after the group as the Java consumer names itself (so
+        client-id quotas and request logs tell a query's readers apart)."""
+        return self.client.conf.get("client.id") or (f"consumer-{self.group_id}-1" if self.group_id
+                                                     else "strom-spark")
 
     def matches(self, topic: str) -> bool:
         if self.subscribe:
@@ -93,29 +101,41 @@ class SinkOptions:
     transactional_id_prefix: str | None = None  # exactly-once streaming writes when set
 
 
+def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
+    """'h1:9092,[::1]:9093' -> [(h1, 9092), (::1, 9093)]; a malformed address is an option error."""
+    out = []
+    for item in servers.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise StromOptionError(f"kafka.bootstrap.servers: {item.strip()!r} is not a host:port address "
+                                   "(a comma-separated list like 127.0.0.1:9092)")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
 def _client(options: Mapping[str, str], role: str) -> ClientOptions:
     servers = options.get("kafka.bootstrap.servers")
     if not servers:
         raise StromOptionError(
             f"Option 'kafka.bootstrap.servers' must be specified for the strom {role} "
             "(a comma-separated host:port list, e.g. 127.0.0.1:9092)")
-    conf = {}
-    for key, value in options.items():
-        if not key.startswith("kafka.") or key == "kafka.bootstrap.servers":
-            continue
-        name = key[len("kafka."):]
-        if name in REFUSED_CLIENT_OPTIONS:
-            raise StromOptionError(f"Kafka option '{name}' is not supported: {REFUSED_CLIENT_OPTIONS[name]}")
-        if name not in JAVA_ONLY_CLIENT_OPTIONS:
-            conf[name] = value
-    return ClientOptions(servers, conf)
+    parse_bootstrap(servers)
+    settings = {key[len("kafka."):]: value for key, value in options.items()
+                if key.startswith("kafka.") and key != "kafka.bootstrap.servers"}
+    try:
+        c = translate(settings)
+    except ClientConfError as e:
+        raise StromOptionError(str(e)) from None
+    return ClientOptions(servers, c.conf, c.request_timeout_ms, c.max_poll_records, c.max_block_ms, c.given)
 
 
 def _unknown(options: Mapping[str, str], allowed: set[str], role: str) -> None:
     bad = sorted(k for k in options if not k.startswith("kafka.") and k not in allowed | SPARK_OPTIONS)
     if bad:
+        near = [f"{k} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(k, allowed, 1)) else k
+                for k in bad]
         raise StromOptionError(
-            f"Unknown option(s) for the strom {role}: {', '.join(bad)}. Valid options: "
+            f"Unknown option(s) for the strom {role}: {', '.join(near)}. Valid options: "
             f"{', '.join(sorted(allowed))} and kafka.* client settings")
 
 
@@ -187,8 +207,33 @@ def _offsets(options: Mapping[str, str], prefix: str, default: str, batch: bool)
     return spec
 
 
-def source_options(options: Mapping[str, str], batch: bool) -> SourceOptions:
-    """Validate the options of a read (`batch`: spark.read, else spark.readStream)."""
+_DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
+_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def duration_ms(options: Mapping[str, str], key: str, default: int) -> int:
+    """A Spark time string ('15m', '30s', '500ms'; a bare number is milliseconds)."""
+    raw = options.get(key)
+    if raw is None:
+        return default
+    match = _DURATION.match(raw)
+    if match is None:
+        raise StromOptionError(f"Option '{key}' must be a duration like 30s, 5m or 500ms, not {raw!r}")
+    return int(int(match[1]) * _MS[(match[2] or "ms").lower()])
+
+
+def _count(options: Mapping[str, str], key: str, default: int) -> int:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    if not raw.strip().isdigit():
+        raise StromOptionError(f"Option '{key}' must be a non-negative integer, not {raw!r}")
+    return int(raw)
+
+
+def source_options(options: Mapping[str, str], batch: bool | None) -> SourceOptions:
+    """Validate the options of a read (`batch`: spark.read, else spark.readStream; None: the
+    checks both share, made when the DataFrame is defined)."""
     _unknown(options, SOURCE_OPTIONS, "source")
     client = _client(options, "source")
     given = [name for name in SUBSCRIPTIONS if options.get(name.lower())]
@@ -216,8 +261,8 @@ def source_options(options: Mapping[str, str], batch: bool) -> SourceOptions:
             assign = {str(t): tuple(int(p) for p in parts) for t, parts in value.items()}
         except (AttributeError, TypeError, ValueError):
             raise StromOptionError(f"Option 'assign' must be JSON like {{\"topicA\":[0,1]}}, not {raw!r}") from None
-    if not batch and any(options.get(k) is not None for k in ("endingoffsets", "endingtimestamp",
-                                                               "endingoffsetsbytimestamp")):
+    if batch is False and any(options.get(k) is not None for k in ("endingoffsets", "endingtimestamp",
+                                                                    "endingoffsetsbytimestamp")):
         raise StromOptionError("Ending offsets are for batch queries only (spark.read), not readStream")
     strategy = options.get("startingoffsetsbytimestampstrategy", "error").lower()
     if strategy not in ("error", "latest"):
@@ -225,22 +270,31 @@ def source_options(options: Mapping[str, str], batch: bool) -> SourceOptions:
     isolation = client.conf.setdefault("isolation.level", "read_uncommitted")  # Java's default
     if isolation not in ("read_uncommitted", "read_committed"):
         raise StromOptionError("kafka.isolation.level must be read_uncommitted or read_committed")
+    group = client.conf.pop("group.id", None)
+    if group is None and options.get("groupidprefix") is not None:
+        group = f"{options['groupidprefix']}-{uuid.uuid4()}"
     return SourceOptions(
         client=client, subscribe=subscribe, pattern=pattern, assign=assign,
-        starting=_offsets(options, "starting", "earliest" if batch else "latest", batch),
-        ending=_offsets(options, "ending", "latest", batch) if batch else "latest",
+        starting=_offsets(options, "starting", "earliest" if batch else "latest", bool(batch)),
+        ending=_offsets(options, "ending", "latest", bool(batch)) if batch is not False else "latest",
         by_timestamp_strategy=strategy,
         max_offsets_per_trigger=_positive_int(options, "maxoffsetspertrigger"),
+        min_offsets_per_trigger=_positive_int(options, "minoffsetspertrigger"),
+        max_trigger_delay_ms=duration_ms(options, "maxtriggerdelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
         min_partitions=_positive_int(options, "minpartitions"),
         max_records_per_partition=_positive_int(options, "maxrecordsperpartition"),
         fail_on_data_loss=flag(options, "failondataloss", True),
         include_headers=flag(options, "includeheaders", False),
         poll_timeout_ms=_positive_int(options, "kafkaconsumer.polltimeoutms") or 120_000,
         isolation_level=isolation,
+        offset_retries=_count(options, "fetchoffset.numretries", 3),
+        offset_retry_interval_ms=duration_ms(options, "fetchoffset.retryintervalms", 1000),
+        group_id=group,
     )
 
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:
     _unknown(options, SINK_OPTIONS, "sink")
+    flag(options, "includeheaders", True)  # a 'headers' column is written whenever there is one
     return SinkOptions(_client(options, "sink"), options.get("topic") or None,
                        options.get("transactionalidprefix") or None)

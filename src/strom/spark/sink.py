@@ -7,12 +7,14 @@ retries; but a task or micro-batch that Spark runs again writes its records agai
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, Producer
 from pyspark import TaskContext
+from pyspark.sql import DataFrame
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -25,6 +27,8 @@ from strom.spark.options import SinkOptions, StromOptionError
 from strom.spark.schema import HEADERS
 
 FLUSH_TIMEOUT_S = 180.0
+OVERWRITE_REFUSED = ("Save mode Overwrite is not allowed for the strom sink: Kafka topics are append-only "
+                     "(use mode 'append', or leave the mode unset)")
 
 
 @dataclass
@@ -60,9 +64,16 @@ def _driver_checks(opts: SinkOptions, schema: StructType) -> None:
 
 
 def producer_conf(opts: SinkOptions, errors: list[KafkaError], **extra: object) -> dict:
+    user = opts.client.conf
+    # As the Java producer: idempotent by default, unless acks is set to something other than
+    # all and idempotence is not asked for explicitly (then it is quietly off).
+    weaker = user.get("acks", "all").strip().lower() not in ("all", "-1")
+    idempotent = "enable.idempotence" in user or not weaker
+    timeout = opts.client.request_timeout_ms
     return opts.client.client_conf(**{
-        "enable.idempotence": True,
+        "enable.idempotence": idempotent,
         "acks": "all",
+        **({"request.timeout.ms": timeout} if timeout else {}),
         "linger.ms": 20,
         "batch.size": 1_000_000,
         "queue.buffering.max.messages": 1_000_000,
@@ -75,7 +86,9 @@ def producer_conf(opts: SinkOptions, errors: list[KafkaError], **extra: object) 
 
 
 def produce_all(producer: Producer, opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
-    """Queue every row of every batch; returns the count. Delivery is checked by the caller."""
+    """Queue every row of every batch; returns the count. Delivery is checked by the caller. A
+    full queue waits for deliveries, at most max.block.ms per record (Java's bound on send())."""
+    max_block_s = (opts.client.max_block_ms if opts.client.max_block_ms is not None else 60_000) / 1000
     count = 0
     for batch in batches:
         n = batch.num_rows
@@ -92,11 +105,16 @@ def produce_all(producer: Producer, opts: SinkOptions, batches: Iterator[pa.Reco
                 raise ValueError("null topic in the data written to the strom sink; set the 'topic' option")
             extra = {"headers": [(h["key"], h["value"]) for h in hdrs]} if hdrs else {}
             part = -1 if partition is None else partition  # -1: the partitioner chooses
+            blocked = None
             while True:
                 try:
                     producer.produce(topic, value, key, part, **extra)
                     break
                 except BufferError:  # queue full: let deliveries drain
+                    blocked = blocked or time.monotonic()
+                    if time.monotonic() - blocked > max_block_s:
+                        raise TimeoutError(f"the producer queue stayed full for max.block.ms "
+                                           f"({max_block_s * 1000:.0f} ms)") from None
                     producer.poll(0.1)
         producer.poll(0)
         count += n
@@ -119,11 +137,20 @@ def check_delivered(producer: Producer, errors: list[KafkaError]) -> None:
         raise RuntimeError(f"{left} record(s) still unacknowledged after {FLUSH_TIMEOUT_S:.0f} s")
 
 
+def foreach_batch(**options: str) -> Callable[[DataFrame, int], None]:
+    """A `foreachBatch` function writing each micro-batch to the strom sink: the way to
+    `outputMode("update")`, which PySpark's Python streaming writers cannot take (Spark's
+    writer builder for them supports append and complete only). At-least-once, like the sink."""
+    def write(df: DataFrame, batch_id: int) -> None:
+        df.write.format("strom").options(**options).mode("append").save()
+
+    return write
+
+
 class BatchWriter(DataSourceArrowWriter):
     def __init__(self, opts: SinkOptions, schema: StructType, overwrite: bool) -> None:
         if overwrite:
-            raise StromOptionError("Save mode Overwrite is not allowed for the strom sink: Kafka topics "
-                                   "are append-only (use mode 'append')")
+            raise StromOptionError(OVERWRITE_REFUSED)
         if opts.transactional_id_prefix:
             raise StromOptionError("transactionalIdPrefix is for streaming writes (writeStream) only")
         _driver_checks(opts, schema)

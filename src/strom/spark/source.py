@@ -4,6 +4,7 @@ partition offset range), read by tasks with librdkafka (fetch.py)."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -25,7 +26,14 @@ from pyspark.sql.types import StructType
 
 from strom.spark import offsets as off
 from strom.spark.fetch import data_loss, read_range
-from strom.spark.options import EARLIEST, SourceOptions, flag, sink_options, source_options
+from strom.spark.options import (
+    EARLIEST,
+    SourceOptions,
+    StromOptionError,
+    flag,
+    sink_options,
+    source_options,
+)
 from strom.spark.schema import source_schema
 
 log = logging.getLogger("strom.spark")
@@ -39,6 +47,9 @@ class StromDataSource(DataSource):
         return "strom"
 
     def schema(self) -> StructType:
+        # Spark asks for the schema when the DataFrame is defined (load()), reads only: the
+        # time to refuse a bad option, before a stream starts.
+        source_options(self.options, batch=None)
         return source_schema(flag(self.options, "includeheaders", False))
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -75,11 +86,18 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
-        admin = off.Admin(opts.client, opts.isolation_level)
-        parts = admin.partitions(opts)
+        admin = off.Admin.of(opts)
+        parts = admin.partitions(opts, batch=True)
         start = admin.resolve(opts.starting, parts, opts.by_timestamp_strategy, missing=EARLIEST)
         # An ending timestamp after the last record means the end, as in Spark.
-        end = admin.resolve(opts.ending, parts, "latest", missing=off.LATEST)
+        end = admin.resolve(opts.ending, parts, "latest", missing=off.LATEST, name="endingOffsets")
+        if isinstance(opts.ending, dict):
+            log_end = admin.latest(parts)
+            beyond = [f"{t}-{p} (asked {end[t, p]}, ends at {log_end[t, p]})" for t, p in parts
+                      if end[t, p] > log_end[t, p]]
+            if beyond:
+                raise StromOptionError(f"endingOffsets is beyond the end of the log of {', '.join(beyond)}: "
+                                       "use -1 (latest) to read to the end")
         ranges = []
         for tp in parts:
             if start[tp] > end[tp]:
@@ -101,11 +119,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self._admin: off.Admin | None = None
         self._target: off.Offsets | None = None  # Trigger.AvailableNow: read no further
+        self._last_batch = time.monotonic()  # for minOffsetsPerTrigger's maxTriggerDelay
 
     @property
     def admin(self) -> off.Admin:
         if self._admin is None:
-            self._admin = off.Admin(self.opts.client, self.opts.isolation_level)
+            self._admin = off.Admin.of(self.opts)
         return self._admin
 
     def initialOffset(self) -> dict:
@@ -136,7 +155,20 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end[tp] = latest[tp]
         if isinstance(limit, ReadMaxRows):
             end = rate_limit(begin, end, limit.max_rows)
+        if self._too_few(begin, end):
+            return off.to_json(begin)  # no micro-batch yet: wait for more records or the delay
+        self._last_batch = time.monotonic()
         return off.to_json(end)
+
+    def _too_few(self, begin: off.Offsets, end: off.Offsets) -> bool:
+        """minOffsetsPerTrigger: hold back a micro-batch with fewer new offsets, until
+        maxTriggerDelay has passed since the last one (Spark's rule; never for AvailableNow)."""
+        wanted = self.opts.min_offsets_per_trigger
+        if wanted is None or self._target is not None:
+            return False
+        if (time.monotonic() - self._last_batch) * 1000 >= self.opts.max_trigger_delay_ms:
+            return False
+        return sum(end[tp] - begin.get(tp, end[tp]) for tp in end) < wanted
 
     def _known(self, begin: off.Offsets) -> off.Offsets:
         """`begin` plus partitions that appeared since (from their earliest offset), minus those

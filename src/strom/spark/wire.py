@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from strom.client import Connection
+from strom.spark.options import parse_bootstrap
 
 METADATA, FETCH, LIST_OFFSETS = 3, 1, 2
 # Non-flexible versions every broker since Kafka 2.3 serves (and 4.x still does).
@@ -32,15 +33,6 @@ class PartitionGone(RuntimeError):
     """Metadata says the topic or partition does not exist."""
 
 
-def parse_hosts(bootstrap: str) -> list[tuple[str, int]]:
-    """'h1:9092,[::1]:9093' -> [(h1, 9092), (::1, 9093)]."""
-    out = []
-    for item in bootstrap.split(","):
-        host, _, port = item.strip().rpartition(":")
-        out.append((host.strip("[]"), int(port)))
-    return out
-
-
 @dataclass
 class FetchedPartition:
     error_code: int
@@ -56,7 +48,7 @@ class PartitionClient:
 
     def __init__(self, bootstrap: str, topic: str, partition: int, timeout_s: float,
                  client_id: str = "strom-spark") -> None:
-        self.hosts = parse_hosts(bootstrap)
+        self.hosts = parse_bootstrap(bootstrap)
         self.topic, self.partition, self.timeout_s, self.client_id = topic, partition, timeout_s, client_id
         self.conn: Connection | None = None
 
