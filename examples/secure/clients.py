@@ -4,6 +4,7 @@ write three records as a user and read them back.
     .venv/bin/python examples/secure/clients.py --client confluent-kafka
     .venv/bin/python examples/secure/clients.py --client kafka-python --bootstrap 127.0.0.1:9093
     .venv/bin/python examples/secure/clients.py --client aiokafka --user alice --password alice-secret
+    .venv/bin/python examples/secure/clients.py --client pyspark
 
 The security settings are each library's own names for the same four things: TLS with the CA
 that signed the broker's certificate, SCRAM-SHA-512, a user, its password.
@@ -85,7 +86,32 @@ def aiokafka(bootstrap: str, ca: str, user: str, password: str, topic: str) -> l
     return asyncio.run(run())
 
 
-CLIENTS = {"confluent-kafka": confluent_kafka, "kafka-python": kafka_python, "aiokafka": aiokafka}
+def pyspark(bootstrap: str, ca: str, user: str, password: str, topic: str) -> list[bytes]:
+    """The strom data source, with the security settings a Spark job gives Spark's Kafka
+    connector: Java client names under `kafka.`."""
+    import os
+
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need the Python with strom
+    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    secure = {"kafka.bootstrap.servers": bootstrap, "kafka.security.protocol": "SASL_SSL",
+              "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": ca,
+              "kafka.sasl.mechanism": "SCRAM-SHA-512",
+              "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                                        f'username="{user}" password="{password}";'}
+    rows = spark.createDataFrame([(f"pyspark-{i}",) for i in range(3)], "value string")
+    rows.write.format("strom").options(**secure).option("topic", topic).mode("append").save()
+    read = spark.read.format("strom").options(**secure).option("subscribe", topic) \
+        .option("kafka.group.id", f"example-{uuid.uuid4().hex[:8]}").load()
+    values = [r.value for r in read.select("value").collect()]
+    spark.stop()
+    return values
+
+
+CLIENTS = {"confluent-kafka": confluent_kafka, "kafka-python": kafka_python, "aiokafka": aiokafka,
+           "pyspark": pyspark}
 
 
 def main() -> int:

@@ -54,7 +54,7 @@ def test_the_admin_sets_up_users_a_topic_and_acls(walkthrough):
     assert "(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW) on TOPIC:LITERAL:orders" in listed
 
 
-@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python", "aiokafka"])
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python", "aiokafka", "pyspark"])
 def test_each_client_library_as_the_user(walkthrough, client):
     _, bootstrap, work = walkthrough
     done = subprocess.run([sys.executable, str(REPO / "examples/secure/clients.py"), "--client", client,
