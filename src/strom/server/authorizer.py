@@ -129,16 +129,28 @@ class Authorizer:
 
     def authorize_any(self, principal: str, host: str, operation: int, resource_type: int) -> bool:
         """Kafka's authorizeByResourceType: allowed on some resource of the type (an idempotent
-        producer may write if it may write to any topic)."""
+        producer may write if it may write to any topic), by an ALLOW no DENY overrides: a DENY
+        of every name ("*"), of the same literal name, or of a prefix of the allowed name."""
         if principal in self.super_users:
             return True
-        for (rtype, _pattern, _name), acls in self.acls.items():
+        allows: dict[int, set[str]] = {LITERAL: set(), PREFIXED: set()}
+        denies: dict[int, set[str]] = {LITERAL: set(), PREFIXED: set()}
+        for (rtype, pattern, name), acls in self.acls.items():
             if rtype != resource_type:
                 continue
-            mine = [a for a in acls if a.principal in (principal, "User:*") and a.host in (host, WILDCARD)]
-            if any(a.permission == ALLOW and a.operation in (operation, ALL) for a in mine):
-                return True
-        return False
+            for a in acls:
+                if a.principal in (principal, "User:*") and a.host in (host, WILDCARD) and a.operation in (operation, ALL):
+                    (denies if a.permission == DENY else allows)[pattern].add(name)
+        if WILDCARD in denies[LITERAL]:
+            return False
+        if WILDCARD in allows[LITERAL]:
+            return True
+
+        def denied_by_prefix(name: str) -> bool:
+            return any(name.startswith(prefix) for prefix in denies[PREFIXED])
+
+        return (any(name not in denies[LITERAL] and not denied_by_prefix(name) for name in allows[LITERAL])
+                or any(not denied_by_prefix(prefix) for prefix in allows[PREFIXED]))
 
     def _matching(self, resource_type: int, name: str) -> Iterator[Acl]:
         for key in ((resource_type, LITERAL, name), (resource_type, LITERAL, WILDCARD)):
