@@ -263,3 +263,19 @@ def test_stream_option_mistakes_fail_at_load(spark, broker, topic):
     with pytest.raises(Exception, match="'127.0.0.1:59092x' is not a host:port address"):
         spark.createDataFrame([("v",)], "value string").write.format("strom") \
             .option("kafka.bootstrap.servers", "127.0.0.1:59092x").option("topic", topic).save()
+
+
+# --- beyond Spark's connector: a compacted topic as a table ----------------------------------
+
+def test_latest_by_key_reads_a_compacted_topic_as_a_table(spark, broker, topic, tmp_path):
+    create_topic(broker.bootstrap, topic, partitions=2, config={"cleanup.policy": "compact"})
+    updates = [(b"k1", b"a"), (b"k2", b"b"), (b"k1", b"c"), (b"k3", b"d"), (b"k2", None), (b"k4", b"e"),
+               (b"k4", b"f")]
+    produce(broker.bootstrap, topic, [dict(key=k, value=v) for k, v in updates])
+    table = read(spark, broker.bootstrap, subscribe=topic, latestByKey="true", minPartitions="8")
+    assert sorted((r.key, r.value) for r in table.collect()) == [(b"k1", b"c"), (b"k3", b"d"), (b"k4", b"f")]
+    assert read(spark, broker.bootstrap, subscribe=topic).count() == len(updates)  # the log itself
+    with pytest.raises(Exception, match="latestByKey is for batch queries only"):
+        spark.readStream.format("strom").option("kafka.bootstrap.servers", broker.bootstrap) \
+            .option("subscribe", topic).option("latestByKey", "true").load().writeStream.format("noop") \
+            .option("checkpointLocation", str(tmp_path / "stream")).start().awaitTermination(60)

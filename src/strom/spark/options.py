@@ -24,6 +24,7 @@ SOURCE_OPTIONS = {
     "minpartitions", "maxrecordsperpartition",
     "failondataloss", "includeheaders", "kafkaconsumer.polltimeoutms",
     "fetchoffset.numretries", "fetchoffset.retryintervalms", "groupidprefix",
+    "latestbykey",  # Strom's own: a compacted topic read as a table
 }
 SINK_OPTIONS = {"topic", "transactionalidprefix", "includeheaders"}
 # Spark adds these itself (streaming writes, `load(path)`); never a user mistake.
@@ -78,6 +79,7 @@ class SourceOptions:
     offset_retries: int = 3  # fetchOffset.numRetries / retryIntervalMs, as Spark's defaults
     offset_retry_interval_ms: int = 1000
     group_id: str | None = None  # kafka.group.id, or groupIdPrefix + a unique suffix
+    latest_by_key: bool = False
 
     @property
     def client_id(self) -> str:
@@ -264,6 +266,8 @@ def source_options(options: Mapping[str, str], batch: bool | None) -> SourceOpti
     if batch is False and any(options.get(k) is not None for k in ("endingoffsets", "endingtimestamp",
                                                                     "endingoffsetsbytimestamp")):
         raise StromOptionError("Ending offsets are for batch queries only (spark.read), not readStream")
+    if batch is False and flag(options, "latestbykey", False):
+        raise StromOptionError("latestByKey is for batch queries only (spark.read), not readStream")
     strategy = options.get("startingoffsetsbytimestampstrategy", "error").lower()
     if strategy not in ("error", "latest"):
         raise StromOptionError("Option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest'")
@@ -290,6 +294,7 @@ def source_options(options: Mapping[str, str], batch: bool | None) -> SourceOpti
         offset_retries=_count(options, "fetchoffset.numretries", 3),
         offset_retry_interval_ms=duration_ms(options, "fetchoffset.retryintervalms", 1000),
         group_id=group,
+        latest_by_key=flag(options, "latestbykey", False),
     )
 
 

@@ -34,7 +34,7 @@ from strom.spark.options import (
     sink_options,
     source_options,
 )
-from strom.spark.schema import source_schema
+from strom.spark.schema import arrow_schema, source_schema
 
 log = logging.getLogger("strom.spark")
 
@@ -71,13 +71,33 @@ class StromDataSource(DataSource):
 
 def _input_partitions(ranges: list[off.Range], opts: SourceOptions) -> list[InputPartition]:
     ranges = [r for r in ranges if r.size > 0]
+    if opts.latest_by_key:  # one task sees a whole partition: the latest of a key is in it
+        return [InputPartition(r) for r in ranges]
     return [InputPartition(r) for r in off.split(ranges, opts.min_partitions, opts.max_records_per_partition)]
 
 
 def _read(opts: SourceOptions, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
     r = getattr(partition, "value", None)
-    if r is not None:  # with no partitions planned, Spark still reads one, empty
+    if r is None:  # with no partitions planned, Spark still reads one, empty
+        return
+    if opts.latest_by_key:
+        yield from latest_by_key(read_range(opts, r), opts.include_headers)
+    else:
         yield from read_range(opts, r)
+
+
+def latest_by_key(batches: Iterator[pa.RecordBatch], include_headers: bool) -> Iterator[pa.RecordBatch]:
+    """A partition as a table: the last record of each key, unless its value is null (a
+    tombstone deletes the key); records without a key are left out. What a compacted topic
+    holds once fully cleaned, whether or not the cleaner has run."""
+    table = pa.Table.from_batches(list(batches), schema=arrow_schema(include_headers))
+    last: dict[bytes, int] = {}
+    for i, key in enumerate(table.column("key").to_pylist()):
+        if key is not None:
+            last[key] = i
+    deleted = table.column("value").is_null().to_pylist()
+    keep = pa.array(sorted(i for i in last.values() if not deleted[i]), pa.int64())
+    yield from table.take(keep).to_batches()
 
 
 class BatchReader(DataSourceReader):
