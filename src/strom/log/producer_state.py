@@ -97,7 +97,7 @@ class ProducerStateManager:
     @property
     def first_unstable_offset(self) -> int | None:
         """First offset of the earliest open transaction (None: everything is decided)."""
-        return min(self.ongoing.values(), default=None)
+        return min(self.ongoing.values()) if self.ongoing else None  # asked per partition per fetch
 
     def check(self, header: BatchHeader) -> BatchMetadata | None:
         """Validate an idempotent batch before it is written. Returns the earlier batch when

@@ -43,6 +43,7 @@ from strom.server.config import BrokerConfig, Listener
 from strom.server.config_repository import ConfigRepository
 from strom.server.delegation_tokens import DelegationTokens
 from strom.server.dynamic_config import DEFAULT_ENTITY, DynamicBrokerConfig
+from strom.server.fetch_session import FetchSessionCache
 from strom.server.inter_broker import BrokerConnections
 from strom.server.log_dir_mover import LogDirMover
 from strom.server.log_services import LogServices
@@ -92,6 +93,7 @@ class Broker:
         self.dynamic_config = DynamicBrokerConfig(config)
         self.log_services = LogServices(self)  # cleaner, flusher, live reconfiguration
         self.metadata_cache = MetadataCache(self.broker_id)
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.replica_manager = ReplicaManager(
             self.broker_id, self.log_manager,
             lambda topic, index: self.metadata_cache.partition(topic, index) is not None)

@@ -98,6 +98,12 @@ def broker_families(broker: Any) -> Iterator[Any]:
     purgatory.add_metric(["Produce"], len(rm.produce_purgatory))
     purgatory.add_metric(["Fetch"], len(rm.fetch_purgatory))
     yield purgatory
+    sessions = broker.fetch_sessions
+    yield _gauge("strom_incremental_fetch_sessions", "Incremental fetch sessions cached (KIP-227)", len(sessions))
+    yield _gauge("strom_incremental_fetch_partitions_cached", "Partitions held by the cached fetch sessions",
+                 sessions.partitions_cached)
+    yield CounterMetricFamily("strom_incremental_fetch_session_evictions",
+                              "Fetch sessions evicted to make room for new ones", value=sessions.evictions)
     yield from _controller_families(broker.controller)
     yield from _log_families(broker)
     yield from _group_families(broker)

@@ -564,6 +564,10 @@ class ReplicaManager:
                               partition.last_stable_offset)
         hw = partition.high_watermark
         lso = partition.last_stable_offset
+        if offset == (lso if read_committed else hw):
+            # Caught up: nothing to read. The common case of a consumer of many partitions, and
+            # of every partition an incremental fetch session carries along.
+            return ReadResult(ErrorCode.NONE, hw, log_.log_start_offset, None, lso, [] if read_committed else None)
         try:
             records = log_.read(offset, max_bytes, max_offset=lso if read_committed else hw,
                                 min_one_message=min_one_message)

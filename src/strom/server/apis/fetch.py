@@ -14,6 +14,7 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.fetch import PartitionData, encode_fetch_response
 from strom.server.apis import RawResponse, RequestContext, api
 from strom.server.authorizer import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed
+from strom.server.fetch_session import new_context
 from strom.server.metrics import BYTES_OUT, FAILED_FETCH_REQUESTS, FETCH_REQUESTS, BrokerTopicStats
 
 FETCH = 1
@@ -58,7 +59,13 @@ def _read_all(broker, request, wanted, denied: dict[str, ErrorCode]) -> tuple[li
 
 @api(FETCH, 4, 12)
 async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
-    wanted = [(t.topic, t.partitions) for t in request.topics]
+    version = ctx.header.api_version
+    follower = getattr(request, "replica_id", -1) >= 0
+    context = new_context(broker.fetch_sessions, request, version, follower)
+    if context.error:
+        parts, _ = encode_fetch_response(version, [], error_code=context.error)
+        return RawResponse(parts)
+    wanted = context.wanted
     denied = _denied(broker, ctx, request, wanted)
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
     keys = [(topic, p.partition) for topic, ps in wanted for p in ps if topic not in denied]
@@ -68,8 +75,8 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
         if total >= request.min_bytes or errors or remaining <= 0 or not keys or broker.stopping:
             break
         await broker.replica_manager.fetch_purgatory.wait_any(keys, remaining)
-    _count(broker.replica_manager.topic_stats, topics, getattr(request, "replica_id", -1) >= 0)
-    parts, _ = encode_fetch_response(ctx.header.api_version, topics)
+    _count(broker.replica_manager.topic_stats, topics, follower)
+    parts, _ = encode_fetch_response(version, context.respond(topics), session_id=context.session_id)
     return RawResponse(parts)
 
 
