@@ -129,6 +129,10 @@ def ck_produce(bootstrap: str, topic: str, records: Iterable[Rec], **conf) -> li
     fails the test on any delivery error."""
     reports: dict[int, tuple[object, Message]] = {}  # reports come per partition, not in order
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, **conf})
+    # Learn the topic's partitions first: records produced before librdkafka knows them wait
+    # unassigned, and once flush() has begun, librdkafka sends them as they are assigned, one
+    # batch each, which breaks tests that expect a single batch (linger.ms=30000).
+    producer.list_topics(topic, timeout=10)
     for i, r in enumerate(records):
         extra = {}
         if r.partition is not None:

@@ -111,7 +111,8 @@ class Authorizer:
 
     # -- the decision
 
-    def authorize(self, principal: str, host: str, operation: int, resource_type: int, name: str) -> bool:
+    def authorize(self, principal: str, host: str, operation: int, resource_type: int, name: str,
+                  log_denied: bool = True) -> bool:
         if principal in self.super_users:
             return True
         matching = [acl for acl in self._matching(resource_type, name)
@@ -123,7 +124,7 @@ class Authorizer:
         else:
             implied = _IMPLIES.get(operation, {operation, ALL})
             allowed = any(a.permission == ALLOW and a.operation in implied for a in matching)
-        if not allowed:
+        if not allowed and log_denied:
             self._log_denial(principal, host, operation, resource_type, name)
         return allowed
 
@@ -271,6 +272,36 @@ def allowed(broker: Any, ctx: Any, operation: int, resource_type: int, name: str
     if authorizer is None or ctx.principal == INTERNAL:
         return True
     return authorizer.authorize(ctx.principal, host_of(ctx.client), operation, resource_type, name)
+
+
+# The operations each resource type has (Kafka's AclEntry.supportedOperations), for the
+# authorized-operations fields of Metadata, DescribeCluster, DescribeGroups,
+# ConsumerGroupDescribe and DescribeTopicPartitions (KIP-430): bit n set when operation n is
+# allowed. The codec takes the set of bits; None is "not asked for" (INT32_MIN on the wire).
+SUPPORTED_OPERATIONS = {
+    TOPIC: (READ, WRITE, CREATE, DESCRIBE, DELETE, ALTER, DESCRIBE_CONFIGS, ALTER_CONFIGS),
+    GROUP: (READ, DESCRIBE, DELETE),
+    CLUSTER: (CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, ALTER, DESCRIBE),
+}
+NOT_REQUESTED = None
+
+
+def authorized_operations(broker: Any, ctx: Any, resource_type: int, name: str = CLUSTER_NAME) -> set[int]:
+    """What this request's principal may do to a resource (every supported operation with no
+    authorizer). Checking is not trying: nothing is logged as denied."""
+    authorizer = broker.authorizer
+    ops = SUPPORTED_OPERATIONS[resource_type]
+    if authorizer is None or ctx.principal == INTERNAL:
+        return set(ops)
+    host = host_of(ctx.client)
+    return {op for op in ops if authorizer.authorize(ctx.principal, host, op, resource_type, name, log_denied=False)}
+
+
+def as_int32(operations: set[int] | None) -> int:
+    """The same as a plain INT32 field (schemas that type it so, e.g. ConsumerGroupDescribe)."""
+    if operations is None:
+        return -(2**31)
+    return sum(1 << op for op in operations)
 
 
 def allowed_any(broker: Any, ctx: Any, operation: int, resource_type: int) -> bool:

@@ -130,6 +130,7 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "replica.lag.time.max.ms": (int_in(0), "30000"),
     "num.replica.fetchers": (int_in(1), "1"),
     "max.incremental.fetch.session.cache.slots": (int_in(0), "1000"),
+    "max.request.partition.size.limit": (int_in(1), "2000"),  # DescribeTopicPartitions pages
     "unclean.leader.election.enable": (_bool, "false"),
     "max.connections": (int_in(0), "2147483647"),
     # Partition replicas one broker may hold (KIP-578's name): CreateTopics and CreatePartitions
@@ -256,7 +257,7 @@ _KAFKA_INT = {
     "socket.request.max.bytes", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
     "queued.max.requests", "num.network.threads", "num.io.threads",
     "num.recovery.threads.per.data.dir", "min.insync.replicas", "num.replica.fetchers",
-    "max.incremental.fetch.session.cache.slots",
+    "max.incremental.fetch.session.cache.slots", "max.request.partition.size.limit",
     "max.connections", "max.connections.per.ip", "max.broker.partitions",
     "controlled.shutdown.max.retries", "leader.imbalance.per.broker.percentage",
     "replica.fetch.max.bytes", "replica.fetch.response.max.bytes", "replica.fetch.wait.max.ms",

@@ -13,13 +13,21 @@ from strom.coordinator.group.consumer_group import HeartbeatRequest
 from strom.coordinator.group.coordinator import JoinRequest
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.apis import RequestContext, api
-from strom.server.authorizer import CLUSTER, DELETE, DESCRIBE, GROUP, READ, allowed
+from strom.server.authorizer import (
+    CLUSTER,
+    DELETE,
+    DESCRIBE,
+    GROUP,
+    NOT_REQUESTED,
+    READ,
+    allowed,
+    as_int32,
+    authorized_operations,
+)
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
 CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
-# DescribedGroup.AuthorizedOperations when the client did not ask for them.
-_NO_OPERATIONS = -(2**31)
 
 
 def client_host(ctx: RequestContext) -> str:
@@ -144,8 +152,15 @@ async def handle_describe_groups(broker, ctx: RequestContext, request) -> dict:
         described.append({
             "error_code": error, "group_id": group_id, "group_state": summary.state,
             "protocol_type": summary.protocol_type, "protocol_data": summary.protocol,
-            "members": summary.members})  # authorized_operations: the codec default (none asked)
+            "members": summary.members,
+            "authorized_operations": _operations(broker, ctx, request, group_id)})
     return {"throttle_time_ms": 0, "groups": described}
+
+
+def _operations(broker, ctx: RequestContext, request, group_id: str) -> set[int] | None:
+    if getattr(request, "include_authorized_operations", False):
+        return authorized_operations(broker, ctx, GROUP, group_id)
+    return NOT_REQUESTED
 
 
 @api(DELETE_GROUPS, 0, 2)
@@ -197,7 +212,8 @@ async def handle_consumer_group_heartbeat(broker, ctx: RequestContext, request) 
 async def handle_consumer_group_describe(broker, ctx: RequestContext, request) -> dict:
     consumer_groups = broker.group_coordinator.consumer_groups
     return {"throttle_time_ms": 0, "groups": [
-        {**consumer_groups.describe(group_id), "authorized_operations": _NO_OPERATIONS}
+        {**consumer_groups.describe(group_id),
+         "authorized_operations": as_int32(_operations(broker, ctx, request, group_id))}
         if allowed(broker, ctx, DESCRIBE, GROUP, group_id)
         else {"group_id": group_id, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
         for group_id in request.group_ids]}

@@ -1,4 +1,5 @@
-"""Metadata and DescribeCluster: who the brokers are and where partition leaders live."""
+"""Metadata, DescribeCluster and DescribeTopicPartitions: who the brokers are and where
+partition leaders live."""
 
 from __future__ import annotations
 
@@ -9,11 +10,20 @@ from strom.controller.admin import validate_topic_name
 from strom.controller.znodes import TopicMetadata
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.apis import RequestContext, api
-from strom.server.authorizer import CLUSTER, CREATE, DESCRIBE, TOPIC, allowed
+from strom.server.authorizer import (
+    CLUSTER,
+    CREATE,
+    DESCRIBE,
+    NOT_REQUESTED,
+    TOPIC,
+    allowed,
+    as_int32,
+    authorized_operations,
+)
 
 log = logging.getLogger(__name__)
 
-METADATA, DESCRIBE_CLUSTER = 3, 60
+METADATA, DESCRIBE_CLUSTER, DESCRIBE_TOPIC_PARTITIONS = 3, 60, 75
 _YIELD_EVERY = 5000
 
 
@@ -97,14 +107,24 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> dict:
                 code = e.code
             entries.append(_error_entry(name, code))
             continue
-        entries.append(_topic_entry(topic, live))
+        entry = _topic_entry(topic, live)
+        if getattr(request, "include_topic_authorized_operations", False):
+            entry["authorized_operations"] = authorized_operations(broker, ctx, TOPIC, topic.name)
+        entries.append(entry)
     return {
         "throttle_time_ms": 0,
         "brokers": broker.endpoints(ctx.listener),
         "cluster_id": broker.cluster_id,
         "controller_id": broker.controller_id,
         "topics": entries,
+        "authorized_operations": _cluster_operations(broker, ctx, request),
     }
+
+
+def _cluster_operations(broker, ctx: RequestContext, request) -> set[int] | None:
+    if getattr(request, "include_cluster_authorized_operations", False):
+        return authorized_operations(broker, ctx, CLUSTER)
+    return NOT_REQUESTED
 
 
 @api(DESCRIBE_CLUSTER, 0, 1)
@@ -119,4 +139,52 @@ async def handle_describe_cluster(broker, ctx: RequestContext, request) -> dict:
             {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
             for b in broker.endpoints(ctx.listener)
         ],
+        "authorized_operations": _cluster_operations(broker, ctx, request),
     }
+
+
+@api(DESCRIBE_TOPIC_PARTITIONS, 0, 0)
+async def handle_describe_topic_partitions(broker, ctx: RequestContext, request) -> dict:
+    """KIP-966: topics' partitions a page at a time. The named topics (all, when none are named)
+    in name order from the cursor's, at most `response_partition_limit` partitions (and at most
+    max.request.partition.size.limit), with a next cursor where the page ended. Topics the
+    client may not describe are refused when named and left out of a full listing."""
+    topics = broker.metadata_cache.topics
+    live = broker.metadata_cache.live_brokers
+    everything = not request.topics
+    names = sorted(topics) if everything else sorted({t.name for t in request.topics})
+    cursor = request.cursor
+    if cursor is not None:
+        if cursor.topic_name not in names:  # as Kafka: every requested topic gets the error
+            return {"throttle_time_ms": 0, "next_cursor": None, "topics": [
+                {**_error_entry(name, ErrorCode.INVALID_REQUEST), "topic_id": None} for name in names]}
+        names = [n for n in names if n >= cursor.topic_name]
+    limit = max(1, min(request.response_partition_limit, broker.config["max.request.partition.size.limit"]))
+    entries, next_cursor = [], None
+    for name in names:
+        if not allowed(broker, ctx, DESCRIBE, TOPIC, name):
+            if not everything:
+                entries.append({**_error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED), "topic_id": None})
+            continue
+        topic = topics.get(name)
+        if topic is None:
+            entries.append({**_error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), "topic_id": None})
+            continue
+        if limit == 0:  # the page is full and another topic is waiting
+            next_cursor = {"topic_name": name, "partition_index": 0}
+            break
+        entry = _topic_entry(topic, live)
+        first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        partitions = [p for p in entry["partitions"] if p["partition_index"] >= first]
+        if len(partitions) > limit:
+            next_cursor = {"topic_name": name, "partition_index": partitions[limit]["partition_index"]}
+            partitions = partitions[:limit]
+        limit -= len(partitions)
+        for p in partitions:
+            p.update(eligible_leader_replicas=None, last_known_elr=None)
+        entry.update(partitions=partitions,
+                     topic_authorized_operations=as_int32(authorized_operations(broker, ctx, TOPIC, name)))
+        entries.append(entry)
+        if next_cursor is not None:
+            break
+    return {"throttle_time_ms": 0, "topics": entries, "next_cursor": next_cursor}
