@@ -3,13 +3,16 @@
 Every other response is encoded by the codec tables; Fetch is the one hot path where the
 records must not pass through Python. `encode_fetch_response` returns a list of parts: bytes
 the broker writes as they are, and the caller's region objects (anything with a `size`)
-that it sends from the segment file. Layout per Kafka's FetchResponse v4-v12 schema.
+that it sends from the segment file. Layout per Kafka's FetchResponse v4-v17 schema: topic
+names up to v12, topic ids from v13 (KIP-516); from v16 a partition that moved may carry its
+current leader, and the response the endpoints of those leaders (KIP-951).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,9 +21,11 @@ from strom.protocol.varint import write_uvarint
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqqq")  # index, error, high watermark, last stable, log start
 _ABORTED = struct.Struct(">qq")  # producer id, first offset
-# Partition tagged field 0 (DivergingEpoch): 1 field, tag 0, 13 bytes of epoch, end offset, no tags.
-_DIVERGING = struct.Struct(">BBBiqB")
-FLEXIBLE_FROM = 12
+# Partition tagged fields: DivergingEpoch (tag 0: epoch, end offset, no tags; 13 bytes) and
+# CurrentLeader (tag 1: leader id, leader epoch, no tags; 9 bytes).
+_DIVERGING = struct.Struct(">BBiqB")
+_CURRENT_LEADER = struct.Struct(">BBiiB")
+FLEXIBLE_FROM, TOPIC_IDS_FROM, LEADER_DISCOVERY_FROM, MAX_VERSION = 12, 13, 16, 17
 
 
 @dataclass(slots=True)
@@ -35,6 +40,8 @@ class PartitionData:
     aborted_transactions: Sequence[tuple[int, int]] | None = None
     # (epoch, end offset) where a follower's log diverges from the leader's (KIP-320, v12)
     diverging_epoch: tuple[int, int] | None = None
+    # (leader id, leader epoch) for a client that fetched from the wrong broker (KIP-951, v16)
+    current_leader: tuple[int, int] | None = None
 
 
 def _array_len(n: int, flexible: bool) -> bytes:
@@ -46,6 +53,25 @@ def _string(s: str, flexible: bool) -> bytes:
     return (write_uvarint(len(b) + 1) if flexible else _I16.pack(len(b))) + b
 
 
+def _partition_tags(p: PartitionData, version: int) -> bytes:
+    fields = []
+    if p.diverging_epoch is not None:
+        fields.append(_DIVERGING.pack(0, 13, p.diverging_epoch[0], p.diverging_epoch[1], 0))
+    if p.current_leader is not None and version >= LEADER_DISCOVERY_FROM:
+        fields.append(_CURRENT_LEADER.pack(1, 9, p.current_leader[0], p.current_leader[1], 0))
+    return write_uvarint(len(fields)) + b"".join(fields)
+
+
+def _node_endpoints(endpoints: Sequence[tuple[int, str, int, str | None]]) -> bytes:
+    """The response's tagged field 0 (v16+): the nodes named by partitions' current leaders."""
+    body = bytearray(write_uvarint(len(endpoints) + 1))
+    for node_id, host, port, rack in endpoints:
+        body += _I32.pack(node_id) + _string(host, True) + _I32.pack(port)
+        body += b"\x00" if rack is None else _string(rack, True)
+        body += b"\x00"
+    return b"\x01" + write_uvarint(0) + write_uvarint(len(body)) + bytes(body)
+
+
 def encode_fetch_response(
     version: int,
     topics: Sequence[tuple[str, Sequence[PartitionData]]],
@@ -53,10 +79,14 @@ def encode_fetch_response(
     throttle_time_ms: int = 0,
     error_code: int = 0,
     session_id: int = 0,
+    topic_ids: Mapping[str, uuid.UUID] | None = None,
+    node_endpoints: Sequence[tuple[int, str, int, str | None]] = (),
 ) -> tuple[list[Any], int]:
-    """(parts, total size in bytes) of a FetchResponse body of `version` (4..12)."""
-    if not 4 <= version <= FLEXIBLE_FROM:
-        raise ValueError(f"hand-written Fetch response supports v4-v12, not v{version}")
+    """(parts, total size in bytes) of a FetchResponse body of `version` (4..17). From v13 each
+    topic goes out as its id from `topic_ids`; from v16 `node_endpoints` (node id, host, port,
+    rack) are the leaders that partitions' `current_leader` name."""
+    if not 4 <= version <= MAX_VERSION:
+        raise ValueError(f"hand-written Fetch response supports v4-v{MAX_VERSION}, not v{version}")
     flexible = version >= FLEXIBLE_FROM
     tags = b"\x00" if flexible else b""
     parts: list[Any] = []
@@ -66,7 +96,11 @@ def encode_fetch_response(
     head += _array_len(len(topics), flexible)
     size = 0
     for name, partitions in topics:
-        head += _string(name, flexible) + _array_len(len(partitions), flexible)
+        if version >= TOPIC_IDS_FROM:
+            head += (topic_ids or {})[name].bytes
+        else:
+            head += _string(name, flexible)
+        head += _array_len(len(partitions), flexible)
         for p in partitions:
             head += _PARTITION_HEAD.pack(p.index, p.error_code, p.high_watermark,
                                          p.last_stable_offset, p.log_start_offset)[
@@ -87,12 +121,13 @@ def encode_fetch_response(
                 size += len(head) + n
                 parts.append(p.records)
                 head = bytearray()
-            if flexible and p.diverging_epoch is not None:
-                head += _DIVERGING.pack(1, 0, 13, p.diverging_epoch[0], p.diverging_epoch[1], 0)
-            else:
-                head += tags  # partition
+            if flexible:
+                head += _partition_tags(p, version)
         head += tags  # topic
-    head += tags  # response
+    if version >= LEADER_DISCOVERY_FROM and node_endpoints:
+        head += _node_endpoints(node_endpoints)
+    else:
+        head += tags  # response
     parts.append(bytes(head))
     size += len(head)
     return parts, size

@@ -182,9 +182,11 @@ def _grouped(partitions: Iterable[tuple[tuple[str, int], Any]]) -> list[tuple[st
     return list(by_topic.items())
 
 
-def new_context(cache: FetchSessionCache, request: Any, version: int, follower: bool) -> FetchContext:
-    """The FetchContext of a request (FetchManager.newContext)."""
-    requested = [((t.topic, p.partition), p) for t in request.topics for p in t.partitions]
+def new_context(cache: FetchSessionCache, requested: list[tuple[tuple[str, int], Any]],
+                forgotten: list[tuple[str, int]], version: int, request: Any, follower: bool) -> FetchContext:
+    """The FetchContext of a request (FetchManager.newContext): `requested` are its partitions
+    as ((topic, partition), request partition), `forgotten` its forgotten partitions, topics by
+    name whatever the version named them by."""
     session_id = getattr(request, "session_id", INVALID_SESSION) if version >= 7 else INVALID_SESSION
     epoch = getattr(request, "session_epoch", FINAL_EPOCH) if version >= 7 else FINAL_EPOCH
     if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch
@@ -205,9 +207,8 @@ def new_context(cache: FetchSessionCache, request: Any, version: int, follower: 
     if len(requested) > len(cached) and not cache.has_room(len(requested)):
         cache.remove(session_id)  # the client starts over with a full fetch, sessionless
         return FetchContext(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
-    for forgotten in getattr(request, "forgotten_topics_data", None) or ():
-        for index in forgotten.partitions:
-            cached.pop((forgotten.topic, index), None)
+    for tp in forgotten:
+        cached.pop(tp, None)
     for tp, p in requested:
         if tp in cached:
             cached[tp].update(p)

@@ -9,9 +9,17 @@ Record bytes are never copied into Python: the response carries file regions.
 from __future__ import annotations
 
 import time
+import uuid
+from typing import Any
 
 from strom.protocol.errors import ErrorCode
-from strom.protocol.fetch import PartitionData, encode_fetch_response
+from strom.protocol.fetch import (
+    LEADER_DISCOVERY_FROM,
+    MAX_VERSION,
+    TOPIC_IDS_FROM,
+    PartitionData,
+    encode_fetch_response,
+)
 from strom.server.apis import RawResponse, RequestContext, api
 from strom.server.authorizer import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed
 from strom.server.fetch_session import new_context
@@ -20,6 +28,49 @@ from strom.server.metrics import BYTES_OUT, FAILED_FETCH_REQUESTS, FETCH_REQUEST
 FETCH = 1
 READ_COMMITTED = 1  # isolation_level: read up to the last stable offset, skip aborted data
 _UNKNOWN = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)
+_MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
+
+
+def replica_id(request) -> int:
+    """>= 0: a follower replicating (in ReplicaState from v15, KIP-903)."""
+    state = getattr(request, "replica_state", None)
+    if state is not None and getattr(state, "replica_id", -1) >= 0:
+        return state.replica_id
+    rid = getattr(request, "replica_id", -1)
+    return -1 if rid is None else rid
+
+
+class TopicNames:
+    """v13+ names topics by id (KIP-516): ids to names for reading, and back for the response.
+    An id the broker does not know keeps its own text as its name and UNKNOWN_TOPIC_ID."""
+
+    def __init__(self, broker, version: int) -> None:
+        self.broker = broker
+        self.by_id: dict[uuid.UUID, str] | None = None
+        if version >= TOPIC_IDS_FROM:
+            self.by_id = {t.topic_id: name for name, t in broker.metadata_cache.topics.items()}
+        self.ids: dict[str, uuid.UUID] = {}
+        self.unknown: dict[str, ErrorCode] = {}
+
+    def id_of(self, name: str) -> uuid.UUID:
+        topic = self.broker.metadata_cache.topics.get(name)
+        if topic is not None:
+            return topic.topic_id
+        try:  # an id no topic had, kept in a session under its own text
+            return uuid.UUID(name)
+        except ValueError:  # a topic deleted since the session named it
+            return uuid.UUID(int=0)
+
+    def name(self, entry: Any, field: str = "topic") -> str:
+        if self.by_id is None:
+            return getattr(entry, field)
+        topic_id = entry.topic_id
+        name = self.by_id.get(topic_id)
+        if name is None:
+            name = str(topic_id)
+            self.unknown[name] = ErrorCode.UNKNOWN_TOPIC_ID
+        self.ids[name] = topic_id
+        return name
 
 
 def _read_all(broker, request, wanted, denied: dict[str, ErrorCode]) -> tuple[list[tuple[str, list[PartitionData]]], int, bool]:
@@ -27,7 +78,7 @@ def _read_all(broker, request, wanted, denied: dict[str, ErrorCode]) -> tuple[li
     remaining = request.max_bytes
     topics, total, errors = [], 0, False
     read_committed = request.isolation_level == READ_COMMITTED
-    replica_id = getattr(request, "replica_id", -1)  # >= 0: a follower replicating
+    follower_id = replica_id(request)
     for topic, partitions in wanted:
         out = []
         for p in partitions:
@@ -41,7 +92,7 @@ def _read_all(broker, request, wanted, denied: dict[str, ErrorCode]) -> tuple[li
             result = rm.read(tp, p.fetch_offset, limit, min_one_message=total == 0,
                              read_committed=read_committed,
                              current_leader_epoch=getattr(p, "current_leader_epoch", -1),
-                             replica_id=replica_id,
+                             replica_id=follower_id,
                              last_fetched_epoch=getattr(p, "last_fetched_epoch", -1))
             records = result.records if result.records is not None and result.records.size else None
             size = records.size if records is not None else 0
@@ -57,16 +108,20 @@ def _read_all(broker, request, wanted, denied: dict[str, ErrorCode]) -> tuple[li
     return topics, total, errors
 
 
-@api(FETCH, 4, 12)
+@api(FETCH, 4, MAX_VERSION)
 async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
     version = ctx.header.api_version
-    follower = getattr(request, "replica_id", -1) >= 0
-    context = new_context(broker.fetch_sessions, request, version, follower)
+    follower = replica_id(request) >= 0
+    names = TopicNames(broker, version)
+    requested = [((names.name(t), p.partition), p) for t in request.topics for p in t.partitions]
+    forgotten = [(names.name(f), index) for f in getattr(request, "forgotten_topics_data", None) or ()
+                 for index in f.partitions]
+    context = new_context(broker.fetch_sessions, requested, forgotten, version, request, follower)
     if context.error:
         parts, _ = encode_fetch_response(version, [], error_code=context.error)
         return RawResponse(parts)
     wanted = context.wanted
-    denied = _denied(broker, ctx, request, wanted)
+    denied = {**_denied(broker, ctx, request, wanted), **names.unknown}
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
     keys = [(topic, p.partition) for topic, ps in wanted for p in ps if topic not in denied]
     while True:
@@ -76,8 +131,32 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
             break
         await broker.replica_manager.fetch_purgatory.wait_any(keys, remaining)
     _count(broker.replica_manager.topic_stats, topics, follower)
-    parts, _ = encode_fetch_response(version, context.respond(topics), session_id=context.session_id)
+    answer = context.respond(topics)
+    endpoints = _current_leaders(broker, ctx, answer) if version >= LEADER_DISCOVERY_FROM else ()
+    if names.by_id is not None:
+        for name, _ in answer:  # session partitions named by earlier requests
+            names.ids.setdefault(name, names.id_of(name))
+    parts, _ = encode_fetch_response(version, answer, session_id=context.session_id, topic_ids=names.ids,
+                                     node_endpoints=endpoints)
     return RawResponse(parts)
+
+
+def _current_leaders(broker, ctx: RequestContext, topics) -> list[tuple[int, str, int, str | None]]:
+    """KIP-951: partitions answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH carry the
+    leader the broker knows of, and the response those leaders' endpoints, sparing the client
+    a metadata round trip."""
+    leaders = set()
+    for topic, partitions in topics:
+        for p in partitions:
+            if p.error_code in _MOVED:
+                state = broker.metadata_cache.partition(topic, p.index)
+                if state is not None and state.leader >= 0:
+                    p.current_leader = (state.leader, state.leader_epoch)
+                    leaders.add(state.leader)
+    if not leaders:
+        return []
+    return [(b["node_id"], b["host"], b["port"], b["rack"]) for b in broker.endpoints(ctx.listener)
+            if b["node_id"] in leaders]
 
 
 def _denied(broker, ctx: RequestContext, request, wanted) -> dict[str, ErrorCode]:
@@ -85,7 +164,7 @@ def _denied(broker, ctx: RequestContext, request, wanted) -> dict[str, ErrorCode
     CLUSTER_ACTION on the cluster (Kafka's checks)."""
     if broker.authorizer is None:
         return {}
-    if getattr(request, "replica_id", -1) >= 0:
+    if replica_id(request) >= 0:
         if allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
             return {}
         return {topic: ErrorCode.CLUSTER_AUTHORIZATION_FAILED for topic, _ in wanted}

@@ -140,7 +140,7 @@ async def handle_list_groups(broker, ctx: RequestContext, request) -> dict:
          "group_type": g.group_type} for g in sorted(groups, key=lambda g: g.group_id)]}
 
 
-@api(DESCRIBE_GROUPS, 0, 5)
+@api(DESCRIBE_GROUPS, 0, 6)
 async def handle_describe_groups(broker, ctx: RequestContext, request) -> dict:
     described = []
     for group_id in request.groups:
@@ -149,8 +149,12 @@ async def handle_describe_groups(broker, ctx: RequestContext, request) -> dict:
                               "group_state": "", "protocol_type": "", "protocol_data": "", "members": []})
             continue
         error, summary = broker.group_coordinator.describe_group(group_id)
+        message = None
+        if ctx.header.api_version >= 6 and error == ErrorCode.NONE and summary.state == "Dead":
+            # KIP-1043: v6 says a group that does not exist is not found, not Dead.
+            error, message = ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found."
         described.append({
-            "error_code": error, "group_id": group_id, "group_state": summary.state,
+            "error_code": error, "error_message": message, "group_id": group_id, "group_state": summary.state,
             "protocol_type": summary.protocol_type, "protocol_data": summary.protocol,
             "members": summary.members,
             "authorized_operations": _operations(broker, ctx, request, group_id)})

@@ -1,4 +1,5 @@
-"""ListOffsets: earliest, latest, max timestamp, or the first offset at or after a timestamp.
+"""ListOffsets: earliest (local), latest, latest tiered, max timestamp, or the first offset at or
+after a timestamp.
 
 Offsets stop at the high watermark, or for read_committed (isolation_level 1) at the last
 stable offset, as in Kafka."""
@@ -13,7 +14,7 @@ from strom.server.apis import RequestContext, api
 from strom.server.authorizer import DESCRIBE, TOPIC, allowed
 
 LIST_OFFSETS = 2
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
 def _epoch_of(partition, offset: int) -> int:
@@ -34,6 +35,8 @@ def _lookup(partition, timestamp: int, read_committed: bool) -> tuple[int, int, 
     hw = partition.last_stable_offset if read_committed else partition.high_watermark
     if timestamp == LATEST:
         return -1, hw, partition.leader_epoch
+    if timestamp == LATEST_TIERED:  # (v9, KIP-1005) nothing is tiered: Kafka's answer without remote storage
+        return -1, -1, -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         start = log.log_start_offset
         return -1, start, _epoch_of(partition, start) if start < hw else partition.leader_epoch
@@ -50,8 +53,9 @@ def _lookup(partition, timestamp: int, read_committed: bool) -> tuple[int, int, 
     return ts, offset, _epoch_of(partition, offset)
 
 
-@api(LIST_OFFSETS, 1, 8)
+@api(LIST_OFFSETS, 1, 10)
 async def handle_list_offsets(broker, ctx: RequestContext, request) -> dict:
+    # v10's timeout_ms bounds reads from remote storage, which Strom has none of.
     # Kafka answers INVALID_REQUEST for a partition named more than once in one request.
     counts = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     topics = []

@@ -66,7 +66,7 @@ def _requested_names(broker, version: int, request) -> list[str | None] | None:
     return names
 
 
-@api(METADATA, 0, 12)
+@api(METADATA, 0, 13)
 async def handle_metadata(broker, ctx: RequestContext, request) -> dict:
     version = ctx.header.api_version
     topics = broker.metadata_cache.topics
@@ -113,6 +113,7 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> dict:
         entries.append(entry)
     return {
         "throttle_time_ms": 0,
+        "error_code": ErrorCode.NONE,  # v13: a request-level error (none Strom gives)
         "brokers": broker.endpoints(ctx.listener),
         "cluster_id": broker.cluster_id,
         "controller_id": broker.controller_id,
