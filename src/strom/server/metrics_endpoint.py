@@ -21,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
+from strom.server.client_telemetry import PUSH_ERRORS
 from strom.server.metrics import (
     PHASES,
     TOPIC_COUNTERS,
@@ -108,6 +109,7 @@ def broker_families(broker: Any) -> Iterator[Any]:
     yield from _log_families(broker)
     yield from _group_families(broker)
     yield from _network_families(socket_server)
+    yield from client_telemetry_families(getattr(broker, "client_telemetry", None))
 
 
 def _controller_families(controller: Any) -> Iterator[Any]:
@@ -201,6 +203,41 @@ def _network_families(socket_server: Any) -> Iterator[Any]:
         yield _gauge("strom_network_processor_avg_idle_ratio",
                      "Share of time the event loop was idle (NetworkProcessorAvgIdlePercent / 100)",
                      socket_server.loop_idle.idle_ratio)
+
+
+def client_telemetry_families(telemetry: Any) -> Iterator[Any]:
+    """What clients push (KIP-714): the latest value of each metric data point, per client
+    instance, and the bookkeeping of client_telemetry.ClientTelemetry."""
+    yield _gauge("strom_client_telemetry_instances", "Client instances tracked (client-metrics instance-count)",
+                 len(telemetry.instances) if telemetry else 0)
+    yield _gauge("strom_client_telemetry_subscriptions", "CLIENT_METRICS subscriptions (known once a client asked)",
+                 len(telemetry.subscriptions) if telemetry else 0)
+    yield CounterMetricFamily("strom_client_telemetry_pushes", "PushTelemetry requests accepted",
+                              value=telemetry.pushes if telemetry else 0)
+    errors = CounterMetricFamily("strom_client_telemetry_push_errors", "PushTelemetry requests refused, per error code",
+                                 labels=["error_code"])
+    for code in PUSH_ERRORS:
+        errors.add_metric([str(int(code))], telemetry.push_errors.get(code, 0) if telemetry else 0)
+    yield errors
+    yield CounterMetricFamily("strom_client_telemetry_series_dropped",
+                              "Pushed series not kept, or dropped, for the bound on series",
+                              value=telemetry.series_dropped if telemetry else 0)
+    if telemetry is None:  # no client has asked for its subscription yet
+        return
+    exported = telemetry.exported()
+    values = GaugeMetricFamily("strom_client_telemetry", "Latest value of a metric a client pushed (delta "
+                               "temporality: a sum is what it counted in the last push interval)",
+                               labels=["client_instance_id", "name", "attributes"])
+    described = ["client_id", "client_software_name", "client_software_version", "client_source_address"]
+    info = GaugeMetricFamily("strom_client_telemetry_info", "A client instance that pushed metrics",
+                             labels=["client_instance_id", *described])
+    for inst, series in exported:
+        instance_id, attrs = str(inst.instance_id), inst.attributes
+        info.add_metric([instance_id] + [attrs.get(k) or "" for k in described], 1)
+        for (name, attributes), value in series.items():
+            values.add_metric([instance_id, name, attributes], value)
+    yield values
+    yield info
 
 
 # --- the endpoint -------------------------------------------------------------------------

@@ -1,12 +1,13 @@
 """DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics, dynamic broker
-configs and broker loggers.
+configs, broker loggers and client metrics subscriptions.
 
 Topic overrides live at /config/topics/<name>, dynamic broker configs at /config/brokers/<id>
 and /config/brokers/<default> (the cluster default, resource name ""), as in Kafka's ZooKeeper
 mode. Every change is validated completely before it is stored (INVALID_CONFIG with the
 reason otherwise) and then applied to the live logs at once. Logger levels (BROKER_LOGGER,
 `kafka-configs --entity-type broker-loggers`) change this broker's logging at once and, as in
-Kafka, are not stored.
+Kafka, are not stored. CLIENT_METRICS resources (KIP-714's telemetry subscriptions) are at
+/config/client-metrics/<name>; `strom.server.client_telemetry` validates and applies them.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from collections.abc import Awaitable, Callable
 from strom.log.config import TOPIC_CONFIG_KEYS
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server import authorizer as acl
-from strom.server import log_levels
+from strom.server import client_telemetry, log_levels
 from strom.server.apis import RequestContext, api
 from strom.server.config import DEFINITIONS
 from strom.server.dynamic_config import DEFAULT_ENTITY
 from strom.server.topic_configs import LIST_CONFIGS, describe_broker, describe_topic
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8  # ConfigResource types
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS = 2, 4, 8, 16  # ConfigResource types
 DYNAMIC_BROKER_LOGGER_CONFIG = 6  # config source
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
 
@@ -119,6 +120,9 @@ async def handle_describe_configs(broker, ctx: RequestContext, request) -> dict:
             elif resource.resource_type == BROKER_LOGGER:
                 _logger_entity(broker, resource.resource_name)
                 result["configs"] = _describe_loggers(keys)
+            elif resource.resource_type == CLIENT_METRICS:
+                result["configs"] = await client_telemetry.describe_subscription(
+                    broker, resource.resource_name, keys, include_docs)
             else:
                 raise KafkaError(f"unsupported resource type {resource.resource_type}",
                                  ErrorCode.INVALID_REQUEST)
@@ -151,6 +155,8 @@ async def _alter(broker, resource_type: int, name: str,
         broker.config_repository.brokers[entity] = dict(configs)
         dynamic.update(is_default, configs)
         broker.log_services.apply_broker_config(effective)
+    elif resource_type == CLIENT_METRICS:
+        await client_telemetry.alter_subscription(broker, name, new_configs, validate_only)
     else:
         raise KafkaError(f"unsupported resource type {resource_type}", ErrorCode.INVALID_REQUEST)
 
@@ -198,6 +204,8 @@ def _list_value(broker, resource_type: int, name: str, current: dict[str, str]) 
     """The current value of list config `name`: the override, else the default it inherits."""
     if name in current:
         raw = current[name]
+    elif resource_type == CLIENT_METRICS:
+        raw = ""
     elif resource_type == TOPIC:
         raw = broker.default_log_config.to_topic_configs()[name]
     else:
@@ -212,6 +220,9 @@ async def handle_incremental_alter_configs(broker, ctx: RequestContext, request)
             _alter_loggers(broker, resource.resource_name, resource.configs, request.validate_only)
             return
         known = TOPIC_CONFIG_KEYS if resource.resource_type == TOPIC else DEFINITIONS
+        lists = LIST_CONFIGS
+        if resource.resource_type == CLIENT_METRICS:
+            known = lists = client_telemetry.LIST_KEYS
 
         def new_configs(current: dict[str, str]) -> dict[str, str]:
             for c in resource.configs:
@@ -224,7 +235,7 @@ async def handle_incremental_alter_configs(broker, ctx: RequestContext, request)
                 elif op == DELETE:
                     current.pop(c.name, None)
                 elif op in (APPEND, SUBTRACT):
-                    if c.name not in LIST_CONFIGS or c.name not in known:
+                    if c.name not in lists or c.name not in known:
                         verb = "append" if op == APPEND else "subtract"
                         raise KafkaError(f"Config value {verb} is not allowed for config key: {c.name}",
                                          ErrorCode.INVALID_CONFIG)

@@ -1,0 +1,87 @@
+"""GetTelemetrySubscriptions (71) and PushTelemetry (72): KIP-714's client metrics, as
+`strom.server.client_telemetry` keeps them.
+
+No ACL guards them (as in Kafka). A client's software name and version, which subscriptions
+may match on, are what it said in its connection's ApiVersions request: the ApiVersions
+handler is wrapped to note them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from strom.protocol.errors import ErrorCode
+from strom.server import client_telemetry
+from strom.server.apis import HANDLERS, Api, RequestContext, api
+from strom.server.apis.api_versions import API_VERSIONS
+from strom.server.client_telemetry import (
+    GET_TELEMETRY_SUBSCRIPTIONS,
+    PUSH_TELEMETRY,
+    TELEMETRY_TOO_LARGE,
+    InvalidPayload,
+    PayloadTooLarge,
+)
+
+log = logging.getLogger("strom.server.client_telemetry")
+
+
+@api(GET_TELEMETRY_SUBSCRIPTIONS, 0, 0)
+async def handle_get_telemetry_subscriptions(broker, ctx: RequestContext, request) -> dict:
+    manager = client_telemetry.manager(broker)
+    await manager.start(broker)
+    return manager.get_subscriptions(request.client_instance_id, ctx.header.client_id, ctx.client)
+
+
+@api(PUSH_TELEMETRY, 0, 0)
+async def handle_push_telemetry(broker, ctx: RequestContext, request) -> dict:
+    manager = client_telemetry.manager(broker)
+    await manager.start(broker)
+    error, inst = manager.check_push(request, ctx.header.client_id, ctx.client)
+    payload = request.metrics or b""
+    if error:
+        log.debug("telemetry push from %s (client %s, instance %s): error %d", ctx.client,
+                  ctx.header.client_id, request.client_instance_id, error)
+        return {"throttle_time_ms": 0, "error_code": error}
+    if payload:
+        try:
+            if len(payload) > client_telemetry.OFFLOAD_BYTES:
+                points = await asyncio.to_thread(client_telemetry.read_payload, request.compression_type, payload)
+            else:
+                points = client_telemetry.read_payload(request.compression_type, payload)
+        except (InvalidPayload, PayloadTooLarge) as e:
+            code = TELEMETRY_TOO_LARGE if isinstance(e, PayloadTooLarge) else ErrorCode.INVALID_RECORD
+            inst.last_error = code
+            manager.push_errors[code] = manager.push_errors.get(code, 0) + 1
+            log.debug("telemetry push from %s (client %s, instance %s): %d bytes refused: %s", ctx.client,
+                      ctx.header.client_id, inst.instance_id, len(payload), e)
+            return {"throttle_time_ms": 0, "error_code": code}
+        manager.store_metrics(inst, points)
+    else:
+        points = []
+        manager.store_metrics(inst, points)
+    log.debug("telemetry push from %s (client %s, instance %s%s): %d bytes, %d data points", ctx.client,
+              ctx.header.client_id, inst.instance_id, ", terminating" if request.terminating else "",
+              len(payload), len(points))
+    return {"throttle_time_ms": 0, "error_code": 0}
+
+
+def _note_software(versions: Api) -> None:
+    """Wrap the ApiVersions handler so that client_software_name/version are known per peer."""
+    inner = versions.handler
+    if getattr(inner, "notes_client_software", False):
+        return
+
+    async def handle_api_versions(broker, ctx: RequestContext, request):
+        name = getattr(request, "client_software_name", None)
+        if name is not None:
+            client_telemetry.manager(broker).note_software(
+                ctx.client, name, getattr(request, "client_software_version", None))
+        return await inner(broker, ctx, request)
+
+    handle_api_versions.notes_client_software = True
+    HANDLERS[API_VERSIONS] = Api(versions.key, versions.min_version, versions.max_version, handle_api_versions)
+
+
+if API_VERSIONS in HANDLERS:
+    _note_software(HANDLERS[API_VERSIONS])
