@@ -23,7 +23,7 @@ from strom.server.client_telemetry import (
     decompress,
     parse_metrics,
 )
-from strom.testing import BrokerProcess, metric_value, scrape, unique_name
+from strom.testing import BrokerProcess, Cluster, metric_value, scrape, unique_name, wait_for
 
 GET, PUSH, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 71, 72, 32, 44
 CLIENT_METRICS = 16
@@ -282,6 +282,31 @@ def test_subscriptions_are_stored_changed_and_deleted(broker):
                          ("match", DELETE, None)) == (0, None)
         answer = get(conn)
         assert answer.requested_metrics == [] and answer.push_interval_ms == 300_000
+
+
+def test_every_broker_follows_the_subscriptions():
+    with Cluster(brokers=2) as cluster:
+        one, two = cluster.brokers[1], cluster.brokers[2]
+        with connect(two, client_id="roaming") as conn2:
+            first = get(conn2)
+            assert first.requested_metrics == []
+            with connect(one) as conn1:
+                subscribe(conn1, "roaming", metrics="*", interval_ms="500", match="client_id=roaming")
+            # Broker 2 learns of it from the change notification: the client is told at its
+            # next push that its subscription changed, and then gets the new one.
+            instance = first.client_instance_id
+
+            def changed():
+                time.sleep(0.05)
+                return push(conn2, instance, first.subscription_id) == UNKNOWN_SUBSCRIPTION_ID
+
+            wait_for(changed, timeout=10, what="broker 2 to see the new subscription")
+            answer = get(conn2, instance)
+            assert answer.requested_metrics == ["*"] and answer.push_interval_ms == 500
+        assert any("client metrics subscription roaming: metrics *" in line for line in two.stderr_lines)
+        # The client may push to the other broker with the id it was given.
+        with connect(one, client_id="roaming") as conn1:
+            assert push(conn1, instance, answer.subscription_id, otlp(("roamed", 1.0, {}))) == 0
 
 
 def test_invalid_subscriptions_are_refused(broker):
