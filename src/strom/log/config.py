@@ -12,11 +12,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from strom.protocol import compression
+
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
+# compression.type: keep the producer's codec, or recompress into one (KIP-390 levels apply).
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
 
 @dataclass(slots=True)
@@ -46,11 +50,39 @@ class LogConfig:
     # on the leader's side and on the follower's (Kafka's reassignment throttles).
     leader_replication_throttled_replicas: str = ""
     follower_replication_throttled_replicas: str = ""
+    compression_type: str = "producer"  # compression.type
+    compression_gzip_level: int = -1  # compression.gzip.level (-1: the codec's default, 6)
+    compression_lz4_level: int = 9  # compression.lz4.level
+    compression_zstd_level: int = 3  # compression.zstd.level
+    # CreateTime records must lie within [now - before, now + after] (Kafka 4.0's defaults).
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3600000
+    segment_jitter_ms: int = 0  # segment.jitter.ms: up to this much earlier roll by segment.ms
+    preallocate: bool = False  # preallocate: accepted; segments grow as written
+    # Tiered storage (KIP-405) is not there: remote.storage.enable may only be false, and the
+    # local retention settings (-2: as retention.*) have nothing else to bound.
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
+    remote_storage_enable: bool = False
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
 
     def replication_throttled(self, follower: bool, partition: int, broker: int) -> bool:
         listed = (self.follower_replication_throttled_replicas if follower
                   else self.leader_replication_throttled_replicas).strip()
         return listed == "*" or f"{partition}:{broker}" in {x.strip() for x in listed.split(",")}
+
+    @property
+    def recompress_to(self) -> tuple[int, int | None] | None:
+        """(codec, level) batches must be in (compression.type), or None to keep the producer's."""
+        c = compression
+        if self.compression_type == "producer":
+            return None
+        codec = {"uncompressed": c.NONE, "gzip": c.GZIP, "snappy": c.SNAPPY, "lz4": c.LZ4,
+                 "zstd": c.ZSTD}[self.compression_type]
+        level = {c.GZIP: None if self.compression_gzip_level == -1 else self.compression_gzip_level,
+                 c.LZ4: self.compression_lz4_level, c.ZSTD: self.compression_zstd_level}.get(codec)
+        return codec, level
 
     @property
     def log_append_time(self) -> bool:
@@ -68,6 +100,8 @@ class LogConfig:
         """A copy with Kafka topic config overrides applied; ValueError("<key>: <reason>")."""
         changes: dict[str, Any] = {}
         for key, raw in overrides.items():
+            if key in DEPRECATED_TOPIC_CONFIGS:
+                continue
             spec = TOPIC_CONFIG_KEYS.get(key)
             if spec is None:
                 raise ValueError(f"{key}: unknown topic config")
@@ -88,7 +122,12 @@ class LogConfig:
 
     def to_topic_configs(self) -> dict[str, str]:
         """Kafka config name -> string value, e.g. for DescribeConfigs."""
-        return {key: str(getattr(self, field)) for key, (field, _) in TOPIC_CONFIG_KEYS.items()}
+        return {key: _text(getattr(self, field)) for key, (field, _) in TOPIC_CONFIG_KEYS.items()}
+
+
+def _text(value: Any) -> str:
+    """A config value as Kafka writes it (booleans in lower case)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 # Value parsers shared by topic configs and broker configs (strom.server.config): each takes
@@ -182,4 +221,57 @@ TOPIC_CONFIG_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
                                               lambda text: _throttled_replicas(text)),
     "follower.replication.throttled.replicas": ("follower_replication_throttled_replicas",
                                                 lambda text: _throttled_replicas(text)),
+    "compression.type": ("compression_type", one_of(*COMPRESSION_TYPES)),
+    "compression.gzip.level": ("compression_gzip_level", lambda text: _level(text, 1, 9, allow=(-1,))),
+    "compression.lz4.level": ("compression_lz4_level", lambda text: _level(text, 1, 17)),
+    "compression.zstd.level": ("compression_zstd_level", lambda text: _level(text, -131072, 22)),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", int_in(0, LONG_MAX)),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", int_in(0, LONG_MAX)),
+    "segment.jitter.ms": ("segment_jitter_ms", int_in(0, LONG_MAX)),
+    "preallocate": ("preallocate", parse_bool),
+    "local.retention.ms": ("local_retention_ms", int_in(-2, LONG_MAX)),
+    "local.retention.bytes": ("local_retention_bytes", int_in(-2, LONG_MAX)),
+    "remote.storage.enable": ("remote_storage_enable", lambda text: _no_tiering(parse_bool(text))),
+    "remote.log.copy.disable": ("remote_log_copy_disable", parse_bool),
+    "remote.log.delete.on.disable": ("remote_log_delete_on_disable", parse_bool),
 }
+
+# Keys Kafka 3.x took and 4.0 dropped (message format v0/v1, down-conversion, the old
+# timestamp bound): accepted so that old scripts still work, with a warning, and ignored.
+DEPRECATED_TOPIC_CONFIGS = {
+    "message.format.version": "record batches are always v2 (Kafka 4.0 removed this config)",
+    "message.downconversion.enable": "no down-conversion: clients older than Fetch v4 are not served",
+    "message.timestamp.difference.max.ms": "use message.timestamp.before.max.ms and message.timestamp.after.max.ms",
+}
+
+# Kafka's ConfigDef type of each topic config, for DescribeConfigs (v3+).
+TOPIC_CONFIG_TYPES = {
+    **dict.fromkeys(("segment.bytes", "segment.index.bytes", "max.message.bytes", "index.interval.bytes",
+                     "min.insync.replicas", "compression.gzip.level", "compression.lz4.level",
+                     "compression.zstd.level"), "INT"),
+    **dict.fromkeys(("segment.ms", "segment.jitter.ms", "retention.ms", "retention.bytes", "flush.messages",
+                     "flush.ms", "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
+                     "file.delete.delay.ms", "message.timestamp.before.max.ms",
+                     "message.timestamp.after.max.ms", "message.timestamp.difference.max.ms",
+                     "local.retention.ms", "local.retention.bytes"), "LONG"),
+    **dict.fromkeys(("unclean.leader.election.enable", "preallocate", "remote.storage.enable",
+                     "remote.log.copy.disable", "remote.log.delete.on.disable",
+                     "message.downconversion.enable"), "BOOLEAN"),
+    **dict.fromkeys(("cleanup.policy", "leader.replication.throttled.replicas",
+                     "follower.replication.throttled.replicas"), "LIST"),
+    "min.cleanable.dirty.ratio": "DOUBLE",
+    **dict.fromkeys(("message.timestamp.type", "compression.type", "message.format.version"), "STRING"),
+}
+
+
+def _level(text: str, low: int, high: int, allow: tuple[int, ...] = ()) -> int:
+    value = int_in(None, high)(text)
+    if value not in allow and value < low:
+        raise ValueError(f"must be in [{low}, {high}]{' or ' + ', '.join(map(str, allow)) if allow else ''}, got {value}")
+    return value
+
+
+def _no_tiering(enabled: bool) -> bool:
+    if enabled:
+        raise ValueError("tiered storage is not available in Strom (remote.log.storage.system.enable is false)")
+    return enabled

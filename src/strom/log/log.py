@@ -393,7 +393,7 @@ class Log:
         config = self._config
         if (
             segment.size + size > config.segment_bytes
-            or now - segment.created_ms > config.segment_ms
+            or now - segment.created_ms > config.segment_ms - segment.roll_jitter_ms
             or segment.index_full()
             or last_offset - segment.base_offset > INT_MAX
         ):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,6 +117,10 @@ class LogSegment:
             raise
         # Segment age for segment.ms counts from creation, or from loading (as Kafka's `created`).
         self.created_ms = now_ms if now_ms is not None else _wall_ms()
+        # segment.jitter.ms: each segment rolls up to this much before segment.ms, so that
+        # many partitions' segments do not all roll at once (Kafka's rollJitterMs).
+        jitter = min(config.segment_jitter_ms, config.segment_ms)
+        self.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry
         self._next_offset: int | None = base_offset if self.size == 0 else None
         self._bytes_since_index = self.size - self.offset_index.last_entry[1]

@@ -1,7 +1,8 @@
 """Record batch compression codecs (attributes bits 0-2), backed by cramjam.
 
-The broker passes compressed batches through untouched; these are for the few places that
-must read records (timestamp lookups, tools) and for producing test data.
+The broker passes compressed batches through untouched, unless a topic's compression.type
+names a codec (then batches in another codec are recompressed); the rest is for the few places
+that must read records (timestamp lookups, tools) and for producing test data.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import cramjam
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
 NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
+# KIP-390's levels: (lowest, highest, Kafka's default) per codec that has them.
+LEVELS = {GZIP: (1, 9, 6), LZ4: (1, 17, 9), ZSTD: (-131072, 22, 3)}
 
 # The Java client frames snappy the way xerial's snappy-java does; librdkafka writes raw blocks.
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
@@ -45,15 +48,18 @@ def decompress(codec: int, data) -> bytes | memoryview:
     raise ValueError(f"unknown compression codec {codec}")
 
 
-def compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """`level`: KIP-390's compression.<codec>.level (None: Kafka's default for the codec)."""
     if codec == NONE:
         return data
+    if level is None and codec in LEVELS:
+        level = LEVELS[codec][2]
     if codec == GZIP:
-        return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data, level=level))
     if codec == SNAPPY:
         return bytes(cramjam.snappy.compress_raw(data))
     if codec == LZ4:
-        return bytes(cramjam.lz4.compress(data))
+        return bytes(cramjam.lz4.compress(data, level=level))
     if codec == ZSTD:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data, level=level))
     raise ValueError(f"unknown compression codec {codec}")

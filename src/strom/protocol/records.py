@@ -391,6 +391,30 @@ def build_batch(
     ) + tail
 
 
+def recompress(buf, batches: list[tuple[int, BatchHeader]], codec: int,
+               level: int | None = None) -> bytearray | None:
+    """The record set with every batch not already in `codec` recompressed into it (a topic's
+    compression.type): the records' bytes change codec, the header its attributes, length and
+    CRC, nothing else. None when every batch is already in `codec`."""
+    if all(h.compression == codec for _, h in batches):
+        return None
+    view = memoryview(buf)
+    out = bytearray()
+    for pos, h in batches:
+        end = pos + h.size
+        if h.compression == codec:
+            out += view[pos:end]
+            continue
+        payload = compression.compress(codec, bytes(compression.decompress(h.compression, view[pos + HEADER_SIZE:end])),
+                                       level)
+        attributes = (h.attributes & ~COMPRESSION_MASK) | codec
+        tail = bytearray(view[pos + ATTRIBUTES_OFFSET:pos + HEADER_SIZE]) + payload
+        _ATTRIBUTES.pack_into(tail, 0, attributes)
+        out += _OFFSET_AND_LENGTH.pack(h.base_offset, HEADER_SIZE - LOG_OVERHEAD + len(payload))
+        out += _LEADER_EPOCH.pack(h.partition_leader_epoch) + bytes([h.magic]) + _CRC.pack(crc32c(tail)) + tail
+    return out
+
+
 # --- transaction markers ------------------------------------------------------------------------
 # A control batch holds one record: key = version i16 (0) + type i16, value = version i16 (0) +
 # coordinator epoch i32 (Kafka's EndTransactionMarker).

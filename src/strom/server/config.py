@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from strom.log.cleaner import CleanerConfig
-from strom.log.config import LogConfig, double_in, int_in, one_of
+from strom.log.config import (
+    COMPRESSION_TYPES,
+    TOPIC_CONFIG_KEYS,
+    LogConfig,
+    double_in,
+    int_in,
+    one_of,
+)
 
 LONG_MAX = 2**63 - 1
 
@@ -99,6 +106,17 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "log.segment.delete.delay.ms": (int_in(0), "60000"),
     "log.cleanup.policy": (one_of("delete", "compact", "compact,delete", "delete,compact"), "delete"),
     "log.message.timestamp.type": (one_of("CreateTime", "LogAppendTime"), "CreateTime"),
+    "log.message.timestamp.before.max.ms": (int_in(0), str(LONG_MAX)),
+    "log.message.timestamp.after.max.ms": (int_in(0), "3600000"),  # Kafka 4.0's default (KIP-1030)
+    "compression.type": (one_of(*COMPRESSION_TYPES), "producer"),
+    "compression.gzip.level": (lambda text: TOPIC_CONFIG_KEYS["compression.gzip.level"][1](text), "-1"),
+    "compression.lz4.level": (lambda text: TOPIC_CONFIG_KEYS["compression.lz4.level"][1](text), "9"),
+    "compression.zstd.level": (lambda text: TOPIC_CONFIG_KEYS["compression.zstd.level"][1](text), "3"),
+    "log.roll.jitter.ms": (_optional(int_in(0)), None),
+    "log.roll.jitter.hours": (int_in(0), "0"),
+    "log.preallocate": (_bool, "false"),
+    "log.local.retention.ms": (int_in(-2), "-2"),
+    "log.local.retention.bytes": (int_in(-2), "-2"),
     "log.flush.interval.messages": (int_in(1), str(LONG_MAX)),
     "log.flush.interval.ms": (_optional(int_in(0)), None),
     "log.flush.scheduler.interval.ms": (int_in(1), str(LONG_MAX)),
@@ -257,6 +275,7 @@ _KAFKA_INT = {
     "socket.request.max.bytes", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
     "queued.max.requests", "num.network.threads", "num.io.threads",
     "num.recovery.threads.per.data.dir", "min.insync.replicas", "num.replica.fetchers",
+    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level", "log.roll.jitter.hours",
     "max.incremental.fetch.session.cache.slots", "max.request.partition.size.limit",
     "max.connections", "max.connections.per.ip", "max.broker.partitions",
     "controlled.shutdown.max.retries", "leader.imbalance.per.broker.percentage",
@@ -460,6 +479,17 @@ class BrokerConfig:
             flush_ms=self.log_flush_interval_ms,
             min_insync_replicas=self.values["min.insync.replicas"],
             unclean_leader_election_enable=self.values["unclean.leader.election.enable"],
+            compression_type=self.values["compression.type"],
+            compression_gzip_level=self.values["compression.gzip.level"],
+            compression_lz4_level=self.values["compression.lz4.level"],
+            compression_zstd_level=self.values["compression.zstd.level"],
+            message_timestamp_before_max_ms=self.values["log.message.timestamp.before.max.ms"],
+            message_timestamp_after_max_ms=self.values["log.message.timestamp.after.max.ms"],
+            segment_jitter_ms=(self.values["log.roll.jitter.ms"] if self.values["log.roll.jitter.ms"] is not None
+                               else self.values["log.roll.jitter.hours"] * 3_600_000),
+            preallocate=self.values["log.preallocate"],
+            local_retention_ms=self.values["log.local.retention.ms"],
+            local_retention_bytes=self.values["log.local.retention.bytes"],
         )
 
 

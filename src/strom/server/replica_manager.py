@@ -14,13 +14,13 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from strom.log.config import LogConfig
+from strom.log.config import LONG_MAX, LogConfig
 from strom.log.log import AppendInfo, FetchSlice, Log
 from strom.log.manager import LogManager
 from strom.log.producer_state import ProducerStateManager
 from strom.log.txn_index import AbortedTxn
-from strom.protocol.errors import ErrorCode, KafkaError
-from strom.protocol.records import build_marker_batch, validate_batches
+from strom.protocol.errors import ErrorCode, InvalidTimestampError, KafkaError
+from strom.protocol.records import BatchHeader, build_marker_batch, recompress, validate_batches
 from strom.server.metrics import (
     BYTES_IN,
     BYTES_REJECTED,
@@ -229,10 +229,18 @@ class Partition:
         if from_client and any(h.producer_id >= 0 and h.base_sequence < 0 for h in headers):
             raise KafkaError("invalid sequence number in a batch with a producer id",
                              ErrorCode.INVALID_RECORD)
+        if from_client and not config.log_append_time:
+            check_timestamps(headers, config, int(time.time() * 1000))
         if from_client and headers[0].producer_id >= 0:
             duplicate = self._check_sequences(headers)
             if duplicate is not None:
                 return duplicate
+        target = config.recompress_to if from_client else None
+        if target is not None:
+            recompressed = recompress(records, batches, *target)
+            if recompressed is not None:  # the topic's compression.type differs from the producer's
+                records = recompressed
+                batches = validate_batches(records, LONG_MAX)
         info = self.log.append(records, leader_epoch=self.leader_epoch, batches=batches)
         offset = info.first_offset
         for header in headers:
@@ -307,6 +315,22 @@ class ReadResult:
     last_stable_offset: int = -1
     aborted: list[AbortedTxn] | None = None  # read_committed only
     diverging_epoch: tuple[int, int] | None = None  # a follower's log left the leader's here
+
+
+def check_timestamps(headers: list[BatchHeader], config: LogConfig, now: int) -> None:
+    """message.timestamp.before.max.ms / after.max.ms for CreateTime topics, checked on each
+    batch's first and largest timestamps (a producer's records do not go below the first)."""
+    for h in headers:
+        if h.base_timestamp < 0:  # no timestamp given
+            continue
+        if now - h.base_timestamp > config.message_timestamp_before_max_ms:
+            raise InvalidTimestampError(f"timestamp {h.base_timestamp} is more than "
+                                        f"message.timestamp.before.max.ms={config.message_timestamp_before_max_ms} "
+                                        f"before the broker's time {now}")
+        if h.max_timestamp - now > config.message_timestamp_after_max_ms:
+            raise InvalidTimestampError(f"timestamp {h.max_timestamp} is more than "
+                                        f"message.timestamp.after.max.ms={config.message_timestamp_after_max_ms} "
+                                        f"after the broker's time {now}")
 
 
 class ReplicaManager:
@@ -564,7 +588,7 @@ class ReplicaManager:
                               partition.last_stable_offset)
         hw = partition.high_watermark
         lso = partition.last_stable_offset
-        if offset == (lso if read_committed else hw):
+        if offset == (lso if read_committed else hw) and not log_.offline:
             # Caught up: nothing to read. The common case of a consumer of many partitions, and
             # of every partition an incremental fetch session carries along.
             return ReadResult(ErrorCode.NONE, hw, log_.log_start_offset, None, lso, [] if read_committed else None)

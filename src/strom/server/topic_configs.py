@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from strom.log.config import TOPIC_CONFIG_KEYS, LogConfig
+from strom.log.config import TOPIC_CONFIG_KEYS, TOPIC_CONFIG_TYPES, LogConfig
 from strom.server.config import DEFINITIONS, SENSITIVE
 
 # ConfigSource
@@ -42,6 +42,16 @@ BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     "flush.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
     "min.insync.replicas": ("min.insync.replicas",),
     "unclean.leader.election.enable": ("unclean.leader.election.enable",),
+    "compression.type": ("compression.type",),
+    "compression.gzip.level": ("compression.gzip.level",),
+    "compression.lz4.level": ("compression.lz4.level",),
+    "compression.zstd.level": ("compression.zstd.level",),
+    "message.timestamp.before.max.ms": ("log.message.timestamp.before.max.ms",),
+    "message.timestamp.after.max.ms": ("log.message.timestamp.after.max.ms",),
+    "segment.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    "preallocate": ("log.preallocate",),
+    "local.retention.ms": ("log.local.retention.ms",),
+    "local.retention.bytes": ("log.local.retention.bytes",),
 }
 
 # Broker configs a broker group of synonyms shares (Kafka's brokerConfigSynonyms).
@@ -49,6 +59,7 @@ _BROKER_GROUPS = [
     ("log.roll.ms", "log.roll.hours"),
     ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
     ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
 ]
 
 # Broker configs that AlterConfigs may change at runtime; the rest are read-only, as in Kafka.
@@ -108,8 +119,18 @@ def _type_of(name: str, default: str | None) -> int:
     return LONG if name.endswith((".ms", ".messages")) or not -(2**31) <= value < 2**31 else INT
 
 
+_TYPE_IDS = {"BOOLEAN": BOOLEAN, "STRING": STRING, "INT": INT, "SHORT": SHORT, "LONG": LONG,
+             "DOUBLE": DOUBLE, "LIST": LIST, "CLASS": CLASS, "PASSWORD": PASSWORD}
+
+
 def config_type(name: str) -> int:
-    """The ConfigType of a topic or broker config."""
+    """The ConfigType of a topic or broker config: Kafka's, for topic configs and the broker
+    configs that set their defaults; inferred from the default for the rest."""
+    if name in TOPIC_CONFIG_TYPES:
+        return _TYPE_IDS[TOPIC_CONFIG_TYPES[name]]
+    topic = next((t for t, names in BROKER_SYNONYMS.items() if name in names), None)
+    if topic is not None and not name.endswith((".hours", ".minutes")):
+        return _TYPE_IDS[TOPIC_CONFIG_TYPES[topic]]
     if name in TOPIC_CONFIG_KEYS:
         default = str(LogConfig().to_topic_configs()[name])
         return _type_of(name, default)

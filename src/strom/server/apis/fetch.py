@@ -64,7 +64,7 @@ class TopicNames:
     def name(self, entry: Any, field: str = "topic") -> str:
         if self.by_id is None:
             return getattr(entry, field)
-        topic_id = entry.topic_id
+        topic_id = entry.topic_id if entry.topic_id is not None else uuid.UUID(int=0)
         name = self.by_id.get(topic_id)
         if name is None:
             name = str(topic_id)

@@ -1,0 +1,92 @@
+"""Topic configs Kafka 4.x has and Strom lacked: compression.type (the broker recompresses
+into the topic's codec, KIP-390 levels), message.timestamp.before/after.max.ms, and the rest
+accepted with Kafka's types; deprecated 3.x keys accepted, tiered storage refused."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from strom.client import Connection
+from strom.protocol.compression import GZIP, LZ4, NONE, ZSTD
+
+from .conftest import ck_consume, stored_batches
+
+LONG, INT, STRING, BOOLEAN = 5, 3, 2, 1
+DESCRIBE_CONFIGS = 32
+
+
+def create(broker, topic: str, **config: str) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(15)
+
+
+def produce(broker, topic: str, values: list[bytes], timestamp: int = 0, **conf) -> list:
+    errors: list = []
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50, **conf})
+    p.list_topics(topic, timeout=10)
+    for v in values:
+        p.produce(topic, v, timestamp=timestamp, on_delivery=lambda err, _m: errors.append(err))
+    p.flush(15)
+    return errors
+
+
+@pytest.mark.parametrize("topic_codec, producer_codec, stored", [
+    ("zstd", "none", ZSTD), ("uncompressed", "gzip", NONE), ("lz4", "snappy", LZ4), ("producer", "gzip", GZIP),
+])
+def test_the_topic_codec_is_the_stored_codec(broker, topic, topic_codec, producer_codec, stored):
+    create(broker, topic, **{"compression.type": topic_codec})
+    values = [b"value-%d-" % i * 20 for i in range(50)]
+    assert produce(broker, topic, values, **{"compression.type": producer_codec}) == [None] * 50
+    batches = stored_batches(broker.bootstrap, topic, 0)
+    assert batches and {b.compression for b in batches} == {stored}
+    assert [m.value() for m in ck_consume(broker.bootstrap, [(topic, 0, 0)], 50)] == values
+
+
+def test_compression_levels_are_validated(broker, topic):
+    create(broker, topic, **{"compression.type": "zstd", "compression.zstd.level": "19"})
+    assert produce(broker, topic, [b"x" * 1000]) == [None]
+    assert stored_batches(broker.bootstrap, topic, 0)[0].compression == ZSTD
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for key, value in (("compression.zstd.level", "23"), ("compression.lz4.level", "0"),
+                       ("compression.gzip.level", "10"), ("compression.type", "brotli")):
+        name = f"{topic}-{key.split('.')[1]}-{value}"
+        with pytest.raises(KafkaException, match=key):
+            admin.create_topics([NewTopic(name, 1, 1, config={key: value})])[name].result(15)
+
+
+def test_timestamps_out_of_bounds_are_refused(broker, topic):
+    now = int(time.time() * 1000)
+    create(broker, topic, **{"message.timestamp.before.max.ms": "60000"})
+    # Kafka 4.0's default message.timestamp.after.max.ms is one hour.
+    [future] = produce(broker, topic, [b"from the future"], timestamp=now + 2 * 3_600_000)
+    [past] = produce(broker, topic, [b"from the past"], timestamp=now - 600_000)
+    assert future.name() == past.name() == "INVALID_TIMESTAMP"
+    assert produce(broker, topic, [b"now"], timestamp=now) == [None]
+    assert [m.value() for m in ck_consume(broker.bootstrap, [(topic, 0, 0)], 1)] == [b"now"]
+    # LogAppendTime topics take any producer timestamp: the broker's time replaces it.
+    create(broker, topic + "-lat", **{"message.timestamp.type": "LogAppendTime"})
+    assert produce(broker, topic + "-lat", [b"x"], timestamp=now + 5 * 3_600_000) == [None]
+
+
+def test_types_deprecated_keys_and_tiered_storage(broker, topic):
+    create(broker, topic, **{"message.format.version": "3.0-IV1", "segment.jitter.ms": "1000",
+                             "preallocate": "true", "local.retention.ms": "-2"})
+    with Connection("127.0.0.1", broker.port) as conn:
+        body = conn.call(DESCRIBE_CONFIGS, 4, {
+            "resources": [{"resource_type": 2, "resource_name": topic, "configuration_keys": None}],
+            "include_synonyms": False, "include_documentation": False})
+    described = {c.name: (c.value, c.config_type) for c in body.results[0].configs}
+    assert described["retention.bytes"][1] == LONG and described["segment.bytes"][1] == INT
+    assert described["compression.type"] == ("producer", STRING)
+    assert described["preallocate"] == ("true", BOOLEAN)
+    assert described["message.timestamp.after.max.ms"] == ("3600000", LONG)
+    assert described["segment.jitter.ms"] == ("1000", LONG)
+    assert "message.format.version" not in described  # accepted, warned about, and dropped
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    name = topic + "-tiered"
+    with pytest.raises(KafkaException, match="tiered storage"):
+        admin.create_topics([NewTopic(name, 1, 1, config={"remote.storage.enable": "true"})])[name].result(15)
