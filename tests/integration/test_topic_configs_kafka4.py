@@ -86,6 +86,7 @@ def test_types_deprecated_keys_and_tiered_storage(broker, topic):
     assert described["message.timestamp.after.max.ms"] == ("3600000", LONG)
     assert described["segment.jitter.ms"] == ("1000", LONG)
     assert "message.format.version" not in described  # accepted, warned about, and dropped
+    assert "topic config message.format.version=3.0-IV1 ignored" in broker.log_text()
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     name = topic + "-tiered"
     with pytest.raises(KafkaException, match="tiered storage"):

@@ -8,11 +8,14 @@ does, so a bad value is refused with INVALID_CONFIG before any log is touched.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from strom.protocol import compression
+
+log = logging.getLogger(__name__)
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
@@ -101,6 +104,7 @@ class LogConfig:
         changes: dict[str, Any] = {}
         for key, raw in overrides.items():
             if key in DEPRECATED_TOPIC_CONFIGS:
+                log.warning("topic config %s=%s ignored: %s", key, raw, DEPRECATED_TOPIC_CONFIGS[key])
                 continue
             spec = TOPIC_CONFIG_KEYS.get(key)
             if spec is None:
