@@ -40,8 +40,9 @@ def broker():
 
 
 def localize(code: str, broker: BrokerProcess, work: Path) -> str:
-    code = code.replace("127.0.0.1:9092", broker.bootstrap).replace(".venv/bin/python", sys.executable)
-    return re.sub(r"/tmp/([\w-]+)", lambda m: str(work / m[1]), code)
+    # /tmp paths first: the interpreter's own path may lie under /tmp (a CI checkout).
+    code = re.sub(r"/tmp/([\w-]+)", lambda m: str(work / m[1]), code)
+    return code.replace("127.0.0.1:9092", broker.bootstrap).replace(".venv/bin/python", sys.executable)
 
 
 def run_python(code: str, work: Path, name: str = "example.py") -> str:

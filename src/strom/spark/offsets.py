@@ -9,12 +9,16 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from strom.spark.options import EARLIEST, LATEST, ClientOptions, SourceOptions, StromOptionError
 
 TIMEOUT_S = 15.0  # bound on every metadata/offset request from the driver
+RETRY_BACKOFF_S = 0.2
+# Answers that mean "not here yet" while a leader moves or a broker restarts.
+RETRIABLE_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE,
+                   KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
 
 Partition = tuple[str, int]
 Offsets = dict[Partition, int]
@@ -22,6 +26,8 @@ Offsets = dict[Partition, int]
 
 class StromConnectionError(RuntimeError):
     """The brokers could not be reached or did not answer in time."""
+
+    retriable = False
 
 
 def to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
@@ -99,15 +105,19 @@ class Admin:
         return sorted((t, p) for t, parts in found.items() if options.matches(t) for p in parts)
 
     def list_offsets(self, specs: dict[Partition, OffsetSpec]) -> Offsets:
-        """ListOffsets, tried again up to `retries` times (fetchOffset.numRetries)."""
-        for attempt in range(self.retries + 1):
+        """ListOffsets, tried again up to `retries` times (fetchOffset.numRetries), and on
+        retriable errors (a leader moving, a broker restarting) until the request timeout, as
+        the Java admin client Spark's connector uses retries them."""
+        deadline = time.monotonic() + self.timeout_s
+        attempt = 0
+        while True:
             try:
                 return self._list_offsets(specs)
-            except StromConnectionError:
-                if attempt == self.retries:
+            except StromConnectionError as e:
+                attempt += 1
+                if attempt > self.retries and not (e.retriable and time.monotonic() < deadline):
                     raise
-                time.sleep(self.retry_interval_s)
-        raise AssertionError("unreachable")
+                time.sleep(self.retry_interval_s if attempt <= self.retries else RETRY_BACKOFF_S)
 
     def _list_offsets(self, specs: dict[Partition, OffsetSpec]) -> Offsets:
         if not specs:
@@ -121,7 +131,9 @@ class Admin:
             try:
                 out[(tp.topic, tp.partition)] = future.result(timeout=self.timeout_s + 5).offset
             except KafkaException as e:
-                raise self._fail(f"list offsets of {tp.topic}-{tp.partition}", e.args[0]) from None
+                error = self._fail(f"list offsets of {tp.topic}-{tp.partition}", e.args[0])
+                error.retriable = bool(e.args[0].retriable()) or e.args[0].code() in RETRIABLE_CODES
+                raise error from None
             except TimeoutError:
                 raise self._fail(f"list offsets of {tp.topic}-{tp.partition}", "timed out") from None
         return out
