@@ -384,3 +384,30 @@ def test_group_coordination_on_the_cluster(cluster):
         consumer.close()
     view = partition_view(cluster.brokers[1], "__consumer_offsets")
     assert len(view) == 6 and all(len(v[1]) == 3 for v in view.values())
+
+
+def test_features_are_finalized_by_the_controller_and_seen_by_every_broker(cluster):
+    """/feature is written by the controller alone (others say NOT_CONTROLLER, as ZooKeeper-
+    mode Kafka brokers do) and every broker reports what it holds, with its epoch."""
+    api_versions, update_features = 18, 57
+
+    def finalized(broker):
+        with RawClient(broker) as client:
+            body = client.call(api_versions, 3, {"client_software_name": "t", "client_software_version": "1"})
+        return {f.name: f.max_version_level for f in body.finalized_features}, body.finalized_features_epoch
+
+    data, _ = cluster.zk().get("/feature")
+    assert json.loads(data) == {"version": 2, "status": 1, "features": {
+        "group.version": {"max_version_level": 1}, "metadata.version": {"max_version_level": 25},
+        "transaction.version": {"max_version_level": 2}}}
+    lower = {"timeout_ms": 10000, "validate_only": False, "feature_updates": [
+        {"feature": "transaction.version", "max_version_level": 1, "upgrade_type": 2}]}
+    other = next(b for i, b in cluster.brokers.items() if i != cluster.controller_id())
+    with RawClient(other) as client:
+        assert client.call(update_features, 1, lower).error_code == ErrorCode.NOT_CONTROLLER
+    with RawClient(cluster.brokers[cluster.controller_id()]) as client:
+        assert client.call(update_features, 1, lower).error_code == ErrorCode.NONE
+    for broker_id, broker in cluster.brokers.items():
+        cluster.wait_for(lambda b=broker: finalized(b) == (
+            {"group.version": 1, "metadata.version": 25, "transaction.version": 1}, 1),
+            what=f"broker {broker_id} reporting transaction.version 1 at epoch 1")

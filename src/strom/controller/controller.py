@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from strom.controller import znodes
+from strom.controller import features, znodes
 from strom.controller.channel import ControllerChannelManager, RequestBatch
 from strom.controller.event_manager import ControllerEvent, ControllerEventManager
 from strom.controller.store import (
@@ -131,6 +131,12 @@ class KafkaController:
 
     async def list_reassignments(self, partitions: list[tuple[str, int]] | None) -> dict:
         return await self.events.call("list_reassignments", partitions)
+
+    async def update_features(self, updates: list[features.FeatureUpdate], validate_only: bool
+                              ) -> features.FeatureErrors:
+        """UpdateFeatures: plan the new levels and write them to /feature in one conditional
+        write (a no-op when another controller took over meanwhile)."""
+        return await self.events.call("update_features", updates, validate_only)
 
     async def alter_partition(self, request) -> dict:
         """AlterPartition from a leader, processed as an event like everything else."""
@@ -244,6 +250,7 @@ class KafkaController:
             for index, state in t.partitions.items():
                 if state.zk_version < 0:
                     self.ctx.new_partitions.add((t.name, index))
+        await self.io(self._finalize_default_features)
         batch = self._batch()
         # Every live broker learns the whole cluster, and every replica what it serves.
         batch.add_update_metadata(live, [])
@@ -261,6 +268,29 @@ class KafkaController:
             await self._watch_topic(t.name)
         log.info("controller %d ready: %d brokers, %d topics, epoch %d", self.broker_id, len(live),
                  len(topics), self.ctx.epoch)
+
+    def _finalize_default_features(self) -> None:
+        """A cluster without /feature (new, or made by a Strom that predates it) gets the
+        levels a new Kafka 4.0 cluster has."""
+        try:
+            self.store.create(znodes.FEATURE, znodes.encode_features(features.default_levels()))
+        except NodeExists:
+            pass
+
+    async def _on_update_features(self, updates: list[features.FeatureUpdate], validate_only: bool
+                                  ) -> features.FeatureErrors:
+        node = await self.io(self.store.get, znodes.FEATURE)
+        current = znodes.decode_features(node[0]) if node is not None else {}
+        levels, results = features.plan_updates(current, updates)
+        failed = any(code != ErrorCode.NONE for code, _ in results.values())
+        if not failed and not validate_only and levels != current:
+            encoded = znodes.encode_features(levels)
+            if node is None:
+                await self.io(self.store.create, znodes.FEATURE, encoded)
+            else:
+                await self.io(self.store.set, znodes.FEATURE, encoded, node[1])
+            log.info("finalized features now %s", levels)
+        return results
 
     async def _new_epoch_for_restarted_leader(self) -> None:
         """This broker just started and leads partitions from before: a leader that restarted

@@ -35,6 +35,7 @@ ACL_CHANGES = "/kafka-acl-changes"
 ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 TOKENS = "/delegation_token/tokens"  # delegation tokens, and the notifications of their changes
 TOKEN_CHANGES = "/delegation_token/token_changes"
+FEATURE = "/feature"  # finalized feature levels (KIP-584), written by the controller
 
 # Paths every cluster has, created by the first broker (Kafka's persistent paths).
 PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/admin/delete_topics", "/config/topics",
@@ -195,3 +196,22 @@ def _parse_uuid(text: str) -> uuid.UUID:
 def config_change(entity_path: str) -> dict[str, Any]:
     """The body of a /config/changes/config_change_<n> notification (Kafka's version 2)."""
     return {"version": 2, "entity_path": entity_path}
+
+
+# --- features ----------------------------------------------------------------------------------
+
+def encode_features(levels: dict[str, int]) -> dict[str, Any]:
+    """FeatureZNode version 2 (max levels only), status enabled."""
+    return {"version": 2, "status": 1,
+            "features": {name: {"max_version_level": level} for name, level in sorted(levels.items())}}
+
+
+def decode_features(data: Any) -> dict[str, int]:
+    """Levels from a version 1 or 2 node; a disabled or unreadable node finalizes nothing."""
+    if not isinstance(data, dict) or data.get("status") != 1 or not isinstance(data.get("features"), dict):
+        return {}
+    out = {}
+    for name, entry in data["features"].items():
+        if isinstance(entry, dict) and isinstance(entry.get("max_version_level"), int):
+            out[name] = entry["max_version_level"]
+    return out

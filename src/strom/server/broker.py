@@ -24,6 +24,7 @@ from strom.controller import znodes
 from strom.controller.admin import TopicAdmin, read_configs
 from strom.controller.channel import ControllerChannelManager
 from strom.controller.controller import KafkaController
+from strom.controller.features import NONE_FINALIZED, FinalizedFeatures
 from strom.controller.store import LocalMetadataStore, MetadataStore, NodeExists
 from strom.controller.znodes import BrokerInfo, EndPoint, TopicMetadata
 from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
@@ -122,6 +123,15 @@ class Broker:
         self.metrics_server = None  # metrics_endpoint.MetricsServer when metrics.port is set
         self.inter_broker_security: ClientSecurity | None = None
         self.authorizer: Authorizer | None = None  # authorizer.class.name set: ACLs decide
+        self.finalized_features: FinalizedFeatures = NONE_FINALIZED  # /feature, as last seen
+        self._feature_watch = None
+
+    def _features_changed(self, data, version: int) -> None:
+        # The store's thread: one assignment of an immutable value, read by the event loop.
+        if data is None:
+            self.finalized_features = NONE_FINALIZED
+        elif version >= self.finalized_features.epoch:  # never back to an older read
+            self.finalized_features = FinalizedFeatures(znodes.decode_features(data), version)
 
     # --- lifecycle -----------------------------------------------------------------------
     async def startup(self) -> None:
@@ -169,6 +179,7 @@ class Broker:
             self.metrics_server.start(self.config["metrics.host"], self.config["metrics.port"])
         await self.config_repository.start()
         await self.delegation_tokens.start()
+        self._feature_watch = await self.store_io(self.store.watch_data, znodes.FEATURE, self._features_changed)
         if self.authorizer is not None:
             await self.authorizer.start()
         await self._register()
@@ -179,6 +190,8 @@ class Broker:
             self.store, self.store_io, self.broker_id, channel,
             lambda topic: self.log_config_for(topic).unclean_leader_election_enable)
         await self.controller.startup()
+        if (node := await self.store_io(self.store.get, znodes.FEATURE)) is not None:
+            self._features_changed(*node)  # made by this controller just now: known before serving
         if not await self.metadata_cache.wait_for(
                 lambda: self.broker_id in self.metadata_cache.live_brokers, FIRST_METADATA_TIMEOUT_S):
             log.warning("no metadata from a controller after %.0f s; serving anyway",
@@ -243,6 +256,8 @@ class Broker:
         if self.config_repository is not None:
             self.config_repository.stop()
             self.delegation_tokens.stop()
+            if self._feature_watch is not None:
+                self._feature_watch.cancel()
             if self.authorizer is not None:
                 self.authorizer.stop()
         if self._logs_open:  # a start-up that failed before (say, on a locked dir) writes nothing

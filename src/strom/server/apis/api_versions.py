@@ -1,7 +1,9 @@
-"""ApiVersions: advertise exactly what the handler table implements."""
+"""ApiVersions: advertise exactly what the handler table implements, and from v3 the features
+this broker supports and the levels the cluster has finalized (KIP-584)."""
 
 from __future__ import annotations
 
+from strom.controller.features import SUPPORTED
 from strom.protocol.errors import ErrorCode
 from strom.server.apis import HANDLERS, RequestContext, api
 
@@ -22,4 +24,15 @@ def unsupported_version_response() -> dict:
 
 @api(API_VERSIONS, 0, 4)
 async def handle_api_versions(broker, ctx: RequestContext, request) -> dict:
-    return {"error_code": ErrorCode.NONE, "api_keys": supported_versions(), "throttle_time_ms": 0}
+    response = {"error_code": ErrorCode.NONE, "api_keys": supported_versions(), "throttle_time_ms": 0}
+    if ctx.header.api_version >= 3:
+        finalized = broker.finalized_features
+        response |= {
+            "supported_features": [{"name": name, "min_version": f.min_level, "max_version": f.max_level}
+                                   for name, f in SUPPORTED.items()],
+            "finalized_features_epoch": finalized.epoch,
+            # Kafka reports a finalized level as both bounds of the range (KIP-778).
+            "finalized_features": [{"name": name, "max_version_level": level, "min_version_level": level}
+                                   for name, level in sorted(finalized.levels.items())],
+        }
+    return response

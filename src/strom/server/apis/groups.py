@@ -9,6 +9,7 @@ future, so only its own connection waits.
 
 from __future__ import annotations
 
+from strom.controller.features import GROUP_VERSION
 from strom.coordinator.group.consumer_group import HeartbeatRequest
 from strom.coordinator.group.coordinator import JoinRequest
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -181,6 +182,12 @@ async def handle_consumer_group_heartbeat(broker, ctx: RequestContext, request) 
     if not allowed(broker, ctx, READ, GROUP, request.group_id):
         return GROUP_DENIED
     version = ctx.header.api_version
+    if broker.finalized_features.level(GROUP_VERSION) < 1:
+        # Kafka 4.0: the KIP-848 protocol needs group.version 1 finalized as well as the config.
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.UNSUPPORTED_VERSION,
+                "error_message": "The new consumer group protocol is not enabled: group.version is "
+                                 "not finalized at 1 or more.", "member_id": None, "member_epoch": 0,
+                "heartbeat_interval_ms": 0, "assignment": None}
     owned = None if request.topic_partitions is None else [
         (tp.topic_id, list(tp.partitions)) for tp in request.topic_partitions]
     try:
