@@ -1,6 +1,7 @@
 """Config descriptions as DescribeConfigs answers them (and CreateTopics v5+ for a new topic):
-every config's effective value, where it comes from (ConfigSource) and its synonyms in
-precedence order, for topics and for brokers.
+every config's effective value, where it comes from (ConfigSource), its synonyms in
+precedence order and, when asked, its documentation (strom.server.config_docs), for topics
+and for brokers.
 
 Precedence is Kafka's: a topic override (DYNAMIC_TOPIC_CONFIG), then the broker configs that
 set the topic default - dynamic for this broker (DYNAMIC_BROKER_CONFIG), dynamic cluster
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from strom.log.config import TOPIC_CONFIG_KEYS, TOPIC_CONFIG_TYPES, LogConfig
+from strom.server import config_docs
 from strom.server.config import DEFINITIONS, SENSITIVE
 
 # ConfigSource
@@ -77,28 +79,6 @@ LIST_CONFIGS = frozenset({"cleanup.policy", "log.cleanup.policy", "listeners", "
                           "leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
                           "log.dirs", "log.dir", "group.coordinator.rebalance.protocols",
                           "group.consumer.assignors"})
-
-TOPIC_DOCS = {
-    "cleanup.policy": "delete, compact, or both: what happens to old log segments.",
-    "delete.retention.ms": "How long tombstones stay readable after compaction reaches them.",
-    "min.cleanable.dirty.ratio": "Dirty/total bytes above which the log is compacted.",
-    "min.compaction.lag.ms": "Records stay uncompacted for at least this long.",
-    "max.compaction.lag.ms": "Records are compacted at the latest after this long.",
-    "flush.messages": "fsync the log after this many unflushed records.",
-    "flush.ms": "fsync the log when its last flush is this old.",
-    "retention.ms": "Delete segments whose newest record is older than this (-1: never).",
-    "retention.bytes": "Delete old segments while the log is larger than this (-1: never).",
-    "segment.bytes": "Roll to a new segment at this size.",
-    "segment.ms": "Roll to a new segment when the active one is this old.",
-    "max.message.bytes": "The largest record batch accepted.",
-    "min.insync.replicas": "Replicas that must have an acks=all write.",
-    "leader.replication.throttled.replicas": "Replicas (partition:broker or *) whose leaders "
-                                             "throttle replication to leader.replication.throttled.rate.",
-    "follower.replication.throttled.replicas": "Replicas (partition:broker or *) that fetch at most "
-                                               "follower.replication.throttled.rate.",
-    "unclean.leader.election.enable": "Let an out-of-sync replica lead when no in-sync one is "
-                                      "alive, losing the records it lacks.",
-}
 
 
 def _type_of(name: str, default: str | None) -> int:
@@ -196,7 +176,7 @@ def describe_topic(defaults: LogConfig, overrides: Mapping[str, str], layers: Co
         source = synonyms[0]["source"] if synonyms else DEFAULT_CONFIG
         out.append(_entry(name, effective[name], source, synonyms, read_only=False,
                           include_synonyms=include_synonyms, include_docs=include_docs,
-                          doc=TOPIC_DOCS.get(name)))
+                          doc=config_docs.doc(name)))
     return out
 
 
@@ -234,7 +214,8 @@ def describe_broker(values: Mapping[str, Any], layers: ConfigLayers, keys: Itera
         else:
             raw = str(layers.dynamic_default[name])
         out.append(_entry(name, raw, source, synonyms, read_only=name not in DYNAMIC_BROKER_CONFIGS,
-                          include_synonyms=include_synonyms, include_docs=include_docs, doc=None))
+                          include_synonyms=include_synonyms, include_docs=include_docs,
+                          doc=config_docs.doc(name, broker=True)))
     return out
 
 
