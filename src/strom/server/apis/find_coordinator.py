@@ -3,7 +3,10 @@
 The coordinator of a key is the leader of partition `abs(hashCode(key)) % partitions` of the
 internal topic (`__consumer_offsets` for groups, `__transaction_state` for transactions),
 computed as Kafka computes it. The internal topic is created on first use. v0-3 carry one key;
-v4+ batch several keys of one type.
+v4+ batch several keys of one type. v5 only tells the broker that the client understands
+TRANSACTION_ABORTABLE (KIP-890), which FindCoordinator itself never returns. v6 adds key type 2,
+share groups (KIP-932): Strom has no share coordinator, so it answers a share key as a Kafka 4.0
+broker with share groups disabled does (INVALID_REQUEST, once CLUSTER_ACTION is allowed).
 
 Advertising the API matters beyond groups: librdkafka enables LZ4 only for brokers that list
 FindCoordinator (its marker for Kafka >= 0.8.2) and otherwise sends lz4 batches uncompressed.
@@ -16,13 +19,13 @@ import logging
 from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.apis import RequestContext, api
-from strom.server.authorizer import DESCRIBE, TRANSACTIONAL_ID, allowed
+from strom.server.authorizer import CLUSTER, CLUSTER_ACTION, DESCRIBE, TRANSACTIONAL_ID, allowed
 from strom.server.authorizer import GROUP as GROUP_RESOURCE
 
 log = logging.getLogger(__name__)
 
 FIND_COORDINATOR = 10
-GROUP, TRANSACTION = 0, 1
+GROUP, TRANSACTION, SHARE = 0, 1, 2
 _TOPICS = {GROUP: GROUP_METADATA_TOPIC, TRANSACTION: TRANSACTION_STATE_TOPIC}
 
 
@@ -48,16 +51,30 @@ async def find_coordinator(broker, listener: str, key_type: int, key: str) -> di
     return _no_node(ErrorCode.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.")
 
 
+def _share_key(broker, ctx: RequestContext) -> dict:
+    """A share group's key: INVALID_REQUEST before v6 (the type does not exist there). From v6,
+    Kafka checks CLUSTER_ACTION first (a refusal fails every key of the request alike, which is
+    what answering each key with it gives), then finds no share coordinator: share groups are
+    off, as they always are in Strom."""
+    if ctx.header.api_version < 6:
+        return _no_node(ErrorCode.INVALID_REQUEST, "Key type 2 (share) needs FindCoordinator v6 or later.")
+    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
+        return _no_node(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+    return _no_node(ErrorCode.INVALID_REQUEST, "Share groups are not enabled on this broker.")
+
+
 async def _authorized(broker, ctx: RequestContext, key_type: int, key: str) -> dict:
     """Kafka asks DESCRIBE on the group, or on the transactional id, first."""
     if key_type == GROUP and not allowed(broker, ctx, DESCRIBE, GROUP_RESOURCE, key):
         return _no_node(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
     if key_type == TRANSACTION and not allowed(broker, ctx, DESCRIBE, TRANSACTIONAL_ID, key):
         return _no_node(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.")
+    if key_type == SHARE:
+        return _share_key(broker, ctx)
     return await find_coordinator(broker, ctx.listener, key_type, key)
 
 
-@api(FIND_COORDINATOR, 0, 4)
+@api(FIND_COORDINATOR, 0, 6)
 async def handle_find_coordinator(broker, ctx: RequestContext, request) -> dict:
     version = ctx.header.api_version
     key_type = request.key_type if version >= 1 else GROUP
