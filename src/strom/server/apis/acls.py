@@ -1,5 +1,8 @@
 """CreateAcls, DescribeAcls and DeleteAcls (KIP-140, prefixed patterns from v1: KIP-290).
 
+From v1 only, as Kafka 4.0 (KIP-896 removed v0, which had no pattern type): a v0 request is an
+unsupported version, and the connection is closed.
+
 ACLs are written to the metadata store (server/authorizer.py) and so apply on every broker.
 Altering them takes ALTER on the cluster, reading them DESCRIBE; with no authorizer
 configured Kafka answers SECURITY_DISABLED, as here.
@@ -57,12 +60,12 @@ def _check_binding(rtype: int, name: str, pattern: int, principal: str, operatio
     return None
 
 
-@api(CREATE_ACLS, 0, 3)
+@api(CREATE_ACLS, 1, 3)
 async def handle_create_acls(broker, ctx: RequestContext, request) -> dict:
     refused = _disabled_or_denied(broker, ctx, ALTER)
     results = []
     for c in request.creations:
-        pattern = getattr(c, "resource_pattern_type", LITERAL)
+        pattern = c.resource_pattern_type
         if refused is not None:
             results.append({"error_code": refused[0], "error_message": refused[1]})
             continue
@@ -77,7 +80,7 @@ async def handle_create_acls(broker, ctx: RequestContext, request) -> dict:
 
 
 def _filter(f) -> AclFilter:
-    return AclFilter(f.resource_type_filter, f.resource_name_filter, getattr(f, "pattern_type_filter", LITERAL),
+    return AclFilter(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter,
                      f.principal_filter, f.host_filter, f.operation, f.permission_type)
 
 
@@ -86,13 +89,13 @@ def _acl_entry(acl: Acl) -> dict:
             "permission_type": acl.permission}
 
 
-@api(DESCRIBE_ACLS, 0, 3)
+@api(DESCRIBE_ACLS, 1, 3)
 async def handle_describe_acls(broker, ctx: RequestContext, request) -> dict:
     refused = _disabled_or_denied(broker, ctx, DESCRIBE)
     if refused is not None:
         return {"throttle_time_ms": 0, "error_code": refused[0], "error_message": refused[1], "resources": []}
     wanted = AclFilter(request.resource_type_filter, request.resource_name_filter,
-                       getattr(request, "pattern_type_filter", LITERAL), request.principal_filter,
+                       request.pattern_type_filter, request.principal_filter,
                        request.host_filter, request.operation, request.permission_type)
     resources = []
     for (rtype, pattern, name), acls in sorted(broker.authorizer.acls.items()):
@@ -105,7 +108,7 @@ async def handle_describe_acls(broker, ctx: RequestContext, request) -> dict:
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "resources": resources}
 
 
-@api(DELETE_ACLS, 0, 3)
+@api(DELETE_ACLS, 1, 3)
 async def handle_delete_acls(broker, ctx: RequestContext, request) -> dict:
     refused = _disabled_or_denied(broker, ctx, ALTER)
     results = []

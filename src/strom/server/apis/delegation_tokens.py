@@ -4,6 +4,9 @@ DescribeDelegationToken (KIP-48; server/delegation_tokens.py keeps the tokens).
 As in Kafka, tokens are handed out only to clients that proved who they are with something
 other than a token: not over PLAINTEXT, not anonymously over SSL, not when authenticated with
 a token (DELEGATION_TOKEN_REQUEST_NOT_ALLOWED).
+
+From v1 only, as Kafka 4.0 (KIP-896 removed v0): a v0 request is an unsupported version, and
+the connection is closed.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ def _split(principal: str) -> tuple[str, str]:
     return kind, name
 
 
-@api(CREATE, 0, 3)
+@api(CREATE, 1, 3)
 async def handle_create_delegation_token(broker, ctx: RequestContext, request) -> dict:
     owner = ctx.principal
     if getattr(request, "owner_principal_name", None):
@@ -73,17 +76,17 @@ async def _change(broker, ctx: RequestContext, change, token_hmac: bytes, period
     return {"error_code": ErrorCode.NONE, "expiry_timestamp_ms": expiry, "throttle_time_ms": 0}
 
 
-@api(RENEW, 0, 2)
+@api(RENEW, 1, 2)
 async def handle_renew_delegation_token(broker, ctx: RequestContext, request) -> dict:
     return await _change(broker, ctx, broker.delegation_tokens.renew, request.hmac, request.renew_period_ms)
 
 
-@api(EXPIRE, 0, 2)
+@api(EXPIRE, 1, 2)
 async def handle_expire_delegation_token(broker, ctx: RequestContext, request) -> dict:
     return await _change(broker, ctx, broker.delegation_tokens.expire, request.hmac, request.expiry_time_period_ms)
 
 
-@api(DESCRIBE_TOKEN, 0, 3)
+@api(DESCRIBE_TOKEN, 1, 3)
 async def handle_describe_delegation_token(broker, ctx: RequestContext, request) -> dict:
     tokens = broker.delegation_tokens
     if not _allowed(ctx):
