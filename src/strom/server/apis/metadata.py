@@ -128,8 +128,11 @@ def _cluster_operations(broker, ctx: RequestContext, request) -> set[int] | None
     return NOT_REQUESTED
 
 
-@api(DESCRIBE_CLUSTER, 0, 1)
+@api(DESCRIBE_CLUSTER, 0, 2)
 async def handle_describe_cluster(broker, ctx: RequestContext, request) -> dict:
+    """The registered brokers. v2 (KIP-1073) adds include_fenced_brokers and is_fenced: Strom's
+    cluster is ZooKeeper-mode, where a broker is either registered (alive) or absent and there is
+    no fenced state, so every broker listed is unfenced and the flag changes nothing."""
     return {
         "throttle_time_ms": 0,
         "error_code": ErrorCode.NONE,
@@ -137,7 +140,7 @@ async def handle_describe_cluster(broker, ctx: RequestContext, request) -> dict:
         "cluster_id": broker.cluster_id,
         "controller_id": broker.controller_id,
         "brokers": [
-            {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+            {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"], "is_fenced": False}
             for b in broker.endpoints(ctx.listener)
         ],
         "authorized_operations": _cluster_operations(broker, ctx, request),
