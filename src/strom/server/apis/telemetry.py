@@ -1,7 +1,8 @@
-"""GetTelemetrySubscriptions (71) and PushTelemetry (72): KIP-714's client metrics, as
-`strom.server.client_telemetry` keeps them.
+"""GetTelemetrySubscriptions (71), PushTelemetry (72) and ListClientMetricsResources (74):
+KIP-714's client metrics, as `strom.server.client_telemetry` keeps them.
 
-No ACL guards them (as in Kafka). A client's software name and version, which subscriptions
+No ACL guards the first two (as in Kafka); listing the subscriptions takes DESCRIBE_CONFIGS on
+the cluster. A client's software name and version, which subscriptions
 may match on, are what it said in its connection's ApiVersions request: the ApiVersions
 handler is wrapped to note them.
 """
@@ -15,6 +16,7 @@ from strom.protocol.errors import ErrorCode
 from strom.server import client_telemetry
 from strom.server.apis import HANDLERS, Api, RequestContext, api
 from strom.server.apis.api_versions import API_VERSIONS
+from strom.server.authorizer import CLUSTER, DESCRIBE_CONFIGS, allowed
 from strom.server.client_telemetry import (
     GET_TELEMETRY_SUBSCRIPTIONS,
     PUSH_TELEMETRY,
@@ -24,6 +26,10 @@ from strom.server.client_telemetry import (
 )
 
 log = logging.getLogger("strom.server.client_telemetry")
+
+# Kafka 4.0's ListClientMetricsResources; kafka-python's codec calls key 74 ListConfigResources,
+# whose v1 (Kafka 4.1, KIP-1142) lists other resource types too. Only v0 is served, as Kafka 4.0.
+LIST_CLIENT_METRICS_RESOURCES = 74
 
 
 @api(GET_TELEMETRY_SUBSCRIPTIONS, 0, 0)
@@ -64,6 +70,19 @@ async def handle_push_telemetry(broker, ctx: RequestContext, request) -> dict:
               ctx.header.client_id, inst.instance_id, ", terminating" if request.terminating else "",
               len(payload), len(points))
     return {"throttle_time_ms": 0, "error_code": 0}
+
+
+@api(LIST_CLIENT_METRICS_RESOURCES, 0, 0)
+async def handle_list_client_metrics_resources(broker, ctx: RequestContext, request) -> dict:
+    """The names of the CLIENT_METRICS config resources (the subscriptions), as Kafka lists them:
+    the broker's own view of them, which follows /config/client-metrics through the config
+    change notifications."""
+    if not allowed(broker, ctx, DESCRIBE_CONFIGS, CLUSTER):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "config_resources": []}
+    manager = client_telemetry.manager(broker)
+    await manager.start(broker)
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+            "config_resources": [{"resource_name": name} for name in sorted(manager.subscriptions)]}
 
 
 def _note_software(versions: Api) -> None:
