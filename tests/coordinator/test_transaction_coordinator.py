@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from strom.coordinator.transaction import records
@@ -82,25 +84,25 @@ def test_commit_writes_markers_to_every_partition_then_completes(env):
     assert c.add_partitions("tx", init.producer_id, 0, [("a", 0), ("a", 1)]) == E.NONE
     assert c.add_partitions("tx", init.producer_id, 0, [("b", 0)]) == E.NONE
     assert c.txns["tx"].state == TxnState.ONGOING
-    assert c.end_transaction("tx", init.producer_id, 0, committed=True) == E.NONE
+    assert c.end_transaction("tx", init.producer_id, 0, committed=True).error == E.NONE
     assert markers.written == [(100, 0, 3, True, [("a", 0), ("a", 1), ("b", 0)])]
     states = [v.state for tid, v in store.log if tid == "tx"]
     assert states[-2:] == [TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT]
     assert store.log[-2][1].partitions == {("a", 0), ("a", 1), ("b", 0)}
     # A retried EndTxn is answered as the first one; the opposite decision is refused.
-    assert c.end_transaction("tx", 100, 0, committed=True) == E.NONE
-    assert c.end_transaction("tx", 100, 0, committed=False) == E.INVALID_TXN_STATE
+    assert c.end_transaction("tx", 100, 0, committed=True).error == E.NONE
+    assert c.end_transaction("tx", 100, 0, committed=False).error == E.INVALID_TXN_STATE
 
 
 def test_errors_for_unknown_ids_wrong_producers_and_empty_transactions(env):
     c, _, _, _ = env
-    assert c.end_transaction("nobody", 1, 0, True) == E.INVALID_PRODUCER_ID_MAPPING
+    assert c.end_transaction("nobody", 1, 0, True).error == E.INVALID_PRODUCER_ID_MAPPING
     init = c.init_producer_id("tx", 60_000)
     assert c.add_partitions("tx", init.producer_id + 1, 0, [("a", 0)]) == E.INVALID_PRODUCER_ID_MAPPING
-    assert c.end_transaction("tx", init.producer_id, 0, True) == E.INVALID_TXN_STATE  # Empty
+    assert c.end_transaction("tx", init.producer_id, 0, True).error == E.INVALID_TXN_STATE  # Empty
     c.init_producer_id("tx", 60_000)  # epoch 1 now: epoch 0 is a zombie
     assert c.add_partitions("tx", init.producer_id, 0, [("a", 0)]) == E.PRODUCER_FENCED
-    assert c.end_transaction("tx", init.producer_id, 0, True) == E.PRODUCER_FENCED
+    assert c.end_transaction("tx", init.producer_id, 0, True).error == E.PRODUCER_FENCED
 
 
 def test_a_new_producer_aborts_and_fences_the_open_transaction(env):
@@ -112,7 +114,7 @@ def test_a_new_producer_aborts_and_fences_the_open_transaction(env):
     # The abort marker went out under epoch 1, which partitions then require.
     assert markers.written == [(100, 1, 3, False, [("a", 0)])]
     assert c.txns["tx"].state == TxnState.EMPTY
-    assert c.end_transaction("tx", old.producer_id, 0, True) == E.PRODUCER_FENCED
+    assert c.end_transaction("tx", old.producer_id, 0, True).error == E.PRODUCER_FENCED
 
 
 def test_timed_out_transactions_are_aborted_with_a_bumped_epoch(env):
@@ -125,7 +127,7 @@ def test_timed_out_transactions_are_aborted_with_a_bumped_epoch(env):
     assert c.abort_timed_out() == 1
     assert markers.written == [(100, 1, 3, False, [("a", 0)])]
     assert c.txns["tx"].state == TxnState.COMPLETE_ABORT
-    assert c.end_transaction("tx", init.producer_id, 0, True) == E.PRODUCER_FENCED
+    assert c.end_transaction("tx", init.producer_id, 0, True).error == E.PRODUCER_FENCED
 
 
 def test_failed_markers_keep_the_transaction_prepared_until_a_retry_succeeds(env):
@@ -133,9 +135,9 @@ def test_failed_markers_keep_the_transaction_prepared_until_a_retry_succeeds(env
     init = c.init_producer_id("tx", 60_000)
     c.add_partitions("tx", init.producer_id, 0, [("a", 0), ("a", 1)])
     markers.errors = {("a", 1): E.KAFKA_STORAGE_ERROR, ("a", 0): E.NONE}
-    assert c.end_transaction("tx", init.producer_id, 0, True) == E.NONE  # the decision is durable
+    assert c.end_transaction("tx", init.producer_id, 0, True).error == E.NONE  # the decision is durable
     assert c.txns["tx"].state == TxnState.PREPARE_COMMIT
-    assert c.end_transaction("tx", init.producer_id, 0, True) == E.CONCURRENT_TRANSACTIONS
+    assert c.end_transaction("tx", init.producer_id, 0, True).error == E.CONCURRENT_TRANSACTIONS
     assert c.init_producer_id("tx", 60_000).error == E.CONCURRENT_TRANSACTIONS
     markers.errors = {}
     c.abort_timed_out()
@@ -163,7 +165,7 @@ def test_restart_finishes_prepared_transactions(env):
     assert markers.written == [(7, 2, 3, False, [("a", 0)])]
     assert c.txns["prepared"].state == TxnState.COMPLETE_ABORT
     assert c.txns["open"].state == TxnState.ONGOING  # its producer may still commit it
-    assert c.end_transaction("open", 8, 0, True) == E.NONE
+    assert c.end_transaction("open", 8, 0, True).error == E.NONE
 
 
 def test_describe_and_list(env):
@@ -200,3 +202,94 @@ def test_idle_transactional_ids_expire_with_a_tombstone(env):
     clock.now += 3_600_000
     assert c.remove_expired() == 1
     assert store.log[-1] == ("idle", None) and set(c.txns) == {"busy"}
+
+
+# --- transactions version 2 (KIP-890 part 2) ---------------------------------------------------
+
+def _tv2_transaction(c, pid: int, epoch: int, partitions=(("t", 0), ("t", 1))):
+    """What the leaders do for a TV2 producer: add the partitions on its behalf."""
+    assert c.add_partitions("tx", pid, epoch, partitions, transaction_version=2) == E.NONE
+
+
+def test_tv2_end_bumps_the_epoch_and_the_markers_carry_it(env):
+    c, store, markers, _ = env
+    init = c.init_producer_id("tx", 60_000)
+    pid, epoch = init.producer_id, init.producer_epoch
+    _tv2_transaction(c, pid, epoch)
+    assert store.log[-1][1].client_transaction_version == 2
+    end = c.end_transaction("tx", pid, epoch, committed=True, transaction_version=2)
+    assert (end.error, end.producer_id, end.producer_epoch) == (E.NONE, pid, epoch + 1)
+    assert markers.written[-1][:2] == (pid, epoch + 1)
+    assert c.txns["tx"].state == TxnState.COMPLETE_COMMIT and c.txns["tx"].producer_epoch == epoch + 1
+    # A retry of that EndTxn comes one epoch behind and gets the same answer.
+    retry = c.end_transaction("tx", pid, epoch, committed=True, transaction_version=2)
+    assert (retry.error, retry.producer_id, retry.producer_epoch) == (E.NONE, pid, epoch + 1)
+    # ... but not as an abort, and an epoch further behind is a fenced producer.
+    assert c.end_transaction("tx", pid, epoch, committed=False, transaction_version=2).error == E.INVALID_TXN_STATE
+    assert c.end_transaction("tx", pid, epoch - 1, committed=True, transaction_version=2).error == E.PRODUCER_FENCED
+    # The next transaction runs at the bumped epoch; the old epoch can no longer add.
+    assert c.add_partitions("tx", pid, epoch, [("t", 0)], transaction_version=2) == E.PRODUCER_FENCED
+    _tv2_transaction(c, pid, epoch + 1, [("t", 0)])
+    end = c.end_transaction("tx", pid, epoch + 1, committed=False, transaction_version=2)
+    assert (end.error, end.producer_epoch) == (E.NONE, epoch + 2)
+    assert markers.written[-1][:4] == (pid, epoch + 2, 3, False)
+
+
+def test_tv2_end_while_markers_are_pending_is_concurrent_and_then_done(env):
+    c, _, markers, _ = env
+    init = c.init_producer_id("tx", 60_000)
+    pid, epoch = init.producer_id, init.producer_epoch
+    _tv2_transaction(c, pid, epoch)
+    markers.errors[("t", 1)] = E.NOT_ENOUGH_REPLICAS  # one leader cannot take its marker yet
+    end = c.end_transaction("tx", pid, epoch, committed=True, transaction_version=2)
+    assert (end.error, end.producer_epoch) == (E.NONE, epoch + 1)
+    assert c.txns["tx"].state == TxnState.PREPARE_COMMIT
+    assert c.end_transaction("tx", pid, epoch, True, transaction_version=2).error == E.CONCURRENT_TRANSACTIONS
+    # The producer's next transaction must wait for the previous one's markers.
+    assert c.add_partitions("tx", pid, epoch + 1, [("t", 0)], transaction_version=2) == E.CONCURRENT_TRANSACTIONS
+    markers.errors.clear()
+    c.abort_timed_out()  # retries pending markers
+    assert c.txns["tx"].state == TxnState.COMPLETE_COMMIT
+    _tv2_transaction(c, pid, epoch + 1, [("t", 0)])
+
+
+def test_tv2_epoch_exhaustion_moves_the_producer_to_a_new_id(env):
+    c, store, markers, _ = env
+    init = c.init_producer_id("tx", 60_000)
+    pid = init.producer_id
+    c.txns["tx"] = replace(c.txns["tx"], producer_epoch=32766)  # many transactions later
+    _tv2_transaction(c, pid, 32766)
+    end = c.end_transaction("tx", pid, 32766, committed=True, transaction_version=2)
+    new_pid = end.producer_id
+    assert end.error == E.NONE and new_pid != pid and end.producer_epoch == 0
+    assert markers.written[-1][:2] == (pid, 32767)  # the old id's batches get the marker
+    prepared = [v for tid, v in store.log if tid == "tx" and v.state == TxnState.PREPARE_COMMIT][-1]
+    assert prepared.next_producer_id == new_pid  # recorded before acting, for a new coordinator
+    assert (c.txns["tx"].producer_id, c.txns["tx"].producer_epoch) == (new_pid, 0)
+    # A retry from the old id and last epoch is recognised.
+    retry = c.end_transaction("tx", pid, 32766, committed=True, transaction_version=2)
+    assert (retry.error, retry.producer_id, retry.producer_epoch) == (E.NONE, new_pid, 0)
+    _tv2_transaction(c, new_pid, 0)
+
+
+def test_tv1_end_keeps_the_epoch(env):
+    c, _, markers, _ = env
+    init = c.init_producer_id("tx", 60_000)
+    assert c.add_partitions("tx", init.producer_id, init.producer_epoch, [("t", 0)]) == E.NONE
+    end = c.end_transaction("tx", init.producer_id, init.producer_epoch, committed=True)
+    assert (end.error, end.producer_epoch) == (E.NONE, init.producer_epoch)
+    assert markers.written[-1][1] == init.producer_epoch
+    assert c.txns["tx"].client_transaction_version == 0
+
+
+def test_a_new_coordinator_keeps_tv2_rules(env):
+    c, store, markers, clock = env
+    init = c.init_producer_id("tx", 60_000)
+    pid, epoch = init.producer_id, init.producer_epoch
+    _tv2_transaction(c, pid, epoch)
+    c.end_transaction("tx", pid, epoch, committed=True, transaction_version=2)
+    loaded = {tid: v for tid, v in store.log if v is not None}
+    successor = TransactionCoordinator(store, lambda: 999, markers, 900_000, 3_600_000, clock)
+    successor.startup(loaded)
+    retry = successor.end_transaction("tx", pid, epoch, committed=True, transaction_version=2)
+    assert (retry.error, retry.producer_id, retry.producer_epoch) == (E.NONE, pid, epoch + 1)

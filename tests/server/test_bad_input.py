@@ -95,9 +95,10 @@ def test_unsupported_api_versions_version_answered_at_v0(broker):
 
 def test_unsupported_version_of_other_api_closes(broker):
     client = RawClient(broker)
-    # DescribeCluster v2 (KIP-1073): the codec knows it, the broker does not serve it.
-    client.send_raw(messages.encode_request(60, 2, {"include_cluster_authorized_operations": False,
-                                                    "endpoint_type": 1, "include_fenced_brokers": False}))
+    # DescribeAcls v0, which Kafka 4.0 dropped (KIP-896): the codec knows it, the broker does not serve it.
+    client.send_raw(messages.encode_request(29, 0, {
+        "resource_type_filter": 1, "resource_name_filter": None, "principal_filter": None,
+        "host_filter": None, "operation": 1, "permission_type": 1}))
     assert client.is_closed()
     _still_serving(broker)
 

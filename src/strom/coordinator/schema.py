@@ -1,13 +1,13 @@
 """Readers and writers of the key and value schemas that coordinators keep in their internal
 topics (`__consumer_offsets`, `__transaction_state`): Kafka's plain big-endian encoding, and
-for reading its flexible versions (compact lengths, tagged fields) as well.
+its flexible versions (compact lengths, tagged fields).
 """
 
 from __future__ import annotations
 
 import struct
 
-from strom.protocol.varint import VarintError, read_uvarint, skip_tagged_fields
+from strom.protocol.varint import VarintError, read_uvarint, skip_tagged_fields, write_uvarint
 
 _I8, _I16, _I32, _I64 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 
@@ -17,10 +17,28 @@ class RecordFormatError(ValueError):
 
 
 class Writer:
-    """Non-flexible encoding: what Kafka 3.x writes."""
+    """Non-flexible encoding (what Kafka 3.x writes), or with `flexible` compact lengths."""
 
-    def __init__(self) -> None:
+    def __init__(self, flexible: bool = False) -> None:
         self.buf = bytearray()
+        self.flexible = flexible
+
+    def _length(self, n: int, wide: bool) -> Writer:
+        if self.flexible:
+            self.buf += write_uvarint(n + 1)
+            return self
+        return self.int32(n) if wide else self.int16(n)
+
+    def array_length(self, n: int) -> Writer:
+        return self._length(n, wide=True)
+
+    def tagged_fields(self, fields: dict[int, bytes] | None = None) -> Writer:
+        """The tagged-field section of a flexible struct: tag order, each value pre-encoded."""
+        fields = fields or {}
+        self.buf += write_uvarint(len(fields))
+        for tag in sorted(fields):
+            self.buf += write_uvarint(tag) + write_uvarint(len(fields[tag])) + fields[tag]
+        return self
 
     def int8(self, v: int) -> Writer:
         self.buf += _I8.pack(v)
@@ -39,18 +57,14 @@ class Writer:
         return self
 
     def string(self, v: str | None) -> Writer:
-        if v is None:
-            return self.int16(-1)
-        data = v.encode()
-        self.int16(len(data))
-        self.buf += data
+        data = None if v is None else v.encode()
+        self._length(-1 if data is None else len(data), wide=False)
+        self.buf += data or b""
         return self
 
     def bytes_(self, v: bytes | None) -> Writer:
-        if v is None:
-            return self.int32(-1)
-        self.int32(len(v))
-        self.buf += v
+        self._length(-1 if v is None else len(v), wide=True)
+        self.buf += v or b""
         return self
 
 
@@ -102,9 +116,21 @@ class Reader:
     def array_length(self) -> int:
         return self._length(wide=True)
 
-    def tagged_fields(self) -> None:
-        if self.flexible:
-            try:
-                self.pos = skip_tagged_fields(self.buf, self.pos)
-            except VarintError as e:
-                raise RecordFormatError(str(e)) from None
+    def tagged_fields(self) -> dict[int, memoryview]:
+        """Skip a tagged-field section, returning the raw value of each tag (empty when not
+        flexible)."""
+        if not self.flexible:
+            return {}
+        start = self.pos
+        try:
+            self.pos = skip_tagged_fields(self.buf, self.pos)  # validates the whole section
+        except VarintError as e:
+            raise RecordFormatError(str(e)) from None
+        fields, pos = {}, start
+        count, pos = read_uvarint(self.buf, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(self.buf, pos)
+            size, pos = read_uvarint(self.buf, pos)
+            fields[tag] = self.buf[pos : pos + size]
+            pos += size
+        return fields

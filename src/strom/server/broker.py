@@ -553,21 +553,28 @@ class Broker:
         if self.txn_coordinator is not None:
             self.txn_coordinator.retry_markers(producer_id)
 
-    async def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                 tp: tuple[str, int]) -> ErrorCode:
-        """Is `tp` part of the producer's open transaction? Asked of the transaction coordinator
-        (AddPartitionsToTxn v4 with verify_only), here or on the broker that leads the
-        transactional id's `__transaction_state` partition."""
+    async def transaction_partition(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                    tp: tuple[str, int], add: bool = False) -> ErrorCode:
+        """Is `tp` part of the producer's open transaction (KIP-890 part 1), or, with `add`,
+        make it part (part 2: transactions version 2 producers do not add partitions
+        themselves)? Asked of the transaction coordinator with AddPartitionsToTxn v5, here or
+        on the broker that leads the transactional id's `__transaction_state` partition."""
         coordinator = self._txn_coordinator_id(transactional_id)
         if coordinator == self.broker_id:
-            return self.txn_coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
-                                                          [tp])[tp]
+            if not add:
+                return self.txn_coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
+                                                              [tp])[tp]
+            error = self.txn_coordinator.add_partitions(transactional_id, producer_id, producer_epoch, [tp],
+                                                        transaction_version=2)
+            if error == ErrorCode.NONE:
+                error = await self.await_internal_replication(TRANSACTION_STATE_TOPIC, transactional_id)
+            return error
         if coordinator < 0:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         try:
-            response = await self.connections.call(coordinator, ADD_PARTITIONS_TO_TXN, 4, {"transactions": [{
+            response = await self.connections.call(coordinator, ADD_PARTITIONS_TO_TXN, 5, {"transactions": [{
                 "transactional_id": transactional_id, "producer_id": producer_id,
-                "producer_epoch": producer_epoch, "verify_only": True,
+                "producer_epoch": producer_epoch, "verify_only": not add,
                 "topics": [{"name": tp[0], "partitions": [tp[1]]}]}]})
         except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE

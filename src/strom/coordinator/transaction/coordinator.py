@@ -8,6 +8,13 @@ partitions, then records CompleteCommit or CompleteAbort. Each transition is wri
 `__transaction_state` before the coordinator acts on it, so after a restart a transaction
 found in a Prepare state gets its markers (again) and completes. Transactions open longer
 than their timeout are aborted with a bumped epoch, so the stuck producer is fenced too.
+
+Transactions version 2 (KIP-890 part 2) changes three things for clients that use it: the
+partition leaders add partitions on the producer's behalf (Produce v12, TxnOffsetCommit v5)
+instead of AddPartitionsToTxn/AddOffsetsToTxn; every EndTxn bumps the producer epoch (a new
+producer id once the epoch runs out), the markers carry the bumped epoch, and the response
+tells the producer the epoch of its next transaction; and so a retried EndTxn is recognised
+by its epoch being one behind.
 """
 
 from __future__ import annotations
@@ -51,14 +58,31 @@ class TransactionMetadata:
     partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
     start_ms: int = -1
     last_update_ms: int = -1
+    next_producer_id: int = -1  # TV2: the id a prepared transaction's producer goes on with
+    client_transaction_version: int = 0
 
     def to_value(self) -> TransactionLogValue:
         return TransactionLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
-                                   set(self.partitions), self.last_update_ms, self.start_ms)
+                                   set(self.partitions), self.last_update_ms, self.start_ms,
+                                   self.last_producer_id, self.next_producer_id,
+                                   self.client_transaction_version)
+
+    @property
+    def bumps_epoch(self) -> bool:
+        """Transactions version 2 rules apply (not while fencing, which bumps on its own)."""
+        return self.client_transaction_version >= 2 and self.state != TxnState.PREPARE_EPOCH_FENCE
+
+    def after_completion(self) -> tuple[int, int]:
+        """The producer id and epoch its producer uses once this (prepared) transaction ends."""
+        if self.next_producer_id >= 0:
+            return self.next_producer_id, 0
+        return self.producer_id, self.producer_epoch
 
 
 @dataclass(slots=True, frozen=True)
 class InitResult:
+    """InitProducerId's and (TV2) EndTxn's answer: an error, or the id and epoch to use."""
+
     error: ErrorCode
     producer_id: int = -1
     producer_epoch: int = -1
@@ -83,8 +107,10 @@ class TransactionCoordinator:
         """Take over the loaded transactions and finish those a restart caught half-way."""
         for txn_id, v in loaded.items():
             self.txns[txn_id] = TransactionMetadata(
-                txn_id, v.producer_id, v.producer_epoch, timeout_ms=v.timeout_ms, state=v.state,
-                partitions=frozenset(v.partitions), start_ms=v.start_ms, last_update_ms=v.last_update_ms)
+                txn_id, v.producer_id, v.producer_epoch, last_producer_id=v.previous_producer_id,
+                timeout_ms=v.timeout_ms, state=v.state, partitions=frozenset(v.partitions),
+                start_ms=v.start_ms, last_update_ms=v.last_update_ms, next_producer_id=v.next_producer_id,
+                client_transaction_version=v.client_transaction_version)
         self.active = True
         pending = [m for m in self.txns.values() if m.state in _PREPARED]
         for meta in pending:
@@ -185,7 +211,9 @@ class TransactionCoordinator:
 
     # --- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------------
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: Iterable[TopicPartition]) -> ErrorCode:
+                       partitions: Iterable[TopicPartition], transaction_version: int = 0) -> ErrorCode:
+        """AddPartitionsToTxn / AddOffsetsToTxn (`transaction_version` 0), or a partition
+        leader adding a partition for a producer of transactions version 2."""
         error, meta = self._current(transactional_id, producer_id, producer_epoch)
         if error is not None:
             return error
@@ -195,9 +223,11 @@ class TransactionCoordinator:
         if meta.state == TxnState.ONGOING and wanted <= meta.partitions:
             return ErrorCode.NONE
         now = self.now_ms()
+        starting = meta.state != TxnState.ONGOING
         return self._persist(replace(
             meta, state=TxnState.ONGOING, partitions=meta.partitions | wanted,
-            start_ms=meta.start_ms if meta.state == TxnState.ONGOING else now, last_update_ms=now))
+            start_ms=now if starting else meta.start_ms, last_update_ms=now,
+            client_transaction_version=transaction_version if starting else meta.client_transaction_version))
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
@@ -214,26 +244,65 @@ class TransactionCoordinator:
 
     # --- EndTxn ---------------------------------------------------------------------------------
     def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                        committed: bool) -> ErrorCode:
-        error, meta = self._current(transactional_id, producer_id, producer_epoch)
+                        committed: bool, transaction_version: int = 0) -> InitResult:
+        """EndTxn. With `transaction_version` 2 (EndTxn v5) the answer carries the producer id
+        and epoch for the producer's next transaction."""
+        error = self._check_coordinator(transactional_id)
         if error is not None:
-            return error
+            return InitResult(error)
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            return InitResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        error = self._end_txn_fencing(meta, producer_id, producer_epoch)
+        if error is not None:
+            return InitResult(error)
         state = meta.state
         if state == TxnState.ONGOING:
-            return self._end(meta, committed)
-        if state == _COMPLETE[committed]:
-            return ErrorCode.NONE  # a retry of an EndTxn that already finished
+            error, meta = self._end(meta, committed, bump=transaction_version >= 2)
+            return InitResult(error, *meta.after_completion()) if error == ErrorCode.NONE else InitResult(error)
+        if state == _COMPLETE[committed]:  # a retry of an EndTxn that already finished
+            return InitResult(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
         if state in _PREPARED and _PREPARED[state] == committed:
-            return ErrorCode.CONCURRENT_TRANSACTIONS  # markers still being written
-        return ErrorCode.INVALID_TXN_STATE
+            return InitResult(ErrorCode.CONCURRENT_TRANSACTIONS)  # markers still being written
+        return InitResult(ErrorCode.INVALID_TXN_STATE)
 
-    def _end(self, meta: TransactionMetadata, committed: bool) -> ErrorCode:
+    @staticmethod
+    def _end_txn_fencing(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> ErrorCode | None:
+        """Is the EndTxn from the transaction's current producer (or a retry of its last one)?
+        Under transactions version 2 the epoch moved on when the transaction ended, so a retry
+        comes one epoch behind, or, when that bump ran out of epochs, from the previous id."""
+        if not meta.bumps_epoch:
+            if meta.producer_id != producer_id:
+                return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            return None if producer_epoch == meta.producer_epoch else ErrorCode.PRODUCER_FENCED
+        retry_of_bump = meta.producer_id == producer_id and meta.producer_epoch == producer_epoch + 1
+        retry_of_overflow = (meta.last_producer_id == producer_id and producer_epoch == MAX_EPOCH - 1
+                             and meta.producer_epoch == 0)
+        if meta.producer_id != producer_id and not retry_of_overflow:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if meta.state in (TxnState.ONGOING, TxnState.EMPTY):
+            valid = producer_epoch == meta.producer_epoch
+        elif meta.state in _PREPARED:
+            valid = retry_of_bump
+        else:
+            valid = retry_of_bump or retry_of_overflow
+        return None if valid else ErrorCode.PRODUCER_FENCED
+
+    def _end(self, meta: TransactionMetadata, committed: bool, bump: bool = False
+             ) -> tuple[ErrorCode, TransactionMetadata]:
+        """Record the decision (under transactions version 2 with the epoch bumped, and a new
+        producer id lined up when the epoch is spent), then write the markers."""
+        changes = {}
+        if bump:
+            changes = {"producer_epoch": meta.producer_epoch + 1, "client_transaction_version": 2}
+            if meta.producer_epoch + 1 >= MAX_EPOCH - 1:
+                changes["next_producer_id"] = self.generate_producer_id()
         prepared = replace(meta, state=TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT,
-                           last_update_ms=self.now_ms())
+                           last_update_ms=self.now_ms(), **changes)
         error = self._persist(prepared)
         if error == ErrorCode.NONE:
             self._send_markers(prepared)  # the decision is durable: the client may go on
-        return error
+        return error, prepared
 
     def _abort_fencing(self, meta: TransactionMetadata, reason: str) -> ErrorCode:
         """Abort an open transaction under epoch + 1 (Kafka's PrepareEpochFence)."""
@@ -242,7 +311,7 @@ class TransactionCoordinator:
         epoch = meta.producer_epoch + 1 if meta.producer_epoch + 1 < MAX_EPOCH else meta.producer_epoch
         fenced = replace(meta, producer_epoch=epoch, state=TxnState.PREPARE_EPOCH_FENCE)
         self.txns[meta.transactional_id] = fenced  # in memory only, as in Kafka
-        error = self._end(fenced, committed=False)
+        error, _ = self._end(fenced, committed=False)
         if error != ErrorCode.NONE:
             self.txns[meta.transactional_id] = meta
         return error
@@ -265,6 +334,10 @@ class TransactionCoordinator:
             return meta
         complete = replace(meta, state=_COMPLETE[committed], partitions=frozenset(),
                            last_update_ms=self.now_ms())
+        if meta.next_producer_id >= 0:  # TV2 ran out of epochs: the producer goes on as a new id
+            complete = replace(complete, producer_id=meta.next_producer_id, producer_epoch=0,
+                               last_producer_id=meta.producer_id, last_producer_epoch=meta.producer_epoch,
+                               next_producer_id=-1)
         if self._persist(complete) != ErrorCode.NONE:
             return meta  # markers are written; recording that is retried
         return complete

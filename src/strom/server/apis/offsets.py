@@ -132,7 +132,27 @@ def _fetch_group(broker, ctx: RequestContext, group_id: str, topics, member_id: 
     return ErrorCode.NONE, by_topic(entries)
 
 
-@api(TXN_OFFSET_COMMIT, 0, 3)
+# Transaction coordinator answers meaning "not now", as this API's clients retry them.
+_RETRY_LATER = {ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
+
+
+async def _in_transaction(broker, request, version: int) -> ErrorCode:
+    """KIP-890: the group's offsets partition must be in the producer's transaction (added by
+    AddOffsetsToTxn); from v5 (transactions version 2) it is added here instead."""
+    tp = (GROUP_METADATA_TOPIC, broker.group_coordinator.store.partition_for(request.group_id))
+    error = await broker.transaction_partition(request.transactional_id, request.producer_id,
+                                               request.producer_epoch, tp, add=version >= 5)
+    if error in _RETRY_LATER:
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    if error == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if error == ErrorCode.TRANSACTION_ABORTABLE and version < 4:
+        return ErrorCode.INVALID_TXN_STATE
+    return error
+
+
+@api(TXN_OFFSET_COMMIT, 0, 5)
 async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> dict:
     """Offsets committed as part of a transaction: written now, visible once it commits."""
     version = ctx.header.api_version
@@ -141,6 +161,9 @@ async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> dict
             (t.name, p.partition_index): ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             for t in request.topics for p in t.partitions})
     errors, commits = _requested_commits(broker, ctx, request.group_id, request.topics, version >= 2)
+    if commits and (error := await _in_transaction(broker, request, version)) != ErrorCode.NONE:
+        errors.update(dict.fromkeys(commits, error))
+        commits = {}
     if commits:
         v3 = version >= 3
         errors.update(broker.group_coordinator.commit_txn_offsets(

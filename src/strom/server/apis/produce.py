@@ -37,21 +37,28 @@ def _topic_error(broker, tp) -> ErrorCode:
 _RETRY_LATER = {ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                 ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
 TRANSACTION_ABORTABLE_FROM = 11
+IMPLICIT_ADD_FROM = 12  # transactions version 2: the leader adds the partition itself
 
 
 async def _verify_transaction(broker, transactional_id: str | None, tp, records, version: int) -> ErrorCode:
     """KIP-890: the first transactional batch of a producer in a partition must belong to a
     partition its coordinator added to the transaction; otherwise it would open a transaction
-    no coordinator ever ends, holding the last stable offset back for good."""
+    no coordinator ever ends, holding the last stable offset back for good. From v12 the
+    leader adds the partition to the transaction instead of checking."""
     if not transactional_id or len(records) < HEADER_SIZE:
         return ErrorCode.NONE
     header = read_header(records)
     if not header.is_transactional or header.is_control:
         return ErrorCode.NONE
-    partition = broker.replica_manager.get_partition(*tp)
-    if header.producer_id in partition.producer_state.ongoing:
-        return ErrorCode.NONE  # verified when its transaction began here
-    error = await broker.verify_transaction(transactional_id, header.producer_id, header.producer_epoch, tp)
+    state = broker.replica_manager.get_partition(*tp).producer_state
+    entry = state.producers.get(header.producer_id)
+    if header.producer_id in state.ongoing and entry is not None and entry.producer_epoch == header.producer_epoch:
+        # Checked when its transaction began here. Only at the same epoch: under transactions
+        # version 2 the next transaction's epoch is one higher, and its first batch may come
+        # before the marker that ends the previous one, which must not take it along.
+        return ErrorCode.NONE
+    error = await broker.transaction_partition(transactional_id, header.producer_id, header.producer_epoch, tp,
+                                               add=version >= IMPLICIT_ADD_FROM)
     if error in _RETRY_LATER:
         return ErrorCode.NOT_ENOUGH_REPLICAS
     if error == ErrorCode.PRODUCER_FENCED:
@@ -61,7 +68,7 @@ async def _verify_transaction(broker, transactional_id: str | None, tp, records,
     return error
 
 
-@api(PRODUCE, 3, 11)
+@api(PRODUCE, 3, 12)
 async def handle_produce(broker, ctx: RequestContext, request) -> dict | None:
     acks = request.acks
     refused = _refusal(broker, ctx, request)

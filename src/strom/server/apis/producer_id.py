@@ -31,7 +31,7 @@ def fenced_code(error: ErrorCode, version: int, since: int) -> ErrorCode:
     return error
 
 
-@api(INIT_PRODUCER_ID, 0, 4)
+@api(INIT_PRODUCER_ID, 0, 5)  # v5 only allows TRANSACTION_ABORTABLE (KIP-890)
 async def handle_init_producer_id(broker, ctx: RequestContext, request) -> dict:
     version = ctx.header.api_version
     if request.transactional_id is None and not (

@@ -38,7 +38,8 @@ def _topic_results(results: dict[TopicPartition, ErrorCode]) -> list[dict]:
 async def _add_partitions(broker, ctx: RequestContext, transactional_id: str, producer_id: int, epoch: int,
                           topics: Iterable, verify_only: bool, version: int) -> dict[TopicPartition, ErrorCode]:
     wanted = [(t.name, p) for t in topics for p in t.partitions]
-    if not verify_only:  # brokers' verification is theirs to ask (the cluster's own traffic)
+    from_broker = version >= 4  # the batched form; its caller was authorized as a broker
+    if not from_broker:
         if not allowed(broker, ctx, WRITE, TRANSACTIONAL_ID, transactional_id):
             return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         denied = {tp for tp in wanted if not allowed(broker, ctx, WRITE, TOPIC, tp[0])}
@@ -54,13 +55,15 @@ async def _add_partitions(broker, ctx: RequestContext, transactional_id: str, pr
     coordinator = broker.txn_coordinator
     if verify_only:
         return coordinator.verify_partitions(transactional_id, producer_id, epoch, wanted)
-    error = coordinator.add_partitions(transactional_id, producer_id, epoch, wanted)
+    # A leader adding partitions with v5 does so for a producer of transactions version 2.
+    error = coordinator.add_partitions(transactional_id, producer_id, epoch, wanted,
+                                       transaction_version=2 if from_broker and version >= 5 else 0)
     if error == ErrorCode.NONE:
         error = await broker.await_internal_replication(TRANSACTION_STATE_TOPIC, transactional_id)
     return dict.fromkeys(wanted, fenced_code(error, version, PRODUCER_FENCED_FROM))
 
 
-@api(ADD_PARTITIONS_TO_TXN, 0, 4)
+@api(ADD_PARTITIONS_TO_TXN, 0, 5)
 async def handle_add_partitions_to_txn(broker, ctx: RequestContext, request) -> dict:
     version = ctx.header.api_version
     if version <= 3:
@@ -68,14 +71,18 @@ async def handle_add_partitions_to_txn(broker, ctx: RequestContext, request) -> 
                                   request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
                                   request.v3_and_below_topics, False, version)
         return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _topic_results(results)}
-    # v4: the batched shape brokers use to add or verify several transactions at once.
+    # v4+: the batched shape brokers use to add or verify several transactions at once; as in
+    # Kafka, only for callers allowed CLUSTER_ACTION.
+    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "results_by_transaction": []}
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results_by_transaction": [
         {"transactional_id": t.transactional_id, "topic_results": _topic_results(await _add_partitions(
             broker, ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only, version))}
         for t in request.transactions]}
 
 
-@api(ADD_OFFSETS_TO_TXN, 0, 3)
+@api(ADD_OFFSETS_TO_TXN, 0, 4)
 async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> dict:
     """The group's `__consumer_offsets` partition joins the transaction, so that offsets sent
     with TxnOffsetCommit get its marker."""
@@ -98,16 +105,23 @@ async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> dic
             "error_code": fenced_code(error, ctx.header.api_version, PRODUCER_FENCED_FROM)}
 
 
-@api(END_TXN, 0, 3)
+@api(END_TXN, 0, 5)
 async def handle_end_txn(broker, ctx: RequestContext, request) -> dict:
+    """v5 is transactions version 2: the epoch is bumped and the answer says what the producer
+    goes on with."""
+    version = ctx.header.api_version
     if not allowed(broker, ctx, WRITE, TRANSACTIONAL_ID, request.transactional_id):
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
-    error = broker.txn_coordinator.end_transaction(request.transactional_id, request.producer_id,
-                                                   request.producer_epoch, request.committed)
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "producer_id": -1, "producer_epoch": -1}
+    result = broker.txn_coordinator.end_transaction(request.transactional_id, request.producer_id,
+                                                    request.producer_epoch, request.committed,
+                                                    transaction_version=2 if version >= 5 else 0)
+    error = result.error
     if error == ErrorCode.NONE:
         error = await broker.await_internal_replication(TRANSACTION_STATE_TOPIC, request.transactional_id)
-    return {"throttle_time_ms": 0,
-            "error_code": fenced_code(error, ctx.header.api_version, PRODUCER_FENCED_FROM)}
+    ok = error == ErrorCode.NONE
+    return {"throttle_time_ms": 0, "error_code": fenced_code(error, version, PRODUCER_FENCED_FROM),
+            "producer_id": result.producer_id if ok else -1, "producer_epoch": result.producer_epoch if ok else -1}
 
 
 @api(WRITE_TXN_MARKERS, 1, 1)
