@@ -8,8 +8,9 @@ import time
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from integration.test_transactions_v2 import Tv2Producer
 from strom.coordinator import TRANSACTION_STATE_TOPIC, partition_for
-from strom.testing import Cluster, unique_name
+from strom.testing import Cluster, RawClient, unique_name
 
 from .test_cluster import create, partition_view
 
@@ -91,3 +92,35 @@ def test_transactions_go_on_after_the_coordinator_dies(cluster):
         raise AssertionError("no transaction committed after the coordinator died")
     values = read_committed(cluster, topic, 3, 20)
     assert sorted(values) == sorted([b"before-%d" % i for i in range(10)] + [b"after-%d" % i for i in range(10)])
+
+
+def test_a_tv2_producer_whose_coordinator_is_another_broker(cluster):
+    """Produce v12 to leaders that are not the transaction coordinator: each leader adds its
+    partition to the transaction over AddPartitionsToTxn v5, and the bumped-epoch markers
+    reach them."""
+    topic = unique_name("tv2-spread")
+    create(cluster, topic, 3, 3)
+    leaders = {p: v[0] for p, v in partition_view(cluster.brokers[1], topic).items()}
+    txn_id = unique_name("tv2")
+    with RawClient(cluster.brokers[1]) as any_broker:
+        found = any_broker.call(10, 4, {"key_type": 1, "coordinator_keys": [txn_id]})
+        coordinator = found.coordinators[0].node_id
+    assert coordinator > 0
+    clients = {b: RawClient(cluster.brokers[b]) for b in cluster.brokers}
+    try:
+        producer = Tv2Producer(clients[coordinator], txn_id)
+        remote = [p for p, leader in leaders.items() if leader != coordinator]
+        assert remote, "some partition is led elsewhere"
+        for p in leaders:
+            assert producer.produce(topic, p, [b"one-%d" % p], leader=clients[leaders[p]]) == 0
+        assert producer.end(committed=True).error_code == 0
+        for p in remote:
+            assert producer.produce(topic, p, [b"two-%d" % p], leader=clients[leaders[p]]) == 0
+        assert producer.end(committed=False).error_code == 0
+        assert producer.produce(topic, remote[0], [b"three"], leader=clients[leaders[remote[0]]]) == 0
+        assert producer.end(committed=True).error_code == 0
+    finally:
+        for c in clients.values():
+            c.close()
+    values = read_committed(cluster, topic, 3, 4)
+    assert sorted(values) == sorted([b"one-%d" % p for p in leaders] + [b"three"])

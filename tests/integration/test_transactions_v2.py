@@ -31,9 +31,11 @@ class Tv2Producer:
     """The requests a transactions-version-2 producer sends, and nothing else."""
 
     def __init__(self, client: RawClient, txn_id: str) -> None:
+        """`client` is connected to the transaction coordinator (any broker, when only one)."""
         self.client, self.txn_id = client, txn_id
         self.sequences: dict[tuple[str, int], int] = {}
-        client.call(FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": [txn_id]})
+        found = client.call(FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": [txn_id]})
+        self.coordinator_id = found.coordinators[0].node_id
         body = self._retry(lambda: client.call(INIT_PRODUCER_ID, 5, {
             "transactional_id": txn_id, "transaction_timeout_ms": 60000, "producer_id": -1, "producer_epoch": -1}))
         self.producer_id, self.epoch = body.producer_id, body.producer_epoch
@@ -47,13 +49,15 @@ class Tv2Producer:
                 return body
             time.sleep(0.1)
 
-    def produce(self, topic: str, partition: int, values: list[bytes], epoch: int | None = None) -> int:
+    def produce(self, topic: str, partition: int, values: list[bytes], epoch: int | None = None,
+                leader: RawClient | None = None) -> int:
         epoch = self.epoch if epoch is None else epoch
+        leader = leader or self.client
         seq = self.sequences.get((topic, partition), 0)
         batch = build_batch([(None, v) for v in values], timestamp=int(time.time() * 1000),
                             producer_id=self.producer_id, producer_epoch=epoch, base_sequence=seq,
                             transactional=True)
-        body = self._retry(lambda: self.client.call(PRODUCE, 12, {
+        body = self._retry(lambda: leader.call(PRODUCE, 12, {
             "transactional_id": self.txn_id, "acks": -1, "timeout_ms": 10000, "topic_data": [
                 {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]}),
             lambda b: b.responses[0].partition_responses[0].error_code)

@@ -427,7 +427,7 @@ class Connection(asyncio.BufferedProtocol):
         if header is not None and header.api_key == API_VERSIONS:
             log.info("ApiVersions v%d from %s is not supported; answering with v0",
                      header.api_version, self.peer)
-            self.transport.write(messages.encode_response(header, unsupported_version_response(), version=0))
+            self.transport.write(messages.encode_response(header, unsupported_version_response(self.server.broker), version=0))
             return
         log.warning("closing connection from %s: %s", self.peer, reason)
         self.close()

@@ -1,5 +1,12 @@
-"""ApiVersions: advertise exactly what the handler table implements, and from v3 the features
-this broker supports and the levels the cluster has finalized (KIP-584)."""
+"""ApiVersions: advertise what the handler table implements, as a Kafka 4.0 broker does, and
+from v3 the features this broker supports and the levels the cluster has finalized (KIP-584).
+
+Two exceptions, both Kafka 4.0's: Produce is advertised from v0 although only v3 and up are
+served (v0-v2 close the connection), because librdkafka releases from before the fix of its
+issue #4956 decide whether they may compress from that range and send gzip, snappy, lz4 and
+zstd batches uncompressed when v0 is missing (KAFKA-18659); and the client telemetry APIs are advertised only where pushed
+metrics have somewhere to go (Kafka needs a telemetry receiver plugin; here, the metrics
+endpoint, `metrics.port`), so clients do not collect and push metrics nobody reads."""
 
 from __future__ import annotations
 
@@ -8,23 +15,27 @@ from strom.protocol.errors import ErrorCode
 from strom.server.apis import HANDLERS, RequestContext, api
 
 API_VERSIONS = 18
+PRODUCE = 0
+TELEMETRY_APIS = (71, 72)  # GetTelemetrySubscriptions, PushTelemetry
 
 
-def supported_versions() -> list[dict]:
+def supported_versions(broker) -> list[dict]:
+    telemetry = broker.metrics_server is not None
     return [
-        {"api_key": a.key, "min_version": a.min_version, "max_version": a.max_version}
+        {"api_key": a.key, "min_version": 0 if a.key == PRODUCE else a.min_version, "max_version": a.max_version}
         for a in sorted(HANDLERS.values(), key=lambda a: a.key)
+        if telemetry or a.key not in TELEMETRY_APIS
     ]
 
 
-def unsupported_version_response() -> dict:
+def unsupported_version_response(broker) -> dict:
     """What Kafka answers, at v0, to an ApiVersions request of a version it does not know."""
-    return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": supported_versions()}
+    return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": supported_versions(broker)}
 
 
 @api(API_VERSIONS, 0, 4)
 async def handle_api_versions(broker, ctx: RequestContext, request) -> dict:
-    response = {"error_code": ErrorCode.NONE, "api_keys": supported_versions(), "throttle_time_ms": 0}
+    response = {"error_code": ErrorCode.NONE, "api_keys": supported_versions(broker), "throttle_time_ms": 0}
     if ctx.header.api_version >= 3:
         finalized = broker.finalized_features
         response |= {
