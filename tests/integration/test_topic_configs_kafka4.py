@@ -12,11 +12,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.client import Connection
 from strom.protocol.compression import GZIP, LZ4, NONE, ZSTD
+from strom.protocol.errors import ErrorCode
+from strom.protocol.records import Record, build_batch
 
 from .conftest import ck_consume, stored_batches
 
 LONG, INT, STRING, BOOLEAN = 5, 3, 2, 1
-DESCRIBE_CONFIGS = 32
+DESCRIBE_CONFIGS, PRODUCE = 32, 0
 
 
 def create(broker, topic: str, **config: str) -> None:
@@ -70,6 +72,33 @@ def test_timestamps_out_of_bounds_are_refused(broker, topic):
     # LogAppendTime topics take any producer timestamp: the broker's time replaces it.
     create(broker, topic + "-lat", **{"message.timestamp.type": "LogAppendTime"})
     assert produce(broker, topic + "-lat", [b"x"], timestamp=now + 5 * 3_600_000) == [None]
+
+
+@pytest.mark.parametrize("codec", [NONE, ZSTD])
+def test_each_record_out_of_range_is_named(broker, topic, codec):
+    """Kafka checks every record, not the batch's first and largest timestamps: a record
+    below the first one can be too old too. Produce v8+ names each (KIP-467), and nothing of
+    the batch is written."""
+    now = int(time.time() * 1000)
+    create(broker, topic, **{"message.timestamp.before.max.ms": "60000"})
+    stamps = [now, now - 600_000, now + 2 * 3_600_000, now - 1000, now - 700_000]
+    batch = build_batch([Record(i, ts, None, b"r%d" % i, ()) for i, ts in enumerate(stamps)], codec=codec)
+    with Connection("127.0.0.1", broker.port) as conn:
+        body = conn.call(PRODUCE, 9, {"transactional_id": None, "acks": -1, "timeout_ms": 5000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+        answer = body.responses[0].partition_responses[0]
+        assert answer.error_code == ErrorCode.INVALID_TIMESTAMP
+        assert [(e.batch_index, e.batch_index_error_message.split(" is more than ")[1].split("=")[0])
+                for e in answer.record_errors] == [
+            (1, "message.timestamp.before.max.ms"), (2, "message.timestamp.after.max.ms"),
+            (4, "message.timestamp.before.max.ms")]
+        assert "3 record(s)" in answer.error_message
+        # The same records within range are taken whole.
+        good = build_batch([Record(i, now - 10 * i, None, b"ok%d" % i, ()) for i in range(5)], codec=codec)
+        body = conn.call(PRODUCE, 9, {"transactional_id": None, "acks": -1, "timeout_ms": 5000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": good}]}]})
+        assert body.responses[0].partition_responses[0].error_code == 0
+    assert [m.value() for m in ck_consume(broker.bootstrap, [(topic, 0, 0)], 5)] == [b"ok%d" % i for i in range(5)]
 
 
 def test_types_deprecated_keys_and_tiered_storage(broker, topic):

@@ -20,7 +20,14 @@ from strom.log.manager import LogManager
 from strom.log.producer_state import ProducerStateManager
 from strom.log.txn_index import AbortedTxn
 from strom.protocol.errors import ErrorCode, InvalidTimestampError, KafkaError
-from strom.protocol.records import BatchHeader, build_marker_batch, recompress, validate_batches
+from strom.protocol.records import (
+    NO_TIMESTAMP,
+    BatchHeader,
+    build_marker_batch,
+    iter_records,
+    recompress,
+    validate_batches,
+)
 from strom.server.metrics import (
     BYTES_IN,
     BYTES_REJECTED,
@@ -230,7 +237,7 @@ class Partition:
             raise KafkaError("invalid sequence number in a batch with a producer id",
                              ErrorCode.INVALID_RECORD)
         if from_client and not config.log_append_time:
-            check_timestamps(headers, config, int(time.time() * 1000))
+            check_timestamps(records, batches, config, int(time.time() * 1000))
         if from_client and headers[0].producer_id >= 0:
             duplicate = self._check_sequences(headers)
             if duplicate is not None:
@@ -317,20 +324,33 @@ class ReadResult:
     diverging_epoch: tuple[int, int] | None = None  # a follower's log left the leader's here
 
 
-def check_timestamps(headers: list[BatchHeader], config: LogConfig, now: int) -> None:
-    """message.timestamp.before.max.ms / after.max.ms for CreateTime topics, checked on each
-    batch's first and largest timestamps (a producer's records do not go below the first)."""
-    for h in headers:
-        if h.base_timestamp < 0:  # no timestamp given
-            continue
-        if now - h.base_timestamp > config.message_timestamp_before_max_ms:
-            raise InvalidTimestampError(f"timestamp {h.base_timestamp} is more than "
-                                        f"message.timestamp.before.max.ms={config.message_timestamp_before_max_ms} "
-                                        f"before the broker's time {now}")
-        if h.max_timestamp - now > config.message_timestamp_after_max_ms:
-            raise InvalidTimestampError(f"timestamp {h.max_timestamp} is more than "
-                                        f"message.timestamp.after.max.ms={config.message_timestamp_after_max_ms} "
-                                        f"after the broker's time {now}")
+def check_timestamps(records, batches: list[tuple[int, BatchHeader]], config: LogConfig, now: int) -> None:
+    """message.timestamp.before.max.ms / after.max.ms for CreateTime topics, on every record as
+    Kafka checks them. The batch headers settle it without reading records when each batch's
+    largest timestamp is in range and no lower bound is set (before.max.ms at its default);
+    otherwise the records are read, and every one out of range is named (KIP-467)."""
+    before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
+    if before >= LONG_MAX and all(h.max_timestamp - now <= after for _, h in batches):
+        return
+    bad: list[tuple[int, str]] = []
+    first_index = 0
+    for pos, header in batches:
+        for i, record in enumerate(iter_records(records, pos)):
+            ts = record.timestamp
+            if ts == NO_TIMESTAMP:
+                continue
+            if now - ts > before:
+                bad.append((first_index + i, f"timestamp {ts} is more than message.timestamp.before.max.ms="
+                                             f"{before} before the broker's time {now}"))
+            elif ts - now > after:
+                bad.append((first_index + i, f"timestamp {ts} is more than message.timestamp.after.max.ms="
+                                             f"{after} after the broker's time {now}"))
+        first_index += header.record_count
+    if bad:
+        error = InvalidTimestampError(f"{len(bad)} record(s) out of the topic's timestamp range; "
+                                      f"record {bad[0][0]}: {bad[0][1]}")
+        error.record_errors = bad
+        raise error
 
 
 class ReplicaManager:
@@ -488,8 +508,8 @@ class ReplicaManager:
                 stats[BYTES_REJECTED] += len(records)
                 log.warning("produce to %s-%d rejected: %s (%s)", tp[0], tp[1], e.code.name, e)
                 index = getattr(e, "record_index", None)
-                results[tp] = ProduceResult(e.code, message=str(e) or None,
-                                            record_errors=[] if index is None else [(index, str(e))])
+                record_errors = getattr(e, "record_errors", None) or ([] if index is None else [(index, str(e))])
+                results[tp] = ProduceResult(e.code, message=str(e) or None, record_errors=record_errors)
                 continue
             except OSError as e:
                 stats[FAILED_PRODUCE_REQUESTS] += 1
