@@ -48,6 +48,7 @@ TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
 
 NO_TIMESTAMP = -1
+KEYLESS_IN_COMPACTED = "Compacted topic cannot accept message without key"
 
 
 @dataclass(slots=True, frozen=True)
@@ -191,7 +192,27 @@ def check_batch_records(view: memoryview, pos: int, header: BatchHeader, require
         index, reason = bad
         error = InvalidRecordError(f"record {index} of the batch: {reason}")
         error.record_index = first_index + index
+        if reason == KEYLESS_IN_COMPACTED and walk(body, start, end, header.record_count, False) is None:
+            # Well framed otherwise: name every keyless record (KIP-467), as Kafka does, so
+            # that clients fail those and tell the others they went down with them.
+            error.record_errors = [(first_index + i, f"record {i} of the batch: {reason}")
+                                   for i in _keyless_records(body, start, end, header.record_count)]
         raise error
+
+
+def _keyless_records(buf, pos: int, end: int, count: int) -> list[int]:
+    """Indexes of the records without a key, in records already known to be well framed."""
+    out = []
+    for index in range(count):
+        size, pos = _varint(buf, pos, end, 5)
+        record_end = pos + size
+        _, p = _varint(buf, pos + 1, record_end, 10)  # after the attributes: timestamp delta
+        _, p = _varint(buf, p, record_end, 5)  # offset delta
+        key_length, _ = _varint(buf, p, record_end, 5)
+        if key_length < 0:
+            out.append(index)
+        pos = record_end
+    return out
 
 
 def check_records_py(buf, start: int, end: int, count: int, require_keys: bool) -> tuple[int, str] | None:
@@ -247,7 +268,7 @@ def _check_one(buf, pos: int, end: int, require_keys: bool) -> tuple[str | None,
     _, pos = _varint(buf, pos, record_end, 5)  # offset delta
     key_length, pos, error = _skip(buf, pos, record_end)
     if error is None and require_keys and key_length < 0:
-        error = "Compacted topic cannot accept message without key"
+        error = KEYLESS_IN_COMPACTED
     if error is None:
         _, pos, error = _skip(buf, pos, record_end)
     if error is None:
