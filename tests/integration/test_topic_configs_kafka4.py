@@ -14,6 +14,7 @@ from strom.client import Connection
 from strom.protocol.compression import GZIP, LZ4, NONE, ZSTD
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import Record, build_batch
+from strom.testing import BrokerProcess
 
 from .conftest import ck_consume, stored_batches
 
@@ -120,3 +121,60 @@ def test_types_deprecated_keys_and_tiered_storage(broker, topic):
     name = topic + "-tiered"
     with pytest.raises(KafkaException, match="tiered storage"):
         admin.create_topics([NewTopic(name, 1, 1, config={"remote.storage.enable": "true"})])[name].result(15)
+
+
+# Kafka 4.0's topic configs (its documentation's "Topic-Level Configs"): type and default.
+BOOLEAN_, STRING_, INT_, LONG_, DOUBLE_, LIST_ = 1, 2, 3, 5, 6, 7
+LONG_MAX = "9223372036854775807"
+KAFKA_4_0_TOPIC_CONFIGS = {
+    "cleanup.policy": (LIST_, "delete"),
+    "compression.gzip.level": (INT_, "-1"),
+    "compression.lz4.level": (INT_, "9"),
+    "compression.type": (STRING_, "producer"),
+    "compression.zstd.level": (INT_, "3"),
+    "delete.retention.ms": (LONG_, "86400000"),
+    "file.delete.delay.ms": (LONG_, "60000"),
+    "flush.messages": (LONG_, LONG_MAX),
+    "flush.ms": (LONG_, LONG_MAX),
+    "follower.replication.throttled.replicas": (LIST_, ""),
+    "index.interval.bytes": (INT_, "4096"),
+    "leader.replication.throttled.replicas": (LIST_, ""),
+    "local.retention.bytes": (LONG_, "-2"),
+    "local.retention.ms": (LONG_, "-2"),
+    "max.compaction.lag.ms": (LONG_, LONG_MAX),
+    "max.message.bytes": (INT_, "1048588"),
+    "message.timestamp.after.max.ms": (LONG_, "3600000"),
+    "message.timestamp.before.max.ms": (LONG_, LONG_MAX),
+    "message.timestamp.type": (STRING_, "CreateTime"),
+    "min.cleanable.dirty.ratio": (DOUBLE_, "0.5"),
+    "min.compaction.lag.ms": (LONG_, "0"),
+    "min.insync.replicas": (INT_, "1"),
+    "preallocate": (BOOLEAN_, "false"),
+    "remote.log.copy.disable": (BOOLEAN_, "false"),
+    "remote.log.delete.on.disable": (BOOLEAN_, "false"),
+    "remote.storage.enable": (BOOLEAN_, "false"),
+    "retention.bytes": (LONG_, "-1"),
+    "retention.ms": (LONG_, "604800000"),
+    "segment.bytes": (INT_, "1073741824"),
+    "segment.index.bytes": (INT_, "10485760"),
+    "segment.jitter.ms": (LONG_, "0"),
+    "segment.ms": (LONG_, "604800000"),
+    "unclean.leader.election.enable": (BOOLEAN_, "false"),
+}
+
+
+def test_every_topic_config_of_kafka_4_0_with_its_type_and_default():
+    """A topic on a broker with Kafka's defaults describes exactly Kafka 4.0's topic configs,
+    each with Kafka's type and default, DEFAULT_CONFIG as source, none read-only or secret."""
+    with BrokerProcess() as broker:
+        name = "described"
+        create(broker, name)
+        with Connection("127.0.0.1", broker.port) as conn:
+            body = conn.call(DESCRIBE_CONFIGS, 4, {
+                "resources": [{"resource_type": 2, "resource_name": name, "configuration_keys": None}],
+                "include_synonyms": False, "include_documentation": False})
+    configs = {c.name: c for c in body.results[0].configs}
+    assert {n: (c.config_type, c.value) for n, c in configs.items()} == KAFKA_4_0_TOPIC_CONFIGS
+    default_config = 5
+    assert {n for n, c in configs.items() if c.config_source != default_config} == set()
+    assert not any(c.read_only or c.is_sensitive for c in configs.values())
