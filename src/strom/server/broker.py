@@ -553,38 +553,45 @@ class Broker:
         if self.txn_coordinator is not None:
             self.txn_coordinator.retry_markers(producer_id)
 
-    async def transaction_partition(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                    tp: tuple[str, int], add: bool = False) -> ErrorCode:
-        """Is `tp` part of the producer's open transaction (KIP-890 part 1), or, with `add`,
-        make it part (part 2: transactions version 2 producers do not add partitions
-        themselves)? Asked of the transaction coordinator with AddPartitionsToTxn v5, here or
-        on the broker that leads the transactional id's `__transaction_state` partition."""
+    async def transaction_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                     partitions: list[tuple[str, int]], add: bool = False
+                                     ) -> dict[tuple[str, int], ErrorCode]:
+        """Are these partitions part of the producer's open transaction (KIP-890 part 1), or,
+        with `add`, make them part (part 2: transactions version 2 producers do not add
+        partitions themselves)? Asked of the transaction coordinator with AddPartitionsToTxn
+        v5, here or on the broker that leads the transactional id's `__transaction_state`
+        partition."""
         coordinator = self._txn_coordinator_id(transactional_id)
         if coordinator == self.broker_id:
             if not add:
                 return self.txn_coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
-                                                              [tp])[tp]
-            error = self.txn_coordinator.add_partitions(transactional_id, producer_id, producer_epoch, [tp],
+                                                              partitions)
+            error = self.txn_coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
                                                         transaction_version=2)
             if error == ErrorCode.NONE:
                 error = await self.await_internal_replication(TRANSACTION_STATE_TOPIC, transactional_id)
-            return error
+            return dict.fromkeys(partitions, error)
         if coordinator < 0:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        topics: dict[str, list[int]] = {}
+        for topic, index in partitions:
+            topics.setdefault(topic, []).append(index)
         try:
             response = await self.connections.call(coordinator, ADD_PARTITIONS_TO_TXN, 5, {"transactions": [{
                 "transactional_id": transactional_id, "producer_id": producer_id,
                 "producer_epoch": producer_epoch, "verify_only": not add,
-                "topics": [{"name": tp[0], "partitions": [tp[1]]}]}]})
+                "topics": [{"name": t, "partitions": p} for t, p in topics.items()]}]})
         except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if response.error_code != ErrorCode.NONE:
-            return ErrorCode(response.error_code)
+            return dict.fromkeys(partitions, ErrorCode(response.error_code))
+        answers = dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)  # unless answered
         for txn in response.results_by_transaction:
             for t in txn.topic_results:
                 for p in t.results_by_partition:
-                    return ErrorCode(p.partition_error_code)
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+                    if (t.name, p.partition_index) in answers:
+                        answers[(t.name, p.partition_index)] = ErrorCode(p.partition_error_code)
+        return answers
 
     def _txn_coordinator_id(self, transactional_id: str) -> int:
         topic = self.metadata_cache.topics.get(TRANSACTION_STATE_TOPIC)

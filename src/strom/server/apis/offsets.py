@@ -141,8 +141,8 @@ async def _in_transaction(broker, request, version: int) -> ErrorCode:
     """KIP-890: the group's offsets partition must be in the producer's transaction (added by
     AddOffsetsToTxn); from v5 (transactions version 2) it is added here instead."""
     tp = (GROUP_METADATA_TOPIC, broker.group_coordinator.store.partition_for(request.group_id))
-    error = await broker.transaction_partition(request.transactional_id, request.producer_id,
-                                               request.producer_epoch, tp, add=version >= 5)
+    error = (await broker.transaction_partitions(request.transactional_id, request.producer_id,
+                                                 request.producer_epoch, [tp], add=version >= 5))[tp]
     if error in _RETRY_LATER:
         return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     if error == ErrorCode.PRODUCER_FENCED:

@@ -40,32 +40,44 @@ TRANSACTION_ABORTABLE_FROM = 11
 IMPLICIT_ADD_FROM = 12  # transactions version 2: the leader adds the partition itself
 
 
-async def _verify_transaction(broker, transactional_id: str | None, tp, records, version: int) -> ErrorCode:
+async def _check_transaction(broker, transactional_id: str | None, entries: list, version: int
+                             ) -> dict[tuple[str, int], ErrorCode]:
     """KIP-890: the first transactional batch of a producer in a partition must belong to a
     partition its coordinator added to the transaction; otherwise it would open a transaction
     no coordinator ever ends, holding the last stable offset back for good. From v12 the
-    leader adds the partition to the transaction instead of checking."""
-    if not transactional_id or len(records) < HEADER_SIZE:
-        return ErrorCode.NONE
-    header = read_header(records)
-    if not header.is_transactional or header.is_control:
-        return ErrorCode.NONE
-    state = broker.replica_manager.get_partition(*tp).producer_state
-    entry = state.producers.get(header.producer_id)
-    if header.producer_id in state.ongoing and entry is not None and entry.producer_epoch == header.producer_epoch:
-        # Checked when its transaction began here. Only at the same epoch: under transactions
-        # version 2 the next transaction's epoch is one higher, and its first batch may come
-        # before the marker that ends the previous one, which must not take it along.
-        return ErrorCode.NONE
-    error = await broker.transaction_partition(transactional_id, header.producer_id, header.producer_epoch, tp,
-                                               add=version >= IMPLICIT_ADD_FROM)
-    if error in _RETRY_LATER:
-        return ErrorCode.NOT_ENOUGH_REPLICAS
-    if error == ErrorCode.PRODUCER_FENCED:
-        return ErrorCode.INVALID_PRODUCER_EPOCH
-    if error == ErrorCode.TRANSACTION_ABORTABLE and version < TRANSACTION_ABORTABLE_FROM:
-        return ErrorCode.INVALID_TXN_STATE
-    return error
+    leader adds the partitions to the transaction instead of checking. One question to the
+    coordinator per request (per producer epoch in it); returns the partitions refused."""
+    if not transactional_id:
+        return {}
+    asks: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for tp, records in entries:
+        if len(records) < HEADER_SIZE:
+            continue
+        header = read_header(records)
+        if not header.is_transactional or header.is_control:
+            continue
+        state = broker.replica_manager.get_partition(*tp).producer_state
+        entry = state.producers.get(header.producer_id)
+        if header.producer_id in state.ongoing and entry is not None and entry.producer_epoch == header.producer_epoch:
+            # Checked when its transaction began here. Only at the same epoch: under
+            # transactions version 2 the next transaction's epoch is one higher, and its first
+            # batch may come before the marker ending the previous one, which must not take it.
+            continue
+        asks.setdefault((header.producer_id, header.producer_epoch), []).append(tp)
+    refused = {}
+    for (producer_id, epoch), tps in asks.items():
+        answers = await broker.transaction_partitions(transactional_id, producer_id, epoch, tps,
+                                                      add=version >= IMPLICIT_ADD_FROM)
+        for tp, error in answers.items():
+            if error in _RETRY_LATER:
+                error = ErrorCode.NOT_ENOUGH_REPLICAS
+            elif error == ErrorCode.PRODUCER_FENCED:
+                error = ErrorCode.INVALID_PRODUCER_EPOCH
+            elif error == ErrorCode.TRANSACTION_ABORTABLE and version < TRANSACTION_ABORTABLE_FROM:
+                error = ErrorCode.INVALID_TXN_STATE
+            if error != ErrorCode.NONE:
+                refused[tp] = error
+    return refused
 
 
 @api(PRODUCE, 3, 12)
@@ -120,11 +132,13 @@ async def _append(broker, ctx: RequestContext, request, version: int) -> dict:
                 results[tp] = ProduceResult(_topic_error(broker, tp))
             elif p.records is None:
                 results[tp] = ProduceResult(ErrorCode.CORRUPT_MESSAGE, message="no records")
-            elif (error := await _verify_transaction(broker, request.transactional_id, tp, p.records,
-                                               version)) != ErrorCode.NONE:
-                results[tp] = ProduceResult(error, message="the partition is not part of the transaction")
             else:
                 entries.append((tp, p.records))
+    refused = await _check_transaction(broker, request.transactional_id, entries, version)
+    if refused:
+        results.update({tp: ProduceResult(error, message="the partition is not part of the transaction")
+                        for tp, error in refused.items()})
+        entries = [(tp, records) for tp, records in entries if tp not in refused]
     results.update(broker.replica_manager.append_records(acks, entries))
     return results
 
