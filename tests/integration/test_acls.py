@@ -16,19 +16,16 @@ from strom.client import ClientSecurity, Connection
 from strom.protocol.errors import ErrorCode
 from strom.testing import BrokerProcess, unique_name, wait_for
 
+from .conftest import acl_broker_overrides
+
 USERS = ("admin", "alice", "bob", "carol")
-JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-        + " ".join(f'user_{u}="{u}-secret"' for u in USERS) + ";")
 METADATA = {"topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
 
 
 @pytest.fixture(scope="module")
 def broker():
-    with BrokerProcess(overrides={
-            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-            "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": "User:admin",
-            "group.initial.rebalance.delay.ms": "0", "auto.create.topics.enable": "false"}) as b:
+    with BrokerProcess(overrides=acl_broker_overrides(USERS, {
+            "group.initial.rebalance.delay.ms": "0", "auto.create.topics.enable": "false"})) as b:
         yield b
 
 

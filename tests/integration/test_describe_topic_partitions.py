@@ -20,6 +20,8 @@ from strom.client import ClientSecurity, Connection
 from strom.protocol.errors import ErrorCode
 from strom.testing import BrokerProcess, create_topic
 
+from .conftest import acl_broker_overrides
+
 DESCRIBE_TOPIC_PARTITIONS = 75
 TOPIC_OPERATIONS = {AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
                     AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
@@ -27,8 +29,6 @@ TOPIC_OPERATIONS = {AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, 
 CLUSTER_OPERATIONS = {AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
                       AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
                       AclOperation.DESCRIBE}
-JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-        'user_admin="admin-secret" user_alice="alice-secret";')
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +78,8 @@ def test_authorized_operations_without_an_authorizer(broker):
 
 
 def test_authorized_operations_follow_the_acls():
-    with BrokerProcess(overrides={
-            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-            "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": "User:admin",
-            "group.initial.rebalance.delay.ms": "0"}) as proc:
+    with BrokerProcess(overrides=acl_broker_overrides(("admin", "alice"), {
+            "group.initial.rebalance.delay.ms": "0"})) as proc:
         port = proc.ports["SASL_PLAINTEXT"]
 
         def admin(user: str) -> AdminClient:

@@ -17,6 +17,8 @@ from strom.protocol import messages
 from strom.protocol.errors import ErrorCode
 from strom.testing import BrokerProcess, Cluster, unique_name, wait_for
 
+from .conftest import acl_broker_overrides
+
 pytestmark = pytest.mark.timeout(180)
 
 FIND_COORDINATOR, API_VERSIONS, INCREMENTAL_ALTER_CONFIGS = 10, 18, 44
@@ -31,18 +33,13 @@ KAFKA_4_0 = {FIND_COORDINATOR: (0, 6), DESCRIBE_ACLS: (1, 3), CREATE_ACLS: (1, 3
              DESCRIBE_CLUSTER: (0, 2), LIST_CLIENT_METRICS_RESOURCES: (0, 0)}
 
 USERS = ("admin", "bob")
-JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-        + " ".join(f'user_{u}="{u}-secret"' for u in USERS) + ";")
 
 
 @pytest.fixture(scope="module")
 def secure():
     """An authorizer (admin is a super user, bob has no ACLs) and delegation tokens on."""
-    with BrokerProcess(overrides={
-            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512", "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": "User:admin",
-            "delegation.token.secret.key": "the-cluster-secret"}) as b:
+    with BrokerProcess(overrides=acl_broker_overrides(USERS, {
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512", "delegation.token.secret.key": "the-cluster-secret"})) as b:
         yield b
 
 
