@@ -18,7 +18,7 @@ from strom.testing import BrokerProcess
 
 from .conftest import ck_consume, stored_batches
 
-LONG, INT, STRING, BOOLEAN = 5, 3, 2, 1
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7  # DescribeConfigs config_type
 DESCRIBE_CONFIGS, PRODUCE = 32, 0
 
 
@@ -85,9 +85,12 @@ def test_each_record_out_of_range_is_named(broker, topic, codec):
     stamps = [now, now - 600_000, now + 2 * 3_600_000, now - 1000, now - 700_000]
     batch = build_batch([Record(i, ts, None, b"r%d" % i, ()) for i, ts in enumerate(stamps)], codec=codec)
     with Connection("127.0.0.1", broker.port) as conn:
-        body = conn.call(PRODUCE, 9, {"transactional_id": None, "acks": -1, "timeout_ms": 5000, "topic_data": [
-            {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
-        answer = body.responses[0].partition_responses[0]
+        def produce_v9(records: bytes):
+            body = conn.call(PRODUCE, 9, {"transactional_id": None, "acks": -1, "timeout_ms": 5000, "topic_data": [
+                {"name": topic, "partition_data": [{"index": 0, "records": records}]}]})
+            return body.responses[0].partition_responses[0]
+
+        answer = produce_v9(batch)
         assert answer.error_code == ErrorCode.INVALID_TIMESTAMP
         assert [(e.batch_index, e.batch_index_error_message.split(" is more than ")[1].split("=")[0])
                 for e in answer.record_errors] == [
@@ -96,9 +99,7 @@ def test_each_record_out_of_range_is_named(broker, topic, codec):
         assert "3 record(s)" in answer.error_message
         # The same records within range are taken whole.
         good = build_batch([Record(i, now - 10 * i, None, b"ok%d" % i, ()) for i in range(5)], codec=codec)
-        body = conn.call(PRODUCE, 9, {"transactional_id": None, "acks": -1, "timeout_ms": 5000, "topic_data": [
-            {"name": topic, "partition_data": [{"index": 0, "records": good}]}]})
-        assert body.responses[0].partition_responses[0].error_code == 0
+        assert produce_v9(good).error_code == 0
     assert [m.value() for m in ck_consume(broker.bootstrap, [(topic, 0, 0)], 5)] == [b"ok%d" % i for i in range(5)]
 
 
@@ -124,42 +125,41 @@ def test_types_deprecated_keys_and_tiered_storage(broker, topic):
 
 
 # Kafka 4.0's topic configs (its documentation's "Topic-Level Configs"): type and default.
-BOOLEAN_, STRING_, INT_, LONG_, DOUBLE_, LIST_ = 1, 2, 3, 5, 6, 7
 LONG_MAX = "9223372036854775807"
 KAFKA_4_0_TOPIC_CONFIGS = {
-    "cleanup.policy": (LIST_, "delete"),
-    "compression.gzip.level": (INT_, "-1"),
-    "compression.lz4.level": (INT_, "9"),
-    "compression.type": (STRING_, "producer"),
-    "compression.zstd.level": (INT_, "3"),
-    "delete.retention.ms": (LONG_, "86400000"),
-    "file.delete.delay.ms": (LONG_, "60000"),
-    "flush.messages": (LONG_, LONG_MAX),
-    "flush.ms": (LONG_, LONG_MAX),
-    "follower.replication.throttled.replicas": (LIST_, ""),
-    "index.interval.bytes": (INT_, "4096"),
-    "leader.replication.throttled.replicas": (LIST_, ""),
-    "local.retention.bytes": (LONG_, "-2"),
-    "local.retention.ms": (LONG_, "-2"),
-    "max.compaction.lag.ms": (LONG_, LONG_MAX),
-    "max.message.bytes": (INT_, "1048588"),
-    "message.timestamp.after.max.ms": (LONG_, "3600000"),
-    "message.timestamp.before.max.ms": (LONG_, LONG_MAX),
-    "message.timestamp.type": (STRING_, "CreateTime"),
-    "min.cleanable.dirty.ratio": (DOUBLE_, "0.5"),
-    "min.compaction.lag.ms": (LONG_, "0"),
-    "min.insync.replicas": (INT_, "1"),
-    "preallocate": (BOOLEAN_, "false"),
-    "remote.log.copy.disable": (BOOLEAN_, "false"),
-    "remote.log.delete.on.disable": (BOOLEAN_, "false"),
-    "remote.storage.enable": (BOOLEAN_, "false"),
-    "retention.bytes": (LONG_, "-1"),
-    "retention.ms": (LONG_, "604800000"),
-    "segment.bytes": (INT_, "1073741824"),
-    "segment.index.bytes": (INT_, "10485760"),
-    "segment.jitter.ms": (LONG_, "0"),
-    "segment.ms": (LONG_, "604800000"),
-    "unclean.leader.election.enable": (BOOLEAN_, "false"),
+    "cleanup.policy": (LIST, "delete"),
+    "compression.gzip.level": (INT, "-1"),
+    "compression.lz4.level": (INT, "9"),
+    "compression.type": (STRING, "producer"),
+    "compression.zstd.level": (INT, "3"),
+    "delete.retention.ms": (LONG, "86400000"),
+    "file.delete.delay.ms": (LONG, "60000"),
+    "flush.messages": (LONG, LONG_MAX),
+    "flush.ms": (LONG, LONG_MAX),
+    "follower.replication.throttled.replicas": (LIST, ""),
+    "index.interval.bytes": (INT, "4096"),
+    "leader.replication.throttled.replicas": (LIST, ""),
+    "local.retention.bytes": (LONG, "-2"),
+    "local.retention.ms": (LONG, "-2"),
+    "max.compaction.lag.ms": (LONG, LONG_MAX),
+    "max.message.bytes": (INT, "1048588"),
+    "message.timestamp.after.max.ms": (LONG, "3600000"),
+    "message.timestamp.before.max.ms": (LONG, LONG_MAX),
+    "message.timestamp.type": (STRING, "CreateTime"),
+    "min.cleanable.dirty.ratio": (DOUBLE, "0.5"),
+    "min.compaction.lag.ms": (LONG, "0"),
+    "min.insync.replicas": (INT, "1"),
+    "preallocate": (BOOLEAN, "false"),
+    "remote.log.copy.disable": (BOOLEAN, "false"),
+    "remote.log.delete.on.disable": (BOOLEAN, "false"),
+    "remote.storage.enable": (BOOLEAN, "false"),
+    "retention.bytes": (LONG, "-1"),
+    "retention.ms": (LONG, "604800000"),
+    "segment.bytes": (INT, "1073741824"),
+    "segment.index.bytes": (INT, "10485760"),
+    "segment.jitter.ms": (LONG, "0"),
+    "segment.ms": (LONG, "604800000"),
+    "unclean.leader.election.enable": (BOOLEAN, "false"),
 }
 
 
