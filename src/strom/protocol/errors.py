@@ -122,10 +122,18 @@ class KafkaError(Exception):
 
     code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
 
-    def __init__(self, message: str = "", code: ErrorCode | None = None) -> None:
+    def __init__(self, message: str = "", code: ErrorCode | None = None,
+                 record_errors: list[tuple[int, str]] | None = None) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code
+        # KIP-467: (index in the record set, reason) of each record that caused the refusal.
+        self.record_errors = record_errors or []
+
+    @property
+    def record_index(self) -> int | None:
+        """The first refused record's index, if the refusal names records."""
+        return self.record_errors[0][0] if self.record_errors else None
 
 
 class CorruptRecordError(KafkaError):

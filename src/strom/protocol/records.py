@@ -176,7 +176,8 @@ def check_batch_records(view: memoryview, pos: int, header: BatchHeader, require
                         first_index: int = 0) -> None:
     """Walk the batch's records (decompressed, where they are) as Kafka's LogValidator does:
     exactly `record_count` well-framed records filling the batch. Raises InvalidRecordError
-    with the record's index in the record set (`record_index`, KIP-467's batch_index)."""
+    naming the refused records by their index in the record set (`record_errors`, KIP-467's
+    batch_index)."""
     start, end = pos + HEADER_SIZE, pos + header.size
     if header.compression:
         try:
@@ -190,14 +191,13 @@ def check_batch_records(view: memoryview, pos: int, header: BatchHeader, require
     bad = walk(body, start, end, header.record_count, require_keys)
     if bad is not None:
         index, reason = bad
-        error = InvalidRecordError(f"record {index} of the batch: {reason}")
-        error.record_index = first_index + index
+        named = [index]
         if reason == KEYLESS_IN_COMPACTED and walk(body, start, end, header.record_count, False) is None:
             # Well framed otherwise: name every keyless record (KIP-467), as Kafka does, so
             # that clients fail those and tell the others they went down with them.
-            error.record_errors = [(first_index + i, f"record {i} of the batch: {reason}")
-                                   for i in _keyless_records(body, start, end, header.record_count)]
-        raise error
+            named = _keyless_records(body, start, end, header.record_count)
+        raise InvalidRecordError(f"record {index} of the batch: {reason}", record_errors=[
+            (first_index + i, f"record {i} of the batch: {reason}") for i in named])
 
 
 def _keyless_records(buf, pos: int, end: int, count: int) -> list[int]:

@@ -553,6 +553,15 @@ class Broker:
         if self.txn_coordinator is not None:
             self.txn_coordinator.retry_markers(producer_id)
 
+    async def add_to_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                 partitions: list[tuple[str, int]], transaction_version: int = 0) -> ErrorCode:
+        """This broker's coordinator adds the partitions; done once its ISR has the new state."""
+        error = self.txn_coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
+                                                    transaction_version=transaction_version)
+        if error == ErrorCode.NONE:
+            error = await self.await_internal_replication(TRANSACTION_STATE_TOPIC, transactional_id)
+        return error
+
     async def transaction_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                      partitions: list[tuple[str, int]], add: bool = False
                                      ) -> dict[tuple[str, int], ErrorCode]:
@@ -566,10 +575,8 @@ class Broker:
             if not add:
                 return self.txn_coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
                                                               partitions)
-            error = self.txn_coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
-                                                        transaction_version=2)
-            if error == ErrorCode.NONE:
-                error = await self.await_internal_replication(TRANSACTION_STATE_TOPIC, transactional_id)
+            error = await self.add_to_transaction(transactional_id, producer_id, producer_epoch, partitions,
+                                                  transaction_version=2)
             return dict.fromkeys(partitions, error)
         if coordinator < 0:
             return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)

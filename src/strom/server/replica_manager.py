@@ -347,10 +347,8 @@ def check_timestamps(records, batches: list[tuple[int, BatchHeader]], config: Lo
                                              f"{after} after the broker's time {now}"))
         first_index += header.record_count
     if bad:
-        error = InvalidTimestampError(f"{len(bad)} record(s) out of the topic's timestamp range; "
-                                      f"record {bad[0][0]}: {bad[0][1]}")
-        error.record_errors = bad
-        raise error
+        raise InvalidTimestampError(f"{len(bad)} record(s) out of the topic's timestamp range; "
+                                    f"record {bad[0][0]}: {bad[0][1]}", record_errors=bad)
 
 
 class ReplicaManager:
@@ -507,9 +505,7 @@ class ReplicaManager:
                 stats[FAILED_PRODUCE_REQUESTS] += 1
                 stats[BYTES_REJECTED] += len(records)
                 log.warning("produce to %s-%d rejected: %s (%s)", tp[0], tp[1], e.code.name, e)
-                index = getattr(e, "record_index", None)
-                record_errors = getattr(e, "record_errors", None) or ([] if index is None else [(index, str(e))])
-                results[tp] = ProduceResult(e.code, message=str(e) or None, record_errors=record_errors)
+                results[tp] = ProduceResult(e.code, message=str(e) or None, record_errors=e.record_errors)
                 continue
             except OSError as e:
                 stats[FAILED_PRODUCE_REQUESTS] += 1

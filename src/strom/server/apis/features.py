@@ -26,8 +26,9 @@ def _response(version: int, updates: list[FeatureUpdate], error: ErrorCode, mess
             error, message = next(((c, m) for c, m in results.values() if c != ErrorCode.NONE),
                                   (ErrorCode.NONE, None))
         return {"throttle_time_ms": 0, "error_code": error, "error_message": message, "results": []}
-    per_feature = [{"feature": u.feature, "error_code": (results or {}).get(u.feature, (error, message))[0],
-                    "error_message": (results or {}).get(u.feature, (error, message))[1]} for u in updates]
+    outcome = {u.feature: (results or {}).get(u.feature, (error, message)) for u in updates}
+    per_feature = [{"feature": name, "error_code": code, "error_message": text}
+                   for name, (code, text) in outcome.items()]
     return {"throttle_time_ms": 0, "error_code": error, "error_message": message, "results": per_feature}
 
 

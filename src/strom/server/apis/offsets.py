@@ -13,6 +13,7 @@ from strom.coordinator.group.consumer_group import ConsumerGroup
 from strom.coordinator.group.records import OffsetAndMetadata
 from strom.protocol.errors import ErrorCode
 from strom.server.apis import RequestContext, api, by_topic
+from strom.server.apis.transactions import check_answer
 from strom.server.authorizer import (
     DELETE,
     DESCRIBE,
@@ -132,24 +133,14 @@ def _fetch_group(broker, ctx: RequestContext, group_id: str, topics, member_id: 
     return ErrorCode.NONE, by_topic(entries)
 
 
-# Transaction coordinator answers meaning "not now", as this API's clients retry them.
-_RETRY_LATER = {ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
-
-
 async def _in_transaction(broker, request, version: int) -> ErrorCode:
     """KIP-890: the group's offsets partition must be in the producer's transaction (added by
     AddOffsetsToTxn); from v5 (transactions version 2) it is added here instead."""
     tp = (GROUP_METADATA_TOPIC, broker.group_coordinator.store.partition_for(request.group_id))
-    error = (await broker.transaction_partitions(request.transactional_id, request.producer_id,
-                                                 request.producer_epoch, [tp], add=version >= 5))[tp]
-    if error in _RETRY_LATER:
-        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-    if error == ErrorCode.PRODUCER_FENCED:
-        return ErrorCode.INVALID_PRODUCER_EPOCH
-    if error == ErrorCode.TRANSACTION_ABORTABLE and version < 4:
-        return ErrorCode.INVALID_TXN_STATE
-    return error
+    answer = (await broker.transaction_partitions(request.transactional_id, request.producer_id,
+                                                  request.producer_epoch, [tp], add=version >= 5))[tp]
+    # "Not now" as a coordinator still loading, which this API's clients retry.
+    return check_answer(answer, version, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, abortable_from=4)
 
 
 @api(TXN_OFFSET_COMMIT, 0, 5)

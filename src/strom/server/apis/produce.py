@@ -11,6 +11,7 @@ from strom.controller.znodes import is_internal
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
 from strom.server.apis import CloseConnection, RequestContext, api, by_topic
+from strom.server.apis.transactions import check_answer
 from strom.server.authorizer import (
     CLUSTER,
     IDEMPOTENT_WRITE,
@@ -33,9 +34,6 @@ def _topic_error(broker, tp) -> ErrorCode:
     return broker.replica_manager.missing_partition_error(tp)
 
 
-# Coordinator answers that mean "try again" become a retriable produce error, as in Kafka.
-_RETRY_LATER = {ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
 TRANSACTION_ABORTABLE_FROM = 11
 IMPLICIT_ADD_FROM = 12  # transactions version 2: the leader adds the partition itself
 
@@ -68,13 +66,9 @@ async def _check_transaction(broker, transactional_id: str | None, entries: list
     for (producer_id, epoch), tps in asks.items():
         answers = await broker.transaction_partitions(transactional_id, producer_id, epoch, tps,
                                                       add=version >= IMPLICIT_ADD_FROM)
-        for tp, error in answers.items():
-            if error in _RETRY_LATER:
-                error = ErrorCode.NOT_ENOUGH_REPLICAS
-            elif error == ErrorCode.PRODUCER_FENCED:
-                error = ErrorCode.INVALID_PRODUCER_EPOCH
-            elif error == ErrorCode.TRANSACTION_ABORTABLE and version < TRANSACTION_ABORTABLE_FROM:
-                error = ErrorCode.INVALID_TXN_STATE
+        for tp, answer in answers.items():
+            # "Not now" becomes a retriable produce error, as in Kafka.
+            error = check_answer(answer, version, ErrorCode.NOT_ENOUGH_REPLICAS, TRANSACTION_ABORTABLE_FROM)
             if error != ErrorCode.NONE:
                 refused[tp] = error
     return refused

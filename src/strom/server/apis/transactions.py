@@ -29,6 +29,24 @@ PRODUCER_FENCED_FROM = 2  # these APIs report PRODUCER_FENCED from v2 on
 
 TopicPartition = tuple[str, int]
 
+# Coordinator answers to a partition check that mean "not now".
+_RETRY_LATER = {ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
+
+
+def check_answer(error: ErrorCode, version: int, retry_as: ErrorCode, abortable_from: int) -> ErrorCode:
+    """The coordinator's answer about a transaction's partition (KIP-890) as the asking API
+    (Produce, TxnOffsetCommit) reports it: "not now" as that API's retriable error, a fenced
+    producer as INVALID_PRODUCER_EPOCH, TRANSACTION_ABORTABLE as INVALID_TXN_STATE to versions
+    older than `abortable_from`."""
+    if error in _RETRY_LATER:
+        return retry_as
+    if error == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if error == ErrorCode.TRANSACTION_ABORTABLE and version < abortable_from:
+        return ErrorCode.INVALID_TXN_STATE
+    return error
+
 
 def _topic_results(results: dict[TopicPartition, ErrorCode]) -> list[dict]:
     return by_topic({tp: {"partition_index": tp[1], "partition_error_code": error}
@@ -56,10 +74,8 @@ async def _add_partitions(broker, ctx: RequestContext, transactional_id: str, pr
     if verify_only:
         return coordinator.verify_partitions(transactional_id, producer_id, epoch, wanted)
     # A leader adding partitions with v5 does so for a producer of transactions version 2.
-    error = coordinator.add_partitions(transactional_id, producer_id, epoch, wanted,
-                                       transaction_version=2 if from_broker and version >= 5 else 0)
-    if error == ErrorCode.NONE:
-        error = await broker.await_internal_replication(TRANSACTION_STATE_TOPIC, transactional_id)
+    error = await broker.add_to_transaction(transactional_id, producer_id, epoch, wanted,
+                                            transaction_version=2 if from_broker and version >= 5 else 0)
     return dict.fromkeys(wanted, fenced_code(error, version, PRODUCER_FENCED_FROM))
 
 
@@ -97,10 +113,8 @@ async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> dic
         await broker.ensure_internal_topic(GROUP_METADATA_TOPIC)
     except KafkaError as e:
         return {"throttle_time_ms": 0, "error_code": e.code}
-    error = broker.txn_coordinator.add_partitions(request.transactional_id, request.producer_id,
-                                                  request.producer_epoch, [(GROUP_METADATA_TOPIC, partition)])
-    if error == ErrorCode.NONE:
-        error = await broker.await_internal_replication(TRANSACTION_STATE_TOPIC, request.transactional_id)
+    error = await broker.add_to_transaction(request.transactional_id, request.producer_id,
+                                            request.producer_epoch, [(GROUP_METADATA_TOPIC, partition)])
     return {"throttle_time_ms": 0,
             "error_code": fenced_code(error, ctx.header.api_version, PRODUCER_FENCED_FROM)}
 
