@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 
-from strom.protocol.varint import VarintError, read_uvarint, skip_tagged_fields, write_uvarint
+from strom.protocol.varint import VarintError, read_uvarint, write_uvarint
 
 _I8, _I16, _I32, _I64 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 
@@ -121,16 +121,8 @@ class Reader:
         flexible)."""
         if not self.flexible:
             return {}
-        start = self.pos
-        try:
-            self.pos = skip_tagged_fields(self.buf, self.pos)  # validates the whole section
-        except VarintError as e:
-            raise RecordFormatError(str(e)) from None
-        fields, pos = {}, start
-        count, pos = read_uvarint(self.buf, pos)
-        for _ in range(count):
-            tag, pos = read_uvarint(self.buf, pos)
-            size, pos = read_uvarint(self.buf, pos)
-            fields[tag] = self.buf[pos : pos + size]
-            pos += size
+        fields = {}
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            fields[tag] = self._take(self.uvarint())  # RecordFormatError past the end
         return fields
