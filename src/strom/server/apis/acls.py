@@ -94,9 +94,7 @@ async def handle_describe_acls(broker, ctx: RequestContext, request) -> dict:
     refused = _disabled_or_denied(broker, ctx, DESCRIBE)
     if refused is not None:
         return {"throttle_time_ms": 0, "error_code": refused[0], "error_message": refused[1], "resources": []}
-    wanted = AclFilter(request.resource_type_filter, request.resource_name_filter,
-                       request.pattern_type_filter, request.principal_filter,
-                       request.host_filter, request.operation, request.permission_type)
+    wanted = _filter(request)  # the request's fields are a DeleteAcls filter's
     resources = []
     for (rtype, pattern, name), acls in sorted(broker.authorizer.acls.items()):
         if not wanted.matches_resource((rtype, pattern, name)):
