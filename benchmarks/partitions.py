@@ -1,0 +1,324 @@
+"""What partition count costs a broker: metadata work, restarts, idle cost, and stalls.
+
+For each partition count (default 1,000 and 10,000) on a fresh `strom serve`:
+
+- creation: CreateTopics of topics of at most 10,000 partitions each (one request per topic)
+  until every partition has a leader in Metadata; partitions/s;
+- stalls while it runs: a probe process (its own interpreter) sends an ApiVersions every 10 ms
+  on a raw connection and produces one record every 10 ms with acks=1 (confluent-kafka, to a
+  topic made before): the longest ApiVersions wait and the produce latency p50 / p99 / max
+  during creation, the same again during deletion;
+- idle: CPU of the broker over 10 s with nothing to do (% of one core), RSS, and RSS per
+  1,000 partitions above the empty broker's;
+- restarts: SIGTERM then start (clean) and kill -9 then start, each until the port serves and
+  until Metadata shows every partition with a leader; one record is written to each of up to
+  20,000 partitions first, so restarts find data, not only empty logs;
+- deletion: DeleteTopics of everything, until Metadata no longer lists it.
+
+`--baseline-src DIR` runs the same scenarios against another checkout's `src/` (say, the
+commit before a change), in the same invocation, so both columns see the same machine.
+
+    python benchmarks/partitions.py --partitions 1000 10000
+    python benchmarks/partitions.py --partitions 100000 --skip-baseline-above 10000 \
+        --baseline-src ../strom-before/src
+
+Prints one JSON document (and a Markdown table with --table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from strom.client import Connection
+from strom.testing import BrokerProcess
+
+CREATE_TOPICS, DELETE_TOPICS, METADATA, API_VERSIONS = 19, 20, 3, 18
+TOPIC_SIZE = 10_000  # partitions per CreateTopics request
+PROBE_TOPIC = "probe"
+FILL_LIMIT = 20_000
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 1)
+
+
+# --- the probe: its own process, so the benchmark's own work never delays its requests ---------
+
+def probe_main(bootstrap: str, out: str) -> None:
+    from confluent_kafka import Producer
+
+    host, port = bootstrap.rsplit(":", 1)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    api_waits: list[float] = []
+    produce_waits: list[float] = []
+    failures = 0
+
+    def api_versions() -> None:
+        conn = Connection(host, int(port), timeout_s=300)
+        while not stop.is_set():
+            started = time.monotonic()
+            conn.call(API_VERSIONS, 3, {"client_software_name": "probe", "client_software_version": "1"})
+            api_waits.append(time.monotonic() - started)
+            time.sleep(0.01)
+        conn.close()
+
+    thread = threading.Thread(target=api_versions, daemon=True)
+    thread.start()
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0,
+                         "message.timeout.ms": 300_000, "enable.idempotence": False})
+
+    def delivered(err, _msg, started: float) -> None:
+        nonlocal failures
+        if err is not None:
+            failures += 1
+        else:
+            produce_waits.append(time.monotonic() - started)
+
+    while not stop.is_set():
+        started = time.monotonic()
+        producer.produce(PROBE_TOPIC, b"x" * 100,
+                         on_delivery=lambda err, msg, s=started: delivered(err, msg, s))
+        producer.poll(0.01)
+    producer.flush(30)
+    thread.join(30)
+    Path(out).write_text(json.dumps({"api": api_waits, "produce": produce_waits, "failures": failures}))
+
+
+class Probe:
+    def __init__(self, bootstrap: str, env: dict[str, str]) -> None:
+        self.out = tempfile.mktemp(prefix="strom-probe-", suffix=".json")
+        self.proc = subprocess.Popen([sys.executable, __file__, "--probe", bootstrap, self.out], env=env)
+        time.sleep(1.0)  # connected and past the first metadata round trips
+
+    def finish(self) -> dict:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(120)
+        data = json.loads(Path(self.out).read_text())
+        os.unlink(self.out)
+        produce = sorted(data["produce"])
+
+        def pct(p: float) -> float | None:
+            return _ms(produce[min(len(produce) - 1, int(p * len(produce)))]) if produce else None
+
+        return {"api_versions_max_ms": _ms(max(data["api"], default=0)),
+                "api_versions_count": len(data["api"]),
+                "produce_p50_ms": pct(0.50), "produce_p99_ms": pct(0.99),
+                "produce_max_ms": _ms(produce[-1]) if produce else None,
+                "produce_count": len(produce), "produce_failures": data["failures"]}
+
+
+# --- the broker side ------------------------------------------------------------------------
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def topic_names(partitions: int) -> list[tuple[str, int]]:
+    out, left, i = [], partitions, 0
+    while left > 0:
+        n = min(TOPIC_SIZE, left)
+        out.append((f"scale-{i}", n))
+        left -= n
+        i += 1
+    return out
+
+
+def metadata(conn: Connection, names: list[str] | None):
+    topics = None if names is None else [{"name": n} for n in names]
+    return conn.call(METADATA, 12, {"topics": topics, "allow_auto_topic_creation": False,
+                                    "include_topic_authorized_operations": False})
+
+
+def all_led(conn: Connection, topics: list[tuple[str, int]]) -> bool:
+    response = metadata(conn, [t for t, _ in topics])
+    wanted = dict(topics)
+    for t in response.topics:
+        if t.error_code != 0 or len(t.partitions) != wanted.get(t.name, -1):
+            return False
+        if any(p.leader_id < 0 for p in t.partitions):
+            return False
+    return len(response.topics) == len(topics)
+
+
+def wait_until(predicate, timeout: float) -> float:
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > timeout:
+            raise TimeoutError("gave up waiting")
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def fill(bootstrap: str, topics: list[tuple[str, int]]) -> int:
+    """One record into each of the first FILL_LIMIT partitions, acks=all."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 50,
+                         "message.timeout.ms": 300_000})
+    count = 0
+    for name, n in topics:
+        for p in range(n):
+            if count >= FILL_LIMIT:
+                break
+            producer.produce(name, b"record-%d" % p, partition=p)
+            count += 1
+            if count % 10_000 == 0:
+                producer.flush(300)
+    assert producer.flush(300) == 0
+    return count
+
+
+def connect(broker: BrokerProcess) -> Connection:
+    return Connection("127.0.0.1", broker.port, timeout_s=600)
+
+
+def timed_start(broker: BrokerProcess, topics: list[tuple[str, int]]) -> dict:
+    started = time.monotonic()
+    broker.start(timeout=900)
+    ready = time.monotonic() - started
+    with connect(broker) as conn:
+        wait_until(lambda: all_led(conn, topics), 900)
+    return {"port_ready_s": round(ready, 2), "all_led_s": round(time.monotonic() - started, 2)}
+
+
+def scenario(partitions: int, env: dict[str, str]) -> dict:
+    topics = topic_names(partitions)
+    overrides = {"max.broker.partitions": str(partitions + 1000), "num.partitions": "1",
+                 "auto.create.topics.enable": "true"}
+    out: dict = {"partitions": partitions}
+    broker = BrokerProcess(overrides=overrides, env=env)
+    try:
+        broker.start(timeout=120)
+        with connect(broker) as conn:
+            conn.call(CREATE_TOPICS, 4, {"topics": [{"name": PROBE_TOPIC, "num_partitions": 1,
+                                                      "replication_factor": 1, "assignments": [],
+                                                      "configs": []}], "timeout_ms": 30_000,
+                                          "validate_only": False})
+            time.sleep(1)
+            empty_rss = rss_mb(broker.proc.pid)
+            probe = Probe(broker.bootstrap, env)
+            started = time.monotonic()
+            for name, n in topics:
+                response = conn.call(CREATE_TOPICS, 4, {
+                    "topics": [{"name": name, "num_partitions": n, "replication_factor": 1,
+                                "assignments": [], "configs": []}],
+                    "timeout_ms": 600_000, "validate_only": False})
+                error = response.topics[0].error_code
+                if error not in (0, 7):  # 7: REQUEST_TIMED_OUT, the leaders are still coming
+                    raise RuntimeError(f"CreateTopics {name}: error {error}")
+            answered = time.monotonic() - started
+            wait_until(lambda: all_led(conn, topics), 900)
+            elapsed = time.monotonic() - started
+            out["create"] = {"answered_s": round(answered, 2), "all_led_s": round(elapsed, 2),
+                             "partitions_per_s": round(partitions / elapsed), **probe.finish()}
+        out["filled_partitions"] = fill(broker.bootstrap, topics)
+        time.sleep(2)
+        pid = broker.proc.pid
+        before = cpu_seconds(pid)
+        time.sleep(10)
+        out["idle_cpu_pct"] = round((cpu_seconds(pid) - before) / 10 * 100, 2)
+        out["rss_mb"] = round(rss_mb(pid), 1)
+        out["rss_mb_per_1000_partitions"] = round((out["rss_mb"] - empty_rss) / partitions * 1000, 2)
+
+        started = time.monotonic()
+        assert broker.stop(timeout=900) == 0
+        out["clean_stop_s"] = round(time.monotonic() - started, 2)
+        out["clean_restart"] = timed_start(broker, topics)
+        broker.kill()
+        out["kill9_restart"] = timed_start(broker, topics)
+
+        with connect(broker) as conn:
+            probe = Probe(broker.bootstrap, env)
+            started = time.monotonic()
+            conn.call(DELETE_TOPICS, 4, {"topic_names": [t for t, _ in topics], "timeout_ms": 600_000})
+            answered = time.monotonic() - started
+            wait_until(lambda: not metadata(conn, None).topics or all(
+                t.name == PROBE_TOPIC for t in metadata(conn, None).topics), 900)
+            out["delete"] = {"answered_s": round(answered, 2),
+                             "gone_s": round(time.monotonic() - started, 2), **probe.finish()}
+    finally:
+        broker.close()
+    return out
+
+
+def table(results: dict) -> str:
+    rows = [
+        ("creation, partitions/s", lambda r: r["create"]["partitions_per_s"]),
+        ("creation: longest ApiVersions wait, ms", lambda r: r["create"]["api_versions_max_ms"]),
+        ("creation: produce p99 / max, ms",
+         lambda r: f'{r["create"]["produce_p99_ms"]} / {r["create"]["produce_max_ms"]}'),
+        ("deletion, s", lambda r: r["delete"]["gone_s"]),
+        ("deletion: longest ApiVersions wait, ms", lambda r: r["delete"]["api_versions_max_ms"]),
+        ("clean restart: port / all led, s",
+         lambda r: f'{r["clean_restart"]["port_ready_s"]} / {r["clean_restart"]["all_led_s"]}'),
+        ("kill -9 restart: port / all led, s",
+         lambda r: f'{r["kill9_restart"]["port_ready_s"]} / {r["kill9_restart"]["all_led_s"]}'),
+        ("clean stop, s", lambda r: r["clean_stop_s"]),
+        ("idle CPU, % of a core", lambda r: r["idle_cpu_pct"]),
+        ("RSS, MB (per 1,000 partitions)", lambda r: f'{r["rss_mb"]} ({r["rss_mb_per_1000_partitions"]})'),
+    ]
+    columns = [(label, n, r) for label, runs in results.items() for n, r in runs.items()]
+    lines = ["| | " + " | ".join(f"{label} {int(n):,}" for label, n, _ in columns) + " |",
+             "|---" * (len(columns) + 1) + "|"]
+    for name, get in rows:
+        cells = []
+        for _, _, r in columns:
+            try:
+                cells.append(str(get(r)))
+            except (KeyError, TypeError):
+                cells.append("n/a")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--probe":
+        probe_main(sys.argv[2], sys.argv[3])
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--partitions", type=int, nargs="+", default=[1000, 10_000])
+    parser.add_argument("--baseline-src", type=Path, help="another checkout's src/ to compare with")
+    parser.add_argument("--skip-baseline-above", type=int, default=None,
+                        help="run the baseline only up to this many partitions")
+    parser.add_argument("--table", action="store_true", help="also print a Markdown table")
+    args = parser.parse_args()
+    runs = {"strom": {}}
+    if args.baseline_src:
+        runs = {"baseline": {}, "strom": {}}
+    load = os.getloadavg()[0]
+    for n in args.partitions:
+        for label in runs:
+            env = dict(os.environ)
+            if label == "baseline":
+                if args.skip_baseline_above is not None and n > args.skip_baseline_above:
+                    continue
+                env["PYTHONPATH"] = str(args.baseline_src.resolve())
+            print(f"{label}: {n} partitions", file=sys.stderr)
+            runs[label][n] = scenario(n, env)
+    result = {"cpus": os.cpu_count(), "load_at_start": round(load, 2), "python": sys.version.split()[0],
+              "results": runs}
+    print(json.dumps(result, indent=1))
+    if args.table:
+        print(table(runs))
+
+
+if __name__ == "__main__":
+    main()
