@@ -7,11 +7,25 @@ would make the next start-up either skip needed recovery or fail.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
 VERSION = 0
+# One writer per file at a time: two writers sharing the temp file would each rename the
+# other's away (ENOENT). Locks are few (one per checkpoint file) and live as long as the process.
+_locks: dict[Path, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _lock_for(path: Path) -> threading.Lock:
+    with _locks_guard:
+        lock = _locks.get(path)
+        if lock is None:
+            lock = _locks[path] = threading.Lock()
+        return lock
 
 
 def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
@@ -54,17 +68,24 @@ def write_checkpoint(path: Path, entries: Mapping[tuple[str, int], int]) -> None
     write_atomically(path, "\n".join(lines) + "\n")
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` with `text`: temp file, fsync, rename, fsync of the directory."""
+def write_atomically(path: Path, text: str, sync: bool = True, own_lock: bool = False) -> None:
+    """Replace `path` with `text`: temp file, fsync, rename, fsync of the directory. Without
+    `sync`, the same but no fsync: readers never see a torn file, a power cut may leave the
+    old one (for files whose loss recovery repairs, see leader_epoch.py). `own_lock`: the
+    caller already makes sure it is the file's only writer."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with contextlib.nullcontext() if own_lock else _lock_for(path):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+        if sync:
+            fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
