@@ -11,7 +11,7 @@ from strom.log.index import OffsetIndex, TimeIndex
 def test_offset_index_append_lookup_and_reload(tmp_path):
     path = tmp_path / "00000000000000000100.index"
     idx = OffsetIndex(path, 100)
-    assert not idx.existed and path.exists()
+    assert not idx.existed and not path.exists()  # made by the first write, not before
     idx.append_many([(110, 500), (120, 1000), (135, 1600)])
     idx.append(150, 2000)
     assert path.stat().st_size == 4 * 8

@@ -30,10 +30,13 @@ def fill(segment: LogSegment, count: int, first: int | None = None, **kw) -> lis
 
 def test_file_names_are_kafkas(tmp_path):
     seg = LogSegment(tmp_path, 42, LogConfig())
+    # An empty segment is one file: its indexes are made when written or when it has data.
+    assert [p.name for p in tmp_path.iterdir()] == ["00000000000000000042.log"]
+    assert seg.next_offset == 42 and seg.size == 0
+    fill(seg, 1)
+    seg.close()
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["00000000000000000042.index", "00000000000000000042.log", "00000000000000000042.timeindex"]
-    assert seg.next_offset == 42 and seg.size == 0
-    seg.close()
 
 
 def test_append_indexes_sparsely_and_reads(tmp_path):
@@ -59,6 +62,7 @@ def test_append_indexes_sparsely_and_reads(tmp_path):
 def test_delete_keeps_fd_until_purge(tmp_path):
     seg = LogSegment(tmp_path, 0, LogConfig())
     fill(seg, 3)
+    seg.seal()  # an inactive segment with data has all three files
     seg.delete()
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".deleted"] * 3
     data = os.pread(seg.fd, seg.size, 0)

@@ -311,7 +311,8 @@ class _CleanedSegment:
         for cls, suffix, entries in ((OffsetIndex, INDEX_SUFFIX, self._entries),
                                      (TimeIndex, TIME_INDEX_SUFFIX, self._time_entries)):
             stem = segment_name(self.base_offset)
-            index = cls(self.paths[0].with_name(stem + suffix + CLEANED_SUFFIX), self.base_offset)
+            index = cls(self.paths[0].with_name(stem + suffix + CLEANED_SUFFIX), self.base_offset, new=True)
+            index.ensure_file()  # even without entries: the swap renames all three files
             index.append_many(entries)
             index.flush()
             index.close()

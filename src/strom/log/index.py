@@ -48,25 +48,58 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def _load_syncfs():
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syncfs
+    except (OSError, AttributeError):
+        return None
+
+
+_syncfs = _load_syncfs()
+
+
+def sync_filesystem(path: Path) -> None:
+    """Make everything written to the filesystem holding `path` durable (Linux's syncfs; a
+    global sync elsewhere). One call after writing thousands of small files without an fsync
+    each, where 2 fsyncs per file would take minutes."""
+    if _syncfs is None:
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _syncfs(fd) != 0:
+            import ctypes
+
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(path))
+    finally:
+        os.close(fd)
+
+
 class _IndexFile:
     entry_size = 0
 
-    def __init__(self, path: Path, base_offset: int) -> None:
+    def __init__(self, path: Path, base_offset: int, new: bool = False) -> None:
         self.path = Path(path)
         self.base_offset = base_offset
         self._dirty = False  # written since the last flush
-        try:
-            data = self.path.read_bytes()
-            self.existed = True
-        except FileNotFoundError:
-            data = b""
-            self.existed = False
+        data = b""
+        self.existed = False
+        if not new:  # a new segment's index cannot exist yet: spare the failing open
+            try:
+                data = self.path.read_bytes()
+                self.existed = True
+            except FileNotFoundError:
+                pass
         tail = len(data) % self.entry_size
         # A torn last entry means the file is damaged; sanity_check reports it.
         self._whole = tail == 0
         self._load(memoryview(data)[: len(data) - tail])
-        if not self.existed:
-            self._create()
+        # The file itself is made by the first write (or `ensure_file`): an empty segment, as
+        # most of 100,000 partitions' segments are, costs one file instead of three.
 
     # -- subclass hooks
     def _load(self, data: memoryview) -> None:
@@ -98,8 +131,13 @@ class _IndexFile:
         self.append_many(entries)
 
     # -- file handling
-    def _create(self) -> None:
-        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
+    def ensure_file(self) -> None:
+        """Create the (empty) file if no write has yet: a segment with data keeps its index
+        files, so that a restart trusts them instead of rebuilding them."""
+        if not self.existed and not self._dirty:
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
+            self.existed = True
+            self._dirty = True  # the next flush makes it durable
 
     def _open_for_write(self) -> int:
         return os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)

@@ -109,8 +109,8 @@ class LogSegment:
         try:
             with OPEN_FILES.use(self, lambda: os.open(self.log_path, flags, 0o644)) as fd:
                 self.size = os.fstat(fd).st_size
-            self.offset_index = OffsetIndex(self.dir / (stem + INDEX_SUFFIX), base_offset)
-            self.time_index = TimeIndex(self.dir / (stem + TIME_INDEX_SUFFIX), base_offset)
+            self.offset_index = OffsetIndex(self.dir / (stem + INDEX_SUFFIX), base_offset, new=create)
+            self.time_index = TimeIndex(self.dir / (stem + TIME_INDEX_SUFFIX), base_offset, new=create)
             self.txn_index = TransactionIndex(self.dir / (stem + TXN_INDEX_SUFFIX))
         except BaseException:
             OPEN_FILES.close(self)
@@ -126,6 +126,7 @@ class LogSegment:
         self._bytes_since_index = self.size - self.offset_index.last_entry[1]
         self.deleted = False
         self.closed = False
+        self.created_here = False  # a log's first segment, made when the log was
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path}, size={self.size})"
@@ -328,6 +329,9 @@ class LogSegment:
             return
         if self.max_timestamp > self.time_index.last_entry[0]:
             self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
+        if self.size:
+            self.offset_index.ensure_file()
+            self.time_index.ensure_file()
         self.offset_index.close()
         self.time_index.close()
 
