@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable
@@ -150,7 +151,12 @@ class Log:
         self.dir = Path(dir)
         self.topic, self.partition = parse_log_dir_name(self.dir.name)
         self._config = config
-        self._segments = segments
+        # None until first needed (a log trusted after a clean shutdown, see `Log.lazy`).
+        self._loaded_segments: list[LogSegment] | None = segments
+        self._load_lock = threading.RLock()
+        self._epoch_cache: LeaderEpochCache | None = None
+        self._epoch_defer: Callable[[LeaderEpochCache], None] | None = None
+        self._new = False  # its directory was made just now: it has no epoch file to read
         self.log_start_offset = log_start_offset
         self._log_end_offset = log_end_offset
         self.recovery_point = recovery_point
@@ -166,9 +172,68 @@ class Log:
         self.last_flush_ms = now_ms()  # for flush.ms (Kafka's lastFlushTime)
         self.flush_hook: FlushHook | None = None
         self.io_error_hook: IoErrorHook | None = None
-        self.leader_epoch_cache = LeaderEpochCache(self.dir)
+
+    @property
+    def _segments(self) -> list[LogSegment]:
+        segments = self._loaded_segments
+        return segments if segments is not None else self._load_segments()
+
+    @_segments.setter
+    def _segments(self, segments: list[LogSegment]) -> None:
+        self._loaded_segments = segments
+
+    @property
+    def loaded(self) -> bool:
+        """False while a lazily opened log has not read its directory yet."""
+        return self._loaded_segments is not None
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochCache:
+        cache = self._epoch_cache
+        if cache is None:
+            with self._load_lock:
+                if self._epoch_cache is None:
+                    self._epoch_cache = LeaderEpochCache(self.dir, self._epoch_defer, new=self._new)
+                cache = self._epoch_cache
+        return cache
+
+    def defer_epoch_writes(self, defer: Callable[[LeaderEpochCache], None]) -> None:
+        """Have the leader epoch checkpoint written by `defer` (see leader_epoch.py)."""
+        self._epoch_defer = defer
+        if self._epoch_cache is not None:
+            self._epoch_cache.defer = defer
 
     # -- opening and recovery
+
+    @classmethod
+    def lazy(cls, dir: Path, config: LogConfig, *, log_start_offset: int, log_end_offset: int,
+             now_ms: Callable[[], int] = wall_clock_ms) -> Log:
+        """A log that a clean shutdown left flushed and checkpointed up to `log_end_offset`:
+        its directory is read when first used (or by a background load), so a broker with
+        100,000 partitions opens its port without reading 100,000 directories first."""
+        return cls(Path(dir), config, None, log_start_offset=log_start_offset,
+                   log_end_offset=log_end_offset, recovery_point=log_end_offset, now_ms=now_ms)
+
+    def load(self) -> None:
+        """Read the directory of a lazily opened log now (a worker thread may call it)."""
+        self._segments  # noqa: B018  (the property loads)
+
+    def _load_segments(self) -> list[LogSegment]:
+        with self._load_lock:
+            if self._loaded_segments is not None:
+                return self._loaded_segments
+            segments = _open_segments(self.dir, self._config, self._log_end_offset, True,
+                                      self.log_start_offset, self._now_ms())
+            end = segments[-1].next_offset
+            if end != self._log_end_offset:
+                log.warning("%s: the log ends at %d, not at %d as checkpointed at shutdown",
+                            self.name, end, self._log_end_offset)
+                self._log_end_offset = end
+                self.recovery_point = min(self.recovery_point, end)
+            self.log_start_offset = min(max(self.log_start_offset, segments[0].base_offset), end)
+            self._loaded_segments = segments
+            self._check_epoch_cache(None)
+            return segments
 
     @classmethod
     def open(
@@ -193,20 +258,9 @@ class Log:
         new_dir = not dir.exists()
         dir.mkdir(parents=True, exist_ok=True)
         now = now_ms()
-        bases = _clean_dir(dir)
-        segments: list[LogSegment] = []
-        created = False
-        try:
-            for base in bases:
-                segments.append(LogSegment(dir, base, config, now_ms=now))
-            segments = _recover_segments(dir, segments, config, recovery_point, clean_shutdown)
-            if not segments:
-                segments.append(LogSegment(dir, log_start_offset, config, now_ms=now, create=True))
-                created = True
-        except BaseException:
-            for segment in segments:
-                segment._close_fd()
-            raise
+        segments = _open_segments(dir, config, recovery_point, clean_shutdown, log_start_offset, now,
+                                  new=new_dir)
+        created = new_dir or segments[0].created_here
         log_end_offset = segments[-1].next_offset
         start = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
         # Kafka's rule: only a clean shutdown lets the recovery point jump to the end; after a
@@ -223,6 +277,7 @@ class Log:
         )
         opened._dir_dirty = created
         opened._parent_dirty = new_dir
+        opened._new = new_dir
         opened._check_epoch_cache(None if clean_shutdown else point)
         return opened
 
@@ -536,7 +591,7 @@ class Log:
         end = self._log_end_offset
         target = end if up_to is None else min(up_to, end)
         start = self.recovery_point
-        if target > start:
+        if target > start and self.loaded:  # an unloaded log has nothing unflushed
             segments = list(self._segments)
             for i, segment in enumerate(segments):
                 if segment.base_offset >= target:
@@ -549,6 +604,10 @@ class Log:
                 except OSError:
                     if not (segment.closed or segment.deleted):
                         raise
+        # The epochs of the batches the recovery point passes must be durable first: recovery
+        # reads epochs back only from batches above it.
+        if self._epoch_cache is not None:
+            self._epoch_cache.sync()
         if self._dir_dirty:
             self._dir_dirty = False
             fsync_path(self.dir)
@@ -745,7 +804,15 @@ class Log:
         if self.closed:
             return
         self.closed = True
+        cache = self._epoch_cache
+        if not self.loaded:  # never read: nothing open, nothing to write
+            if cache is not None:
+                cache.write()
+                cache.close()
+            return
         if self.offline:  # its directory failed: release descriptors, write nothing
+            if cache is not None:
+                cache.close()
             for segment in self._segments:
                 segment._close_fd()
             for _, segment in self._pending_deletes:
@@ -757,9 +824,23 @@ class Log:
         for _, segment in self._pending_deletes:
             segment.purge()
         self._pending_deletes = []
+        # Written, not fsynced: one sync of the filesystem at shutdown serves every log
+        # (LogManager.shutdown), where an fsync each would cost 100,000 partitions minutes.
+        if cache is not None:
+            cache.write()
+            cache.close()
 
-    def delete(self) -> None:
-        """Close the log and remove its directory (topic deletion)."""
+    def parent_synced(self) -> None:
+        """The log dir was fsynced after this log's directory was made (a batch of new logs)."""
+        self._parent_dirty = False
+
+    def delete(self, remove: bool = True) -> None:
+        """Close the log and remove its directory (topic deletion); without `remove` the
+        directory is left for the caller to remove (off the loop)."""
+        if self._epoch_cache is not None:
+            self._epoch_cache.close()
+        if not self.closed and not self.loaded:
+            self.closed = True
         if not self.closed:
             self.closed = True
             # No final index writes: the files are about to go.
@@ -768,7 +849,8 @@ class Log:
             for _, segment in self._pending_deletes:
                 segment._close_fd()
             self._pending_deletes = []
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if remove:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def _check_open(self) -> None:
         if self.closed:
@@ -794,6 +876,25 @@ class Log:
         """Stop serving after a log dir failure. Descriptors stay open (in-flight fetch regions
         still point at them) until `close()`; nothing more is written to the failed dir."""
         self.offline = True
+
+
+def _open_segments(dir: Path, config: LogConfig, recovery_point: int, clean_shutdown: bool,
+                   log_start_offset: int, now: int, new: bool = False) -> list[LogSegment]:
+    """The segments of `dir`, recovered as needed; one new empty segment if there are none."""
+    bases = [] if new else _clean_dir(dir)
+    segments: list[LogSegment] = []
+    try:
+        for base in bases:
+            segments.append(LogSegment(dir, base, config, now_ms=now))
+        segments = _recover_segments(dir, segments, config, recovery_point, clean_shutdown)
+        if not segments:
+            segments.append(LogSegment(dir, log_start_offset, config, now_ms=now, create=True))
+            segments[0].created_here = True
+    except BaseException:
+        for segment in segments:
+            segment._close_fd()
+        raise
+    return segments
 
 
 def _validate_replicated(buf, max_batch_bytes: int) -> list[tuple[int, BatchHeader]]:

@@ -27,7 +27,8 @@ from pathlib import Path
 from strom.log.checkpoint import read_checkpoint, write_checkpoint
 from strom.log.config import LogConfig
 from strom.log.flusher import LogFlusher
-from strom.log.index import fsync_path
+from strom.log.index import fsync_path, sync_filesystem
+from strom.log.leader_epoch import LeaderEpochCache
 from strom.log.log import Log, parse_log_dir_name, wall_clock_ms
 from strom.protocol.errors import StorageError
 
@@ -153,6 +154,16 @@ class LogManager:
         self.new_logs_expected = True  # see get_or_create_log
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
+        # Leader epoch checkpoints changed on the loop, written together from a thread.
+        self._epoch_pending: dict[LeaderEpochCache, None] = {}
+        self._epoch_writer: asyncio.Task | None = None
+        # One writer per checkpoint file name at a time, computing what it writes once it
+        # holds the lock: two racing writers would otherwise share a temp file, or the older
+        # state could land last (a log start offset moving back after DeleteRecords).
+        self._checkpoint_locks: dict[str, threading.Lock] = {}
+        self._checkpoint_warned: dict[Path, float] = {}
+        self._doomed: list[Path] = []  # directories of deleted logs, renamed, to remove
+        self._remover: asyncio.Task | None = None
 
     # -- start-up
 
@@ -253,14 +264,17 @@ class LogManager:
             key = (topic, partition)
             if key in self._logs:
                 raise ValueError(f"duplicate log directories for {topic}-{partition}: {path}")
-            self._add(key, d, Log.open(
-                path,
-                config_for(topic),
-                recovery_point=recovery_points.get(key, 0),
-                log_start_offset=start_offsets.get(key, 0),
-                clean_shutdown=clean,
-                now_ms=self._now_ms,
-            ))
+            point = recovery_points.get(key)
+            if clean and point is not None:
+                # Flushed and checkpointed at shutdown: its end is the recovery point, and its
+                # directory is read when first needed (or by load_in_background).
+                opened = Log.lazy(path, config_for(topic), log_start_offset=min(start_offsets.get(key, 0), point),
+                                  log_end_offset=point, now_ms=self._now_ms)
+            else:
+                opened = Log.open(path, config_for(topic), recovery_point=point or 0,
+                                  log_start_offset=start_offsets.get(key, 0), clean_shutdown=clean,
+                                  now_ms=self._now_ms)
+            self._add(key, d, opened)
         if clean:
             # From here on a crash must be noticed: the marker only exists between a clean
             # shutdown and the next start-up.
@@ -306,49 +320,180 @@ class LogManager:
         log elsewhere, which would shadow that data (Kafka refuses the same way for a
         LeaderAndIsr that is not `isNew`)."""
         key = (topic, partition)
-        existing = self._logs.get(key)
+        existing = self._existing(key, config or self.default_config)
         if existing is not None:
             return existing
-        config = config or self.default_config
-        name = f"{topic}-{partition}"
-        if not self.new_logs_expected:
-            for d in self.offline_dirs:
-                try:
-                    present = name in os.listdir(d)
-                except OSError:
-                    present = True  # cannot tell: assume the data is there
-                if present:
-                    placeholder = Log(d / name, config, [], log_start_offset=0, log_end_offset=0,
-                                      recovery_point=0, now_ms=self._now_ms)
-                    placeholder.go_offline()
-                    self._logs[key] = placeholder
-                    self._dir_of[key] = d
-                    return placeholder
+        d = self._dir_for_new_log(key)
+        created = self._create(d, key, config or self.default_config)
+        if isinstance(created, Exception):
+            raise created
+        self._add(key, d, created)
+        return created
+
+    async def get_or_create_logs(self, wanted: list[tuple[TopicPartition, LogConfig]],
+                                 batch: int = 500) -> dict[TopicPartition, Log | StorageError]:
+        """`get_or_create_log` for many partitions (a LeaderAndIsr of a new topic): the files
+        are made in a worker thread, `batch` logs at a time, with one fsync of each log dir per
+        batch for the new directories' names; the loop serves other requests in between.
+        A partition whose log could not be made gets its StorageError."""
+        out: dict[TopicPartition, Log | StorageError] = {}
+        todo: list[tuple[TopicPartition, Path, LogConfig]] = []
+        for key, config in wanted:
+            existing = self._existing(key, config)
+            if existing is not None:
+                out[key] = existing
+                continue
+            try:
+                d = self._dir_for_new_log(key)
+            except StorageError as e:
+                out[key] = e
+                continue
+            self._per_dir[d] += 1  # counted now, so the batch spreads over the dirs
+            todo.append((key, d, config))
+        for start in range(0, len(todo), batch):
+            chunk = todo[start:start + batch]
+            made = await asyncio.to_thread(self._create_many, chunk)
+            for (key, d, _), created in zip(chunk, made, strict=True):
+                self._per_dir[d] -= 1
+                if isinstance(created, Exception):
+                    out[key] = created
+                elif key in self._logs:  # made meanwhile by another path: keep that one
+                    created.close()
+                    out[key] = self._logs[key]
+                else:
+                    self._add(key, d, created)
+                    out[key] = created
+        return out
+
+    def _existing(self, key: TopicPartition, config: LogConfig) -> Log | None:
+        """The partition's log, or, while `new_logs_expected` is off, an offline placeholder
+        for one whose data may be in an offline dir."""
+        existing = self._logs.get(key)
+        if existing is not None or self.new_logs_expected:
+            return existing
+        name = f"{key[0]}-{key[1]}"
+        for d in self.offline_dirs:
+            try:
+                present = name in os.listdir(d)
+            except OSError:
+                present = True  # cannot tell: assume the data is there
+            if present:
+                placeholder = Log(d / name, config, [], log_start_offset=0, log_end_offset=0,
+                                  recovery_point=0, now_ms=self._now_ms)
+                placeholder.go_offline()
+                self._logs[key] = placeholder
+                self._dir_of[key] = d
+                return placeholder
+        return None
+
+    def _dir_for_new_log(self, key: TopicPartition) -> Path:
         live = self.live_dirs
         if not live:
-            raise StorageError(f"cannot create log {name}: every log dir is offline")
-        d = min(live, key=self._per_dir.__getitem__)
+            raise StorageError(f"cannot create log {key[0]}-{key[1]}: every log dir is offline")
+        return min(live, key=self._per_dir.__getitem__)
+
+    def _create(self, d: Path, key: TopicPartition, config: LogConfig) -> Log | StorageError:
+        """Make a new log in `d` (any thread); the error to answer if it cannot be made."""
+        name = f"{key[0]}-{key[1]}"
         try:
-            created = Log.open(d / name, config, now_ms=self._now_ms)
+            return Log.open(d / name, config, now_ms=self._now_ms)
         except OSError as e:
             if out_of_space(e) or out_of_descriptors(e):
                 shutil.rmtree(d / name, ignore_errors=True)  # a half-made log is not kept
             self.dir_failed(d, e)
-            raise StorageError(f"cannot create log {name} in {d}: {e}") from e
-        self._add(key, d, created)
-        return created
+            return StorageError(f"cannot create log {name} in {d}: {e}")
+
+    def _create_many(self, todo: list[tuple[TopicPartition, Path, LogConfig]]) -> list[Log | StorageError]:
+        made = [self._create(d, key, config) for key, d, config in todo]
+        for d in {d for _, d, _ in todo}:
+            if d in self.offline_dirs:
+                continue
+            try:
+                fsync_path(d)  # the new directories' names, once for the whole batch
+            except OSError as e:
+                self.dir_failed(d, e)
+                continue
+            for lg in made:
+                if isinstance(lg, Log) and lg.dir.parent == d:
+                    lg.parent_synced()
+        return made
 
     def _add(self, key: TopicPartition, d: Path, lg: Log) -> None:
         lg.flush_hook = self.flusher.request
         lg.io_error_hook = self.handle_io_error
         lg.write_refusal = self._refusal(d)
         lg.append_hook = self._appended
+        if self._loop is not None:
+            lg.defer_epoch_writes(self._defer_epoch_write)
         self._logs[key] = lg
         self._dir_of[key] = d
         self._per_dir[d] += 1
 
     def dir_of(self, tp: TopicPartition) -> Path | None:
         return self._dir_of.get(tp)
+
+    async def load_in_background(self, batch: int = 256) -> int:
+        """Read the directories of logs opened lazily, a batch at a time in a worker thread,
+        so that they are ready before clients need them (retention, the cleaner and first
+        fetches would otherwise each load them on the loop). Returns how many were loaded."""
+        pending = [lg for lg in self._logs.values() if not lg.loaded]
+        started, loaded = time.monotonic(), 0
+
+        def load(logs: list[Log]) -> int:
+            done = 0
+            for lg in logs:
+                if lg.closed or lg.offline or lg.loaded:
+                    continue
+                try:
+                    lg.load()
+                    done += 1
+                except OSError as e:
+                    self.handle_io_error(lg, e)
+            return done
+
+        for start in range(0, len(pending), batch):
+            loaded += await asyncio.to_thread(load, pending[start:start + batch])
+        if loaded:
+            log.info("read the directories of %d logs in %.2fs", loaded, time.monotonic() - started)
+        return loaded
+
+    # -- leader epoch checkpoints, written in batches
+
+    def _defer_epoch_write(self, cache: LeaderEpochCache) -> None:
+        """On the loop: `cache` changed; its file is written with the others that change in
+        the same turn of the loop (a LeaderAndIsr of 10,000 partitions: one batch)."""
+        if threading.get_ident() != self._loop_thread:  # a log loaded by a worker thread
+            self._loop.call_soon_threadsafe(self._defer_epoch_write, cache)
+            return
+        self._epoch_pending[cache] = None
+        if self._epoch_writer is None:
+            self._epoch_writer = self._loop.create_task(self._write_epochs(), name="leader-epoch-writer")
+
+    async def _write_epochs(self) -> None:
+        try:
+            while self._epoch_pending:
+                await asyncio.sleep(0)  # the rest of this turn's changes join the batch
+                caches = list(self._epoch_pending)
+                self._epoch_pending.clear()
+                await asyncio.to_thread(self._write_epoch_files, caches)
+        finally:
+            self._epoch_writer = None
+
+    def _write_epoch_files(self, caches: list[LeaderEpochCache]) -> None:
+        for cache in caches:
+            try:
+                cache.write()
+            except FileNotFoundError:
+                pass  # its log was deleted meanwhile
+            except OSError as e:
+                d = cache.path.parent.parent
+                if d in self._per_dir:
+                    self.dir_failed(d, e)
+
+    async def write_pending_epochs(self) -> None:
+        """Wait until every leader epoch change made so far is in its file."""
+        while self._epoch_writer is not None:
+            await asyncio.shield(self._epoch_writer)
 
     # -- log dir failures
 
@@ -377,6 +522,20 @@ class LogManager:
                           "stays online", d, error)
         else:
             self.mark_dir_offline(d, error)
+
+    def _checkpoint_failed(self, path: Path, error: OSError) -> None:
+        """A checkpoint is rewritten often and whole, by rename, so the previous one stays
+        valid when a write fails: only an error of the disk itself (EIO, a read-only
+        filesystem) takes the dir offline; anything else fails this write, logged once a
+        minute, and the next write tries again."""
+        d = path.parent
+        if error.errno in (errno.EIO, errno.EROFS) or out_of_space(error) or out_of_descriptors(error):
+            self.dir_failed(d, error)
+            return
+        now = time.monotonic()
+        if now - self._checkpoint_warned.get(path, -60.0) >= 60:
+            self._checkpoint_warned[path] = now
+            log.error("cannot write %s (%s); the previous one stays, the next write retries", path, error)
 
     # -- disk space
 
@@ -493,6 +652,7 @@ class LogManager:
             return False
         d = self._dir_of.pop(key)
         self._per_dir[d] -= 1
+        target_log.leader_epoch_cache.close()  # before the rename: a late write must not follow
         if d in self.offline_dirs:
             target_log.close()  # nothing can be removed from a failed dir; it stays behind
             return True
@@ -504,8 +664,30 @@ class LogManager:
             target_log.close()
             return True
         target_log.dir = doomed
-        target_log.delete()
+        if self._loop is None or threading.get_ident() != self._loop_thread:
+            target_log.delete()
+            return True
+        # Removing the files is the slow part (a topic of 10,000 partitions): it happens in a
+        # worker thread, many logs at a time; a crash before it is finished by the next start.
+        target_log.delete(remove=False)
+        self._doomed.append(doomed)
+        if self._remover is None:
+            self._remover = self._loop.create_task(self._remove_doomed(), name="log-deleter")
         return True
+
+    async def _remove_doomed(self, batch: int = 500) -> None:
+        try:
+            while self._doomed:
+                await asyncio.sleep(0)
+                doomed, self._doomed = self._doomed[:batch], self._doomed[batch:]
+                await asyncio.to_thread(lambda: [shutil.rmtree(d, ignore_errors=True) for d in doomed])
+        finally:
+            self._remover = None
+
+    async def wait_for_deletions(self) -> None:
+        """Until the directories of every log deleted so far are gone."""
+        while self._remover is not None:
+            await asyncio.shield(self._remover)
 
     def logs(self) -> Iterator[tuple[TopicPartition, Log]]:
         return iter(list(self._logs.items()))
@@ -519,19 +701,21 @@ class LogManager:
         """Write checkpoint file `name` in every live dir with `value(tp, log)` per partition
         (None leaves the partition out). A dir whose write fails goes offline. Safe to run in a
         thread: it works on snapshots of the log tables."""
-        logs, dir_of = list(self._logs.items()), dict(self._dir_of)
-        for d in self.live_dirs:
-            entries = {}
+        lock = self._checkpoint_locks.setdefault(name, threading.Lock())
+        with lock:
+            logs, dir_of = list(self._logs.items()), dict(self._dir_of)
+            by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.live_dirs}
             for key, lg in logs:
-                if dir_of.get(key) == d:
+                entries = by_dir.get(dir_of.get(key))
+                if entries is not None:
                     v = value(key, lg)
                     if v is not None:
                         entries[key] = v
-            try:
-                write_checkpoint(d / name, entries)
-            except OSError as e:
-                # A full disk keeps the previous checkpoint (written by rename): still valid.
-                self.dir_failed(d, e)
+            for d, entries in by_dir.items():
+                try:
+                    write_checkpoint(d / name, entries)
+                except OSError as e:
+                    self._checkpoint_failed(d / name, e)
 
     def checkpoint(self) -> None:
         """Write the recovery-point and log-start-offset checkpoints of every live log dir."""
@@ -596,6 +780,9 @@ class LogManager:
             lg.close()
         for d in self.live_dirs:
             try:
+                # What closing wrote without an fsync per file (epoch checkpoints, final index
+                # entries) is durable before the marker says the files can be trusted.
+                sync_filesystem(d)
                 (d / CLEAN_SHUTDOWN_FILE).touch()
                 fd = os.open(d, os.O_RDONLY)
                 try:
