@@ -269,7 +269,8 @@ def test_local_store_loads_the_old_file_format(tmp_path: Path) -> None:
     assert store.set("/latest_producer_id_block", {"block_end": 1999}, expected_version=5) == 6
     created = store.create("/brokers/topics/b", {"version": 2})
     assert store.get_stat(created)[1].czxid > store.get_stat("/brokers/topics/a")[1].czxid
-    # The new file still reads as the old format does: path -> {"data", "version"}.
+    # Closed, the new file still reads as the old format does: path -> {"data", "version"}.
+    store.close()
     saved = json.loads(path.read_text())
     for node, value in old.items():
         if node != "/latest_producer_id_block":
@@ -371,3 +372,39 @@ def test_calls_fail_while_zookeeper_is_down_and_work_when_it_is_back(zk_server: 
             assert store.get("/brokers/ids/1") == ({"port": 1}, 0)
         finally:
             store.close()
+
+
+def test_local_store_journals_each_change_and_drops_a_torn_last_one(tmp_path: Path) -> None:
+    path = tmp_path / "strom-metadata.json"
+    store = LocalMetadataStore(path)
+    store.create("/brokers/topics/a", {"partitions": {"0": [1]}})
+    with store.batch():
+        for i in range(100):
+            store.create(f"/brokers/topics/a/partitions/{i}/state", {"leader": 1})
+    store.set("/brokers/topics/a", {"partitions": {"0": [1], "1": [1]}})
+    journal = path.with_name(path.name + ".journal")
+    lines = journal.read_bytes().split(b"\n")
+    assert len(lines) == 4 and lines[-1] == b""  # one line per change, a batch is one line
+    assert not path.exists()  # nothing rewritten yet: the journal is the record
+    # A crash in the middle of writing a fourth change: that change was never acknowledged.
+    with open(journal, "ab") as f:
+        f.write(b'{"n":{"/brokers/topics/b":{"data":1,')
+    reopened = LocalMetadataStore(path)
+    assert reopened.get("/brokers/topics/a") == ({"partitions": {"0": [1], "1": [1]}}, 1)
+    assert len(reopened.children("/brokers/topics/a/partitions")) == 100
+    assert reopened.get("/brokers/topics/b") is None
+    assert journal.read_bytes().endswith(b"\n")  # the torn tail is cut off
+    # New changes after the repair are read back too.
+    reopened.set("/brokers/topics/a", {"partitions": {}})
+    assert LocalMetadataStore(path).get("/brokers/topics/a") == ({"partitions": {}}, 2)
+
+
+def test_local_store_compacts_the_journal_into_the_snapshot(tmp_path: Path) -> None:
+    path = tmp_path / "strom-metadata.json"
+    store = LocalMetadataStore(path)
+    big = "x" * 4096
+    for i in range(400):  # ~1.6 MB of changes: past the journal's minimum size
+        store.set("/config/topics/t", {"i": i, "pad": big})
+    journal = path.with_name(path.name + ".journal")
+    assert path.exists() and journal.stat().st_size < 1 << 20
+    assert LocalMetadataStore(path).get("/config/topics/t")[0]["i"] == 399

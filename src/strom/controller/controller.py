@@ -23,6 +23,7 @@ from typing import Any
 from strom.controller import features, znodes
 from strom.controller.channel import ControllerChannelManager, RequestBatch
 from strom.controller.event_manager import ControllerEvent, ControllerEventManager
+from strom.controller.loop_thread import LoopThread
 from strom.controller.store import (
     BadVersion,
     Check,
@@ -74,15 +75,21 @@ class ControllerContext:
 
 
 class KafkaController:
+    """`own_thread`: run on a LoopThread of its own (a broker), else on the caller's loop
+    (unit tests). Every public coroutine may be awaited from any loop."""
+
     def __init__(self, store: MetadataStore, io: StoreIO, broker_id: int,
-                 channel: ControllerChannelManager,
-                 unclean_enabled: Callable[[str], bool] = lambda _topic: False) -> None:
+                 channel_factory: Callable[[], ControllerChannelManager],
+                 unclean_enabled: Callable[[str], bool] = lambda _topic: False,
+                 own_thread: bool = True) -> None:
         self.store = store
         # unclean.leader.election.enable of a topic (its override, else the broker's).
         self.unclean_enabled = unclean_enabled
         self.io = io
         self.broker_id = broker_id
-        self.channel = channel
+        self._channel_factory = channel_factory  # made on the controller's loop, which it uses
+        self.channel: ControllerChannelManager | None = None
+        self._thread = LoopThread(f"controller-{broker_id}") if own_thread else None
         self.ctx = ControllerContext()
         self.active_controller_id = -1
         self.restarted = True  # until the first failover of this process
@@ -97,9 +104,20 @@ class KafkaController:
 
     # -- lifecycle ------------------------------------------------------------------------
 
+    async def _own_loop(self, coro: Awaitable[Any]) -> Any:
+        return await (coro if self._thread is None else self._thread.call(coro))
+
+    async def _call(self, name: str, *args: Any) -> Any:
+        """Queue an event from any loop and wait until it has been processed."""
+        return await self._own_loop(self.events.call(name, *args))
+
     async def startup(self) -> None:
         """Watch /controller and run for election; returns once this broker knows the outcome
         (and, if it won, has loaded the cluster and sent its first requests)."""
+        await self._own_loop(self._startup())
+
+    async def _startup(self) -> None:
+        self.channel = self._channel_factory()
         self.events = ControllerEventManager(self._process)
         self._controller_watch = await self.io(
             self.store.watch_data, znodes.CONTROLLER,
@@ -107,8 +125,12 @@ class KafkaController:
         await self.events.call("startup")
 
     async def shutdown(self) -> None:
-        if self.events is None:
-            return
+        if self.events is not None:
+            await self._own_loop(self._shutdown())
+        if self._thread is not None:
+            self._thread.stop()
+
+    async def _shutdown(self) -> None:
         if self.is_active:
             await self.channel.drain(5)
         try:
@@ -121,26 +143,26 @@ class KafkaController:
         self.channel.shutdown()
 
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> dict:
-        return await self.events.call("controlled_shutdown", broker_id, broker_epoch)
+        return await self._call("controlled_shutdown", broker_id, broker_epoch)
 
     async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None) -> dict:
-        return await self.events.call("elect_leaders", election_type, partitions)
+        return await self._call("elect_leaders", election_type, partitions)
 
     async def alter_reassignments(self, changes: list[tuple[str, int, list[int] | None]]) -> dict:
-        return await self.events.call("alter_reassignments", changes)
+        return await self._call("alter_reassignments", changes)
 
     async def list_reassignments(self, partitions: list[tuple[str, int]] | None) -> dict:
-        return await self.events.call("list_reassignments", partitions)
+        return await self._call("list_reassignments", partitions)
 
     async def update_features(self, updates: list[features.FeatureUpdate], validate_only: bool
                               ) -> features.FeatureErrors:
         """UpdateFeatures: plan the new levels and write them to /feature in one conditional
         write (a no-op when another controller took over meanwhile)."""
-        return await self.events.call("update_features", updates, validate_only)
+        return await self._call("update_features", updates, validate_only)
 
     async def alter_partition(self, request) -> dict:
         """AlterPartition from a leader, processed as an event like everything else."""
-        return await self.events.call("alter_partition", request)
+        return await self._call("alter_partition", request)
 
     def session_expired(self) -> None:
         """The store's session ended: /controller (if ours) is gone, so stop acting on it."""

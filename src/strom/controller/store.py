@@ -171,32 +171,44 @@ class _LocalWatch:
 
 
 class LocalMetadataStore:
-    """The metadata tree in a JSON file, rewritten atomically on every change.
+    """The metadata tree in a JSON snapshot file plus a journal of the changes since.
 
-    The file maps each persistent node's path to {"data", "version", "czxid"}, plus one
-    bookkeeping entry (the zxid counter and per-parent sequence counters). Ephemeral nodes live
-    only in memory, owned by this process's session. Thread-safe: the controller may call it
-    from a worker thread; watches fire on the thread that made the change, after it is applied
-    and outside the lock.
+    The snapshot maps each persistent node's path to {"data", "version", "czxid"}, plus one
+    bookkeeping entry (the zxid counter and per-parent sequence counters). Each change (a
+    create, set, delete, or a whole multi or batch) appends one line to `<file>.journal`
+    naming the nodes it changed with their new value (null: deleted) and the counters, and is
+    fsynced before it returns, so a change costs one small write whatever the size of the tree
+    (with 100,000 partitions the snapshot is megabytes). When the journal outgrows the
+    snapshot, the snapshot is rewritten and the journal emptied. Ephemeral nodes live only in
+    memory, owned by this process's session. Thread-safe: the controller may call it from a
+    worker thread; watches fire on the thread that made the change, after it is applied and
+    outside the lock.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.journal_path = path.with_name(path.name + ".journal")
         self.session_id = random.getrandbits(62) | 1  # nonzero: 0 means "persistent"
         self._nodes: dict[str, dict[str, Any]] = {}
         self._zxid = 0
         self._sequences: dict[str, int] = {}
         self._lock = threading.RLock()
         self._batch_depth = 0
-        self._dirty = False
+        self._pending: set[str] = set()  # paths changed inside a batch, journaled at its end
+        self._journal_fd = -1
+        self._journal_bytes = 0
+        self._snapshot_bytes = 0
         self._watches: dict[tuple[str, str], list[_LocalWatch]] = {}
         self._session_listeners: list[Callable[[str], None]] = []
         if path.exists():
             try:
-                self._load(json.loads(path.read_text(encoding="utf-8")))
+                text = path.read_text(encoding="utf-8")
+                self._snapshot_bytes = len(text)
+                self._load(json.loads(text))
             except (ValueError, AttributeError, TypeError) as e:
                 raise ValueError(f"{path} is not a metadata file Strom can read ({e}); restore it "
                                  "from a backup, or move it away to start with no topics") from None
+        self._replay_journal()
 
     def _load(self, saved: dict[str, Any]) -> None:
         meta = saved.pop(_META_KEY, {})
@@ -241,8 +253,8 @@ class LocalMetadataStore:
 
     @contextmanager
     def batch(self) -> Iterator[None]:
-        """Changes inside are written as one file (ZooKeeper's multi): a 1,000-partition topic
-        is one rewrite and fsync, not 1,000. Other threads' changes meanwhile join the batch."""
+        """Changes inside are journaled as one line and one fsync (ZooKeeper's multi), not one
+        per node. Other threads' changes meanwhile join the batch."""
         with self._lock:
             self._batch_depth += 1
         try:
@@ -250,8 +262,8 @@ class LocalMetadataStore:
         finally:
             with self._lock:
                 self._batch_depth -= 1
-                if self._batch_depth == 0 and self._dirty:
-                    self._persist()
+                if self._batch_depth == 0 and self._pending:
+                    self._persist([])
 
     def create(self, path: str, data: Any = None, *, ephemeral: bool = False,
                sequential: bool = False) -> str:
@@ -264,7 +276,7 @@ class LocalMetadataStore:
                 self._sequences[parent] = counter + 1
                 path = f"{path}{counter:010d}"
             self._create(self._nodes, path, data, ephemeral, changed)
-            self._persist()
+            self._persist(changed)
         self._fire(changed)
         return path
 
@@ -280,7 +292,7 @@ class LocalMetadataStore:
                 version = 0
             else:
                 version = self._set(self._nodes, path, data, expected_version, changed)
-            self._persist_unless_ephemeral(path)
+            self._persist(changed)
         self._fire(changed)
         return version
 
@@ -299,7 +311,7 @@ class LocalMetadataStore:
             for key in sorted((p for p in self._nodes if p.startswith(prefix)), reverse=True):
                 self._delete(self._nodes, key, -1, changed, check_empty=False)
             self._delete(self._nodes, path, -1, changed, check_empty=False)
-            self._persist()
+            self._persist(changed)
         self._fire(changed)
 
     def multi(self, ops: list[Op]) -> None:
@@ -325,7 +337,7 @@ class LocalMetadataStore:
                 else:
                     raise TypeError(f"not a multi op: {op!r}")
             self._nodes = nodes
-            self._persist()
+            self._persist(changed)
         self._fire(changed)
 
     def _create(self, nodes: dict[str, dict[str, Any]], path: str, data: Any, ephemeral: bool,
@@ -402,22 +414,74 @@ class LocalMetadataStore:
         self._session_listeners.append(callback)
 
     def close(self) -> None:
-        pass
+        """Fold the journal into the snapshot, so the file alone is the whole tree again."""
+        with self._lock:
+            if self._journal_bytes:
+                self._write_snapshot()
+            if self._journal_fd >= 0:
+                os.close(self._journal_fd)
+                self._journal_fd = -1
 
-    # --- the file ---
+    # --- the files ---
 
-    def _persist_unless_ephemeral(self, path: str) -> None:
-        node = self._nodes.get(path)
-        if node is None or not node.get("ephemeral"):
-            self._persist()
+    def _replay_journal(self) -> None:
+        """Apply the journal's complete lines to the snapshot just loaded. A torn last line
+        (a crash mid-write: it was never acknowledged) is cut off."""
+        try:
+            raw = self.journal_path.read_bytes()
+        except FileNotFoundError:
+            raw = b""
+        good = 0
+        for line in raw.split(b"\n")[:-1]:  # the part after the last newline is incomplete
+            try:
+                entry = json.loads(line)
+                changes, meta = entry["n"], entry["m"]
+            except (ValueError, KeyError, TypeError):
+                break
+            for node_path, node in changes.items():
+                if node is None:
+                    self._nodes.pop(node_path, None)
+                else:
+                    self._nodes[node_path] = node
+            self._zxid = meta["zxid"]
+            self._sequences = dict(meta["sequences"])
+            good += len(line) + 1
+        if good != len(raw):
+            log.warning("%s: dropping %d bytes of an incomplete last change", self.journal_path,
+                        len(raw) - good)
+            with open(self.journal_path, "r+b") as f:
+                f.truncate(good)
+                os.fsync(f.fileno())
+        self._journal_bytes = good
 
-    def _persist(self) -> None:
-        # Ephemeral creations persist too: the zxid counter must never go back after a
-        # restart, or a re-registered broker could get the czxid (epoch) it had before.
+    def _persist(self, changed: list[tuple[str, str]]) -> None:
+        # Ephemeral creations are journaled too (with no node): the zxid counter must never go
+        # back after a restart, or a re-registered broker could get the czxid (epoch) it had.
+        self._pending.update(p for kind, p in changed if kind == "data")
         if self._batch_depth:
-            self._dirty = True
             return
-        self._dirty = False
+        paths, self._pending = self._pending, set()
+        changes = {}
+        for node_path in paths:
+            node = self._nodes.get(node_path)
+            if node is None or not node.get("ephemeral"):
+                changes[node_path] = node
+        line = json.dumps({"n": changes, "m": {"zxid": self._zxid, "sequences": self._sequences}},
+                          separators=(",", ":")).encode() + b"\n"
+        if self._journal_bytes + len(line) > max(_MIN_JOURNAL_BYTES, self._snapshot_bytes):
+            self._write_snapshot()
+            return
+        if self._journal_fd < 0:
+            self._journal_fd = os.open(self.journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            fsync_dir(self.path.parent)  # the journal's name, made now, must survive too
+        view = memoryview(line)
+        while view:
+            view = view[os.write(self._journal_fd, view):]
+        os.fsync(self._journal_fd)
+        self._journal_bytes += len(line)
+
+    def _write_snapshot(self) -> None:
+        """The whole tree to the snapshot file (atomically), then an empty journal."""
         saved: dict[str, Any] = {p: n for p, n in self._nodes.items() if not n.get("ephemeral")}
         saved[_META_KEY] = {"zxid": self._zxid, "sequences": self._sequences}
         tmp = self.path.with_suffix(".tmp")
@@ -425,11 +489,28 @@ class LocalMetadataStore:
             json.dump(saved, f, separators=(",", ":"))
             f.flush()
             os.fsync(f.fileno())
+            self._snapshot_bytes = f.tell()
         os.replace(tmp, self.path)
         # The rename is durable only once the directory is synced: topic and broker configs
-        # must not roll back after a power cut.
-        fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        # must not roll back after a power cut. Only then may the journal go.
+        fsync_dir(self.path.parent)
+        if self._journal_fd >= 0:
+            os.close(self._journal_fd)
+            self._journal_fd = -1
+        if self._journal_bytes or self.journal_path.exists():
+            with open(self.journal_path, "wb") as f:
+                os.fsync(f.fileno())
+        self._journal_bytes = 0
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# The journal is compacted into the snapshot once it is bigger than the snapshot (and than
+# this): the rewrite then costs at most as much as the changes since the last one.
+_MIN_JOURNAL_BYTES = 1 << 20
