@@ -184,10 +184,10 @@ class Broker:
             await self.authorizer.start()
         await self._register()
         self.store.add_session_listener(self._session_event)
-        channel = ControllerChannelManager(self.broker_id, self.inter_broker_listener, self.deliver_local,
-                                           self.inter_broker_security)
         self.controller = KafkaController(
-            self.store, self.store_io, self.broker_id, channel,
+            self.store, self.store_io, self.broker_id,
+            lambda: ControllerChannelManager(self.broker_id, self.inter_broker_listener,
+                                             self._deliver_from_controller, self.inter_broker_security),
             lambda topic: self.log_config_for(topic).unclean_leader_election_enable)
         await self.controller.startup()
         if (node := await self.store_io(self.store.get, znodes.FEATURE)) is not None:
@@ -227,6 +227,10 @@ class Broker:
         self.log_services.start()
         self.state = BrokerState.RUNNING
         self.socket_server.ready.set()
+        # Logs trusted after a clean shutdown were opened without reading them: read them now,
+        # off the loop, before clients and timers need them.
+        self._tasks.append(self._loop.create_task(self.replica_manager.load_in_background(),
+                                                  name="load-logs"))
 
     async def shutdown(self) -> None:
         if self.state in (BrokerState.SHUTTING_DOWN, BrokerState.PENDING_CONTROLLED_SHUTDOWN):
@@ -304,12 +308,14 @@ class Broker:
 
     # --- the metadata store ------------------------------------------------------------------
     def _open_store(self) -> MetadataStore:
+        # Every store call runs on this thread: ZooKeeper round trips, and the local store's
+        # journal fsyncs, never on the event loop.
+        self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="metadata-io")
         if not self.clustered:
             return LocalMetadataStore(self.config.log_dirs[0] / METADATA_FILE)
         from strom.controller.zk_store import ZooKeeperMetadataStore  # kazoo only when clustered
 
         session_ms = self.config["zookeeper.session.timeout.ms"]
-        self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="zookeeper-io")
         store = ZooKeeperMetadataStore(self.config["zookeeper.connect"], session_ms,
                                        self.config["zookeeper.connection.timeout.ms"] or session_ms,
                                        self.config["zookeeper.digest.auth"], self.config["zookeeper.set.acl"])
@@ -321,10 +327,8 @@ class Broker:
         return store
 
     async def store_io(self, fn: Callable, *args, **kwargs):
-        """Run a metadata-store call: ZooKeeper round trips go to a worker thread so the loop
-        keeps serving; the local file store is memory plus an fsync, done in place."""
-        if self._store_thread is None:
-            return fn(*args, **kwargs)
+        """Run a metadata-store call on the store's thread, so the calling loop keeps serving
+        (a ZooKeeper round trip; the local store's fsync)."""
         return await asyncio.get_running_loop().run_in_executor(self._store_thread,
                                                                 partial(fn, *args, **kwargs))
 
@@ -405,12 +409,21 @@ class Broker:
     async def deliver_local(self, api_key: int, version: int, fields: dict):
         """Inter-broker requests between this broker and its own controller: the same
         handler as over the wire."""
-        body = build(REQUESTS[api_key], version, fields)
+        return await self._handle_local(api_key, version, build(REQUESTS[api_key], version, fields))
+
+    async def _handle_local(self, api_key: int, version: int, body):
         header = RequestHeader(api_key, version, 0, f"controller-{self.broker_id}",
                                is_flexible(api_key, version))
         ctx = RequestContext(header, self.inter_broker_listener, "controller", INTERNAL)
         response = await HANDLERS[api_key].handler(self, ctx, body)
         return build(RESPONSES[api_key], version, response)
+
+    async def _deliver_from_controller(self, api_key: int, version: int, fields: dict):
+        """The controller's requests to this broker: built on the controller's loop (a
+        LeaderAndIsr of 10,000 partitions is not cheap), handled on this broker's."""
+        body = build(REQUESTS[api_key], version, fields)
+        future = asyncio.run_coroutine_threadsafe(self._handle_local(api_key, version, body), self._loop)
+        return await asyncio.wrap_future(future)
 
     def _schedule(self, name: str, interval_ms: int, job: Callable[[], object]) -> None:
         async def run() -> None:
@@ -477,7 +490,9 @@ class Broker:
         def write() -> None:
             for state, offset, data in snapshots:
                 try:
-                    state.write_snapshot(offset, data)
+                    # At shutdown the log manager syncs each log dir's filesystem once after
+                    # all are written, instead of two fsyncs per partition.
+                    state.write_snapshot(offset, data, sync=not at_shutdown)
                 except OSError as e:  # a failing log dir must not stop the rest
                     log.error("cannot write producer snapshot in %s: %s", state.dir, e)
 
@@ -610,7 +625,7 @@ class Broker:
     def _expire_producers(self) -> None:
         now, expiration = int(time.time() * 1000), self.config["producer.id.expiration.ms"]
         removed = sum(p.producer_state.remove_expired(now, expiration)
-                      for p in self.replica_manager.partitions.values())
+                      for p in self.replica_manager.partitions.values() if p.producer_state_loaded)
         if removed:
             log.info("forgot %d idle producer states (producer.id.expiration.ms=%d)", removed, expiration)
 
@@ -751,7 +766,7 @@ class Broker:
     async def refresh_topic_configs(self, topic: str) -> None:
         """A LeaderAndIsr for a topic this broker hosts nothing of yet: read its configs before
         creating its logs (it may have been created, or re-created, a moment ago)."""
-        if not any(t == topic for t, _ in self.replica_manager.partitions):
+        if not self.replica_manager.hosts_topic(topic):
             self.config_repository.topics[topic] = await self.store_io(read_configs, self.store, "topics", topic)
 
     # --- the controller's requests ------------------------------------------------------------

@@ -93,9 +93,9 @@ class LogServices:
 
     def _producer_last_offsets(self, tp: TopicPartition) -> Mapping[int, int]:
         partition = self.broker.replica_manager.partitions.get(tp)
-        state = getattr(partition, "producer_state", None)
-        if state is None:
+        if partition is None:
             return {}
+        state = partition.producer_state
         return {pid: e.batches[-1].last_offset for pid, e in state.producers.items() if e.batches}
 
     # -- configs applied without restart

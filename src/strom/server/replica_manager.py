@@ -8,9 +8,12 @@ write is in the log.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -78,9 +81,34 @@ class Partition:
         self.followers: dict[int, FollowerState] = {}
         leo = log.log_end_offset
         self.high_watermark = leo if high_watermark is None else min(high_watermark, leo)
-        self.producer_state = ProducerStateManager(log.dir)
-        self.producer_state.rebuild(log)
+        # Read from its snapshot and the log when first needed (or by load_in_background):
+        # becoming leader of 100,000 partitions reads no files on the loop.
+        self._producer_state: ProducerStateManager | None = None
+        self._load_lock = threading.Lock()
         self.snapshot_offset = -1  # log end offset of the last producer snapshot written
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        state = self._producer_state
+        return state if state is not None else self.load_producer_state()
+
+    @producer_state.setter
+    def producer_state(self, state: ProducerStateManager) -> None:
+        self._producer_state = state
+
+    @property
+    def producer_state_loaded(self) -> bool:
+        return self._producer_state is not None
+
+    def load_producer_state(self) -> ProducerStateManager:
+        """The producers' state from the newest snapshot and the batches after it (any
+        thread; a load in progress elsewhere is waited for, not repeated)."""
+        with self._load_lock:
+            if self._producer_state is None:
+                state = ProducerStateManager(self.log.dir)
+                state.rebuild(self.log)
+                self._producer_state = state
+            return self._producer_state
 
     @property
     def is_leader(self) -> bool:
@@ -295,7 +323,9 @@ class Partition:
         """(offset, bytes) of a producer-state snapshot if the state moved since the last one
         (`even_if_empty`: also when there are no producers, for a clean shutdown)."""
         end = self.log.log_end_offset
-        if end == self.snapshot_offset or not (even_if_empty or self.producer_state.producers):
+        if end == self.snapshot_offset or end == 0 or self._producer_state is None:
+            return None  # unchanged, empty, or never read since the snapshot it came from
+        if not (even_if_empty or self._producer_state.producers):
             return None
         self.snapshot_offset = end
         return end, self.producer_state.encode_snapshot()
@@ -351,12 +381,19 @@ def check_timestamps(records, batches: list[tuple[int, BatchHeader]], config: Lo
                                     f"record {bad[0][0]}: {bad[0][1]}", record_errors=bad)
 
 
+def _read_epoch_caches(logs: list[Log]) -> None:
+    for lg in logs:
+        if not (lg.closed or lg.offline):
+            lg.leader_epoch_cache  # noqa: B018  (reads the file)
+
+
 class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager,
                  known_partition: Callable[[str, int], bool] = lambda _t, _p: False) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.partitions: dict[TopicPartition, Partition] = {}
+        self._hosted: Counter[str] = Counter()  # partitions hosted per topic
         self.fetch_purgatory = Purgatory()
         self.produce_purgatory = Purgatory()  # acks=all waiting for the high watermark
         # Asks the controller for a new ISR (AlterPartition); set by the broker.
@@ -369,6 +406,13 @@ class ReplicaManager:
         self.topic_stats = BrokerTopicStats()
         self.isr_shrinks = 0
         self.isr_expands = 0
+
+    def _host(self, partition: Partition) -> None:
+        self.partitions[(partition.topic, partition.index)] = partition
+        self._hosted[partition.topic] += 1
+
+    def hosts_topic(self, topic: str) -> bool:
+        return topic in self._hosted
 
     def get_partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
@@ -399,7 +443,7 @@ class ReplicaManager:
             log_ = self.log_manager.get_or_create_log(topic, index, config)
             partition = Partition(topic, index, topic_id, self.broker_id, log_,
                                   self.checkpointed_hw.pop(tp, None))
-            self.partitions[tp] = partition
+            self._host(partition)
         partition.log.config = config
         if leader == self.broker_id:
             partition.make_leader(leader_epoch, replicas, isr, partition_epoch)
@@ -407,6 +451,40 @@ class ReplicaManager:
             partition.make_follower(leader, leader_epoch, replicas, isr, partition_epoch)
         self.high_watermark_moved(tp)  # long polls and acks=all learn of the change
         return partition
+
+    async def prepare_partitions(self, wanted: list[tuple[str, int, uuid.UUID, LogConfig]]) -> None:
+        """Make the logs and Partition objects of the partitions a LeaderAndIsr names that this
+        broker does not host yet, their files in batches off the loop (see
+        LogManager.get_or_create_logs), and read the leader epoch caches of logs opened lazily
+        in the same thread. What fails is left out: `become_leader_or_follower` answers it."""
+        new = [(t, i, tid, c) for t, i, tid, c in wanted if (t, i) not in self.partitions]
+        if not new:
+            return
+        logs = await self.log_manager.get_or_create_logs([((t, i), c) for t, i, _, c in new])
+        ready = [lg for lg in logs.values() if isinstance(lg, Log)]
+        for start in range(0, len(ready), 1000):
+            await asyncio.to_thread(_read_epoch_caches, ready[start:start + 1000])
+        for t, i, tid, _ in new:
+            lg = logs.get((t, i))
+            if isinstance(lg, Log) and (t, i) not in self.partitions:
+                self._host(Partition(t, i, tid, self.broker_id, lg, self.checkpointed_hw.pop((t, i), None)))
+
+    async def load_in_background(self, batch: int = 256) -> None:
+        """After start-up: read lazily opened logs and the producer state of every partition
+        in a worker thread, a batch at a time, before clients or timers need them."""
+        await self.log_manager.load_in_background(batch)
+        pending = [p for p in self.partitions.values() if not p.producer_state_loaded]
+
+        def load(partitions: list[Partition]) -> None:
+            for p in partitions:
+                if not (p.log.closed or p.log.offline):
+                    try:
+                        p.load_producer_state()
+                    except (OSError, KafkaError) as e:
+                        log.warning("%s-%d: producer state not loaded in advance: %s", p.topic, p.index, e)
+
+        for start in range(0, len(pending), batch):
+            await asyncio.to_thread(load, pending[start:start + batch])
 
     def high_watermark_moved(self, tp: TopicPartition) -> None:
         self.fetch_purgatory.wake(tp)
@@ -435,6 +513,8 @@ class ReplicaManager:
         replica.lag.time.max.ms leave the ISR (the controller records it)."""
         now = _now_ms()
         for partition in list(self.partitions.values()):
+            if not partition.followers:
+                continue  # a follower, or a leader with no other replica
             new_isr = partition.isr_to_shrink(now, lag_ms)
             if new_isr is not None:
                 log.info("%s-%d: shrinking ISR from %s to %s", partition.topic, partition.index,
@@ -480,10 +560,13 @@ class ReplicaManager:
     def stop_replica(self, topic: str, index: int, delete: bool) -> None:
         """Stop serving a replica; with `delete`, remove its log even if it was never loaded
         as a partition (a replica of a topic deleted while this broker was away)."""
-        self.partitions.pop((topic, index), None)
+        if self.partitions.pop((topic, index), None) is not None:
+            self._hosted[topic] -= 1
+            if not self._hosted[topic]:
+                del self._hosted[topic]
         if delete and self.log_manager.get_log(topic, index) is not None:
             self.log_manager.delete_log(topic, index)
-        if delete and not any(t == topic for t, _ in self.partitions):
+        if delete and topic not in self._hosted:
             self.topic_stats.remove_topic(topic)
         self.high_watermark_moved((topic, index))  # waiting fetches and acks=all answer now
 

@@ -10,6 +10,7 @@ delayed request cannot undo newer decisions.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from strom.protocol.errors import ErrorCode
@@ -19,6 +20,7 @@ from strom.server.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, DESCRIBE, al
 log = logging.getLogger(__name__)
 
 LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN = 4, 5, 6, 7
+STATE_CHANGES_PER_TURN = 500  # partitions changed between two turns of the event loop
 ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, ALTER_PARTITION = 43, 45, 46, 56
 
 
@@ -49,12 +51,22 @@ async def handle_leader_and_isr(broker, ctx: RequestContext, request) -> dict:
     broker.metadata_cache.controller_epoch = request.controller_epoch
     broker.leader_endpoints.update({leader.broker_id: (leader.host_name, leader.port)
                                     for leader in request.live_leaders})
-    topics = []
     for t in request.topic_states:
         await broker.refresh_topic_configs(t.topic_name)
-        errors = [{"partition_index": p.partition_index,
-                   "error_code": broker.become_leader_or_follower(t.topic_name, t.topic_id, p)}
-                  for p in t.partition_states]
+    # New logs are made off the loop in batches first; then each partition's change is memory
+    # only, and the loop is given back every STATE_CHANGES_PER_TURN partitions.
+    await broker.replica_manager.prepare_partitions([
+        (t.topic_name, p.partition_index, t.topic_id, broker.log_config_for(t.topic_name))
+        for t in request.topic_states for p in t.partition_states])
+    topics, done = [], 0
+    for t in request.topic_states:
+        errors = []
+        for p in t.partition_states:
+            errors.append({"partition_index": p.partition_index,
+                           "error_code": broker.become_leader_or_follower(t.topic_name, t.topic_id, p)})
+            done += 1
+            if done % STATE_CHANGES_PER_TURN == 0:
+                await asyncio.sleep(0)
         topics.append({"topic_id": t.topic_id, "partition_errors": errors})
     return {"error_code": ErrorCode.NONE, "topics": topics}
 
@@ -83,6 +95,8 @@ async def handle_stop_replica(broker, ctx: RequestContext, request) -> dict:
             code = broker.stop_replica(t.topic_name, p.partition_index, p.delete_partition)
             errors.append({"topic_name": t.topic_name, "partition_index": p.partition_index,
                            "error_code": code})
+            if len(errors) % STATE_CHANGES_PER_TURN == 0:
+                await asyncio.sleep(0)
     return {"error_code": ErrorCode.NONE, "partition_errors": errors}
 
 
