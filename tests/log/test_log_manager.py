@@ -207,3 +207,49 @@ def test_startup_of_many_partitions_does_not_rescan(tmp_path, clock, spy_recover
     assert len(list(m.logs())) == 1000
     assert m.get_log("many", 100).log_end_offset == 20
     m.shutdown()
+
+
+def test_crash_opens_logs_unchanged_since_their_flush_without_recovery(dirs, clock, spy_recover):
+    """After a kill -9, a log whose active segment still has the size recorded when it was
+    flushed to its end (and that rolled nothing since) is not read; the others recover."""
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    for p in range(4):
+        log = m.get_or_create_log("t", p)
+        for _ in range(3):
+            log.append(batch(2))
+    m.flush_dirty()
+    m.checkpoint()
+    m.get_log("t", 1).append(batch(2))  # appended after the checkpoint: must be recovered
+    rolled = m.get_log("t", 2)
+    rolled.roll()  # a new segment after the checkpoint, the old one unchanged
+    rolled.append(batch(2))
+    spy_recover.clear()
+    m2 = manager(dirs[:1], clock)  # no shutdown: as after kill -9
+    m2.startup(0, None)
+    assert not m2.get_log("t", 0).loaded and not m2.get_log("t", 3).loaded
+    assert m2.get_log("t", 0).log_end_offset == 6
+    assert m2.get_log("t", 1).log_end_offset == 8 and m2.get_log("t", 1).loaded
+    assert m2.get_log("t", 2).log_end_offset == 8 and m2.get_log("t", 2).loaded
+    assert sorted(spy_recover) == [0, 6]  # t-1's segment, t-2's new segment
+    # The unread logs read back everything when used.
+    assert [r[0] for r in read_all(m2.get_log("t", 3))] == list(range(6))
+    m2.shutdown()
+    for p in range(4):
+        m.get_log("t", p).close()  # the crashed instance's descriptors
+
+
+def test_a_lazily_opened_log_reads_its_directory_before_appending(dirs, clock):
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    log = m.get_or_create_log("t", 0)
+    log.append(batch(3))
+    m.shutdown()
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    log = m.get_log("t", 0)
+    assert not log.loaded and log.log_end_offset == 3
+    info = log.append(batch(2))
+    assert log.loaded and info.first_offset == 3
+    assert [r[0] for r in read_all(log)] == list(range(5))
+    m.shutdown()

@@ -68,6 +68,29 @@ def write_checkpoint(path: Path, entries: Mapping[tuple[str, int], int]) -> None
     write_atomically(path, "\n".join(lines) + "\n")
 
 
+def read_flushed_ends(path: Path) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """{(topic, partition): (end offset, active segment base, its size)} of Strom's
+    flushed-end-checkpoint (same framing as Kafka's checkpoints, three numbers per line); {}
+    when missing or unreadable (every log then recovers as it would without it)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        if len(lines) < 2 or int(lines[0]) != VERSION or int(lines[1]) != len(lines) - 2:
+            return {}
+        out = {}
+        for row in lines[2:]:
+            topic, partition, end, base, size = row.split()
+            out[(topic, int(partition))] = (int(end), int(base), int(size))
+        return out
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+
+
+def write_flushed_ends(path: Path, entries: Mapping[tuple[str, int], tuple[int, int, int]]) -> None:
+    lines = [str(VERSION), str(len(entries))]
+    lines += [f"{t} {p} {end} {base} {size}" for (t, p), (end, base, size) in sorted(entries.items())]
+    write_atomically(path, "\n".join(lines) + "\n")
+
+
 def write_atomically(path: Path, text: str, sync: bool = True, own_lock: bool = False) -> None:
     """Replace `path` with `text`: temp file, fsync, rename, fsync of the directory. Without
     `sync`, the same but no fsync: readers never see a torn file, a power cut may leave the

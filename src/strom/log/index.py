@@ -126,7 +126,8 @@ class _IndexFile:
     def reset(self, entries: Sequence[tuple[int, int]]) -> None:
         """Replace the whole index (recovery, rebuild)."""
         self._load(memoryview(b""))
-        self._truncate_file(0)
+        if self.existed or self._dirty:  # no file yet: the first entry makes it
+            self._truncate_file(0)
         self._whole = True
         self.append_many(entries)
 
@@ -167,6 +168,10 @@ class _IndexFile:
     @property
     def size_in_bytes(self) -> int:
         return len(self) * self.entry_size
+
+    def mark_clean(self) -> None:
+        """A sync of the filesystem made the file durable."""
+        self._dirty = False
 
     def flush(self) -> None:
         if self._dirty:

@@ -148,7 +148,7 @@ class Log:
         recovery_point: int,
         now_ms: Callable[[], int],
     ) -> None:
-        self.dir = Path(dir)
+        self.dir = dir if isinstance(dir, Path) else Path(dir)
         self.topic, self.partition = parse_log_dir_name(self.dir.name)
         self._config = config
         # None until first needed (a log trusted after a clean shutdown, see `Log.lazy`).
@@ -211,12 +211,18 @@ class Log:
         """A log that a clean shutdown left flushed and checkpointed up to `log_end_offset`:
         its directory is read when first used (or by a background load), so a broker with
         100,000 partitions opens its port without reading 100,000 directories first."""
-        return cls(Path(dir), config, None, log_start_offset=log_start_offset,
+        return cls(dir, config, None, log_start_offset=log_start_offset,
                    log_end_offset=log_end_offset, recovery_point=log_end_offset, now_ms=now_ms)
 
     def load(self) -> None:
         """Read the directory of a lazily opened log now (a worker thread may call it)."""
-        self._segments  # noqa: B018  (the property loads)
+        self._ensure_loaded()
+
+    def _ensure_loaded(self) -> None:
+        """Before using the end offset to change or read the log: reading the directory of a
+        lazily opened log may correct it."""
+        if self._loaded_segments is None:
+            self._load_segments()
 
     def _load_segments(self) -> list[LogSegment]:
         with self._load_lock:
@@ -373,6 +379,7 @@ class Log:
         already had to validate it (idempotent producers), so the CRCs are not checked twice.
         """
         self._check_writable()
+        self._ensure_loaded()
         config = self._config
         writable = isinstance(records, bytearray) or (
             isinstance(records, memoryview) and not records.readonly)
@@ -411,6 +418,7 @@ class Log:
         """Write batches exactly as the leader has them: offsets and partition leader epochs
         are kept, never assigned. The first batch may not start below the log end offset."""
         self._check_writable()
+        self._ensure_loaded()
         config = self._config
         batches = _validate_replicated(records, config.max_message_bytes)
         first = batches[0][1].base_offset
@@ -498,6 +506,7 @@ class Log:
         base offset >= `max_offset` (the high watermark) are never included.
         """
         self._check_open()
+        self._ensure_loaded()
         end = self._log_end_offset
         if offset < self.log_start_offset or offset > end:
             raise OffsetOutOfRangeError(
@@ -627,6 +636,7 @@ class Log:
         """Move the log start offset up to `offset` (DeleteRecords); True if it moved. Segments
         wholly below it go at the next retention run, as in Kafka."""
         self._check_open()
+        self._ensure_loaded()
         if offset > self._log_end_offset:
             raise OffsetOutOfRangeError(
                 f"cannot move the log start offset of {self.name} to {offset}: beyond the log end "
@@ -686,6 +696,7 @@ class Log:
         start offset; return how many. Segments above `high_watermark` (default: the log end
         offset) are kept, and the log is never left without an active segment."""
         self._check_open()
+        self._ensure_loaded()
         now = self._now_ms() if now_ms is None else now_ms
         config = self._config
         segments = self._segments
@@ -765,6 +776,7 @@ class Log:
         """Remove everything from the batch holding `offset` on (follower truncation); True if
         anything was removed."""
         self._check_open()
+        self._ensure_loaded()
         if offset >= self._log_end_offset:
             return False
         if offset < self._segments[0].base_offset:
@@ -785,6 +797,7 @@ class Log:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log empty at `offset`."""
         self._check_open()
+        self._ensure_loaded()
         now = self._now_ms()
         victims = self._segments
         self._segments = []
@@ -829,6 +842,23 @@ class Log:
         if cache is not None:
             cache.write()
             cache.close()
+
+    def write_epoch_cache(self) -> None:
+        """Write the leader epoch checkpoint if it changed, without an fsync (a sync of the
+        filesystem follows: LogManager.shutdown)."""
+        if self._epoch_cache is not None:
+            self._epoch_cache.write()
+
+    def flushed_by_sync(self) -> None:
+        """A sync of the filesystem covered everything written: the recovery point is the end."""
+        if self._epoch_cache is not None:
+            self._epoch_cache.mark_synced()
+        for segment in self._segments[-1:]:
+            segment.offset_index.mark_clean()
+            segment.time_index.mark_clean()
+        self._dir_dirty = self._parent_dirty = False
+        self.recovery_point = self._log_end_offset
+        self.last_flush_ms = self._now_ms()
 
     def parent_synced(self) -> None:
         """The log dir was fsynced after this log's directory was made (a batch of new logs)."""

@@ -58,7 +58,13 @@ class OpenFiles:
         `keep` (the one being handed out). Pinned ones may hold the cache above capacity."""
         if count <= 0:
             return
-        for owner in [o for o in self._fds if o not in self._pins and o is not keep][:count]:
+        victims = []
+        for owner in self._fds:  # oldest first; stop at `count`, not at the end of the cache
+            if owner not in self._pins and owner is not keep:
+                victims.append(owner)
+                if len(victims) == count:
+                    break
+        for owner in victims:
             os.close(self._fds.pop(owner))
 
     @contextmanager

@@ -89,7 +89,8 @@ class Broker:
         self.broker_epoch = -1
         self.state = BrokerState.NOT_RUNNING
         self.default_log_config = config.default_log_config()
-        self.log_manager = LogManager(config.log_dirs, self.default_log_config)
+        self.log_manager = LogManager(config.log_dirs, self.default_log_config,
+                                      recovery_threads=config["num.recovery.threads.per.data.dir"])
         self.log_manager.min_free_bytes = config["log.dir.min.free.bytes"]
         self.dynamic_config = DynamicBrokerConfig(config)
         self.log_services = LogServices(self)  # cleaner, flusher, live reconfiguration

@@ -143,7 +143,7 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "queued.max.request.bytes": (int_in(-1), str(256 << 20)),
     "num.network.threads": (int_in(1), "3"),
     "num.io.threads": (int_in(1), "8"),
-    "num.recovery.threads.per.data.dir": (int_in(1), "1"),
+    "num.recovery.threads.per.data.dir": (int_in(1), "2"),  # Kafka 4.0 (KIP-1030)
     "min.insync.replicas": (int_in(1), "1"),
     "replica.lag.time.max.ms": (int_in(0), "30000"),
     "num.replica.fetchers": (int_in(1), "1"),
