@@ -25,7 +25,12 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from strom.log.checkpoint import read_checkpoint, read_flushed_ends, write_checkpoint, write_flushed_ends
+from strom.log.checkpoint import (
+    read_checkpoint,
+    read_flushed_ends,
+    write_checkpoint,
+    write_flushed_ends,
+)
 from strom.log.config import LogConfig
 from strom.log.flusher import LogFlusher
 from strom.log.index import fsync_path, sync_filesystem
@@ -142,6 +147,11 @@ def _unchanged_end(path: Path, point: int | None, flushed: tuple[int, int, int] 
     if end != base and os.path.exists(f"{prefix}/{end:020d}.log"):
         return None  # rolled at its end since: the new segment may hold data
     return end
+
+
+def _remove_dirs(dirs: list[Path]) -> None:
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 class LogManager:
@@ -729,7 +739,7 @@ class LogManager:
             while self._doomed:
                 await asyncio.sleep(0)
                 doomed, self._doomed = self._doomed[:batch], self._doomed[batch:]
-                await asyncio.to_thread(lambda: [shutil.rmtree(d, ignore_errors=True) for d in doomed])
+                await asyncio.to_thread(_remove_dirs, doomed)
         finally:
             self._remover = None
 
