@@ -93,11 +93,6 @@ class LeaderEpochCache:
         the recovery point past batches of the newest epochs)."""
         self.write(sync=True)
 
-    def mark_synced(self) -> None:
-        """What the file holds was made durable by a sync of the whole filesystem."""
-        with self._lock:
-            self._synced = self._written
-
     def close(self) -> None:
         """Write nothing more: the directory is going away (or is another log's now)."""
         with self._lock:

@@ -837,28 +837,11 @@ class Log:
         for _, segment in self._pending_deletes:
             segment.purge()
         self._pending_deletes = []
-        # Written, not fsynced: one sync of the filesystem at shutdown serves every log
-        # (LogManager.shutdown), where an fsync each would cost 100,000 partitions minutes.
+        # LogManager.shutdown flushed (and so synced) it before: this writes only what changed
+        # since, as for a log closed at any other time.
         if cache is not None:
             cache.write()
             cache.close()
-
-    def write_epoch_cache(self) -> None:
-        """Write the leader epoch checkpoint if it changed, without an fsync (a sync of the
-        filesystem follows: LogManager.shutdown)."""
-        if self._epoch_cache is not None:
-            self._epoch_cache.write()
-
-    def flushed_by_sync(self) -> None:
-        """A sync of the filesystem covered everything written: the recovery point is the end."""
-        if self._epoch_cache is not None:
-            self._epoch_cache.mark_synced()
-        for segment in self._segments[-1:]:
-            segment.offset_index.mark_clean()
-            segment.time_index.mark_clean()
-        self._dir_dirty = self._parent_dirty = False
-        self.recovery_point = self._log_end_offset
-        self.last_flush_ms = self._now_ms()
 
     def parent_synced(self) -> None:
         """The log dir was fsynced after this log's directory was made (a batch of new logs)."""

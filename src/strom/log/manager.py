@@ -33,7 +33,7 @@ from strom.log.checkpoint import (
 )
 from strom.log.config import LogConfig
 from strom.log.flusher import LogFlusher
-from strom.log.index import fsync_path, sync_filesystem
+from strom.log.index import fsync_path, in_parallel
 from strom.log.leader_epoch import LeaderEpochCache
 from strom.log.log import Log, parse_log_dir_name, wall_clock_ms
 from strom.protocol.errors import StorageError
@@ -321,8 +321,9 @@ class LogManager:
             # shutdown and the next start-up.
             marker.unlink()
         elif to_recover:  # a new dir is no crash
-            log.info("%s: no clean shutdown marker: recovered %d logs, %d needed nothing", d,
-                     len(to_recover), len(names) - len(to_recover))
+            log.info("%s: no clean shutdown marker, recovered unflushed segments of %d logs (%d "
+                     "unchanged since their last flush needed nothing)", d, len(to_recover),
+                     len(names) - len(to_recover))
 
     def _recover_logs(self, d: Path, todo: list[tuple[TopicPartition, Path, LogConfig, int, int]],
                       clean: bool) -> None:
@@ -852,44 +853,33 @@ class LogManager:
                 self.handle_io_error(lg, e)
         return deleted
 
-    def flush_dirty(self) -> None:
-        """fsync logs with data above their recovery point (blocking: run it in a thread)."""
-        for lg in list(self._logs.values()):
-            if lg.log_end_offset > lg.recovery_point and not lg.offline:
-                try:
-                    lg.flush()
-                except OSError as e:
-                    self.handle_io_error(lg, e)
+    def flush_dirty(self, every: bool = False) -> None:
+        """fsync logs with data above their recovery point (`every`: and whatever else a log
+        wrote without an fsync, as its leader epoch checkpoint), FSYNC_THREADS at a time.
+        Blocking: run it in a thread."""
+        def flush(lg: Log) -> None:
+            try:
+                lg.flush()
+            except OSError as e:
+                self.handle_io_error(lg, e)
+
+        todo = [lg for lg in list(self._logs.values()) if not (lg.offline or lg.closed) and (
+            lg.log_end_offset > lg.recovery_point or (every and lg.loaded))]
+        in_parallel(flush, todo)
 
     def shutdown(self) -> None:
         """Flush, checkpoint and close everything, then mark each live dir as cleanly shut
         down. Blocking: run it in a thread once nothing appends any more.
 
-        The flush is one sync of each log dir's filesystem, not an fsync of every log with
-        unflushed data (10,000 such logs took minutes to stop)."""
-        live = [lg for lg in self._logs.values() if lg.loaded and not (lg.offline or lg.closed)]
-        for lg in live:
-            lg.write_epoch_cache()
-        synced = []
-        for d in self.live_dirs:
-            try:
-                sync_filesystem(d)
-                synced.append(d)
-            except OSError as e:
-                self.dir_failed(d, e)
-        for lg in live:
-            if lg.dir.parent in synced:
-                lg.flushed_by_sync()
-        self.flush_dirty()  # what the sync did not cover (a dir whose sync failed)
+        Logs are flushed FSYNC_THREADS at a time: the filesystem commits concurrent fsyncs
+        together, so 10,000 logs with unflushed data stop in seconds, not minutes."""
+        self.flush_dirty(every=True)
         self.checkpoint()
         self.checkpoint_high_watermarks()
         for lg in self._logs.values():
             lg.close()
         for d in self.live_dirs:
             try:
-                # What closing wrote without an fsync per file (epoch checkpoints, final index
-                # entries) is durable before the marker says the files can be trusted.
-                sync_filesystem(d)
                 (d / CLEAN_SHUTDOWN_FILE).touch()
                 fd = os.open(d, os.O_RDONLY)
                 try:

@@ -204,19 +204,17 @@ class ProducerStateManager:
                                 entry.current_txn_first_offset)
         return struct.pack(">hI", 1, crc32c(bytes(body))) + body
 
-    def write_snapshot(self, offset: int, data: bytes, sync: bool = True) -> Path:
-        """Write snapshot `data` taken at log end offset `offset` atomically (blocking: fsync,
-        unless the caller syncs the filesystem afterwards), keeping only the newest few."""
+    def write_snapshot(self, offset: int, data: bytes) -> Path:
+        """Write snapshot `data` taken at log end offset `offset` atomically (blocking: fsync),
+        keeping only the newest few."""
         path = self.dir / f"{offset:020d}{SNAPSHOT_SUFFIX}"
         tmp = path.with_suffix(".snapshot.tmp")
         with open(tmp, "wb") as f:
             f.write(data)
-            if sync:
-                f.flush()
-                os.fsync(f.fileno())
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
-        if sync:
-            fsync_path(self.dir)  # the new name, not only the bytes, must survive a power cut
+        fsync_path(self.dir)  # the new name, not only the bytes, must survive a power cut
         for old in self.snapshot_offsets()[:-_SNAPSHOTS_KEPT]:
             (self.dir / f"{old:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
         return path

@@ -33,6 +33,7 @@ from strom.coordinator.transaction.coordinator import TransactionCoordinator
 from strom.coordinator.transaction.manager import TransactionStateManager
 from strom.coordinator.transaction.producer_id_manager import ProducerIdManager
 from strom.log.config import LogConfig
+from strom.log.index import in_parallel
 from strom.log.manager import LogManager, new_cluster_id
 from strom.log.open_files import OPEN_FILES
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -488,17 +489,15 @@ class Broker:
         snapshots = [(p.producer_state, *snap) for p in self.replica_manager.partitions.values()
                      if not p.log.offline and (snap := p.producer_snapshot(at_shutdown)) is not None]
 
-        def write() -> None:
-            for state, offset, data in snapshots:
-                try:
-                    # At shutdown the log manager syncs each log dir's filesystem once after
-                    # all are written, instead of two fsyncs per partition.
-                    state.write_snapshot(offset, data, sync=not at_shutdown)
-                except OSError as e:  # a failing log dir must not stop the rest
-                    log.error("cannot write producer snapshot in %s: %s", state.dir, e)
+        def write(snapshot) -> None:
+            state, offset, data = snapshot
+            try:
+                state.write_snapshot(offset, data)
+            except OSError as e:  # a failing log dir must not stop the rest
+                log.error("cannot write producer snapshot in %s: %s", state.dir, e)
 
-        if snapshots:
-            await asyncio.to_thread(write)
+        if snapshots:  # many at once: their fsyncs are committed together
+            await asyncio.to_thread(in_parallel, write, snapshots)
 
     def _create_txn_coordinator(self) -> TransactionCoordinator:
         store = TransactionStateManager(self.replica_manager,

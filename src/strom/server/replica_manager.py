@@ -106,7 +106,8 @@ class Partition:
         with self._load_lock:
             if self._producer_state is None:
                 state = ProducerStateManager(self.log.dir)
-                state.rebuild(self.log)
+                if not (self.log.offline or self.log.closed):  # else nothing is read or written
+                    state.rebuild(self.log)
                 self._producer_state = state
             return self._producer_state
 
