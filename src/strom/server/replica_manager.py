@@ -468,7 +468,10 @@ class ReplicaManager:
         for t, i, tid, _ in new:
             lg = logs.get((t, i))
             if isinstance(lg, Log) and (t, i) not in self.partitions:
-                self._host(Partition(t, i, tid, self.broker_id, lg, self.checkpointed_hw.pop((t, i), None)))
+                partition = Partition(t, i, tid, self.broker_id, lg, self.checkpointed_hw.pop((t, i), None))
+                # In no state yet: the LeaderAndIsr that follows applies whatever its epoch.
+                partition.leader_id = partition.leader_epoch = -1
+                self._host(partition)
 
     async def load_in_background(self, batch: int = 256) -> None:
         """After start-up: read lazily opened logs and the producer state of every partition
