@@ -82,7 +82,8 @@ CONTROL = b"<control>"
 
 class Simulation:
     def __init__(self, seed: int, *, voters: int = 3, observers: int = 0, faults: Faults | None = None,
-                 dynamic: bool = False, snapshot_bytes: int = 4096, trace: bool = False) -> None:
+                 dynamic: bool = False, snapshot_bytes: int = 4096, fetch_max_bytes: int = 8 << 20,
+                 flush_delay_ms: int = 3, trace: bool = False) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.faults = faults or Faults()
@@ -96,7 +97,8 @@ class Simulation:
         self.dynamic = dynamic
         endpoints = {i: (Endpoint("CONTROLLER", "127.0.0.1", 9000 + i),) for i in self.all_ids}
         self.entries = {i: VoterEntry(i, None, endpoints[i]) for i in self.all_ids}
-        self.config_kwargs = dict(max_bytes_between_snapshots=snapshot_bytes)
+        self.config_kwargs = dict(max_bytes_between_snapshots=snapshot_bytes, fetch_max_bytes=fetch_max_bytes)
+        self.flush_delay_ms = flush_delay_ms
         self.nodes = {i: Node(i) for i in self.all_ids}
         self.cut: set[frozenset[int]] = set()
         # cluster-wide facts the invariants compare against
@@ -192,7 +194,7 @@ class Simulation:
             node.volatile = [b for b in node.volatile if b.base_offset < e.end_offset]
             node.durable = [b for b in node.durable if b.base_offset < e.end_offset]
         elif isinstance(e, fx.FlushLog):
-            self._at(self.now + self.rng.randint(0, 3), "flush", nid, node.incarnation, e.end_offset, e.generation)
+            self._at(self.now + self.rng.randint(0, self.flush_delay_ms), "flush", nid, node.incarnation, e.end_offset, e.generation)
         elif isinstance(e, fx.WriteSnapshot):
             node.snapshot = (e.snapshot_id, e.data)
         elif isinstance(e, fx.DeleteLogPrefix):
@@ -301,7 +303,11 @@ class Simulation:
         node = self._node(nid, incarnation)
         if node is None:
             return
-        node.durable = [b for b in node.volatile if b.base_offset < end_offset]
+        # fsync persists what is in the file now; flushes finishing out of order never un-persist
+        # (the durable log is always a prefix of the written one: truncations cut both).
+        synced = [b for b in node.volatile if b.base_offset < end_offset]
+        if len(synced) > len(node.durable):
+            node.durable = synced
         self._apply(node, node.core.on_flushed(end_offset, generation, self.now))
         self._schedule_tick(node)
 
@@ -319,12 +325,27 @@ class Simulation:
             self._schedule_tick(node)
 
     def _ev_crash(self, nid: int) -> None:
+        if nid == 0:  # "whoever leads now"
+            leaders = [n.node_id for n in self.nodes.values() if n.alive and n.core.role is Role.LEADER]
+            if not leaders:
+                return
+            nid = leaders[0]
+            self._at(self.now + self.rng.randint(50, 2000), "restart", nid)
         node = self.nodes[nid]
         if not node.alive:
             return
         self._log(f"crash {nid}")
         node.alive = False
         node.volatile = []
+
+    def _ev_shutdown(self) -> None:
+        """A leader shut down cleanly: it resigns (EndQuorumEpoch), then stops."""
+        leaders = [n for n in self.nodes.values() if n.alive and n.core.role is Role.LEADER]
+        if leaders:
+            node = leaders[0]
+            self._apply(node, node.core.resign(self.now))
+            self._at(self.now + self.rng.randint(1, 20), "crash", node.node_id)
+            self._at(self.now + self.rng.randint(100, 2000), "restart", node.node_id)
 
     def _ev_restart(self, nid: int) -> None:
         node = self.nodes[nid]
@@ -387,6 +408,10 @@ class Simulation:
                 start = rng.randrange(duration_ms)
                 self._at(start, "crash", nid)
                 self._at(min(duration_ms, start + rng.randint(50, 3000)), "restart", nid)
+            for _ in range(rng.randint(0, 4)):
+                self._at(rng.randrange(duration_ms), "crash", 0)
+            if rng.random() < 0.5:
+                self._at(rng.randrange(duration_ms), "shutdown")
         if f.voter_changes:
             for _ in range(rng.randint(1, 4)):
                 self._at(rng.randrange(duration_ms), "voter_change")
@@ -398,7 +423,7 @@ class Simulation:
             if not node.alive:
                 self._ev_restart(nid)
         self.events = [e for e in self.events if e[2] not in ("append", "crash", "restart", "partition",
-                                                               "voter_change")]
+                                                               "voter_change", "shutdown")]
         heapq.heapify(self.events)
 
     def check_liveness(self, bound_ms: int) -> int:
@@ -465,7 +490,9 @@ def run_seed(seed: int, *, trace: bool = False) -> Simulation:
         voter_changes=dynamic,
     )
     sim = Simulation(seed, voters=voters, observers=observers, faults=faults, dynamic=dynamic,
-                     snapshot_bytes=rng.choice([1024, 4096, 1 << 20]), trace=trace)
+                     snapshot_bytes=rng.choice([1024, 4096, 1 << 20]),
+                     fetch_max_bytes=rng.choice([100, 400, 8 << 20]), flush_delay_ms=rng.choice([3, 30]),
+                     trace=trace)
     duration = rng.choice([3000, 6000])
     sim.schedule_faults(duration)
     sim.run_until(duration)
