@@ -48,6 +48,7 @@ class Faults:
     partitions: bool = False
     crashes: bool = False
     voter_changes: bool = False
+    leader_churn: bool = False  # isolate or crash whoever leads, again and again
 
 
 @dataclass
@@ -83,7 +84,7 @@ CONTROL = b"<control>"
 class Simulation:
     def __init__(self, seed: int, *, voters: int = 3, observers: int = 0, faults: Faults | None = None,
                  dynamic: bool = False, snapshot_bytes: int = 4096, fetch_max_bytes: int = 8 << 20,
-                 flush_delay_ms: int = 3, trace: bool = False) -> None:
+                 flush_delay_ms: int = 3, timeout_scale: float = 1.0, trace: bool = False) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.faults = faults or Faults()
@@ -97,7 +98,14 @@ class Simulation:
         self.dynamic = dynamic
         endpoints = {i: (Endpoint("CONTROLLER", "127.0.0.1", 9000 + i),) for i in self.all_ids}
         self.entries = {i: VoterEntry(i, None, endpoints[i]) for i in self.all_ids}
-        self.config_kwargs = dict(max_bytes_between_snapshots=snapshot_bytes, fetch_max_bytes=fetch_max_bytes)
+        defaults = QuorumConfig(node_id=0)
+        self.config_kwargs = dict(
+            max_bytes_between_snapshots=snapshot_bytes, fetch_max_bytes=fetch_max_bytes,
+            election_timeout_ms=int(defaults.election_timeout_ms * timeout_scale),
+            fetch_timeout_ms=int(defaults.fetch_timeout_ms * timeout_scale),
+            election_backoff_max_ms=int(defaults.election_backoff_max_ms * timeout_scale),
+            request_timeout_ms=int(defaults.request_timeout_ms * timeout_scale),
+            fetch_max_wait_ms=int(defaults.fetch_max_wait_ms * timeout_scale))
         self.flush_delay_ms = flush_delay_ms
         self.nodes = {i: Node(i) for i in self.all_ids}
         self.cut: set[frozenset[int]] = set()
@@ -364,6 +372,17 @@ class Simulation:
     def _ev_heal(self) -> None:
         self.cut.clear()
 
+    def _ev_isolate_leader(self) -> None:
+        """Cut the leader off with a minority (its uncommitted tail then competes with what the
+        majority writes next: the Figure 8 situations of the Raft paper)."""
+        leaders = [n.node_id for n in self.nodes.values() if n.alive and n.core.role is Role.LEADER]
+        if not leaders:
+            return
+        others = [i for i in self.all_ids if i != leaders[0]]
+        extra = self.rng.randint(0, max(0, (len(self.voter_ids) - 1) // 2 - 1))
+        self.cut.clear()
+        self._ev_partition(frozenset([leaders[0], *self.rng.sample(others, min(extra, len(others)))]))
+
     def _ev_voter_change(self) -> None:
         leaders = [n for n in self.nodes.values() if n.alive and n.core.role is Role.LEADER]
         if not leaders:
@@ -402,6 +421,15 @@ class Simulation:
                 group = frozenset(rng.sample(self.all_ids, size))
                 self._at(start, "partition", group)
                 self._at(min(duration_ms, start + rng.randint(500, 4000)), "heal")
+        if f.leader_churn:
+            t = 0
+            while t < duration_ms:
+                t += rng.randint(200, 1500)
+                kind = rng.choice(["isolate_leader", "isolate_leader", "crash", "heal"])
+                if kind == "crash":
+                    self._at(t, "crash", 0)  # the leader, restarted later
+                else:
+                    self._at(t, kind)
         if f.crashes:
             for _ in range(rng.randint(1, 3)):
                 nid = rng.choice(self.all_ids)
@@ -423,7 +451,7 @@ class Simulation:
             if not node.alive:
                 self._ev_restart(nid)
         self.events = [e for e in self.events if e[2] not in ("append", "crash", "restart", "partition",
-                                                               "voter_change", "shutdown")]
+                                                               "voter_change", "shutdown", "isolate_leader")]
         heapq.heapify(self.events)
 
     def check_liveness(self, bound_ms: int) -> int:
@@ -488,11 +516,12 @@ def run_seed(seed: int, *, trace: bool = False) -> Simulation:
         partitions=rng.random() < 0.6,
         crashes=rng.random() < 0.6,
         voter_changes=dynamic,
+        leader_churn=rng.random() < 0.5,
     )
     sim = Simulation(seed, voters=voters, observers=observers, faults=faults, dynamic=dynamic,
                      snapshot_bytes=rng.choice([1024, 4096, 1 << 20]),
                      fetch_max_bytes=rng.choice([100, 400, 8 << 20]), flush_delay_ms=rng.choice([3, 30]),
-                     trace=trace)
+                     timeout_scale=rng.choice([1.0, 0.25]), trace=trace)
     duration = rng.choice([3000, 6000])
     sim.schedule_faults(duration)
     sim.run_until(duration)
