@@ -185,6 +185,15 @@ class RaftCore:
     def is_voter(self) -> bool:
         return self.node_id in self.voters
 
+    @property
+    def may_campaign(self) -> bool:
+        """A voter stands for election; so does a node that an uncommitted VotersRecord removes
+        (Raft thesis 4.2.2): the old set may still need it, or no one could commit the change."""
+        if self.is_voter:
+            return True
+        latest = self.history.latest_offset()
+        return latest >= self.high_watermark and self.node_id in self._voters_at(latest)
+
     # --- start ----------------------------------------------------------------------------------
 
     def start(self, now: int) -> list[Effect]:
@@ -204,7 +213,7 @@ class RaftCore:
             self.role = Role.UNATTACHED
             self._reset_election_timer()
             out.append(LeaderChanged(NO_ID, e.epoch))
-        if self.is_voter and len(self.voters.voters) == 1 and self.role is not Role.FOLLOWER:
+        if self.voters.ids == {self.node_id} and self.role is not Role.FOLLOWER:
             self._become_prospective(out)
         return out
 
@@ -220,7 +229,7 @@ class RaftCore:
             self._leader_tick(out)
         elif role is Role.FOLLOWER:
             if now >= self.fetch_deadline:
-                if self.is_voter:
+                if self.may_campaign:
                     self._become_prospective(out)
                 else:
                     self._become_unattached(self.epoch, out, persist=False)
@@ -234,7 +243,7 @@ class RaftCore:
             else:
                 self._retry_votes(out)
         elif role in (Role.UNATTACHED, Role.RESIGNED):
-            if self.is_voter and now >= self.election_deadline:
+            if self.may_campaign and now >= self.election_deadline:
                 self._become_prospective(out)
         self._maybe_fetch(out)
         self._maybe_snapshot_due(out)
@@ -254,7 +263,7 @@ class RaftCore:
         elif role in (Role.PROSPECTIVE, Role.CANDIDATE):
             times.append(self.backoff_until if self.backoff_until >= 0 else self.election_deadline)
             times += [t for t in self.retry_at.values()]
-        elif self.is_voter:
+        elif self.may_campaign:
             times.append(self.election_deadline)
         if self._wants_fetch():
             times.append(self.next_fetch_at)
@@ -433,13 +442,13 @@ class RaftCore:
     def _become_prospective(self, out: list[Effect]) -> None:
         """KIP-996: ask the voters whether they would vote, without bumping the epoch, so a
         node that was cut off cannot disturb a healthy leader when it comes back."""
-        if not self.is_voter:
+        if not self.may_campaign:
             return
         self._common_transition(out)
         self.role = Role.PROSPECTIVE
         self.granted = {self.node_id}
         self._reset_election_timer()
-        if len(self.granted) >= self.voters.majority():
+        if len(self.granted & self.voters.ids) >= self.voters.majority():
             self._become_candidate(out)
             return
         for v in self.voters.ids - {self.node_id}:
@@ -452,7 +461,7 @@ class RaftCore:
         out.append(LeaderChanged(NO_ID, self.epoch))
         self.granted = {self.node_id}
         self._reset_election_timer()
-        if len(self.granted) >= self.voters.majority():
+        if len(self.granted & self.voters.ids) >= self.voters.majority():
             self._become_leader(out)
             return
         for v in self.voters.ids - {self.node_id}:
@@ -827,6 +836,9 @@ class RaftCore:
         if alive < self.voters.majority():
             self._resign(out)
             return
+        if not self.is_voter and self.history.latest_offset() < self.high_watermark and self.pending_change is None:
+            self._resign(out)  # its removal is committed: leave the quorum to its voters
+            return
         for v, rs in self.replicas.items():
             if (not rs.begin_acked and rs.end_offset < self.epoch_start_offset + 1 and v in self.voters
                     and not self._has_inflight(v, BEGIN_QUORUM_EPOCH)
@@ -841,7 +853,7 @@ class RaftCore:
         if self.role is Role.FOLLOWER:
             return True
         # A node that knows no leader and cannot elect one looks for it by fetching from voters.
-        return self.role in (Role.UNATTACHED, Role.RESIGNED) and not self.is_voter
+        return self.role in (Role.UNATTACHED, Role.RESIGNED) and not self.may_campaign
 
     def _maybe_fetch(self, out: list[Effect]) -> None:
         if not self._wants_fetch() or self.now < self.next_fetch_at:

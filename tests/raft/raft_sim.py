@@ -17,16 +17,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from strom.protocol.raft_records import (
-    KRAFT_VERSION,
-    KRAFT_VOTERS,
-    Endpoint,
-    VoterEntry,
-    control_batch,
-    iter_batches,
-    kraft_version_value,
-    voters_value,
-)
+from strom.protocol.raft_records import Endpoint, VoterEntry
 from strom.protocol.records import iter_records
 from strom.raft import effects as fx
 from strom.raft.config import QuorumConfig
@@ -530,5 +521,14 @@ def run_seed(seed: int, *, trace: bool = False) -> Simulation:
     return sim
 
 
-__all__ = ["Faults", "InvariantViolation", "Simulation", "run_seed", "control_batch", "iter_batches",
-           "kraft_version_value", "voters_value", "KRAFT_VERSION", "KRAFT_VOTERS"]
+if __name__ == "__main__":
+    import sys
+
+    seed = int(sys.argv[1])
+    try:
+        sim = run_seed(seed, trace=True)
+        print("\n".join(sim.log_lines))
+        print(f"seed {seed}: ok, {len(sim.committed)} offsets committed, {len(sim.leaders)} epochs with a leader")
+    except InvariantViolation as e:
+        print(e)
+        sys.exit(1)
