@@ -33,8 +33,8 @@ class RaftServer:
                 body = await self.driver.handle_request(h.api_key, h.api_version, request.body)
                 writer.write(encode_response(h, body))
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the peer went away, or this server is closing
         finally:
             writer.close()
 

@@ -69,6 +69,8 @@ class RaftDriver:
         if self.core is not None and resign and self.core.role is Role.LEADER:
             self._feed(self.core.resign(self.now()))
             await self._drain()
+            if self._pending:  # let EndQuorumEpoch reach the voters: they elect without waiting
+                await asyncio.wait(list(self._pending), timeout=self.config.request_timeout_ms / 1000)
         self._closed = True
         self._wake.set()
         await self._queue.put(None)
