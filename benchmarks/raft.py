@@ -133,7 +133,7 @@ def snapshot_of_partitions(root: Path, partitions: int) -> None:
     rng = random.Random(1)
     per_topic = 10
     values = []
-    for t in range(partitions // per_topic):
+    for _topic in range(partitions // per_topic):
         values.append(rng.randbytes(40))  # TopicRecord
         values.extend(rng.randbytes(90) for _ in range(per_topic))  # PartitionRecord, 3 replicas
     sid = OffsetAndEpoch(len(values) + 1000, 3)
