@@ -1,0 +1,206 @@
+"""An asyncio driver around RaftCore: a monotonic millisecond clock and a timer, a `send`
+callable for outgoing requests, a FileMetadataLog for the disk effects (fsyncs and file writes
+run in a worker thread), and a listener for what the state machine must hear.
+
+Effects run in the order the core emitted them, one at a time, so the quorum-state is on disk
+before a vote leaves and a snapshot is durable before the log behind it is deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from strom.raft import effects as fx
+from strom.raft.config import QuorumConfig
+from strom.raft.core import RaftCore
+from strom.raft.file_log import FileMetadataLog
+from strom.raft.state import Role
+
+log = logging.getLogger(__name__)
+
+SendFn = Callable[[int, int, int, dict[str, Any]], Awaitable[Any]]
+Listener = Callable[[fx.Effect], None]
+
+
+def to_fields(body: Any) -> dict[str, Any]:
+    """A decoded codec object as the plain field dicts the core reads."""
+    return body if isinstance(body, dict) else body.to_dict(json=False)
+
+
+class RaftDriver:
+    def __init__(self, config: QuorumConfig, directory: Path, send: SendFn,
+                 listener: Listener | None = None, rng: random.Random | None = None) -> None:
+        self.config = config
+        self.file = FileMetadataLog(directory)
+        self._send_fn = send
+        self.listener = listener
+        self._rng = rng or random.Random()
+        self.core: RaftCore | None = None
+        self._queue: asyncio.Queue[list[fx.Effect] | None] = asyncio.Queue()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._pending: set[asyncio.Task] = set()
+        self._commit_waiters: list[tuple[int, asyncio.Future]] = []
+        self._flush_lock = asyncio.Lock()
+        self.high_watermark = 0
+        self._closed = False
+
+    @staticmethod
+    def now() -> int:
+        return int(time.monotonic() * 1000)
+
+    # --- life cycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loaded = await asyncio.to_thread(self.file.load)
+        self.core = RaftCore(self.config, rng=self._rng, election=loaded.election,
+                             log_batches=loaded.batches, snapshot=loaded.snapshot)
+        self._tasks = [asyncio.create_task(self._run_effects()), asyncio.create_task(self._run_timer())]
+        self._feed(self.core.start(self.now()))
+
+    async def close(self, resign: bool = True) -> None:
+        """Stop; a leader resigns first (EndQuorumEpoch) so that the others elect at once."""
+        if self.core is not None and resign and self.core.role is Role.LEADER:
+            self._feed(self.core.resign(self.now()))
+            await self._drain()
+            if self._pending:  # let EndQuorumEpoch reach the voters: they elect without waiting
+                await asyncio.wait(list(self._pending), timeout=self.config.request_timeout_ms / 1000)
+        self._closed = True
+        self._wake.set()
+        await self._queue.put(None)
+        for t in self._tasks:
+            t.cancel()
+        for t in list(self._pending):
+            t.cancel()
+        await asyncio.gather(*self._tasks, *self._pending, return_exceptions=True)
+        await asyncio.to_thread(self.file.close)
+        for _, fut in self._commit_waiters:
+            if not fut.done():
+                fut.set_exception(ConnectionError("raft driver closed"))
+
+    async def _drain(self) -> None:
+        done = asyncio.get_running_loop().create_future()
+        self._feed([_Barrier(done)])  # type: ignore[list-item]
+        await done
+
+    # --- inputs ---------------------------------------------------------------------------------
+
+    async def handle_request(self, api_key: int, version: int, body: Any, src: int = -1) -> dict[str, Any]:
+        """Answer a Raft request (the caller's server decoded it); may wait (fetch long-poll)."""
+        if self._closed:
+            raise ConnectionError("raft driver closed")
+        fut = asyncio.get_running_loop().create_future()
+        self._feed(self.core.handle_request(fut, src, api_key, version, to_fields(body), self.now()))
+        return await fut
+
+    async def append(self, values: list[bytes]) -> int:
+        """Leader only: append, and return the offset of the last record once committed."""
+        last, effects = self.core.append(values, self.now())
+        fut = asyncio.get_running_loop().create_future()
+        self._commit_waiters.append((last, fut))
+        self._feed(effects)
+        return await fut
+
+    def _feed(self, effects: list[fx.Effect]) -> None:
+        if effects:
+            self._queue.put_nowait(effects)
+        self._wake.set()
+
+    # --- effects --------------------------------------------------------------------------------
+
+    async def _run_effects(self) -> None:
+        while (batch := await self._queue.get()) is not None:
+            for effect in batch:
+                try:
+                    await self._apply(effect)
+                except Exception:  # a disk that fails cannot be trusted: stop like Kafka does
+                    log.exception("raft effect %s failed; stopping the quorum driver", type(effect).__name__)
+                    raise
+
+    async def _apply(self, e: fx.Effect) -> None:
+        if isinstance(e, fx.Send):
+            self._spawn(self._send(e))
+        elif isinstance(e, fx.Respond):
+            if not e.ref.done():
+                e.ref.set_result(e.body)
+        elif isinstance(e, fx.PersistElectionState):
+            await asyncio.to_thread(self.file.write_election, e.text)
+        elif isinstance(e, fx.AppendLog):
+            self.file.append(e.batch)  # a write into the page cache; the fsync is FlushLog
+        elif isinstance(e, fx.FlushLog):
+            self._spawn(self._flush(e))
+        elif isinstance(e, fx.TruncateLog):
+            async with self._flush_lock:
+                await asyncio.to_thread(self.file.truncate, e.end_offset)
+        elif isinstance(e, fx.WriteSnapshot):
+            await asyncio.to_thread(self.file.write_snapshot, e.snapshot_id, e.data)
+        elif isinstance(e, fx.DeleteLogPrefix):
+            await asyncio.to_thread(self.file.delete_prefix, e.start_offset, e.reset)
+        elif isinstance(e, _Barrier):
+            e.done.set_result(None)
+        else:
+            if isinstance(e, fx.Committed):
+                self._on_committed(e.high_watermark)
+            elif isinstance(e, fx.LoadSnapshot):
+                self._on_committed(e.snapshot_id.offset)
+            if self.listener is not None:
+                self.listener(e)
+
+    def _on_committed(self, high_watermark: int) -> None:
+        self.high_watermark = max(self.high_watermark, high_watermark)
+        still = []
+        for offset, fut in self._commit_waiters:
+            if offset < self.high_watermark:
+                if not fut.done():
+                    fut.set_result(offset)
+            else:
+                still.append((offset, fut))
+        self._commit_waiters = still
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _send(self, e: fx.Send) -> None:
+        try:
+            body = await asyncio.wait_for(self._send_fn(e.dest, e.api_key, e.version, e.body),
+                                          self.config.request_timeout_ms / 1000)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.debug("raft request %d to %d failed: %r", e.api_key, e.dest, exc)
+            self._feed(self.core.request_failed(e.request_id, self.now()))
+            return
+        self._feed(self.core.handle_response(e.request_id, to_fields(body), self.now()))
+
+    async def _flush(self, e: fx.FlushLog) -> None:
+        async with self._flush_lock:
+            await asyncio.to_thread(self.file.flush)
+        self._feed(self.core.on_flushed(e.end_offset, e.generation, self.now()))
+
+    async def _run_timer(self) -> None:
+        # A flag, not only cancel(): wait_for may swallow a cancellation that races its timeout.
+        while not self._closed:
+            delay = max(0.0, (self.core.next_deadline() - self.now()) / 1000)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+            except TimeoutError:
+                pass
+            if not self._closed:
+                self._feed(self.core.tick(self.now()))
+            self._wake.clear()
+
+
+class _Barrier:
+    """An effect of the driver's own: resolves once every effect queued before it has run."""
+
+    def __init__(self, done: asyncio.Future) -> None:
+        self.done = done

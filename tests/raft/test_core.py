@@ -1,0 +1,259 @@
+"""RaftCore on byte-level messages: each request is encoded as Kafka frames it, parsed by
+strom.protocol.messages, handed to the core, and the core's answer encoded and decoded back."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from strom.protocol.messages import decode_response, encode_request, encode_response, parse_request
+from strom.protocol.raft_records import (
+    LEADER_CHANGE,
+    Endpoint,
+    VoterEntry,
+    control_records,
+    data_batch,
+    iter_batches,
+)
+from strom.raft import effects as fx
+from strom.raft.config import QuorumConfig, parse_voters
+from strom.raft.core import (
+    DESCRIBE_QUORUM,
+    FENCED_LEADER_EPOCH,
+    FETCH,
+    FETCH_SNAPSHOT,
+    METADATA_TOPIC_ID,
+    VOTE,
+    RaftCore,
+    SafetyViolation,
+)
+from strom.raft.log import LogBatch, OffsetAndEpoch, split_batches
+from strom.raft.snapshots import build_snapshot, filename, parse_filename, read_snapshot
+from strom.raft.state import ElectionState, Role
+
+VOTERS = tuple(VoterEntry(i, None, (Endpoint("CONTROLLER", "127.0.0.1", 9090 + i),)) for i in (1, 2, 3))
+
+
+def core(node_id: int = 1, voters=VOTERS, **kw) -> RaftCore:
+    c = RaftCore(QuorumConfig(node_id=node_id, voters=voters, cluster_id="c1"), rng=random.Random(0), **kw)
+    c.start(0)
+    return c
+
+
+def call(c: RaftCore, api_key: int, version: int, fields: dict, now: int = 10):
+    """Frame the request, parse it as a broker would, let the core answer, decode the answer."""
+    request = parse_request(encode_request(api_key, version, fields, correlation_id=7)[4:])
+    effects = c.handle_request("ref", -1, api_key, version, request.body.to_dict(json=False), now)
+    answers = [e for e in effects if isinstance(e, fx.Respond)]
+    if not answers:
+        return None, effects
+    frame = encode_response(request.header, answers[0].body)
+    correlation, body = decode_response(api_key, version, frame[4:])
+    assert correlation == 7
+    return body, effects
+
+
+def vote(candidate: int, epoch: int, last_epoch: int = 0, last_offset: int = 0, pre: bool = False) -> dict:
+    return {"cluster_id": "c1", "voter_id": 1, "topics": [{"topic_name": "__cluster_metadata", "partitions": [{
+        "partition_index": 0, "replica_epoch": epoch, "replica_id": candidate, "replica_directory_id": None,
+        "voter_directory_id": None, "last_offset_epoch": last_epoch, "last_offset": last_offset, "pre_vote": pre}]}]}
+
+
+def fetch(replica: int, epoch: int, offset: int, last_epoch: int, max_wait: int = 0) -> dict:
+    return {"cluster_id": "c1", "replica_state": {"replica_id": replica, "replica_epoch": -1}, "max_wait_ms": max_wait,
+            "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic_id": METADATA_TOPIC_ID, "partitions": [{
+                "partition": 0, "current_leader_epoch": epoch, "fetch_offset": offset, "last_fetched_epoch": last_epoch,
+                "log_start_offset": 0, "partition_max_bytes": 1 << 20, "replica_directory_id": None}]}],
+            "forgotten_topics_data": [], "rack_id": ""}
+
+
+def part(body):
+    topics = getattr(body, "topics", None) or body.responses
+    return topics[0].partitions[0]
+
+
+def batches(epochs: list[int]) -> list[LogBatch]:
+    """A log with one single-record batch per entry, at the given epochs."""
+    out, offset = [], 0
+    for e in epochs:
+        out += split_batches(data_batch([b"r%d" % offset], offset, e, 0))
+        offset += 1
+    return out
+
+
+def test_vote_is_persisted_before_it_is_sent_and_given_once_per_epoch():
+    c = core()
+    body, effects = call(c, VOTE, 2, vote(2, epoch=1))
+    assert part(body).vote_granted and part(body).leader_epoch == 1
+    kinds = [type(e) for e in effects]
+    persisted = [e for e in effects if isinstance(e, fx.PersistElectionState)][-1]
+    assert effects.index(persisted) < kinds.index(fx.Respond)
+    assert persisted.state == ElectionState(1, -1, 2)
+    assert '"votedId":2' in persisted.text and '"leaderEpoch":1' in persisted.text
+    again, _ = call(c, VOTE, 2, vote(3, epoch=1))
+    assert not part(again).vote_granted  # one vote per epoch
+    same, effects = call(c, VOTE, 2, vote(2, epoch=1))
+    assert part(same).vote_granted and not any(isinstance(e, fx.PersistElectionState) for e in effects)
+
+
+def test_vote_refused_to_a_candidate_with_an_older_log():
+    c = core(log_batches=batches([1, 1, 2]), election=ElectionState(2, -1, -1))
+    stale, _ = call(c, VOTE, 2, vote(2, epoch=3, last_epoch=1, last_offset=5))
+    assert not part(stale).vote_granted  # a longer log of an older epoch is not up to date
+    shorter, _ = call(c, VOTE, 2, vote(3, epoch=4, last_epoch=2, last_offset=2))
+    assert not part(shorter).vote_granted
+    ok, _ = call(c, VOTE, 2, vote(3, epoch=5, last_epoch=2, last_offset=3))
+    assert part(ok).vote_granted and c.epoch == 5
+
+
+def test_pre_vote_neither_bumps_the_epoch_nor_persists():
+    c = core()
+    body, effects = call(c, VOTE, 2, vote(2, epoch=4, pre=True))
+    assert part(body).vote_granted
+    assert c.epoch == 0 and not any(isinstance(e, fx.PersistElectionState) for e in effects)
+    # Vote v1 has no PreVote field: the same request is a real vote there.
+    body, _ = call(c, VOTE, 1, vote(2, epoch=4))
+    assert part(body).vote_granted and c.epoch == 4
+
+
+def test_follower_that_hears_its_leader_refuses_pre_votes():
+    c = core(node_id=3)
+    _, effects = call(c, 53, 1, {"cluster_id": "c1", "voter_id": 3, "topics": [{"topic_name": "__cluster_metadata", "partitions": [
+        {"partition_index": 0, "voter_directory_id": None, "leader_id": 1, "leader_epoch": 1}]}], "leader_endpoints": []})
+    assert c.role is Role.FOLLOWER and c.leader_id == 1
+    send = next(e for e in effects if isinstance(e, fx.Send) and e.api_key == FETCH)
+    assert send.dest == 1 and send.body["topics"][0]["partitions"][0]["current_leader_epoch"] == 1
+    c.handle_response(send.request_id, {"error_code": 0, "responses": [{"topic_id": METADATA_TOPIC_ID, "partitions": [{
+        "partition_index": 0, "error_code": 0, "high_watermark": 0, "current_leader": {"leader_id": 1, "leader_epoch": 1},
+        "records": b""}]}]}, 12)
+    body, _ = call(c, VOTE, 2, vote(2, epoch=1, pre=True), now=13)
+    assert not part(body).vote_granted and part(body).leader_id == 1
+
+
+def test_single_voter_leads_and_writes_a_leader_change_record():
+    c = RaftCore(QuorumConfig(node_id=1, voters=VOTERS[:1]), rng=random.Random(0))
+    effects = c.start(0)
+    assert c.role is Role.LEADER and c.epoch == 1
+    appended = [e.batch for e in effects if isinstance(e, fx.AppendLog)]
+    assert len(appended) == 1 and appended[0].is_control and appended[0].epoch == 1
+    (rec,) = control_records(appended[0].data)
+    assert rec.kind == LEADER_CHANGE and rec.value.leader_id == 1
+    assert [v.voter_id for v in rec.value.voters] == [1]
+    flush = next(e for e in effects if isinstance(e, fx.FlushLog))
+    committed = [e for e in c.on_flushed(flush.end_offset, flush.generation, 1) if isinstance(e, fx.Committed)]
+    assert committed and committed[0].high_watermark == 1
+
+
+def leader_of(epochs: list[int], epoch: int) -> RaftCore:
+    """Node 1 as the leader of `epoch` over a log of `epochs`."""
+    c = core(log_batches=batches(epochs), election=ElectionState(epoch - 1, -1, -1))
+    c._become_prospective([])
+    c._become_candidate([])
+    c.granted.add(2)
+    c._become_leader([])
+    assert c.role is Role.LEADER and c.epoch == epoch
+    return c
+
+
+def test_fetch_with_a_diverging_log_gets_the_divergence_point():
+    c = leader_of([1, 1, 3, 3], epoch=4)
+    body, _ = call(c, FETCH, 17, fetch(2, epoch=4, offset=5, last_epoch=2))
+    p = part(body)
+    assert p.error_code == 0 and p.diverging_epoch.epoch == 1 and p.diverging_epoch.end_offset == 2
+    assert not p.records
+    body, _ = call(c, FETCH, 17, fetch(2, epoch=3, offset=2, last_epoch=1))
+    assert part(body).error_code == FENCED_LEADER_EPOCH and part(body).current_leader.leader_id == 1
+    body, _ = call(c, FETCH, 17, fetch(2, epoch=4, offset=2, last_epoch=1))
+    got = [b.base_offset for b in split_batches(part(body).records)]
+    assert got == [2, 3, 4]  # the epoch-3 entries and the leader's LeaderChange at 4
+
+
+def test_high_watermark_waits_for_an_entry_of_the_leaders_epoch():
+    c = leader_of([1, 1, 1], epoch=2)  # epoch 2 starts at offset 3 with its LeaderChange
+    c.on_flushed(c.log.end_offset, c.flush_generation, 5)
+    body, effects = call(c, FETCH, 17, fetch(2, epoch=2, offset=3, last_epoch=1))
+    # A majority holds offsets 0-2, but they are from epoch 1: not committed yet.
+    assert c.high_watermark == 0 and not any(isinstance(e, fx.Committed) for e in effects)
+    body, effects = call(c, FETCH, 17, fetch(2, epoch=2, offset=4, last_epoch=2))
+    assert c.high_watermark == 4 and part(body).high_watermark == 4
+    committed = next(e for e in effects if isinstance(e, fx.Committed))
+    assert [b.base_offset for b in committed.batches] == [0, 1, 2, 3]
+
+
+def test_observers_fetch_but_do_not_count():
+    c = leader_of([1], epoch=2)
+    c.on_flushed(c.log.end_offset, c.flush_generation, 5)
+    call(c, FETCH, 17, fetch(7, epoch=2, offset=2, last_epoch=2))
+    assert c.high_watermark == 0 and 7 in c.observers and 7 not in c.replicas
+    call(c, FETCH, 17, fetch(3, epoch=2, offset=2, last_epoch=2))
+    assert c.high_watermark == 2
+    body, _ = call(c, DESCRIBE_QUORUM, 2, {"topics": [{"topic_name": "__cluster_metadata",
+                                                      "partitions": [{"partition_index": 0}]}]})
+    p = part(body)
+    assert p.leader_id == 1 and p.high_watermark == 2
+    assert [v.replica_id for v in p.current_voters] == [1, 2, 3] and [o.replica_id for o in p.observers] == [7]
+
+
+def test_leader_without_a_majority_fetching_resigns():
+    c = leader_of([1], epoch=2)
+    timeout = c.config.check_quorum_timeout_ms
+    effects = c.tick(timeout + 100)
+    assert c.role is Role.RESIGNED
+    ends = [e for e in effects if isinstance(e, fx.Send) and e.api_key == 54]
+    assert {e.dest for e in ends} == {2, 3}
+
+
+def test_follower_below_the_log_start_is_sent_to_the_snapshot_and_loads_it():
+    leader = leader_of([1, 1, 1, 1], epoch=2)
+    leader.on_flushed(leader.log.end_offset, leader.flush_generation, 5)
+    call(leader, FETCH, 17, fetch(2, epoch=2, offset=5, last_epoch=2))
+    assert leader.high_watermark == 5
+    leader.create_snapshot(4, [b"state-a", b"state-b"], 6)
+    assert leader.log.start_offset == 4
+    body, _ = call(leader, FETCH, 17, fetch(3, epoch=2, offset=1, last_epoch=1))
+    assert part(body).snapshot_id.end_offset == 4 and part(body).snapshot_id.epoch == 1
+    req = {"cluster_id": "c1", "replica_id": 3, "max_bytes": 100, "topics": [{"name": "__cluster_metadata",
+           "partitions": [{"partition": 0, "current_leader_epoch": 2, "snapshot_id": {"end_offset": 4, "epoch": 1},
+                           "position": 0, "replica_directory_id": None}]}]}
+    body, _ = call(leader, FETCH_SNAPSHOT, 1, req)
+    p = body.topics[0].partitions[0]
+    assert p.error_code == 0 and p.position == 0 and len(p.unaligned_records) == 100 < p.size
+    assert read_snapshot(leader.snapshot_data).values == [b"state-a", b"state-b"]
+
+
+def test_a_truncation_below_the_high_watermark_is_refused():
+    c = core(node_id=2, log_batches=batches([1, 1, 1]))
+    c.high_watermark = 3
+    with pytest.raises(SafetyViolation):
+        c._truncate_diverged(OffsetAndEpoch(1, 1), [])
+
+
+def test_snapshot_files_and_quorum_state_use_kafkas_formats():
+    sid = OffsetAndEpoch(1234, 5)
+    assert filename(sid) == "00000000000000001234-0000000005.checkpoint"
+    assert parse_filename(filename(sid)) == sid
+    data = build_snapshot(sid, [b"a", b"b"], kraft_version=1, voters=list(VOTERS), last_contained_timestamp=99)
+    kinds = [(b.is_control, b.epoch) for b in iter_batches(data)]
+    assert kinds == [(True, 5), (False, 5), (True, 5)]
+    contents = read_snapshot(data)
+    assert contents.values == [b"a", b"b"] and contents.kraft_version == 1
+    assert [v.voter_id for v in contents.voters] == [1, 2, 3] and contents.voters[0].endpoints[0].port == 9091
+    v0 = ElectionState(3, 2, 2).to_json(0, [1, 2, 3])
+    assert v0 == ('{"clusterId":"","leaderId":2,"leaderEpoch":3,"votedId":2,"appliedOffset":0,'
+                  '"currentVoters":[{"voterId":1},{"voterId":2},{"voterId":3}],"data_version":0}')
+    v1 = ElectionState(3, -1, 2).to_json(1, [])
+    assert '"votedDirectoryId":"AAAAAAAAAAAAAAAAAAAAAA"' in v1 and '"data_version":1' in v1
+    assert ElectionState.from_json(v0) == ElectionState(3, 2, 2)
+
+
+def test_controller_quorum_voters_parse():
+    voters = parse_voters("1@localhost:9093, 2@[::1]:9094")
+    assert [(v.voter_id, v.endpoints[0].host, v.endpoints[0].port) for v in voters] == [(1, "localhost", 9093),
+                                                                                       (2, "::1", 9094)]
+    with pytest.raises(ValueError):
+        parse_voters("1@localhost:9093,1@localhost:9094")
+    cfg = QuorumConfig.from_props(1, {"controller.quorum.election.timeout.ms": "500",
+                                      "controller.quorum.voters": "1@h:1"})
+    assert cfg.election_timeout_ms == 500 and cfg.fetch_timeout_ms == 2000 and cfg.voters[0].voter_id == 1
