@@ -63,14 +63,19 @@ def probe_main(bootstrap: str, out: str) -> None:
     produce_waits: list[float] = []
     failures = 0
 
+    errors: list[str] = []
+
     def api_versions() -> None:
-        conn = Connection(host, int(port), timeout_s=300)
-        while not stop.is_set():
-            started = time.monotonic()
-            conn.call(API_VERSIONS, 3, {"client_software_name": "probe", "client_software_version": "1"})
-            api_waits.append(time.monotonic() - started)
-            time.sleep(0.01)
-        conn.close()
+        try:
+            conn = Connection(host, int(port), timeout_s=300)
+            while not stop.is_set():
+                started = time.monotonic()
+                conn.call(API_VERSIONS, 3, {"client_software_name": "probe", "client_software_version": "1"})
+                api_waits.append(time.monotonic() - started)
+                time.sleep(0.01)
+            conn.close()
+        except Exception as e:  # reported, not hidden: the run's numbers are then suspect
+            errors.append(f"ApiVersions: {e!r}")
 
     thread = threading.Thread(target=api_versions, daemon=True)
     thread.start()
@@ -84,14 +89,19 @@ def probe_main(bootstrap: str, out: str) -> None:
         else:
             produce_waits.append(time.monotonic() - started)
 
-    while not stop.is_set():
-        started = time.monotonic()
-        producer.produce(PROBE_TOPIC, b"x" * 100,
-                         on_delivery=lambda err, msg, s=started: delivered(err, msg, s))
-        producer.poll(0.01)
-    producer.flush(30)
-    thread.join(30)
-    Path(out).write_text(json.dumps({"api": api_waits, "produce": produce_waits, "failures": failures}))
+    try:
+        while not stop.is_set():
+            started = time.monotonic()
+            producer.produce(PROBE_TOPIC, b"x" * 100,
+                             on_delivery=lambda err, msg, s=started: delivered(err, msg, s))
+            producer.poll(0.01)
+        producer.flush(30)
+    except Exception as e:
+        errors.append(f"produce: {e!r}")
+    finally:
+        thread.join(30)
+        Path(out).write_text(json.dumps({"api": api_waits, "produce": produce_waits, "failures": failures,
+                                         "errors": errors}))
 
 
 class Probe:
@@ -114,7 +124,8 @@ class Probe:
                 "api_versions_count": len(data["api"]),
                 "produce_p50_ms": pct(0.50), "produce_p99_ms": pct(0.99),
                 "produce_max_ms": _ms(produce[-1]) if produce else None,
-                "produce_count": len(produce), "produce_failures": data["failures"]}
+                "produce_count": len(produce), "produce_failures": data["failures"],
+                "probe_errors": data["errors"]}
 
 
 # --- the broker side ------------------------------------------------------------------------

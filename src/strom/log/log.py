@@ -337,7 +337,7 @@ class Log:
     @config.setter
     def config(self, config: LogConfig) -> None:
         self._config = config
-        for segment in self._segments:
+        for segment in self._loaded_segments or ():  # an unread log's segments get it when read
             segment.config = config
 
     @property

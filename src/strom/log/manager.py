@@ -540,7 +540,7 @@ class LogManager:
             self._epoch_writer = None
 
     def _write_epoch_files(self, caches: list[LeaderEpochCache]) -> None:
-        for cache in caches:
+        def write(cache: LeaderEpochCache) -> None:
             try:
                 cache.write()
             except FileNotFoundError:
@@ -549,6 +549,8 @@ class LogManager:
                 d = cache.path.parent.parent
                 if d in self._per_dir:
                     self.dir_failed(d, e)
+
+        in_parallel(write, caches)
 
     async def write_pending_epochs(self) -> None:
         """Wait until every leader epoch change made so far is in its file."""
