@@ -91,11 +91,13 @@ def write_flushed_ends(path: Path, entries: Mapping[tuple[str, int], tuple[int, 
     write_atomically(path, "\n".join(lines) + "\n")
 
 
-def write_atomically(path: Path, text: str, sync: bool = True, own_lock: bool = False) -> None:
+def write_atomically(path: Path, text: str, sync: bool = True, own_lock: bool = False,
+                     sync_dir: bool = True) -> None:
     """Replace `path` with `text`: temp file, fsync, rename, fsync of the directory. Without
     `sync`, the same but no fsync: readers never see a torn file, a power cut may leave the
     old one (for files whose loss recovery repairs, see leader_epoch.py). `own_lock`: the
-    caller already makes sure it is the file's only writer."""
+    caller already makes sure it is the file's only writer. Without `sync_dir` the caller
+    fsyncs the directory itself (once for several files)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with contextlib.nullcontext() if own_lock else _lock_for(path):
@@ -105,7 +107,7 @@ def write_atomically(path: Path, text: str, sync: bool = True, own_lock: bool = 
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-        if sync:
+        if sync and sync_dir:
             fd = os.open(path.parent, os.O_RDONLY)
             try:
                 os.fsync(fd)

@@ -72,26 +72,28 @@ class LeaderEpochCache:
     def dirty(self) -> bool:
         return self._written < self._version
 
-    def write(self, sync: bool = False) -> bool:
-        """Write the file if it is behind the entries (and fsync it, with `sync`). Callable
-        from any thread; False once the cache is closed (its log deleted or moved)."""
+    def write(self, sync: bool = False, sync_dir: bool = True) -> bool:
+        """Write the file if it is behind the entries (and fsync it, with `sync`; its
+        directory too unless the caller does that). Callable from any thread. True when the
+        file was written (a new name in the directory)."""
         with self._lock:
             if self._closed:
                 return False
             version, entries = self._version, list(self.entries)
             if version <= (self._synced if sync else self._written):
-                return True
+                return False
             lines = ["0", str(len(entries)), *(f"{e.epoch} {e.start_offset}" for e in entries)]
-            write_atomically(self.path, "\n".join(lines) + "\n", sync=sync, own_lock=True)
+            write_atomically(self.path, "\n".join(lines) + "\n", sync=sync, own_lock=True, sync_dir=sync_dir)
             self._written = max(self._written, version)
             if sync:
                 self._synced = version
         return True
 
-    def sync(self) -> None:
+    def sync(self, sync_dir: bool = True) -> bool:
         """Make the file durable with everything the cache holds now (before a flush moves
-        the recovery point past batches of the newest epochs)."""
-        self.write(sync=True)
+        the recovery point past batches of the newest epochs). True if it was written: without
+        `sync_dir` the caller must then fsync the directory."""
+        return self.write(sync=True, sync_dir=sync_dir)
 
     def close(self) -> None:
         """Write nothing more: the directory is going away (or is another log's now)."""

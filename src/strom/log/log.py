@@ -615,8 +615,8 @@ class Log:
                         raise
         # The epochs of the batches the recovery point passes must be durable first: recovery
         # reads epochs back only from batches above it.
-        if self._epoch_cache is not None:
-            self._epoch_cache.sync()
+        if self._epoch_cache is not None and self._epoch_cache.sync(sync_dir=False):
+            self._dir_dirty = True  # its new name: one directory fsync with the segments' names
         if self._dir_dirty:
             self._dir_dirty = False
             fsync_path(self.dir)

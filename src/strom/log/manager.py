@@ -150,8 +150,7 @@ def _unchanged_end(path: Path, point: int | None, flushed: tuple[int, int, int] 
 
 
 def _remove_dirs(dirs: list[Path]) -> None:
-    for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
+    in_parallel(lambda d: shutil.rmtree(d, ignore_errors=True), dirs)  # unlinks of many dirs overlap
 
 
 class LogManager:
