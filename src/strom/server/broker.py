@@ -35,6 +35,7 @@ from strom.coordinator.transaction.producer_id_manager import ProducerIdManager
 from strom.log.config import LogConfig
 from strom.log.manager import LogManager, new_cluster_id
 from strom.log.open_files import OPEN_FILES
+from strom.network.socket_server import SocketServer
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, is_flexible
 from strom.server.alter_partition import AlterPartitionManager
@@ -53,7 +54,6 @@ from strom.server.replica_fetcher import ReplicaFetcherManager
 from strom.server.replica_manager import ReplicaManager
 from strom.server.replication_quota import ReplicationQuota
 from strom.server.sasl import broker_security
-from strom.server.socket_server import SocketServer
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ from collections import Counter, deque
 from functools import partial
 from typing import Any
 
+from strom.network.quotas import ClientQuotas, ConnectionRates
 from strom.protocol import messages
 from strom.protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrame
 from strom.server.apis import HANDLERS, CloseConnection, RawResponse, RequestContext, supports
@@ -30,7 +31,6 @@ from strom.server.metrics import (
     api_name,
     local_time,
 )
-from strom.server.quotas import ClientQuotas, ConnectionRates
 from strom.server.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
