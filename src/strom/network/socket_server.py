@@ -21,6 +21,17 @@ from typing import Any
 from strom.network.quotas import ClientQuotas, ConnectionRates
 from strom.protocol import messages
 from strom.protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrame
+from strom.security.sasl import (
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    AuthenticationFailed,
+    ListenerSasl,
+    SaslAuthenticator,
+    SaslProtocolError,
+    ScramCredential,
+    listener_sasl,
+)
+from strom.security.tls import ANONYMOUS, principal, server_context
 from strom.server.apis import HANDLERS, CloseConnection, RawResponse, RequestContext, supports
 from strom.server.apis.api_versions import API_VERSIONS, unsupported_version_response
 from strom.server.metrics import (
@@ -31,17 +42,6 @@ from strom.server.metrics import (
     api_name,
     local_time,
 )
-from strom.server.sasl import (
-    SASL_AUTHENTICATE,
-    SASL_HANDSHAKE,
-    AuthenticationFailed,
-    ListenerSasl,
-    SaslAuthenticator,
-    SaslProtocolError,
-    ScramCredential,
-    listener_sasl,
-)
-from strom.server.tls import ANONYMOUS, principal, server_context
 
 log = logging.getLogger(__name__)
 # Kafka's kafka.request.logger: one line per request at DEBUG (`--log-level strom.request=DEBUG`).

@@ -38,12 +38,13 @@ from strom.log.open_files import OPEN_FILES
 from strom.network.socket_server import SocketServer
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, is_flexible
+from strom.security.authorizer import AUTHORIZERS, INTERNAL, Authorizer
+from strom.security.delegation_tokens import DelegationTokens
+from strom.security.sasl import broker_security
 from strom.server.alter_partition import AlterPartitionManager
 from strom.server.apis import HANDLERS, RequestContext, load_all
-from strom.server.authorizer import AUTHORIZERS, INTERNAL, Authorizer
 from strom.server.config import BrokerConfig, Listener
 from strom.server.config_repository import ConfigRepository
-from strom.server.delegation_tokens import DelegationTokens
 from strom.server.dynamic_config import DEFAULT_ENTITY, DynamicBrokerConfig
 from strom.server.fetch_session import FetchSessionCache
 from strom.server.inter_broker import BrokerConnections
@@ -53,7 +54,6 @@ from strom.server.metadata_cache import MetadataCache
 from strom.server.replica_fetcher import ReplicaFetcherManager
 from strom.server.replica_manager import ReplicaManager
 from strom.server.replication_quota import ReplicationQuota
-from strom.server.sasl import broker_security
 
 log = logging.getLogger(__name__)
 

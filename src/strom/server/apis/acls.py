@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from strom.protocol.errors import ErrorCode
-from strom.server.apis import RequestContext, api
-from strom.server.authorizer import (
+from strom.security.authorizer import (
     ALLOW,
     ALTER,
     CLUSTER,
@@ -29,6 +28,7 @@ from strom.server.authorizer import (
     AclFilter,
     allowed,
 )
+from strom.server.apis import RequestContext, api
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 

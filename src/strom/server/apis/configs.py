@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from strom.log.config import TOPIC_CONFIG_KEYS
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.server import authorizer as acl
+from strom.security import authorizer as acl
 from strom.server import client_telemetry, log_levels
 from strom.server.apis import RequestContext, api
 from strom.server.config import DEFINITIONS

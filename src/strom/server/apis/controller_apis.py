@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 
 from strom.protocol.errors import ErrorCode
+from strom.security.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, DESCRIBE, allowed
 from strom.server.apis import RequestContext, api, by_topic
-from strom.server.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, DESCRIBE, allowed
 
 log = logging.getLogger(__name__)
 

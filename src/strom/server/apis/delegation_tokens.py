@@ -12,8 +12,7 @@ the connection is closed.
 from __future__ import annotations
 
 from strom.protocol.errors import ErrorCode
-from strom.server.apis import RequestContext, api
-from strom.server.authorizer import (
+from strom.security.authorizer import (
     CREATE_TOKENS,
     DELEGATION_TOKEN,
     DESCRIBE,
@@ -21,8 +20,9 @@ from strom.server.authorizer import (
     USER,
     allowed,
 )
-from strom.server.delegation_tokens import TokenError, TokenInformation
-from strom.server.tls import ANONYMOUS
+from strom.security.delegation_tokens import TokenError, TokenInformation
+from strom.security.tls import ANONYMOUS
+from strom.server.apis import RequestContext, api
 
 CREATE, RENEW, EXPIRE, DESCRIBE_TOKEN = 38, 39, 40, 41
 

@@ -20,8 +20,8 @@ from strom.protocol.fetch import (
     PartitionData,
     encode_fetch_response,
 )
+from strom.security.authorizer import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed
 from strom.server.apis import RawResponse, RequestContext, api
-from strom.server.authorizer import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed
 from strom.server.fetch_session import new_context
 from strom.server.metrics import BYTES_OUT, FAILED_FETCH_REQUESTS, FETCH_REQUESTS, BrokerTopicStats
 

@@ -18,9 +18,9 @@ import logging
 
 from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.security.authorizer import CLUSTER, CLUSTER_ACTION, DESCRIBE, TRANSACTIONAL_ID, allowed
+from strom.security.authorizer import GROUP as GROUP_RESOURCE
 from strom.server.apis import RequestContext, api
-from strom.server.authorizer import CLUSTER, CLUSTER_ACTION, DESCRIBE, TRANSACTIONAL_ID, allowed
-from strom.server.authorizer import GROUP as GROUP_RESOURCE
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,7 @@ from strom.coordinator import GROUP_METADATA_TOPIC
 from strom.coordinator.group.consumer_group import ConsumerGroup
 from strom.coordinator.group.records import OffsetAndMetadata
 from strom.protocol.errors import ErrorCode
-from strom.server.apis import RequestContext, api, by_topic
-from strom.server.apis.transactions import check_answer
-from strom.server.authorizer import (
+from strom.security.authorizer import (
     DELETE,
     DESCRIBE,
     GROUP,
@@ -24,6 +22,8 @@ from strom.server.authorizer import (
     WRITE,
     allowed,
 )
+from strom.server.apis import RequestContext, api, by_topic
+from strom.server.apis.transactions import check_answer
 
 OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT, OFFSET_DELETE = 8, 9, 28, 47
 NO_METADATA = ""  # what OffsetFetch returns as metadata for a partition without a commit

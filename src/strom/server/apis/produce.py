@@ -10,9 +10,7 @@ from strom.controller.admin import validate_topic_name
 from strom.controller.znodes import is_internal
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
-from strom.server.apis import CloseConnection, RequestContext, api, by_topic
-from strom.server.apis.transactions import check_answer
-from strom.server.authorizer import (
+from strom.security.authorizer import (
     CLUSTER,
     IDEMPOTENT_WRITE,
     TOPIC,
@@ -21,6 +19,8 @@ from strom.server.authorizer import (
     allowed,
     allowed_any,
 )
+from strom.server.apis import CloseConnection, RequestContext, api, by_topic
+from strom.server.apis.transactions import check_answer
 from strom.server.replica_manager import ProduceResult
 
 PRODUCE = 0

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from strom.coordinator import TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode
-from strom.server.apis import RequestContext, api
-from strom.server.authorizer import (
+from strom.security.authorizer import (
     CLUSTER,
     IDEMPOTENT_WRITE,
     TOPIC,
@@ -19,6 +18,7 @@ from strom.server.authorizer import (
     allowed,
     allowed_any,
 )
+from strom.server.apis import RequestContext, api
 
 INIT_PRODUCER_ID = 22
 PRODUCER_FENCED_FROM = 4  # older versions report a fenced producer as INVALID_PRODUCER_EPOCH

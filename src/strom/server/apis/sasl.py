@@ -8,8 +8,8 @@ ILLEGAL_SASL_STATE.
 from __future__ import annotations
 
 from strom.protocol.errors import ErrorCode
+from strom.security.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from strom.server.apis import RequestContext, api
-from strom.server.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 
 @api(SASL_HANDSHAKE, 0, 1)

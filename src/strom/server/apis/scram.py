@@ -20,8 +20,8 @@ from strom.protocol.scram import (
     ScramCredential,
     scram_credential,
 )
+from strom.security.authorizer import ALTER, CLUSTER, DESCRIBE, allowed
 from strom.server.apis import RequestContext, api
-from strom.server.authorizer import ALTER, CLUSTER, DESCRIBE, allowed
 from strom.server.config_repository import sanitize
 
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51

@@ -13,10 +13,10 @@ import asyncio
 import logging
 
 from strom.protocol.errors import ErrorCode
+from strom.security.authorizer import CLUSTER, DESCRIBE_CONFIGS, allowed
 from strom.server import client_telemetry
 from strom.server.apis import HANDLERS, Api, RequestContext, api
 from strom.server.apis.api_versions import API_VERSIONS
-from strom.server.authorizer import CLUSTER, DESCRIBE_CONFIGS, allowed
 from strom.server.client_telemetry import (
     GET_TELEMETRY_SUBSCRIPTIONS,
     PUSH_TELEMETRY,

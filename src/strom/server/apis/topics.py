@@ -6,8 +6,8 @@ import logging
 from collections import Counter
 
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.security.authorizer import ALTER, CLUSTER, CREATE, DELETE, TOPIC, allowed
 from strom.server.apis import RequestContext, api
-from strom.server.authorizer import ALTER, CLUSTER, CREATE, DELETE, TOPIC, allowed
 from strom.server.topic_configs import created_topic_configs
 
 log = logging.getLogger(__name__)

@@ -9,9 +9,7 @@ from collections.abc import Iterable
 
 from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.server.apis import RequestContext, api, by_topic
-from strom.server.apis.producer_id import fenced_code
-from strom.server.authorizer import (
+from strom.security.authorizer import (
     CLUSTER,
     CLUSTER_ACTION,
     DESCRIBE,
@@ -22,6 +20,8 @@ from strom.server.authorizer import (
     WRITE,
     allowed,
 )
+from strom.server.apis import RequestContext, api, by_topic
+from strom.server.apis.producer_id import fenced_code
 
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS = 24, 25, 26, 27
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
