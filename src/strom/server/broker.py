@@ -20,6 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from strom.client import AsyncConnection, ClientSecurity
+from strom.config.broker import BrokerConfig, Listener
+from strom.config.dynamic import DEFAULT_ENTITY, DynamicBrokerConfig
+from strom.config.repository import ConfigRepository
 from strom.controller import znodes
 from strom.controller.admin import TopicAdmin, read_configs
 from strom.controller.channel import ControllerChannelManager
@@ -43,9 +46,6 @@ from strom.security.delegation_tokens import DelegationTokens
 from strom.security.sasl import broker_security
 from strom.server.alter_partition import AlterPartitionManager
 from strom.server.apis import HANDLERS, RequestContext, load_all
-from strom.server.config import BrokerConfig, Listener
-from strom.server.config_repository import ConfigRepository
-from strom.server.dynamic_config import DEFAULT_ENTITY, DynamicBrokerConfig
 from strom.server.fetch_session import FetchSessionCache
 from strom.server.inter_broker import BrokerConnections
 from strom.server.log_dir_mover import LogDirMover

@@ -12,9 +12,9 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
+from strom.config.broker import BrokerConfig
+from strom.config.dynamic import DEFAULT_ENTITY
 from strom.log.cleaner import LogCleaner
-from strom.server.config import BrokerConfig
-from strom.server.dynamic_config import DEFAULT_ENTITY
 from strom.server.metrics import Histogram
 
 log = logging.getLogger(__name__)

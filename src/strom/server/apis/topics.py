@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
+from strom.config.describe import created_topic_configs
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.authorizer import ALTER, CLUSTER, CREATE, DELETE, TOPIC, allowed
 from strom.server.apis import RequestContext, api
-from strom.server.topic_configs import created_topic_configs
 
 log = logging.getLogger(__name__)
 

@@ -313,7 +313,7 @@ for _key in _KAFKA_INT | _KAFKA_SHORT:
 
 
 def is_kafka_broker_config(key: str) -> bool:
-    from strom.server.kafka_configs import NAMES, PREFIXES
+    from strom.config.kafka_configs import NAMES, PREFIXES
 
     return key in NAMES or key.startswith(PREFIXES)
 
@@ -321,12 +321,12 @@ def is_kafka_broker_config(key: str) -> bool:
 def unknown_key_message(key: str) -> str:
     """Why `key` is refused, with what the user most likely meant: the broker name of a topic
     config (retention.ms -> log.retention.ms), or the nearest known key."""
-    from strom.server.topic_configs import BROKER_SYNONYMS  # it imports this module
+    from strom.config.describe import BROKER_SYNONYMS  # it imports this module
 
     if key in BROKER_SYNONYMS:
         return (f"{key!r} is a topic config; the broker's default for every topic is "
                 f"{BROKER_SYNONYMS[key][0]!r}")
-    from strom.server.kafka_configs import NAMES
+    from strom.config.kafka_configs import NAMES
 
     near = difflib.get_close_matches(key, set(DEFINITIONS) | NAMES, n=1, cutoff=0.8)
     return f"unknown config key {key!r}" + (f"; did you mean {near[0]!r}?" if near else "")

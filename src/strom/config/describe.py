@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from strom.config import docs as config_docs
+from strom.config.broker import DEFINITIONS, SENSITIVE
 from strom.log.config import TOPIC_CONFIG_KEYS, TOPIC_CONFIG_TYPES, LogConfig
-from strom.server import config_docs
-from strom.server.config import DEFINITIONS, SENSITIVE
 
 # ConfigSource
 UNKNOWN, DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 0, 1, 2, 3
