@@ -38,6 +38,7 @@ from strom.coordinator.transaction.producer_id_manager import ProducerIdManager
 from strom.log.config import LogConfig
 from strom.log.manager import LogManager, new_cluster_id
 from strom.log.open_files import OPEN_FILES
+from strom.metadata.cache import MetadataCache
 from strom.network.socket_server import SocketServer
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, is_flexible
@@ -50,7 +51,6 @@ from strom.server.fetch_session import FetchSessionCache
 from strom.server.inter_broker import BrokerConnections
 from strom.server.log_dir_mover import LogDirMover
 from strom.server.log_services import LogServices
-from strom.server.metadata_cache import MetadataCache
 from strom.server.replica_fetcher import ReplicaFetcherManager
 from strom.server.replica_manager import ReplicaManager
 from strom.server.replication_quota import ReplicationQuota
