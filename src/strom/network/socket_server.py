@@ -18,6 +18,14 @@ from collections import Counter, deque
 from functools import partial
 from typing import Any
 
+from strom.metrics.stats import (
+    CURRENT_REQUEST,
+    LoopIdleSampler,
+    RequestMetrics,
+    RequestTimer,
+    api_name,
+    local_time,
+)
 from strom.network.quotas import ClientQuotas, ConnectionRates
 from strom.protocol import messages
 from strom.protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrame
@@ -34,14 +42,6 @@ from strom.security.sasl import (
 from strom.security.tls import ANONYMOUS, principal, server_context
 from strom.server.apis import HANDLERS, CloseConnection, RawResponse, RequestContext, supports
 from strom.server.apis.api_versions import API_VERSIONS, unsupported_version_response
-from strom.server.metrics import (
-    CURRENT_REQUEST,
-    LoopIdleSampler,
-    RequestMetrics,
-    RequestTimer,
-    api_name,
-    local_time,
-)
 
 log = logging.getLogger(__name__)
 # Kafka's kafka.request.logger: one line per request at DEBUG (`--log-level strom.request=DEBUG`).

@@ -172,7 +172,7 @@ class Broker:
                                        self.config["socket.receive.buffer.bytes"])
         self.advertised = self._advertised_listeners()
         if self.config["metrics.port"] >= 0:
-            from strom.server.metrics_endpoint import MetricsServer  # loads prometheus-client
+            from strom.metrics.endpoint import MetricsServer  # loads prometheus-client
 
             self.socket_server.enable_metrics()
             self.metrics_server = MetricsServer(self)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from strom.config.broker import BrokerConfig
 from strom.config.dynamic import DEFAULT_ENTITY
 from strom.log.cleaner import LogCleaner
-from strom.server.metrics import Histogram
+from strom.metrics.stats import Histogram
 
 log = logging.getLogger(__name__)
 

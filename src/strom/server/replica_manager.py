@@ -19,6 +19,15 @@ from strom.log.log import AppendInfo, FetchSlice, Log
 from strom.log.manager import LogManager
 from strom.log.producer_state import ProducerStateManager
 from strom.log.txn_index import AbortedTxn
+from strom.metrics.stats import (
+    BYTES_IN,
+    BYTES_REJECTED,
+    FAILED_PRODUCE_REQUESTS,
+    MESSAGES_IN,
+    PRODUCE_REQUESTS,
+    BrokerTopicStats,
+    remote_wait,
+)
 from strom.protocol.errors import ErrorCode, InvalidTimestampError, KafkaError
 from strom.protocol.records import (
     NO_TIMESTAMP,
@@ -27,15 +36,6 @@ from strom.protocol.records import (
     iter_records,
     recompress,
     validate_batches,
-)
-from strom.server.metrics import (
-    BYTES_IN,
-    BYTES_REJECTED,
-    FAILED_PRODUCE_REQUESTS,
-    MESSAGES_IN,
-    PRODUCE_REQUESTS,
-    BrokerTopicStats,
-    remote_wait,
 )
 from strom.server.purgatory import Purgatory
 from strom.server.replication_quota import ReplicationQuota

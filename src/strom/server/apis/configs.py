@@ -20,9 +20,9 @@ from strom.config.broker import DEFINITIONS
 from strom.config.describe import LIST_CONFIGS, describe_broker, describe_topic
 from strom.config.dynamic import DEFAULT_ENTITY
 from strom.log.config import TOPIC_CONFIG_KEYS
+from strom.metrics import client_telemetry
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security import authorizer as acl
-from strom.server import client_telemetry
 from strom.server.apis import RequestContext, api
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
