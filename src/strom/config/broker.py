@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from strom.config.synonyms import BROKER_SYNONYMS
 from strom.log.cleaner import CleanerConfig
 from strom.log.config import (
     COMPRESSION_TYPES,
@@ -321,8 +322,6 @@ def is_kafka_broker_config(key: str) -> bool:
 def unknown_key_message(key: str) -> str:
     """Why `key` is refused, with what the user most likely meant: the broker name of a topic
     config (retention.ms -> log.retention.ms), or the nearest known key."""
-    from strom.config.describe import BROKER_SYNONYMS  # it imports this module
-
     if key in BROKER_SYNONYMS:
         return (f"{key!r} is a topic config; the broker's default for every topic is "
                 f"{BROKER_SYNONYMS[key][0]!r}")
