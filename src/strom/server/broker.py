@@ -39,6 +39,7 @@ from strom.log.config import LogConfig
 from strom.log.manager import LogManager, new_cluster_id
 from strom.log.open_files import OPEN_FILES
 from strom.metadata.cache import MetadataCache
+from strom.network.request import RequestContext
 from strom.network.socket_server import SocketServer
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, is_flexible
@@ -46,7 +47,7 @@ from strom.security.authorizer import AUTHORIZERS, INTERNAL, Authorizer
 from strom.security.delegation_tokens import DelegationTokens
 from strom.security.sasl import broker_security
 from strom.server.alter_partition import AlterPartitionManager
-from strom.server.apis import HANDLERS, RequestContext, load_all
+from strom.server.apis import KafkaApis, load_all
 from strom.server.fetch_session import FetchSessionCache
 from strom.server.inter_broker import BrokerConnections
 from strom.server.log_dir_mover import LogDirMover
@@ -98,7 +99,8 @@ class Broker:
         self.replica_manager = ReplicaManager(
             self.broker_id, self.log_manager,
             lambda topic, index: self.metadata_cache.partition(topic, index) is not None)
-        self.socket_server = SocketServer(self, config["socket.request.max.bytes"],
+        self.apis = KafkaApis(self)
+        self.socket_server = SocketServer(self, self.apis, config["socket.request.max.bytes"],
                                           config["queued.max.request.bytes"])
         self.clustered = bool(config["zookeeper.connect"])
         self.store: MetadataStore | None = None
@@ -409,7 +411,7 @@ class Broker:
         header = RequestHeader(api_key, version, 0, f"controller-{self.broker_id}",
                                is_flexible(api_key, version))
         ctx = RequestContext(header, self.inter_broker_listener, "controller", INTERNAL)
-        response = await HANDLERS[api_key].handler(self, ctx, body)
+        response = await self.apis.handle(ctx, body)
         return build(RESPONSES[api_key], version, response)
 
     def _schedule(self, name: str, interval_ms: int, job: Callable[[], object]) -> None:

@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 from strom.metrics.stats import BYTES_OUT, FAILED_FETCH_REQUESTS, FETCH_REQUESTS, BrokerTopicStats
+from strom.network.request import RawResponse
 from strom.protocol.errors import ErrorCode
 from strom.protocol.fetch import (
     LEADER_DISCOVERY_FROM,
@@ -22,7 +23,7 @@ from strom.protocol.fetch import (
     encode_fetch_response,
 )
 from strom.security.authorizer import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed
-from strom.server.apis import RawResponse, RequestContext, api
+from strom.server.apis import RequestContext, api
 from strom.server.fetch_session import new_context
 
 FETCH = 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from strom.controller.admin import validate_topic_name
 from strom.controller.znodes import is_internal
+from strom.network.request import CloseConnection
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
 from strom.security.authorizer import (
@@ -19,7 +20,7 @@ from strom.security.authorizer import (
     allowed,
     allowed_any,
 )
-from strom.server.apis import CloseConnection, RequestContext, api, by_topic
+from strom.server.apis import RequestContext, api, by_topic
 from strom.server.apis.transactions import check_answer
 from strom.server.replica_manager import ProduceResult
 
