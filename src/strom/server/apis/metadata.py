@@ -91,7 +91,7 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> dict:
             continue
         if topic is None and name is not None and allow_create:
             try:
-                topic = await broker.auto_create_topic(name)
+                topic = await broker.auto_topics.auto_create(name)
             except KafkaError as e:
                 log.info("auto-creation of topic %r refused: %s", name, e)
                 entries.append(_error_entry(name, e.code))

@@ -65,7 +65,7 @@ async def _check_transaction(broker, transactional_id: str | None, entries: list
         asks.setdefault((header.producer_id, header.producer_epoch), []).append(tp)
     refused = {}
     for (producer_id, epoch), tps in asks.items():
-        answers = await broker.transaction_partitions(transactional_id, producer_id, epoch, tps,
+        answers = await broker.add_partitions_to_txn.verify(transactional_id, producer_id, epoch, tps,
                                                       add=version >= IMPLICIT_ADD_FROM)
         for tp, answer in answers.items():
             # "Not now" becomes a retriable produce error, as in Kafka.

@@ -50,7 +50,7 @@ async def handle_init_producer_id(broker, ctx: RequestContext, request) -> dict:
                                                      request.transaction_timeout_ms, *expected)
     error = result.error
     if error == ErrorCode.NONE:
-        error = await broker.await_internal_replication(TRANSACTION_STATE_TOPIC, request.transactional_id)
+        error = await broker.coordinators.await_internal_replication(TRANSACTION_STATE_TOPIC, request.transactional_id)
     return {"throttle_time_ms": 0,
             "error_code": fenced_code(error, version, PRODUCER_FENCED_FROM),
             "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
