@@ -7,7 +7,7 @@ mode. Every change is validated completely before it is stored (INVALID_CONFIG w
 reason otherwise) and then applied to the live logs at once. Logger levels (BROKER_LOGGER,
 `kafka-configs --entity-type broker-loggers`) change this broker's logging at once and, as in
 Kafka, are not stored. CLIENT_METRICS resources (KIP-714's telemetry subscriptions) are at
-/config/client-metrics/<name>; `strom.server.client_telemetry` validates and applies them.
+/config/client-metrics/<name>; `strom.metrics.client_telemetry` validates and applies them.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """CreateDelegationToken, RenewDelegationToken, ExpireDelegationToken and
-DescribeDelegationToken (KIP-48; server/delegation_tokens.py keeps the tokens).
+DescribeDelegationToken (KIP-48; security/delegation_tokens.py keeps the tokens).
 
 As in Kafka, tokens are handed out only to clients that proved who they are with something
 other than a token: not over PLAINTEXT, not anonymously over SSL, not when authenticated with

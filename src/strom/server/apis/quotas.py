@@ -2,7 +2,7 @@
 
 Quotas are configs of /config/users/<user>[/clients/<client>], /config/clients/<client> and
 /config/ips/<ip> ("<default>" for an entity's default), next to users' SCRAM credentials,
-announced through /config/changes as Kafka's ZooKeeper mode does; server/quotas.py enforces
+announced through /config/changes as Kafka's ZooKeeper mode does; network/quotas.py enforces
 them.
 """
 

@@ -1,6 +1,6 @@
 """SaslHandshake and SaslAuthenticate where no SASL is spoken.
 
-On SASL listeners the socket server's authenticator answers both (server/sasl.py); a request
+On SASL listeners the socket server's authenticator answers both (security/sasl.py); a request
 that reaches these handlers came on a listener without SASL, which Kafka answers with
 ILLEGAL_SASL_STATE.
 """

@@ -1,5 +1,5 @@
 """GetTelemetrySubscriptions (71), PushTelemetry (72) and ListClientMetricsResources (74):
-KIP-714's client metrics, as `strom.server.client_telemetry` keeps them.
+KIP-714's client metrics, as `strom.metrics.client_telemetry` keeps them.
 
 No ACL guards the first two (as in Kafka); listing the subscriptions takes DESCRIBE_CONFIGS on
 the cluster. A client's software name and version, which subscriptions
