@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
+from strom.config import docs as config_docs
+from strom.config.broker import DEFINITIONS
 from strom.log.config import TOPIC_CONFIG_KEYS
-from strom.server import config_docs
-from strom.server.config import DEFINITIONS
 from strom.testing import create_topic
 
 from .conftest import wire_call

@@ -229,7 +229,7 @@ def test_sessions_expire_and_librdkafka_reauthenticates(pki):
     """connections.max.reauth.ms (KIP-368): SaslAuthenticate tells the session's lifetime; a
     client that re-authenticates keeps its connection, one that does not is cut off."""
     with BrokerProcess(overrides=sasl_overrides(pki, **{"connections.max.reauth.ms": "1500"}),
-                       env={"STROM_LOG_LEVEL": "strom.server.socket_server=DEBUG"}) as b:
+                       env={"STROM_LOG_LEVEL": "strom.network.socket_server=DEBUG"}) as b:
         port = b.ports["SASL_PLAINTEXT"]
         with Connection("127.0.0.1", port) as conn:
             conn.call(17, 1, {"mechanism": "PLAIN"})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from strom.server.config import read_properties
+from strom.config.broker import read_properties
 from strom.testing import BrokerProcess
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ import pytest
 from confluent_kafka import Producer
 
 from strom.client import Connection
-from strom.server import client_telemetry
-from strom.server.client_telemetry import (
+from strom.metrics import client_telemetry
+from strom.metrics.client_telemetry import (
     ClientTelemetry,
     PayloadTooLarge,
     decompress,
@@ -38,7 +38,7 @@ ZERO = uuid.UUID(int=0)
 @pytest.fixture
 def broker():
     with BrokerProcess(overrides={"metrics.port": "0"},
-                       env={"STROM_LOG_LEVEL": "INFO,strom.server.client_telemetry=DEBUG"}) as b:
+                       env={"STROM_LOG_LEVEL": "INFO,strom.metrics.client_telemetry=DEBUG"}) as b:
         yield b
 
 

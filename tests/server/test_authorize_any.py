@@ -3,7 +3,7 @@ how an idempotent producer without IDEMPOTENT_WRITE on the cluster gets in."""
 
 from __future__ import annotations
 
-from strom.server.authorizer import (
+from strom.security.authorizer import (
     ALLOW,
     DENY,
     LITERAL,

@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from strom.server.config import BrokerConfig, ConfigError, load, parse_listeners
+from strom.config.broker import BrokerConfig, ConfigError, load, parse_listeners
 
 
 def test_defaults_are_kafkas():
@@ -69,9 +69,9 @@ def test_cli_rejects_bad_config_with_exit_2(args):
 
 
 def test_cleaner_threads_change_at_most_by_half_or_double():
+    from strom.config.broker import BrokerConfig
+    from strom.config.dynamic import DynamicBrokerConfig
     from strom.protocol.errors import ErrorCode, KafkaError
-    from strom.server.config import BrokerConfig
-    from strom.server.dynamic_config import DynamicBrokerConfig
 
     dynamic = DynamicBrokerConfig(BrokerConfig({"log.cleaner.threads": "2"}))
     assert dynamic.validate(True, {"log.cleaner.threads": "4"})["log.cleaner.threads"] == 4

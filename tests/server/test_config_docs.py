@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from strom.config import docs as config_docs
+from strom.config.broker import DEFINITIONS
+from strom.config.describe import ConfigLayers, describe_broker, describe_topic
 from strom.log.config import DEPRECATED_TOPIC_CONFIGS, TOPIC_CONFIG_KEYS, LogConfig
-from strom.server import config_docs
-from strom.server.config import DEFINITIONS
-from strom.server.topic_configs import ConfigLayers, describe_broker, describe_topic
 
 
 def _check(text: str | None) -> None:

@@ -19,7 +19,7 @@ def test_the_shipped_server_properties_starts_a_broker(tmp_path):
 
 
 def test_every_key_it_sets_is_one_strom_knows():
-    from strom.server.config import DEFINITIONS
+    from strom.config.broker import DEFINITIONS
 
     keys = [line.split("=", 1)[0].lstrip("#").strip() for line in SERVER_PROPERTIES.read_text().splitlines()
             if "=" in line and not line.startswith("# ")]

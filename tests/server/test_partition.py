@@ -9,7 +9,7 @@ import pytest
 from strom.log import Log, LogConfig
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import build_batch
-from strom.server.replica_manager import Partition
+from strom.server.partition import Partition
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from strom.server.quotas import ClientQuotas, ConnectionRates, Rate, check_entity, throttle_ms
+from strom.network.quotas import ClientQuotas, ConnectionRates, Rate, check_entity, throttle_ms
 
 
 def test_the_most_specific_entity_sets_the_quota():

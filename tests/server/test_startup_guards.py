@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from strom.server.config import BrokerConfig, ConfigError
+from strom.config.broker import BrokerConfig, ConfigError
 from strom.testing import BrokerProcess
 
 

@@ -87,8 +87,8 @@ def parse_servers(text: str) -> list[tuple[str, int]]:
 
 def read_properties(path: Path) -> dict[str, str]:
     """A Java properties file, as `strom serve` reads its own."""
-    from strom.server.config import ConfigError
-    from strom.server.config import read_properties as read
+    from strom.config.broker import ConfigError
+    from strom.config.broker import read_properties as read
 
     try:
         return read(path)

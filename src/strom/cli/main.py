@@ -13,8 +13,8 @@ from pathlib import Path
 
 import click
 
-from strom.server import config as broker_config
-from strom.server import log_levels
+from strom.config import broker as broker_config
+from strom.config import log_levels
 
 
 class _LazyGroup(click.Group):

@@ -134,7 +134,7 @@ def _text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-# Value parsers shared by topic configs and broker configs (strom.server.config): each takes
+# Value parsers shared by topic configs and broker configs (strom.config.broker): each takes
 # the raw text and returns the typed value, or raises ValueError with a reason the caller
 # prefixes with the key.
 def int_in(low: int | None = None, high: int = 2**63 - 1) -> Callable[[str], int]:

@@ -1,6 +1,6 @@
 """SCRAM (RFC 5802, RFC 7677) as Kafka uses it, without I/O: the credential a server keeps
 of a password, and the client side of the exchange (brokers authenticating to each other, tools).
-The server side is in server/sasl.py."""
+The server side is in security/sasl.py."""
 
 from __future__ import annotations
 

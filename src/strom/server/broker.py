@@ -5,6 +5,16 @@ config -> metadata store (ZooKeeper, or the local file of the embedded broker) -
 first metadata from the controller -> coordinators -> scheduled tasks -> RUNNING. Shut-down
 reverses it: stop accepting, let in-flight requests finish, resign, flush and checkpoint,
 mark the clean shutdown so the next start skips recovery.
+
+Broker only assembles and orders. The work between start-up and shut-down is done by the
+components it holds: the socket server and KafkaApis (network/, server/apis/), the replica
+manager, fetchers and AlterPartition, and the managers Kafka names, one module each:
+AutoTopicCreationManager (auto_topic_creation.py), Coordinators (coordinators.py: the
+coordinators' internal-topic partitions), TransactionMarkerChannelManager
+(txn_marker_channel.py), AddPartitionsToTxnManager (add_partitions_to_txn.py), KafkaScheduler
+(scheduler.py), LogRetention (log_retention.py: retention and disk space) and ProducerStates
+(producer_states.py: producer expiry and snapshots). The controller's requests are applied by
+their handlers (server/apis/controller_apis.py).
 """
 
 from __future__ import annotations
@@ -20,54 +30,52 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from strom.client import AsyncConnection, ClientSecurity
+from strom.config.broker import BrokerConfig, Listener
+from strom.config.dynamic import DEFAULT_ENTITY, DynamicBrokerConfig
+from strom.config.repository import ConfigRepository
 from strom.controller import znodes
-from strom.controller.admin import TopicAdmin, read_configs
+from strom.controller.admin import TopicAdmin
 from strom.controller.channel import ControllerChannelManager
 from strom.controller.controller import KafkaController
 from strom.controller.features import NONE_FINALIZED, FinalizedFeatures
 from strom.controller.store import LocalMetadataStore, MetadataStore, NodeExists
-from strom.controller.znodes import BrokerInfo, EndPoint, TopicMetadata
-from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
-from strom.coordinator.group import GroupCoordinator, create_group_coordinator
+from strom.controller.znodes import BrokerInfo, EndPoint
+from strom.coordinator.group import GroupCoordinator
 from strom.coordinator.transaction.coordinator import TransactionCoordinator
-from strom.coordinator.transaction.manager import TransactionStateManager
 from strom.coordinator.transaction.producer_id_manager import ProducerIdManager
 from strom.log.config import LogConfig
-from strom.log.index import in_parallel
 from strom.log.manager import LogManager, new_cluster_id
 from strom.log.open_files import OPEN_FILES
+from strom.metadata.cache import MetadataCache
+from strom.network.request import RequestContext
+from strom.network.socket_server import SocketServer
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, is_flexible
+from strom.security.authorizer import AUTHORIZERS, INTERNAL, Authorizer
+from strom.security.delegation_tokens import DelegationTokens
+from strom.security.sasl import broker_security
+from strom.server.add_partitions_to_txn import AddPartitionsToTxnManager
 from strom.server.alter_partition import AlterPartitionManager
-from strom.server.apis import HANDLERS, RequestContext, load_all
-from strom.server.authorizer import AUTHORIZERS, INTERNAL, Authorizer
-from strom.server.config import BrokerConfig, Listener
-from strom.server.config_repository import ConfigRepository
-from strom.server.delegation_tokens import DelegationTokens
-from strom.server.dynamic_config import DEFAULT_ENTITY, DynamicBrokerConfig
+from strom.server.apis import KafkaApis, load_all
+from strom.server.auto_topic_creation import AutoTopicCreationManager
+from strom.server.coordinators import Coordinators
 from strom.server.fetch_session import FetchSessionCache
 from strom.server.inter_broker import BrokerConnections
 from strom.server.log_dir_mover import LogDirMover
+from strom.server.log_retention import DISK_SPACE_CHECK_MS, LogRetention
 from strom.server.log_services import LogServices
-from strom.server.metadata_cache import MetadataCache
+from strom.server.producer_states import ProducerStates
 from strom.server.replica_fetcher import ReplicaFetcherManager
 from strom.server.replica_manager import ReplicaManager
 from strom.server.replication_quota import ReplicationQuota
-from strom.server.sasl import broker_security
-from strom.server.socket_server import SocketServer
+from strom.server.scheduler import KafkaScheduler
+from strom.server.txn_marker_channel import TransactionMarkerChannelManager
 
 log = logging.getLogger(__name__)
 
 METADATA_FILE = "strom-metadata.json"
-# Where each internal topic's settings are (offsets.topic.num.partitions, ...).
-_INTERNAL_CONFIG_PREFIX = {GROUP_METADATA_TOPIC: "offsets.topic", TRANSACTION_STATE_TOPIC: "transaction.state.log"}
 FIRST_METADATA_TIMEOUT_S = 30.0
-WRITE_TXN_MARKERS, ADD_PARTITIONS_TO_TXN = 27, 24
-# A marker on its way to another broker: neither written nor given up, so retried.
-_MARKER_PENDING = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 CONTROLLED_SHUTDOWN = 7
-AUTO_CREATE_WAIT_S = 1.0
-DISK_SPACE_CHECK_MS = 1000
 FD_RESERVE = 256  # descriptors neither log files nor client connections may take
 
 
@@ -100,7 +108,8 @@ class Broker:
         self.replica_manager = ReplicaManager(
             self.broker_id, self.log_manager,
             lambda topic, index: self.metadata_cache.partition(topic, index) is not None)
-        self.socket_server = SocketServer(self, config["socket.request.max.bytes"],
+        self.apis = KafkaApis(self)
+        self.socket_server = SocketServer(self, self.apis, config["socket.request.max.bytes"],
                                           config["queued.max.request.bytes"])
         self.clustered = bool(config["zookeeper.connect"])
         self.store: MetadataStore | None = None
@@ -113,16 +122,22 @@ class Broker:
         self.leader_endpoints: dict[int, tuple[str, int]] = {}  # from LeaderAndIsr's live leaders
         self.connections = BrokerConnections(self)
         self.log_dir_mover = LogDirMover(self)
-        self._marker_results: dict[tuple, ErrorCode] = {}
-        self._markers_in_flight: set[tuple] = set()
+        # The managers that do the broker's work between start-up and shut-down.
+        self.scheduler = KafkaScheduler()
+        self.auto_topics = AutoTopicCreationManager(self)
+        self.internal_partitions = self.auto_topics.internal_partitions  # the group coordinator's wiring reads it
+        self.coordinators = Coordinators(self)
+        self.txn_markers = TransactionMarkerChannelManager(self)
+        self.add_partitions_to_txn = AddPartitionsToTxnManager(self)
+        self.log_retention = LogRetention(self.log_manager)
+        self.producer_states = ProducerStates(self)
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_coordinator: TransactionCoordinator | None = None
         self.cluster_id = ""
         self.advertised: list[Listener] = []
-        self._tasks: list[asyncio.Task] = []
         self._logs_open = False
         self.stopping = False
-        self.metrics_server = None  # metrics_endpoint.MetricsServer when metrics.port is set
+        self.metrics_server = None  # metrics.endpoint.MetricsServer when metrics.port is set
         self.inter_broker_security: ClientSecurity | None = None
         self.authorizer: Authorizer | None = None  # authorizer.class.name set: ACLs decide
         self.finalized_features: FinalizedFeatures = NONE_FINALIZED  # /feature, as last seen
@@ -174,7 +189,7 @@ class Broker:
                                        self.config["socket.receive.buffer.bytes"])
         self.advertised = self._advertised_listeners()
         if self.config["metrics.port"] >= 0:
-            from strom.server.metrics_endpoint import MetricsServer  # loads prometheus-client
+            from strom.metrics.endpoint import MetricsServer  # loads prometheus-client
 
             self.socket_server.enable_metrics()
             self.metrics_server = MetricsServer(self)
@@ -200,39 +215,14 @@ class Broker:
                         FIRST_METADATA_TIMEOUT_S)
         if not self.clustered:
             self._delete_orphan_logs()
-        self.group_coordinator = create_group_coordinator(self)
-        self.group_coordinator.startup(self.group_coordinator.store.load())  # before serving
-        self.txn_coordinator = self._create_txn_coordinator()
-        self.txn_coordinator.startup(self.txn_coordinator.store.load())  # finishes prepared ones
-        self._schedule("log-retention", self.config["log.retention.check.interval.ms"], self._retention)
-        self._schedule("log-dir-space", DISK_SPACE_CHECK_MS, self._check_disk_space)
-        self._schedule("recovery-point-checkpoint",
-                       self.config["log.flush.offset.checkpoint.interval.ms"], self._checkpoint)
-        self._schedule("group-metadata-expiration", self.config["offsets.retention.check.interval.ms"],
-                       self.group_coordinator.cleanup_group_metadata)
-        self._schedule("transaction-abort", self.config[
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms"],
-            self.txn_coordinator.abort_timed_out)
-        self._schedule("transactional-id-expiration", self.config[
-            "transaction.remove.expired.transaction.cleanup.interval.ms"],
-            self.txn_coordinator.remove_expired)
-        self._schedule("auto-leader-rebalance", self.config["leader.imbalance.check.interval.seconds"] * 1000,
-                       self._auto_leader_rebalance)
-        lag_ms = self.config["replica.lag.time.max.ms"]
-        self._schedule("isr-expiration", max(lag_ms // 2, 1),
-                       lambda: self.replica_manager.maybe_shrink_isr(lag_ms))
-        self._schedule("producer-id-expiration", self.config["producer.id.expiration.check.interval.ms"],
-                       self._expire_producers)
-        if self.delegation_tokens.enabled:
-            self._schedule("delegation-token-expiration", self.config["delegation.token.expiry.check.interval.ms"],
-                           partial(self.store_io, self.delegation_tokens.remove_expired))
+        self.group_coordinator, self.txn_coordinator = self.coordinators.start()  # before serving
+        self._schedule_jobs()
         self.log_services.start()
         self.state = BrokerState.RUNNING
         self.socket_server.ready.set()
         # Logs trusted after a clean shutdown were opened without reading them: read them now,
         # off the loop, before clients and timers need them.
-        self._tasks.append(self._loop.create_task(self.replica_manager.load_in_background(),
-                                                  name="load-logs"))
+        self.scheduler.once("load-logs", self.replica_manager.load_in_background())
 
     async def shutdown(self) -> None:
         if self.state in (BrokerState.SHUTTING_DOWN, BrokerState.PENDING_CONTROLLED_SHUTDOWN):
@@ -244,15 +234,11 @@ class Broker:
         if self.metrics_server is not None:
             await asyncio.to_thread(self.metrics_server.stop)
         await self.socket_server.stop_accepting()
-        if self.group_coordinator is not None:
-            self.group_coordinator.shutdown()  # held-back JoinGroup/SyncGroup: NOT_COORDINATOR
-        if self.txn_coordinator is not None:
-            self.txn_coordinator.shutdown()
+        self.coordinators.shutdown()
         for key in list(self.replica_manager.partitions):
             self.replica_manager.fetch_purgatory.wake(key)  # long polls answer now
         await self.socket_server.drain(timeout=10)
-        for task in self._tasks:
-            task.cancel()
+        self.scheduler.shutdown()
         self.connections.close()
         if self.replica_fetchers is not None:
             self.replica_fetchers.shutdown()
@@ -268,7 +254,7 @@ class Broker:
                 self.authorizer.stop()
         if self._logs_open:  # a start-up that failed before (say, on a locked dir) writes nothing
             await self.log_services.stop()
-            await self._snapshot_producers(at_shutdown=True)
+            await self.producer_states.snapshot(at_shutdown=True)
             await asyncio.to_thread(self.log_manager.shutdown)
         self.log_manager.unlock_dirs()
         if self.store is not None:
@@ -417,7 +403,7 @@ class Broker:
         header = RequestHeader(api_key, version, 0, f"controller-{self.broker_id}",
                                is_flexible(api_key, version))
         ctx = RequestContext(header, self.inter_broker_listener, "controller", INTERNAL)
-        response = await HANDLERS[api_key].handler(self, ctx, body)
+        response = await self.apis.handle(ctx, body)
         return build(RESPONSES[api_key], version, response)
 
     async def _deliver_from_controller(self, api_key: int, version: int, fields: dict):
@@ -427,19 +413,28 @@ class Broker:
         future = asyncio.run_coroutine_threadsafe(self._handle_local(api_key, version, body), self._loop)
         return await asyncio.wrap_future(future)
 
-    def _schedule(self, name: str, interval_ms: int, job: Callable[[], object]) -> None:
-        async def run() -> None:
-            while True:
-                await asyncio.sleep(interval_ms / 1000)
-                try:
-                    result = job()
-                    if asyncio.iscoroutine(result):
-                        await result
-                except Exception:
-                    log.exception("scheduled task %s failed", name)
-
-        if 0 < interval_ms < 2**31:
-            self._tasks.append(asyncio.get_running_loop().create_task(run(), name=name))
+    def _schedule_jobs(self) -> None:
+        """The periodic jobs (Kafka's KafkaScheduler tasks), started once the coordinators are."""
+        config, schedule = self.config, self.scheduler.schedule
+        schedule("log-retention", config["log.retention.check.interval.ms"], self.log_retention.run)
+        schedule("log-dir-space", DISK_SPACE_CHECK_MS, self.log_retention.check_disk_space)
+        schedule("recovery-point-checkpoint", config["log.flush.offset.checkpoint.interval.ms"],
+                 self.log_services.checkpoint_recovery_points)
+        schedule("group-metadata-expiration", config["offsets.retention.check.interval.ms"],
+                 self.group_coordinator.cleanup_group_metadata)
+        schedule("transaction-abort", config["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
+                 self.txn_coordinator.abort_timed_out)
+        schedule("transactional-id-expiration", config["transaction.remove.expired.transaction.cleanup.interval.ms"],
+                 self.txn_coordinator.remove_expired)
+        schedule("auto-leader-rebalance", config["leader.imbalance.check.interval.seconds"] * 1000,
+                 self._auto_leader_rebalance)
+        lag_ms = config["replica.lag.time.max.ms"]
+        schedule("isr-expiration", max(lag_ms // 2, 1), lambda: self.replica_manager.maybe_shrink_isr(lag_ms))
+        schedule("producer-id-expiration", config["producer.id.expiration.check.interval.ms"],
+                 self.producer_states.expire)
+        if self.delegation_tokens.enabled:
+            schedule("delegation-token-expiration", config["delegation.token.expiry.check.interval.ms"],
+                     partial(self.store_io, self.delegation_tokens.remove_expired))
 
     def _auto_leader_rebalance(self) -> None:
         if self.config["auto.leader.rebalance.enable"] and self.controller.is_active:
@@ -463,171 +458,6 @@ class Broker:
         self.socket_server.max_connections_by_fds = max(16, soft - OPEN_FILES.capacity - FD_RESERVE)
         log.info("open-file limit %d: log files keep at most %d open, clients at most %d connections",
                  soft, OPEN_FILES.capacity, self.socket_server.max_connections_by_fds)
-
-    def _check_disk_space(self) -> None:
-        """Refuse writes to a dir short of space and accept them again once it has room;
-        meanwhile retention runs every check and deleted segments go at once."""
-        low = self.log_manager.check_free_space()
-        if low:
-            self._retention()  # first: what it deletes is then unlinked at once
-            self.log_manager.free_space(low)
-            self.log_manager.check_free_space()
-
-    def _retention(self) -> None:
-        deleted = self.log_manager.cleanup()
-        if deleted:
-            log.info("retention deleted %d segments", deleted)
-
-    async def _checkpoint(self) -> None:
-        await self._snapshot_producers()
-        await asyncio.to_thread(self.log_manager.checkpoint)
-
-    async def _snapshot_producers(self, at_shutdown: bool = False) -> None:
-        """Producer state is encoded on the loop that owns it and written from a thread. At
-        shutdown every partition gets one, even empty (Kafka snapshots on close), so that the
-        next start-up does not re-read whole logs to rebuild the state."""
-        snapshots = [(p.producer_state, *snap) for p in self.replica_manager.partitions.values()
-                     if not p.log.offline and (snap := p.producer_snapshot(at_shutdown)) is not None]
-
-        def write(snapshot) -> None:
-            state, offset, data = snapshot
-            try:
-                state.write_snapshot(offset, data)
-            except OSError as e:  # a failing log dir must not stop the rest
-                log.error("cannot write producer snapshot in %s: %s", state.dir, e)
-
-        if snapshots:  # many at once: their fsyncs are committed together
-            await asyncio.to_thread(in_parallel, write, snapshots)
-
-    def _create_txn_coordinator(self) -> TransactionCoordinator:
-        store = TransactionStateManager(self.replica_manager,
-                                        lambda: self.internal_partitions(TRANSACTION_STATE_TOPIC))
-        return TransactionCoordinator(store,
-                                      self.producer_id_manager.generate, self.send_txn_markers,
-                                      self.config["transaction.max.timeout.ms"],
-                                      self.config["transactional.id.expiration.ms"])
-
-    def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                          committed: bool, partitions) -> dict:
-        """WriteTxnMarkers for partitions this broker leads (the coordinator's marker channel,
-        and the API): write each marker, then let the group coordinator apply or drop offsets
-        the transaction committed to a `__consumer_offsets` partition."""
-        errors = self.replica_manager.write_txn_markers(producer_id, producer_epoch, coordinator_epoch,
-                                                        committed, partitions)
-        for (topic, index), error in errors.items():
-            if topic == GROUP_METADATA_TOPIC and error == ErrorCode.NONE:
-                self.group_coordinator.complete_txn(producer_id, index, committed)
-        return errors
-
-    def send_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                         committed: bool, partitions) -> dict:
-        """The transaction coordinator's marker channel: markers for partitions led here are
-        written at once; the others go to their leaders as WriteTxnMarkers, and stay pending
-        (retried) until the answer arrives, which finishes the transaction."""
-        by_leader: dict[int, list] = {}
-        for tp in partitions:
-            state = self.metadata_cache.partition(*tp)
-            # A partition gone from the cluster is answered here: UNKNOWN_TOPIC_OR_PARTITION.
-            by_leader.setdefault(state.leader if state is not None else self.broker_id, []).append(tp)
-        errors = self.write_txn_markers(producer_id, producer_epoch, coordinator_epoch, committed,
-                                        by_leader.pop(self.broker_id, []))
-        key = (producer_id, producer_epoch, committed)
-        for leader, tps in by_leader.items():
-            waiting = []
-            for tp in tps:
-                done = self._marker_results.pop((key, tp), None)
-                if done is not None:
-                    errors[tp] = done
-                else:
-                    errors[tp] = ErrorCode.NOT_LEADER_OR_FOLLOWER if leader < 0 else _MARKER_PENDING
-                    waiting.append(tp)
-            if leader >= 0 and waiting and (leader, key) not in self._markers_in_flight:
-                self._markers_in_flight.add((leader, key))
-                self._loop.create_task(self._send_remote_markers(leader, key, coordinator_epoch, waiting))
-        return errors
-
-    async def _send_remote_markers(self, leader: int, key: tuple, coordinator_epoch: int, tps) -> None:
-        producer_id, producer_epoch, committed = key
-        topics: dict[str, list[int]] = {}
-        for topic, index in tps:
-            topics.setdefault(topic, []).append(index)
-        try:
-            response = await self.connections.call(leader, WRITE_TXN_MARKERS, 1, {"markers": [{
-                "producer_id": producer_id, "producer_epoch": producer_epoch,
-                "transaction_result": committed, "coordinator_epoch": coordinator_epoch,
-                "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}]})
-            for marker in response.markers:
-                for t in marker.topics:
-                    for p in t.partitions:
-                        self._marker_results[(key, (t.name, p.partition_index))] = ErrorCode(p.error_code)
-        except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError) as e:
-            log.warning("transaction markers to broker %d not sent: %s", leader, e or type(e).__name__)
-            await asyncio.sleep(0.5)
-        finally:
-            self._markers_in_flight.discard((leader, key))
-        if self.txn_coordinator is not None:
-            self.txn_coordinator.retry_markers(producer_id)
-
-    async def add_to_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                 partitions: list[tuple[str, int]], transaction_version: int = 0) -> ErrorCode:
-        """This broker's coordinator adds the partitions; done once its ISR has the new state."""
-        error = self.txn_coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
-                                                    transaction_version=transaction_version)
-        if error == ErrorCode.NONE:
-            error = await self.await_internal_replication(TRANSACTION_STATE_TOPIC, transactional_id)
-        return error
-
-    async def transaction_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                     partitions: list[tuple[str, int]], add: bool = False
-                                     ) -> dict[tuple[str, int], ErrorCode]:
-        """Are these partitions part of the producer's open transaction (KIP-890 part 1), or,
-        with `add`, make them part (part 2: transactions version 2 producers do not add
-        partitions themselves)? Asked of the transaction coordinator with AddPartitionsToTxn
-        v5, here or on the broker that leads the transactional id's `__transaction_state`
-        partition."""
-        coordinator = self._txn_coordinator_id(transactional_id)
-        if coordinator == self.broker_id:
-            if not add:
-                return self.txn_coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
-                                                              partitions)
-            error = await self.add_to_transaction(transactional_id, producer_id, producer_epoch, partitions,
-                                                  transaction_version=2)
-            return dict.fromkeys(partitions, error)
-        if coordinator < 0:
-            return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        topics: dict[str, list[int]] = {}
-        for topic, index in partitions:
-            topics.setdefault(topic, []).append(index)
-        try:
-            response = await self.connections.call(coordinator, ADD_PARTITIONS_TO_TXN, 5, {"transactions": [{
-                "transactional_id": transactional_id, "producer_id": producer_id,
-                "producer_epoch": producer_epoch, "verify_only": not add,
-                "topics": [{"name": t, "partitions": p} for t, p in topics.items()]}]})
-        except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError):
-            return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        if response.error_code != ErrorCode.NONE:
-            return dict.fromkeys(partitions, ErrorCode(response.error_code))
-        answers = dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)  # unless answered
-        for txn in response.results_by_transaction:
-            for t in txn.topic_results:
-                for p in t.results_by_partition:
-                    if (t.name, p.partition_index) in answers:
-                        answers[(t.name, p.partition_index)] = ErrorCode(p.partition_error_code)
-        return answers
-
-    def _txn_coordinator_id(self, transactional_id: str) -> int:
-        topic = self.metadata_cache.topics.get(TRANSACTION_STATE_TOPIC)
-        if topic is None:
-            return -1
-        state = topic.partitions.get(partition_for(transactional_id, len(topic.partitions)))
-        return state.leader if state is not None else -1
-
-    def _expire_producers(self) -> None:
-        now, expiration = int(time.time() * 1000), self.config["producer.id.expiration.ms"]
-        removed = sum(p.producer_state.remove_expired(now, expiration)
-                      for p in self.replica_manager.partitions.values() if p.producer_state_loaded)
-        if removed:
-            log.info("forgot %d idle producer states (producer.id.expiration.ms=%d)", removed, expiration)
 
     def _delete_orphan_logs(self) -> None:
         """Logs on disk for topics the metadata no longer has (deleted while we were down)."""
@@ -669,80 +499,6 @@ class Broker:
             raise KafkaError("This is not the correct controller for this cluster.",
                              ErrorCode.NOT_CONTROLLER)
 
-    def _has_leaders(self, name: str, partitions: int) -> bool:
-        topic = self.metadata_cache.topics.get(name)
-        return topic is not None and len(topic.partitions) >= partitions and all(
-            s.leader >= 0 for s in topic.partitions.values())
-
-    async def wait_for_topic(self, name: str, partitions: int, timeout_s: float) -> TopicMetadata | None:
-        """The topic once this broker's metadata shows `partitions` partitions, all with a leader
-        (Kafka's DelayedCreatePartitions), or None at the timeout."""
-        await self.metadata_cache.wait_for(lambda: self._has_leaders(name, partitions), timeout_s)
-        return self.metadata_cache.topics.get(name) if self._has_leaders(name, partitions) else None
-
-    async def wait_for_deletion(self, name: str, timeout_s: float) -> bool:
-        return await self.metadata_cache.wait_for(lambda: name not in self.metadata_cache.topics, timeout_s)
-
-    async def create_topic(self, name: str, partitions: int, factor: int, configs: Mapping[str, str],
-                           wait_s: float) -> TopicMetadata | None:
-        """Record a topic in the metadata store and wait (at most `wait_s`) for the controller
-        to give every partition a leader."""
-        _, assignment = await self.store_io(self.admin.create_topic, name, partitions, factor, None, configs)
-        self.config_repository.topics[name] = dict(configs)
-        return await self.wait_for_topic(name, len(assignment), wait_s)
-
-    async def auto_create_topic(self, name: str) -> TopicMetadata | None:
-        """Metadata's auto-creation: None when the topic's leaders are not known yet (the client
-        gets LEADER_NOT_AVAILABLE and asks again, as with Kafka)."""
-        try:
-            topic = await self.create_topic(name, self.config["num.partitions"],
-                                            self.config["default.replication.factor"], {},
-                                            AUTO_CREATE_WAIT_S)
-        except KafkaError as e:
-            if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                raise
-            topic = await self.wait_for_topic(name, 1, AUTO_CREATE_WAIT_S)
-        else:
-            log.info("auto-created topic %s", name)
-        return topic
-
-    def internal_partitions(self, name: str) -> int:
-        """Partitions of an internal topic: as created, or as configured until it exists."""
-        topic = self.metadata_cache.topics.get(name)
-        if topic is not None:
-            return len(topic.partitions)
-        return self.config[f"{_INTERNAL_CONFIG_PREFIX[name]}.num.partitions"]
-
-    async def ensure_internal_topic(self, name: str) -> TopicMetadata:
-        """`__consumer_offsets` or `__transaction_state`, created on first use as Kafka creates
-        them: compacted, with the configured partition count and replication factor. A cluster
-        with fewer live brokers than that factor cannot create them yet (Kafka's check); the
-        embedded broker caps the factor at its one broker so that it can coordinate alone."""
-        topic = self.metadata_cache.topics.get(name)
-        if topic is not None:
-            return topic
-        prefix = _INTERNAL_CONFIG_PREFIX[name]
-        factor, live = self.config[f"{prefix}.replication.factor"], len(self.metadata_cache.live_brokers)
-        if live < factor:
-            if self.clustered:
-                raise KafkaError(f"Number of alive brokers '{live}' does not meet the required "
-                                 f"replication factor '{factor}' for the internal topic {name} "
-                                 f"(configured via '{prefix}.replication.factor')",
-                                 ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            factor = max(live, 1)
-        configs = {"cleanup.policy": "compact", "segment.bytes": str(self.config[f"{prefix}.segment.bytes"])}
-        try:
-            topic = await self.create_topic(name, self.config[f"{prefix}.num.partitions"], factor,
-                                            configs, 30)
-            log.info("created internal topic %s", name)
-        except KafkaError as e:
-            if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                raise
-            topic = await self.wait_for_topic(name, 1, 30)
-        if topic is None:
-            raise KafkaError(f"{name} has no leaders yet", ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        return topic
-
     def topic_configs(self, topic: str) -> dict[str, str]:
         return self.config_repository.topic(topic) if self.config_repository else {}
 
@@ -762,101 +518,3 @@ class Broker:
 
     def broker_configs(self, entity: str) -> dict[str, str]:
         return self.config_repository.broker(entity)
-
-    async def refresh_topic_configs(self, topic: str) -> None:
-        """A LeaderAndIsr for a topic this broker hosts nothing of yet: read its configs before
-        creating its logs (it may have been created, or re-created, a moment ago)."""
-        if not self.replica_manager.hosts_topic(topic):
-            self.config_repository.topics[topic] = await self.store_io(read_configs, self.store, "topics", topic)
-
-    # --- the controller's requests ------------------------------------------------------------
-    def become_leader_or_follower(self, topic: str, topic_id, p) -> ErrorCode:
-        """One partition of a LeaderAndIsr request (Kafka's becomeLeaderOrFollower)."""
-        current = self.replica_manager.get_partition(topic, p.partition_index)
-        was_leader = current is not None and current.is_leader
-        if current is not None and p.leader_epoch < current.leader_epoch:
-            log.warning("ignoring LeaderAndIsr for %s-%d: leader epoch %d is older than %d", topic,
-                        p.partition_index, p.leader_epoch, current.leader_epoch)
-            return ErrorCode.STALE_CONTROLLER_EPOCH
-        if current is not None and p.leader_epoch == current.leader_epoch and p.leader == current.leader_id:
-            return ErrorCode.NONE  # already in this state (a new controller repeats it)
-        try:
-            partition = self.replica_manager.become_leader_or_follower(
-                topic, p.partition_index, topic_id, p.leader, p.leader_epoch, list(p.replicas),
-                list(p.isr), self.log_config_for(topic), p.partition_epoch)
-        except OSError as e:
-            log.error("cannot open the log of %s-%d: %s", topic, p.partition_index, e)
-            return ErrorCode.KAFKA_STORAGE_ERROR
-        if p.leader == self.broker_id or p.leader < 0:
-            self.replica_fetchers.remove_partition((topic, p.partition_index))
-        else:
-            self.replica_fetchers.add_partition(partition)
-        if znodes.is_internal(topic):
-            if p.leader == self.broker_id and not was_leader:
-                self._load_coordinator_partition(topic, p.partition_index)
-            elif p.leader != self.broker_id and was_leader:
-                self._unload_coordinator_partition(topic, p.partition_index)
-        return ErrorCode.NONE
-
-    def _load_coordinator_partition(self, topic: str, index: int) -> None:
-        """This broker now leads a partition of an internal topic: its coordinator takes over
-        the groups or transactional ids stored there. (At start-up the coordinators are not
-        running yet and load every led partition themselves.)"""
-        if topic == GROUP_METADATA_TOPIC and self.group_coordinator is not None:
-            self.group_coordinator.startup(self.group_coordinator.store.load(only=index))
-        elif topic == TRANSACTION_STATE_TOPIC and self.txn_coordinator is not None:
-            self.txn_coordinator.startup(self.txn_coordinator.store.load(only=index))
-
-    async def await_internal_replication(self, topic: str, key: str) -> ErrorCode:
-        """Coordinators write with acks=all: before a commit, a transaction state change or
-        a new producer id is answered, the ISR must have what was written to the key's
-        partition of `topic` (COORDINATOR_NOT_AVAILABLE if not in time, as Kafka answers), and
-        the fsync that flush.messages asks for must be done."""
-        tp = (topic, partition_for(key, self.internal_partitions(topic)))
-        partition = self.replica_manager.get_partition(*tp)
-        if partition is None or not partition.is_leader:
-            return ErrorCode.NOT_COORDINATOR
-        lg, end = partition.log, partition.log.log_end_offset
-        if end - lg.recovery_point >= lg.config.flush_messages:
-            # flush.messages applies to coordinators' writes as to a producer's: the commit is
-            # answered once the fsync its append started is done.
-            try:
-                await self.log_manager.flusher.wait_durable(lg, end)
-            except OSError as e:
-                log.error("%s-%d: a coordinator write could not be flushed: %s", *tp, e)
-                return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        error = await self.replica_manager.await_high_watermark(
-            tp, partition.log.log_end_offset, self.config["offsets.commit.timeout.ms"] / 1000)
-        if error == ErrorCode.NONE:
-            return error
-        log.warning("%s-%d: a coordinator write was not replicated: %s", *tp, error.name)
-        return ErrorCode.NOT_COORDINATOR if error == ErrorCode.NOT_LEADER_OR_FOLLOWER else \
-            ErrorCode.COORDINATOR_NOT_AVAILABLE
-
-    def _unload_coordinator_partition(self, topic: str, index: int) -> None:
-        if topic == GROUP_METADATA_TOPIC and self.group_coordinator is not None:
-            self.group_coordinator.unload_partition(index)
-        elif topic == TRANSACTION_STATE_TOPIC and self.txn_coordinator is not None:
-            self.txn_coordinator.unload_partition(index)
-
-    def update_metadata(self, request) -> None:
-        deleted = self.metadata_cache.update(request)
-        if deleted:
-            for topic in {t for t, _ in deleted}:
-                if topic not in self.metadata_cache.topics:
-                    self.config_repository.topics.pop(topic, None)
-            if self.group_coordinator is not None:
-                # Kafka's handleDeletedPartitions: committed offsets of deleted partitions go.
-                self.group_coordinator.on_partitions_deleted(deleted)
-
-    def stop_replica(self, topic: str, partition: int, delete: bool) -> ErrorCode:
-        self.replica_fetchers.remove_partition((topic, partition))
-        current = self.replica_manager.get_partition(topic, partition)
-        if znodes.is_internal(topic) and current is not None and current.is_leader:
-            self._unload_coordinator_partition(topic, partition)
-        try:
-            self.replica_manager.stop_replica(topic, partition, delete)
-        except OSError as e:
-            log.error("cannot delete the log of %s-%d: %s", topic, partition, e)
-            return ErrorCode.KAFKA_STORAGE_ERROR
-        return ErrorCode.NONE

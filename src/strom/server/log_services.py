@@ -1,6 +1,6 @@
 """The log lifecycle services of a broker, kept out of broker.py: the log cleaner, the flusher,
-the high-watermark checkpoint, and applying config changes (topic or dynamic broker configs)
-to live logs without a restart.
+the high-watermark and recovery-point checkpoints, and applying config changes (topic or
+dynamic broker configs) to live logs without a restart.
 
 Everything here runs on the broker's event loop; the blocking parts (cleaning, fsync,
 checkpoint writes) are handed to worker threads by the services themselves.
@@ -12,15 +12,15 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
+from strom.config.broker import BrokerConfig
+from strom.config.dynamic import DEFAULT_ENTITY
 from strom.log.cleaner import LogCleaner
-from strom.server.config import BrokerConfig
-from strom.server.dynamic_config import DEFAULT_ENTITY
-from strom.server.metrics import Histogram
+from strom.metrics.stats import Histogram
+from strom.server.scheduler import NEVER_MS
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-_NEVER = 2**31  # _schedule skips intervals this long (Kafka's Long.MaxValue defaults)
 FLUSH_CHECK_FALLBACK_MS = 1000
 
 
@@ -63,11 +63,11 @@ class LogServices:
         self.log_manager.flusher.start()
         self.cleaner.startup()
         interval = config["log.flush.scheduler.interval.ms"]
-        self.broker._schedule("log-flusher", interval if interval < _NEVER else FLUSH_CHECK_FALLBACK_MS,
-                              self._check_flush_ms)
-        self.broker._schedule("highwatermark-checkpoint",
-                              config["replica.high.watermark.checkpoint.interval.ms"],
-                              self._checkpoint_high_watermarks)
+        self.broker.scheduler.schedule("log-flusher", interval if interval < NEVER_MS else FLUSH_CHECK_FALLBACK_MS,
+                                       self._check_flush_ms)
+        self.broker.scheduler.schedule("highwatermark-checkpoint",
+                                       config["replica.high.watermark.checkpoint.interval.ms"],
+                                       self._checkpoint_high_watermarks)
 
     async def stop(self) -> None:
         """Abort cleaning (a pass in progress leaves only `.cleaned` files, removed at the next
@@ -80,6 +80,11 @@ class LogServices:
 
     def _check_flush_ms(self) -> None:
         self.log_manager.flusher.check_flush_ms([lg for _, lg in self.log_manager.logs()])
+
+    async def checkpoint_recovery_points(self) -> None:
+        """Each log's recovery point, after the producer snapshots up to it."""
+        await self.broker.producer_states.snapshot()
+        await asyncio.to_thread(self.log_manager.checkpoint)
 
     async def _checkpoint_high_watermarks(self) -> None:
         await asyncio.to_thread(self.log_manager.checkpoint_high_watermarks)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Hashable, Iterable
 
-from strom.server.metrics import remote_wait
+from strom.metrics.stats import remote_wait
 
 
 class Purgatory:

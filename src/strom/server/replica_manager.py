@@ -1,6 +1,6 @@
-"""ReplicaManager and Partition: the partitions this broker hosts, their logs and watermarks.
+"""ReplicaManager: the partitions this broker hosts, their logs and watermarks.
 
-A `Partition` knows its replicas and ISR and moves the high watermark to the smallest log end
+A `Partition` (partition.py) knows its replicas and ISR and moves the high watermark to the smallest log end
 offset in the ISR. With ISR = {this broker} that is the leader's own log end offset right after
 the append, so a cluster of one needs no special case: acks=-1 completes as soon as the
 write is in the log.
@@ -10,28 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from strom.log.config import LONG_MAX, LogConfig
-from strom.log.log import AppendInfo, FetchSlice, Log
+from strom.log.config import LogConfig
+from strom.log.log import FetchSlice, Log
 from strom.log.manager import LogManager
-from strom.log.producer_state import ProducerStateManager
 from strom.log.txn_index import AbortedTxn
-from strom.protocol.errors import ErrorCode, InvalidTimestampError, KafkaError
-from strom.protocol.records import (
-    NO_TIMESTAMP,
-    BatchHeader,
-    build_marker_batch,
-    iter_records,
-    recompress,
-    validate_batches,
-)
-from strom.server.metrics import (
+from strom.metrics.stats import (
     BYTES_IN,
     BYTES_REJECTED,
     FAILED_PRODUCE_REQUESTS,
@@ -40,296 +29,12 @@ from strom.server.metrics import (
     BrokerTopicStats,
     remote_wait,
 )
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.server.partition import Partition, TopicPartition, now_ms
 from strom.server.purgatory import Purgatory
 from strom.server.replication_quota import ReplicationQuota
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
-
-
-@dataclass(slots=True)
-class FollowerState:
-    """What the leader knows of one follower replica from its fetches (Kafka's Replica)."""
-
-    log_end_offset: int = 0
-    last_caught_up_ms: int = 0  # when it last had everything the leader had
-    last_fetch_leader_leo: int = 0
-    last_fetch_ms: int = 0
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class Partition:
-    def __init__(self, topic: str, index: int, topic_id: uuid.UUID, broker_id: int, log: Log,
-                 high_watermark: int | None = None) -> None:
-        self.topic = topic
-        self.index = index
-        self.topic_id = topic_id
-        self.broker_id = broker_id
-        self.log = log
-        self.leader_id = broker_id
-        self.leader_epoch = 0
-        self.partition_epoch = 0  # the version of the partition's state in the metadata store
-        self.replicas: list[int] = [broker_id]
-        self.isr: list[int] = [broker_id]
-        # ISR additions asked of the controller and not yet confirmed: counted for the high
-        # watermark at once (Kafka's maximal ISR), so acks=all never needs fewer replicas.
-        self.pending_isr: list[int] | None = None
-        self.followers: dict[int, FollowerState] = {}
-        leo = log.log_end_offset
-        self.high_watermark = leo if high_watermark is None else min(high_watermark, leo)
-        # Read from its snapshot and the log when first needed (or by load_in_background):
-        # becoming leader of 100,000 partitions reads no files on the loop.
-        self._producer_state: ProducerStateManager | None = None
-        self._load_lock = threading.Lock()
-        self.snapshot_offset = -1  # log end offset of the last producer snapshot written
-
-    @property
-    def producer_state(self) -> ProducerStateManager:
-        state = self._producer_state
-        return state if state is not None else self.load_producer_state()
-
-    @producer_state.setter
-    def producer_state(self, state: ProducerStateManager) -> None:
-        self._producer_state = state
-
-    @property
-    def producer_state_loaded(self) -> bool:
-        return self._producer_state is not None
-
-    def load_producer_state(self) -> ProducerStateManager:
-        """The producers' state from the newest snapshot and the batches after it (any
-        thread; a load in progress elsewhere is waited for, not repeated)."""
-        with self._load_lock:
-            if self._producer_state is None:
-                state = ProducerStateManager(self.log.dir)
-                if not (self.log.offline or self.log.closed):  # else nothing is read or written
-                    state.rebuild(self.log)
-                self._producer_state = state
-            return self._producer_state
-
-    @property
-    def is_leader(self) -> bool:
-        return self.leader_id == self.broker_id
-
-    @property
-    def maximal_isr(self) -> list[int]:
-        return self.pending_isr if self.pending_isr is not None else self.isr
-
-    def make_leader(self, leader_epoch: int, replicas: list[int], isr: list[int],
-                    partition_epoch: int = 0) -> None:
-        """Kafka's makeLeader: followers start as caught up now, so that none leaves the ISR
-        before it had the chance to fetch from this new leader."""
-        now = _now_ms()
-        self.leader_id = self.broker_id
-        self.leader_epoch = leader_epoch
-        self.partition_epoch = partition_epoch
-        self.replicas = list(replicas)
-        self.isr = list(isr)
-        self.pending_isr = None
-        self.followers = {r: FollowerState(last_caught_up_ms=now if r in isr else 0)
-                          for r in replicas if r != self.broker_id}
-        # The new epoch starts at the log end: what followers truncate against.
-        self.log.leader_epoch_cache.assign(leader_epoch, self.log.log_end_offset)
-        self.maybe_increment_high_watermark()
-
-    def make_follower(self, leader: int, leader_epoch: int, replicas: list[int], isr: list[int],
-                      partition_epoch: int = 0) -> None:
-        self.leader_id = leader
-        self.leader_epoch = leader_epoch
-        self.partition_epoch = partition_epoch
-        self.replicas = list(replicas)
-        self.isr = list(isr)
-        self.pending_isr = None
-        self.followers.clear()
-
-    def maybe_increment_high_watermark(self) -> bool:
-        """HW = the smallest log end offset in the (maximal) ISR; it never goes back."""
-        leo = self.log.log_end_offset
-        ends = [leo if r == self.broker_id else self._follower(r).log_end_offset
-                for r in self.maximal_isr]
-        new_hw = min(ends) if ends else leo
-        if new_hw > self.high_watermark:
-            self.high_watermark = new_hw
-            return True
-        return False
-
-    def _follower(self, replica: int) -> FollowerState:
-        state = self.followers.get(replica)
-        if state is None:
-            state = self.followers[replica] = FollowerState()
-        return state
-
-    def update_follower(self, replica: int, fetch_offset: int, now_ms: int) -> bool:
-        """A follower fetched from `fetch_offset` (its log end offset). Returns True when the
-        high watermark moved."""
-        state = self._follower(replica)
-        leo = self.log.log_end_offset
-        if fetch_offset >= leo:
-            state.last_caught_up_ms = now_ms
-        elif fetch_offset >= state.last_fetch_leader_leo and state.last_fetch_ms:
-            state.last_caught_up_ms = state.last_fetch_ms
-        state.log_end_offset = fetch_offset
-        state.last_fetch_leader_leo = leo
-        state.last_fetch_ms = now_ms
-        return self.maybe_increment_high_watermark()
-
-    def isr_to_expand(self, replica: int) -> list[int] | None:
-        """The new ISR if `replica`, which just fetched, is outside it and has caught up to the
-        high watermark, else None. One change in flight at a time."""
-        if self.pending_isr is not None or not self.is_leader or replica in self.isr:
-            return None
-        state = self.followers.get(replica)
-        if replica not in self.replicas or state is None or state.log_end_offset < self.high_watermark:
-            return None
-        return [*self.isr, replica]
-
-    def isr_to_shrink(self, now_ms: int, lag_ms: int) -> list[int] | None:
-        if self.pending_isr is not None or not self.is_leader:
-            return None
-        out = [r for r in self.isr if r != self.broker_id
-               and now_ms - self._follower(r).last_caught_up_ms > lag_ms]
-        return [r for r in self.isr if r not in out] if out else None
-
-    def follower_high_watermark(self, leader_hw: int) -> None:
-        """A follower's high watermark follows the leader's, never past its own log end."""
-        hw = min(leader_hw, self.log.log_end_offset)
-        if hw > self.high_watermark:
-            self.high_watermark = hw
-
-    def append_as_follower(self, records) -> AppendInfo | None:
-        """Write the leader's batches as they are (offsets and epochs kept) and keep the
-        producer state in step, so this replica can lead with the same idempotence."""
-        if not len(records):
-            return None
-        info = self.log.append_as_follower(records)
-        self.producer_state.apply_batches(records, self.log)
-        return info
-
-    def replace_log(self, moved: Log) -> None:
-        """The same log, moved to another log dir (AlterReplicaLogDirs)."""
-        self.log = moved
-        self.producer_state = ProducerStateManager(moved.dir)
-        self.producer_state.rebuild(moved)
-        self.snapshot_offset = -1
-
-    def truncate_to(self, offset: int) -> bool:
-        """Drop everything from `offset` on (a follower's divergence from its leader)."""
-        if not self.log.truncate_to(offset):
-            return False
-        self.producer_state.rebuild(self.log)  # forgets what the truncation removed
-        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
-        return True
-
-    @property
-    def last_stable_offset(self) -> int:
-        """What read_committed consumers may read up to: the high watermark, or the first
-        offset of the earliest open transaction if that is lower."""
-        unstable = self.producer_state.first_unstable_offset
-        hw = self.high_watermark
-        return hw if unstable is None or unstable > hw else unstable
-
-    def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
-        """KIP-320: a client that names the leader epoch it knows learns whether it is behind
-        (FENCED_LEADER_EPOCH) or ahead (UNKNOWN_LEADER_EPOCH) of this leader."""
-        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
-            return ErrorCode.NONE
-        if current_leader_epoch < self.leader_epoch:
-            return ErrorCode.FENCED_LEADER_EPOCH
-        return ErrorCode.UNKNOWN_LEADER_EPOCH
-
-    def _check_leader(self, required_acks: int, min_insync: int) -> None:
-        if not self.is_leader:
-            raise KafkaError("this broker is not the leader", ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        if required_acks == -1 and len(self.isr) < min_insync:
-            raise KafkaError(
-                f"ISR {self.isr} is smaller than min.insync.replicas={min_insync}",
-                ErrorCode.NOT_ENOUGH_REPLICAS,
-            )
-
-    def append_records_to_leader(self, records: bytearray, required_acks: int, min_insync: int,
-                                 from_client: bool = True) -> AppendInfo:
-        """Append a record set; `from_client` False for coordinators' own writes (transactional
-        offset commits), which carry no sequence numbers to check."""
-        self._check_leader(required_acks, min_insync)
-        config = self.log.config
-        batches = validate_batches(records, config.max_message_bytes, check_records=from_client,
-                                   require_keys=from_client and config.compact)
-        headers = [h for _, h in batches]
-        if any(h.is_control for h in headers):
-            raise KafkaError("control batches are written by the transaction coordinator, "
-                             "not by clients", ErrorCode.INVALID_RECORD)
-        if from_client and any(h.producer_id >= 0 and h.base_sequence < 0 for h in headers):
-            raise KafkaError("invalid sequence number in a batch with a producer id",
-                             ErrorCode.INVALID_RECORD)
-        if from_client and not config.log_append_time:
-            check_timestamps(records, batches, config, int(time.time() * 1000))
-        if from_client and headers[0].producer_id >= 0:
-            duplicate = self._check_sequences(headers)
-            if duplicate is not None:
-                return duplicate
-        target = config.recompress_to if from_client else None
-        if target is not None:
-            recompressed = recompress(records, batches, *target)
-            if recompressed is not None:  # the topic's compression.type differs from the producer's
-                records = recompressed
-                batches = validate_batches(records, LONG_MAX)
-        info = self.log.append(records, leader_epoch=self.leader_epoch, batches=batches)
-        offset = info.first_offset
-        for header in headers:
-            if header.producer_id >= 0:
-                self.producer_state.update(header, offset)
-            offset += header.last_offset_delta + 1
-        self.maybe_increment_high_watermark()
-        return info
-
-    def append_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                          committed: bool) -> AppendInfo:
-        """Write the marker that commits or aborts the producer's transaction here."""
-        self._check_leader(1, 1)
-        self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
-        now = int(time.time() * 1000)
-        batch = bytearray(build_marker_batch(producer_id, producer_epoch, committed,
-                                             coordinator_epoch, now))
-        info = self.log.append(batch, leader_epoch=self.leader_epoch)
-        aborted = self.producer_state.complete_txn(producer_id, producer_epoch, coordinator_epoch,
-                                                   info.first_offset, committed, now)
-        if aborted is not None:
-            self.log.add_aborted_txn(aborted)
-        self.maybe_increment_high_watermark()
-        return info
-
-    def _check_sequences(self, headers) -> AppendInfo | None:
-        """Kafka's idempotence checks: a retry of a recent batch gets its first answer back."""
-        first = headers[0]
-        earlier = self.producer_state.check(first)
-        if earlier is not None:
-            log.info("%s-%d: duplicate batch from producer %d (sequence %d) answered with offset %d",
-                     self.topic, self.index, first.producer_id, first.base_sequence, earlier.first_offset)
-            return AppendInfo(first_offset=earlier.first_offset, last_offset=earlier.last_offset,
-                              max_timestamp=earlier.timestamp, offset_of_max_timestamp=earlier.first_offset,
-                              log_append_time=-1, log_start_offset=self.log.log_start_offset,
-                              valid_bytes=0)
-        for prev, nxt in zip(headers, headers[1:], strict=False):
-            if (nxt.producer_id, nxt.producer_epoch) != (prev.producer_id, prev.producer_epoch) or (
-                    nxt.base_sequence != prev.base_sequence + prev.last_offset_delta + 1):
-                raise KafkaError("batches of one request are not in sequence",
-                                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
-        return None
-
-    def producer_snapshot(self, even_if_empty: bool = False) -> tuple[int, bytes] | None:
-        """(offset, bytes) of a producer-state snapshot if the state moved since the last one
-        (`even_if_empty`: also when there are no producers, for a clean shutdown)."""
-        end = self.log.log_end_offset
-        if end == self.snapshot_offset or end == 0 or self._producer_state is None:
-            return None  # unchanged, empty, or never read since the snapshot it came from
-        if not (even_if_empty or self._producer_state.producers):
-            return None
-        self.snapshot_offset = end
-        return end, self.producer_state.encode_snapshot()
 
 
 @dataclass(slots=True)
@@ -353,33 +58,6 @@ class ReadResult:
     last_stable_offset: int = -1
     aborted: list[AbortedTxn] | None = None  # read_committed only
     diverging_epoch: tuple[int, int] | None = None  # a follower's log left the leader's here
-
-
-def check_timestamps(records, batches: list[tuple[int, BatchHeader]], config: LogConfig, now: int) -> None:
-    """message.timestamp.before.max.ms / after.max.ms for CreateTime topics, on every record as
-    Kafka checks them. The batch headers settle it without reading records when each batch's
-    largest timestamp is in range and no lower bound is set (before.max.ms at its default);
-    otherwise the records are read, and every one out of range is named (KIP-467)."""
-    before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
-    if before >= LONG_MAX and all(h.max_timestamp - now <= after for _, h in batches):
-        return
-    bad: list[tuple[int, str]] = []
-    first_index = 0
-    for pos, header in batches:
-        for i, record in enumerate(iter_records(records, pos)):
-            ts = record.timestamp
-            if ts == NO_TIMESTAMP:
-                continue
-            if now - ts > before:
-                bad.append((first_index + i, f"timestamp {ts} is more than message.timestamp.before.max.ms="
-                                             f"{before} before the broker's time {now}"))
-            elif ts - now > after:
-                bad.append((first_index + i, f"timestamp {ts} is more than message.timestamp.after.max.ms="
-                                             f"{after} after the broker's time {now}"))
-        first_index += header.record_count
-    if bad:
-        raise InvalidTimestampError(f"{len(bad)} record(s) out of the topic's timestamp range; "
-                                    f"record {bad[0][0]}: {bad[0][1]}", record_errors=bad)
 
 
 def _read_epoch_caches(logs: list[Log]) -> None:
@@ -515,7 +193,7 @@ class ReplicaManager:
     def maybe_shrink_isr(self, lag_ms: int) -> None:
         """Kafka's isr-expiration task: followers that have not caught up for
         replica.lag.time.max.ms leave the ISR (the controller records it)."""
-        now = _now_ms()
+        now = now_ms()
         for partition in list(self.partitions.values()):
             if not partition.followers:
                 continue  # a follower, or a leader with no other replica
@@ -672,7 +350,7 @@ class ReplicaManager:
                                   last_stable_offset=partition.last_stable_offset,
                                   diverging_epoch=(epoch, end))
         if replica_id >= 0:
-            if partition.update_follower(replica_id, offset, _now_ms()):
+            if partition.update_follower(replica_id, offset, now_ms()):
                 self.high_watermark_moved(tp)
             self.maybe_expand_isr(partition, replica_id)
             quota = self.leader_quota

@@ -13,30 +13,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from strom.protocol.messages import RequestHeader
-
-
-@dataclass(slots=True)
-class RequestContext:
-    header: RequestHeader
-    listener: str
-    client: str
-    principal: str = "User:ANONYMOUS"  # who the connection authenticated as (TLS certificate, SASL)
-    security_protocol: str = "PLAINTEXT"  # of the listener the request came on
-    token_authenticated: bool = False  # SASL with a delegation token
-
-
-@dataclass(slots=True)
-class RawResponse:
-    """A response body already encoded: bytes and regions with `fd`, `position`, `size`."""
-
-    parts: list[Any]
-
-
-class CloseConnection(Exception):
-    """Raised by a handler when Kafka answers by closing the connection (e.g. a failed acks=0
-    produce, which has no response to carry the error)."""
-
+from strom.network.request import RequestContext
+from strom.protocol.errors import ErrorCode
 
 Handler = Callable[[Any, RequestContext, Any], Awaitable[Any]]
 
@@ -73,6 +51,38 @@ def api(key: int, min_version: int, max_version: int) -> Callable[[Handler], Han
 def supports(api_key: int, version: int) -> bool:
     entry = HANDLERS.get(api_key)
     return entry is not None and entry.min_version <= version <= entry.max_version
+
+
+PRODUCE = 0
+TELEMETRY_APIS = (71, 72)  # GetTelemetrySubscriptions, PushTelemetry
+
+
+def supported_versions(broker) -> list[dict]:
+    """What ApiVersions advertises (see api_versions.py for Produce's and telemetry's rules)."""
+    telemetry = broker.metrics_server is not None
+    return [
+        {"api_key": a.key, "min_version": 0 if a.key == PRODUCE else a.min_version, "max_version": a.max_version}
+        for a in sorted(HANDLERS.values(), key=lambda a: a.key)
+        if telemetry or a.key not in TELEMETRY_APIS
+    ]
+
+
+class KafkaApis:
+    """The socket server's RequestHandler: each request goes to the handler registered for its
+    api key, with the broker."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+
+    def supports(self, api_key: int, version: int) -> bool:
+        return supports(api_key, version)
+
+    async def handle(self, ctx: RequestContext, body: Any) -> Any:
+        return await HANDLERS[ctx.header.api_key].handler(self.broker, ctx, body)
+
+    def unsupported_version_response(self) -> dict:
+        """What Kafka answers, at v0, to an ApiVersions request of a version it does not know."""
+        return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": supported_versions(self.broker)}
 
 
 def load_all() -> None:

@@ -3,7 +3,7 @@
 From v1 only, as Kafka 4.0 (KIP-896 removed v0, which had no pattern type): a v0 request is an
 unsupported version, and the connection is closed.
 
-ACLs are written to the metadata store (server/authorizer.py) and so apply on every broker.
+ACLs are written to the metadata store (security/authorizer.py) and so apply on every broker.
 Altering them takes ALTER on the cluster, reading them DESCRIBE; with no authorizer
 configured Kafka answers SECURITY_DISABLED, as here.
 """
@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from strom.protocol.errors import ErrorCode
-from strom.server.apis import RequestContext, api
-from strom.server.authorizer import (
+from strom.security.authorizer import (
     ALLOW,
     ALTER,
     CLUSTER,
@@ -29,6 +28,7 @@ from strom.server.authorizer import (
     AclFilter,
     allowed,
 )
+from strom.server.apis import RequestContext, api
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 

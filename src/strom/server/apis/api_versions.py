@@ -11,26 +11,9 @@ endpoint, `metrics.port`), so clients do not collect and push metrics nobody rea
 from __future__ import annotations
 
 from strom.controller.features import SUPPORTED
+from strom.network.request import API_VERSIONS
 from strom.protocol.errors import ErrorCode
-from strom.server.apis import HANDLERS, RequestContext, api
-
-API_VERSIONS = 18
-PRODUCE = 0
-TELEMETRY_APIS = (71, 72)  # GetTelemetrySubscriptions, PushTelemetry
-
-
-def supported_versions(broker) -> list[dict]:
-    telemetry = broker.metrics_server is not None
-    return [
-        {"api_key": a.key, "min_version": 0 if a.key == PRODUCE else a.min_version, "max_version": a.max_version}
-        for a in sorted(HANDLERS.values(), key=lambda a: a.key)
-        if telemetry or a.key not in TELEMETRY_APIS
-    ]
-
-
-def unsupported_version_response(broker) -> dict:
-    """What Kafka answers, at v0, to an ApiVersions request of a version it does not know."""
-    return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": supported_versions(broker)}
+from strom.server.apis import RequestContext, api, supported_versions
 
 
 @api(API_VERSIONS, 0, 4)

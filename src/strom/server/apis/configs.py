@@ -7,7 +7,7 @@ mode. Every change is validated completely before it is stored (INVALID_CONFIG w
 reason otherwise) and then applied to the live logs at once. Logger levels (BROKER_LOGGER,
 `kafka-configs --entity-type broker-loggers`) change this broker's logging at once and, as in
 Kafka, are not stored. CLIENT_METRICS resources (KIP-714's telemetry subscriptions) are at
-/config/client-metrics/<name>; `strom.server.client_telemetry` validates and applies them.
+/config/client-metrics/<name>; `strom.metrics.client_telemetry` validates and applies them.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
+from strom.config import log_levels
+from strom.config.broker import DEFINITIONS
+from strom.config.describe import LIST_CONFIGS, describe_broker, describe_topic
+from strom.config.dynamic import DEFAULT_ENTITY
 from strom.log.config import TOPIC_CONFIG_KEYS
+from strom.metrics import client_telemetry
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.server import authorizer as acl
-from strom.server import client_telemetry, log_levels
+from strom.security import authorizer as acl
 from strom.server.apis import RequestContext, api
-from strom.server.config import DEFINITIONS
-from strom.server.dynamic_config import DEFAULT_ENTITY
-from strom.server.topic_configs import LIST_CONFIGS, describe_broker, describe_topic
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS = 2, 4, 8, 16  # ConfigResource types

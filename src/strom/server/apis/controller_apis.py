@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from strom.controller import znodes
+from strom.controller.admin import read_configs
 from strom.protocol.errors import ErrorCode
+from strom.security.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, DESCRIBE, allowed
 from strom.server.apis import RequestContext, api, by_topic
-from strom.server.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, DESCRIBE, allowed
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,7 @@ async def handle_leader_and_isr(broker, ctx: RequestContext, request) -> dict:
     broker.leader_endpoints.update({leader.broker_id: (leader.host_name, leader.port)
                                     for leader in request.live_leaders})
     for t in request.topic_states:
-        await broker.refresh_topic_configs(t.topic_name)
+        await _refresh_topic_configs(broker, t.topic_name)
     # New logs are made off the loop in batches first; then each partition's change is memory
     # only, and the loop is given back every STATE_CHANGES_PER_TURN partitions.
     await broker.replica_manager.prepare_partitions([
@@ -63,12 +65,72 @@ async def handle_leader_and_isr(broker, ctx: RequestContext, request) -> dict:
         errors = []
         for p in t.partition_states:
             errors.append({"partition_index": p.partition_index,
-                           "error_code": broker.become_leader_or_follower(t.topic_name, t.topic_id, p)})
+                           "error_code": _become_leader_or_follower(broker, t.topic_name, t.topic_id, p)})
             done += 1
             if done % STATE_CHANGES_PER_TURN == 0:
                 await asyncio.sleep(0)
         topics.append({"topic_id": t.topic_id, "partition_errors": errors})
     return {"error_code": ErrorCode.NONE, "topics": topics}
+
+
+async def _refresh_topic_configs(broker, topic: str) -> None:
+    """A LeaderAndIsr for a topic this broker hosts nothing of yet: read its configs before
+    creating its logs (it may have been created, or re-created, a moment ago)."""
+    if not broker.replica_manager.hosts_topic(topic):
+        broker.config_repository.topics[topic] = await broker.store_io(read_configs, broker.store, "topics", topic)
+
+
+def _become_leader_or_follower(broker, topic: str, topic_id, p) -> ErrorCode:
+    """One partition of a LeaderAndIsr request (Kafka's becomeLeaderOrFollower)."""
+    current = broker.replica_manager.get_partition(topic, p.partition_index)
+    was_leader = current is not None and current.is_leader
+    if current is not None and p.leader_epoch < current.leader_epoch:
+        log.warning("ignoring LeaderAndIsr for %s-%d: leader epoch %d is older than %d", topic,
+                    p.partition_index, p.leader_epoch, current.leader_epoch)
+        return ErrorCode.STALE_CONTROLLER_EPOCH
+    if current is not None and p.leader_epoch == current.leader_epoch and p.leader == current.leader_id:
+        return ErrorCode.NONE  # already in this state (a new controller repeats it)
+    try:
+        partition = broker.replica_manager.become_leader_or_follower(
+            topic, p.partition_index, topic_id, p.leader, p.leader_epoch, list(p.replicas),
+            list(p.isr), broker.log_config_for(topic), p.partition_epoch)
+    except OSError as e:
+        log.error("cannot open the log of %s-%d: %s", topic, p.partition_index, e)
+        return ErrorCode.KAFKA_STORAGE_ERROR
+    if p.leader == broker.broker_id or p.leader < 0:
+        broker.replica_fetchers.remove_partition((topic, p.partition_index))
+    else:
+        broker.replica_fetchers.add_partition(partition)
+    if znodes.is_internal(topic):
+        if p.leader == broker.broker_id and not was_leader:
+            broker.coordinators.load(topic, p.partition_index)
+        elif p.leader != broker.broker_id and was_leader:
+            broker.coordinators.unload(topic, p.partition_index)
+    return ErrorCode.NONE
+
+
+def _update_metadata(broker, request) -> None:
+    deleted = broker.metadata_cache.update(request)
+    if deleted:
+        for topic in {t for t, _ in deleted}:
+            if topic not in broker.metadata_cache.topics:
+                broker.config_repository.topics.pop(topic, None)
+        if broker.group_coordinator is not None:
+            # Kafka's handleDeletedPartitions: committed offsets of deleted partitions go.
+            broker.group_coordinator.on_partitions_deleted(deleted)
+
+
+def _stop_replica(broker, topic: str, partition: int, delete: bool) -> ErrorCode:
+    broker.replica_fetchers.remove_partition((topic, partition))
+    current = broker.replica_manager.get_partition(topic, partition)
+    if znodes.is_internal(topic) and current is not None and current.is_leader:
+        broker.coordinators.unload(topic, partition)
+    try:
+        broker.replica_manager.stop_replica(topic, partition, delete)
+    except OSError as e:
+        log.error("cannot delete the log of %s-%d: %s", topic, partition, e)
+        return ErrorCode.KAFKA_STORAGE_ERROR
+    return ErrorCode.NONE
 
 
 @api(UPDATE_METADATA, 8, 8)
@@ -77,7 +139,7 @@ async def handle_update_metadata(broker, ctx: RequestContext, request) -> dict:
         return CLUSTER_DENIED
     error = _fenced(broker, request, "UpdateMetadata")
     if error == ErrorCode.NONE:
-        broker.update_metadata(request)
+        _update_metadata(broker, request)
     return {"error_code": error}
 
 
@@ -92,7 +154,7 @@ async def handle_stop_replica(broker, ctx: RequestContext, request) -> dict:
     errors = []
     for t in request.topic_states:
         for p in t.partition_states:
-            code = broker.stop_replica(t.topic_name, p.partition_index, p.delete_partition)
+            code = _stop_replica(broker, t.topic_name, p.partition_index, p.delete_partition)
             errors.append({"topic_name": t.topic_name, "partition_index": p.partition_index,
                            "error_code": code})
             if len(errors) % STATE_CHANGES_PER_TURN == 0:

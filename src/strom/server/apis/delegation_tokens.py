@@ -1,5 +1,5 @@
 """CreateDelegationToken, RenewDelegationToken, ExpireDelegationToken and
-DescribeDelegationToken (KIP-48; server/delegation_tokens.py keeps the tokens).
+DescribeDelegationToken (KIP-48; security/delegation_tokens.py keeps the tokens).
 
 As in Kafka, tokens are handed out only to clients that proved who they are with something
 other than a token: not over PLAINTEXT, not anonymously over SSL, not when authenticated with
@@ -12,8 +12,7 @@ the connection is closed.
 from __future__ import annotations
 
 from strom.protocol.errors import ErrorCode
-from strom.server.apis import RequestContext, api
-from strom.server.authorizer import (
+from strom.security.authorizer import (
     CREATE_TOKENS,
     DELEGATION_TOKEN,
     DESCRIBE,
@@ -21,8 +20,9 @@ from strom.server.authorizer import (
     USER,
     allowed,
 )
-from strom.server.delegation_tokens import TokenError, TokenInformation
-from strom.server.tls import ANONYMOUS
+from strom.security.delegation_tokens import TokenError, TokenInformation
+from strom.security.tls import ANONYMOUS
+from strom.server.apis import RequestContext, api
 
 CREATE, RENEW, EXPIRE, DESCRIBE_TOKEN = 38, 39, 40, 41
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from strom.controller.features import SAFE_DOWNGRADE, UPGRADE, FeatureUpdate
 from strom.controller.store import BadVersion, StoreUnavailable
 from strom.protocol.errors import ErrorCode
+from strom.security.authorizer import ALTER, CLUSTER, allowed
 from strom.server.apis import RequestContext, api
-from strom.server.authorizer import ALTER, CLUSTER, allowed
 
 UPDATE_FEATURES = 57
 

@@ -12,6 +12,8 @@ import time
 import uuid
 from typing import Any
 
+from strom.metrics.stats import BYTES_OUT, FAILED_FETCH_REQUESTS, FETCH_REQUESTS, BrokerTopicStats
+from strom.network.request import RawResponse
 from strom.protocol.errors import ErrorCode
 from strom.protocol.fetch import (
     LEADER_DISCOVERY_FROM,
@@ -20,10 +22,9 @@ from strom.protocol.fetch import (
     PartitionData,
     encode_fetch_response,
 )
-from strom.server.apis import RawResponse, RequestContext, api
-from strom.server.authorizer import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed
+from strom.security.authorizer import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed
+from strom.server.apis import RequestContext, api
 from strom.server.fetch_session import new_context
-from strom.server.metrics import BYTES_OUT, FAILED_FETCH_REQUESTS, FETCH_REQUESTS, BrokerTopicStats
 
 FETCH = 1
 READ_COMMITTED = 1  # isolation_level: read up to the last stable offset, skip aborted data

@@ -18,9 +18,9 @@ import logging
 
 from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.security.authorizer import CLUSTER, CLUSTER_ACTION, DESCRIBE, TRANSACTIONAL_ID, allowed
+from strom.security.authorizer import GROUP as GROUP_RESOURCE
 from strom.server.apis import RequestContext, api
-from strom.server.authorizer import CLUSTER, CLUSTER_ACTION, DESCRIBE, TRANSACTIONAL_ID, allowed
-from strom.server.authorizer import GROUP as GROUP_RESOURCE
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ async def find_coordinator(broker, listener: str, key_type: int, key: str) -> di
     if internal_topic is None:
         return _no_node(ErrorCode.INVALID_REQUEST, f"Unknown coordinator type {key_type}")
     try:
-        topic = await broker.ensure_internal_topic(internal_topic)
+        topic = await broker.auto_topics.ensure_internal_topic(internal_topic)
     except KafkaError as e:
         log.warning("cannot create %s: %s", internal_topic, e)
         return _no_node(ErrorCode.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.")

@@ -13,8 +13,7 @@ from strom.controller.features import GROUP_VERSION
 from strom.coordinator.group.consumer_group import HeartbeatRequest
 from strom.coordinator.group.coordinator import JoinRequest
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.server.apis import RequestContext, api
-from strom.server.authorizer import (
+from strom.security.authorizer import (
     CLUSTER,
     DELETE,
     DESCRIBE,
@@ -25,6 +24,7 @@ from strom.server.authorizer import (
     as_int32,
     authorized_operations,
 )
+from strom.server.apis import RequestContext, api
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42

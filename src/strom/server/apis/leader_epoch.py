@@ -7,8 +7,8 @@ detect that their position lies past a log that was truncated (KIP-320).
 from __future__ import annotations
 
 from strom.protocol.errors import ErrorCode
+from strom.security.authorizer import CLUSTER, CLUSTER_ACTION, DESCRIBE, TOPIC, allowed
 from strom.server.apis import RequestContext, api
-from strom.server.authorizer import CLUSTER, CLUSTER_ACTION, DESCRIBE, TOPIC, allowed
 
 OFFSET_FOR_LEADER_EPOCH = 23
 

@@ -10,8 +10,8 @@ from collections import Counter
 
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
+from strom.security.authorizer import DESCRIBE, TOPIC, allowed
 from strom.server.apis import RequestContext, api
-from strom.server.authorizer import DESCRIBE, TOPIC, allowed
 
 LIST_OFFSETS = 2
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5

@@ -8,8 +8,8 @@ import asyncio
 import os
 
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.security.authorizer import ALTER, CLUSTER, DELETE, DESCRIBE, TOPIC, allowed
 from strom.server.apis import RequestContext, api
-from strom.server.authorizer import ALTER, CLUSTER, DELETE, DESCRIBE, TOPIC, allowed
 
 DELETE_RECORDS, ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 21, 34, 35
 HIGH_WATERMARK = -1  # DeleteRecords offset meaning "up to the high watermark"

@@ -9,8 +9,7 @@ import logging
 from strom.controller.admin import validate_topic_name
 from strom.controller.znodes import TopicMetadata
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.server.apis import RequestContext, api
-from strom.server.authorizer import (
+from strom.security.authorizer import (
     CLUSTER,
     CREATE,
     DESCRIBE,
@@ -20,6 +19,7 @@ from strom.server.authorizer import (
     as_int32,
     authorized_operations,
 )
+from strom.server.apis import RequestContext, api
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> dict:
             continue
         if topic is None and name is not None and allow_create:
             try:
-                topic = await broker.auto_create_topic(name)
+                topic = await broker.auto_topics.auto_create(name)
             except KafkaError as e:
                 log.info("auto-creation of topic %r refused: %s", name, e)
                 entries.append(_error_entry(name, e.code))

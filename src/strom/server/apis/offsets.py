@@ -12,9 +12,7 @@ from strom.coordinator import GROUP_METADATA_TOPIC
 from strom.coordinator.group.consumer_group import ConsumerGroup
 from strom.coordinator.group.records import OffsetAndMetadata
 from strom.protocol.errors import ErrorCode
-from strom.server.apis import RequestContext, api, by_topic
-from strom.server.apis.transactions import check_answer
-from strom.server.authorizer import (
+from strom.security.authorizer import (
     DELETE,
     DESCRIBE,
     GROUP,
@@ -24,6 +22,8 @@ from strom.server.authorizer import (
     WRITE,
     allowed,
 )
+from strom.server.apis import RequestContext, api, by_topic
+from strom.server.apis.transactions import check_answer
 
 OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT, OFFSET_DELETE = 8, 9, 28, 47
 NO_METADATA = ""  # what OffsetFetch returns as metadata for a partition without a commit
@@ -91,7 +91,7 @@ async def handle_offset_commit(broker, ctx: RequestContext, request) -> dict:
 async def _replicated(broker, group_id: str, errors: dict) -> None:
     """Offsets count as committed once the ISR of the group's partition has them."""
     if any(e == ErrorCode.NONE for e in errors.values()):
-        error = await broker.await_internal_replication(GROUP_METADATA_TOPIC, group_id)
+        error = await broker.coordinators.await_internal_replication(GROUP_METADATA_TOPIC, group_id)
         if error != ErrorCode.NONE:
             errors.update({tp: error for tp, e in errors.items() if e == ErrorCode.NONE})
 
@@ -137,7 +137,7 @@ async def _in_transaction(broker, request, version: int) -> ErrorCode:
     """KIP-890: the group's offsets partition must be in the producer's transaction (added by
     AddOffsetsToTxn); from v5 (transactions version 2) it is added here instead."""
     tp = (GROUP_METADATA_TOPIC, broker.group_coordinator.store.partition_for(request.group_id))
-    answer = (await broker.transaction_partitions(request.transactional_id, request.producer_id,
+    answer = (await broker.add_partitions_to_txn.verify(request.transactional_id, request.producer_id,
                                                   request.producer_epoch, [tp], add=version >= 5))[tp]
     # "Not now" as a coordinator still loading, which this API's clients retry.
     return check_answer(answer, version, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, abortable_from=4)

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from strom.controller.admin import validate_topic_name
 from strom.controller.znodes import is_internal
+from strom.network.request import CloseConnection
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
-from strom.server.apis import CloseConnection, RequestContext, api, by_topic
-from strom.server.apis.transactions import check_answer
-from strom.server.authorizer import (
+from strom.security.authorizer import (
     CLUSTER,
     IDEMPOTENT_WRITE,
     TOPIC,
@@ -21,6 +20,8 @@ from strom.server.authorizer import (
     allowed,
     allowed_any,
 )
+from strom.server.apis import RequestContext, api, by_topic
+from strom.server.apis.transactions import check_answer
 from strom.server.replica_manager import ProduceResult
 
 PRODUCE = 0
@@ -64,7 +65,7 @@ async def _check_transaction(broker, transactional_id: str | None, entries: list
         asks.setdefault((header.producer_id, header.producer_epoch), []).append(tp)
     refused = {}
     for (producer_id, epoch), tps in asks.items():
-        answers = await broker.transaction_partitions(transactional_id, producer_id, epoch, tps,
+        answers = await broker.add_partitions_to_txn.verify(transactional_id, producer_id, epoch, tps,
                                                       add=version >= IMPLICIT_ADD_FROM)
         for tp, answer in answers.items():
             # "Not now" becomes a retriable produce error, as in Kafka.

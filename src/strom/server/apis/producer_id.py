@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from strom.coordinator import TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode
-from strom.server.apis import RequestContext, api
-from strom.server.authorizer import (
+from strom.security.authorizer import (
     CLUSTER,
     IDEMPOTENT_WRITE,
     TOPIC,
@@ -19,6 +18,7 @@ from strom.server.authorizer import (
     allowed,
     allowed_any,
 )
+from strom.server.apis import RequestContext, api
 
 INIT_PRODUCER_ID = 22
 PRODUCER_FENCED_FROM = 4  # older versions report a fenced producer as INVALID_PRODUCER_EPOCH
@@ -50,7 +50,7 @@ async def handle_init_producer_id(broker, ctx: RequestContext, request) -> dict:
                                                      request.transaction_timeout_ms, *expected)
     error = result.error
     if error == ErrorCode.NONE:
-        error = await broker.await_internal_replication(TRANSACTION_STATE_TOPIC, request.transactional_id)
+        error = await broker.coordinators.await_internal_replication(TRANSACTION_STATE_TOPIC, request.transactional_id)
     return {"throttle_time_ms": 0,
             "error_code": fenced_code(error, version, PRODUCER_FENCED_FROM),
             "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}

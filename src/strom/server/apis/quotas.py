@@ -2,7 +2,7 @@
 
 Quotas are configs of /config/users/<user>[/clients/<client>], /config/clients/<client> and
 /config/ips/<ip> ("<default>" for an entity's default), next to users' SCRAM credentials,
-announced through /config/changes as Kafka's ZooKeeper mode does; server/quotas.py enforces
+announced through /config/changes as Kafka's ZooKeeper mode does; network/quotas.py enforces
 them.
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
+from strom.config.repository import DEFAULT
+from strom.network.quotas import IP_KEYS, check_entity, quota_keys
 from strom.protocol.errors import ErrorCode
+from strom.security.authorizer import ALTER_CONFIGS, CLUSTER, DESCRIBE_CONFIGS, allowed
 from strom.server.apis import RequestContext, api
-from strom.server.authorizer import ALTER_CONFIGS, CLUSTER, DESCRIBE_CONFIGS, allowed
-from strom.server.config_repository import DEFAULT
-from strom.server.quotas import IP_KEYS, check_entity, quota_keys
 
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 EXACT, DEFAULT_MATCH, ANY = 0, 1, 2

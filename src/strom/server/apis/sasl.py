@@ -1,6 +1,6 @@
 """SaslHandshake and SaslAuthenticate where no SASL is spoken.
 
-On SASL listeners the socket server's authenticator answers both (server/sasl.py); a request
+On SASL listeners the socket server's authenticator answers both (security/sasl.py); a request
 that reaches these handlers came on a listener without SASL, which Kafka answers with
 ILLEGAL_SASL_STATE.
 """
@@ -8,8 +8,8 @@ ILLEGAL_SASL_STATE.
 from __future__ import annotations
 
 from strom.protocol.errors import ErrorCode
+from strom.security.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from strom.server.apis import RequestContext, api
-from strom.server.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 
 @api(SASL_HANDSHAKE, 0, 1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from urllib.parse import unquote
 
+from strom.config.repository import sanitize
 from strom.protocol.errors import ErrorCode
 from strom.protocol.scram import (
     MAX_ITERATIONS,
@@ -20,9 +21,8 @@ from strom.protocol.scram import (
     ScramCredential,
     scram_credential,
 )
+from strom.security.authorizer import ALTER, CLUSTER, DESCRIBE, allowed
 from strom.server.apis import RequestContext, api
-from strom.server.authorizer import ALTER, CLUSTER, DESCRIBE, allowed
-from strom.server.config_repository import sanitize
 
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 

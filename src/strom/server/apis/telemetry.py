@@ -1,5 +1,5 @@
 """GetTelemetrySubscriptions (71), PushTelemetry (72) and ListClientMetricsResources (74):
-KIP-714's client metrics, as `strom.server.client_telemetry` keeps them.
+KIP-714's client metrics, as `strom.metrics.client_telemetry` keeps them.
 
 No ACL guards the first two (as in Kafka); listing the subscriptions takes DESCRIBE_CONFIGS on
 the cluster. A client's software name and version, which subscriptions
@@ -12,20 +12,20 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from strom.protocol.errors import ErrorCode
-from strom.server import client_telemetry
-from strom.server.apis import HANDLERS, Api, RequestContext, api
-from strom.server.apis.api_versions import API_VERSIONS
-from strom.server.authorizer import CLUSTER, DESCRIBE_CONFIGS, allowed
-from strom.server.client_telemetry import (
+from strom.metrics import client_telemetry
+from strom.metrics.client_telemetry import (
     GET_TELEMETRY_SUBSCRIPTIONS,
     PUSH_TELEMETRY,
     TELEMETRY_TOO_LARGE,
     InvalidPayload,
     PayloadTooLarge,
 )
+from strom.protocol.errors import ErrorCode
+from strom.security.authorizer import CLUSTER, DESCRIBE_CONFIGS, allowed
+from strom.server.apis import HANDLERS, Api, RequestContext, api
+from strom.server.apis.api_versions import API_VERSIONS
 
-log = logging.getLogger("strom.server.client_telemetry")
+log = logging.getLogger("strom.metrics.client_telemetry")
 
 # Kafka 4.0's ListClientMetricsResources; kafka-python's codec calls key 74 ListConfigResources,
 # whose v1 (Kafka 4.1, KIP-1142) lists other resource types too. Only v0 is served, as Kafka 4.0.

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
+from strom.config.describe import created_topic_configs
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.security.authorizer import ALTER, CLUSTER, CREATE, DELETE, TOPIC, allowed
 from strom.server.apis import RequestContext, api
-from strom.server.authorizer import ALTER, CLUSTER, CREATE, DELETE, TOPIC, allowed
-from strom.server.topic_configs import created_topic_configs
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> dict:
                 default_replication_factor=broker.config["default.replication.factor"])
             if not request.validate_only:
                 broker.config_repository.topics[t.name] = configs
-                if await broker.wait_for_topic(t.name, len(replicas), _timeout_s(request)) is None:
+                if await broker.auto_topics.wait_for_topic(t.name, len(replicas), _timeout_s(request)) is None:
                     raise KafkaError(f"Topic {t.name} was created but not all its partitions have a "
                                      "leader yet", ErrorCode.REQUEST_TIMED_OUT)
                 log.info("created topic %s with %d partitions", t.name, len(replicas))
@@ -86,7 +86,7 @@ async def handle_delete_topics(broker, ctx: RequestContext, request) -> dict:
             if name in topics:
                 entry["topic_id"] = topics[name].topic_id
             await broker.store_io(broker.admin.delete_topic, name)
-            if not await broker.wait_for_deletion(name, _timeout_s(request)):
+            if not await broker.auto_topics.wait_for_deletion(name, _timeout_s(request)):
                 raise KafkaError(f"Topic {name} is being deleted", ErrorCode.REQUEST_TIMED_OUT)
             log.info("deleted topic %s", name)
         except KafkaError as e:
@@ -107,7 +107,7 @@ async def handle_create_partitions(broker, ctx: RequestContext, request) -> dict
             assignment = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
             await broker.store_io(broker.admin.create_partitions, t.name, t.count, assignment,
                                   validate_only=request.validate_only)
-            if not request.validate_only and await broker.wait_for_topic(
+            if not request.validate_only and await broker.auto_topics.wait_for_topic(
                     t.name, t.count, _timeout_s(request)) is None:
                 raise KafkaError(f"Not all new partitions of {t.name} have a leader yet",
                                  ErrorCode.REQUEST_TIMED_OUT)

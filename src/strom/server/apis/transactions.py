@@ -9,9 +9,7 @@ from collections.abc import Iterable
 
 from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.server.apis import RequestContext, api, by_topic
-from strom.server.apis.producer_id import fenced_code
-from strom.server.authorizer import (
+from strom.security.authorizer import (
     CLUSTER,
     CLUSTER_ACTION,
     DESCRIBE,
@@ -22,6 +20,8 @@ from strom.server.authorizer import (
     WRITE,
     allowed,
 )
+from strom.server.apis import RequestContext, api, by_topic
+from strom.server.apis.producer_id import fenced_code
 
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS = 24, 25, 26, 27
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
@@ -74,7 +74,7 @@ async def _add_partitions(broker, ctx: RequestContext, transactional_id: str, pr
     if verify_only:
         return coordinator.verify_partitions(transactional_id, producer_id, epoch, wanted)
     # A leader adding partitions with v5 does so for a producer of transactions version 2.
-    error = await broker.add_to_transaction(transactional_id, producer_id, epoch, wanted,
+    error = await broker.add_partitions_to_txn.add(transactional_id, producer_id, epoch, wanted,
                                             transaction_version=2 if from_broker and version >= 5 else 0)
     return dict.fromkeys(wanted, fenced_code(error, version, PRODUCER_FENCED_FROM))
 
@@ -110,10 +110,10 @@ async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> dic
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_GROUP_ID}
     partition = broker.group_coordinator.store.partition_for(request.group_id)
     try:
-        await broker.ensure_internal_topic(GROUP_METADATA_TOPIC)
+        await broker.auto_topics.ensure_internal_topic(GROUP_METADATA_TOPIC)
     except KafkaError as e:
         return {"throttle_time_ms": 0, "error_code": e.code}
-    error = await broker.add_to_transaction(request.transactional_id, request.producer_id,
+    error = await broker.add_partitions_to_txn.add(request.transactional_id, request.producer_id,
                                             request.producer_epoch, [(GROUP_METADATA_TOPIC, partition)])
     return {"throttle_time_ms": 0,
             "error_code": fenced_code(error, ctx.header.api_version, PRODUCER_FENCED_FROM)}
@@ -132,7 +132,7 @@ async def handle_end_txn(broker, ctx: RequestContext, request) -> dict:
                                                     transaction_version=2 if version >= 5 else 0)
     error = result.error
     if error == ErrorCode.NONE:
-        error = await broker.await_internal_replication(TRANSACTION_STATE_TOPIC, request.transactional_id)
+        error = await broker.coordinators.await_internal_replication(TRANSACTION_STATE_TOPIC, request.transactional_id)
     ok = error == ErrorCode.NONE
     return {"throttle_time_ms": 0, "error_code": fenced_code(error, version, PRODUCER_FENCED_FROM),
             "producer_id": result.producer_id if ok else -1, "producer_epoch": result.producer_epoch if ok else -1}
@@ -144,7 +144,7 @@ async def handle_write_txn_markers(broker, ctx: RequestContext, request) -> dict
     permitted = allowed(broker, ctx, CLUSTER_ACTION, CLUSTER)  # only brokers write markers
     for m in request.markers:
         wanted = [(t.name, p) for t in m.topics for p in t.partition_indexes]
-        errors = (broker.write_txn_markers(m.producer_id, m.producer_epoch, m.coordinator_epoch,
+        errors = (broker.txn_markers.write(m.producer_id, m.producer_epoch, m.coordinator_epoch,
                                            m.transaction_result, wanted) if permitted
                   else dict.fromkeys(wanted, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
         markers.append({"producer_id": m.producer_id, "topics": by_topic(

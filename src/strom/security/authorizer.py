@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from strom.config.repository import ChangeListener
 from strom.controller import znodes
 from strom.controller.store import BadVersion, MetadataStore, NodeExists
-from strom.server.config_repository import ChangeListener
 
 log = logging.getLogger("strom.authorizer")  # Kafka's kafka.authorizer.logger
 

@@ -2,7 +2,7 @@
 
 Like Kafka's processors, a connection handles one request at a time and answers in order:
 frames are read as they arrive (BufferedProtocol, no per-chunk copies), queued, and a worker
-task per connection parses, dispatches to KafkaApis and writes the response. Fetch responses
+task per connection parses, dispatches to the request handler it was given (the broker's KafkaApis) and writes the response. Fetch responses
 send record bytes straight from segment files with sendfile where the event loop can.
 """
 
@@ -18,11 +18,7 @@ from collections import Counter, deque
 from functools import partial
 from typing import Any
 
-from strom.protocol import messages
-from strom.protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrame
-from strom.server.apis import HANDLERS, CloseConnection, RawResponse, RequestContext, supports
-from strom.server.apis.api_versions import API_VERSIONS, unsupported_version_response
-from strom.server.metrics import (
+from strom.metrics.stats import (
     CURRENT_REQUEST,
     LoopIdleSampler,
     RequestMetrics,
@@ -30,8 +26,17 @@ from strom.server.metrics import (
     api_name,
     local_time,
 )
-from strom.server.quotas import ClientQuotas, ConnectionRates
-from strom.server.sasl import (
+from strom.network.quotas import ClientQuotas, ConnectionRates
+from strom.network.request import (
+    API_VERSIONS,
+    CloseConnection,
+    RawResponse,
+    RequestContext,
+    RequestHandler,
+)
+from strom.protocol import messages
+from strom.protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrame
+from strom.security.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     AuthenticationFailed,
@@ -41,7 +46,7 @@ from strom.server.sasl import (
     ScramCredential,
     listener_sasl,
 )
-from strom.server.tls import ANONYMOUS, principal, server_context
+from strom.security.tls import ANONYMOUS, principal, server_context
 
 log = logging.getLogger(__name__)
 # Kafka's kafka.request.logger: one line per request at DEBUG (`--log-level strom.request=DEBUG`).
@@ -302,7 +307,7 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
             return
         header = request.header
-        if not supports(header.api_key, header.api_version):
+        if not self.server.apis.supports(header.api_key, header.api_version):
             self._reject_unsupported(frame, f"api key {header.api_key} v{header.api_version} is not supported")
             return
         if self.sasl is not None and await self._sasl_gate(header, request.body):
@@ -318,7 +323,7 @@ class Connection(asyncio.BufferedProtocol):
         timer = RequestTimer(received, started) if timed else None
         CURRENT_REQUEST.set(timer)
         try:
-            response = await HANDLERS[header.api_key].handler(self.server.broker, ctx, request.body)
+            response = await self.server.apis.handle(ctx, request.body)
         except CloseConnection as e:
             log.info("closing connection from %s: %s", self.peer, e)
             self.close()
@@ -427,7 +432,7 @@ class Connection(asyncio.BufferedProtocol):
         if header is not None and header.api_key == API_VERSIONS:
             log.info("ApiVersions v%d from %s is not supported; answering with v0",
                      header.api_version, self.peer)
-            self.transport.write(messages.encode_response(header, unsupported_version_response(self.server.broker), version=0))
+            self.transport.write(messages.encode_response(header, self.server.apis.unsupported_version_response(), version=0))
             return
         log.warning("closing connection from %s: %s", self.peer, reason)
         self.close()
@@ -535,8 +540,10 @@ class RequestMemory:
 
 
 class SocketServer:
-    def __init__(self, broker: Any, max_request_bytes: int, queued_max_request_bytes: int = -1) -> None:
+    def __init__(self, broker: Any, apis: RequestHandler, max_request_bytes: int,
+                 queued_max_request_bytes: int = -1) -> None:
         self.broker = broker
+        self.apis = apis  # where requests go: the broker's KafkaApis
         self.max_request_bytes = max_request_bytes
         self.request_memory = RequestMemory(queued_max_request_bytes)
         self.servers: list[asyncio.base_events.Server] = []

@@ -47,11 +47,11 @@ from typing import Any
 
 import cramjam
 
+from strom.config.repository import ChangeListener, sanitize
 from strom.controller import znodes
 from strom.controller.admin import read_configs
 from strom.protocol import compression
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.server.config_repository import ChangeListener, sanitize
 
 log = logging.getLogger(__name__)
 

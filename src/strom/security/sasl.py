@@ -27,7 +27,7 @@ from strom.protocol.scram import (
     SCRAM_MECHANISMS,
     ScramCredential,
 )
-from strom.server.tls import client_context
+from strom.security.tls import client_context
 
 SUPPORTED = ("PLAIN", *SCRAM_MECHANISMS, "OAUTHBEARER")
 

@@ -21,8 +21,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
-from strom.server.client_telemetry import PUSH_ERRORS
-from strom.server.metrics import (
+from strom.metrics.client_telemetry import PUSH_ERRORS
+from strom.metrics.stats import (
     PHASES,
     TOPIC_COUNTERS,
     BrokerTopicStats,

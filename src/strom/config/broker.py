@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from strom.config.synonyms import BROKER_SYNONYMS
 from strom.log.cleaner import CleanerConfig
 from strom.log.config import (
     COMPRESSION_TYPES,
@@ -220,7 +221,7 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     # free port, named in the ready line); metrics.host is the address it binds.
     "metrics.port": (int_in(-1, 65535), "-1"),
     "metrics.host": (_str, "127.0.0.1"),
-    # TLS for SSL listeners (server/tls.py), Kafka's names and defaults; stores must be PEM.
+    # TLS for SSL listeners (security/tls.py), Kafka's names and defaults; stores must be PEM.
     "ssl.keystore.type": (_str, "JKS"),
     "ssl.keystore.location": (_optional(_str), None),
     "ssl.keystore.password": (_optional(_str), None),
@@ -236,24 +237,24 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "ssl.cipher.suites": (_str, ""),
     "ssl.protocol": (_str, "TLSv1.3"),
     "ssl.endpoint.identification.algorithm": (_str, "https"),
-    # SASL (server/sasl.py): mechanisms per listener come from
+    # SASL (security/sasl.py): mechanisms per listener come from
     # listener.name.<listener>.<mechanism>.sasl.jaas.config, as Kafka's listener-scoped JAAS.
     "sasl.enabled.mechanisms": (_str, "GSSAPI"),
     "sasl.mechanism.inter.broker.protocol": (_str, "GSSAPI"),
     "sasl.server.max.receive.size": (int_in(1), "524288"),
     "connections.max.reauth.ms": (int_in(0), "0"),
     "connection.failed.authentication.delay.ms": (int_in(0), "100"),
-    # Quotas (server/quotas.py): the rate windows, and the broker-wide connection creation rate.
+    # Quotas (network/quotas.py): the rate windows, and the broker-wide connection creation rate.
     "quota.window.num": (int_in(1), "11"),
     "quota.window.size.seconds": (int_in(1), "1"),
     "max.connection.creation.rate": (int_in(0), "2147483647"),
-    # Delegation tokens (server/delegation_tokens.py): on when a secret is set, as in Kafka.
+    # Delegation tokens (security/delegation_tokens.py): on when a secret is set, as in Kafka.
     "delegation.token.secret.key": (_optional(_str), None),
     "delegation.token.master.key": (_optional(_str), None),  # the secret's deprecated name
     "delegation.token.max.lifetime.ms": (int_in(1), "604800000"),
     "delegation.token.expiry.time.ms": (int_in(1), "86400000"),
     "delegation.token.expiry.check.interval.ms": (int_in(1), "3600000"),
-    # Authorization (server/authorizer.py): empty authorizer.class.name means none, as in Kafka.
+    # Authorization (security/authorizer.py): empty authorizer.class.name means none, as in Kafka.
     "authorizer.class.name": (_str, ""),
     "super.users": (_str, ""),
     "allow.everyone.if.no.acl.found": (_bool, "false"),
@@ -313,7 +314,7 @@ for _key in _KAFKA_INT | _KAFKA_SHORT:
 
 
 def is_kafka_broker_config(key: str) -> bool:
-    from strom.server.kafka_configs import NAMES, PREFIXES
+    from strom.config.kafka_configs import NAMES, PREFIXES
 
     return key in NAMES or key.startswith(PREFIXES)
 
@@ -321,12 +322,10 @@ def is_kafka_broker_config(key: str) -> bool:
 def unknown_key_message(key: str) -> str:
     """Why `key` is refused, with what the user most likely meant: the broker name of a topic
     config (retention.ms -> log.retention.ms), or the nearest known key."""
-    from strom.server.topic_configs import BROKER_SYNONYMS  # it imports this module
-
     if key in BROKER_SYNONYMS:
         return (f"{key!r} is a topic config; the broker's default for every topic is "
                 f"{BROKER_SYNONYMS[key][0]!r}")
-    from strom.server.kafka_configs import NAMES
+    from strom.config.kafka_configs import NAMES
 
     near = difflib.get_close_matches(key, set(DEFINITIONS) | NAMES, n=1, cutoff=0.8)
     return f"unknown config key {key!r}" + (f"; did you mean {near[0]!r}?" if near else "")

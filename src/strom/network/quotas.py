@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 
-from strom.server.config_repository import DEFAULT, sanitize
+from strom.config.repository import DEFAULT, sanitize
 
 CLIENT_KEYS = {"producer_byte_rate": int, "consumer_byte_rate": int, "request_percentage": float,
                "controller_mutation_rate": float}

@@ -142,7 +142,7 @@ def _default_of(topic_config: str, extra: str = "") -> str:
     return f"Broker default of the topic config {topic_config}, for topics that do not set it. {extra}".rstrip()
 
 
-# Broker configs (strom.server.config.DEFINITIONS), as DescribeConfigs reports them for a
+# Broker configs (strom.config.broker.DEFINITIONS), as DescribeConfigs reports them for a
 # BROKER resource.
 BROKER_DOCS: dict[str, str] = {
     # Identity, listeners and storage.

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from strom.config.broker import DEFINITIONS, BrokerConfig, ConfigError
+from strom.config.describe import DYNAMIC_BROKER_CONFIGS, ConfigLayers
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.server.config import DEFINITIONS, BrokerConfig, ConfigError
-from strom.server.topic_configs import DYNAMIC_BROKER_CONFIGS, ConfigLayers
 
 DEFAULT_ENTITY = "<default>"  # Kafka's ZooKeeper name for the cluster-wide default
 

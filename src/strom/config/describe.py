@@ -1,6 +1,6 @@
 """Config descriptions as DescribeConfigs answers them (and CreateTopics v5+ for a new topic):
 every config's effective value, where it comes from (ConfigSource), its synonyms in
-precedence order and, when asked, its documentation (strom.server.config_docs), for topics
+precedence order and, when asked, its documentation (strom.config.docs), for topics
 and for brokers.
 
 Precedence is Kafka's: a topic override (DYNAMIC_TOPIC_CONFIG), then the broker configs that
@@ -14,47 +14,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from strom.config import docs as config_docs
+from strom.config.broker import DEFINITIONS, SENSITIVE
+from strom.config.synonyms import BROKER_SYNONYMS
 from strom.log.config import TOPIC_CONFIG_KEYS, TOPIC_CONFIG_TYPES, LogConfig
-from strom.server import config_docs
-from strom.server.config import DEFINITIONS, SENSITIVE
 
 # ConfigSource
 UNKNOWN, DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 0, 1, 2, 3
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
 # ConfigType (DescribeConfigs v3+)
 BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD = 1, 2, 3, 4, 5, 6, 7, 8, 9
-
-# Topic config -> the broker configs that set its default, highest precedence first.
-BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
-    "segment.bytes": ("log.segment.bytes",),
-    "segment.ms": ("log.roll.ms", "log.roll.hours"),
-    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-    "retention.bytes": ("log.retention.bytes",),
-    "index.interval.bytes": ("log.index.interval.bytes", "index.interval.bytes"),
-    "segment.index.bytes": ("log.index.size.max.bytes",),
-    "max.message.bytes": ("message.max.bytes",),
-    "message.timestamp.type": ("log.message.timestamp.type",),
-    "file.delete.delay.ms": ("log.segment.delete.delay.ms",),
-    "cleanup.policy": ("log.cleanup.policy",),
-    "delete.retention.ms": ("log.cleaner.delete.retention.ms",),
-    "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio",),
-    "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms",),
-    "max.compaction.lag.ms": ("log.cleaner.max.compaction.lag.ms",),
-    "flush.messages": ("log.flush.interval.messages",),
-    "flush.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
-    "min.insync.replicas": ("min.insync.replicas",),
-    "unclean.leader.election.enable": ("unclean.leader.election.enable",),
-    "compression.type": ("compression.type",),
-    "compression.gzip.level": ("compression.gzip.level",),
-    "compression.lz4.level": ("compression.lz4.level",),
-    "compression.zstd.level": ("compression.zstd.level",),
-    "message.timestamp.before.max.ms": ("log.message.timestamp.before.max.ms",),
-    "message.timestamp.after.max.ms": ("log.message.timestamp.after.max.ms",),
-    "segment.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
-    "preallocate": ("log.preallocate",),
-    "local.retention.ms": ("log.local.retention.ms",),
-    "local.retention.bytes": ("log.local.retention.bytes",),
-}
 
 # Broker configs a broker group of synonyms shares (Kafka's brokerConfigSynonyms).
 _BROKER_GROUPS = [

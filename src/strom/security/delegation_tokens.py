@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote, unquote
 
+from strom.config.repository import ChangeListener
 from strom.controller import znodes
 from strom.controller.store import MetadataStore
 from strom.protocol.errors import ErrorCode
@@ -32,7 +33,6 @@ from strom.protocol.scram import (
     salted_password,
     scram_credential,
 )
-from strom.server.config_repository import ChangeListener
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Recording is plain arithmetic on the event loop (counters in dicts, histograms as bucket
 lists): no locks, no metric objects per record. What is state already (partitions, ISRs,
-logs, groups, connections) is not recorded at all: metrics_endpoint.py reads it when
+logs, groups, connections) is not recorded at all: endpoint.py reads it when
 Prometheus scrapes.
 """
 

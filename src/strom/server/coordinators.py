@@ -1,0 +1,89 @@
+"""The broker's group and transaction coordinators and the partitions of their internal topics:
+made and started once the broker knows the cluster (each loads every partition of its topic
+this broker leads), handed a partition of `__consumer_offsets` or `__transaction_state` when
+this broker becomes its leader and relieved of it when leadership leaves (Kafka's
+onLeadershipChange: onElection / onResignation), and the wait every coordinator write ends
+with: acks=all on its internal topic."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
+from strom.coordinator.group import GroupCoordinator, create_group_coordinator
+from strom.coordinator.transaction.coordinator import TransactionCoordinator
+from strom.coordinator.transaction.manager import TransactionStateManager
+from strom.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+
+class Coordinators:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+
+    def start(self) -> tuple[GroupCoordinator, TransactionCoordinator]:
+        """Make both coordinators and load what this broker leads (before it serves); the
+        transaction coordinator finishes the transactions it finds prepared."""
+        broker = self.broker
+        group = create_group_coordinator(broker)
+        group.startup(group.store.load())
+        store = TransactionStateManager(broker.replica_manager,
+                                        lambda: broker.auto_topics.internal_partitions(TRANSACTION_STATE_TOPIC))
+        txn = TransactionCoordinator(store, broker.producer_id_manager.generate, broker.txn_markers.send,
+                                     broker.config["transaction.max.timeout.ms"],
+                                     broker.config["transactional.id.expiration.ms"])
+        txn.startup(txn.store.load())
+        return group, txn
+
+    def shutdown(self) -> None:
+        """Held-back JoinGroup/SyncGroup and transaction waits are answered NOT_COORDINATOR."""
+        if self.broker.group_coordinator is not None:
+            self.broker.group_coordinator.shutdown()
+        if self.broker.txn_coordinator is not None:
+            self.broker.txn_coordinator.shutdown()
+
+    def load(self, topic: str, index: int) -> None:
+        """This broker now leads a partition of an internal topic: its coordinator takes over
+        the groups or transactional ids stored there. (At start-up the coordinators are not
+        running yet and load every led partition themselves.)"""
+        broker = self.broker
+        if topic == GROUP_METADATA_TOPIC and broker.group_coordinator is not None:
+            broker.group_coordinator.startup(broker.group_coordinator.store.load(only=index))
+        elif topic == TRANSACTION_STATE_TOPIC and broker.txn_coordinator is not None:
+            broker.txn_coordinator.startup(broker.txn_coordinator.store.load(only=index))
+
+    def unload(self, topic: str, index: int) -> None:
+        broker = self.broker
+        if topic == GROUP_METADATA_TOPIC and broker.group_coordinator is not None:
+            broker.group_coordinator.unload_partition(index)
+        elif topic == TRANSACTION_STATE_TOPIC and broker.txn_coordinator is not None:
+            broker.txn_coordinator.unload_partition(index)
+
+    async def await_internal_replication(self, topic: str, key: str) -> ErrorCode:
+        """Coordinators write with acks=all: before a commit, a transaction state change or
+        a new producer id is answered, the ISR must have what was written to the key's
+        partition of `topic` (COORDINATOR_NOT_AVAILABLE if not in time, as Kafka answers), and
+        the fsync that flush.messages asks for must be done."""
+        broker = self.broker
+        tp = (topic, partition_for(key, broker.auto_topics.internal_partitions(topic)))
+        partition = broker.replica_manager.get_partition(*tp)
+        if partition is None or not partition.is_leader:
+            return ErrorCode.NOT_COORDINATOR
+        lg, end = partition.log, partition.log.log_end_offset
+        if end - lg.recovery_point >= lg.config.flush_messages:
+            # flush.messages applies to coordinators' writes as to a producer's: the commit is
+            # answered once the fsync its append started is done.
+            try:
+                await broker.log_manager.flusher.wait_durable(lg, end)
+            except OSError as e:
+                log.error("%s-%d: a coordinator write could not be flushed: %s", *tp, e)
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        error = await broker.replica_manager.await_high_watermark(
+            tp, partition.log.log_end_offset, broker.config["offsets.commit.timeout.ms"] / 1000)
+        if error == ErrorCode.NONE:
+            return error
+        log.warning("%s-%d: a coordinator write was not replicated: %s", *tp, error.name)
+        return ErrorCode.NOT_COORDINATOR if error == ErrorCode.NOT_LEADER_OR_FOLLOWER else \
+            ErrorCode.COORDINATOR_NOT_AVAILABLE
