@@ -168,7 +168,8 @@ class Log:
         self.closed = False
         self.offline = False  # its log dir failed: every operation answers KAFKA_STORAGE_ERROR
         self.write_refusal: str | None = None  # its disk is (nearly) full: appends refused, reads served
-        self.append_hook: Callable[[int], None] | None = None  # bytes appended (disk space guard)
+        # (log, bytes appended): the disk space guard, and the flush.ms check's list of logs to look at
+        self.append_hook: Callable[[Log, int], None] | None = None
         self.last_flush_ms = now_ms()  # for flush.ms (Kafka's lastFlushTime)
         self.flush_hook: FlushHook | None = None
         self.io_error_hook: IoErrorHook | None = None
@@ -399,7 +400,7 @@ class Log:
             raise self._io_error(e) from e
         self._log_end_offset = last + 1
         if self.append_hook is not None:
-            self.append_hook(len(records))
+            self.append_hook(self, len(records))
         if leader_epoch > self.leader_epoch_cache.latest_epoch():
             self.leader_epoch_cache.assign(leader_epoch, first)
         if self.flush_hook is not None and last + 1 - self.recovery_point >= config.flush_messages:
@@ -434,7 +435,7 @@ class Log:
             raise self._io_error(e) from e
         self._log_end_offset = last + 1
         if self.append_hook is not None:
-            self.append_hook(len(records))
+            self.append_hook(self, len(records))
         cache = self.leader_epoch_cache
         for _, header in batches:
             if header.partition_leader_epoch > cache.latest_epoch():

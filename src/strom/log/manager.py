@@ -179,6 +179,9 @@ class LogManager:
         self.min_free_bytes = 0  # log.dir.min.free.bytes
         self.low_space_dirs: dict[Path, int] = {}  # dir -> free bytes needed to write again
         self._appended_since_check = 0  # a fast producer may not outrun the periodic check
+        # Logs appended to since they were last seen flushed: what flush.ms looks at, instead
+        # of every log every second.
+        self._unflushed: dict[Log, None] = {}
         self._descriptors_warned = -10.0
         self.dir_failure_listeners: list[Callable[[Path, str], None]] = []
         self.flusher = LogFlusher(self.handle_io_error, now_ms)
@@ -195,6 +198,7 @@ class LogManager:
         # state could land last (a log start offset moving back after DeleteRecords).
         self._checkpoint_locks: dict[str, threading.Lock] = {}
         self._checkpoint_warned: dict[Path, float] = {}
+        self._last_written: dict[Path, dict] = {}  # each checkpoint file's entries, as last written
         self.recovery_threads = recovery_threads  # num.recovery.threads.per.data.dir
         # Flushed ends read at start-up, kept for logs still unread when checkpoints are written.
         self._flushed_ends: dict[TopicPartition, tuple[int, int, int]] = {}
@@ -488,6 +492,12 @@ class LogManager:
         self._dir_of[key] = d
         self._per_dir[d] += 1
 
+    def unflushed_logs(self) -> list[Log]:
+        """Logs with data above their recovery point (forgetting those flushed since)."""
+        for lg in [lg for lg in self._unflushed if lg.closed or lg.offline or lg.unflushed_messages() <= 0]:
+            del self._unflushed[lg]
+        return list(self._unflushed)
+
     def dir_of(self, tp: TopicPartition) -> Path | None:
         return self._dir_of.get(tp)
 
@@ -620,7 +630,8 @@ class LogManager:
             if dd == d and lg is not None:
                 lg.write_refusal = refusal
 
-    def _appended(self, nbytes: int) -> None:
+    def _appended(self, lg: Log, nbytes: int) -> None:
+        self._unflushed[lg] = None
         self._appended_since_check += nbytes
         if self._appended_since_check >= max(SPACE_CHECK_BYTES, self.min_free_bytes // 8):
             self._appended_since_check = 0
@@ -773,8 +784,11 @@ class LogManager:
                     if v is not None:
                         entries[key] = v
             for d, entries in by_dir.items():
+                if self._last_written.get(d / name) == entries:
+                    continue  # unchanged: 100,000 partitions' lines are not rewritten for nothing
                 try:
                     write_checkpoint(d / name, entries)
+                    self._last_written[d / name] = entries
                 except OSError as e:
                     self._checkpoint_failed(d / name, e)
 
@@ -813,8 +827,11 @@ class LogManager:
                     if value is not None:
                         entries[key] = value
             for d, entries in by_dir.items():
+                if self._last_written.get(d / FLUSHED_END_CHECKPOINT) == entries:
+                    continue
                 try:
                     write_flushed_ends(d / FLUSHED_END_CHECKPOINT, entries)
+                    self._last_written[d / FLUSHED_END_CHECKPOINT] = entries
                 except OSError as e:
                     self._checkpoint_failed(d / FLUSHED_END_CHECKPOINT, e)
 

@@ -22,6 +22,7 @@ class MetadataCache:
     def __init__(self, broker_id: int) -> None:
         self.broker_id = broker_id
         self.topics: dict[str, TopicMetadata] = {}
+        self.names_by_id: dict[uuid.UUID, str] = {}  # Fetch v13+ and Metadata v12+ name topics by id
         self.live_brokers: dict[int, BrokerInfo] = {}
         self.controller_id = -1
         self.controller_epoch = -1  # the newest controller heard from (stale ones are refused)
@@ -52,10 +53,15 @@ class MetadataCache:
                 topic.partitions[p.partition_index] = PartitionState(
                     p.leader, p.leader_epoch, list(p.isr), list(p.replicas), p.controller_epoch,
                     p.zk_version)
+            old = self.topics.get(t.topic_name)
+            if old is not None and old is not topic:
+                self.names_by_id.pop(old.topic_id, None)
             if topic.partitions:
                 self.topics[t.topic_name] = topic
+                self.names_by_id[topic.topic_id] = t.topic_name
             else:
                 self.topics.pop(t.topic_name, None)
+                self.names_by_id.pop(topic.topic_id, None)
         self.initialized = True
         self._wake()
         return deleted
@@ -63,7 +69,8 @@ class MetadataCache:
     # -- reads
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
-        return next((t for t in self.topics.values() if t.topic_id == topic_id), None)
+        name = self.names_by_id.get(topic_id)
+        return None if name is None else self.topics.get(name)
 
     def replica_counts(self) -> dict[int, int]:
         """Partition replicas per broker, over every topic known (max.broker.partitions)."""

@@ -79,7 +79,7 @@ class LogServices:
     # -- scheduled work
 
     def _check_flush_ms(self) -> None:
-        self.log_manager.flusher.check_flush_ms([lg for _, lg in self.log_manager.logs()])
+        self.log_manager.flusher.check_flush_ms(self.log_manager.unflushed_logs())
 
     async def checkpoint_recovery_points(self) -> None:
         """Each log's recovery point, after the producer snapshots up to it."""

@@ -49,7 +49,7 @@ class TopicNames:
         self.broker = broker
         self.by_id: dict[uuid.UUID, str] | None = None
         if version >= TOPIC_IDS_FROM:
-            self.by_id = {t.topic_id: name for name, t in broker.metadata_cache.topics.items()}
+            self.by_id = broker.metadata_cache.names_by_id
         self.ids: dict[str, uuid.UUID] = {}
         self.unknown: dict[str, ErrorCode] = {}
 

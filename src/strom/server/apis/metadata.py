@@ -56,7 +56,7 @@ def _requested_names(broker, version: int, request) -> list[str | None] | None:
     """None means every topic; v0 says so with an empty list, later versions with null."""
     if request.topics is None or (version == 0 and not request.topics):
         return None
-    by_id = {t.topic_id: name for name, t in broker.metadata_cache.topics.items()}
+    by_id = broker.metadata_cache.names_by_id
     names = []
     for t in request.topics:
         if t.name is None and getattr(t, "topic_id", None) is not None:
