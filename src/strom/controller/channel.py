@@ -186,50 +186,66 @@ class RequestBatch:
         for broker_id, entries in self.leader_and_isr.items():
             if broker_id not in live:
                 continue
-            topics: dict[str, dict] = {}
-            for (name, index), (topic, state, is_new) in entries.items():
-                entry = topics.setdefault(name, {"topic_name": name, "topic_id": topic.topic_id,
-                                                 "partition_states": []})
-                entry["partition_states"].append({
-                    **_partition_state(state, index), "partition_epoch": state.zk_version,
-                    "adding_replicas": list(state.adding), "removing_replicas": list(state.removing),
-                    "is_new": is_new})
-            leaders = {state.leader for _, state, _ in entries.values() if state.leader in live}
-            channel.send(broker_id, LEADER_AND_ISR, {
-                "controller_id": self.controller_id, "controller_epoch": self.controller_epoch,
-                "broker_epoch": live[broker_id].epoch, "request_type": 0,
-                "topic_states": list(topics.values()),
-                "live_leaders": [_live_leader(live[b], channel.listener) for b in sorted(leaders)]})
+            for chunk in _chunks(list(entries.items())):
+                topics: dict[str, dict] = {}
+                for (name, index), (topic, state, is_new) in chunk:
+                    entry = topics.setdefault(name, {"topic_name": name, "topic_id": topic.topic_id,
+                                                     "partition_states": []})
+                    entry["partition_states"].append({
+                        **_partition_state(state, index), "partition_epoch": state.zk_version,
+                        "adding_replicas": list(state.adding), "removing_replicas": list(state.removing),
+                        "is_new": is_new})
+                leaders = {state.leader for _, (_, state, _) in chunk if state.leader in live}
+                channel.send(broker_id, LEADER_AND_ISR, {
+                    "controller_id": self.controller_id, "controller_epoch": self.controller_epoch,
+                    "broker_epoch": live[broker_id].epoch, "request_type": 0,
+                    "topic_states": list(topics.values()),
+                    "live_leaders": [_live_leader(live[b], channel.listener) for b in sorted(leaders)]})
         if self.update_metadata_partitions:
             self.update_metadata_brokers.update(live)
         if self.update_metadata_brokers:
-            topics = {}
-            for (name, index), (topic, state) in self.update_metadata_partitions.items():
-                entry = topics.setdefault(name, {"topic_name": name, "topic_id": topic.topic_id,
-                                                 "partition_states": []})
-                entry["partition_states"].append({
-                    **_partition_state(state, index), "zk_version": state.zk_version,
-                    "offline_replicas": [r for r in state.replicas if r not in live]})
             brokers = [_live_broker(b) for b in live.values()]
+            requests = []
+            for chunk in _chunks(list(self.update_metadata_partitions.items())) or [[]]:
+                topics = {}
+                for (name, index), (topic, state) in chunk:
+                    entry = topics.setdefault(name, {"topic_name": name, "topic_id": topic.topic_id,
+                                                     "partition_states": []})
+                    entry["partition_states"].append({
+                        **_partition_state(state, index), "zk_version": state.zk_version,
+                        "offline_replicas": [r for r in state.replicas if r not in live]})
+                requests.append(list(topics.values()))
             for broker_id in sorted(self.update_metadata_brokers):
                 if broker_id in live:
-                    channel.send(broker_id, UPDATE_METADATA, {
-                        "controller_id": self.controller_id, "controller_epoch": self.controller_epoch,
-                        "broker_epoch": live[broker_id].epoch, "topic_states": list(topics.values()),
-                        "live_brokers": brokers})
+                    for topic_states in requests:
+                        channel.send(broker_id, UPDATE_METADATA, {
+                            "controller_id": self.controller_id, "controller_epoch": self.controller_epoch,
+                            "broker_epoch": live[broker_id].epoch, "topic_states": topic_states,
+                            "live_brokers": brokers})
         for broker_id, entries in self.stop_replica.items():
             if broker_id not in live:
                 continue
-            topics = {}
-            for (name, index), (epoch, delete) in entries.items():
-                topics.setdefault(name, {"topic_name": name, "partition_states": []})[
-                    "partition_states"].append({"partition_index": index, "leader_epoch": epoch,
-                                                "delete_partition": delete})
             callback = stop_replica_callback(broker_id) if stop_replica_callback else None
-            channel.send(broker_id, STOP_REPLICA, {
-                "controller_id": self.controller_id, "controller_epoch": self.controller_epoch,
-                "broker_epoch": live[broker_id].epoch, "topic_states": list(topics.values())},
-                callback)
+            for chunk in _chunks(list(entries.items())):
+                topics = {}
+                for (name, index), (epoch, delete) in chunk:
+                    topics.setdefault(name, {"topic_name": name, "partition_states": []})[
+                        "partition_states"].append({"partition_index": index, "leader_epoch": epoch,
+                                                    "delete_partition": delete})
+                channel.send(broker_id, STOP_REPLICA, {
+                    "controller_id": self.controller_id, "controller_epoch": self.controller_epoch,
+                    "broker_epoch": live[broker_id].epoch, "topic_states": list(topics.values())},
+                    callback)
+
+
+# Partitions per LeaderAndIsr / UpdateMetadata / StopReplica: a broker decodes and applies one
+# request in one go, so a change of 100,000 partitions goes as many requests, each a bounded
+# piece of work on the receiving broker's loop (Kafka sends one; its handlers are threads).
+MAX_PARTITIONS_PER_REQUEST = 2000
+
+
+def _chunks(items: list, size: int = MAX_PARTITIONS_PER_REQUEST) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
 
 
 def _live_leader(broker: BrokerInfo, listener: str) -> dict:
