@@ -270,6 +270,85 @@ def scenario(partitions: int, env: dict[str, str]) -> dict:
     return out
 
 
+def cluster_scenario(partitions: int) -> dict:
+    """Three brokers on a ZooKeeper, `partitions` partitions with RF=3 (topics of at most
+    10,000): creation until every broker's Metadata shows every leader; controller failover
+    (kill -9 of the controller until a survivor's Metadata names a live new controller and
+    every partition led by a live broker, and how much of that is past the session timeout); the
+    killed broker started again until it is back in the ISR of all its partitions; controlled
+    shutdown (SIGTERM) of a broker that leads about a third, until the process has exited."""
+    from cluster import metadata  # benchmarks/cluster.py: the cluster benchmark's helpers
+    from strom.testing import Cluster
+    from strom.zookeeper_server import ZooKeeperServer
+
+    topics = topic_names(partitions)
+    session_ms = 4000
+    overrides = {"max.broker.partitions": str(partitions + 1000), "num.partitions": "1",
+                 "offsets.topic.num.partitions": "6", "transaction.state.log.num.partitions": "6"}
+    out: dict = {"partitions": partitions, "replication_factor": 3, "session_timeout_ms": session_ms}
+
+    def views(client) -> dict[str, dict[int, tuple[int, list[int], list[int]]]]:
+        return {t.name: {p.partition_index: (p.leader_id, list(p.replica_nodes), list(p.isr_nodes))
+                         for p in t.partitions}
+                for t in metadata(client, [t for t, _ in topics]).topics if t.error_code == 0}
+
+    def led_by(client, alive: set[int]) -> bool:
+        v = views(client)
+        return sum(len(x) for x in v.values()) == partitions and all(
+            leader in alive for parts in v.values() for leader, _, _ in parts.values())
+
+    with ZooKeeperServer(fsync=False) as zk, Cluster(3, zookeeper=zk, overrides=overrides,
+                                                    session_timeout_ms=session_ms) as cluster:
+        clients = {i: Connection("127.0.0.1", b.port, timeout_s=600) for i, b in cluster.brokers.items()}
+        try:
+            started = time.monotonic()
+            controller = clients[cluster.controller_id()]
+            for name, n in topics:
+                controller.call(CREATE_TOPICS, 4, {"topics": [{"name": name, "num_partitions": n,
+                                                                "replication_factor": 3, "assignments": [],
+                                                                "configs": []}],
+                                                    "timeout_ms": 600_000, "validate_only": False})
+            for client in clients.values():
+                wait_until(lambda c=client: led_by(c, {1, 2, 3}), 1800)
+            elapsed = time.monotonic() - started
+            out["create"] = {"all_brokers_s": round(elapsed, 2), "partitions_per_s": round(partitions / elapsed),
+                             "replicas_per_s": round(3 * partitions / elapsed)}
+            out["rss_mb"] = {i: round(rss_mb(b.proc.pid), 1) for i, b in cluster.brokers.items()}
+
+            old = cluster.controller_id()
+            survivors = {i: c for i, c in clients.items() if i != old}
+            started = time.monotonic()
+            cluster.brokers[old].kill()
+            clients.pop(old).close()
+            first = wait_until(lambda: any(metadata(c, []).controller_id in survivors for c in survivors.values()), 600)
+            led = wait_until(lambda: all(led_by(c, set(survivors)) for c in survivors.values()), 1800)
+            out["controller_failover"] = {"new_controller_s": round(first, 2),
+                                          "past_session_timeout_s": round(first - session_ms / 1000, 2),
+                                          "all_led_again_s": round(first + led, 2)}
+
+            started = time.monotonic()
+            cluster.brokers[old].start(timeout=900)
+            clients[old] = Connection("127.0.0.1", cluster.brokers[old].port, timeout_s=600)
+            ready = time.monotonic() - started
+            some = next(iter(survivors.values()))
+            wait_until(lambda: all(sorted(isr) == sorted(replicas) for parts in views(some).values()
+                                   for _, replicas, isr in parts.values()), 1800)
+            out["restart_rejoin"] = {"port_ready_s": round(ready, 2),
+                                     "in_every_isr_s": round(time.monotonic() - started, 2)}
+
+            leaders = [leader for parts in views(some).values() for leader, _, _ in parts.values()]
+            target = max((i for i in clients if i != cluster.controller_id()), key=leaders.count)
+            out["controlled_shutdown"] = {"broker_led": leaders.count(target)}
+            clients.pop(target).close()
+            started = time.monotonic()
+            assert cluster.brokers[target].stop(timeout=900) == 0
+            out["controlled_shutdown"]["stopped_s"] = round(time.monotonic() - started, 2)
+        finally:
+            for client in clients.values():
+                client.close()
+    return out
+
+
 def table(results: dict) -> str:
     rows = [
         ("creation, partitions/s", lambda r: r["create"]["partitions_per_s"]),
@@ -305,11 +384,13 @@ def main() -> None:
         probe_main(sys.argv[2], sys.argv[3])
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--partitions", type=int, nargs="+", default=[1000, 10_000])
+    parser.add_argument("--partitions", type=int, nargs="*", default=[1000, 10_000])
     parser.add_argument("--baseline-src", type=Path, help="another checkout's src/ to compare with")
     parser.add_argument("--skip-baseline-above", type=int, default=None,
                         help="run the baseline only up to this many partitions")
     parser.add_argument("--table", action="store_true", help="also print a Markdown table")
+    parser.add_argument("--cluster", type=int, nargs="*", default=[],
+                        help="also run the three-broker scenario (RF=3) at these partition counts")
     args = parser.parse_args()
     runs = {"strom": {}}
     if args.baseline_src:
@@ -324,8 +405,12 @@ def main() -> None:
                 env["PYTHONPATH"] = str(args.baseline_src.resolve())
             print(f"{label}: {n} partitions", file=sys.stderr)
             runs[label][n] = scenario(n, env)
+    clusters = {}
+    for n in args.cluster:  # this checkout only: the three-broker run is long enough once
+        print(f"strom: cluster of {n} partitions", file=sys.stderr)
+        clusters[n] = cluster_scenario(n)
     result = {"cpus": os.cpu_count(), "load_at_start": round(load, 2), "python": sys.version.split()[0],
-              "results": runs}
+              "results": runs, "clusters": clusters}
     print(json.dumps(result, indent=1))
     if args.table:
         print(table(runs))

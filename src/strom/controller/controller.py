@@ -438,15 +438,14 @@ class KafkaController:
     async def _write_states(self, creates, updates) -> None:
         """Record new leader/ISR states, fenced by the controller epoch; updates are
         conditional on the state's version (partition epoch). Sets each new zk_version."""
-        ops: list = [Create(znodes.partition_state_path(t.name, i), s.encode()) for t, i, s in creates]
-        ops += [SetData(znodes.partition_state_path(t.name, i), s.encode(), s.zk_version)
+        ops: list = [(Create(znodes.partition_state_path(t.name, i), s.encode()), s, 0) for t, i, s in creates]
+        ops += [(SetData(znodes.partition_state_path(t.name, i), s.encode(), s.zk_version), s, s.zk_version + 1)
                 for t, i, s in updates]
         for start in range(0, len(ops), _MULTI_CHUNK):
-            await self._fenced_multi(ops[start:start + _MULTI_CHUNK])
-        for _, _, s in creates:
-            s.zk_version = 0
-        for _, _, s in updates:
-            s.zk_version += 1
+            chunk = ops[start:start + _MULTI_CHUNK]
+            await self._fenced_multi([op for op, _, _ in chunk])
+            for _, state, version in chunk:  # written: a later chunk's failure leaves these written
+                state.zk_version = version
 
     async def _fenced_multi(self, ops: list) -> None:
         fence = Check(znodes.CONTROLLER_EPOCH, self.ctx.epoch_zk_version)
@@ -625,16 +624,53 @@ class KafkaController:
         if sender is None or 0 <= request.broker_epoch != sender.epoch:
             return {"throttle_time_ms": 0, "error_code": ErrorCode.STALE_BROKER_EPOCH, "topics": []}
         batch = self._batch()
-        topics = []
-        for t in request.topics:
-            answers = []
-            for p in t.partitions:
-                answers.append(await self._alter_one(batch, request.broker_id, t.topic_name, p))
-            topics.append({"topic_name": t.topic_name, "partitions": answers})
+        checked = [(t.topic_name, p, self._check_alter(request.broker_id, t.topic_name, p))
+                   for t in request.topics for p in t.partitions]
+        accepted = [(self.ctx.topics[name], p.partition_index, new)
+                    for name, p, (answer, new) in checked if new is not None]
+        failed = await self._write_isr_changes(accepted)
+        answers: dict[str, list[dict]] = {}
+        for name, p, (answer, new) in checked:
+            if new is not None and (name, p.partition_index) in failed:
+                answer["error_code"] = ErrorCode.INVALID_UPDATE_VERSION
+            elif new is not None:
+                topic = self.ctx.topics[name]
+                topic.partitions[p.partition_index] = new
+                batch.add_update_metadata([], [(topic, p.partition_index, new)])
+                if new.adding or new.removing:
+                    await self._maybe_complete_reassignment(batch, topic, p.partition_index)
+                    new = topic.partitions[p.partition_index]
+                answer.update(leader_id=new.leader, leader_epoch=new.leader_epoch, isr=list(new.isr),
+                              partition_epoch=new.zk_version)
+            answers.setdefault(name, []).append(answer)
+        if accepted:
+            log.info("ISR changes of %d partitions from broker %d%s", len(accepted) - len(failed),
+                     request.broker_id, "" if len(accepted) > 1 else
+                     f": {accepted[0][0].name}-{accepted[0][1]} ISR {accepted[0][2].isr}")
         self._send(batch)
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "topics": topics}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+                "topics": [{"topic_name": name, "partitions": ps} for name, ps in answers.items()]}
 
-    async def _alter_one(self, batch: RequestBatch, leader: int, name: str, p) -> dict:
+    async def _write_isr_changes(self, accepted: list) -> set[tuple[str, int]]:
+        """Write the new states together; where a conditional write fails (a state changed
+        under it), each of that chunk is tried alone. Returns the partitions not written."""
+        try:
+            await self._write_states([], accepted)
+            return set()
+        except BadVersion:
+            pass
+        failed = set()
+        for topic, index, new in accepted:
+            if new.zk_version != topic.partitions[index].zk_version:
+                continue  # written by a chunk that went through before the failing one
+            try:
+                await self._write_states([], [(topic, index, new)])
+            except BadVersion:
+                failed.add((topic.name, index))
+        return failed
+
+    def _check_alter(self, leader: int, name: str, p) -> tuple[dict, PartitionState | None]:
+        """The answer to one partition of an AlterPartition, and the state to write if valid."""
         topic = self.ctx.topics.get(name)
         state = topic.partitions.get(p.partition_index) if topic is not None else None
         answer = {"partition_index": p.partition_index, "error_code": ErrorCode.NONE,
@@ -657,21 +693,8 @@ class KafkaController:
         if answer["error_code"] != ErrorCode.NONE:
             log.info("AlterPartition for %s-%d from broker %d refused: %s", name, p.partition_index,
                      leader, ErrorCode(answer["error_code"]).name)
-            return answer
-        new = replace(state, isr=new_isr, controller_epoch=self.ctx.epoch)
-        try:
-            await self._write_states([], [(topic, p.partition_index, new)])
-        except BadVersion:
-            answer["error_code"] = ErrorCode.INVALID_UPDATE_VERSION
-            return answer
-        topic.partitions[p.partition_index] = new
-        batch.add_update_metadata([], [(topic, p.partition_index, new)])
-        log.info("ISR of %s-%d: %s -> %s", name, p.partition_index, state.isr, new_isr)
-        if new.adding or new.removing:
-            await self._maybe_complete_reassignment(batch, topic, p.partition_index)
-            new = topic.partitions[p.partition_index]
-        return {**answer, "leader_id": new.leader, "leader_epoch": new.leader_epoch, "isr": new_isr,
-                "partition_epoch": new.zk_version}
+            return answer, None
+        return answer, replace(state, isr=new_isr, controller_epoch=self.ctx.epoch)
 
     # -- controlled shutdown (handleControlledShutdownRequest) -----------------------------------
 
