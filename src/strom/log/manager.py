@@ -775,14 +775,17 @@ class LogManager:
         thread: it works on snapshots of the log tables."""
         lock = self._checkpoint_locks.setdefault(name, threading.Lock())
         with lock:
-            logs, dir_of = list(self._logs.items()), dict(self._dir_of)
-            by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.live_dirs}
-            for key, lg in logs:
-                entries = by_dir.get(dir_of.get(key))
-                if entries is not None:
-                    v = value(key, lg)
-                    if v is not None:
-                        entries[key] = v
+            logs, dir_of, live = list(self._logs.items()), dict(self._dir_of), self.live_dirs
+            if len(live) == 1 and len(self.log_dirs) == 1:  # the common case, in one pass
+                by_dir = {live[0]: {key: v for key, lg in logs if (v := value(key, lg)) is not None}}
+            else:
+                by_dir = {d: {} for d in live}
+                for key, lg in logs:
+                    entries = by_dir.get(dir_of.get(key))
+                    if entries is not None:
+                        v = value(key, lg)
+                        if v is not None:
+                            entries[key] = v
             for d, entries in by_dir.items():
                 if self._last_written.get(d / name) == entries:
                     continue  # unchanged: 100,000 partitions' lines are not rewritten for nothing
