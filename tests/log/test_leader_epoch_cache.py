@@ -91,3 +91,40 @@ def test_follower_append_keeps_offsets_and_epochs(open_log):
     assert read_header(data, 0).partition_leader_epoch == 1
     with pytest.raises(OffsetOutOfRangeError):
         follower.append_as_follower(bytearray(data))  # below its log end: refused
+
+
+def test_deferred_writes_are_batched_and_a_flush_makes_them_durable(tmp_path, monkeypatch):
+    """With a defer hook (a broker's log manager), a change only marks the cache; the hook's
+    batch writes the file without an fsync, and Log.flush fsyncs it before the recovery point
+    moves past the epoch's batches."""
+    import asyncio
+    import os
+
+    from strom.log import LogConfig, LogManager
+
+    fsynced: list[str] = []  # the paths of what was fsynced
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: fsynced.append(os.readlink(f"/proc/self/fd/{fd}")) or real_fsync(fd))
+
+    async def run() -> None:
+        manager = LogManager([tmp_path / "d"], LogConfig())
+        manager.startup(0)
+        logs = await manager.get_or_create_logs([(("t", p), LogConfig()) for p in range(20)])
+        for lg in logs.values():
+            lg.leader_epoch_cache.assign(3, 0)
+            assert lg.leader_epoch_cache.dirty  # nothing written yet: the loop has not turned
+        fsynced.clear()
+        await manager.write_pending_epochs()
+        assert not fsynced  # written as a batch, no fsync per file
+        for lg in logs.values():
+            assert LeaderEpochCache(lg.dir).entries == [EpochEntry(3, 0)]
+        lg = logs[("t", 0)]
+        lg.append(batch(2), leader_epoch=3)
+        lg.flush()
+        # The flush made the epoch file durable (under its temporary name, before the rename),
+        # and the directory holding its new name, besides the segment.
+        assert any(f.endswith("leader-epoch-checkpoint.tmp") for f in fsynced), fsynced
+        assert str(lg.dir) in fsynced and any(f.endswith(".log") for f in fsynced)
+        manager.shutdown()
+
+    asyncio.run(run())

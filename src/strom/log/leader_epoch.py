@@ -108,9 +108,12 @@ class LeaderEpochCache:
         Entries at or past `start_offset` (a truncation not yet seen) give way."""
         if epoch < 0 or (self.entries and epoch <= self.entries[-1].epoch):
             return
-        while self.entries and self.entries[-1].start_offset >= start_offset:
-            self.entries.pop()
-        self.entries.append(EpochEntry(epoch, start_offset))
+        kept = len(self.entries)
+        while kept and self.entries[kept - 1].start_offset >= start_offset:
+            kept -= 1
+        # One assignment of a new list: a writer thread copying the entries sees the old list
+        # or the new one, never a state in between.
+        self.entries = [*self.entries[:kept], EpochEntry(epoch, start_offset)]
         if persist:
             self._persist()
 
