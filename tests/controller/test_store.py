@@ -93,6 +93,17 @@ def test_get_set_create_delete_children(store: Any) -> None:
     assert store.get("/empty") == (None, 0)
 
 
+def test_get_many_reads_every_node_in_order(store: Any) -> None:
+    with store.batch():
+        for i in range(2500):  # more than one pipelined round of reads
+            if i % 7:
+                store.create(f"/brokers/topics/t/partitions/{i}/state", {"leader": i})
+    paths = [f"/brokers/topics/t/partitions/{i}/state" for i in range(2500)]
+    got = store.get_many(paths)
+    assert got == [None if i % 7 == 0 else ({"leader": i}, 0) for i in range(2500)]
+    assert store.get_many([]) == []
+
+
 def test_values_round_trip(store: Any) -> None:
     for i, value in enumerate([1, "text", [1, 2], {"a": {"b": None}}, True, 2.5, "ünïcode"]):
         store.set(f"/v/{i}", value)

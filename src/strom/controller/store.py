@@ -87,6 +87,7 @@ class Watch(Protocol):
 class MetadataStore(Protocol):
     def get(self, path: str) -> tuple[Any, int] | None: ...
     def get_stat(self, path: str) -> tuple[Any, Stat] | None: ...
+    def get_many(self, paths: list[str]) -> list[tuple[Any, int] | None]: ...
     def children(self, path: str) -> list[str]: ...
     def create(self, path: str, data: Any = None, *, ephemeral: bool = False,
                sequential: bool = False) -> str: ...
@@ -234,6 +235,9 @@ class LocalMetadataStore:
         with self._lock:
             node = self._nodes.get(path)
             return None if node is None else (node["data"], node["version"])
+
+    def get_many(self, paths: list[str]) -> list[tuple[Any, int] | None]:
+        return [self.get(path) for path in paths]
 
     def get_stat(self, path: str) -> tuple[Any, Stat] | None:
         with self._lock:

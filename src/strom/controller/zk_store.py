@@ -83,6 +83,8 @@ def _mapped(path: str) -> Iterator[None]:
         raise StoreUnavailable(f"ZooKeeper unavailable ({type(e).__name__}) at {path}") from e
 
 
+GET_MANY_IN_FLIGHT = 1000  # reads sent before waiting for their answers
+
 # What only the broker's own ZooKeeper user may read under zookeeper.set.acl (Kafka's
 # sensitive root paths: SCRAM credentials, dynamic broker configs with their passwords, tokens).
 SENSITIVE_PATHS = (znodes.CONFIG_USERS, znodes.CONFIG_BROKERS, znodes.TOKENS)
@@ -241,6 +243,23 @@ class ZooKeeperMetadataStore:
             except NoNodeError:
                 return None
         return decode(raw), Stat(stat.version, stat.czxid, stat.ephemeralOwner)
+
+    def get_many(self, paths: list[str]) -> list[tuple[Any, int] | None]:
+        """`get` of many nodes, pipelined: up to GET_MANY_IN_FLIGHT requests on the wire at
+        once instead of one round trip each (a failover reads 100,000 partition states)."""
+        out: list[tuple[Any, int] | None] = []
+        for start in range(0, len(paths), GET_MANY_IN_FLIGHT):
+            chunk = paths[start:start + GET_MANY_IN_FLIGHT]
+            with self._op(chunk[0] if chunk else "/"):
+                pending = [self._client.get_async(self._full(path)) for path in chunk]
+                for result in pending:
+                    try:
+                        raw, stat = result.get()
+                    except NoNodeError:
+                        out.append(None)
+                        continue
+                    out.append((decode(raw), stat.version))
+        return out
 
     def children(self, path: str) -> list[str]:
         with self._op(path):
