@@ -10,7 +10,8 @@ import threading
 import pytest
 from confluent_kafka import Producer
 
-from strom.testing import Cluster, RawClient, consume_all, unique_name
+from strom.client import Connection
+from strom.testing import Cluster, consume_all, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
 from .test_cluster import partition_view
@@ -45,7 +46,7 @@ def test_ten_thousand_partitions_elected_and_moved_under_load(cluster):
     topic = unique_name("many")
     cid = cluster.controller_id()
     controller = cluster.brokers[cid]
-    with RawClient(controller) as client:
+    with Connection("127.0.0.1", controller.port, timeout_s=600) as client:
         body = client.call(CREATE_TOPICS, 5, {"topics": [{
             "name": topic, "num_partitions": PARTITIONS, "replication_factor": 2, "assignments": [],
             "configs": [{"name": "min.insync.replicas", "value": "1"}]}], "timeout_ms": 300_000,
@@ -101,7 +102,7 @@ def test_ten_thousand_partitions_elected_and_moved_under_load(cluster):
 
         # Moves: every partition's replicas reversed, then the preferred leader elected everywhere.
         before = view(cluster, cid, topic)
-        with RawClient(controller) as client:
+        with Connection("127.0.0.1", controller.port, timeout_s=600) as client:
             response = client.call(ALTER_REASSIGNMENTS, 0, {"timeout_ms": 300_000, "topics": [
                 {"name": topic, "partitions": [{"partition_index": p, "replicas": list(reversed(replicas))}
                                                for p, (_, replicas, _) in before.items()]}]})
