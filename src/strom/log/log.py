@@ -157,6 +157,9 @@ class Log:
         self._epoch_cache: LeaderEpochCache | None = None
         self._epoch_defer: Callable[[LeaderEpochCache], None] | None = None
         self._new = False  # its directory was made just now: it has no epoch file to read
+        # Its directory, once read, ended elsewhere than the checkpoint said (changed offline):
+        # whoever keeps a high watermark for it must look again.
+        self.end_corrected = False
         self.log_start_offset = log_start_offset
         self._log_end_offset = log_end_offset
         self.recovery_point = recovery_point
@@ -237,6 +240,7 @@ class Log:
                             self.name, end, self._log_end_offset)
                 self._log_end_offset = end
                 self.recovery_point = min(self.recovery_point, end)
+                self.end_corrected = True
             self.log_start_offset = min(max(self.log_start_offset, segments[0].base_offset), end)
             self._loaded_segments = segments
             self._check_epoch_cache(None)

@@ -155,6 +155,10 @@ class ReplicaManager:
         """After start-up: read lazily opened logs and the producer state of every partition
         in a worker thread, a batch at a time, before clients or timers need them."""
         await self.log_manager.load_in_background(batch)
+        for i, partition in enumerate(list(self.partitions.values())):
+            self._check_corrected_end(partition)
+            if i % 5000 == 4999:
+                await asyncio.sleep(0)
         pending = [p for p in self.partitions.values() if not p.producer_state_loaded]
 
         def load(partitions: list[Partition]) -> None:
@@ -167,6 +171,17 @@ class ReplicaManager:
 
         for start in range(0, len(pending), batch):
             await asyncio.to_thread(load, pending[start:start + batch])
+
+    def _check_corrected_end(self, partition: Partition) -> None:
+        """A lazily opened log found to end elsewhere than checkpointed: its high watermark
+        is held to the real end, and a leader's may move up to it."""
+        log_ = partition.log
+        if not log_.end_corrected:
+            return
+        log_.end_corrected = False
+        partition.high_watermark = min(partition.high_watermark, log_.log_end_offset)
+        if partition.is_leader and partition.maybe_increment_high_watermark():
+            self.high_watermark_moved((partition.topic, partition.index))
 
     def high_watermark_moved(self, tp: TopicPartition) -> None:
         self.fetch_purgatory.wake(tp)
@@ -341,6 +356,9 @@ class ReplicaManager:
         if epoch_error != ErrorCode.NONE:
             return ReadResult(epoch_error)
         log_ = partition.log
+        if not log_.loaded:  # the first read of a lazily opened log, before the background load
+            log_.load()
+            self._check_corrected_end(partition)
         if replica_id >= 0 and last_fetched_epoch >= 0:
             # KIP-320: the follower's last epoch ends earlier here, or is unknown: it must
             # truncate before it may append more.
