@@ -58,6 +58,18 @@ def test_unreachable_broker_is_one_line(command):
         "Error: cannot connect to 127.0.0.1:1: connection refused"
 
 
+def test_version():
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and re.fullmatch(r"strom \d+\.\d+\.\d+\S*\n", result.output), result.output
+
+
+def test_a_listener_port_out_of_range_is_named():
+    assert fails("serve", "--override", "listeners=PLAINTEXT://127.0.0.1:99999", code=2) == \
+        "strom: invalid value for listeners: 'PLAINTEXT://127.0.0.1:99999': port 99999 is out of range (0-65535)"
+    assert "not of the form NAME://host:port" in fails(
+        "serve", "--override", "listeners=PLAINTEXT:/127.0.0.1:9092", code=2)
+
+
 def test_wrong_command_lines_exit_2(cli_broker):
     for value in ("localhost", "host:port", "127.0.0.1:70000", ","):
         assert "--bootstrap-server" in fails("topics", "list", "--bootstrap-server", value, code=2)

@@ -1,0 +1,74 @@
+"""What every part of Strom's suite shares.
+
+- Clients a test leaves open are closed when it ends. A confluent-kafka producer or consumer
+  that outlives its test keeps reconnecting to a broker that has gone, and librdkafka prints a
+  FAIL line for each attempt into whatever test runs next: every Producer and Consumer made
+  while a test runs is closed (queued records purged first) once the test is over.
+- The `slow` marker (`scripts/test -m "not slow"`, the quick inner loop) is set here on the
+  modules that take the longest, and a parallel run (pytest-xdist, `--dist loadfile`) starts
+  them first, so that no long module is left to run alone at the end.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+
+import confluent_kafka
+import pytest
+
+from strom.testing import close_client
+
+# --- clients left open ---------------------------------------------------------------------------
+_opened: weakref.WeakSet = weakref.WeakSet()  # weak: a test may drop a client on purpose
+
+
+class _ClosedAfterTheTest:
+    """Mixed into confluent-kafka's Producer and Consumer: remembers each instance made."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        _opened.add(self)
+
+
+class Producer(_ClosedAfterTheTest, confluent_kafka.Producer):
+    pass
+
+
+class Consumer(_ClosedAfterTheTest, confluent_kafka.Consumer):
+    pass
+
+
+# Before any test module imports them (this conftest is loaded first).
+confluent_kafka.Producer, confluent_kafka.Consumer = Producer, Consumer
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    _opened.clear()  # made by fixtures: theirs to close
+    try:
+        return (yield)
+    finally:
+        for client in list(_opened):
+            close_client(client)
+        _opened.clear()
+
+
+# --- slow modules, and the order a parallel run starts them in ----------------------------------
+# Longest first (measured with --durations). `-m "not slow"` leaves these out.
+SLOW: tuple[str, ...] = ()
+
+
+def _slow_rank(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    for rank, prefix in enumerate(SLOW):
+        if path.startswith(prefix):
+            return rank
+    return len(SLOW)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _slow_rank(item) < len(SLOW):
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=_slow_rank)  # stable: within a rank, modules and tests keep their order
