@@ -4,6 +4,9 @@
   that outlives its test keeps reconnecting to a broker that has gone, and librdkafka prints a
   FAIL line for each attempt into whatever test runs next: every Producer and Consumer made
   while a test runs is closed (queued records purged first) once the test is over.
+- Ctrl-C reaches the commands tests start. A suite started in the background (`scripts/test &`,
+  nohup, some CI runners) inherits SIGINT ignored, and so would every process it starts: a
+  test's SIGINT to `strom consume` would then do nothing, and the test would hang.
 - The `slow` marker (`scripts/test -m "not slow"`, the quick inner loop) is set here on the
   modules that take the longest, and a parallel run (pytest-xdist, `--dist loadfile`) starts
   them first, so that no long module is left to run alone at the end.
@@ -11,6 +14,7 @@
 
 from __future__ import annotations
 
+import signal
 import weakref
 from collections.abc import Iterator
 
@@ -18,6 +22,10 @@ import confluent_kafka
 import pytest
 
 from strom.testing import close_client
+
+# Handlers are reset to the default at exec; an ignored signal stays ignored.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # --- clients left open ---------------------------------------------------------------------------
 _opened: weakref.WeakSet = weakref.WeakSet()  # weak: a test may drop a client on purpose
