@@ -270,9 +270,11 @@ def test_delete_topic_while_a_replica_is_down(cluster):
     assert cluster.zk().exists(f"/admin/delete_topics/{topic}") is not None, "deletion waits for it"
     down.start()
     cluster.wait_for(lambda: topic_dirs(down, topic) == [], 30, "the returning broker's logs deleted")
-    cluster.wait_for(lambda: cluster.zk().exists(f"/brokers/topics/{topic}") is None, 30,
-                     "the topic gone from ZooKeeper")
-    assert cluster.zk().exists(f"/admin/delete_topics/{topic}") is None
+    # The controller removes the topic's znodes one after another, as Kafka's does, the
+    # deletion marker last: once it is gone, the topic is.
+    cluster.wait_for(lambda: cluster.zk().exists(f"/admin/delete_topics/{topic}") is None, 30,
+                     "the deletion marker gone from ZooKeeper")
+    assert cluster.zk().exists(f"/brokers/topics/{topic}") is None
     assert partition_view(down, topic) == {}
 
 
