@@ -9,7 +9,10 @@
   test's SIGINT to `strom consume` would then do nothing, and the test would hang.
 - The `slow` marker (`scripts/test -m "not slow"`, the quick inner loop) is set here on the
   modules that take the longest, and a parallel run (pytest-xdist, `--dist loadfile`) starts
-  them first, so that no long module is left to run alone at the end.
+  them first, so that no long module is left to run alone at the end. Such a run keeps a
+  module on one worker (its tests share brokers and clusters), and the modules of a folder in
+  TOGETHER on one worker too: the Spark tests, each worker of which would start a JVM of its
+  own, and the power cuts.
 """
 
 from __future__ import annotations
@@ -75,6 +78,24 @@ def _slow_rank(item: pytest.Item) -> int:
     return len(SLOW)
 
 
+TOGETHER = ("tests/spark/", "tests/powerloss/")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """--dist loadfile, with each folder of TOGETHER one unit of work."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduler(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((folder for folder in TOGETHER if path.startswith(folder)), path)
+
+    return Scheduler(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if _slow_rank(item) < len(SLOW):
