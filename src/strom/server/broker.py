@@ -298,7 +298,8 @@ class Broker:
                     await asyncio.sleep(backoff)
                 else:  # the controller is gone (stopping too, say): ask its successor once known
                     await self.metadata_cache.wait_for(
-                        lambda: self.metadata_cache.controller_id not in (unreachable, -1), backoff)
+                        lambda gone=unreachable: self.metadata_cache.controller_id not in (gone, -1),
+                        backoff)
         log.warning("controlled shutdown incomplete after %d retries; shutting down anyway", retries)
 
     # --- the metadata store ------------------------------------------------------------------
