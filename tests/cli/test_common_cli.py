@@ -70,6 +70,16 @@ def test_a_listener_port_out_of_range_is_named():
         "serve", "--override", "listeners=PLAINTEXT:/127.0.0.1:9092", code=2)
 
 
+def test_cluster_up_refuses_a_zookeeper_port_in_use(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = fails("cluster", "up", "--zookeeper-port", str(port), "--data-dir", str(tmp_path / "c"))
+    assert line == (f"strom: port {port} is in use (a ZooKeeper already running?): --zookeeper "
+                    f"127.0.0.1:{port} joins it, --zookeeper-port 0 picks a free port")
+
+
 def test_wrong_command_lines_exit_2(cli_broker):
     for value in ("localhost", "host:port", "127.0.0.1:70000", ","):
         assert "--bootstrap-server" in fails("topics", "list", "--bootstrap-server", value, code=2)
