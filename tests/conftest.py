@@ -10,9 +10,9 @@
 - The `slow` marker (`scripts/test -m "not slow"`, the quick inner loop) is set here on the
   modules that take the longest, and a parallel run (pytest-xdist, `--dist loadfile`) starts
   them first, so that no long module is left to run alone at the end. Such a run keeps a
-  module on one worker (its tests share brokers and clusters), and the modules of a folder in
-  TOGETHER on one worker too: the Spark tests, each worker of which would start a JVM of its
-  own, and the power cuts.
+  module on one worker (its tests share brokers and clusters), and the modules of each group
+  in TOGETHER on one worker too: those that run Spark, which would otherwise start a JVM on
+  each of several workers at once, and the power cuts.
 """
 
 from __future__ import annotations
@@ -66,8 +66,27 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 # --- slow modules, and the order a parallel run starts them in ----------------------------------
-# Longest first (measured with --durations). `-m "not slow"` leaves these out.
-SLOW: tuple[str, ...] = ()
+# Longest first, as measured (`--durations=0` of a whole run; seconds on a busy 2-core machine).
+# `-m "not slow"` leaves these out.
+SLOW: tuple[str, ...] = (
+    "tests/spark/",                                  # 590 s, with the two below: one worker
+    "tests/test_readme.py",                          # 185 (its PySpark section)
+    "tests/integration/test_secure_walkthrough.py",  # 144 (its PySpark client)
+    "tests/integration/test_partition_scale.py",     # 360
+    "tests/cli/test_produce_consume_cli.py",         # 250
+    "tests/cli/test_reassign_cli.py",                # 232
+    "tests/cli/test_offsets_cli.py",                 # 95
+    "tests/raft/test_simulation.py",                 # 167
+    "tests/cluster/test_cluster.py",                 # 152
+    "tests/server/test_hardening.py",                # 130
+    "tests/integration/test_transactions_copier.py", # 129
+    "tests/cli/test_topics_cli.py",                  # 121
+    "tests/powerloss/",                              # 120
+    "tests/integration/test_tls_failures.py",        # 118
+    "tests/server/test_hardening_storage.py",        # 107
+    "tests/cluster/",                                # 480, the other modules
+    "tests/server/test_fuzz.py",                     # 81
+)
 
 
 def _slow_rank(item: pytest.Item) -> int:
@@ -78,11 +97,14 @@ def _slow_rank(item: pytest.Item) -> int:
     return len(SLOW)
 
 
-TOGETHER = ("tests/spark/", "tests/powerloss/")
+TOGETHER = {
+    "spark": ("tests/spark/", "tests/test_readme.py", "tests/integration/test_secure_walkthrough.py"),
+    "powerloss": ("tests/powerloss/",),
+}
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """--dist loadfile, with each folder of TOGETHER one unit of work."""
+    """--dist loadfile, with each group of TOGETHER one unit of work."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -90,7 +112,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     class Scheduler(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return next((folder for folder in TOGETHER if path.startswith(folder)), path)
+            return next((group for group, prefixes in TOGETHER.items() if path.startswith(prefixes)), path)
 
     return Scheduler(config, log)
 
