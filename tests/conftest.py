@@ -103,6 +103,7 @@ TOGETHER = {
 }
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: none without it (-p no:xdist)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """--dist loadfile, with each group of TOGETHER one unit of work."""
     if config.getoption("dist") != "loadfile":
