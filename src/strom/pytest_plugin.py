@@ -5,19 +5,26 @@ can ask for `strom_broker`: a real `strom serve` process on 127.0.0.1 with an ep
 and a temporary data directory, started once per session (no JVM, no container: it is ready
 in a fraction of a second) and stopped at the end. Any Kafka client connects to
 `strom_broker.bootstrap`. Override the `strom_broker_config` fixture to pass broker configs
-(Kafka's names), e.g. `{"num.partitions": "3"}`.
+(Kafka's names), e.g. `{"num.partitions": "3"}`; like the broker it configures, the override
+is session-scoped (`@pytest.fixture(scope="session")`).
 """
 
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
-from strom.client import Connection
-from strom.testing import BrokerProcess
+with warnings.catch_warnings():
+    # kafka-python 3 reads each protocol schema it defines through importlib.resources'
+    # deprecated read_text, when its modules are first imported: some 300 DeprecationWarnings,
+    # none of them about the project whose tests use this plugin.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from strom.client import Connection
+    from strom.testing import BrokerProcess
 
 CREATE_TOPICS = 19
 TOPIC_ALREADY_EXISTS = 36
@@ -57,7 +64,9 @@ class StromBroker:
 
 @pytest.fixture(scope="session")
 def strom_broker_config() -> dict[str, str]:
-    """Broker configs for `strom_broker` (override this fixture to change them)."""
+    """Broker configs for `strom_broker`. Override it in a conftest.py, session-scoped as the
+    broker is: `@pytest.fixture(scope="session")` over a function returning Kafka config names
+    and values."""
     return {}
 
 

@@ -22,7 +22,8 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,10 +32,11 @@ from strom.client import Connection
 from strom.zookeeper_server import ZooKeeperServer
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer, KafkaError, Message
+    from confluent_kafka import Consumer, KafkaError, Message, Producer
     from kazoo.client import KazooClient
 
 T = TypeVar("T")
+C = TypeVar("C")
 
 _READY = re.compile(r"ready on (?P<listeners>\S+?)(?:,| \()")
 _METRICS = re.compile(r"metrics on (?P<url>\S+)")
@@ -429,6 +431,27 @@ def metric_value(samples: dict[tuple[str, frozenset], float], name: str, **label
     return samples[key]
 
 
+def close_client(client: Producer | Consumer) -> None:
+    """Close a confluent-kafka producer or consumer at once: a producer's unsent records are
+    purged first (its close() would otherwise wait up to message.timeout.ms for them, after a
+    failed test say). Closing twice is harmless."""
+    try:
+        if hasattr(client, "purge"):
+            client.purge()
+        client.close()
+    except RuntimeError:  # closed already
+        pass
+
+
+@contextmanager
+def closing(client: C) -> Iterator[C]:
+    """`with closing(Producer(...)) as producer:`, closed by close_client whatever happens."""
+    try:
+        yield client
+    finally:
+        close_client(client)
+
+
 def produce_acked(bootstrap: str, topic: str, values: Iterable[bytes], *, partition: int = 0,
                   batch_each: bool = False, **conf: Any) -> list[int]:
     """Produce `values` to one partition with an idempotent producer and return the offsets
@@ -436,7 +459,6 @@ def produce_acked(bootstrap: str, topic: str, values: Iterable[bytes], *, partit
     record per batch (a flush after each)."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, **conf})
     offsets: list[int] = []
     failures: list = []
 
@@ -444,12 +466,13 @@ def produce_acked(bootstrap: str, topic: str, values: Iterable[bytes], *, partit
         (failures.append(err) if err else offsets.append(msg.offset()))
 
     count = 0
-    for value in values:
-        producer.produce(topic, value, partition=partition, on_delivery=done)
-        count += 1
-        if batch_each:
-            producer.flush(30)
-    assert producer.flush(30) == 0, "records left unacknowledged"
+    with closing(Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, **conf})) as producer:
+        for value in values:
+            producer.produce(topic, value, partition=partition, on_delivery=done)
+            count += 1
+            if batch_each:
+                producer.flush(30)
+        assert producer.flush(30) == 0, "records left unacknowledged"
     assert not failures, failures
     assert len(offsets) == count
     return offsets

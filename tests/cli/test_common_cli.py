@@ -58,6 +58,28 @@ def test_unreachable_broker_is_one_line(command):
         "Error: cannot connect to 127.0.0.1:1: connection refused"
 
 
+def test_version():
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and re.fullmatch(r"strom \d+\.\d+\.\d+\S*\n", result.output), result.output
+
+
+def test_a_listener_port_out_of_range_is_named():
+    assert fails("serve", "--override", "listeners=PLAINTEXT://127.0.0.1:99999", code=2) == \
+        "strom: invalid value for listeners: 'PLAINTEXT://127.0.0.1:99999': port 99999 is out of range (0-65535)"
+    assert "not of the form NAME://host:port" in fails(
+        "serve", "--override", "listeners=PLAINTEXT:/127.0.0.1:9092", code=2)
+
+
+def test_cluster_up_refuses_a_zookeeper_port_in_use(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = fails("cluster", "up", "--zookeeper-port", str(port), "--data-dir", str(tmp_path / "c"))
+    assert line == (f"strom: port {port} is in use (a ZooKeeper already running?): --zookeeper "
+                    f"127.0.0.1:{port} joins it, --zookeeper-port 0 picks a free port")
+
+
 def test_wrong_command_lines_exit_2(cli_broker):
     for value in ("localhost", "host:port", "127.0.0.1:70000", ","):
         assert "--bootstrap-server" in fails("topics", "list", "--bootstrap-server", value, code=2)

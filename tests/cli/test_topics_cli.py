@@ -12,7 +12,7 @@ import pytest
 from strom.testing import BrokerProcess, Cluster, unique_name
 from strom.zookeeper_server import ZooKeeperServer
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(180)  # a hang guard: many `strom` subprocesses per test
 
 
 def strom_topics(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
@@ -108,6 +108,35 @@ def test_failures(broker):
     assert ok(bootstrap, "delete", missing, "--if-exists") == ""
     assert missing not in ok(bootstrap, "list")  # describe and list never auto-create
     assert "cannot connect to 127.0.0.1:1" in fails("127.0.0.1:1", "list")
+
+
+def test_kafka_topics_command_lines(broker, tmp_path):
+    """kafka-topics.sh's lines as scripts have them: the action as a flag anywhere, the topic as
+    --topic, --config, --command-config."""
+    bootstrap = broker.bootstrap
+    topic, other = unique_name("kafka-style"), unique_name("kafka-style-2")
+    assert ok(bootstrap, "--create", "--topic", topic, "--partitions", "3", "--replication-factor", "1",
+              "--config", "retention.ms=3600000") == f"Created topic {topic}.\n"
+    assert ok(bootstrap, "create", "--topic", other) == f"Created topic {other}.\n"
+    assert topic in ok(bootstrap, "--list").splitlines()
+    assert ok(bootstrap, "--list", "--topic", topic) == f"{topic}\n"
+    head = ok(bootstrap, "--describe", "--topic", topic).splitlines()[0]
+    assert (fields(head)["PartitionCount"], fields(head)["Configs"]) == ("3", "retention.ms=3600000")
+    assert fields(ok(bootstrap, "describe", other).splitlines()[0])["Topic"] == other
+    assert ok(bootstrap, "--alter", "--topic", topic, "--partitions", "4") == f"Topic {topic} now has 4 partitions.\n"
+    assert sorted(partitions(ok(bootstrap, "describe", "--topic", topic))) == [(topic, p) for p in range(4)]
+    props = tmp_path / "admin.properties"
+    props.write_text(f"bootstrap.servers={bootstrap}\n")
+    done = subprocess.run([sys.executable, "-m", "strom", "topics", "--command-config", str(props),
+                           "--delete", "--topic", topic, "--topic", other], capture_output=True,
+                          text=True, timeout=45)
+    assert (done.returncode, done.stdout) == (0, f"Deleted topic {topic}.\nDeleted topic {other}.\n"), done
+    assert not {topic, other} & set(ok(bootstrap, "list").splitlines())
+    # Wrong lines are still refused as such (exit 2), in kafka-topics' form too.
+    assert "only one of --create" in fails(bootstrap, "--create", "--delete", "--topic", topic, code=2)
+    assert "name one topic" in fails(bootstrap, "--create", "--partitions", "1", code=2)
+    assert "one topic at a time" in fails(bootstrap, "create", topic, "--topic", other, code=2)
+    assert "name the topics to delete" in fails(bootstrap, "--delete", code=2)
 
 
 def test_help_shows_examples():

@@ -99,6 +99,7 @@ def test_one_controller_and_failover_after_kill(cluster):
     assert cluster.controller_id() == second
 
 
+@pytest.mark.shares_cluster
 def test_stale_controller_and_broker_epochs_are_refused(cluster):
     topic = unique_name("fenced")
     create(cluster, topic, 1, 3)
@@ -181,6 +182,7 @@ def _create_with_aiokafka(bootstrap: str, topic: str) -> None:
     asyncio.run(run())
 
 
+@pytest.mark.shares_cluster
 @pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
 def test_create_topic_rf3_with_each_client(cluster, client):
     topic = unique_name(f"rf3-{client}")
@@ -268,12 +270,15 @@ def test_delete_topic_while_a_replica_is_down(cluster):
     assert cluster.zk().exists(f"/admin/delete_topics/{topic}") is not None, "deletion waits for it"
     down.start()
     cluster.wait_for(lambda: topic_dirs(down, topic) == [], 30, "the returning broker's logs deleted")
-    cluster.wait_for(lambda: cluster.zk().exists(f"/brokers/topics/{topic}") is None, 30,
-                     "the topic gone from ZooKeeper")
-    assert cluster.zk().exists(f"/admin/delete_topics/{topic}") is None
+    # The controller removes the topic's znodes one after another, as Kafka's does, the
+    # deletion marker last: once it is gone, the topic is.
+    cluster.wait_for(lambda: cluster.zk().exists(f"/admin/delete_topics/{topic}") is None, 30,
+                     "the deletion marker gone from ZooKeeper")
+    assert cluster.zk().exists(f"/brokers/topics/{topic}") is None
     assert partition_view(down, topic) == {}
 
 
+@pytest.mark.shares_cluster
 def test_create_partitions_reach_every_broker(cluster):
     topic = unique_name("grow")
     create(cluster, topic, 3, 2)
@@ -285,6 +290,7 @@ def test_create_partitions_reach_every_broker(cluster):
     assert all(len(replicas) == 2 and leader >= 0 for leader, replicas, _ in view.values())
 
 
+@pytest.mark.shares_cluster
 def test_auto_created_topic_uses_default_replication_factor(cluster):
     topic = unique_name("auto")
     producer = Producer({"bootstrap.servers": cluster.bootstrap})
@@ -308,6 +314,7 @@ def _describe(broker, resource_type: int, name: str, key: str) -> tuple[str | No
     return entry.value, entry.config_source
 
 
+@pytest.mark.shares_cluster
 def test_config_altered_on_one_broker_is_seen_on_another(cluster):
     topic = unique_name("configs")
     create(cluster, topic, 1, 3)
@@ -331,6 +338,7 @@ def test_config_altered_on_one_broker_is_seen_on_another(cluster):
     assert changes and all(c.startswith("config_change_") for c in changes)
 
 
+@pytest.mark.shares_cluster
 def test_producer_ids_are_unique_across_the_cluster(cluster):
     ids = []
     for broker in cluster.brokers.values():
@@ -346,6 +354,7 @@ def test_producer_ids_are_unique_across_the_cluster(cluster):
     assert block["block_end"] >= max(ids)
 
 
+@pytest.mark.shares_cluster
 def test_zookeeper_layout(cluster):
     zk = cluster.zk()
     assert json.loads(zk.get("/cluster/id")[0])["id"]
@@ -359,6 +368,7 @@ def test_zookeeper_layout(cluster):
         assert zk.exists(path) is not None, path
 
 
+@pytest.mark.shares_cluster
 def test_group_coordination_on_the_cluster(cluster):
     """__consumer_offsets is created with RF=3 across the brokers; a group commits and reads
     back its offsets through whichever broker coordinates it."""
@@ -386,6 +396,7 @@ def test_group_coordination_on_the_cluster(cluster):
     assert len(view) == 6 and all(len(v[1]) == 3 for v in view.values())
 
 
+@pytest.mark.shares_cluster
 def test_features_are_finalized_by_the_controller_and_seen_by_every_broker(cluster):
     """/feature is written by the controller alone (others say NOT_CONTROLLER, as ZooKeeper-
     mode Kafka brokers do) and every broker reports what it holds, with its epoch."""

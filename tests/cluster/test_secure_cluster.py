@@ -22,9 +22,10 @@ JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required userna
         'password="broker-secret" user_broker="broker-secret" user_admin="admin-secret" user_alice="alice-secret";')
 
 
-@pytest.fixture
-def cluster(zookeeper, tmp_path):
-    pki = make_pki(tmp_path)
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    """One cluster for the module: its tests add users, ACLs and tokens, and stop no broker."""
+    pki = make_pki(tmp_path_factory.mktemp("pki"))
     overrides = {**CLUSTER_OVERRIDES, "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
                  "inter.broker.listener.name": "SASL_SSL", "sasl.mechanism.inter.broker.protocol": "PLAIN",
                  "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",

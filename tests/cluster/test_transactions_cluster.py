@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from integration.test_transactions_v2 import Tv2Producer
@@ -40,6 +41,7 @@ def transactional(cluster: Cluster, txn_id: str) -> Producer:
     return producer
 
 
+@pytest.mark.shares_cluster
 def test_commit_and_abort_across_leaders(cluster):
     topic = unique_name("txn-spread")
     create(cluster, topic, 3, 3)
@@ -94,6 +96,7 @@ def test_transactions_go_on_after_the_coordinator_dies(cluster):
     assert sorted(values) == sorted([b"before-%d" % i for i in range(10)] + [b"after-%d" % i for i in range(10)])
 
 
+@pytest.mark.shares_cluster
 def test_a_tv2_producer_whose_coordinator_is_another_broker(cluster):
     """Produce v12 to leaders that are not the transaction coordinator: each leader adds its
     partition to the transaction over AddPartitionsToTxn v5, and the bumped-epoch markers

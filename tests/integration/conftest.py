@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient
 from strom.protocol import messages, records
 from strom.testing import (
     BrokerProcess,
+    closing,
     consume_until,
     create_topic,
     make_pki,
@@ -140,20 +141,20 @@ def ck_produce(bootstrap: str, topic: str, records: Iterable[Rec], **conf) -> li
     """Produce with confluent-kafka, flush, and return the delivery reports in produce order;
     fails the test on any delivery error."""
     reports: dict[int, tuple[object, Message]] = {}  # reports come per partition, not in order
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, **conf})
-    # Learn the topic's partitions first: records produced before librdkafka knows them wait
-    # unassigned, and once flush() has begun, librdkafka sends them as they are assigned, one
-    # batch each, which breaks tests that expect a single batch (linger.ms=30000).
-    producer.list_topics(topic, timeout=10)
-    for i, r in enumerate(records):
-        extra = {}
-        if r.partition is not None:
-            extra["partition"] = r.partition
-        if r.timestamp is not None:
-            extra["timestamp"] = r.timestamp
-        producer.produce(topic, value=r.value, key=r.key, headers=list(r.headers) or None,
-                         on_delivery=lambda err, msg, i=i: reports.__setitem__(i, (err, msg)), **extra)
-    assert producer.flush(30) == 0, "messages still queued after 30 s"
+    with closing(Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, **conf})) as producer:
+        # Learn the topic's partitions first: records produced before librdkafka knows them wait
+        # unassigned, and once flush() has begun, librdkafka sends them as they are assigned, one
+        # batch each, which breaks tests that expect a single batch (linger.ms=30000).
+        producer.list_topics(topic, timeout=10)
+        for i, r in enumerate(records):
+            extra = {}
+            if r.partition is not None:
+                extra["partition"] = r.partition
+            if r.timestamp is not None:
+                extra["timestamp"] = r.timestamp
+            producer.produce(topic, value=r.value, key=r.key, headers=list(r.headers) or None,
+                             on_delivery=lambda err, msg, i=i: reports.__setitem__(i, (err, msg)), **extra)
+        assert producer.flush(30) == 0, "messages still queued after 30 s"
     errors = [str(err) for err, _ in reports.values() if err is not None]
     assert not errors, errors
     assert len(reports) == i + 1

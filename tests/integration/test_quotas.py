@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Producer
 
 from strom.client import Connection
 from strom.protocol.errors import ErrorCode
-from strom.testing import BrokerProcess, create_topic, unique_name, wait_for
+from strom.testing import BrokerProcess, closing, create_topic, unique_name, wait_for
 
 
 def strom(*args: str) -> subprocess.CompletedProcess:
@@ -35,13 +35,13 @@ def broker():
 
 def produce(broker, topic: str, client_id: str, count: int, size: int) -> list[int]:
     throttles: list[int] = []
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": client_id, "linger.ms": 50,
-                         "throttle_cb": lambda event: throttles.append(event.throttle_time)})
-    for i in range(count):
-        producer.produce(topic, key=str(i).encode(), value=bytes([i % 256]) * size)
-        producer.poll(0)
-    assert producer.flush(120) == 0
-    producer.poll(0.5)
+    with closing(Producer({"bootstrap.servers": broker.bootstrap, "client.id": client_id, "linger.ms": 50,
+                           "throttle_cb": lambda event: throttles.append(event.throttle_time)})) as producer:
+        for i in range(count):
+            producer.produce(topic, key=str(i).encode(), value=bytes([i % 256]) * size)
+            producer.poll(0)
+        assert producer.flush(120) == 0
+        producer.poll(0.5)
     return throttles
 
 
@@ -51,13 +51,12 @@ def test_a_producer_over_its_byte_rate_is_throttled(broker):
     assert produce(broker, topic, "unlimited", 20, 10_000) == []  # no quota: never held
     slow = produce(broker, topic, "slow-producer", 30, 10_000)
     assert slow and max(slow) > 0  # 300 KB at 50 KB/s: told to wait
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique_name("g"),
-                         "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
     got = []
-    wait_for(lambda: got.extend(m for m in consumer.consume(100, 0.5) if not m.error()) or len(got) >= 50,
-             timeout=60, what="every record")
-    consumer.close()
+    with Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique_name("g"),
+                   "auto.offset.reset": "earliest"}) as consumer:
+        consumer.subscribe([topic])
+        wait_for(lambda: got.extend(m for m in consumer.consume(100, 0.5) if not m.error()) or len(got) >= 50,
+                 timeout=60, what="every record")
     assert sorted(int(m.key()) for m in got[20:]) == list(range(30))
 
 
@@ -66,15 +65,14 @@ def test_a_consumer_over_its_byte_rate_is_throttled_and_reads_everything(broker)
     create_topic(broker.bootstrap, topic)
     produce(broker, topic, "unlimited", 30, 10_000)
     throttles: list[int] = []
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique_name("g"),
-                         "client.id": "slow-consumer", "auto.offset.reset": "earliest",
-                         "fetch.max.bytes": 1_100_000, "max.partition.fetch.bytes": 100_000,
-                         "throttle_cb": lambda event: throttles.append(event.throttle_time)})
-    consumer.subscribe([topic])
     got = []
-    wait_for(lambda: got.extend(m for m in consumer.consume(100, 0.5) if not m.error()) or len(got) >= 30,
-             timeout=90, what="every record through the quota")
-    consumer.close()
+    with Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique_name("g"),
+                   "client.id": "slow-consumer", "auto.offset.reset": "earliest",
+                   "fetch.max.bytes": 1_100_000, "max.partition.fetch.bytes": 100_000,
+                   "throttle_cb": lambda event: throttles.append(event.throttle_time)}) as consumer:
+        consumer.subscribe([topic])
+        wait_for(lambda: got.extend(m for m in consumer.consume(100, 0.5) if not m.error()) or len(got) >= 30,
+                 timeout=90, what="every record through the quota")
     assert [int(m.key()) for m in got] == list(range(30))
     assert throttles and max(throttles) > 0
 

@@ -64,7 +64,7 @@ def assert_serving_and_quiet(proc: BrokerProcess) -> None:
     struct.pack(">i", 8) + struct.pack(">hhi", 0, 99, 1),  # Produce v99
     struct.pack(">i", -5),  # a negative size
     struct.pack(">i", 2 << 20) + b"\0" * 64,  # over socket.request.max.bytes
-])
+], ids=["garbage", "unknown-api-key", "produce-v99", "negative-size", "too-large"])  # the same in every worker
 def test_bad_frames_close_the_connection(lone_broker, payload):
     with connect(lone_broker) as sock:
         sock.sendall(payload)

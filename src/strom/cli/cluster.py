@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -88,8 +89,8 @@ def _parse_override(ctx: click.Context, param: click.Parameter,
               help="Brokers' data in DIR/broker-<id>, ZooKeeper's in DIR/zookeeper.")
 @click.option("--zookeeper", "zookeeper_connect", metavar="HOST:PORT[/CHROOT]",
               help=f"Use this ZooKeeper instead of starting one (chroot {DEFAULT_CHROOT} if none given).")
-@click.option("--zookeeper-port", default=0, show_default=True, type=click.IntRange(0, 65535),
-              help="Port of the ZooKeeper started here (0: any free port).")
+@click.option("--zookeeper-port", default=2181, show_default=True, type=click.IntRange(0, 65535),
+              help="Port of the ZooKeeper started here, ZooKeeper's own default (0: any free port).")
 @click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
               callback=_parse_override, help="A broker config for every broker (repeatable).")
 def up(brokers: int, base_port: int, data_dir: Path, zookeeper_connect: str | None,
@@ -106,6 +107,11 @@ def up(brokers: int, base_port: int, data_dir: Path, zookeeper_connect: str | No
         problem = zookeeper_available()
         if problem:
             click.echo(f"strom: {problem}", err=True)
+            sys.exit(1)
+        if zookeeper_port and not _port_free(zookeeper_port):
+            click.echo(f"strom: port {zookeeper_port} is in use (a ZooKeeper already running?): "
+                       f"--zookeeper 127.0.0.1:{zookeeper_port} joins it, --zookeeper-port 0 picks "
+                       "a free port", err=True)
             sys.exit(1)
         zookeeper = ZooKeeperServer(data_dir / "zookeeper", port=zookeeper_port)
         try:
@@ -147,6 +153,18 @@ def up(brokers: int, base_port: int, data_dir: Path, zookeeper_connect: str | No
         if zookeeper is not None:
             zookeeper.stop()
     sys.exit(code)
+
+
+def _port_free(port: int) -> bool:
+    """Whether 127.0.0.1:`port` can be bound (else ZooKeeper would fail to, and another server
+    answering there could pass for it)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT is no obstacle
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _wait_ready(brokers: list[_Broker], stopping: threading.Event,

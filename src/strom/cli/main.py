@@ -39,6 +39,7 @@ class _LazyGroup(click.Group):
 
 
 @click.group(cls=_LazyGroup)
+@click.version_option(package_name="strom", prog_name="strom", message="%(prog)s %(version)s")
 def main() -> None:
     """Strom: a Kafka-compatible commit log.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import sys
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -68,14 +69,60 @@ def _config_option(ctx: click.Context, param: click.Parameter,
     return {k: v.strip() for k, v in parse_key_values(values, "--config").items()}
 
 
-@click.group(cls=Group)
+# kafka-topics.sh names its action with a flag anywhere on the line (`--create --topic orders`);
+# Strom's subcommands take the same options, so the flag just picks the subcommand.
+ACTION_FLAGS = {"--create": "create", "--list": "list", "--describe": "describe",
+                "--alter": "alter", "--delete": "delete"}
+
+
+class TopicsGroup(Group):
+    """`strom topics SUBCOMMAND ...`, or kafka-topics.sh's `strom topics --ACTION ...`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        flags = [a for a in args if a in ACTION_FLAGS]
+        if flags and not (args and args[0] in self.commands):
+            if len(flags) > 1:
+                raise click.UsageError(f"only one of {', '.join(ACTION_FLAGS)} may be given", ctx)
+            rest = list(args)
+            rest.remove(flags[0])
+            args = [ACTION_FLAGS[flags[0]], *rest]
+        return super().parse_args(ctx, args)
+
+
+def one_topic(argument: str | None, option: tuple[str, ...]) -> str:
+    """The topic a command acts on, given as an argument (`create orders`) or as kafka-topics.sh
+    has it (`create --topic orders`)."""
+    names = list(dict.fromkeys([*([argument] if argument else []), *option]))
+    if len(names) != 1:
+        raise click.UsageError("name one topic: TOPIC or --topic TOPIC" if not names
+                               else f"one topic at a time, got {', '.join(names)}")
+    return names[0]
+
+
+def topic_option(text: str) -> Callable[[Callable], Callable]:
+    return click.option("--topic", "topic_options", multiple=True, metavar="TOPIC", help=text)
+
+
+@click.group(cls=TopicsGroup)
 def topics() -> None:
-    """Create, list, describe, alter and delete topics (like kafka-topics.sh)."""
+    """Create, list, describe, alter and delete topics (like kafka-topics.sh).
+
+    kafka-topics.sh's command lines work as they are: `--create`, `--list`, `--describe`,
+    `--alter` or `--delete` anywhere on the line stands for the subcommand, and every
+    subcommand takes the topic as `--topic TOPIC`.
+
+    \b
+    Examples:
+      strom topics create orders --partitions 3
+      strom topics --create --topic orders --partitions 3 --replication-factor 1
+      strom topics --describe --topic orders --bootstrap-server 127.0.0.1:9092
+    """
 
 
 @topics.command()
 @client_options()
-@click.argument("topic")
+@click.argument("topic", required=False)
+@topic_option("The topic to create (instead of the TOPIC argument).")
 @click.option("--partitions", type=int, default=-1,
               help="Number of partitions (default: the broker's num.partitions).")
 @click.option("--replication-factor", type=int, default=-1,
@@ -86,15 +133,18 @@ def topics() -> None:
               help="Brokers of each partition: partitions separated by commas, replicas by colons "
                    "(instead of --partitions and --replication-factor).")
 @click.option("--if-not-exists", is_flag=True, help="Succeed quietly if the topic exists.")
-def create(client: ClientSettings, topic: str, partitions: int, replication_factor: int,
-           configs: dict[str, str], assignment: list[list[int]] | None, if_not_exists: bool) -> None:
+def create(client: ClientSettings, topic: str | None, topic_options: tuple[str, ...], partitions: int,
+           replication_factor: int, configs: dict[str, str], assignment: list[list[int]] | None,
+           if_not_exists: bool) -> None:
     """Create a topic.
 
     \b
     Example:
       strom topics create orders --partitions 6 --replication-factor 3 --config retention.ms=86400000
       strom topics create pinned --replica-assignment 1:2:3,2:3:1
+      strom topics --create --topic orders --partitions 6    # as kafka-topics.sh
     """
+    topic = one_topic(topic, topic_options)
     if assignment is not None and (partitions != -1 or replication_factor != -1):
         raise click.UsageError("--replica-assignment cannot be used with --partitions or "
                                "--replication-factor")
@@ -117,8 +167,9 @@ def create(client: ClientSettings, topic: str, partitions: int, replication_fact
 
 @topics.command("list")
 @client_options()
+@topic_option("Only this topic, if it exists (repeatable).")
 @click.option("--exclude-internal", is_flag=True, help="Leave out internal topics (__consumer_offsets, ...).")
-def list_topics(client: ClientSettings, exclude_internal: bool) -> None:
+def list_topics(client: ClientSettings, topic_options: tuple[str, ...], exclude_internal: bool) -> None:
     """The topics of the cluster, one per line.
 
     \b
@@ -127,7 +178,7 @@ def list_topics(client: ClientSettings, exclude_internal: bool) -> None:
     """
     cluster = Cluster(client)
     try:
-        body = cluster.metadata(None)
+        body = cluster.metadata(sorted(set(topic_options)) if topic_options else None)
     finally:
         cluster.close()
     for t in sorted(body.topics, key=lambda t: t.name):
@@ -157,14 +208,15 @@ def _topic_configs(cluster: Cluster, names: list[str]) -> dict[str, list[str]]:
 
 @topics.command()
 @client_options()
+@click.argument("arguments", metavar="[TOPIC]...", nargs=-1)
 @click.option("--topic", "names", multiple=True, help="Only this topic (repeatable; default: all).")
 @click.option("--exclude-internal", is_flag=True, help="Leave out internal topics.")
 @click.option("--under-replicated-partitions", "under_replicated", is_flag=True,
               help="Only partitions whose ISR is smaller than their replica list.")
 @click.option("--unavailable-partitions", "unavailable", is_flag=True,
               help="Only partitions without a leader, or whose leader is not a live broker.")
-def describe(client: ClientSettings, names: tuple[str, ...], exclude_internal: bool,
-             under_replicated: bool, unavailable: bool) -> None:
+def describe(client: ClientSettings, arguments: tuple[str, ...], names: tuple[str, ...],
+             exclude_internal: bool, under_replicated: bool, unavailable: bool) -> None:
     """Partitions, leaders, replicas and ISR of topics, in kafka-topics.sh's format.
 
     With --under-replicated-partitions or --unavailable-partitions only the matching
@@ -175,6 +227,7 @@ def describe(client: ClientSettings, names: tuple[str, ...], exclude_internal: b
       strom topics describe --topic orders
       strom topics describe --under-replicated-partitions
     """
+    names = (*arguments, *names)
     cluster = Cluster(client)
     try:
         body = cluster.metadata(sorted(set(names)) if names else None)
@@ -212,16 +265,20 @@ def describe(client: ClientSettings, names: tuple[str, ...], exclude_internal: b
 
 @topics.command()
 @client_options()
-@click.argument("topic")
+@click.argument("topic", required=False)
+@topic_option("The topic to alter (instead of the TOPIC argument).")
 @click.option("--partitions", type=int, required=True, help="The new, larger number of partitions.")
 @click.option("--if-exists", is_flag=True, help="Succeed quietly if the topic does not exist.")
-def alter(client: ClientSettings, topic: str, partitions: int, if_exists: bool) -> None:
+def alter(client: ClientSettings, topic: str | None, topic_options: tuple[str, ...], partitions: int,
+          if_exists: bool) -> None:
     """Add partitions to a topic (their number can only grow).
 
     \b
     Example:
       strom topics alter orders --partitions 12
+      strom topics --alter --topic orders --partitions 12    # as kafka-topics.sh
     """
+    topic = one_topic(topic, topic_options)
     cluster = Cluster(client)
     try:
         entry = cluster.at_controller(CREATE_PARTITIONS, 2, {
@@ -238,15 +295,21 @@ def alter(client: ClientSettings, topic: str, partitions: int, if_exists: bool) 
 
 @topics.command()
 @client_options()
-@click.argument("names", metavar="TOPIC...", nargs=-1, required=True)
+@click.argument("arguments", metavar="[TOPIC]...", nargs=-1)
+@topic_option("A topic to delete (repeatable; instead of or beside TOPIC arguments).")
 @click.option("--if-exists", is_flag=True, help="Skip topics that do not exist.")
-def delete(client: ClientSettings, names: tuple[str, ...], if_exists: bool) -> None:
+def delete(client: ClientSettings, arguments: tuple[str, ...], topic_options: tuple[str, ...],
+           if_exists: bool) -> None:
     """Delete topics with all their data.
 
     \b
     Example:
       strom topics delete orders payments
+      strom topics --delete --topic orders    # as kafka-topics.sh
     """
+    names = (*arguments, *topic_options)
+    if not names:
+        raise click.UsageError("name the topics to delete: TOPIC... or --topic TOPIC")
     cluster = Cluster(client)
     failed = False
     try:

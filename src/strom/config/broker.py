@@ -63,8 +63,10 @@ def parse_listeners(text: str) -> list[Listener]:
     listeners = []
     for item in filter(None, (s.strip() for s in text.split(","))):
         match = _LISTENER.match(item)
-        if not match or int(match["port"]) > 65535:
+        if not match:
             raise ConfigError(f"{item!r} is not of the form NAME://host:port")
+        if int(match["port"]) > 65535:
+            raise ConfigError(f"{item!r}: port {match['port']} is out of range (0-65535)")
         listeners.append(Listener(match["name"].upper(), match["host"].strip("[]"), int(match["port"])))
     names = [listener.name for listener in listeners]
     if len(set(names)) != len(names):

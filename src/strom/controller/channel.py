@@ -97,6 +97,7 @@ class _BrokerSender:
 
     def stop(self) -> None:
         self.task.cancel()
+        self.idle.set()  # the broker left: what is queued for it is dropped, not waited for
         if self.conn is not None:
             self.conn.close()
 

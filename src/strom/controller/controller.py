@@ -730,9 +730,12 @@ class KafkaController:
             if topic.partitions[index].leader != broker_id:
                 batch.add_stop_replica(broker_id, topic.name, index, -1, False)
         self._send(batch)
+        # Only what another live broker could still take: what none can (every other replica
+        # gone or stopping too) would hold the broker through all its retries for nothing, so it
+        # is let go at once, as KRaft's controller does.
         remaining = [{"topic_name": t.name, "partition_index": i}
                      for t, i, s in self.ctx.partitions_on({broker_id})
-                     if t.partitions[i].leader == broker_id and len(s.replicas) > 1]
+                     if t.partitions[i].leader == broker_id and self.ctx.eligible(s.replicas)]
         log.info("controlled shutdown of broker %d: %d partitions still led there", broker_id,
                  len(remaining))
         return {"error_code": ErrorCode.NONE, "remaining_partitions": remaining}

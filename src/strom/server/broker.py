@@ -38,7 +38,7 @@ from strom.controller.admin import TopicAdmin
 from strom.controller.channel import ControllerChannelManager
 from strom.controller.controller import KafkaController
 from strom.controller.features import NONE_FINALIZED, FinalizedFeatures
-from strom.controller.store import LocalMetadataStore, MetadataStore, NodeExists
+from strom.controller.store import LocalMetadataStore, MetadataStore, NodeExists, StoreUnavailable
 from strom.controller.znodes import BrokerInfo, EndPoint
 from strom.coordinator.group import GroupCoordinator
 from strom.coordinator.transaction.coordinator import TransactionCoordinator
@@ -271,6 +271,7 @@ class Broker:
         retries = self.config["controlled.shutdown.max.retries"]
         fields = {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch}
         for attempt in range(retries + 1):
+            unreachable: int | None = None
             try:
                 controller = self.metadata_cache.controller_id
                 if controller == self.broker_id:
@@ -290,8 +291,15 @@ class Broker:
                             ErrorCode(response.error_code).name, len(response.remaining_partitions))
             except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError) as e:
                 log.warning("controlled shutdown request failed: %s", e or type(e).__name__)
+                unreachable = controller
             if attempt < retries:
-                await asyncio.sleep(self.config["controlled.shutdown.retry.backoff.ms"] / 1000)
+                backoff = self.config["controlled.shutdown.retry.backoff.ms"] / 1000
+                if unreachable is None:
+                    await asyncio.sleep(backoff)
+                else:  # the controller is gone (stopping too, say): ask its successor once known
+                    await self.metadata_cache.wait_for(
+                        lambda gone=unreachable: self.metadata_cache.controller_id not in (gone, -1),
+                        backoff)
         log.warning("controlled shutdown incomplete after %d retries; shutting down anyway", retries)
 
     # --- the metadata store ------------------------------------------------------------------
@@ -304,14 +312,25 @@ class Broker:
         from strom.controller.zk_store import ZooKeeperMetadataStore  # kazoo only when clustered
 
         session_ms = self.config["zookeeper.session.timeout.ms"]
-        store = ZooKeeperMetadataStore(self.config["zookeeper.connect"], session_ms,
-                                       self.config["zookeeper.connection.timeout.ms"] or session_ms,
-                                       self.config["zookeeper.digest.auth"], self.config["zookeeper.set.acl"])
-        for path in znodes.PERSISTENT_PATHS:
-            try:
-                store.create(path)
-            except NodeExists:
-                pass
+        connect = self.config["zookeeper.connect"]
+        timeout_ms = self.config["zookeeper.connection.timeout.ms"] or session_ms
+        log.info("connecting to ZooKeeper at %s (up to %d ms: zookeeper.connection.timeout.ms)",
+                 connect, timeout_ms)
+        # kazoo logs every refused attempt (ten a second); the outcome is said in one line.
+        kazoo_log = logging.getLogger("kazoo.client")
+        kazoo_log.disabled = True
+        try:
+            store = ZooKeeperMetadataStore(connect, session_ms, timeout_ms,
+                                           self.config["zookeeper.digest.auth"],
+                                           self.config["zookeeper.set.acl"])
+            for path in znodes.PERSISTENT_PATHS:
+                try:
+                    store.create(path)
+                except NodeExists:
+                    pass
+        except StoreUnavailable as e:  # a start-up failure like any other: one line, exit 1
+            raise ConnectionError(str(e)) from None
+        kazoo_log.disabled = False  # a session lost later is worth its log lines
         return store
 
     async def store_io(self, fn: Callable, *args, **kwargs):

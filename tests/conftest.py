@@ -1,0 +1,126 @@
+"""What every part of Strom's suite shares.
+
+- Clients a test leaves open are closed when it ends. A confluent-kafka producer or consumer
+  that outlives its test keeps reconnecting to a broker that has gone, and librdkafka prints a
+  FAIL line for each attempt into whatever test runs next: every Producer and Consumer made
+  while a test runs is closed (queued records purged first) once the test is over.
+- Ctrl-C reaches the commands tests start. A suite started in the background (`scripts/test &`,
+  nohup, some CI runners) inherits SIGINT ignored, and so would every process it starts: a
+  test's SIGINT to `strom consume` would then do nothing, and the test would hang.
+- The `slow` marker (`scripts/test -m "not slow"`, the quick inner loop) is set here on the
+  modules that take the longest, and a parallel run (pytest-xdist, `--dist loadfile`) starts
+  them first, so that no long module is left to run alone at the end. Such a run keeps a
+  module on one worker (its tests share brokers and clusters), and the modules of each group
+  in TOGETHER on one worker too: those that run Spark, which would otherwise start a JVM on
+  each of several workers at once, and the power cuts.
+"""
+
+from __future__ import annotations
+
+import signal
+import weakref
+from collections.abc import Iterator
+
+import confluent_kafka
+import pytest
+
+from strom.testing import close_client
+
+# Handlers are reset to the default at exec; an ignored signal stays ignored.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# --- clients left open ---------------------------------------------------------------------------
+_opened: weakref.WeakSet = weakref.WeakSet()  # weak: a test may drop a client on purpose
+
+
+class _ClosedAfterTheTest:
+    """Mixed into confluent-kafka's Producer and Consumer: remembers each instance made."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        _opened.add(self)
+
+
+class Producer(_ClosedAfterTheTest, confluent_kafka.Producer):
+    pass
+
+
+class Consumer(_ClosedAfterTheTest, confluent_kafka.Consumer):
+    pass
+
+
+# Before any test module imports them (this conftest is loaded first).
+confluent_kafka.Producer, confluent_kafka.Consumer = Producer, Consumer
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    _opened.clear()  # made by fixtures: theirs to close
+    try:
+        return (yield)
+    finally:
+        for client in list(_opened):
+            close_client(client)
+        _opened.clear()
+
+
+# --- slow modules, and the order a parallel run starts them in ----------------------------------
+# Longest first, as measured (`--durations=0` of a whole run; seconds on a busy 2-core machine).
+# `-m "not slow"` leaves these out.
+SLOW: tuple[str, ...] = (
+    "tests/spark/",                                  # 590 s, with the two below: one worker
+    "tests/test_readme.py",                          # 185 (its PySpark section)
+    "tests/integration/test_secure_walkthrough.py",  # 144 (its PySpark client)
+    "tests/integration/test_partition_scale.py",     # 360
+    "tests/cli/test_produce_consume_cli.py",         # 250
+    "tests/cli/test_reassign_cli.py",                # 232
+    "tests/cli/test_offsets_cli.py",                 # 95
+    "tests/raft/test_simulation.py",                 # 167
+    "tests/cluster/test_cluster.py",                 # 152
+    "tests/server/test_hardening.py",                # 130
+    "tests/integration/test_transactions_copier.py", # 129
+    "tests/cli/test_topics_cli.py",                  # 121
+    "tests/powerloss/",                              # 120
+    "tests/integration/test_tls_failures.py",        # 118
+    "tests/server/test_hardening_storage.py",        # 107
+    "tests/cluster/",                                # 480, the other modules
+    "tests/server/test_fuzz.py",                     # 81
+)
+
+
+def _slow_rank(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    for rank, prefix in enumerate(SLOW):
+        if path.startswith(prefix):
+            return rank
+    return len(SLOW)
+
+
+TOGETHER = {
+    "spark": ("tests/spark/", "tests/test_readme.py", "tests/integration/test_secure_walkthrough.py"),
+    "powerloss": ("tests/powerloss/",),
+}
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: none without it (-p no:xdist)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """--dist loadfile, with each group of TOGETHER one unit of work."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduler(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((group for group, prefixes in TOGETHER.items() if path.startswith(prefixes)), path)
+
+    return Scheduler(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _slow_rank(item) < len(SLOW):
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=_slow_rank)  # stable: within a rank, modules and tests keep their order
