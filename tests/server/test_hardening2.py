@@ -1,0 +1,138 @@
+"""What a hostile client still did to a broker, round 2: each case against a real broker
+process, checking the client's answer, that a normal client is still served, what the broker's
+memory did, that nothing acknowledged was lost and that the broker restarts cleanly."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+
+from strom.protocol.messages import encode_request
+from strom.testing import (
+    BrokerProcess,
+    RawClient,
+    produce_acked,
+    read_values,
+    unique_name,
+)
+
+DELETE_RECORDS, DESCRIBE_LOG_DIRS, LIST_OFFSETS = 21, 35, 2
+
+
+def still_serving(broker: BrokerProcess) -> None:
+    """A normal client: a new topic takes a record with acks=all and gives it back."""
+    topic = unique_name("alive")
+    produce_acked(broker.bootstrap, topic, [b"alive"])
+    assert read_values(broker.bootstrap, topic, 1) == [b"alive"]
+
+
+def warnings_since(broker: BrokerProcess, start: int) -> list[str]:
+    return [line for line in broker.stderr_lines[start:] if " WARNING " in line or " ERROR " in line]
+
+
+def log_start(broker: BrokerProcess, topic: str, partition: int) -> int:
+    with RawClient(broker) as client:
+        body = client.call(LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
+                                            "timestamp": -2}]}]})
+    answer = body.topics[0].partitions[0]
+    assert answer.error_code == 0, answer
+    return answer.offset
+
+
+# --- item 1: concurrent DeleteRecords do not take the log dir offline --------------------------
+def test_concurrent_delete_records_keep_the_log_dir_online():
+    # Checkpoints every 50 ms as well, so periodic writes race the requests' writes too.
+    with BrokerProcess(overrides={"num.partitions": "4",
+                                  "log.flush.offset.checkpoint.interval.ms": "50"}) as broker:
+        topic = unique_name("race")
+        for p in range(4):
+            assert produce_acked(broker.bootstrap, topic, [b"r-%d" % i for i in range(400)],
+                                 partition=p)[-1] == 399
+        start = len(broker.stderr_lines)
+        answers: dict[int, list[tuple[int, int]]] = {0: [], 1: []}
+
+        def delete(client_no: int) -> None:
+            # Two clients, each on partitions of its own, one record further each call.
+            with RawClient(broker) as client:
+                for offset in range(1, 201):
+                    body = client.call(DELETE_RECORDS, 2, {"timeout_ms": 10_000, "topics": [
+                        {"name": topic, "partitions": [
+                            {"partition_index": p, "offset": offset} for p in (client_no, client_no + 2)]}]})
+                    answers[client_no] += [(p.error_code, p.low_watermark) for p in body.topics[0].partitions]
+
+        threads = [threading.Thread(target=delete, args=(n,)) for n in (0, 1)]
+        for t in threads:
+            t.start()
+        # Meanwhile acks=all writes go on, to the partitions being trimmed.
+        acked = produce_acked(broker.bootstrap, topic, [b"during-%d" % i for i in range(50)],
+                              partition=1, batch_each=True)
+        for t in threads:
+            t.join(120)
+        assert all(answers[n] == [(0, off) for off in range(1, 201) for _ in (0, 1)] for n in (0, 1))
+        assert acked == list(range(400, 450))
+        with RawClient(broker) as client:
+            dirs = client.call(DESCRIBE_LOG_DIRS, 4, {"topics": None}).results
+        assert [d.error_code for d in dirs] == [0]  # the dir stayed online
+        noise = warnings_since(broker, start)
+        assert not [line for line in noise if "checkpoint" in line], noise  # no write failed
+        assert len(noise) <= 5, noise
+        still_serving(broker)
+
+        broker.kill()  # the log start offsets were checkpointed before each answer
+        broker.start()
+        assert [log_start(broker, topic, p) for p in range(4)] == [200] * 4
+        assert read_values(broker.bootstrap, topic, 250, partition=1, start=200) == (
+            [b"r-%d" % i for i in range(200, 400)] + [b"during-%d" % i for i in range(50)])
+        still_serving(broker)
+
+
+# --- item 11: warnings are rate-limited per cause -----------------------------------------------
+def test_repeated_malformed_requests_log_a_few_lines():
+    with BrokerProcess() as broker:
+        start = len(broker.stderr_lines)
+        # 200 connections, each one malformed 18-byte request: a Metadata v12 request cut
+        # inside its header.
+        request = encode_request(3, 12, {"topics": [{"name": "t"}], "allow_auto_topic_creation": False,
+                                         "include_topic_authorized_operations": False})
+        cut = struct.pack(">i", 14) + request[4:18]
+        for _ in range(200):
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=5) as s:
+                s.sendall(cut)
+                assert s.recv(100) == b""  # closed, as Kafka closes on a request it cannot parse
+        still_serving(broker)
+        lines = [line for line in warnings_since(broker, start) if "closing connection" in line]
+        assert 1 <= len(lines) <= 10, lines
+        assert "runs past the end of the request" in lines[0]
+
+
+def test_the_rate_limit_counts_per_cause_and_says_what_it_held_back():
+    import logging
+
+    from strom.config.log_levels import RateLimit
+
+    now = [0.0]
+    limit = RateLimit(window_s=10, per_cause=3, per_template=5, clock=lambda: now[0])
+
+    def line(msg: str, *args) -> bool:
+        record = logging.LogRecord("strom.x", logging.WARNING, __file__, 1, msg, args, None)
+        return limit.filter(record) and record.getMessage()
+
+    # One cause: the port and the size differ, the rest does not.
+    passed = [line("closing connection from %s: frame of %s bytes", f"127.0.0.1:{40000 + i}", i)
+              for i in range(50)]
+    assert len([p for p in passed if p]) == 3
+    # Another cause of the same template passes, and says what was held back meanwhile.
+    other = line("closing connection from %s: frame of %s bytes", "127.0.0.1:1", "huge")
+    assert other.endswith("huge bytes (47 more like this were not logged)"), other
+    assert line("closing connection from %s: %s", "127.0.0.1:1", "other cause")
+    # The template's share (5 per window) is used up by causes enough.
+    assert [bool(line("closing connection from %s: frame of %s bytes", "h", f"x{c}")) for c in "abc"] == [
+        True, False, False]
+    # Infos are never held back.
+    info = logging.LogRecord("strom.x", logging.INFO, __file__, 1, "created %s", ("t",), None)
+    assert all(limit.filter(info) for _ in range(100))
+    now[0] = 10.5  # the next window
+    first = line("closing connection from %s: frame of %s bytes", "127.0.0.1:2", 5)
+    assert first == "closing connection from 127.0.0.1:2: frame of 5 bytes (2 more like this were not logged)"
