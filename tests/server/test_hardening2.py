@@ -12,6 +12,7 @@ from strom.protocol.messages import encode_request
 from strom.testing import (
     BrokerProcess,
     RawClient,
+    memory_mb,
     produce_acked,
     read_values,
     unique_name,
@@ -136,3 +137,34 @@ def test_the_rate_limit_counts_per_cause_and_says_what_it_held_back():
     now[0] = 10.5  # the next window
     first = line("closing connection from %s: frame of %s bytes", "127.0.0.1:2", 5)
     assert first == "closing connection from 127.0.0.1:2: frame of 5 bytes (2 more like this were not logged)"
+
+
+# --- item 3: no memory before bytes ------------------------------------------------------------
+def test_connections_announcing_large_frames_cost_what_they_sent():
+    with BrokerProcess() as broker:
+        topic = unique_name("kept")
+        produce_acked(broker.bootstrap, topic, [b"before"])
+        before = memory_mb(broker.proc.pid)
+        socks = []
+        try:
+            # 2,000 connections, each announcing a 1 MiB request and sending 10 bytes of it.
+            for i in range(2000):
+                s = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+                s.sendall(struct.pack(">i", (1 << 20) + i) + b"0123456789")
+                socks.append(s)
+            with RawClient(broker) as client:  # answered meanwhile, and after all of them
+                assert client.call(18, 3, {"client_software_name": "t",
+                                           "client_software_version": "1"}).error_code == 0
+            grown = memory_mb(broker.proc.pid) - before
+            print(f"RSS {before:.0f} MB -> {before + grown:.0f} MB with 2,000 such connections")
+            # Each connection's own objects (transport, protocol, task) are a few KB; a buffer
+            # each was 1 MiB (2 GB in all).
+            assert grown < 40, f"RSS grew by {grown:.0f} MB for 2,000 connections of 14 bytes"
+            still_serving(broker)
+        finally:
+            for s in socks:
+                s.close()
+        assert read_values(broker.bootstrap, topic, 1) == [b"before"]
+        broker.stop()
+        broker.start()
+        assert read_values(broker.bootstrap, topic, 1) == [b"before"]

@@ -170,33 +170,48 @@ class Connection(asyncio.BufferedProtocol):
             log.warning("closing connection from %s: %s", self.peer, e)
             self.close()
             return
-        if frames:
-            now = time.monotonic()
-            reservation, self.reserved = self.reserved, 0  # only a large frame ends a reservation
-            self.queue.append((frames[0], reservation, now))
-            self.queue.extend((f, 0, now) for f in frames[1:])
-            self.ready.set()
-            if len(self.queue) >= _PAUSE_AT and not self.paused:
-                self.paused = True
-                self._update_reading()
-        size = self.decoder.large_frame_size
-        if size and self.sasl is not None and self.sasl.principal is None and size > self.server.sasl_max_receive:
-            # sasl.server.max.receive.size: before authentication a client cannot make the broker
-            # hold a large frame.
-            log.warning("closing connection from %s: a %d-byte frame before SASL authentication", self.peer, size)
-            self.close()
+        self._queue_frames(frames)
+        self._admit_large_frame()
+
+    def _queue_frames(self, frames: list[bytearray]) -> None:
+        if not frames:
             return
-        if size and not self.reserved and not self.waiting_memory:
-            # queued.max.request.bytes: a large frame takes its whole size from the pool
-            # before its body is read, so every admitted frame can finish (Kafka's MemoryPool).
-            if self.server.request_memory.try_acquire(self, size):
-                self.reserved = size
-            else:
+        now = time.monotonic()
+        # Only a large frame holds a reservation, and it completes before any frame after it.
+        reservation, self.reserved = self.reserved, 0
+        self.queue.append((frames[0], reservation, now))
+        self.queue.extend((f, 0, now) for f in frames[1:])
+        self.ready.set()
+        if len(self.queue) >= _PAUSE_AT and not self.paused:
+            self.paused = True
+            self._update_reading()
+
+    def _admit_large_frame(self) -> None:
+        """A large frame is announced: it may take memory only once the pool all connections
+        share (queued.max.request.bytes, Kafka's MemoryPool) grants its whole size; until then
+        the connection is not read and its decoder holds only the bytes that came."""
+        while (size := self.decoder.awaiting_admission) and not self.waiting_memory and not self.closing:
+            if self.sasl is not None and self.sasl.principal is None and size > self.server.sasl_max_receive:
+                # sasl.server.max.receive.size: before authentication a client cannot make the
+                # broker hold a large frame.
+                log.warning("closing connection from %s: a %d-byte frame before SASL authentication",
+                            self.peer, size)
+                self.close()
+                return
+            if not self.server.request_memory.try_acquire(self, size):
                 self.waiting_memory = True
                 self._update_reading()
+                return
+            self.reserved = size
+            self._queue_frames(self.decoder.admit())
 
     def memory_granted(self, size: int) -> None:
+        if self.closing:
+            self.server.request_memory.release(size)
+            return
         self.reserved, self.waiting_memory = size, False
+        self._queue_frames(self.decoder.admit())
+        self._admit_large_frame()
         self._update_reading()
 
     def _update_reading(self) -> None:
