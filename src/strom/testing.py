@@ -88,9 +88,10 @@ class BrokerProcess:
         args = [sys.executable, "-m", "strom", "serve", "--log-level", "INFO"]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
-        # A fixed port from a previous run is reused on restart so clients can reconnect.
+        # Fixed ports from a previous run are reused on restart so clients can reconnect.
         if self.port:
-            args += ["--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}"]
+            listeners = ",".join(f"{name}://127.0.0.1:{port}" for name, port in self.ports.items())
+            args += ["--override", f"listeners={listeners or f'PLAINTEXT://127.0.0.1:{self.port}'}"]
         env = dict(os.environ, **(self.env or {}))
         begin = time.monotonic()
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -168,3 +168,107 @@ def test_connections_announcing_large_frames_cost_what_they_sent():
         broker.stop()
         broker.start()
         assert read_values(broker.bootstrap, topic, 1) == [b"before"]
+
+
+# --- item 2: controller requests only from the controller ---------------------------------------
+CLUSTER_AUTHORIZATION_FAILED, STALE_CONTROLLER_EPOCH = 31, 11
+LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN, ALTER_PARTITION = 4, 5, 6, 7, 56
+
+
+def forged_controller_requests(controller_id: int, epoch: int, topic: str) -> list[tuple[int, int, dict]]:
+    """What a controller (or a broker, to it) would send, claiming `controller_id` and `epoch`:
+    an empty broker list, a partition led by nobody, a replica deleted, a broker shut down."""
+    return [
+        (UPDATE_METADATA, 8, {"controller_id": controller_id, "is_k_raft_controller": False,
+                              "controller_epoch": epoch, "broker_epoch": -1, "topic_states": [],
+                              "live_brokers": []}),
+        (LEADER_AND_ISR, 7, {"controller_id": controller_id, "is_k_raft_controller": False,
+                             "controller_epoch": epoch, "broker_epoch": -1, "request_type": 0,
+                             "topic_states": [{"topic_name": topic, "topic_id": None, "partition_states": [
+                                 {"partition_index": 0, "controller_epoch": epoch, "leader": -1,
+                                  "leader_epoch": 1 << 20, "isr": [], "partition_epoch": 1 << 20,
+                                  "replicas": [1000], "adding_replicas": [], "removing_replicas": [],
+                                  "is_new": False, "leader_recovery_state": 0}]}],
+                             "live_leaders": []}),
+        (STOP_REPLICA, 4, {"controller_id": controller_id, "is_k_raft_controller": False,
+                           "controller_epoch": epoch, "broker_epoch": -1, "topic_states": [
+                               {"topic_name": topic, "partition_states": [
+                                   {"partition_index": 0, "leader_epoch": -1, "delete_partition": True}]}]}),
+        (CONTROLLED_SHUTDOWN, 3, {"broker_id": controller_id, "broker_epoch": -1}),
+        (ALTER_PARTITION, 1, {"broker_id": controller_id, "broker_epoch": -1, "topics": []}),
+    ]
+
+
+def call_on(port: int, api_key: int, version: int, fields: dict):
+    """One request, then ApiVersions on the same connection: a refusal must not close it."""
+    from strom.client import Connection
+
+    with Connection("127.0.0.1", port) as conn:
+        body = conn.call(api_key, version, fields)
+        assert conn.call(18, 3, {"client_software_name": "t", "client_software_version": "1"}).error_code == 0
+    return body
+
+
+def test_the_embedded_broker_refuses_controller_requests_from_clients():
+    with BrokerProcess(overrides={"num.partitions": "1"}) as broker:
+        topic = unique_name("kept")
+        produce_acked(broker.bootstrap, topic, [b"acked-%d" % i for i in range(10)])
+        start = len(broker.stderr_lines)
+        for epoch in (2**30, 1, 0):  # made up, the embedded controller's own, stale
+            for api_key, version, fields in forged_controller_requests(0, epoch, topic):
+                body = call_on(broker.port, api_key, version, fields)
+                assert body.error_code == CLUSTER_AUTHORIZATION_FAILED, (api_key, epoch, body)
+        assert len(warnings_since(broker, start)) <= 5 * 3  # rate-limited per cause
+        # Clients still bootstrap, and the topic is still served.
+        from confluent_kafka.admin import AdminClient
+        cluster = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
+        assert list(cluster.brokers) == [0] and topic in cluster.topics
+        assert produce_acked(broker.bootstrap, topic, [b"after"]) == [10]
+        broker.stop()
+        broker.start()
+        assert read_values(broker.bootstrap, topic, 11) == [b"acked-%d" % i for i in range(10)] + [b"after"]
+
+
+def test_a_cluster_takes_controller_requests_only_from_its_controller():
+    from confluent_kafka.admin import AdminClient
+
+    from strom.testing import Cluster, create_topic
+
+    two_listeners = {"listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+                     "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+                     "inter.broker.listener.name": "INTERNAL"}
+    with Cluster(2, overrides=two_listeners) as cluster:
+        topic = unique_name("replicated")
+        create_topic(cluster.bootstrap, topic, 1, replication_factor=2)
+        acked = produce_acked(cluster.bootstrap, topic, [b"acked-%d" % i for i in range(20)], acks="all")
+        controller, epoch = cluster.controller_id(), cluster.controller_epoch()
+        other = next(b for i, b in cluster.brokers.items() if i != controller)
+        internal, plaintext = other.ports["INTERNAL"], other.ports["PLAINTEXT"]
+        start = len(other.stderr_lines)
+        # On the client listener: refused, whatever the request claims.
+        for request in forged_controller_requests(controller, epoch, topic):
+            assert call_on(plaintext, *request).error_code == CLUSTER_AUTHORIZATION_FAILED
+        # On the inter-broker listener, claiming a controller or an epoch the store does not
+        # hold, or a broker that is not live: refused.
+        for claimed in ((controller, epoch + 1000), (other_id := 3 - controller, epoch)):
+            for request in forged_controller_requests(*claimed, topic)[:3]:
+                assert call_on(internal, *request).error_code == CLUSTER_AUTHORIZATION_FAILED, (claimed, request[0])
+        for request in forged_controller_requests(999, epoch, topic)[3:]:
+            port = cluster.brokers[controller].ports["INTERNAL"]
+            assert call_on(port, *request).error_code == CLUSTER_AUTHORIZATION_FAILED
+        # A stale epoch is Kafka's STALE_CONTROLLER_EPOCH, as from a deposed controller.
+        stale = forged_controller_requests(controller, epoch - 1, topic)[0]
+        assert call_on(internal, *stale).error_code == STALE_CONTROLLER_EPOCH
+        assert len(warnings_since(other, start)) <= 20
+        # Clients still see both brokers, and every acknowledged record.
+        for broker in cluster.brokers.values():
+            listed = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
+            assert sorted(listed.brokers) == [1, 2]
+            assert [p.replicas for p in listed.topics[topic].partitions.values()][0] in ([1, 2], [2, 1])
+        assert acked == list(range(20))
+        other.stop()  # a clean restart of the broker the requests were aimed at
+        other.start()
+        cluster.wait_for(lambda: len(AdminClient({"bootstrap.servers": other.bootstrap}).list_topics(
+            timeout=10).topics[topic].partitions[0].isrs) == 2, what="both replicas in sync again")
+        assert read_values(other.bootstrap, topic, 20) == [b"acked-%d" % i for i in range(20)]
+        assert other_id in cluster.brokers
