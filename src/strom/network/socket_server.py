@@ -40,11 +40,13 @@ from strom.security.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     AuthenticationFailed,
+    GuessLimit,
     ListenerSasl,
     SaslAuthenticator,
     SaslProtocolError,
     ScramCredential,
     listener_sasl,
+    set_salt_secret,
 )
 from strom.security.tls import ANONYMOUS, principal, server_context
 
@@ -69,10 +71,6 @@ _LARGE_REQUEST = 1 << 20
 _PRODUCE = 0
 _BEFORE_READY = frozenset({4, 5, 6, 7, 18, 56})
 _FETCH = 1
-# Failed authentications from one IP within the window after which its SASL connections are
-# refused until the window passes (password guessing costs the guesser, not the broker).
-_MAX_AUTH_FAILURES = 20
-_AUTH_FAILURE_WINDOW_S = 60.0
 
 
 class _Region:
@@ -99,6 +97,7 @@ class Connection(asyncio.BufferedProtocol):
         self.principal = ANONYMOUS
         self.sasl: SaslAuthenticator | None = None  # on SASL listeners
         self.session_expires = 0.0  # monotonic time a SASL session ends (KIP-368), 0: never
+        self.waiting_for_guess = False  # a credential waits for its turn (GuessLimit)
         self.decoder = FrameDecoder(server.max_request_bytes)
         # (frame, its pool reservation, when its last byte arrived)
         self.queue: deque[tuple[bytearray, int, float]] = deque()
@@ -146,11 +145,6 @@ class Connection(asyncio.BufferedProtocol):
             return
         sasl = self.server.sasl.get(self.listener)
         if sasl is not None:
-            if self.server.auth_blocked(self.ip):
-                self.server.warn_once(f"auth-blocked-{self.ip}", f"refusing connections from {self.ip} for a "
-                                      "while: too many failed authentications")
-                transport.abort()
-                return
             self.sasl = SaslAuthenticator(sasl)
         self.accepted = True
         self.last_active = asyncio.get_running_loop().time()
@@ -237,6 +231,9 @@ class Connection(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         self.closing = True
         self.ready.set()
+        if self.waiting_for_guess and self.worker is not None:
+            # A guess waiting its turn, from a client that left: it takes no turn.
+            self.worker.cancel()
         # Keep the write side open until queued requests are answered (TLS cannot half-close).
         return not self.tls
 
@@ -384,7 +381,9 @@ class Connection(asyncio.BufferedProtocol):
             self._answer(header, self.sasl.handshake(body.mechanism, header.api_version))
             return True
         if key == SASL_AUTHENTICATE:
+            guess = await self._guess_turn(body.auth_bytes)
             response = self.sasl.authenticate(body.auth_bytes)
+            self.server.guesses.done(guess, failed=bool(response["error_code"]))
             if response["error_code"]:
                 await self._authentication_failed(response["error_message"])
                 self._answer(header, response)
@@ -409,12 +408,16 @@ class Connection(asyncio.BufferedProtocol):
 
     async def _raw_sasl_token(self, frame: bytearray) -> None:
         """After a v0 SaslHandshake the exchange is bare tokens, each in a size-prefixed frame."""
+        token = bytes(frame)
+        guess = await self._guess_turn(token)
         try:
-            reply = self.sasl.step(bytes(frame))
+            reply = self.sasl.step(token)
         except (AuthenticationFailed, SaslProtocolError) as e:
+            self.server.guesses.done(guess, failed=True)
             await self._authentication_failed(str(e))
             self.close()
             return
+        self.server.guesses.done(guess, failed=False)
         if self.sasl.principal is not None and not self.sasl.raw_tokens:
             self._authenticated()
         self.transport.write(len(reply).to_bytes(_SIZE_PREFIX, "big") + reply)
@@ -425,10 +428,21 @@ class Connection(asyncio.BufferedProtocol):
         self.session_expires = time.monotonic() + lifetime / 1000 if lifetime else 0.0
         log.debug("%s authenticated as %s with %s", self.peer, self.principal, self.sasl.mechanism_name)
 
+    async def _guess_turn(self, token: bytes) -> bytes | None:
+        """If `token` guesses a user's secret, wait for that guess's turn (security/sasl.py
+        GuessLimit). The brokers' own user on the inter-broker listener never waits."""
+        user = self.sasl.guess_of(token)
+        if user is None or (self.listener, user) == self.server.inter_broker_user:
+            return None
+        self.waiting_for_guess = True
+        try:
+            return await self.server.guesses.turn(user, self.ip)
+        finally:
+            self.waiting_for_guess = False
+
     async def _authentication_failed(self, why: str | None) -> None:
         """One line, then connection.failed.authentication.delay.ms before the answer, as Kafka
-        slows down password guessing; the IP's failures are counted (SocketServer.auth_blocked)."""
-        self.server.auth_failed(self.ip)
+        slows down password guessing."""
         self.server.warn_once(f"auth-failed-{self.ip}", f"failed authentication with {self.peer} "
                               f"({self.sasl.mechanism_name}): {why}", every_s=1.0)
         await asyncio.sleep(self.server.broker.config["connection.failed.authentication.delay.ms"] / 1000)
@@ -579,7 +593,8 @@ class SocketServer:
         self.quotas = ClientQuotas({})  # given the cluster's quota configs at start()
         self.connection_rates = ConnectionRates({})
         self.sasl_max_receive = 524288
-        self._auth_failures: dict[str, deque[float]] = {}
+        self.guesses = GuessLimit(0, 1.0)  # configured at start()
+        self.inter_broker_user: tuple[str, str] | None = None  # (listener, user) of brokers' own SASL
         # Connections the open-file limit leaves room for after the log's share (the broker
         # sets it at start-up): clients cannot take the descriptors segment rolls need.
         self.max_connections_by_fds = 2**31 - 1
@@ -602,22 +617,6 @@ class SocketServer:
         if self.per_ip[ip] >= limit:
             return f"max.connections.per.ip={limit} reached"
         return self.connection_rates.admit(ip, config["max.connection.creation.rate"])
-
-    def auth_failed(self, ip: str) -> None:
-        self._auth_failures.setdefault(ip, deque()).append(time.monotonic())
-
-    def auth_blocked(self, ip: str) -> bool:
-        """True while `ip` has failed authentication _MAX_AUTH_FAILURES times in the last
-        _AUTH_FAILURE_WINDOW_S seconds: its new SASL connections are closed at once."""
-        failures = self._auth_failures.get(ip)
-        if failures is None:
-            return False
-        while failures and failures[0] < time.monotonic() - _AUTH_FAILURE_WINDOW_S:
-            failures.popleft()
-        if not failures:
-            del self._auth_failures[ip]
-            return False
-        return len(failures) >= _MAX_AUTH_FAILURES
 
     def enable_metrics(self) -> None:
         self.request_metrics = RequestMetrics()
@@ -664,6 +663,12 @@ class SocketServer:
         loop = asyncio.get_running_loop()
         config = self.broker.config
         self.sasl_max_receive = config["sasl.server.max.receive.size"]
+        self.guesses = GuessLimit(config["sasl.server.failed.authentication.limit"],
+                                  config["sasl.server.failed.authentication.window.ms"] / 1000)
+        set_salt_secret(config["delegation.token.secret.key"])
+        security = self.broker.inter_broker_security
+        if security is not None and security.sasl_mechanism:
+            self.inter_broker_user = (config.inter_broker_listener, security.username)
         windows = (config["quota.window.size.seconds"], config["quota.window.num"])
         self.quotas = ClientQuotas(self.broker.config_repository.clients, *windows)
         self.connection_rates = ConnectionRates(self.broker.config_repository.clients, *windows)
