@@ -272,3 +272,58 @@ def test_a_cluster_takes_controller_requests_only_from_its_controller():
             timeout=10).topics[topic].partitions[0].isrs) == 2, what="both replicas in sync again")
         assert read_values(other.bootstrap, topic, 20) == [b"acked-%d" % i for i in range(20)]
         assert other_id in cluster.brokers
+
+
+# --- item 5: internal topics, the rest ------------------------------------------------------------
+def test_internal_topics_keep_their_records_policy_and_partition_count():
+    from confluent_kafka import Consumer, TopicPartition
+
+    from strom.coordinator import partition_for
+
+    INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_CONFIG, INVALID_REQUEST = 17, 37, 40, 42
+    with BrokerProcess(overrides={"num.partitions": "1", "offsets.topic.num.partitions": "50"}) as broker:
+        topic, group = unique_name("data"), unique_name("group")
+        produce_acked(broker.bootstrap, topic, [b"a", b"b", b"c"])
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                             "enable.auto.commit": False})
+        consumer.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+        consumer.close()
+        offsets_partition = partition_for(group, 50)
+        with RawClient(broker) as client:
+            body = client.call(DELETE_RECORDS, 2, {"timeout_ms": 10_000, "topics": [{
+                "name": "__consumer_offsets", "partitions": [{"partition_index": offsets_partition,
+                                                              "offset": -1}]}]})
+            assert body.topics[0].partitions[0].error_code == INVALID_TOPIC_EXCEPTION
+            altered = client.call(33, 2, {"validate_only": False, "resources": [{
+                "resource_type": 2, "resource_name": "__consumer_offsets", "configs": [
+                    {"name": "cleanup.policy", "value": "delete"}, {"name": "retention.ms", "value": "1"}]}]})
+            assert altered.responses[0].error_code == INVALID_CONFIG
+            assert "cleanup.policy must stay compact" in altered.responses[0].error_message
+            for op, value in ((1, None), (0, "compact,delete")):  # DELETE the override, SET another
+                altered = client.call(44, 1, {"validate_only": False, "resources": [{
+                    "resource_type": 2, "resource_name": "__consumer_offsets", "configs": [
+                        {"name": "cleanup.policy", "config_operation": op, "value": value}]}]})
+                assert altered.responses[0].error_code == INVALID_CONFIG
+            grown = client.call(37, 3, {"timeout_ms": 10_000, "validate_only": False, "topics": [
+                {"name": "__consumer_offsets", "count": 60, "assignments": None}]})
+            assert grown.results[0].error_code == INVALID_PARTITIONS
+            made = client.call(19, 7, {"timeout_ms": 10_000, "validate_only": False, "topics": [{
+                "name": "__transaction_state", "num_partitions": 1, "replication_factor": 1,
+                "assignments": [], "configs": [{"name": "cleanup.policy", "value": "delete"}]}]})
+            assert made.topics[0].error_code == INVALID_REQUEST
+            # What may change still can: a segment size under the compact policy.
+            altered = client.call(33, 2, {"validate_only": False, "resources": [{
+                "resource_type": 2, "resource_name": "__consumer_offsets", "configs": [
+                    {"name": "cleanup.policy", "value": "compact"}, {"name": "segment.bytes", "value": "104857600"}]}]})
+            assert altered.responses[0].error_code == 0
+        still_serving(broker)
+        broker.stop()
+        broker.start()
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+        committed = consumer.committed([TopicPartition(topic, 0)], timeout=30)
+        consumer.close()
+        assert committed[0].offset == 3
+        from confluent_kafka.admin import AdminClient
+        listed = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
+        assert len(listed.topics["__consumer_offsets"].partitions) == 50
+        assert "__transaction_state" not in listed.topics

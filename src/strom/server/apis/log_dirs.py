@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from strom.controller.znodes import is_internal
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.authorizer import ALTER, CLUSTER, DELETE, DESCRIBE, TOPIC, allowed
 from strom.server.apis import RequestContext, api
@@ -18,6 +19,9 @@ def _delete_records(broker, topic: str, index: int, offset: int) -> tuple[ErrorC
     partition = broker.replica_manager.get_partition(topic, index)
     if partition is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
+    if is_internal(topic):
+        # As Kafka: committed offsets and transaction states are not the client's to delete.
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, -1
     hw = partition.high_watermark
     target = hw if offset == HIGH_WATERMARK else offset
     if target < 0 or target > hw:
