@@ -327,3 +327,59 @@ def test_internal_topics_keep_their_records_policy_and_partition_count():
         listed = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
         assert len(listed.topics["__consumer_offsets"].partitions) == 50
         assert "__transaction_state" not in listed.topics
+
+
+# --- item 4: dynamic configs within what the machine can run ----------------------------------------
+def incremental_set(broker: BrokerProcess, entity: str, key: str, value: str):
+    with RawClient(broker) as client:
+        body = client.call(44, 1, {"validate_only": False, "resources": [{
+            "resource_type": 4, "resource_name": entity,
+            "configs": [{"name": key, "config_operation": 0, "value": value}]}]})
+    return body.responses[0]
+
+
+def test_doubling_a_dynamic_config_stops_at_what_the_machine_can_run():
+    import os
+
+    from strom.controller.store import LocalMetadataStore
+
+    with BrokerProcess(overrides={"num.partitions": "1"}) as broker:
+        topic = unique_name("kept")
+        produce_acked(broker.bootstrap, topic, [b"acked-%d" % i for i in range(10)])
+        before = memory_mb(broker.proc.pid)
+        threads, accepted = 1, [1]
+        while threads < 200_000:  # 1 -> 2 -> ... as the 18 doublings
+            threads *= 2
+            answer = incremental_set(broker, "", "log.cleaner.threads", str(threads))
+            if answer.error_code:
+                break
+            accepted.append(threads)
+        assert answer.error_code == 40 and "cores" in answer.error_message, answer
+        assert accepted[-1] <= max(4, 2 * len(os.sched_getaffinity(0)))
+        for key, value in (("log.cleaner.dedupe.buffer.size", str(1 << 60)), ("log.cleaner.backoff.ms", "0"),
+                           ("log.segment.bytes", "14"), ("log.roll.ms", "1"),
+                           ("log.index.size.max.bytes", "4")):
+            answer = incremental_set(broker, "0", key, value)
+            assert answer.error_code == 40 and key in answer.error_message, (key, answer)
+        assert memory_mb(broker.proc.pid) - before < 30
+        still_serving(broker)
+        broker.stop()
+        # What an older version (or a hand) may have stored: 200,000 threads, a value that is
+        # not a number, and one good config. The broker starts, leaves the first two out, says
+        # so, and applies the third.
+        store = LocalMetadataStore(broker.data_dir / "logs" / "strom-metadata.json")
+        store.set("/config/brokers/<default>", {"version": 1, "config": {
+            "log.cleaner.threads": "200000", "log.cleaner.backoff.ms": "soon", "log.retention.ms": "123456789"}})
+        store.close()
+        broker.start()
+        refused = [line for line in broker.stderr_lines if "ignoring the stored dynamic broker config" in line]
+        assert len(refused) == 2 and "log.cleaner.threads=200000" in refused[0] and "soon" in refused[1], refused
+        from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+        resource = ConfigResource(ResourceType.BROKER, "0")
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # alive until the answer
+        configs = admin.describe_configs([resource])[resource].result(30)
+        assert configs["log.retention.ms"].value == "123456789"
+        assert int(configs["log.cleaner.threads"].value) <= accepted[-1]
+        assert read_values(broker.bootstrap, topic, 10) == [b"acked-%d" % i for i in range(10)]
+        assert memory_mb(broker.proc.pid) < before + 30
+        still_serving(broker)
