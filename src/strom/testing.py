@@ -258,10 +258,12 @@ class Cluster:
         return self._client
 
     def _read_json(self, path: str) -> Any:
-        client = self.zk()
-        if client.exists(path) is None:
+        from kazoo.exceptions import NoNodeError
+
+        try:  # no exists() first: an ephemeral node (/controller) may go in between
+            raw = self.zk().get(path)[0]
+        except NoNodeError:
             return None
-        raw = client.get(path)[0]
         return json.loads(raw) if raw else None
 
     def controller_id(self) -> int:
