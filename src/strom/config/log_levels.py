@@ -151,4 +151,4 @@ def _shape(args: object) -> tuple:
     if not args:
         return ()
     values = args.values() if isinstance(args, dict) else args if isinstance(args, tuple) else (args,)
-    return tuple(_DIGITS.sub("#", str(v)[:80]) for v in values)
+    return tuple(_DIGITS.sub("#", str(v)[:200])[:80] for v in values)
