@@ -383,3 +383,43 @@ def test_doubling_a_dynamic_config_stops_at_what_the_machine_can_run():
         assert read_values(broker.bootstrap, topic, 10) == [b"acked-%d" % i for i in range(10)]
         assert memory_mb(broker.proc.pid) < before + 30
         still_serving(broker)
+
+
+# --- item 8: a topic is created whole or not at all ---------------------------------------------------
+def test_a_topic_whose_logs_cannot_all_be_made_is_not_created():
+    import os
+    import subprocess
+
+    with BrokerProcess(overrides={"num.partitions": "1"}) as broker:
+        topic, ghost = unique_name("kept"), unique_name("ghost")
+        produce_acked(broker.bootstrap, topic, [b"acked-%d" % i for i in range(10)])
+        pid = broker.proc.pid
+        limit = subprocess.run(["prlimit", "--pid", str(pid), "--nofile", "--output=SOFT", "--noheadings"],
+                               check=True, capture_output=True, text=True).stdout.strip()
+        with RawClient(broker) as client:
+            client.sock.settimeout(60)
+            # Out of file descriptors (EMFILE) while the new topic's logs are made.
+            subprocess.run(["prlimit", "--pid", str(pid), f"--nofile={len(os.listdir(f'/proc/{pid}/fd'))}:"],
+                           check=True)
+            try:
+                created = client.call(19, 7, {"timeout_ms": 20_000, "validate_only": False, "topics": [{
+                    "name": ghost, "num_partitions": 40, "replication_factor": 1, "assignments": [],
+                    "configs": []}]}).topics[0]
+            finally:
+                subprocess.run(["prlimit", "--pid", str(pid), f"--nofile={limit}:"], check=True)
+            assert created.error_code == 56, created  # KAFKA_STORAGE_ERROR
+            assert "could not make the log" in created.error_message
+            # Nothing is left of it: Metadata does not know it, and it can be created again.
+            listed = client.call(3, 12, {"topics": [{"name": ghost}], "allow_auto_topic_creation": False,
+                                         "include_topic_authorized_operations": False}).topics[0]
+            assert listed.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+            again = client.call(19, 7, {"timeout_ms": 20_000, "validate_only": False, "topics": [{
+                "name": ghost, "num_partitions": 40, "replication_factor": 1, "assignments": [],
+                "configs": []}]}).topics[0]
+            assert again.error_code == 0, again
+        produce_acked(broker.bootstrap, ghost, [b"whole"], partition=39)
+        still_serving(broker)
+        broker.kill()
+        broker.start()
+        assert read_values(broker.bootstrap, ghost, 1, partition=39) == [b"whole"]
+        assert read_values(broker.bootstrap, topic, 10) == [b"acked-%d" % i for i in range(10)]

@@ -25,7 +25,7 @@ import weakref
 
 from strom.controller import znodes
 from strom.controller.admin import read_configs
-from strom.protocol.errors import ErrorCode
+from strom.protocol.errors import ErrorCode, StorageError
 from strom.security.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, DESCRIBE, INTERNAL, allowed
 from strom.server.apis import RequestContext, api, by_topic
 
@@ -159,8 +159,9 @@ def _become_leader_or_follower(broker, topic: str, topic_id, p) -> ErrorCode:
         partition = broker.replica_manager.become_leader_or_follower(
             topic, p.partition_index, topic_id, p.leader, p.leader_epoch, list(p.replicas),
             list(p.isr), broker.log_config_for(topic), p.partition_epoch)
-    except OSError as e:
+    except (OSError, StorageError) as e:
         log.error("cannot open the log of %s-%d: %s", topic, p.partition_index, e)
+        broker.replica_manager.unmade[(topic, p.partition_index)] = str(e)
         return ErrorCode.KAFKA_STORAGE_ERROR
     if p.leader == broker.broker_id or p.leader < 0:
         broker.replica_fetchers.remove_partition((topic, p.partition_index))

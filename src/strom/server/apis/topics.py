@@ -51,7 +51,7 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> dict:
                 default_replication_factor=broker.config["default.replication.factor"])
             if not request.validate_only:
                 broker.config_repository.topics[t.name] = configs
-                if await broker.auto_topics.wait_for_topic(t.name, len(replicas), _timeout_s(request)) is None:
+                if await broker.auto_topics.wait_until_created(t.name, len(replicas), _timeout_s(request)) is None:
                     raise KafkaError(f"Topic {t.name} was created but not all its partitions have a "
                                      "leader yet", ErrorCode.REQUEST_TIMED_OUT)
                 log.info("created topic %s with %d partitions", t.name, len(replicas))
