@@ -136,7 +136,7 @@ def test_valid_requests_still_parse():
     assert messages.parse_request(raw[4:]).body.topics == []
     raw = messages.encode_request(3, 12, {"topics": None, "allow_auto_topic_creation": False,
                                           "include_topic_authorized_operations": False})
-    assert messages.parse_request(raw[4:]).body.topics is None  # nullable: all topics
+    assert messages.parse_request(raw[4:]).body.all_topics  # nullable: all topics
 
 
 # --- hostile framing: what idle, slow and interleaved connections cost ------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 
 from strom.protocol.messages import encode_request
 from strom.testing import (
@@ -423,3 +424,63 @@ def test_a_topic_whose_logs_cannot_all_be_made_is_not_created():
         broker.start()
         assert read_values(broker.bootstrap, ghost, 1, partition=39) == [b"whole"]
         assert read_values(broker.bootstrap, topic, 10) == [b"acked-%d" % i for i in range(10)]
+
+
+# --- item 10: wide requests cost about their answer -----------------------------------------------
+def _peak_during(pid: int, work) -> tuple[float, object]:
+    """(peak RSS in MB while `work()` runs, its result)."""
+    stop, peak = threading.Event(), [memory_mb(pid)]
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], memory_mb(pid))
+            stop.wait(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        result = work()
+    finally:
+        stop.set()
+        sampler.join()
+    return peak[0], result
+
+
+def _wide_metadata(port: int, names: list[str]):
+    from strom.client import Connection
+
+    with Connection("127.0.0.1", port, timeout_s=300) as conn:
+        return conn.call(3, 12, {"topics": [{"name": n} for n in names], "allow_auto_topic_creation": False,
+                                 "include_topic_authorized_operations": False})
+
+
+def test_metadata_naming_a_million_unknown_topics_costs_about_its_answer():
+    from concurrent.futures import ThreadPoolExecutor
+
+    with BrokerProcess() as broker:
+        topic = unique_name("kept")
+        produce_acked(broker.bootstrap, topic, [b"acked"])
+        pid, before = broker.proc.pid, memory_mb(broker.proc.pid)
+        names = [f"no-such-topic-{i:07d}" for i in range(200_000)] + [topic, "bad name!"]
+        peak, body = _peak_during(pid, lambda: _wide_metadata(broker.port, names))
+        assert [t.error_code for t in body.topics[:3]] == [3, 3, 3]  # UNKNOWN_TOPIC_OR_PARTITION
+        assert len(body.topics) == 200_002 and body.topics[-2].name == topic and body.topics[-2].error_code == 0
+        assert body.topics[-1].error_code == 17  # INVALID_TOPIC_EXCEPTION
+        print(f"200,000 unknown names: RSS {before:.0f} MB, peak {peak:.0f} MB")
+        assert peak - before < 100  # was 45 MB -> 640 MB
+        # Four at once, 250,000 names each (a million in all).
+        with ThreadPoolExecutor(4) as pool:
+            peak, bodies = _peak_during(pid, lambda: list(pool.map(
+                lambda k: _wide_metadata(broker.port, [f"{k}-no-such-{i}" for i in range(250_000)]), range(4))))
+        assert [len(b.topics) for b in bodies] == [250_000] * 4
+        print(f"4 x 250,000 unknown names: peak {peak:.0f} MB")
+        assert peak - before < 300  # was 2.65 GB for four of a million
+        still_serving(broker)
+        # The memory goes back to the system once the answers are gone.
+        wait_for_rss = time.monotonic() + 10
+        while memory_mb(pid) > before + 40 and time.monotonic() < wait_for_rss:
+            time.sleep(0.2)
+        assert memory_mb(pid) < before + 40
+        broker.stop()
+        broker.start()
+        assert read_values(broker.bootstrap, topic, 1) == [b"acked"]

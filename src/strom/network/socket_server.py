@@ -68,9 +68,25 @@ _MAX_UNSENT = 4 << 20
 # loop would stall every other client (the loop still gets the GIL every switch interval).
 # Produce is exempt: its records stay opaque bytes, cheap to decode at any size.
 _LARGE_REQUEST = 1 << 20
+# After a request or answer this large, free heap memory goes back to the system a moment
+# later (malloc_trim): the allocator would keep a million-topic Metadata's hundreds of MB.
+_TRIM_AFTER_BYTES = 16 << 20
+_TRIM_DELAY_S = 1.0
 _PRODUCE = 0
 _BEFORE_READY = frozenset({4, 5, 6, 7, 18, 56})
 _FETCH = 1
+
+
+def _libc_malloc_trim():
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_malloc_trim = _libc_malloc_trim()
 
 
 class _Region:
@@ -345,7 +361,7 @@ class Connection(asyncio.BufferedProtocol):
             timer.handled = timer.sending = handled
         throttle = self.server.quotas.request_throttle_ms(
             _user(self.principal), header.client_id or "", header.api_key, len(frame),
-            _response_size(response), handled - started - (timer.remote if timer else 0.0), follower)
+            _response_size(header.api_key, response), handled - started - (timer.remote if timer else 0.0), follower)
         if throttle:
             _set_throttle(response, throttle)
             if timer is not None:
@@ -365,6 +381,8 @@ class Connection(asyncio.BufferedProtocol):
                 self.transport.write(encoded)
         if timer is not None:
             self.server.request_done(self, header, len(frame), size, timer, time.monotonic())
+        if len(frame) + size > _TRIM_AFTER_BYTES:
+            self.server.trim_memory_soon()
         if throttle:
             # KIP-219: the answer goes out at once, saying how long; the connection is read no
             # further meanwhile (its next request waits here), as Kafka mutes the channel.
@@ -468,10 +486,10 @@ class Connection(asyncio.BufferedProtocol):
 
     async def _send_parts(self, response_header: bytes, parts: list[Any]) -> int:
         """Write a response of bytes and file regions; returns its size."""
-        size = len(response_header) + sum(len(p) if isinstance(p, bytes) else p.size for p in parts)
+        size = len(response_header) + sum(_part_size(p) for p in parts)
         pending = [size.to_bytes(_SIZE_PREFIX, "big"), response_header]
         for part in parts:
-            if isinstance(part, bytes):
+            if isinstance(part, bytes | bytearray | memoryview):
                 pending.append(part)
             elif part.data is not None:
                 # A small region was read with the fetch: one write beats the sendfile machinery.
@@ -516,18 +534,25 @@ def _user(principal: str) -> str:
     return principal.partition(":")[2] or principal
 
 
-def _response_size(response: Any) -> int:
-    if isinstance(response, RawResponse):
-        return sum(len(p) if isinstance(p, bytes | bytearray) else p.size for p in response.parts)
-    return 0  # only Fetch (a RawResponse) is metered by its size
+def _response_size(api_key: int, response: Any) -> int:
+    if api_key == _FETCH and isinstance(response, RawResponse):
+        return sum(_part_size(p) for p in response.parts)
+    return 0  # only Fetch is metered by its size
+
+
+def _part_size(part: Any) -> int:
+    """A RawResponse part: bytes, or a file region."""
+    return len(part) if isinstance(part, bytes | bytearray | memoryview) else part.size
 
 
 def _set_throttle(response: Any, throttle_ms: int) -> None:
     """Tell the client how long it is held back: in a response's throttle_time_ms, which a
     RawResponse (Fetch) carries as the first field of its body."""
     if isinstance(response, RawResponse):
-        head = response.parts[0]
-        response.parts[0] = struct.pack(">i", throttle_ms) + bytes(head[4:])
+        if response.throttle_at is not None:
+            head, at = bytearray(response.parts[0]), response.throttle_at
+            head[at : at + 4] = struct.pack(">i", throttle_ms)
+            response.parts[0] = bytes(head)
     elif isinstance(response, dict) and "throttle_time_ms" in response:
         response["throttle_time_ms"] = max(response["throttle_time_ms"] or 0, throttle_ms)
 
@@ -593,6 +618,8 @@ class SocketServer:
         self.quotas = ClientQuotas({})  # given the cluster's quota configs at start()
         self.connection_rates = ConnectionRates({})
         self.sasl_max_receive = 524288
+        self._trim_pending = False
+        self._trim_task: asyncio.Task | None = None
         self.guesses = GuessLimit(0, 1.0)  # configured at start()
         self.inter_broker_user: tuple[str, str] | None = None  # (listener, user) of brokers' own SASL
         # Connections the open-file limit leaves room for after the log's share (the broker
@@ -637,6 +664,20 @@ class SocketServer:
                 conn.peer, conn.listener, conn.principal, request_size, response_size, (done - t.received) * 1000,
                 (t.started - t.received) * 1000, local_time(t) * 1000, t.remote * 1000,
                 (t.sending - t.handled) * 1000, (done - t.sending) * 1000)
+
+    def trim_memory_soon(self) -> None:
+        """Give free heap memory back to the system once the large request just answered is
+        gone (one trim however many such requests came meanwhile)."""
+        if self._trim_pending or _malloc_trim is None:
+            return
+        self._trim_pending = True
+
+        async def trim() -> None:
+            await asyncio.sleep(_TRIM_DELAY_S)
+            self._trim_pending = False
+            await asyncio.to_thread(_malloc_trim, 0)
+
+        self._trim_task = asyncio.get_running_loop().create_task(trim())
 
     def warn_once(self, key: str, message: str, every_s: float = 10.0) -> None:
         """One line per kind of event per `every_s`: a flood must not flood the log."""

@@ -12,22 +12,23 @@ that came (2,000 idle connections hold none). A large frame (over 64 KiB) is rec
 admitted (`admit`): the server admits it from the pool all connections' large requests share,
 and until then the decoder keeps just the bytes that arrived with its size (2,000 connections
 that each announced a large frame and sent 14 bytes hold 14 bytes each, not 1 MiB each).
-Once admitted, it is read in place into an anonymous memory map of its size: the kernel gives
-a page memory when bytes land in it, so a client that announces 100 MB and trickles it holds
-about what it has sent, and the frame's memory goes back to the system when it is dropped
-(Python's allocator would keep it). A trusted peer's frame is a plain bytearray.
+Once admitted, it is read in place into pieces allocated as its bytes come, each at most as
+large as what has arrived before it (so at most twice what was sent, from 64 KiB up to 1 MiB),
+and joined once complete: a client that announces 100 MB and trickles it holds about what it
+has sent. (Pieces are heap buffers, which the allocator reuses; a memory map per frame costs a
+page fault per 4 KiB, twice the CPU per GB produced.) A trusted peer's frame is one buffer.
 """
 
 from __future__ import annotations
 
-import mmap
 import struct
 import threading
 
 _SIZE = struct.Struct(">i")
 _SCRATCH = 65536  # reads land in a buffer this size; frames beyond it are "large"
+_PIECE = 1 << 20  # the largest piece of a large frame
 _landing = threading.local()
-Frame = bytearray | mmap.mmap  # a frame's payload: a large one from a client is a memory map
+Frame = bytearray
 
 
 def _landing_buffer() -> bytearray:
@@ -60,8 +61,10 @@ class FrameDecoder:
         self._size = 0  # its announced size (0: none)
         self._admitted = False
         self._head = bytearray()  # its bytes that arrived before it was admitted
-        self._frame: Frame | None = None  # its buffer, once admitted
-        self._received = 0  # bytes of it in `_frame`
+        self._pieces: list[bytearray] = []  # its full pieces, once admitted
+        self._frame: bytearray | None = None  # the piece being filled
+        self._filled = 0  # bytes in `_frame`
+        self._received = 0  # bytes of the frame received so far
 
     @property
     def large_frame_size(self) -> int:
@@ -74,13 +77,13 @@ class FrameDecoder:
         return self._size if self._size and not self._admitted else 0
 
     def admit(self) -> list[Frame]:
-        """Let the announced large frame take memory: its buffer is made now (a memory map,
-        whose pages take memory as bytes land). Returns the frames that bytes which arrived
-        before complete (usually none)."""
+        """Let the announced large frame take memory: its first piece is made now. Returns the
+        frames that bytes which arrived before complete (usually none)."""
         if not self.awaiting_admission:
             return []
         self._admitted = True
-        self._frame = bytearray(self._size) if self.trusted else mmap.mmap(-1, self._size, flags=mmap.MAP_PRIVATE)
+        first = self._size if self.trusted else min(self._size, max(_SCRATCH, len(self._head)))
+        self._frame, self._filled = bytearray(first), 0
         head, self._head = self._head, bytearray()
         return self._absorb(memoryview(head)) if head else []
 
@@ -89,13 +92,16 @@ class FrameDecoder:
         asking any decoder on this thread for a buffer again."""
         if self._frame is not None:
             self._landed = False
-            return memoryview(self._frame)[self._received :]
+            if self._filled == len(self._frame):  # this piece is full: start the next
+                self._next_piece()
+            return memoryview(self._frame)[self._filled :]
         self._landed = True
         return memoryview(_landing_buffer())
 
     def buffer_updated(self, n: int) -> list[Frame]:
         """Account for `n` bytes read into the last buffer; return the frames now complete."""
         if not self._landed:  # read in place into the large frame
+            self._filled += n
             self._received += n
             return [self._finish()] if self._received == self._size else []
         self._landed = False
@@ -159,18 +165,31 @@ class FrameDecoder:
         return pos
 
     def _copy_into_frame(self, data: memoryview, frames: list[Frame]) -> int:
-        """Copy the large frame's bytes from `data` into its buffer; returns how many it took."""
-        n = min(len(data), self._size - self._received)
-        self._frame[self._received : self._received + n] = data[:n]
-        self._received += n
+        """Copy the large frame's bytes from `data` into its pieces; returns how many it took."""
+        taken = 0
+        while taken < len(data) and self._received < self._size:
+            if self._filled == len(self._frame):
+                self._next_piece()
+            n = min(len(self._frame) - self._filled, len(data) - taken)
+            self._frame[self._filled : self._filled + n] = data[taken : taken + n]
+            self._filled += n
+            self._received += n
+            taken += n
         if self._received == self._size:
             frames.append(self._finish())
-        return n
+        return taken
+
+    def _next_piece(self) -> None:
+        """The next piece: no larger than what has arrived so far, nor than _PIECE."""
+        self._pieces.append(self._frame)
+        self._frame = bytearray(min(_PIECE, self._size - self._received, max(_SCRATCH, self._received)))
+        self._filled = 0
 
     def _finish(self) -> Frame:
-        done, self._frame = self._frame, None
-        self._size, self._admitted, self._received = 0, False, 0
-        return done
+        last, pieces = self._frame, self._pieces
+        self._frame, self._pieces = None, []
+        self._size, self._admitted, self._filled, self._received = 0, False, 0, 0
+        return bytearray().join([*pieces, last]) if pieces else last
 
 
 def frame(payload: bytes) -> bytes:
