@@ -90,9 +90,10 @@ class BrokerProcess:
         args = [sys.executable, "-m", "strom", "serve", "--log-level", "INFO"]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
-        # A fixed port from a previous run is reused on restart so clients can reconnect.
+        # Fixed ports from a previous run are reused on restart so clients can reconnect.
         if self.port:
-            args += ["--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}"]
+            listeners = ",".join(f"{name}://127.0.0.1:{port}" for name, port in self.ports.items())
+            args += ["--override", f"listeners={listeners or f'PLAINTEXT://127.0.0.1:{self.port}'}"]
         env = dict(os.environ, **(self.env or {}))
         begin = time.monotonic()
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -259,10 +260,12 @@ class Cluster:
         return self._client
 
     def _read_json(self, path: str) -> Any:
-        client = self.zk()
-        if client.exists(path) is None:
+        from kazoo.exceptions import NoNodeError
+
+        try:  # no exists() first: an ephemeral node (/controller) may go in between
+            raw = self.zk().get(path)[0]
+        except NoNodeError:
             return None
-        raw = client.get(path)[0]
         return json.loads(raw) if raw else None
 
     def controller_id(self) -> int:

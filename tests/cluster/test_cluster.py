@@ -109,7 +109,9 @@ def test_stale_controller_and_broker_epochs_are_refused(cluster):
              "topic_states": [], "live_brokers": []}
     with RawClient(victim) as client:
         assert client.call(UPDATE_METADATA, 8, stale).error_code == ErrorCode.STALE_CONTROLLER_EPOCH
-        old_registration = {**stale, "controller_epoch": epoch, "broker_epoch": 1}
+        # From the real controller (another one is refused outright: CLUSTER_AUTHORIZATION_FAILED).
+        old_registration = {**stale, "controller_id": cluster.controller_id(), "controller_epoch": epoch,
+                            "broker_epoch": 1}
         assert client.call(UPDATE_METADATA, 8, old_registration).error_code == ErrorCode.STALE_BROKER_EPOCH
         # A stale LeaderAndIsr cannot take a partition's leadership away either.
         response = client.call(LEADER_AND_ISR, 7, {

@@ -1,12 +1,15 @@
 """SASL with real clients against a real broker: PLAIN (users from the listener's JAAS line),
 SCRAM-SHA-256/512 (credentials made with `strom users`, kept in the metadata store),
 OAUTHBEARER with unsecured tokens, over SASL_PLAINTEXT and SASL_SSL; failures, the state
-machine seen from a raw client, re-authentication (KIP-368) and the per-IP bound on failures."""
+machine seen from a raw client, re-authentication (KIP-368), the bound on password guesses
+(per user and address, never locking out a correct password), and malformed exchanges."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import socket
 import struct
 import subprocess
 import sys
@@ -17,10 +20,12 @@ from confluent_kafka import Consumer, Producer
 
 from strom.client import Connection
 from strom.protocol.errors import ErrorCode
+from strom.protocol.messages import decode_response, encode_request
 from strom.testing import BrokerProcess, create_topic, unique_name, wait_for
 
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
               'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+OAUTH_JAAS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
 MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
 
 
@@ -29,6 +34,8 @@ def sasl_overrides(pki, **extra: str) -> dict[str, str]:
             "sasl.enabled.mechanisms": MECHANISMS,
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
             "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+            "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
+            "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
             "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki["server"]),
             "group.initial.rebalance.delay.ms": "0", **extra}
 
@@ -92,6 +99,9 @@ def test_oauthbearer_unsecured_token(broker, pki):
         "enable.sasl.oauthbearer.unsecure.jwt": "true", "sasl.oauthbearer.config": "principal=carol"})
     assert len(round_trip(conf, broker.bootstrap, 3)) == 3
     assert principal_logged(broker, "User:carol")
+    # Said at start-up, once per listener: the unsecured validator takes any token.
+    said = [line for line in broker.stderr_lines if "OAUTHBEARER takes unsecured tokens" in line]
+    assert sorted(line.split("listener ")[1].split(":")[0] for line in said) == ["SASL_PLAINTEXT", "SASL_SSL"]
 
 
 @pytest.mark.parametrize(("mechanism", "user", "password"), [
@@ -250,24 +260,136 @@ def test_sessions_expire_and_librdkafka_reauthenticates(pki):
         assert any(peers.count(p) >= 2 for p in peers), renewed  # one connection, several sessions
 
 
-def test_repeated_failures_from_an_address_are_cut_off(pki):
-    with BrokerProcess(overrides=sasl_overrides(pki, **{"connection.failed.authentication.delay.ms": "0"})) as b:
+def _handshaken(port: int, source: str = "127.0.0.1", mechanism: str = "PLAIN") -> socket.socket:
+    """A connection from `source` that has sent ApiVersions and SaslHandshake v1 and read the
+    answers: the next frame is evaluated as a credential."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    for api_key, version, fields in ((18, 0, {}), (17, 1, {"mechanism": mechanism})):
+        sock.sendall(encode_request(api_key, version, fields))
+        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+        _read_exactly(sock, size)
+    return sock
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return data
+
+
+def _authenticate(sock: socket.socket, token: bytes) -> int:
+    """SaslAuthenticate v2 with `token`: the answer's error code."""
+    sock.sendall(encode_request(36, 2, {"auth_bytes": token}, correlation_id=9))
+    (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+    payload = _read_exactly(sock, size)
+    return decode_response(36, 2, payload)[1].error_code
+
+
+def test_password_guesses_are_bounded_per_user_and_address_and_never_lock_out(pki):
+    """100 connections opened first, then used together to guess alice's password: five
+    guesses are evaluated per window (5 s here), the rest wait their turn. Other users, and alice from
+    another address, are answered at once, and a correct password is never refused."""
+    import selectors
+
+    limits = {"connection.failed.authentication.delay.ms": "0",
+              "sasl.server.failed.authentication.limit": "5",
+              "sasl.server.failed.authentication.window.ms": "5000"}
+    with BrokerProcess(overrides=sasl_overrides(pki, **limits)) as b:
         port = b.ports["SASL_PLAINTEXT"]
-        for _ in range(20):
-            with Connection("127.0.0.1", port) as conn:
-                conn.call(17, 1, {"mechanism": "PLAIN"})
-                assert conn.call(36, 2, {"auth_bytes": b"\0alice\0guess"}).error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
-        with Connection("127.0.0.1", port) as conn:
-            assert closed_by_broker(conn, _metadata_v0())
-        wait_for(lambda: any("too many failed authentications" in line for line in b.stderr_lines), timeout=10,
-                 what="the refusal logged")
+        guessers = [_handshaken(port) for _ in range(100)]
+        for i, sock in enumerate(guessers):
+            sock.sendall(encode_request(36, 2, {"auth_bytes": b"\0alice\0guess-%d" % i}))
+        answered = []
+        with selectors.DefaultSelector() as sel:
+            for sock in guessers:
+                sel.register(sock, selectors.EVENT_READ)
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                for key, _ in sel.select(0.2):
+                    sel.unregister(key.fileobj)
+                    answered.append(key.fileobj)
+        assert len(answered) == 5  # one window's worth of guesses, whatever the connections
+        # Not locked out: admin from the same address, alice from another one, right away.
+        for source, user, password in (("127.0.0.1", b"admin", b"admin-secret"),
+                                       ("127.0.0.2", b"alice", b"alice-secret")):
+            with _handshaken(port, source) as sock:
+                started = time.monotonic()
+                assert _authenticate(sock, b"\0" + user + b"\0" + password) == 0
+                assert time.monotonic() - started < 2
+        # From the guessers' address alice's correct password waits its turn, and succeeds:
+        # here once the other guessers have gone and the window has passed.
+        for sock in guessers:
+            sock.close()
+        with _handshaken(port) as sock:
+            assert _authenticate(sock, b"\0alice\0alice-secret") == 0
         with Connection("127.0.0.1", b.port) as conn:  # other listeners are not affected
             assert conn.call(3, 1, {"topics": []}).brokers
+        assert b.proc.poll() is None
+
+
+def test_malformed_exchanges_are_failures_like_any_other(broker):
+    """A SCRAM channel binding that is not base64, OAUTHBEARER tokens whose exp is Infinity or
+    1e400: each is answered SASL_AUTHENTICATION_FAILED (after the failure delay), not a
+    connection dropped by an exception; a far but finite exp is a session capped to int64."""
+    port = broker.ports["SASL_PLAINTEXT"]
+    with _handshaken(port, mechanism="SCRAM-SHA-256") as sock:
+        sock.sendall(encode_request(36, 2, {"auth_bytes": b"n,,n=bob,r=abcdef"}, correlation_id=9))
+        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+        first = decode_response(36, 2, _read_exactly(sock, size))[1].auth_bytes.decode()
+        nonce = first.split(",")[0][2:]
+        assert _authenticate(sock, f"c=not*base64!,r={nonce},p=AAAA".encode()) == ErrorCode.SASL_AUTHENTICATION_FAILED
+
+    def token(exp: str) -> bytes:
+        """An unsecured JWS whose exp is `exp` as written (JSON numbers Python reads as floats)."""
+        import base64
+
+        def part(text: str) -> str:
+            return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+        claims = '{"sub": "carol", "exp": ' + exp + "}"
+        jws = f"{part(json.dumps({'alg': 'none'}))}.{part(claims)}."
+        return b"n,,\x01auth=Bearer " + jws.encode() + b"\x01\x01"
+
+    for exp in ("Infinity", "1e400", "NaN"):
+        with _handshaken(port, mechanism="OAUTHBEARER") as sock:
+            sock.sendall(encode_request(36, 2, {"auth_bytes": token(exp)}, correlation_id=9))
+            (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+            challenge = decode_response(36, 2, _read_exactly(sock, size))[1]
+            assert challenge.error_code == 0 and b"invalid_token" in challenge.auth_bytes, exp
+            assert _authenticate(sock, b"\x01") == ErrorCode.SASL_AUTHENTICATION_FAILED, exp
+    with _handshaken(port, mechanism="OAUTHBEARER") as sock:
+        sock.sendall(encode_request(36, 2, {"auth_bytes": token("1" + "0" * 30)}, correlation_id=9))
+        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+        answer = decode_response(36, 2, _read_exactly(sock, size))[1]
+        assert answer.error_code == 0 and answer.session_lifetime_ms == 2**63 - 1
+    assert not [line for line in broker.stderr_lines if "request failed with" in line]
+
+
+def test_unknown_users_get_a_salt_as_stable_as_known_ones(broker):
+    """The salt in SCRAM's server-first message: the same on every attempt, for a user that
+    exists and for one that does not, so it does not tell them apart."""
+    def salt(user: str) -> str:
+        with _handshaken(broker.ports["SASL_PLAINTEXT"], mechanism="SCRAM-SHA-256") as sock:
+            sock.sendall(encode_request(36, 2, {"auth_bytes": f"n,,n={user},r=abc".encode()}, correlation_id=9))
+            (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+            first = decode_response(36, 2, _read_exactly(sock, size))[1].auth_bytes.decode()
+        return dict(part.split("=", 1) for part in first.split(","))["s"]
+
+    assert salt("bob") == salt("bob")
+    assert salt("nobody") == salt("nobody") != salt("someone-else")
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"sasl.enabled.mechanisms": "GSSAPI"}, "names mechanisms Strom does not support (GSSAPI)"),
     ({"listener.name.sasl_plaintext.plain.sasl.jaas.config": ""}, "PLAIN needs listener.name.sasl_plaintext"),
+    ({"listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": ""},
+     "OAUTHBEARER needs listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config"),
+    ({"listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS[:-1]}, "must end with ';'"),
+    ({"listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS.replace('"alice-secret"', '"alice-secret')},
+     "a quote that does not close"),
 ])
 def test_bad_sasl_settings_stop_the_start_with_one_line(pki, overrides, message):
     base = sasl_overrides(pki)

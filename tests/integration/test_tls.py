@@ -177,11 +177,39 @@ def test_describe_configs_hides_passwords(broker):
     assert "not-for-your-eyes" not in "\n".join(broker.stderr_lines)
 
 
+def test_old_protocols_in_ssl_enabled_protocols_are_dropped_with_one_warning(pki):
+    """`ssl.enabled.protocols=TLSv1.2,TLSv1.1,TLSv1`, as many real configs say: the broker
+    starts, offers TLSv1.2 only, and says once that it does not offer the others."""
+    import ssl
+
+    overrides = ssl_overrides(pki, **{"ssl.enabled.protocols": "TLSv1.2,TLSv1.1,TLSv1"})
+    with BrokerProcess(overrides=overrides) as broker:
+        warnings = [line for line in broker.stderr_lines if "ssl.enabled.protocols" in line]
+        assert len(warnings) == 1 and "TLSv1.1, TLSv1" in warnings[0] and "TLSv1.2 only" in warnings[0]
+        topic = unique_name("tls-old-protocols")
+        create_topic(broker.bootstrap, topic)
+        producer = Producer({"bootstrap.servers": tls_bootstrap(broker), **librdkafka_tls(pki)})
+        producer.produce(topic, b"over TLSv1.2")
+        assert producer.flush(30) == 0
+        context = ssl.create_default_context(cafile=str(pki["ca"]))
+        with socket.create_connection(("127.0.0.1", broker.ports["SSL"])) as raw:
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                assert tls.version() == "TLSv1.2"  # TLSv1.3 was not enabled
+        context.minimum_version = context.maximum_version = ssl.TLSVersion.TLSv1_1
+        with socket.create_connection(("127.0.0.1", broker.ports["SSL"])) as raw:
+            with pytest.raises(ssl.SSLError):
+                context.wrap_socket(raw, server_hostname="127.0.0.1")
+        broker.stop()
+        broker.start()  # and again after a restart, with the same single warning
+        assert len([line for line in broker.stderr_lines if "ssl.enabled.protocols" in line]) == 2
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"ssl.keystore.type": "JKS", "ssl.keystore.location": "/nonexistent.jks"}, "ssl.keystore.type=JKS is not supported"),
     ({"ssl.keystore.location": ""}, "has no certificate"),
     ({"ssl.client.auth": "required"}, "needs a truststore"),
     ({"ssl.enabled.protocols": "TLSv1.1"}, "ssl.enabled.protocols"),
+    ({"ssl.enabled.protocols": "TLSv1.2,TLSv1.4"}, "not TLSv1.4"),
 ])
 def test_bad_tls_settings_stop_the_start_with_one_line(pki, overrides, message):
     base = {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",

@@ -12,7 +12,7 @@ def test_request_round_trip_flexible_header():
     assert request.header.api_key == 3 and request.header.api_version == 12
     assert request.header.correlation_id == 7 and request.header.client_id == "me"
     assert request.header.flexible
-    assert [t.name for t in request.body.topics] == ["t"]
+    assert [name for _, name in request.body.topics()] == ["t"]
     assert request.body.allow_auto_topic_creation is False
 
 

@@ -83,6 +83,7 @@ def serve(properties: Path | None, overrides: tuple[str, ...], log_level: str | 
     logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log_levels.apply(levels)
     for handler in logging.getLogger().handlers:
+        handler.addFilter(log_levels.RateLimit())
         handler.addFilter(_bounded_line)
     _raise_open_file_limit()
     _keep_large_buffers_in_heap()

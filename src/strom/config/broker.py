@@ -246,6 +246,10 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "sasl.server.max.receive.size": (int_in(1), "524288"),
     "connections.max.reauth.ms": (int_in(0), "0"),
     "connection.failed.authentication.delay.ms": (int_in(0), "100"),
+    # Strom's own, in Kafka's style (security/sasl.py GuessLimit): failed guesses of one user's
+    # secret from one address per window before the next guesses wait; 0 turns it off.
+    "sasl.server.failed.authentication.limit": (int_in(0), "10"),
+    "sasl.server.failed.authentication.window.ms": (int_in(1), "60000"),
     # Quotas (network/quotas.py): the rate windows, and the broker-wide connection creation rate.
     "quota.window.num": (int_in(1), "11"),
     "quota.window.size.seconds": (int_in(1), "1"),

@@ -560,6 +560,13 @@ BROKER_DOCS: dict[str, str] = {
     "connection.failed.authentication.delay.ms":
         "Milliseconds the broker waits before answering a failed authentication, slowing down "
         "password guessing; 0 answers at once.",
+    "sasl.server.failed.authentication.limit":
+        "Failed SASL authentications of one user from one address within the window, after "
+        "which that user's next attempts from there wait their turn (never refused, so a correct "
+        "password gets in); other users, addresses and the brokers' own user are not slowed. 0: off.",
+    "sasl.server.failed.authentication.window.ms":
+        "The window, in milliseconds, over which sasl.server.failed.authentication.limit counts "
+        "failed authentications.",
     # Delegation tokens.
     "delegation.token.secret.key":
         "Secret that signs delegation tokens; setting it turns delegation tokens on, and every "

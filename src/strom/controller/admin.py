@@ -276,6 +276,11 @@ class TopicAdmin:
         if node is None or self.store.get(f"{znodes.DELETE_TOPICS}/{name}") is not None:
             raise KafkaError("This server does not host this topic-partition.",
                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if znodes.is_internal(name):
+            # Which partition holds a group's offsets or a transaction's state is decided by
+            # the partition count: more partitions would lose track of both.
+            raise KafkaError(f"Topic {name} is an internal topic: its partition count cannot change",
+                             ErrorCode.INVALID_PARTITIONS)
         data, version = node
         topic_id, current = znodes.decode_assignment(data)
         n = len(current)
@@ -305,6 +310,12 @@ class TopicAdmin:
                             validate_only: bool = False) -> None:
         if self.store.get(znodes.topic_path(name)) is None:
             raise KafkaError(f"Topic {name} does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        policy = {p.strip() for p in configs.get("cleanup.policy", "").split(",")}
+        if znodes.is_internal(name) and policy != {"compact"}:
+            # Deleting by age or size would take committed offsets and transaction states
+            # with it (the broker default policy is delete, so the override must stay).
+            raise KafkaError(f"Topic {name} is an internal topic: its cleanup.policy must stay compact",
+                             ErrorCode.INVALID_CONFIG)
         self._check_configs(configs)
         if not validate_only:
             self._change_config("topics", name, configs)

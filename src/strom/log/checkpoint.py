@@ -3,14 +3,19 @@
 Text format: a version line (`0`), an entry count line, then `topic partition offset` per line.
 Written atomically (temp file, fsync, rename, fsync of the directory) because a torn checkpoint
 would make the next start-up either skip needed recovery or fail.
+
+Every file has one writer at a time (`write_atomically` holds a lock per path), and requests
+that want a checkpoint written now share writes (`CoalescedWrite`): a thousand DeleteRecords
+at once cost two checkpoint writes, not a thousand fsyncs in a row.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 VERSION = 0
@@ -114,3 +119,38 @@ def write_atomically(path: Path, text: str, sync: bool = True, own_lock: bool = 
             finally:
                 os.close(fd)
 
+
+
+class CoalescedWrite:
+    """`write` (blocking) run in a worker thread, one run at a time. A caller that arrives
+    while a run is under way waits for the next run, which starts once that one ends and
+    serves every caller that arrived meanwhile: what it writes is computed after their
+    changes, so each caller returns once a write that includes its change is done."""
+
+    def __init__(self, write: Callable[[], None]) -> None:
+        self._write = write
+        self._task: asyncio.Task | None = None
+        self._queued: list[asyncio.Future] = []
+
+    async def __call__(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run([waiter]))
+        else:
+            self._queued.append(waiter)
+        await asyncio.shield(waiter)
+
+    async def _run(self, waiters: list[asyncio.Future]) -> None:
+        try:
+            while waiters:
+                try:
+                    await asyncio.to_thread(self._write)
+                    error = None
+                except Exception as e:  # handed to every caller of this run
+                    error = e
+                for w in waiters:
+                    if not w.done():
+                        w.set_result(None) if error is None else w.set_exception(error)
+                waiters, self._queued = self._queued, []
+        finally:
+            self._task = None

@@ -50,7 +50,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from strom.log.checkpoint import read_checkpoint, write_checkpoint
+from strom.log.checkpoint import read_checkpoint
 from strom.log.config import LogConfig
 from strom.log.index import OffsetIndex, TimeIndex, fsync_path
 from strom.log.log import CLEANED_SUFFIX, Log, wall_clock_ms
@@ -897,17 +897,9 @@ class LogCleaner:
         return True
 
     async def write_checkpoints(self, only_dir: Path | None = None) -> None:
-        """Write cleaner-offset-checkpoint in each live log dir (or just `only_dir`)."""
-        by_dir: dict[Path, dict[TopicPartition, int]] = {}
-        for tp, _ in self.log_manager.logs():
-            d = self.log_manager.dir_of(tp)
-            if d is not None and tp in self.checkpoints:
-                by_dir.setdefault(d, {})[tp] = self.checkpoints[tp]
-        dirs = [only_dir] if only_dir is not None else list(self.log_manager.live_dirs)
-        for d in dirs:
-            if d is None or d in self.log_manager.offline_dirs:
-                continue
-            try:
-                await asyncio.to_thread(write_checkpoint, d / CLEANER_CHECKPOINT, by_dir.get(d, {}))
-            except OSError as e:
-                self.log_manager.mark_dir_offline(d, e)
+        """Write cleaner-offset-checkpoint in each live log dir (or just `only_dir`), through
+        the log manager, the one writer of every checkpoint: cleaner threads finishing
+        together write in turn, each what is newest when its turn comes."""
+        checkpoints = self.checkpoints
+        await asyncio.to_thread(self.log_manager.write_per_dir, CLEANER_CHECKPOINT,
+                                lambda tp, _lg: checkpoints.get(tp), only_dir)

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from strom.log.checkpoint import (
+    CoalescedWrite,
     read_checkpoint,
     read_flushed_ends,
     write_checkpoint,
@@ -199,6 +200,8 @@ class LogManager:
         self._checkpoint_locks: dict[str, threading.Lock] = {}
         self._checkpoint_warned: dict[Path, float] = {}
         self._last_written: dict[Path, dict] = {}  # each checkpoint file's entries, as last written
+        # After DeleteRecords: requests that arrive together share one write.
+        self.log_start_offsets_checkpointed = CoalescedWrite(self.checkpoint_log_start_offsets)
         self.recovery_threads = recovery_threads  # num.recovery.threads.per.data.dir
         # Flushed ends read at start-up, kept for logs still unread when checkpoints are written.
         self._flushed_ends: dict[TopicPartition, tuple[int, int, int]] = {}
@@ -769,13 +772,17 @@ class LogManager:
 
     # -- maintenance
 
-    def _write_per_dir(self, name: str, value: Callable[[TopicPartition, Log], int | None]) -> None:
-        """Write checkpoint file `name` in every live dir with `value(tp, log)` per partition
-        (None leaves the partition out). A dir whose write fails goes offline. Safe to run in a
+    def write_per_dir(self, name: str, value: Callable[[TopicPartition, Log], int | None],
+                      only_dir: Path | None = None) -> None:
+        """Write checkpoint file `name` in every live dir (or only `only_dir`) with
+        `value(tp, log)` per partition (None leaves the partition out), as the file's one
+        writer: what is written is computed under its lock, so the newest state lands last. A
+        failed write leaves the previous file (see _checkpoint_failed). Safe to run in a
         thread: it works on snapshots of the log tables."""
         lock = self._checkpoint_locks.setdefault(name, threading.Lock())
         with lock:
-            logs, dir_of, live = list(self._logs.items()), dict(self._dir_of), self.live_dirs
+            logs, dir_of = list(self._logs.items()), dict(self._dir_of)
+            live = [d for d in self.live_dirs if only_dir is None or d == only_dir]
             if len(live) == 1 and len(self.log_dirs) == 1:  # the common case, in one pass
                 by_dir = {live[0]: {key: v for key, lg in logs if (v := value(key, lg)) is not None}}
             else:
@@ -804,7 +811,7 @@ class LogManager:
         # Flushed ends first: one that a crash leaves newer than the recovery points only
         # names ends the recovery points do not match, which then recover as usual.
         self._write_flushed_ends()
-        self._write_per_dir(RECOVERY_POINT_CHECKPOINT, lambda _k, lg: lg.recovery_point)
+        self.write_per_dir(RECOVERY_POINT_CHECKPOINT, lambda _k, lg: lg.recovery_point)
 
     def _flushed_end(self, key: TopicPartition, lg: Log) -> tuple[int, int, int] | None:
         """(end offset, active segment base, its size) of a log flushed to its end, read so
@@ -839,7 +846,7 @@ class LogManager:
                     self._checkpoint_failed(d / FLUSHED_END_CHECKPOINT, e)
 
     def checkpoint_log_start_offsets(self) -> None:
-        self._write_per_dir(LOG_START_OFFSET_CHECKPOINT, lambda _k, lg: lg.log_start_offset)
+        self.write_per_dir(LOG_START_OFFSET_CHECKPOINT, lambda _k, lg: lg.log_start_offset)
 
     def checkpoint_high_watermarks(self) -> None:
         """replication-offset-checkpoint: the high watermark of each partition (Kafka's
@@ -847,7 +854,7 @@ class LogManager:
         if self.high_watermarks is None:
             return
         hws = dict(self.high_watermarks())
-        self._write_per_dir(HIGH_WATERMARK_CHECKPOINT, lambda key, _lg: hws.get(key))
+        self.write_per_dir(HIGH_WATERMARK_CHECKPOINT, lambda key, _lg: hws.get(key))
 
     def read_high_watermarks(self) -> dict[TopicPartition, int]:
         """The checkpointed high watermarks of every live dir (for start-up)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,10 @@ def _last_seq(header: BatchHeader) -> int:
 
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (last_seq == INT_MAX and next_seq == 0)
+
+
+# Snapshot writers, striped by partition directory (a lock each would be 100,000 locks).
+_SNAPSHOT_LOCKS = tuple(threading.Lock() for _ in range(64))
 
 
 class ProducerStateManager:
@@ -209,14 +214,17 @@ class ProducerStateManager:
         keeping only the newest few."""
         path = self.dir / f"{offset:020d}{SNAPSHOT_SUFFIX}"
         tmp = path.with_suffix(".snapshot.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_path(self.dir)  # the new name, not only the bytes, must survive a power cut
-        for old in self.snapshot_offsets()[:-_SNAPSHOTS_KEPT]:
-            (self.dir / f"{old:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
+        # One writer per partition: the periodic snapshot may still be writing in its thread
+        # when the shutdown's starts, and two writers of one temp file fail each other.
+        with _SNAPSHOT_LOCKS[hash(self.dir) % len(_SNAPSHOT_LOCKS)]:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fsync_path(self.dir)  # the new name, not only the bytes, must survive a power cut
+            for old in self.snapshot_offsets()[:-_SNAPSHOTS_KEPT]:
+                (self.dir / f"{old:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
         return path
 
     def load(self, log_end_offset: int) -> int:

@@ -24,9 +24,11 @@ class RequestContext:
 
 @dataclass(slots=True)
 class RawResponse:
-    """A response body already encoded: bytes and regions with `fd`, `position`, `size`."""
+    """A response body already encoded: bytes and regions with `fd`, `position`, `size`.
+    `throttle_at`: where in its first part throttle_time_ms lies (None: the version has none)."""
 
     parts: list[Any]
+    throttle_at: int | None = 0
 
 
 class CloseConnection(Exception):

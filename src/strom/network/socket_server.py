@@ -40,11 +40,13 @@ from strom.security.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     AuthenticationFailed,
+    GuessLimit,
     ListenerSasl,
     SaslAuthenticator,
     SaslProtocolError,
     ScramCredential,
     listener_sasl,
+    set_salt_secret,
 )
 from strom.security.tls import ANONYMOUS, principal, server_context
 
@@ -66,13 +68,25 @@ _MAX_UNSENT = 4 << 20
 # loop would stall every other client (the loop still gets the GIL every switch interval).
 # Produce is exempt: its records stay opaque bytes, cheap to decode at any size.
 _LARGE_REQUEST = 1 << 20
+# After a request or answer this large, free heap memory goes back to the system a moment
+# later (malloc_trim): the allocator would keep a million-topic Metadata's hundreds of MB.
+_TRIM_AFTER_BYTES = 16 << 20
+_TRIM_DELAY_S = 1.0
 _PRODUCE = 0
 _BEFORE_READY = frozenset({4, 5, 6, 7, 18, 56})
 _FETCH = 1
-# Failed authentications from one IP within the window after which its SASL connections are
-# refused until the window passes (password guessing costs the guesser, not the broker).
-_MAX_AUTH_FAILURES = 20
-_AUTH_FAILURE_WINDOW_S = 60.0
+
+
+def _libc_malloc_trim():
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_malloc_trim = _libc_malloc_trim()
 
 
 class _Region:
@@ -99,6 +113,7 @@ class Connection(asyncio.BufferedProtocol):
         self.principal = ANONYMOUS
         self.sasl: SaslAuthenticator | None = None  # on SASL listeners
         self.session_expires = 0.0  # monotonic time a SASL session ends (KIP-368), 0: never
+        self.waiting_for_guess = False  # a credential waits for its turn (GuessLimit)
         self.decoder = FrameDecoder(server.max_request_bytes)
         # (frame, its pool reservation, when its last byte arrived)
         self.queue: deque[tuple[bytearray, int, float]] = deque()
@@ -146,11 +161,6 @@ class Connection(asyncio.BufferedProtocol):
             return
         sasl = self.server.sasl.get(self.listener)
         if sasl is not None:
-            if self.server.auth_blocked(self.ip):
-                self.server.warn_once(f"auth-blocked-{self.ip}", f"refusing connections from {self.ip} for a "
-                                      "while: too many failed authentications")
-                transport.abort()
-                return
             self.sasl = SaslAuthenticator(sasl)
         self.accepted = True
         self.last_active = asyncio.get_running_loop().time()
@@ -170,33 +180,48 @@ class Connection(asyncio.BufferedProtocol):
             log.warning("closing connection from %s: %s", self.peer, e)
             self.close()
             return
-        if frames:
-            now = time.monotonic()
-            reservation, self.reserved = self.reserved, 0  # only a large frame ends a reservation
-            self.queue.append((frames[0], reservation, now))
-            self.queue.extend((f, 0, now) for f in frames[1:])
-            self.ready.set()
-            if len(self.queue) >= _PAUSE_AT and not self.paused:
-                self.paused = True
-                self._update_reading()
-        size = self.decoder.large_frame_size
-        if size and self.sasl is not None and self.sasl.principal is None and size > self.server.sasl_max_receive:
-            # sasl.server.max.receive.size: before authentication a client cannot make the broker
-            # hold a large frame.
-            log.warning("closing connection from %s: a %d-byte frame before SASL authentication", self.peer, size)
-            self.close()
+        self._queue_frames(frames)
+        self._admit_large_frame()
+
+    def _queue_frames(self, frames: list[bytearray]) -> None:
+        if not frames:
             return
-        if size and not self.reserved and not self.waiting_memory:
-            # queued.max.request.bytes: a large frame takes its whole size from the pool
-            # before its body is read, so every admitted frame can finish (Kafka's MemoryPool).
-            if self.server.request_memory.try_acquire(self, size):
-                self.reserved = size
-            else:
+        now = time.monotonic()
+        # Only a large frame holds a reservation, and it completes before any frame after it.
+        reservation, self.reserved = self.reserved, 0
+        self.queue.append((frames[0], reservation, now))
+        self.queue.extend((f, 0, now) for f in frames[1:])
+        self.ready.set()
+        if len(self.queue) >= _PAUSE_AT and not self.paused:
+            self.paused = True
+            self._update_reading()
+
+    def _admit_large_frame(self) -> None:
+        """A large frame is announced: it may take memory only once the pool all connections
+        share (queued.max.request.bytes, Kafka's MemoryPool) grants its whole size; until then
+        the connection is not read and its decoder holds only the bytes that came."""
+        while (size := self.decoder.awaiting_admission) and not self.waiting_memory and not self.closing:
+            if self.sasl is not None and self.sasl.principal is None and size > self.server.sasl_max_receive:
+                # sasl.server.max.receive.size: before authentication a client cannot make the
+                # broker hold a large frame.
+                log.warning("closing connection from %s: a %d-byte frame before SASL authentication",
+                            self.peer, size)
+                self.close()
+                return
+            if not self.server.request_memory.try_acquire(self, size):
                 self.waiting_memory = True
                 self._update_reading()
+                return
+            self.reserved = size
+            self._queue_frames(self.decoder.admit())
 
     def memory_granted(self, size: int) -> None:
+        if self.closing:
+            self.server.request_memory.release(size)
+            return
         self.reserved, self.waiting_memory = size, False
+        self._queue_frames(self.decoder.admit())
+        self._admit_large_frame()
         self._update_reading()
 
     def _update_reading(self) -> None:
@@ -222,6 +247,9 @@ class Connection(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         self.closing = True
         self.ready.set()
+        if self.waiting_for_guess and self.worker is not None:
+            # A guess waiting its turn, from a client that left: it takes no turn.
+            self.worker.cancel()
         # Keep the write side open until queued requests are answered (TLS cannot half-close).
         return not self.tls
 
@@ -333,7 +361,7 @@ class Connection(asyncio.BufferedProtocol):
             timer.handled = timer.sending = handled
         throttle = self.server.quotas.request_throttle_ms(
             _user(self.principal), header.client_id or "", header.api_key, len(frame),
-            _response_size(response), handled - started - (timer.remote if timer else 0.0), follower)
+            _response_size(header.api_key, response), handled - started - (timer.remote if timer else 0.0), follower)
         if throttle:
             _set_throttle(response, throttle)
             if timer is not None:
@@ -353,6 +381,8 @@ class Connection(asyncio.BufferedProtocol):
                 self.transport.write(encoded)
         if timer is not None:
             self.server.request_done(self, header, len(frame), size, timer, time.monotonic())
+        if len(frame) + size > _TRIM_AFTER_BYTES:
+            self.server.trim_memory_soon()
         if throttle:
             # KIP-219: the answer goes out at once, saying how long; the connection is read no
             # further meanwhile (its next request waits here), as Kafka mutes the channel.
@@ -369,7 +399,9 @@ class Connection(asyncio.BufferedProtocol):
             self._answer(header, self.sasl.handshake(body.mechanism, header.api_version))
             return True
         if key == SASL_AUTHENTICATE:
+            guess = await self._guess_turn(body.auth_bytes)
             response = self.sasl.authenticate(body.auth_bytes)
+            self.server.guesses.done(guess, failed=bool(response["error_code"]))
             if response["error_code"]:
                 await self._authentication_failed(response["error_message"])
                 self._answer(header, response)
@@ -394,12 +426,16 @@ class Connection(asyncio.BufferedProtocol):
 
     async def _raw_sasl_token(self, frame: bytearray) -> None:
         """After a v0 SaslHandshake the exchange is bare tokens, each in a size-prefixed frame."""
+        token = bytes(frame)
+        guess = await self._guess_turn(token)
         try:
-            reply = self.sasl.step(bytes(frame))
+            reply = self.sasl.step(token)
         except (AuthenticationFailed, SaslProtocolError) as e:
+            self.server.guesses.done(guess, failed=True)
             await self._authentication_failed(str(e))
             self.close()
             return
+        self.server.guesses.done(guess, failed=False)
         if self.sasl.principal is not None and not self.sasl.raw_tokens:
             self._authenticated()
         self.transport.write(len(reply).to_bytes(_SIZE_PREFIX, "big") + reply)
@@ -410,10 +446,21 @@ class Connection(asyncio.BufferedProtocol):
         self.session_expires = time.monotonic() + lifetime / 1000 if lifetime else 0.0
         log.debug("%s authenticated as %s with %s", self.peer, self.principal, self.sasl.mechanism_name)
 
+    async def _guess_turn(self, token: bytes) -> bytes | None:
+        """If `token` guesses a user's secret, wait for that guess's turn (security/sasl.py
+        GuessLimit). The brokers' own user on the inter-broker listener never waits."""
+        user = self.sasl.guess_of(token)
+        if user is None or (self.listener, user) == self.server.inter_broker_user:
+            return None
+        self.waiting_for_guess = True
+        try:
+            return await self.server.guesses.turn(user, self.ip)
+        finally:
+            self.waiting_for_guess = False
+
     async def _authentication_failed(self, why: str | None) -> None:
         """One line, then connection.failed.authentication.delay.ms before the answer, as Kafka
-        slows down password guessing; the IP's failures are counted (SocketServer.auth_blocked)."""
-        self.server.auth_failed(self.ip)
+        slows down password guessing."""
         self.server.warn_once(f"auth-failed-{self.ip}", f"failed authentication with {self.peer} "
                               f"({self.sasl.mechanism_name}): {why}", every_s=1.0)
         await asyncio.sleep(self.server.broker.config["connection.failed.authentication.delay.ms"] / 1000)
@@ -439,10 +486,10 @@ class Connection(asyncio.BufferedProtocol):
 
     async def _send_parts(self, response_header: bytes, parts: list[Any]) -> int:
         """Write a response of bytes and file regions; returns its size."""
-        size = len(response_header) + sum(len(p) if isinstance(p, bytes) else p.size for p in parts)
+        size = len(response_header) + sum(_part_size(p) for p in parts)
         pending = [size.to_bytes(_SIZE_PREFIX, "big"), response_header]
         for part in parts:
-            if isinstance(part, bytes):
+            if isinstance(part, bytes | bytearray | memoryview):
                 pending.append(part)
             elif part.data is not None:
                 # A small region was read with the fetch: one write beats the sendfile machinery.
@@ -487,18 +534,25 @@ def _user(principal: str) -> str:
     return principal.partition(":")[2] or principal
 
 
-def _response_size(response: Any) -> int:
-    if isinstance(response, RawResponse):
-        return sum(len(p) if isinstance(p, bytes | bytearray) else p.size for p in response.parts)
-    return 0  # only Fetch (a RawResponse) is metered by its size
+def _response_size(api_key: int, response: Any) -> int:
+    if api_key == _FETCH and isinstance(response, RawResponse):
+        return sum(_part_size(p) for p in response.parts)
+    return 0  # only Fetch is metered by its size
+
+
+def _part_size(part: Any) -> int:
+    """A RawResponse part: bytes, or a file region."""
+    return len(part) if isinstance(part, bytes | bytearray | memoryview) else part.size
 
 
 def _set_throttle(response: Any, throttle_ms: int) -> None:
     """Tell the client how long it is held back: in a response's throttle_time_ms, which a
     RawResponse (Fetch) carries as the first field of its body."""
     if isinstance(response, RawResponse):
-        head = response.parts[0]
-        response.parts[0] = struct.pack(">i", throttle_ms) + bytes(head[4:])
+        if response.throttle_at is not None:
+            head, at = bytearray(response.parts[0]), response.throttle_at
+            head[at : at + 4] = struct.pack(">i", throttle_ms)
+            response.parts[0] = bytes(head)
     elif isinstance(response, dict) and "throttle_time_ms" in response:
         response["throttle_time_ms"] = max(response["throttle_time_ms"] or 0, throttle_ms)
 
@@ -564,7 +618,10 @@ class SocketServer:
         self.quotas = ClientQuotas({})  # given the cluster's quota configs at start()
         self.connection_rates = ConnectionRates({})
         self.sasl_max_receive = 524288
-        self._auth_failures: dict[str, deque[float]] = {}
+        self._trim_pending = False
+        self._trim_task: asyncio.Task | None = None
+        self.guesses = GuessLimit(0, 1.0)  # configured at start()
+        self.inter_broker_user: tuple[str, str] | None = None  # (listener, user) of brokers' own SASL
         # Connections the open-file limit leaves room for after the log's share (the broker
         # sets it at start-up): clients cannot take the descriptors segment rolls need.
         self.max_connections_by_fds = 2**31 - 1
@@ -588,22 +645,6 @@ class SocketServer:
             return f"max.connections.per.ip={limit} reached"
         return self.connection_rates.admit(ip, config["max.connection.creation.rate"])
 
-    def auth_failed(self, ip: str) -> None:
-        self._auth_failures.setdefault(ip, deque()).append(time.monotonic())
-
-    def auth_blocked(self, ip: str) -> bool:
-        """True while `ip` has failed authentication _MAX_AUTH_FAILURES times in the last
-        _AUTH_FAILURE_WINDOW_S seconds: its new SASL connections are closed at once."""
-        failures = self._auth_failures.get(ip)
-        if failures is None:
-            return False
-        while failures and failures[0] < time.monotonic() - _AUTH_FAILURE_WINDOW_S:
-            failures.popleft()
-        if not failures:
-            del self._auth_failures[ip]
-            return False
-        return len(failures) >= _MAX_AUTH_FAILURES
-
     def enable_metrics(self) -> None:
         self.request_metrics = RequestMetrics()
         self.loop_idle = LoopIdleSampler()
@@ -623,6 +664,20 @@ class SocketServer:
                 conn.peer, conn.listener, conn.principal, request_size, response_size, (done - t.received) * 1000,
                 (t.started - t.received) * 1000, local_time(t) * 1000, t.remote * 1000,
                 (t.sending - t.handled) * 1000, (done - t.sending) * 1000)
+
+    def trim_memory_soon(self) -> None:
+        """Give free heap memory back to the system once the large request just answered is
+        gone (one trim however many such requests came meanwhile)."""
+        if self._trim_pending or _malloc_trim is None:
+            return
+        self._trim_pending = True
+
+        async def trim() -> None:
+            await asyncio.sleep(_TRIM_DELAY_S)
+            self._trim_pending = False
+            await asyncio.to_thread(_malloc_trim, 0)
+
+        self._trim_task = asyncio.get_running_loop().create_task(trim())
 
     def warn_once(self, key: str, message: str, every_s: float = 10.0) -> None:
         """One line per kind of event per `every_s`: a flood must not flood the log."""
@@ -649,6 +704,12 @@ class SocketServer:
         loop = asyncio.get_running_loop()
         config = self.broker.config
         self.sasl_max_receive = config["sasl.server.max.receive.size"]
+        self.guesses = GuessLimit(config["sasl.server.failed.authentication.limit"],
+                                  config["sasl.server.failed.authentication.window.ms"] / 1000)
+        set_salt_secret(config["delegation.token.secret.key"])
+        security = self.broker.inter_broker_security
+        if security is not None and security.sasl_mechanism:
+            self.inter_broker_user = (config.inter_broker_listener, security.username)
         windows = (config["quota.window.size.seconds"], config["quota.window.num"])
         self.quotas = ClientQuotas(self.broker.config_repository.clients, *windows)
         self.connection_rates = ConnectionRates(self.broker.config_repository.clients, *windows)

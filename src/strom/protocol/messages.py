@@ -34,14 +34,19 @@ from strom.protocol import (
     telemetry_messages,  # noqa: F401  (registers KIP-714's client telemetry APIs)
 )
 from strom.protocol.frames import frame
+from strom.protocol.list_offsets import parse_list_offsets_request
+from strom.protocol.metadata import parse_describe_topic_partitions_request, parse_metadata_request
 from strom.protocol.produce import MAX_VERSION as PRODUCE_MAX_VERSION
 from strom.protocol.produce import MalformedRequest, parse_produce_request
-from strom.protocol.varint import VarintError, skip_tagged_fields
+from strom.protocol.varint import VarintError, skip_tagged_fields, write_uvarint
 
 _HEADER_V1 = struct.Struct(">hhih")
 _CORRELATION = struct.Struct(">i")
 API_VERSIONS_KEY = 18
 PRODUCE_KEY = 0
+METADATA_KEY = 3
+LIST_OFFSETS_KEY = 2
+DESCRIBE_TOPIC_PARTITIONS_KEY = 75
 
 
 def _all_subclasses(cls: type) -> list[type]:
@@ -134,6 +139,13 @@ def parse_request(buf) -> Request:
         if header.api_key == PRODUCE_KEY and 3 <= header.api_version <= PRODUCE_MAX_VERSION:
             # The hot path: record sets stay writable views of the frame (see produce.py).
             body = parse_produce_request(memoryview(buf)[pos:], header.api_version)
+        elif header.api_key == METADATA_KEY:
+            # Names stay in the frame until the handler reads them (see metadata.py).
+            body = parse_metadata_request(buf, pos, header.api_version)
+        elif header.api_key == LIST_OFFSETS_KEY and header.api_version >= 1:
+            body = parse_list_offsets_request(buf, pos, header.api_version)
+        elif header.api_key == DESCRIBE_TOPIC_PARTITIONS_KEY:
+            body = parse_describe_topic_partitions_request(buf, pos, header.api_version)
         else:
             body = _decode_body(cls, memoryview(buf)[pos:], header.api_version)
     except MalformedRequest as e:
@@ -232,6 +244,47 @@ def build(cls: type, version: int, fields: dict[str, Any]) -> Any:
             value = [build(sub, version, v) if isinstance(v, dict) else v for v in value]
         kwargs[name] = value
     return cls(version=version, **kwargs)
+
+
+class StreamedResponse:
+    """A response whose one large array is encoded an element at a time, as the handler makes
+    them: the codec's objects for one element live only while it is encoded, so the response
+    costs its bytes (and the handler's dict for the element at hand), not a tree of objects."""
+
+    def __init__(self, api_key: int, version: int, array: str) -> None:
+        self.cls = RESPONSES[api_key]
+        self.version = version
+        self.flexible = self.cls.flexible_version_q(version)
+        self.field = self.cls._struct.fields[array]
+        self.items = bytearray()
+        self.count = 0
+
+    def add(self, fields: dict[str, Any]) -> None:
+        element = build(self.field.data_class, self.version, fields)
+        self.items += self.field.array_of.encode(element, version=self.version, compact=self.flexible,
+                                                 tagged=self.flexible)
+        self.count += 1
+
+    def add_encoded(self, element: bytes) -> None:
+        """An element the caller encoded itself (the common error entries, at speed)."""
+        self.items += element
+        self.count += 1
+
+    def parts(self, fields: dict[str, Any]) -> list[bytes | bytearray]:
+        """The body: the other fields (`fields`), the array where the schema has it."""
+        message = build(self.cls, self.version, fields)
+        head, tail, out = bytearray(), bytearray(), None
+        v, flexible = self.version, self.flexible
+        for f in self.cls._struct.untagged_fields(v):
+            if f is self.field:
+                head += write_uvarint(self.count + 1) if flexible else struct.pack(">i", self.count)
+                out = tail
+                continue
+            (head if out is None else tail).extend(
+                f.encode(getattr(message, f.name), version=v, compact=flexible, tagged=flexible))
+        if flexible:
+            tail += self.cls._struct.tagged_fields(v).encode(message, version=v)
+        return [bytes(head), self.items, bytes(tail)]
 
 
 def encode_body(api_key: int, version: int, fields: dict[str, Any]) -> bytes:

@@ -5,16 +5,25 @@ of sockets, and the JAAS option lines Kafka configures them with.
 Credentials, as in Kafka: PLAIN users from the listener's JAAS options (`user_<name>="<pw>"`),
 SCRAM users from the metadata store (/config/users/<name>, written by
 AlterUserScramCredentials), OAUTHBEARER tokens checked as Kafka's unsecured validator does.
+
+Password guessing is bounded where a guess is evaluated (`GuessLimit`): per principal and
+client address, a few failed guesses per window, after which the next guesses of that pair
+wait their turn. No guess is refused unevaluated, so a correct credential is never locked out,
+and a guesser slows down only the principal it guesses, from its own address.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
 import json
+import logging
+import math
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -29,7 +38,11 @@ from strom.protocol.scram import (
 )
 from strom.security.tls import client_context
 
+log = logging.getLogger(__name__)
+
 SUPPORTED = ("PLAIN", *SCRAM_MECHANISMS, "OAUTHBEARER")
+# A SASL session may not outlive an int64 of milliseconds (SaslAuthenticate's field).
+_MAX_LIFETIME_MS = 2**63 - 1
 
 
 class AuthenticationFailed(Exception):
@@ -52,6 +65,11 @@ class Mechanism:
     def evaluate(self, token: bytes) -> bytes:
         raise NotImplementedError
 
+    def guess_of(self, token: bytes) -> str | None:
+        """The user whose secret `token` would be checked against, if evaluating it is a
+        guess (GuessLimit counts those); None when it checks no secret."""
+        return None
+
 
 class PlainServer(Mechanism):
     def __init__(self, users: Mapping[str, str]) -> None:
@@ -72,6 +90,10 @@ class PlainServer(Mechanism):
                                        "that is different from username")
         self.complete, self.principal = True, f"User:{username}"
         return b""
+
+    def guess_of(self, token: bytes) -> str | None:
+        parts = token.split(b"\0")
+        return parts[1].decode("utf-8", "replace") if len(parts) == 3 else None
 
 
 class ScramServer(Mechanism):
@@ -114,9 +136,11 @@ class ScramServer(Mechanism):
                 self.lifetime_ms = max(1, int(expiry_ms - time.time() * 1000))
         else:
             credential = self.credentials(self.username)
-        # An unknown user gets the same exchange as a known one (a made-up salt), so the
-        # failure at the end does not tell which users exist.
-        self.credential = credential or ScramCredential(secrets.token_bytes(16), b"", b"", MIN_ITERATIONS)
+        # An unknown user gets the same exchange as a known one, a salt of its own that stays
+        # the same from one attempt to the next as a real one does, so neither the salt nor
+        # the failure at the end tells which users exist.
+        self.credential = credential or ScramCredential(_fake_salt(self.mechanism, self.username), b"", b"",
+                                                        MIN_ITERATIONS)
         self.known = credential is not None
         self.gs2_header = header + ","
         self.client_first_bare = bare
@@ -134,7 +158,11 @@ class ScramServer(Mechanism):
         # librdkafka sends its own nonce again in front of the one the server returned.
         if not attrs.get("r", "").endswith(self.nonce):
             raise AuthenticationFailed("Authentication failed: invalid nonce in the client's final message")
-        if base64.b64decode(attrs.get("c", "")) != self.gs2_header.encode():
+        try:
+            binding = base64.b64decode(attrs.get("c", ""), validate=True)
+        except ValueError:
+            raise SaslProtocolError("SCRAM channel binding (c=) is not base64") from None
+        if binding != self.gs2_header.encode():
             raise AuthenticationFailed("Authentication failed: invalid channel binding")
         auth_message = f"{self.client_first_bare},{self.server_first},{without_proof}".encode()
         try:
@@ -150,6 +178,25 @@ class ScramServer(Mechanism):
         self.complete, self.principal = True, self.token_owner or f"User:{self.username}"
         server_signature = hmac.digest(self.credential.server_key, auth_message, self.digest)
         return b"v=" + base64.b64encode(server_signature)
+
+    def guess_of(self, token: bytes) -> str | None:
+        return self.username if self.state == "final" else None  # client-final carries the proof
+
+
+# What unknown users' SCRAM salts derive from: the same user gets the same salt for as long as
+# the broker runs (delegation.token.secret.key, the cluster's shared secret, makes it the same
+# on every broker and across restarts: see set_salt_secret).
+_salt_secret = secrets.token_bytes(32)
+
+
+def set_salt_secret(secret: str | None) -> None:
+    global _salt_secret
+    if secret:
+        _salt_secret = hashlib.sha256(b"strom-scram-salt:" + secret.encode()).digest()
+
+
+def _fake_salt(mechanism: str, user: str) -> bytes:
+    return hmac.digest(_salt_secret, f"{mechanism}:{user}".encode(), "sha256")[:16]
 
 
 class OAuthBearerServer(Mechanism):
@@ -195,8 +242,10 @@ class OAuthBearerServer(Mechanism):
             raise ValueError("the token must be unsecured (alg none)")
         now_ms = time.time() * 1000
         exp = claims.get("exp")
-        if not isinstance(exp, int | float) or exp * 1000 + self.skew_ms <= now_ms:
-            raise ValueError("the token has no exp claim or has expired")
+        if isinstance(exp, bool) or not isinstance(exp, int | float) or not math.isfinite(exp):
+            raise ValueError("the token has no exp claim, or one that is not a number of seconds")
+        if exp * 1000 + self.skew_ms <= now_ms:
+            raise ValueError("the token has expired")
         subject = claims.get(self.claim)
         if not isinstance(subject, str) or not subject:
             raise ValueError(f"the token has no {self.claim} claim")
@@ -206,7 +255,7 @@ class OAuthBearerServer(Mechanism):
         if missing:
             raise ValueError(f"the token lacks the required scope {missing}")
         self.principal = f"User:{subject}"
-        self.lifetime_ms = int(exp * 1000 - now_ms)
+        self.lifetime_ms = max(1, min(_MAX_LIFETIME_MS, int(exp * 1000 - now_ms)))
 
 
 def _split_gs2(text: str) -> tuple[str, str, str]:
@@ -219,6 +268,91 @@ def _split_gs2(text: str) -> tuple[str, str, str]:
 
 def _attributes(text: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in text.split(",") if "=" in part)
+
+
+# --- how many guesses ---------------------------------------------------------------------------
+
+class _Pair:
+    __slots__ = ("failures", "evaluating", "waiting", "changed")
+
+    def __init__(self) -> None:
+        self.failures: deque[float] = deque()  # when each failed guess in the window was answered
+        self.evaluating = 0
+        self.waiting = 0
+        self.changed = asyncio.Event()
+
+
+class GuessLimit:
+    """Failed guesses per (user, client address): at most `max_failures` within `window_s`
+    (sasl.server.failed.authentication.limit / .window.ms). Past that, the pair's next guess
+    waits until its oldest failure leaves the window; guesses being evaluated count as well,
+    so connections opened beforehand and used together get no more turns. A guess is never
+    refused unevaluated: a correct credential waits at worst, and only behind guesses of the
+    same user from the same address. Pairs are kept by digest (a user name is whatever a client
+    sent), only while they have failures in the window, and at most MAX_PAIRS of them."""
+
+    MAX_PAIRS = 50_000
+
+    def __init__(self, max_failures: int, window_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_failures = max_failures
+        self.window_s = window_s
+        self.clock = clock
+        self._pairs: dict[bytes, _Pair] = {}
+
+    async def turn(self, user: str, address: str) -> bytes | None:
+        """Wait until a guess of `user`'s secret from `address` may be evaluated; the key to
+        hand to `done` (None: the limit is off)."""
+        if self.max_failures <= 0:
+            return None
+        key = hashlib.sha256(f"{address}\0{user}".encode()).digest()
+        pair = self._pairs.get(key)
+        if pair is None:
+            if len(self._pairs) >= self.MAX_PAIRS:
+                self._sweep()
+            pair = self._pairs[key] = _Pair()
+        pair.waiting += 1
+        try:
+            while True:
+                self._expire(pair)
+                if len(pair.failures) + pair.evaluating < self.max_failures:
+                    pair.evaluating += 1
+                    return key
+                pair.changed.clear()
+                timeout = pair.failures[0] + self.window_s - self.clock() if pair.failures else None
+                try:
+                    await asyncio.wait_for(pair.changed.wait(), timeout)
+                except TimeoutError:
+                    pass
+        finally:
+            pair.waiting -= 1
+
+    def done(self, key: bytes | None, failed: bool) -> None:
+        """The guess `turn` let through was evaluated: `failed` or not."""
+        pair = self._pairs.get(key) if key is not None else None
+        if pair is None:
+            return
+        pair.evaluating -= 1
+        if failed:
+            pair.failures.append(self.clock())
+        pair.changed.set()
+        if not (pair.failures or pair.evaluating or pair.waiting):
+            del self._pairs[key]
+
+    def _expire(self, pair: _Pair) -> None:
+        horizon = self.clock() - self.window_s
+        while pair.failures and pair.failures[0] <= horizon:
+            pair.failures.popleft()
+
+    def _sweep(self) -> None:
+        """Forget pairs with nothing in the window; if that is not enough, every idle pair."""
+        for key, pair in list(self._pairs.items()):
+            self._expire(pair)
+            if not (pair.failures or pair.evaluating or pair.waiting):
+                del self._pairs[key]
+        if len(self._pairs) >= self.MAX_PAIRS:
+            for key, pair in list(self._pairs.items()):
+                if not (pair.evaluating or pair.waiting):
+                    del self._pairs[key]
 
 
 # --- one connection's authentication -------------------------------------------------------------
@@ -279,7 +413,12 @@ class SaslAuthenticator:
         """One token of the exchange; raises AuthenticationFailed or SaslProtocolError."""
         if self.mechanism is None or self.mechanism.complete:
             raise SaslProtocolError("SaslAuthenticate without a SaslHandshake before it")
-        reply = self.mechanism.evaluate(token)
+        try:
+            reply = self.mechanism.evaluate(token)
+        except (AuthenticationFailed, SaslProtocolError):
+            raise
+        except Exception as e:  # whatever a malformed token trips: a failure like any other
+            raise SaslProtocolError(f"malformed {self.mechanism_name} message ({type(e).__name__})") from None
         if self.mechanism.complete:
             if self.principal is not None and self.mechanism.principal != self.principal:
                 raise AuthenticationFailed(f"Cannot change principals during re-authentication from "
@@ -288,6 +427,15 @@ class SaslAuthenticator:
             self.token_authenticated = getattr(self.mechanism, "token_owner", None) is not None
             self.raw_tokens = False
         return reply
+
+    def guess_of(self, token: bytes) -> str | None:
+        """The user `token` guesses the secret of (see Mechanism.guess_of)."""
+        if self.mechanism is None or self.mechanism.complete:
+            return None
+        try:
+            return self.mechanism.guess_of(token)
+        except Exception:  # malformed: evaluating it fails without checking a secret
+            return None
 
     def authenticate(self, auth_bytes: bytes) -> dict:
         """The SaslAuthenticate response for `auth_bytes` (the caller closes after a failure)."""
@@ -322,15 +470,26 @@ def listener_sasl(setting: Callable[[str], object], listener: str,
     for mechanism in mechanisms:
         key = f"{mechanism.lower()}.sasl.jaas.config"
         jaas = setting(key)
-        if jaas is None:
+        if not jaas:
+            # Kafka refuses to start a listener without its mechanism's JAAS entry. SCRAM's
+            # entry configures nothing here (credentials are in the metadata store), so only
+            # the others are demanded: PLAIN's names the users, and without OAUTHBEARER's any
+            # made-up token would be taken.
             if mechanism == "PLAIN":
                 raise ValueError(f"listener {listener}: PLAIN needs listener.name.{listener.lower()}.{key} "
                                  'naming its users (user_<name>="<password>")')
+            if mechanism == "OAUTHBEARER":
+                raise ValueError(f"listener {listener}: OAUTHBEARER needs listener.name.{listener.lower()}.{key} "
+                                 "(org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;)")
             continue
         try:
             options[mechanism] = parse_jaas(str(jaas))
         except ValueError as e:
             raise ValueError(f"listener {listener}: {key}: {e}") from None
+    if "OAUTHBEARER" in mechanisms:
+        log.warning("listener %s: OAUTHBEARER takes unsecured tokens (Kafka's unsecured validator): a client "
+                    "authenticates as whatever principal its token names; use it for development only",
+                    listener)
     return ListenerSasl(mechanisms, options, scram_credential, int(setting("connections.max.reauth.ms") or 0),
                         token_credential)
 

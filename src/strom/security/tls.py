@@ -10,14 +10,20 @@ the broker-wide value for one listener, as in Kafka.
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 import tempfile
 from collections.abc import Callable
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 ANONYMOUS = "User:ANONYMOUS"
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+# Names Kafka (Java) knows for protocols too old to offer: dropped from ssl.enabled.protocols.
+_OLD_VERSIONS = frozenset({"TLSv1", "TLSv1.1", "SSLv3", "SSLv2", "SSLv2Hello"})
+_warned: set[tuple[str, tuple[str, ...]]] = set()
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 # RFC 2253 short names of the attributes Python reports by their long names.
 _RDN_NAMES = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
@@ -122,11 +128,22 @@ def _pem(text: str) -> str:
 
 def _limit_versions(context: ssl.SSLContext, enabled: str | None, listener: str) -> None:
     names = [v.strip() for v in (enabled or "TLSv1.2,TLSv1.3").split(",") if v.strip()]
-    unknown = [n for n in names if n not in _VERSIONS]
+    unknown = [n for n in names if n not in _VERSIONS and n not in _OLD_VERSIONS]
     if unknown or not names:
         raise TlsConfigError(f"listener {listener}: ssl.enabled.protocols may hold TLSv1.2 and TLSv1.3, "
                              f"not {','.join(unknown) or 'nothing'}")
-    versions = sorted(_VERSIONS[n] for n in names)
+    old = [n for n in names if n in _OLD_VERSIONS]
+    offered = [n for n in names if n in _VERSIONS]
+    if not offered:
+        raise TlsConfigError(f"listener {listener}: ssl.enabled.protocols={','.join(names)} names only "
+                             "protocols Strom does not offer (they are broken); enable TLSv1.2 or TLSv1.3")
+    if old and (listener, tuple(old)) not in _warned:
+        # Many real configs list the old protocols next to TLSv1.2 (Kafka's default before 2.x):
+        # the broker starts with the safe ones, saying so once.
+        _warned.add((listener, tuple(old)))
+        log.warning("listener %s: ssl.enabled.protocols names %s, which Strom does not offer (insecure); "
+                    "offering %s only", listener, ", ".join(old), ", ".join(offered))
+    versions = sorted(_VERSIONS[n] for n in offered)
     context.minimum_version, context.maximum_version = versions[0], versions[-1]
 
 

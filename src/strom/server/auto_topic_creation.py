@@ -2,10 +2,15 @@
 its DelayedCreatePartitions: CreateTopics' topics, Metadata's auto-created ones, and the
 internal topics `__consumer_offsets` and `__transaction_state` on first use. Each is recorded
 in the metadata store; the answer waits until this broker's metadata shows every partition
-with a leader (the controller's doing)."""
+with a leader (the controller's doing), then until every leader serves its partition.
+
+Creation is all or nothing: a partition whose log its leader could not make (out of file
+descriptors, a failed disk) would leave a topic that exists for CreateTopics and not for
+clients. Such a topic is deleted again and the creation answered KAFKA_STORAGE_ERROR."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +22,8 @@ from strom.protocol.errors import ErrorCode, KafkaError
 log = logging.getLogger(__name__)
 
 AUTO_CREATE_WAIT_S = 1.0
+LIST_OFFSETS, LIST_OFFSETS_VERSION, LATEST = 2, 7, -1
+SERVED_CHECK_INTERVAL_S = 0.05
 INTERNAL_CREATE_WAIT_S = 30.0
 # Where each internal topic's settings are (offsets.topic.num.partitions, ...).
 _INTERNAL_CONFIG_PREFIX = {GROUP_METADATA_TOPIC: "offsets.topic", TRANSACTION_STATE_TOPIC: "transaction.state.log"}
@@ -38,6 +45,75 @@ class AutoTopicCreationManager:
         await self.metadata_cache.wait_for(lambda: self._has_leaders(name, partitions), timeout_s)
         return self.metadata_cache.topics.get(name) if self._has_leaders(name, partitions) else None
 
+    async def wait_until_created(self, name: str, partitions: int, timeout_s: float) -> TopicMetadata | None:
+        """`wait_for_topic`, then until each partition's leader serves it. A partition whose
+        log could not be made undoes the creation: the topic is deleted and KafkaError
+        (KAFKA_STORAGE_ERROR) raised. None at the timeout, as `wait_for_topic`."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        topic = await self.wait_for_topic(name, partitions, timeout_s)
+        if topic is None:
+            return None
+        served, why = await self._served(topic, deadline)
+        if served:
+            return topic
+        if why is None:
+            return None
+        log.error("creating topic %s failed: %s; deleting it again", name, why)
+        broker = self.broker
+        try:
+            await broker.store_io(broker.admin.delete_topic, name)
+            await self.wait_for_deletion(name, max(1.0, deadline - asyncio.get_running_loop().time()))
+        except KafkaError as e:
+            log.warning("topic %s could not be deleted after its failed creation: %s", name, e)
+        raise KafkaError(f"Topic {name} was not created: {why}", ErrorCode.KAFKA_STORAGE_ERROR)
+
+    async def _served(self, topic: TopicMetadata, deadline: float) -> tuple[bool, str | None]:
+        """(True, None) once every partition of a new topic is served by its leader; (False,
+        why) when one cannot be (its log was not made); (False, None) at the deadline."""
+        pending = {index: state.leader for index, state in topic.partitions.items()}
+        loop = asyncio.get_running_loop()
+        while True:
+            leaders: dict[int, list[int]] = {}
+            for index, leader in pending.items():
+                leaders.setdefault(leader, []).append(index)
+            for leader, indexes in leaders.items():
+                errors = (self._local_errors(topic.name, indexes) if leader == self.broker.broker_id
+                          else await self._remote_errors(leader, topic.name, indexes, deadline - loop.time()))
+                for index, code in errors.items():
+                    if code == ErrorCode.NONE:
+                        del pending[index]
+                    elif code == ErrorCode.KAFKA_STORAGE_ERROR:
+                        return False, f"broker {leader} could not make the log of partition {index}"
+            if not pending:
+                return True, None
+            if loop.time() >= deadline:
+                return False, None
+            await asyncio.sleep(SERVED_CHECK_INTERVAL_S)
+
+    def _local_errors(self, name: str, indexes: list[int]) -> dict[int, ErrorCode]:
+        replicas = self.broker.replica_manager
+        out = {}
+        for index in indexes:
+            partition = replicas.get_partition(name, index)
+            if partition is None:
+                out[index] = replicas.missing_partition_error((name, index))
+            elif partition.log.offline:
+                out[index] = ErrorCode.KAFKA_STORAGE_ERROR
+            else:
+                out[index] = ErrorCode.NONE if partition.is_leader else ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return out
+
+    async def _remote_errors(self, leader: int, name: str, indexes: list[int], timeout_s: float) -> dict[int, ErrorCode]:
+        """What leader `leader` answers ListOffsets for the partitions: served, or why not."""
+        try:
+            body = await self.broker.connections.call(leader, LIST_OFFSETS, LIST_OFFSETS_VERSION, {
+                "replica_id": -1, "isolation_level": 0, "topics": [{"name": name, "partitions": [
+                    {"partition_index": i, "current_leader_epoch": -1, "timestamp": LATEST} for i in indexes]}]},
+                max(0.1, timeout_s))
+        except (OSError, ConnectionError, TimeoutError, LookupError, asyncio.IncompleteReadError):
+            return {}  # not reachable now: asked again
+        return {p.partition_index: p.error_code for t in body.topics for p in t.partitions}
+
     async def wait_for_deletion(self, name: str, timeout_s: float) -> bool:
         return await self.metadata_cache.wait_for(lambda: name not in self.metadata_cache.topics, timeout_s)
 
@@ -48,7 +124,7 @@ class AutoTopicCreationManager:
         broker = self.broker
         _, assignment = await broker.store_io(broker.admin.create_topic, name, partitions, factor, None, configs)
         broker.config_repository.topics[name] = dict(configs)
-        return await self.wait_for_topic(name, len(assignment), wait_s)
+        return await self.wait_until_created(name, len(assignment), wait_s)
 
     async def auto_create(self, name: str) -> TopicMetadata | None:
         """Metadata's auto-creation: None when the topic's leaders are not known yet (the client

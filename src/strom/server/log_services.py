@@ -45,10 +45,11 @@ class LogServices:
     def load_dynamic_config(self) -> None:
         """Apply the dynamic broker configs stored in the metadata (before logs are served)."""
         dynamic = self.broker.dynamic_config
-        dynamic.default.clear()
-        dynamic.default.update(self.broker.broker_configs(DEFAULT_ENTITY))
-        dynamic.per_broker.clear()
-        dynamic.per_broker.update(self.broker.broker_configs(str(self.broker.broker_id)))
+        # A stored config the broker cannot take is left out and named: it must never keep
+        # the broker from starting and serving (dynamic.py).
+        for refused in dynamic.load(self.broker.broker_configs(DEFAULT_ENTITY),
+                                    self.broker.broker_configs(str(self.broker.broker_id))):
+            log.error("ignoring the stored dynamic broker config %s", refused)
         if dynamic.default or dynamic.per_broker or self.broker.config is not dynamic.static:
             try:
                 self.apply_broker_config(dynamic.effective())

@@ -72,6 +72,9 @@ class ReplicaManager:
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.partitions: dict[TopicPartition, Partition] = {}
+        # Partitions a LeaderAndIsr named whose log could not be made (why): clients get
+        # KAFKA_STORAGE_ERROR for them, not a partition that seems to be elsewhere.
+        self.unmade: dict[TopicPartition, str] = {}
         self._hosted: Counter[str] = Counter()  # partitions hosted per topic
         self.fetch_purgatory = Purgatory()
         self.produce_purgatory = Purgatory()  # acks=all waiting for the high watermark
@@ -87,6 +90,7 @@ class ReplicaManager:
         self.isr_expands = 0
 
     def _host(self, partition: Partition) -> None:
+        self.unmade.pop((partition.topic, partition.index), None)
         self.partitions[(partition.topic, partition.index)] = partition
         self._hosted[partition.topic] += 1
 
@@ -97,6 +101,8 @@ class ReplicaManager:
         return self.partitions.get((topic, index))
 
     def missing_partition_error(self, tp: TopicPartition) -> ErrorCode:
+        if tp in self.unmade:
+            return ErrorCode.KAFKA_STORAGE_ERROR
         if self.known_partition(*tp):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -257,6 +263,7 @@ class ReplicaManager:
     def stop_replica(self, topic: str, index: int, delete: bool) -> None:
         """Stop serving a replica; with `delete`, remove its log even if it was never loaded
         as a partition (a replica of a topic deleted while this broker was away)."""
+        self.unmade.pop((topic, index), None)
         if self.partitions.pop((topic, index), None) is not None:
             self._hosted[topic] -= 1
             if not self._hosted[topic]:

@@ -2,6 +2,15 @@
 AlterPartition and ControlledShutdown, what brokers ask of it; ElectLeaders and partition
 reassignments (KIP-455), what admins ask.
 
+Who may send the first five is checked before anything else, as only brokers and their
+controller speak them. An embedded broker (no zookeeper.connect) has no other broker: its
+controller reaches it in process, so these requests never come over a socket and are refused
+there. In a cluster they are taken only on the inter-broker listener (control.plane.listener.name,
+else the inter-broker one), with CLUSTER_ACTION, and from a broker the metadata knows: a
+controller's request names the controller and epoch that /controller and /controller_epoch of the
+metadata store hold (read once per new controller), a broker's names a live broker and its
+epoch. Anything else gets CLUSTER_AUTHORIZATION_FAILED in a well-formed response.
+
 A request from a controller older than the newest one this broker has heard from is refused
 with STALE_CONTROLLER_EPOCH, and one addressed to an earlier registration of this broker
 (a broker epoch below its current one) with STALE_BROKER_EPOCH, so a deposed controller or a
@@ -12,11 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 
 from strom.controller import znodes
 from strom.controller.admin import read_configs
-from strom.protocol.errors import ErrorCode
-from strom.security.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, DESCRIBE, allowed
+from strom.protocol.errors import ErrorCode, StorageError
+from strom.security.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, DESCRIBE, INTERNAL, allowed
 from strom.server.apis import RequestContext, api, by_topic
 
 log = logging.getLogger(__name__)
@@ -24,6 +34,11 @@ log = logging.getLogger(__name__)
 LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN = 4, 5, 6, 7
 STATE_CHANGES_PER_TURN = 500  # partitions changed between two turns of the event loop
 ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, ALTER_PARTITION = 43, 45, 46, 56
+# A controller's epoch above what the store shows may be a read from a ZooKeeper server that
+# lags: read again a few times before refusing.
+STORE_READS, STORE_READ_INTERVAL_S = 3, 0.2
+# The (controller id, epoch) each broker last found in its store: its requests need no read.
+_verified: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _fenced(broker, request, api_name: str) -> ErrorCode:
@@ -39,14 +54,64 @@ def _fenced(broker, request, api_name: str) -> ErrorCode:
     return ErrorCode.NONE
 
 
-# The controller's and brokers' requests need CLUSTER_ACTION, cluster administration ALTER or
-# DESCRIBE on the cluster; Kafka answers others with this.
+def _not_from_a_broker(broker, ctx: RequestContext) -> str | None:
+    """Why this connection may not send inter-broker requests at all (None: it may)."""
+    if ctx.principal == INTERNAL:
+        return None  # this broker's own controller, in process
+    if not broker.clustered:
+        return "an embedded broker takes controller requests only from its own controller, in process"
+    listener = broker.inter_broker_listener
+    if ctx.listener != listener:
+        return f"controller requests are taken on the inter-broker listener {listener} only"
+    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
+        return f"{ctx.principal} may not do CLUSTER_ACTION"
+    return None
+
+
+async def _not_from_the_controller(broker, ctx: RequestContext, request) -> str | None:
+    """Why a LeaderAndIsr, UpdateMetadata or StopReplica is not the controller's (None: it
+    is). A stale epoch passes here, to be answered STALE_CONTROLLER_EPOCH by `_fenced`."""
+    why = _not_from_a_broker(broker, ctx)
+    if why is not None or ctx.principal == INTERNAL:
+        return why
+    claimed = (request.controller_id, request.controller_epoch)
+    if request.controller_epoch < broker.metadata_cache.controller_epoch or _verified.get(broker) == claimed:
+        return None
+    for attempt in range(STORE_READS):
+        controller = await broker.store_io(broker.store.get, znodes.CONTROLLER)
+        epoch = await broker.store_io(broker.store.get, znodes.CONTROLLER_EPOCH)
+        found = ((controller[0] or {}).get("brokerid") if controller else None, epoch[0] if epoch else None)
+        if found == claimed:
+            _verified[broker] = claimed
+            return None
+        if found[1] is None or request.controller_epoch < found[1] or attempt == STORE_READS - 1:
+            break
+        await asyncio.sleep(STORE_READ_INTERVAL_S)
+    return (f"controller {claimed[0]} at epoch {claimed[1]} is not the metadata store's "
+            f"(controller {found[0]}, epoch {found[1]})")
+
+
+def _not_a_live_broker(broker, broker_id: int, broker_epoch: int) -> str | None:
+    """For a broker's request to the controller: why it is not one of the live brokers."""
+    if broker_epoch < 0 or broker_id not in broker.metadata_cache.live_brokers:
+        return f"broker {broker_id} (epoch {broker_epoch}) is not a live broker"
+    return None
+
+
+def _refused(ctx: RequestContext, api_name: str, why: str) -> dict:
+    """CLUSTER_AUTHORIZATION_FAILED, every other field its default: a response any schema
+    version encodes. The log line is rate-limited per cause (log_levels.RateLimit)."""
+    log.warning("refused %s from %s: %s", api_name, ctx.client, why)
+    return {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
+
+
+# Administrative requests need ALTER or DESCRIBE on the cluster; Kafka answers others with this.
 CLUSTER_DENIED = {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
 
 @api(LEADER_AND_ISR, 7, 7)
 async def handle_leader_and_isr(broker, ctx: RequestContext, request) -> dict:
-    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
-        return CLUSTER_DENIED
+    if (why := await _not_from_the_controller(broker, ctx, request)) is not None:
+        return _refused(ctx, "LeaderAndIsr", why)
     error = _fenced(broker, request, "LeaderAndIsr")
     if error != ErrorCode.NONE:
         return {"error_code": error, "topics": []}
@@ -94,8 +159,9 @@ def _become_leader_or_follower(broker, topic: str, topic_id, p) -> ErrorCode:
         partition = broker.replica_manager.become_leader_or_follower(
             topic, p.partition_index, topic_id, p.leader, p.leader_epoch, list(p.replicas),
             list(p.isr), broker.log_config_for(topic), p.partition_epoch)
-    except OSError as e:
+    except (OSError, StorageError) as e:
         log.error("cannot open the log of %s-%d: %s", topic, p.partition_index, e)
+        broker.replica_manager.unmade[(topic, p.partition_index)] = str(e)
         return ErrorCode.KAFKA_STORAGE_ERROR
     if p.leader == broker.broker_id or p.leader < 0:
         broker.replica_fetchers.remove_partition((topic, p.partition_index))
@@ -135,8 +201,8 @@ def _stop_replica(broker, topic: str, partition: int, delete: bool) -> ErrorCode
 
 @api(UPDATE_METADATA, 8, 8)
 async def handle_update_metadata(broker, ctx: RequestContext, request) -> dict:
-    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
-        return CLUSTER_DENIED
+    if (why := await _not_from_the_controller(broker, ctx, request)) is not None:
+        return _refused(ctx, "UpdateMetadata", why)
     error = _fenced(broker, request, "UpdateMetadata")
     if error == ErrorCode.NONE:
         _update_metadata(broker, request)
@@ -145,8 +211,8 @@ async def handle_update_metadata(broker, ctx: RequestContext, request) -> dict:
 
 @api(STOP_REPLICA, 4, 4)
 async def handle_stop_replica(broker, ctx: RequestContext, request) -> dict:
-    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
-        return CLUSTER_DENIED
+    if (why := await _not_from_the_controller(broker, ctx, request)) is not None:
+        return _refused(ctx, "StopReplica", why)
     error = _fenced(broker, request, "StopReplica")
     if error != ErrorCode.NONE:
         return {"error_code": error, "partition_errors": []}
@@ -165,8 +231,11 @@ async def handle_stop_replica(broker, ctx: RequestContext, request) -> dict:
 @api(ALTER_PARTITION, 0, 1)
 async def handle_alter_partition(broker, ctx: RequestContext, request) -> dict:
     """A leader asks the controller for a new ISR."""
-    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
-        return CLUSTER_DENIED
+    why = _not_from_a_broker(broker, ctx)
+    if why is None and ctx.principal != INTERNAL:
+        why = _not_a_live_broker(broker, request.broker_id, request.broker_epoch)
+    if why is not None:
+        return _refused(ctx, "AlterPartition", why)
     if broker.controller is None or not broker.controller.is_active:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_CONTROLLER, "topics": []}
     return await broker.controller.alter_partition(request)
@@ -178,8 +247,11 @@ def _not_controller(broker) -> bool:
 
 @api(CONTROLLED_SHUTDOWN, 3, 3)
 async def handle_controlled_shutdown(broker, ctx: RequestContext, request) -> dict:
-    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
-        return CLUSTER_DENIED
+    why = _not_from_a_broker(broker, ctx)
+    if why is None and ctx.principal != INTERNAL:
+        why = _not_a_live_broker(broker, request.broker_id, request.broker_epoch)
+    if why is not None:
+        return _refused(ctx, "ControlledShutdown", why)
     if _not_controller(broker):
         return {"error_code": ErrorCode.NOT_CONTROLLER, "remaining_partitions": []}
     return await broker.controller.controlled_shutdown(request.broker_id, request.broker_epoch)

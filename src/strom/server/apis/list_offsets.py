@@ -6,15 +6,19 @@ stable offset, as in Kafka."""
 
 from __future__ import annotations
 
-from collections import Counter
+import asyncio
+from array import array
 
+from strom.network.request import RawResponse
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.list_offsets import ListOffsetsRequest, ListOffsetsResponseWriter
 from strom.protocol.records import HEADER_SIZE, read_header
 from strom.security.authorizer import DESCRIBE, TOPIC, allowed
 from strom.server.apis import RequestContext, api
 
 LIST_OFFSETS = 2
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+_YIELD_EVERY = 5000  # partitions answered between two turns of the event loop
 
 
 def _epoch_of(partition, offset: int) -> int:
@@ -53,29 +57,47 @@ def _lookup(partition, timestamp: int, read_committed: bool) -> tuple[int, int, 
     return ts, offset, _epoch_of(partition, offset)
 
 
+def _duplicates(request: ListOffsetsRequest) -> set[tuple[str, int]]:
+    """The partitions a request names more than once (Kafka answers each INVALID_REQUEST),
+    found with four bytes per partition named."""
+    indexes: dict[str, array] = {}
+    for name, _, partitions in request.topics():
+        named = indexes.setdefault(name, array("i"))
+        named.extend(p.partition_index for p in partitions)
+    duplicates = set()
+    for name, named in indexes.items():
+        ordered = sorted(named)
+        duplicates.update((name, a) for a, b in zip(ordered, ordered[1:], strict=False) if a == b)
+    return duplicates
+
+
 @api(LIST_OFFSETS, 1, 10)
-async def handle_list_offsets(broker, ctx: RequestContext, request) -> dict:
-    # v10's timeout_ms bounds reads from remote storage, which Strom has none of.
-    # Kafka answers INVALID_REQUEST for a partition named more than once in one request.
-    counts = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
-    topics = []
-    for t in request.topics:
-        partitions = []
-        for p in t.partitions:
-            partition, error = broker.replica_manager.leader_partition((t.name, p.partition_index))
-            entry = {"partition_index": p.partition_index, "error_code": ErrorCode.NONE,
-                     "timestamp": -1, "offset": -1, "leader_epoch": -1}
-            if not allowed(broker, ctx, DESCRIBE, TOPIC, t.name):
-                entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif counts[(t.name, p.partition_index)] > 1:
-                entry["error_code"] = ErrorCode.INVALID_REQUEST
-            elif partition is None:
-                entry["error_code"] = error
-            elif (epoch_error := partition.check_leader_epoch(
-                    getattr(p, "current_leader_epoch", -1))) != ErrorCode.NONE:
-                entry["error_code"] = epoch_error
+async def handle_list_offsets(broker, ctx: RequestContext, request: ListOffsetsRequest) -> RawResponse:
+    """Written partition by partition (protocol/list_offsets.py), a turn of the loop given
+    back every few thousand partitions."""
+    duplicates = _duplicates(request)
+    read_committed = request.isolation_level == 1
+    out = ListOffsetsResponseWriter(ctx.header.api_version)
+    done = 0
+    for name, count, partitions in request.topics():
+        described = allowed(broker, ctx, DESCRIBE, TOPIC, name)
+        out.topic(name, count)
+        for p in partitions:
+            done += 1
+            if not done % _YIELD_EVERY:
+                await asyncio.sleep(0)
+            if not described:
+                out.partition(p.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                continue
+            if (name, p.partition_index) in duplicates:
+                out.partition(p.partition_index, ErrorCode.INVALID_REQUEST)
+                continue
+            partition, error = broker.replica_manager.leader_partition((name, p.partition_index))
+            if partition is None:
+                out.partition(p.partition_index, error)
+            elif (epoch_error := partition.check_leader_epoch(p.current_leader_epoch)) != ErrorCode.NONE:
+                out.partition(p.partition_index, epoch_error)
             else:
-                entry["timestamp"], entry["offset"], entry["leader_epoch"] = _lookup(partition, p.timestamp, getattr(request, "isolation_level", 0) == 1)
-            partitions.append(entry)
-        topics.append({"name": t.name, "partitions": partitions})
-    return {"throttle_time_ms": 0, "topics": topics}
+                timestamp, offset, epoch = _lookup(partition, p.timestamp, read_committed)
+                out.partition(p.partition_index, ErrorCode.NONE, timestamp, offset, epoch)
+    return RawResponse(out.parts(), throttle_at=0 if ctx.header.api_version >= 2 else None)

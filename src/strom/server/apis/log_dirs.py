@@ -4,9 +4,9 @@ log dir of this broker)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 
+from strom.controller.znodes import is_internal
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.authorizer import ALTER, CLUSTER, DELETE, DESCRIBE, TOPIC, allowed
 from strom.server.apis import RequestContext, api
@@ -19,6 +19,9 @@ def _delete_records(broker, topic: str, index: int, offset: int) -> tuple[ErrorC
     partition = broker.replica_manager.get_partition(topic, index)
     if partition is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
+    if is_internal(topic):
+        # As Kafka: committed offsets and transaction states are not the client's to delete.
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, -1
     hw = partition.high_watermark
     target = hw if offset == HIGH_WATERMARK else offset
     if target < 0 or target > hw:
@@ -50,7 +53,8 @@ async def handle_delete_records(broker, ctx: RequestContext, request) -> dict:
     if moved:
         # Kafka leaves this to the periodic checkpoint; writing it now means a crash right
         # after the answer cannot bring the deleted records back.
-        await asyncio.to_thread(broker.log_manager.checkpoint_log_start_offsets)
+        # Requests arriving together share one write (a flood costs two writes, not one each).
+        await broker.log_manager.log_start_offsets_checkpointed()
     return {"throttle_time_ms": 0, "topics": topics}
 
 

@@ -4,11 +4,23 @@ partition leaders live."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
+from collections.abc import Iterator
 
 from strom.controller.admin import validate_topic_name
 from strom.controller.znodes import TopicMetadata
+from strom.network.request import RawResponse
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.messages import StreamedResponse
+from strom.protocol.metadata import NOT_REQUESTED as NOT_REQUESTED_INT32
+from strom.protocol.metadata import (
+    DescribeTopicPartitionsRequest,
+    MetadataRequest,
+    MetadataResponseWriter,
+    PartitionEntry,
+    undescribed_topic_entry,
+)
 from strom.security.authorizer import (
     CLUSTER,
     CREATE,
@@ -48,56 +60,49 @@ def _topic_entry(topic: TopicMetadata, live) -> dict:
     }
 
 
-def _error_entry(name: str | None, code: ErrorCode) -> dict:
-    return {"error_code": code, "name": name, "is_internal": False, "partitions": []}
-
-
-def _requested_names(broker, version: int, request) -> list[str | None] | None:
-    """None means every topic; v0 says so with an empty list, later versions with null."""
-    if request.topics is None or (version == 0 and not request.topics):
-        return None
-    by_id = broker.metadata_cache.names_by_id
-    names = []
-    for t in request.topics:
-        if t.name is None and getattr(t, "topic_id", None) is not None:
-            names.append(by_id.get(t.topic_id))
-        else:
-            names.append(t.name)
-    return names
+def _partitions(topic: TopicMetadata, live) -> Iterator[PartitionEntry]:
+    for index, state in sorted(topic.partitions.items()):
+        yield PartitionEntry(ErrorCode.NONE if state.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE, index,
+                             state.leader, state.leader_epoch, state.replicas, state.isr,
+                             [r for r in state.replicas if r not in live])
 
 
 @api(METADATA, 0, 13)
-async def handle_metadata(broker, ctx: RequestContext, request) -> dict:
+async def handle_metadata(broker, ctx: RequestContext, request: MetadataRequest) -> RawResponse:
+    """Written entry by entry (protocol/metadata.py): what it holds is the response's bytes,
+    whatever the request names (a million unknown topics included)."""
     version = ctx.header.api_version
     topics = broker.metadata_cache.topics
     live = broker.metadata_cache.live_brokers
-    names = _requested_names(broker, version, request)
     allow_create = (version < 4 or request.allow_auto_topic_creation) and broker.config[
         "auto.create.topics.enable"
     ]
-    entries = []
-    for i, name in enumerate(sorted(topics) if names is None else names):
+    out = MetadataResponseWriter(version)
+    wanted = ((None, name) for name in sorted(topics)) if request.all_topics else request.topics()
+    for i, (topic_id, name) in enumerate(wanted):
         if i and not i % _YIELD_EVERY:
             await asyncio.sleep(0)  # a request naming a million topics shares the loop
+        if name is None and topic_id is not None:
+            name = broker.metadata_cache.names_by_id.get(topic_id)
         if name is not None and not allowed(broker, ctx, DESCRIBE, TOPIC, name):
             # Kafka leaves topics a client may not describe out of a full listing.
-            if names is not None:
-                entries.append(_error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            if not request.all_topics:
+                out.error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name)
             continue
         topic = topics.get(name) if name is not None else None
         if topic is None and name is not None and allow_create and not (
                 allowed(broker, ctx, CREATE, CLUSTER) or allowed(broker, ctx, CREATE, TOPIC, name)):
-            entries.append(_error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            out.error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name)
             continue
         if topic is None and name is not None and allow_create:
             try:
                 topic = await broker.auto_topics.auto_create(name)
             except KafkaError as e:
                 log.info("auto-creation of topic %r refused: %s", name, e)
-                entries.append(_error_entry(name, e.code))
+                out.error(e.code, name)
                 continue
             if topic is None:
-                entries.append(_error_entry(name, ErrorCode.LEADER_NOT_AVAILABLE))
+                out.error(ErrorCode.LEADER_NOT_AVAILABLE, name)
                 continue
         if topic is None:
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
@@ -105,21 +110,16 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> dict:
                 validate_topic_name(name) if name is not None else None
             except KafkaError as e:
                 code = e.code
-            entries.append(_error_entry(name, code))
+            out.error(code, name)
             continue
-        entry = _topic_entry(topic, live)
-        if getattr(request, "include_topic_authorized_operations", False):
-            entry["authorized_operations"] = authorized_operations(broker, ctx, TOPIC, topic.name)
-        entries.append(entry)
-    return {
-        "throttle_time_ms": 0,
-        "error_code": ErrorCode.NONE,  # v13: a request-level error (none Strom gives)
-        "brokers": broker.endpoints(ctx.listener),
-        "cluster_id": broker.cluster_id,
-        "controller_id": broker.controller_id,
-        "topics": entries,
-        "authorized_operations": _cluster_operations(broker, ctx, request),
-    }
+        operations = (as_int32(authorized_operations(broker, ctx, TOPIC, topic.name))
+                      if request.include_topic_authorized_operations else NOT_REQUESTED_INT32)
+        out.topic(ErrorCode.NONE, topic.name, topic.topic_id, topic.internal, _partitions(topic, live),
+                  operations, len(topic.partitions))
+    brokers = [(b["node_id"], b["host"], b["port"], b["rack"]) for b in broker.endpoints(ctx.listener)]
+    cluster_operations = as_int32(_cluster_operations(broker, ctx, request))
+    return RawResponse(out.parts(brokers, broker.cluster_id, broker.controller_id, cluster_operations),
+                       throttle_at=0 if version >= 3 else None)
 
 
 def _cluster_operations(broker, ctx: RequestContext, request) -> set[int] | None:
@@ -148,37 +148,48 @@ async def handle_describe_cluster(broker, ctx: RequestContext, request) -> dict:
 
 
 @api(DESCRIBE_TOPIC_PARTITIONS, 0, 0)
-async def handle_describe_topic_partitions(broker, ctx: RequestContext, request) -> dict:
+async def handle_describe_topic_partitions(broker, ctx: RequestContext,
+                                           request: DescribeTopicPartitionsRequest) -> RawResponse:
     """KIP-966: topics' partitions a page at a time. The named topics (all, when none are named)
     in name order from the cursor's, at most `response_partition_limit` partitions (and at most
     max.request.partition.size.limit), with a next cursor where the page ended. Topics the
-    client may not describe are refused when named and left out of a full listing."""
+    client may not describe are refused when named and left out of a full listing. Entries are
+    encoded as they are made (StreamedResponse): a million names cost their bytes."""
     topics = broker.metadata_cache.topics
     live = broker.metadata_cache.live_brokers
-    everything = not request.topics
-    names = sorted(topics) if everything else sorted({t.name for t in request.topics})
+    everything = request.topic_count == 0
+    names = sorted(topics) if everything else sorted(request.names())  # duplicates are adjacent
+    out = StreamedResponse(DESCRIBE_TOPIC_PARTITIONS, 0, "topics")
     cursor = request.cursor
     if cursor is not None:
-        if cursor.topic_name not in names:  # as Kafka: every requested topic gets the error
-            return {"throttle_time_ms": 0, "next_cursor": None, "topics": [
-                {**_error_entry(name, ErrorCode.INVALID_REQUEST), "topic_id": None} for name in names]}
-        names = [n for n in names if n >= cursor.topic_name]
+        position = bisect.bisect_left(names, cursor[0])
+        if position == len(names) or names[position] != cursor[0]:
+            # As Kafka: every requested topic gets the error.
+            for i, name in enumerate(names):
+                if not i or name != names[i - 1]:
+                    out.add_encoded(undescribed_topic_entry(ErrorCode.INVALID_REQUEST, name))
+            return _streamed(out, None)
+        del names[:position]
     limit = max(1, min(request.response_partition_limit, broker.config["max.request.partition.size.limit"]))
-    entries, next_cursor = [], None
-    for name in names:
+    next_cursor = None
+    for i, name in enumerate(names):
+        if i and name == names[i - 1]:
+            continue
+        if i and not i % _YIELD_EVERY:
+            await asyncio.sleep(0)
         if not allowed(broker, ctx, DESCRIBE, TOPIC, name):
             if not everything:
-                entries.append({**_error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED), "topic_id": None})
+                out.add_encoded(undescribed_topic_entry(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name))
             continue
         topic = topics.get(name)
         if topic is None:
-            entries.append({**_error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), "topic_id": None})
+            out.add_encoded(undescribed_topic_entry(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name))
             continue
         if limit == 0:  # the page is full and another topic is waiting
             next_cursor = {"topic_name": name, "partition_index": 0}
             break
         entry = _topic_entry(topic, live)
-        first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        first = cursor[1] if cursor is not None and name == cursor[0] else 0
         partitions = [p for p in entry["partitions"] if p["partition_index"] >= first]
         if len(partitions) > limit:
             next_cursor = {"topic_name": name, "partition_index": partitions[limit]["partition_index"]}
@@ -188,7 +199,11 @@ async def handle_describe_topic_partitions(broker, ctx: RequestContext, request)
             p.update(eligible_leader_replicas=None, last_known_elr=None)
         entry.update(partitions=partitions,
                      topic_authorized_operations=as_int32(authorized_operations(broker, ctx, TOPIC, name)))
-        entries.append(entry)
+        out.add(entry)
         if next_cursor is not None:
             break
-    return {"throttle_time_ms": 0, "topics": entries, "next_cursor": next_cursor}
+    return _streamed(out, next_cursor)
+
+
+def _streamed(out: StreamedResponse, next_cursor: dict | None) -> RawResponse:
+    return RawResponse(out.parts({"throttle_time_ms": 0, "next_cursor": next_cursor}))

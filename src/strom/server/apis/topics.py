@@ -6,6 +6,7 @@ import logging
 from collections import Counter
 
 from strom.config.describe import created_topic_configs
+from strom.controller.znodes import is_internal
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.authorizer import ALTER, CLUSTER, CREATE, DELETE, TOPIC, allowed
 from strom.server.apis import RequestContext, api
@@ -33,6 +34,10 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> dict:
             if not (allowed(broker, ctx, CREATE, CLUSTER) or allowed(broker, ctx, CREATE, TOPIC, t.name)):
                 raise KafkaError("Authorization failed.", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             broker.require_controller()
+            if is_internal(t.name):
+                # As Kafka: the broker makes them, compacted, with the configured partition
+                # count; one made by a client could be neither.
+                raise KafkaError(f"Creation of internal topic {t.name} is prohibited.", ErrorCode.INVALID_REQUEST)
             if counts[t.name] > 1:
                 raise KafkaError(f"Create topics request from client `{ctx.header.client_id}` contains "
                                  f"multiple entries for the following topics: {t.name}",
@@ -46,7 +51,7 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> dict:
                 default_replication_factor=broker.config["default.replication.factor"])
             if not request.validate_only:
                 broker.config_repository.topics[t.name] = configs
-                if await broker.auto_topics.wait_for_topic(t.name, len(replicas), _timeout_s(request)) is None:
+                if await broker.auto_topics.wait_until_created(t.name, len(replicas), _timeout_s(request)) is None:
                     raise KafkaError(f"Topic {t.name} was created but not all its partitions have a "
                                      "leader yet", ErrorCode.REQUEST_TIMED_OUT)
                 log.info("created topic %s with %d partitions", t.name, len(replicas))
