@@ -99,12 +99,14 @@ def test_update_mode_through_foreach_batch(spark, broker, topic, tmp_path):
     assert query.exception() is None
     got = {m.key(): m.value() for m in consume_all(broker.bootstrap, topic + "-counts")}
     assert got == {b"a": b"3", b"b": b"1"}
-    # Straight to format("strom"), update mode fails when the query starts, as PySpark decides.
+    # Straight to format("strom"), update mode is refused by start() itself, with the recipe.
     direct = (counts.writeStream.outputMode("update").format("strom")
               .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic + "-counts")
-              .option("checkpointLocation", str(tmp_path / "direct")).trigger(availableNow=True).start())
-    with pytest.raises(Exception, match="strom does not support Update mode"):
-        direct.awaitTermination(60)
+              .option("checkpointLocation", str(tmp_path / "direct")).trigger(availableNow=True))
+    with pytest.raises(ValueError, match="(?s)Output mode update is not supported by the strom sink.*"
+                                         f"foreach_batch.*{broker.bootstrap}.*{topic}-counts"):
+        direct.start()
+    assert not any(q.isActive for q in spark.streams.active)
 
 
 def test_complete_mode_writes_every_count_each_batch(spark, broker, topic, tmp_path):
