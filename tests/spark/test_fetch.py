@@ -36,7 +36,7 @@ def rows(read, bootstrap: str, r: Range, **options) -> list[dict]:
     ({"security.protocol": "PLAINTEXT"}, True),
     ({"security.protocol": "SSL"}, False),
     ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"}, False),
-    ({"ssl.ca.location": "/ca.pem"}, False),
+    ({"ssl.ca.location": "/ca.pem"}, True),  # TLS settings without TLS: nothing to honour
 ])
 def test_raw_path_serves_plain_brokers_only(conf, raw):
     assert raw_fetch_ok(conf) is raw

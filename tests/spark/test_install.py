@@ -104,7 +104,8 @@ def worker_python(tmp_path: Path, *, strom: bool, without: str | None = None) ->
 
 
 def run_driver(code: str, python: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYSPARK_PYTHON": str(python), "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_DRIVER_PYTHON"}
+    env["PYSPARK_PYTHON"] = str(python)
     (tmp_path / "driver.py").write_text(code)
     return subprocess.run([sys.executable, str(tmp_path / "driver.py"), *args], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=300)
@@ -117,6 +118,7 @@ from pyspark.sql import SparkSession
 spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
 try:
     spark.read.format("strom").option("kafka.bootstrap.servers", sys.argv[1]).option("subscribe", sys.argv[2]).load()
+    print("LOADED")
 except Exception as e:
     print("FAILED:", e)
 """
@@ -128,7 +130,7 @@ def test_a_missing_dependency_is_named(broker, topic, tmp_path):
     create_topic(broker.bootstrap, topic)
     python = worker_python(tmp_path, strom=True, without="confluent_kafka")
     done = run_driver(READ.format(imports=""), python, tmp_path, broker.bootstrap, topic)
-    assert "FAILED:" in done.stdout, done.stdout + done.stderr[-3000:]
+    assert "FAILED:" in done.stdout, f"exit {done.returncode}: {done.stdout}{done.stderr[-3000:]}"
     assert "No module named 'confluent_kafka'" in done.stdout
     assert "pip install 'strom[spark]'" in done.stdout
     assert "DATA_SOURCE_NOT_FOUND" not in done.stdout
@@ -140,7 +142,7 @@ def test_a_python_without_strom_is_named(broker, topic, tmp_path):
     create_topic(broker.bootstrap, topic)
     python = worker_python(tmp_path, strom=False)
     done = run_driver(READ.format(imports="import strom.spark"), python, tmp_path, broker.bootstrap, topic)
-    assert "FAILED:" in done.stdout, done.stdout + done.stderr[-3000:]
+    assert "FAILED:" in done.stdout, f"exit {done.returncode}: {done.stdout}{done.stderr[-3000:]}"
     assert f"it looks data sources up with '{python}'" in done.stdout
     assert "which does not have Strom" in done.stdout
     assert f"PYSPARK_PYTHON={sys.executable}" in done.stdout

@@ -46,11 +46,11 @@ def update_refused(options: dict[str, Any]) -> str:
 
 def lookup_failure(context: Any) -> str:
     """Why Spark's data source lookup did not find `strom`. Spark runs the lookup (and the
-    planning of Python data sources) in the interpreter that the driver JVM's environment
-    names, PYSPARK_PYTHON, else PYSPARK_DRIVER_PYTHON, else python3; spark.pyspark.python is
-    for executors only."""
+    planning of Python data sources) in the interpreter the driver JVM's environment names:
+    PYSPARK_DRIVER_PYTHON, else PYSPARK_PYTHON, else python3 (spark.pyspark.python is for
+    executors only)."""
     env = context._jvm.java.lang.System.getenv
-    python = env("PYSPARK_PYTHON") or env("PYSPARK_DRIVER_PYTHON") or "python3"
+    python = env("PYSPARK_DRIVER_PYTHON") or env("PYSPARK_PYTHON") or "python3"
     try:
         found = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('pyspark_strom').origin)"],
                                capture_output=True, text=True, timeout=60)
@@ -58,10 +58,11 @@ def lookup_failure(context: Any) -> str:
                  else "which does not have Strom (no module pyspark_strom)")
     except (OSError, subprocess.TimeoutExpired) as e:
         where = f"which cannot be run here ({e})"
-    return (f"Spark found no data source 'strom': it looks data sources up with {python!r} (PYSPARK_PYTHON "
-            f"when Spark started, else python3), {where}. Start Spark with PYSPARK_PYTHON={sys.executable} "
-            "(this driver's interpreter) in the environment, or install Strom with its Spark extra in "
-            f"{python!r} (pip install 'strom[spark]'), or call strom.spark.register(spark).")
+    return (f"Spark found no data source 'strom': it looks data sources up with {python!r} "
+            f"(PYSPARK_DRIVER_PYTHON, else PYSPARK_PYTHON, else python3, when Spark started), {where}. "
+            f"Start Spark with PYSPARK_PYTHON={sys.executable} (this driver's interpreter) in the "
+            f"environment, or install Strom with its Spark extra in {python!r} (pip install 'strom[spark]'), "
+            "or call strom.spark.register(spark).")
 
 
 def _explain_lookup(cls: type, name: str) -> None:

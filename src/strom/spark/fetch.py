@@ -42,15 +42,11 @@ FETCH_WAIT_MS = 100  # kafka.max.partition.fetch.bytes / kafka.fetch.max.wait.ms
 SOCKET_TIMEOUT_S = 30.0
 RETRY_BACKOFF_S = 0.2
 OFFSET_OUT_OF_RANGE = 1
-# Client settings only librdkafka can honour: any of them selects the librdkafka path.
-LIBRDKAFKA_ONLY_PREFIXES = ("ssl.", "sasl.", "enable.ssl", "enable.sasl", "socks5.", "https.")
-
-
 def raw_fetch_ok(conf: Mapping[str, str]) -> bool:
-    """Whether the raw client can serve this client configuration (plain TCP, no auth)."""
-    if conf.get("security.protocol", "plaintext").lower() != "plaintext":
-        return False
-    return not any(key.startswith(LIBRDKAFKA_ONLY_PREFIXES) for key in conf)
+    """Whether the raw client can serve this client configuration: plain TCP, no auth. (TLS
+    and SASL settings mean nothing without a security.protocol that uses them; jobs often
+    carry them all the same, e.g. ssl.endpoint.identification.algorithm.)"""
+    return conf.get("security.protocol", "plaintext").lower() == "plaintext"
 
 
 def batch_rows(opts: SourceOptions) -> int:
@@ -196,7 +192,15 @@ def _is_abort_marker(batch) -> bool:
 # --- librdkafka path ------------------------------------------------------------------------
 
 def consumer(opts: SourceOptions, errors: clients.BrokerErrors) -> Consumer:
-    return clients.make(Consumer, opts.client, "consumer", errors, **{
+    # librdkafka wants fetch.max.bytes >= message.max.bytes (1000 at least), where Java takes
+    # any fetch.max.bytes (a first batch is returned whatever its size): a smaller one lowers
+    # the consumer's message.max.bytes, which only bounds the requests it sends.
+    fetch_max = opts.client.conf.get("fetch.max.bytes")
+    forced = {}
+    if fetch_max is not None and "message.max.bytes" not in opts.client.conf:
+        forced = {"fetch.max.bytes": max(int(fetch_max), 1000),
+                  "message.max.bytes": max(1000, min(int(fetch_max), 1_000_000))}
+    return clients.make(Consumer, opts.client, "consumer", errors, forced=forced, **{
         "group.id": opts.group_id or "strom-spark",  # never joined, nothing is committed
         "client.id": opts.client_id,
         "enable.auto.commit": False,
