@@ -24,7 +24,10 @@ Scenarios:
 - spark-batch-write: that DataFrame written with format("strom") to a new topic, until every
   record is acknowledged;
 - spark-stream-copy-eos: readStream of the topic -> writeStream format("strom") with
-  transactionalIdPrefix (exactly-once), AvailableNow: read, write and the transaction commits.
+  transactionalIdPrefix (exactly-once), AvailableNow: read, write and the transaction commits;
+- spark-micro-batch (local only): a running stream (processingTime 0) into the noop sink, fed
+  one record at a time: seconds from produce to the micro-batch's progress report (p50, p95),
+  and Spark's own breakdown of each micro-batch (durationMs medians).
 
 Each Spark scenario's line carries `vs_broker`: its rows/s over the broker's rate for the same
 direction (reads: kcat's consume rate; writes and the copy: the producer's rate).
@@ -149,6 +152,42 @@ def measure(name: str, records: int, passes: int, run: Callable[[int], None], **
             "load": load(), **meta}
 
 
+def micro_batches(spark, bootstrap: str, tmp: str, samples: int = 25) -> dict:
+    """One-record micro-batches of a running stream: produce-to-progress latency, and Spark's
+    durationMs breakdown (medians) of those batches."""
+    create_topic(bootstrap, "micro", 2)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    query = (spark.readStream.format("strom").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", "micro").load().writeStream.format("noop")
+             .option("checkpointLocation", f"{tmp}/micro").trigger(processingTime="0 seconds").start())
+    seen: set[int] = set()
+    latencies, durations = [], []
+    try:
+        time.sleep(5)  # the first (empty) batches, workers started
+        for i in range(samples + 5):
+            seen.update(p["batchId"] for p in query.recentProgress)
+            producer.produce("micro", b"x")
+            producer.flush(10)
+            begin = time.monotonic()
+            while time.monotonic() - begin < 30:
+                fresh = [p for p in query.recentProgress if p["batchId"] not in seen and p["numInputRows"]]
+                if fresh:
+                    if i >= 5:  # warm-up samples dropped
+                        latencies.append(time.monotonic() - begin)
+                        durations.append(fresh[-1]["durationMs"])
+                    break
+                time.sleep(0.005)
+    finally:
+        query.stop()
+    latencies.sort()
+    parts = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
+    return {"scenario": "spark-micro-batch", "master": "local[2]", "samples": len(latencies),
+            "produce_to_progress_s_p50": round(statistics.median(latencies), 3),
+            "produce_to_progress_s_p95": round(latencies[int(len(latencies) * 0.95) - 1], 3),
+            "duration_ms_median": {k: statistics.median(d.get(k, 0) for d in durations) for k in parts},
+            "load": load()}
+
+
 def spark_scenarios(spark, bootstrap: str, tmp: str, topic: str, args: argparse.Namespace, size: int,
                     master: str, rates: dict[str, int]) -> list[dict]:
     meta = {"record_bytes": size, "master": master, "partitions": args.partitions}
@@ -254,6 +293,8 @@ def throughput(args: argparse.Namespace) -> list[dict]:
             try:
                 for size in args.sizes:
                     results += spark_scenarios(spark, bootstrap, tmp, f"bench-{size}", args, size, name, rates[size])
+                if master == "local":
+                    results.append(micro_batches(spark, bootstrap, tmp))
             finally:
                 spark.stop()
                 if cluster is not None:
@@ -367,7 +408,7 @@ def main() -> None:
     log("after: this working tree")
     after = run_all(args)
     for b, a in zip(before, after, strict=True):
-        key = next((k for k in ("records_per_s", "first_count_s") if k in a), None)
+        key = next((k for k in ("records_per_s", "first_count_s", "produce_to_progress_s_p50") if k in a), None)
         ratio = {f"{key}_ratio_after_to_before": round(a[key] / b[key], 3)} if key and b.get(key) else {}
         print(json.dumps({"scenario": a["scenario"], "before_commit": commit, "before": b, "after": a, **ratio}),
               flush=True)
