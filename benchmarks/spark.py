@@ -36,9 +36,11 @@ Then the first read of a fresh Spark application, in a new process each time (`f
 seconds to start the session, to define the DataFrame (Spark's data source lookup and the
 source's schema, each in a new Python process), for the first count() of a small topic
 (planning and the first tasks, in more new Python processes), for a second count(), and for a
-first Python job that does not use the connector; plus `connector-imports`: what importing the
-connector costs in each kind of Python process Spark starts (after what PySpark itself
-imports there).
+first Python job that does not use the connector, with the CPU seconds all of the
+application's Python processes had used by the end of the first count (`python_cpu_s`: wall
+times swing with the machine's load, CPU time much less); plus `connector-imports`: what
+importing the connector costs in each kind of Python process Spark starts (after what PySpark
+itself imports there), wall and CPU milliseconds.
 
 With --before REF, the same runs first with commit REF's `src/` first on PYTHONPATH (driver,
 Spark's Python workers and the broker alike), and each scenario is printed for both with the
@@ -303,11 +305,35 @@ def throughput(args: argparse.Namespace) -> list[dict]:
 
 
 FIRST_READ = r"""
-import json, sys, time
+import json, os, sys, time
 t0 = time.monotonic()
 from pyspark.sql import SparkSession
-import os
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def python_cpu_s():
+    # CPU seconds of the Python processes Spark started for this application (daemons, their
+    # workers, and the workers that have exited), from /proc.
+    total, me = 0, os.getpid()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            command = open(f"/proc/{pid}/cmdline", "rb").read()
+            if b"pyspark.daemon" not in command and b"pyspark.worker" not in command:
+                continue  # not a Python process of Spark's (the driver's JVM is one of ours too)
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            parent, ours = int(fields[1]), False
+            while parent > 1:
+                if parent == me:
+                    ours = True
+                    break
+                parent = int(open(f"/proc/{parent}/stat").read().rsplit(")", 1)[1].split()[1])
+            if ours:
+                total += sum(int(x) for x in fields[11:15])
+        except OSError:
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false").getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
@@ -317,22 +343,24 @@ df = (spark.read.format("strom").option("kafka.bootstrap.servers", sys.argv[1])
 t2 = time.monotonic()
 assert df.count() == int(sys.argv[3])
 t3 = time.monotonic()
+cpu = python_cpu_s()
 assert df.count() == int(sys.argv[3])
 t4 = time.monotonic()
 spark.sparkContext.parallelize(range(4), 2).map(lambda x: x).count()
 t5 = time.monotonic()
 print(json.dumps({"session_s": round(t1 - t0, 2), "load_s": round(t2 - t1, 2), "first_count_s": round(t3 - t2, 2),
-                  "second_count_s": round(t4 - t3, 2), "first_python_job_after_s": round(t5 - t4, 2)}))
+                  "python_cpu_s": round(cpu, 2), "second_count_s": round(t4 - t3, 2),
+                  "first_python_job_after_s": round(t5 - t4, 2)}))
 spark.stop()
 """
 
 IMPORTS = r"""
 import importlib, json, sys, time
 importlib.import_module(sys.argv[1])
-begin = time.perf_counter()
+begin, cpu = time.perf_counter(), time.process_time()
 for name in sys.argv[2:]:
     importlib.import_module(name)
-print(json.dumps(round((time.perf_counter() - begin) * 1000)))
+print(json.dumps([round((time.perf_counter() - begin) * 1000), round((time.process_time() - cpu) * 1000)]))
 """
 
 
@@ -355,13 +383,16 @@ def start_up(args: argparse.Namespace) -> list[dict]:
             log(f"first read run {i + 1}: {runs[-1]}")
         out.append({"scenario": "first-read", "runs": len(runs), "load": load(),
                     **{k: statistics.median(r[k] for r in runs) for k in runs[0]}})
-    imports: dict[str, int] = {}
+    wall: dict[str, int] = {}
+    cpu: dict[str, int] = {}
     for process, pre in PROCESSES.items():
         times = [json.loads(subprocess.run([sys.executable, "-c", IMPORTS, pre, *CONNECTOR[process]],
                                            capture_output=True, text=True, check=True).stdout)
-                 for _ in range(args.start_runs)]
-        imports[process] = statistics.median(times)
-    out.append({"scenario": "connector-imports", "ms_median": imports, "load": load()})
+                 for _ in range(max(args.start_runs, 5))]
+        wall[process] = statistics.median(t[0] for t in times)
+        cpu[process] = statistics.median(t[1] for t in times)
+    out.append({"scenario": "connector-imports", "wall_ms_median": wall, "cpu_ms_median": cpu,
+                "cpu_ms_total": sum(cpu.values()), "load": load()})
     return out
 
 
@@ -408,7 +439,8 @@ def main() -> None:
     log("after: this working tree")
     after = run_all(args)
     for b, a in zip(before, after, strict=True):
-        key = next((k for k in ("records_per_s", "first_count_s", "produce_to_progress_s_p50") if k in a), None)
+        key = next((k for k in ("records_per_s", "python_cpu_s", "produce_to_progress_s_p50", "cpu_ms_total")
+                    if k in a), None)
         ratio = {f"{key}_ratio_after_to_before": round(a[key] / b[key], 3)} if key and b.get(key) else {}
         print(json.dumps({"scenario": a["scenario"], "before_commit": commit, "before": b, "after": a, **ratio}),
               flush=True)
