@@ -84,6 +84,12 @@ def log(msg: str) -> None:
     print(f"[{time.monotonic() - T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
 
+def done(result: dict) -> dict:
+    """A finished scenario, also logged in full (a later failure does not lose it)."""
+    log("result " + json.dumps(result))
+    return result
+
+
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(15)
@@ -149,9 +155,9 @@ def measure(name: str, records: int, passes: int, run: Callable[[int], None], **
         log(f"{name} {meta.get('master')} {meta.get('record_bytes')} B pass {i + 1}: "
             f"{records / seconds[-1]:,.0f} records/s")
     best = statistics.median(seconds)
-    return {"scenario": name, "records": records, "seconds_median": round(best, 3),
+    return done({"scenario": name, "records": records, "seconds_median": round(best, 3),
             "records_per_s": round(records / best), "records_per_s_passes": [round(records / s) for s in seconds],
-            "load": load(), **meta}
+            "load": load(), **meta})
 
 
 def micro_batches(spark, bootstrap: str, tmp: str, samples: int = 25) -> dict:
@@ -195,7 +201,7 @@ def spark_scenarios(spark, bootstrap: str, tmp: str, topic: str, args: argparse.
     meta = {"record_bytes": size, "master": master, "partitions": args.partitions}
     n, records = args.partitions, args.records
     source = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest"}
-    tag = f"{master.split('[')[0]}-{size}"
+    tag = f"{master.split('[')[0].split()[0]}-{size}"  # for topic names: local-100, standalone-1024
 
     def batch_read(_: int) -> None:
         spark.read.format("strom").options(**source).load().write.format("noop").mode("overwrite").save()
@@ -282,7 +288,7 @@ def throughput(args: argparse.Namespace) -> list[dict]:
             results += found
             rates[size] = {f["scenario"]: f["records_per_s"] for f in found}
             for f in found:
-                log(f"{f['scenario']} {size} B: {f['records_per_s']:,} records/s")
+                done(f)
         for master in args.masters:
             if master == "local":
                 spark = strom.spark.local_session("local[2]", "strom-bench", **{"spark.sql.shuffle.partitions": "2"})
