@@ -1,7 +1,42 @@
 """Makes `format("strom")` work in any PySpark 4 session once Strom is installed: PySpark's
 data source lookup imports every top-level `pyspark_*` module and registers its
-`DefaultSource` under the source's name."""
+`DefaultSource` under the source's name.
 
-from strom.spark.source import StromDataSource as DefaultSource
+The lookup gives up on all Python data sources when one such import fails, and Spark then
+reports only that no "strom" source exists. So this module never fails: when the connector
+cannot work in the interpreter Spark's workers run (a dependency is missing), it offers a
+`strom` source that says why on first use. The dependencies are looked for, not imported:
+the lookup runs in every session that uses any Python data source."""
+
+from __future__ import annotations
+
+from importlib.util import find_spec
+
+# What strom.spark imports beyond PySpark and Strom's own dependencies: the `spark` extra.
+NEEDS = ("pyarrow", "confluent_kafka", "aiokafka", "kafka")
+
+try:
+    _missing = [name for name in NEEDS if find_spec(name) is None]
+    if _missing:
+        raise ImportError(f"No module named {_missing[0]!r}")
+    from strom.spark.source import StromDataSource as DefaultSource
+except ImportError as e:
+    from pyspark.sql.datasource import DataSource
+
+    _WHY = f"{type(e).__name__}: {e}"
+
+    class DefaultSource(DataSource):  # type: ignore[no-redef]
+        """Stands in for the strom source, which cannot work here."""
+
+        @classmethod
+        def name(cls) -> str:
+            return "strom"
+
+        def __init__(self, options: dict) -> None:
+            import sys
+
+            raise ImportError(
+                f"The strom data source cannot be loaded in {sys.executable}, the Python that Spark's "
+                f"workers run: {_WHY}. Install Strom with its Spark extra there: pip install 'strom[spark]'")
 
 __all__ = ["DefaultSource"]

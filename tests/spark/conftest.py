@@ -1,6 +1,8 @@
-"""PySpark against a real broker process: one SparkSession (local[2,2]) and one broker for the
-whole session; each test uses its own, uniquely named topics and checkpoint directories; a
-failed task is retried once (local[2,2]).
+"""PySpark against a real broker process: one broker for the whole session, and one
+SparkSession at a time (a process holds one SparkContext): local[2,2] for most tests, shared
+until a module on a standalone cluster (`spark_on`) replaces it with the cluster's for its
+tests; the next test that asks for `spark` gets local[2,2] back. Each test uses its own,
+uniquely named topics and checkpoint directories; a failed task is retried once (local[2,2]).
 
 Helpers: `produce` (confluent-kafka, delivery reports back), `read` (a batch read through the
 `strom` source), `end_offsets`, `finished`; `create_topic` and `consume_all` come from
@@ -8,11 +10,13 @@ Helpers: `produce` (confluent-kafka, delivery reports back), `read` (a batch rea
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from confluent_kafka import IsolationLevel, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
+from pyspark.sql import SparkSession
 
 import strom.spark
 from strom.testing import BrokerProcess, report_broker_logs, unique_name
@@ -26,35 +30,74 @@ def broker():
         yield proc
 
 
-@pytest.fixture(scope="session")
-def spark():
-    # local[2,2]: two threads, and one retry of a failed task (as on a cluster, Spark retries).
-    session = strom.spark.local_session("local[2,2]", "strom-tests", **{"spark.sql.shuffle.partitions": "2"})
+_current: dict[str, object] = {}  # the live session, and what it is for
+
+
+def spark_on(kind: str, make: Callable[[], SparkSession]) -> SparkSession:
+    """The session for `kind` ("local", or a cluster's name), made by `make` unless it is the
+    live one; another kind's session is stopped first."""
+    if _current.get("kind") == kind:
+        return _current["session"]
+    if _current:
+        _current.pop("session").stop()
+        _current.clear()
+    session = make()
     session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    _current.update(kind=kind, session=session)
+    return session
+
+
+def release(kind: str) -> None:
+    """Stop the live session if it is `kind`'s."""
+    if _current.get("kind") == kind:
+        _current.pop("session").stop()
+        _current.clear()
+
+
+def _local() -> SparkSession:
+    # local[2,2]: two threads, and one retry of a failed task (as on a cluster, Spark retries).
+    return strom.spark.local_session("local[2,2]", "strom-tests", **{"spark.sql.shuffle.partitions": "2"})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_spark():
+    yield
+    if _current:
+        _current.pop("session").stop()
 
 
 @pytest.fixture
-def row_at_a_time(spark):
+def spark():
+    return spark_on("local", _local)
+
+
+@contextmanager
+def one_row_batches(spark: SparkSession) -> Iterator[None]:
     """Rows go to Python workers (the check, the sink) in batches of one, not of 100 or 10,000."""
     settings = {"spark.sql.execution.arrow.maxRecordsPerBatch": "1",
                 "spark.sql.execution.python.udf.maxRecordsPerBatch": "1"}
     before = {k: spark.conf.get(k, None) for k in settings}
     for k, v in settings.items():
         spark.conf.set(k, v)
-    yield
-    for k, v in before.items():
-        if v is None:
-            spark.conf.unset(k)
-        else:
-            spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+@pytest.fixture
+def row_at_a_time(spark):
+    with one_row_batches(spark):
+        yield
 
 
 @pytest.fixture
 def topic(request) -> str:
     return unique_name(request.node.name)
-
 
 
 

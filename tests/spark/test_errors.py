@@ -22,7 +22,7 @@ def _load(spark, **options):
     ({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "startingOffsets": "latest"},
      "startingOffsets=latest .* not allowed for batch"),
     ({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "kafka.auto.offset.reset": "earliest"},
-     "'auto.offset.reset' is not supported.*startingOffsets"),
+     "'kafka.auto.offset.reset' is not supported.*startingOffsets"),
     ({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "failOnDataLoss": "maybe"}, "must be true or false"),
 ])
 def test_bad_source_options(spark, options, message):
@@ -58,8 +58,8 @@ def test_bad_sink_input(spark, broker):
     with pytest.raises(Exception, match="The partition column must be of type int, not string"):
         _write(spark.createDataFrame([(b"v", "0")], "value binary, partition string"),
                **{"kafka.bootstrap.servers": broker.bootstrap, "topic": "t"})
-    with pytest.raises(Exception, match="Unknown option.*subscribe"):
-        _write(values, **{"kafka.bootstrap.servers": broker.bootstrap, "topic": "t", "subscribe": "x"})
+    with pytest.raises(Exception, match=r"Unknown option.*subscrib \(did you mean subscribe\?\)"):
+        _write(values, **{"kafka.bootstrap.servers": broker.bootstrap, "topic": "t", "subscrib": "x"})
     with pytest.raises(Exception, match="Overwrite is not allowed"):
         values.write.format("strom").options(**{"kafka.bootstrap.servers": broker.bootstrap, "topic": "t"}) \
             .mode("overwrite").save()

@@ -14,8 +14,8 @@ from strom.spark.fetch import (
     read_range,
     read_raw,
 )
-from strom.spark.offsets import Range
 from strom.spark.options import source_options
+from strom.spark.ranges import Range
 from strom.spark.wire import PartitionClient
 from strom.testing import create_topic
 
@@ -36,7 +36,7 @@ def rows(read, bootstrap: str, r: Range, **options) -> list[dict]:
     ({"security.protocol": "PLAINTEXT"}, True),
     ({"security.protocol": "SSL"}, False),
     ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"}, False),
-    ({"ssl.ca.location": "/ca.pem"}, False),
+    ({"ssl.ca.location": "/ca.pem"}, True),  # TLS settings without TLS: nothing to honour
 ])
 def test_raw_path_serves_plain_brokers_only(conf, raw):
     assert raw_fetch_ok(conf) is raw
@@ -110,3 +110,36 @@ def test_data_loss_verdicts(broker, topic, read):
     with pytest.raises(StromDataLossError, match=f"{topic}-0 ends at offset 50, before offset 60"):
         rows(read, broker.bootstrap, Range(topic, 0, 30, 60))
     assert len(rows(read, broker.bootstrap, Range(topic, 0, 30, 60), failondataloss="false")) == 20
+
+
+def test_raw_fetch_honours_the_consumers_fetch_settings(broker, topic, monkeypatch):
+    """kafka.fetch.max.bytes, kafka.max.partition.fetch.bytes, kafka.fetch.min.bytes and
+    kafka.fetch.max.wait.ms go into the raw client's Fetch requests; kafka.max.poll.records
+    bounds the rows of each batch handed over."""
+    create_topic(broker.bootstrap, topic)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for i in range(40):  # one record batch each, of about 1 KB
+        producer.produce(topic, b"%03d" % i + b"." * 1000)
+        producer.flush(15)
+    asked, answered = [], []
+    original = PartitionClient.fetch
+
+    def spy(self, offset, level, wait_ms, max_bytes, partition_bytes=None, min_bytes=1):
+        asked.append((wait_ms, max_bytes, partition_bytes, min_bytes))
+        got = original(self, offset, level, wait_ms, max_bytes, partition_bytes, min_bytes)
+        answered.append(len(got.records))
+        return got
+
+    monkeypatch.setattr(PartitionClient, "fetch", spy)
+    opts = source_options({"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic,
+                           "kafka.fetch.max.bytes": "8192", "kafka.max.partition.fetch.bytes": "3000",
+                           "kafka.fetch.min.bytes": "1", "kafka.fetch.max.wait.ms": "40",
+                           "kafka.max.poll.records": "7"}, batch=True)
+    batches = list(read_range(opts, Range(topic, 0, 0, 40)))
+    assert [r["value"][:3] for b in batches for r in b.to_pylist()] == [b"%03d" % i for i in range(40)]
+    assert set(asked) == {(40, 8192, 3000, 1)}
+    assert max(answered) <= 3000 and len(answered) >= 40 * 1000 // 3000
+    assert max(b.num_rows for b in batches) == 7
+    with pytest.raises(ValueError, match="kafka.max.partition.fetch.bytes must be a non-negative integer"):
+        source_options({"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic,
+                        "kafka.max.partition.fetch.bytes": "lots"}, batch=True)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from kafka.partitioner.default import murmur2
 
+import strom.spark
 from strom.testing import consume_all, create_topic
 
 from .conftest import end_offsets, finished, produce
@@ -112,3 +114,55 @@ def test_exactly_once_with_tasks_that_write_nothing(spark, broker, topic, tmp_pa
                 transactionalIdPrefix="eos-" + topic)
     committed = consume_all(broker.bootstrap, topic + "-out", **{"isolation.level": "read_committed"})
     assert sorted(m.value() for m in committed) == sorted(b"v%d" % i for i in range(0, 20, 2))
+
+
+def test_a_new_query_reusing_a_prefix_writes_everything(spark, broker, topic, tmp_path):
+    """A second query (new checkpoint, so its batch ids start again at 0) with the prefix of a
+    first one that ran 3 batches: it takes the prefix over and writes all its records, once."""
+    create_topic(broker.bootstrap, topic + "-in", partitions=2)
+    produce(broker.bootstrap, topic + "-in", [dict(value=b"v%d" % i, partition=i % 2) for i in range(60)])
+    prefix = "eos-" + topic
+    first = stream_copy(spark, broker.bootstrap, topic + "-in", topic + "-a", tmp_path / "a",
+                        transactionalIdPrefix=prefix)
+    assert len([p for p in first.recentProgress if p["numInputRows"]]) == 3
+    second = stream_copy(spark, broker.bootstrap, topic + "-in", topic + "-b", tmp_path / "b",
+                         transactionalIdPrefix=prefix)
+    assert second.exception() is None
+    for target in (topic + "-a", topic + "-b"):
+        committed = consume_all(broker.bootstrap, target, **{"isolation.level": "read_committed"})
+        assert Counter(m.value() for m in committed) == Counter(b"v%d" % i for i in range(60)), target
+        assert all(lso == hw for lso, hw in end_offsets(broker.bootstrap, target))
+
+
+def test_transactional_id_prefix_outside_a_stream_is_refused(spark, broker, topic):
+    df = spark.createDataFrame([("v",)], "value string")
+    with pytest.raises(ValueError, match="transactionalIdPrefix makes a write exactly-once per micro-batch"):
+        df.write.format("strom").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic) \
+            .option("transactionalIdPrefix", "p").save()
+
+
+def test_exactly_once_foreach_batch_is_not_written_twice_on_replay(spark, broker, topic, tmp_path):
+    """Update-mode counts through strom.spark.foreach_batch with a transactionalIdPrefix; the
+    last batch replayed (Spark's commit log entry lost in a crash) writes nothing again."""
+    create_topic(broker.bootstrap, topic, partitions=2)
+    produce(broker.bootstrap, topic, [dict(key=b"k%d" % (i % 3), value=b"x", partition=i % 2) for i in range(60)])
+
+    def run():
+        counts = (spark.readStream.format("strom").option("kafka.bootstrap.servers", broker.bootstrap)
+                  .option("subscribe", topic).option("startingOffsets", "earliest")
+                  .option("maxOffsetsPerTrigger", "20").load()
+                  .groupBy("key").count().selectExpr("key", "cast(count as string) as value"))
+        write = strom.spark.foreach_batch(**{"kafka.bootstrap.servers": broker.bootstrap, "topic": topic + "-counts",
+                                             "transactionalIdPrefix": "eos-" + topic})
+        return finished(counts.writeStream.outputMode("update").foreachBatch(write)
+                        .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+
+    run()
+    first = consume_all(broker.bootstrap, topic + "-counts", **{"isolation.level": "read_committed"})
+    assert len(first) == 9  # three keys, three batches
+    forget_last_commit(tmp_path / "ckpt")
+    replay = run()
+    assert [p["batchId"] for p in replay.recentProgress if p["numInputRows"]] == [2]
+    again = consume_all(broker.bootstrap, topic + "-counts", **{"isolation.level": "read_committed"})
+    assert sorted((m.key(), m.value()) for m in again) == sorted((m.key(), m.value()) for m in first)
+    assert {m.key(): m.value() for m in again} == {b"k0": b"20", b"k1": b"20", b"k2": b"20"}

@@ -14,13 +14,13 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from strom.spark import save_mode
+from strom.spark import driver
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-try:  # the default save mode, for sessions that found the source by themselves
-    save_mode.install()
+try:  # save and output modes, for sessions that found the source by themselves
+    driver.install()
 except ImportError:  # strom.spark imported where PySpark is not installed
     pass
 
@@ -40,7 +40,7 @@ def register(spark: SparkSession) -> None:
     from strom.spark.source import StromDataSource
 
     spark.dataSource.register(StromDataSource)
-    save_mode.install()
+    driver.install()
 
 
 def local_session(master: str = "local[2]", app: str = "strom", **conf: Any) -> SparkSession:

@@ -23,48 +23,35 @@ import pyarrow.compute as pc
 from aiokafka.record.memory_records import MemoryRecords
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from strom.spark.offsets import Range
-from strom.spark.options import SourceOptions
+from strom.spark import clients
+from strom.spark.options import SourceOptions, StromDataLossError, data_loss  # noqa: F401 - re-exported
+from strom.spark.ranges import Range
 from strom.spark.schema import arrow_schema
 from strom.spark.wire import RETRIABLE, KafkaProtocolError, PartitionClient, PartitionGone
 
 log = logging.getLogger("strom.spark")
 
-CONSUME_MAX = 20_000  # messages per consume() call
-BATCH_ROWS = 20_000  # rows per Arrow batch handed to Spark (the last one may be smaller)
+BATCH_ROWS = 20_000  # rows per Arrow batch handed to Spark, and per consume() call (kafka.max.poll.records)
 WATERMARK_TIMEOUT_S = 15.0
 GONE = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 DENIED = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
           KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.SASL_AUTHENTICATION_FAILED,
           KafkaError._AUTHENTICATION}
-FETCH_MAX_BYTES = 32 << 20
-FETCH_WAIT_MS = 100
+FETCH_MAX_BYTES = 32 << 20  # per Fetch and per partition, unless kafka.fetch.max.bytes /
+FETCH_WAIT_MS = 100  # kafka.max.partition.fetch.bytes / kafka.fetch.max.wait.ms say otherwise
 SOCKET_TIMEOUT_S = 30.0
 RETRY_BACKOFF_S = 0.2
 OFFSET_OUT_OF_RANGE = 1
-# Client settings only librdkafka can honour: any of them selects the librdkafka path.
-LIBRDKAFKA_ONLY_PREFIXES = ("ssl.", "sasl.", "enable.ssl", "enable.sasl", "socks5.", "https.")
-
-
-class StromDataLossError(RuntimeError):
-    """Offsets the query must read no longer exist (retention, DeleteRecords, a deleted topic)."""
-
-
-def data_loss(opts: SourceOptions, what: str) -> None:
-    """Fail or warn, as failOnDataLoss says."""
-    if opts.fail_on_data_loss:
-        raise StromDataLossError(
-            f"{what}. Some data may have been lost because it is no longer in Kafka: aged out by "
-            "retention, removed by DeleteRecords, or the topic was deleted. Set the source option "
-            "failOnDataLoss=false to skip it with a warning instead.")
-    log.warning("%s; skipping it (failOnDataLoss=false)", what)
-
-
 def raw_fetch_ok(conf: Mapping[str, str]) -> bool:
-    """Whether the raw client can serve this client configuration (plain TCP, no auth)."""
-    if conf.get("security.protocol", "plaintext").lower() != "plaintext":
-        return False
-    return not any(key.startswith(LIBRDKAFKA_ONLY_PREFIXES) for key in conf)
+    """Whether the raw client can serve this client configuration: plain TCP, no auth. (TLS
+    and SASL settings mean nothing without a security.protocol that uses them; jobs often
+    carry them all the same, e.g. ssl.endpoint.identification.algorithm.)"""
+    return conf.get("security.protocol", "plaintext").lower() == "plaintext"
+
+
+def batch_rows(opts: SourceOptions) -> int:
+    """Rows per Arrow batch: kafka.max.poll.records, the most records one poll hands over."""
+    return opts.client.max_poll_records or BATCH_ROWS
 
 
 def read_range(opts: SourceOptions, r: Range) -> Iterator[pa.RecordBatch]:
@@ -72,9 +59,10 @@ def read_range(opts: SourceOptions, r: Range) -> Iterator[pa.RecordBatch]:
     missing inside the range (compaction, transaction markers, aborted data) are not data loss;
     a start below the log start offset is."""
     read = read_raw if raw_fetch_ok(opts.client.conf) else read_librdkafka
+    rows = batch_rows(opts)
     for batch in read(opts, r):
-        for begin in range(0, batch.num_rows, BATCH_ROWS):
-            yield batch.slice(begin, BATCH_ROWS)
+        for begin in range(0, batch.num_rows, rows):
+            yield batch.slice(begin, rows)
 
 
 def _checked_start(low: int, opts: SourceOptions, r: Range) -> int:
@@ -119,14 +107,19 @@ def read_raw(opts: SourceOptions, r: Range) -> Iterator[pa.RecordBatch]:
     client = PartitionClient(opts.client.bootstrap, r.topic, r.partition,
                              min(timeout_ms, opts.poll_timeout_ms) / 1000,
                              opts.client_id)
-    wait_ms = int(opts.client.conf.get("fetch.wait.max.ms", FETCH_WAIT_MS))
+    conf = opts.client.conf
+    wait_ms = int(conf.get("fetch.wait.max.ms", FETCH_WAIT_MS))
+    max_bytes = int(conf.get("fetch.max.bytes", FETCH_MAX_BYTES))
+    partition_bytes = int(conf.get("max.partition.fetch.bytes", FETCH_MAX_BYTES))
+    min_bytes = int(conf.get("fetch.min.bytes", 1))
     level = 1 if opts.isolation_level == "read_committed" else 0
     rows = Rows(r.topic, r.partition, opts.include_headers)
+    limit = batch_rows(opts)
     position, deadline = r.start, _deadline(opts)
     try:
         while position < r.end:
             try:
-                got = client.fetch(position, level, wait_ms, FETCH_MAX_BYTES)
+                got = client.fetch(position, level, wait_ms, max_bytes, partition_bytes, min_bytes)
                 if got.error_code == OFFSET_OUT_OF_RANGE:
                     position = _out_of_range(*client.watermarks(level), opts, r, position)
                     continue
@@ -148,7 +141,7 @@ def read_raw(opts: SourceOptions, r: Range) -> Iterator[pa.RecordBatch]:
                 break
             if time.monotonic() > deadline:
                 raise _timeout(opts, r, position)
-            if len(rows) >= BATCH_ROWS:
+            if len(rows) >= limit:
                 yield rows.flush()
         if len(rows):
             yield rows.flush()
@@ -198,8 +191,16 @@ def _is_abort_marker(batch) -> bool:
 
 # --- librdkafka path ------------------------------------------------------------------------
 
-def consumer(opts: SourceOptions) -> Consumer:
-    return Consumer(opts.client.client_conf(**{
+def consumer(opts: SourceOptions, errors: clients.BrokerErrors) -> Consumer:
+    # librdkafka wants fetch.max.bytes >= message.max.bytes (1000 at least), where Java takes
+    # any fetch.max.bytes (a first batch is returned whatever its size): a smaller one lowers
+    # the consumer's message.max.bytes, which only bounds the requests it sends.
+    fetch_max = opts.client.conf.get("fetch.max.bytes")
+    forced = {}
+    if fetch_max is not None and "message.max.bytes" not in opts.client.conf:
+        forced = {"fetch.max.bytes": max(int(fetch_max), 1000),
+                  "message.max.bytes": max(1000, min(int(fetch_max), 1_000_000))}
+    return clients.make(Consumer, opts.client, "consumer", errors, forced=forced, **{
         "group.id": opts.group_id or "strom-spark",  # never joined, nothing is committed
         "client.id": opts.client_id,
         "enable.auto.commit": False,
@@ -211,14 +212,16 @@ def consumer(opts: SourceOptions) -> Consumer:
         "max.partition.fetch.bytes": 16 << 20,
         "queued.min.messages": 1_000_000,  # keep fetching ahead: 4x faster than 100k
         "socket.connection.setup.timeout.ms": 10_000,
-    }))
+    })
 
 
 def read_librdkafka(opts: SourceOptions, r: Range) -> Iterator[pa.RecordBatch]:
     """The range by a librdkafka consumer; batches of any size."""
-    c = consumer(opts)
+    errors = clients.BrokerErrors(opts.client.bootstrap)
+    c = consumer(opts, errors)
+    limit = batch_rows(opts)
     try:
-        start = _checked_start(_watermarks(c, r)[0], opts, r)
+        start = _checked_start(_watermarks(c, r, errors)[0], opts, r)
         if start >= r.end:
             return
         tp = TopicPartition(r.topic, r.partition, start)
@@ -227,8 +230,9 @@ def read_librdkafka(opts: SourceOptions, r: Range) -> Iterator[pa.RecordBatch]:
         position = start
         deadline = _deadline(opts)
         while position < r.end:
-            msgs = c.consume(opts.client.max_poll_records or CONSUME_MAX, 0.5)
+            msgs = c.consume(limit, 0.5)
             if not msgs:
+                errors.check()
                 if time.monotonic() > deadline:
                     raise _timeout(opts, r, position)
                 continue
@@ -236,7 +240,7 @@ def read_librdkafka(opts: SourceOptions, r: Range) -> Iterator[pa.RecordBatch]:
             good = msgs
             if any(map(Message.error, msgs)):
                 good = [m for m in msgs if m.error() is None]
-                position = max(position, _on_errors(c, opts, r, [m for m in msgs if m.error()], position))
+                position = max(position, _on_errors(c, opts, r, [m for m in msgs if m.error()], position, errors))
             if good:
                 if good[-1].offset() >= r.end:
                     good = [m for m in good if m.offset() < r.end]
@@ -244,7 +248,7 @@ def read_librdkafka(opts: SourceOptions, r: Range) -> Iterator[pa.RecordBatch]:
                 if good:
                     position = max(position, good[-1].offset() + 1)
                     rows.add_messages(good)
-            if len(rows) >= BATCH_ROWS:
+            if len(rows) >= limit:
                 yield rows.flush()
         if len(rows):
             yield rows.flush()
@@ -252,22 +256,25 @@ def read_librdkafka(opts: SourceOptions, r: Range) -> Iterator[pa.RecordBatch]:
         c.close()
 
 
-def _watermarks(c: Consumer, r: Range) -> tuple[int, int]:
+def _watermarks(c: Consumer, r: Range, errors: clients.BrokerErrors) -> tuple[int, int]:
+    tp = TopicPartition(r.topic, r.partition)
     try:
-        return c.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=WATERMARK_TIMEOUT_S)
+        return clients.wait(lambda s: c.get_watermark_offsets(tp, timeout=s), errors, WATERMARK_TIMEOUT_S,
+                            c.poll, lambda e: e.args[0].code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT))
     except KafkaException as e:
         raise RuntimeError(f"Could not list offsets of {r.topic}-{r.partition}: {e.args[0]}") from None
 
 
-def _on_errors(c: Consumer, opts: SourceOptions, r: Range, errors: list[Message], position: int) -> int:
+def _on_errors(c: Consumer, opts: SourceOptions, r: Range, failed: list[Message], position: int,
+               errors: clients.BrokerErrors) -> int:
     """Handle consumer error events; returns the position reading has reached."""
-    for m in errors:
+    for m in failed:
         err: KafkaError = m.error()
         if err.code() == KafkaError._PARTITION_EOF:
             _log_ends(opts, r, m.offset())
             return r.end
         if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
-            low = _out_of_range(*_watermarks(c, r), opts, r, position)
+            low = _out_of_range(*_watermarks(c, r, errors), opts, r, position)
             if low < r.end:
                 c.assign([TopicPartition(r.topic, r.partition, low)])
             return low

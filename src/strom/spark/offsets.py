@@ -1,59 +1,34 @@
 """Driver-side offset work: which topic-partitions a subscription covers, and where each read
-starts and ends. Offsets travel as Spark's Kafka source writes them in checkpoints:
-{"topic": {"0": 123}}."""
+starts and ends (the Kafka requests; ranges.py holds what needs none)."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from concurrent.futures import Future
+from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from strom.spark import clients
 from strom.spark.options import EARLIEST, LATEST, ClientOptions, SourceOptions, StromOptionError
+from strom.spark.ranges import Offsets, Partition
 
 TIMEOUT_S = 15.0  # bound on every metadata/offset request from the driver
+# Kafka's internal topics: left out of subscribePattern matches unless
+# kafka.exclude.internal.topics=false, as the Java consumer does.
+INTERNAL_TOPICS = {"__consumer_offsets", "__transaction_state", "__share_group_state"}
 RETRY_BACKOFF_S = 0.2
 # Answers that mean "not here yet" while a leader moves or a broker restarts.
 RETRIABLE_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE,
                    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
-
-Partition = tuple[str, int]
-Offsets = dict[Partition, int]
 
 
 class StromConnectionError(RuntimeError):
     """The brokers could not be reached or did not answer in time."""
 
     retriable = False
-
-
-def to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for (topic, partition), offset in sorted(offsets.items()):
-        out.setdefault(topic, {})[str(partition)] = offset
-    return out
-
-
-def from_json(value: dict | str) -> Offsets:
-    if isinstance(value, str):
-        value = json.loads(value)
-    return {(t, int(p)): int(o) for t, parts in value.items() for p, o in parts.items()}
-
-
-@dataclass(frozen=True)
-class Range:
-    """Offsets [start, end) of one partition: one Spark task's work."""
-    topic: str
-    partition: int
-    start: int
-    end: int
-
-    @property
-    def size(self) -> int:
-        return self.end - self.start
 
 
 class Admin:
@@ -66,8 +41,9 @@ class Admin:
                           else IsolationLevel.READ_UNCOMMITTED)
         self.timeout_s = client.request_timeout_ms / 1000 if client.request_timeout_ms else TIMEOUT_S
         self.retries, self.retry_interval_s = retries, retry_interval_ms / 1000
-        conf = {k: v for k, v in client.client_conf().items() if k != "isolation.level"}
-        self.admin = AdminClient({"socket.connection.setup.timeout.ms": 10_000, **conf})
+        self.errors = clients.BrokerErrors(client.bootstrap)
+        self.admin = clients.make(AdminClient, client, "admin", self.errors,
+                                  **{"socket.connection.setup.timeout.ms": 10_000})
 
     @classmethod
     def of(cls, opts: SourceOptions) -> Admin:
@@ -79,9 +55,11 @@ class Admin:
             f"within {self.timeout_s:.0f} s: {error}")
 
     def topics(self) -> dict[str, list[int]]:
-        """Every topic and its partitions; fails in bounded time when no broker answers."""
+        """Every topic and its partitions; fails in bounded time when no broker answers, at
+        once (with their reason) when the brokers refuse the connection."""
         try:
-            metadata = self.admin.list_topics(timeout=self.timeout_s)
+            metadata = clients.wait(lambda s: self.admin.list_topics(timeout=s), self.errors, self.timeout_s,
+                                    self.admin.poll, lambda e: e.args[0].code() in RETRIABLE_CODES)
         except KafkaException as e:
             raise self._fail("fetch metadata", e.args[0]) from None
         return {name: sorted(t.partitions) for name, t in metadata.topics.items() if t.error is None}
@@ -102,6 +80,8 @@ class Admin:
         absent = [t for t in options.subscribe if t not in found]
         if batch and absent:
             raise StromOptionError(f"subscribe: topic(s) {', '.join(map(repr, absent))} do not exist")
+        if options.pattern is not None and options.client.exclude_internal_topics:
+            found = {t: parts for t, parts in found.items() if t not in INTERNAL_TOPICS}
         return sorted((t, p) for t, parts in found.items() if options.matches(t) for p in parts)
 
     def list_offsets(self, specs: dict[Partition, OffsetSpec]) -> Offsets:
@@ -129,7 +109,7 @@ class Admin:
         out = {}
         for tp, future in futures.items():
             try:
-                out[(tp.topic, tp.partition)] = future.result(timeout=self.timeout_s + 5).offset
+                out[(tp.topic, tp.partition)] = self._result(future).offset
             except KafkaException as e:
                 error = self._fail(f"list offsets of {tp.topic}-{tp.partition}", e.args[0])
                 error.retriable = bool(e.args[0].retriable()) or e.args[0].code() in RETRIABLE_CODES
@@ -137,6 +117,19 @@ class Admin:
             except TimeoutError:
                 raise self._fail(f"list offsets of {tp.topic}-{tp.partition}", "timed out") from None
         return out
+
+    def _result(self, future: Future) -> Any:
+        """A request's answer, within the request timeout; a refusal by the brokers ends the
+        wait at once."""
+        deadline = time.monotonic() + self.timeout_s + 5
+        while True:
+            try:
+                return future.result(timeout=clients.FIRST_SLICE_S)
+            except TimeoutError:
+                self.admin.poll(0)
+                self.errors.check()
+                if time.monotonic() >= deadline:
+                    raise
 
     def earliest(self, parts: Iterable[Partition]) -> Offsets:
         return self.list_offsets({tp: OffsetSpec.earliest() for tp in parts})
@@ -197,24 +190,3 @@ def check_covers(spec: dict[str, dict[int, int]], parts: list[Partition], name: 
         problems.append("no offset for " + ", ".join(f"{t}-{p}" for t, p in left_out))
     raise StromOptionError(f"{name} must give an offset for every partition the query reads and no "
                            f"other (-2 for earliest, -1 for latest): it names {'; '.join(problems)}")
-
-
-def split(ranges: list[Range], min_partitions: int | None, max_records: int | None) -> list[Range]:
-    """Split large ranges so there are at least `min_partitions` tasks and none holds more than
-    `max_records` offsets; pieces of one partition stay in offset order."""
-    total = sum(r.size for r in ranges)
-    out = []
-    for r in ranges:
-        pieces = 1
-        if min_partitions and total and len(ranges) < min_partitions:
-            pieces = max(1, round(r.size * min_partitions / total))
-        if max_records:
-            pieces = max(pieces, -(-r.size // max_records))
-        pieces = max(1, min(pieces, r.size))
-        step, extra = divmod(r.size, pieces)
-        start = r.start
-        for i in range(pieces):
-            end = start + step + (1 if i < extra else 0)
-            out.append(Range(r.topic, r.partition, start, end))
-            start = end
-    return out

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from strom.spark.client_conf import ClientConfError, translate
+from strom.spark.client_conf import ClientConfError, for_role, translate
+
+log = logging.getLogger("strom.spark")
 
 # Source options of Spark's Kafka source (lower-cased), with the ones Strom reads.
 SOURCE_OPTIONS = {
@@ -27,6 +30,9 @@ SOURCE_OPTIONS = {
     "latestbykey",  # Strom's own: a compacted topic read as a table
 }
 SINK_OPTIONS = {"topic", "transactionalidprefix", "includeheaders"}
+# One options dict often serves a job's source and sink: each ignores the other's options, as
+# Spark's connector does (a misspelling of either is still an error).
+ALL_OPTIONS = SOURCE_OPTIONS | SINK_OPTIONS
 # Spark adds these itself (streaming writes, `load(path)`); never a user mistake.
 SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
 SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
@@ -37,6 +43,10 @@ DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000  # Spark's maxTriggerDelay default, 1
 
 class StromOptionError(ValueError):
     """A bad option of the `strom` data source (message says which and why)."""
+
+
+class StromDataLossError(RuntimeError):
+    """Offsets the query must read no longer exist (retention, DeleteRecords, a deleted topic)."""
 
 
 # An offset spec: "earliest" | "latest" | {"topic": {partition: offset}}
@@ -52,10 +62,19 @@ class ClientOptions:
     max_poll_records: int | None = None
     max_block_ms: int | None = None
     given: frozenset[str] = frozenset()  # the client settings as the user named them
+    origin: dict[str, str] = field(default_factory=dict)  # librdkafka name -> the user's option
+    exclude_internal_topics: bool = True
+    max_request_size: int | None = None  # below librdkafka's minimum: the sink checks it
 
-    def client_conf(self, **extra: Any) -> dict[str, Any]:
+    def client_conf(self, role: str = "admin", **extra: Any) -> dict[str, Any]:
+        """librdkafka settings for a "consumer", "producer" or "admin" client: `extra` are the
+        connector's defaults, which the user's settings override."""
         timeout = {"socket.timeout.ms": self.request_timeout_ms} if self.request_timeout_ms else {}
-        return {"bootstrap.servers": self.bootstrap, **extra, **timeout, **self.conf}
+        return {"bootstrap.servers": self.bootstrap, **extra, **timeout, **for_role(self.conf, role)}
+
+    def option_name(self, librdkafka_name: str) -> str:
+        """The option a librdkafka setting came from, as the user wrote it."""
+        return self.origin.get(librdkafka_name, librdkafka_name)
 
 
 @dataclass(frozen=True)
@@ -103,6 +122,16 @@ class SinkOptions:
     transactional_id_prefix: str | None = None  # exactly-once streaming writes when set
 
 
+def data_loss(opts: SourceOptions, what: str) -> None:
+    """Fail or warn, as failOnDataLoss says."""
+    if opts.fail_on_data_loss:
+        raise StromDataLossError(
+            f"{what}. Some data may have been lost because it is no longer in Kafka: aged out by "
+            "retention, removed by DeleteRecords, or the topic was deleted. Set the source option "
+            "failOnDataLoss=false to skip it with a warning instead.")
+    log.warning("%s; skipping it (failOnDataLoss=false)", what)
+
+
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
     """'h1:9092,[::1]:9093' -> [(h1, 9092), (::1, 9093)]; a malformed address is an option error."""
     out = []
@@ -125,16 +154,17 @@ def _client(options: Mapping[str, str], role: str) -> ClientOptions:
     settings = {key[len("kafka."):]: value for key, value in options.items()
                 if key.startswith("kafka.") and key != "kafka.bootstrap.servers"}
     try:
-        c = translate(settings)
+        c = translate(settings, role)
     except ClientConfError as e:
         raise StromOptionError(str(e)) from None
-    return ClientOptions(servers, c.conf, c.request_timeout_ms, c.max_poll_records, c.max_block_ms, c.given)
+    return ClientOptions(servers, c.conf, c.request_timeout_ms, c.max_poll_records, c.max_block_ms, c.given,
+                         c.origin, c.exclude_internal_topics, c.max_request_size)
 
 
 def _unknown(options: Mapping[str, str], allowed: set[str], role: str) -> None:
-    bad = sorted(k for k in options if not k.startswith("kafka.") and k not in allowed | SPARK_OPTIONS)
+    bad = sorted(k for k in options if not k.startswith("kafka.") and k not in ALL_OPTIONS | SPARK_OPTIONS)
     if bad:
-        near = [f"{k} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(k, allowed, 1)) else k
+        near = [f"{k} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(k, ALL_OPTIONS, 1)) else k
                 for k in bad]
         raise StromOptionError(
             f"Unknown option(s) for the strom {role}: {', '.join(near)}. Valid options: "

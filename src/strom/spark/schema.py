@@ -4,9 +4,8 @@ from a Python data source (they must match exactly, nullability included)."""
 from __future__ import annotations
 
 from functools import cache
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -17,6 +16,9 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
@@ -40,4 +42,6 @@ def source_schema(include_headers: bool) -> StructType:
 @cache
 def arrow_schema(include_headers: bool) -> pa.Schema:
     # Spark converts a Python source's batches with the session-independent UTC zone.
+    from pyspark.sql.pandas.types import to_arrow_schema
+
     return to_arrow_schema(source_schema(include_headers), timezone="UTC")

@@ -1,13 +1,18 @@
 """The `strom` data source: batch and streaming reads planned on the driver (one task per
-partition offset range), read by tasks with librdkafka (fetch.py)."""
+partition offset range), read by tasks (fetch.py).
+
+Spark runs each step in its own Python process (the lookup of data sources, creating the
+source, planning, each task, each commit), and every one of them imports this module first:
+what only some steps need (the Kafka clients, the record decoder, Arrow) is imported where
+it is used, so that a planning step does not pay for the decoder's imports."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -24,17 +29,23 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from strom.spark import offsets as off
-from strom.spark.fetch import data_loss, read_range
+from strom.spark import ranges as off
 from strom.spark.options import (
     EARLIEST,
+    LATEST,
     SourceOptions,
     StromOptionError,
+    data_loss,
     flag,
     sink_options,
     source_options,
 )
-from strom.spark.schema import arrow_schema, source_schema
+from strom.spark.schema import source_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from strom.spark.offsets import Admin
 
 log = logging.getLogger("strom.spark")
 
@@ -77,6 +88,8 @@ def _input_partitions(ranges: list[off.Range], opts: SourceOptions) -> list[Inpu
 
 
 def _read(opts: SourceOptions, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+    from strom.spark.fetch import read_range
+
     r = getattr(partition, "value", None)
     if r is None:  # with no partitions planned, Spark still reads one, empty
         return
@@ -90,6 +103,10 @@ def latest_by_key(batches: Iterator[pa.RecordBatch], include_headers: bool) -> I
     """A partition as a table: the last record of each key, unless its value is null (a
     tombstone deletes the key); records without a key are left out. What a compacted topic
     holds once fully cleaned, whether or not the cleaner has run."""
+    import pyarrow as pa
+
+    from strom.spark.schema import arrow_schema
+
     table = pa.Table.from_batches(list(batches), schema=arrow_schema(include_headers))
     last: dict[bytes, int] = {}
     for i, key in enumerate(table.column("key").to_pylist()):
@@ -105,12 +122,14 @@ class BatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
+        from strom.spark.offsets import Admin
+
         opts = self.opts
-        admin = off.Admin.of(opts)
+        admin = Admin.of(opts)
         parts = admin.partitions(opts, batch=True)
         start = admin.resolve(opts.starting, parts, opts.by_timestamp_strategy, missing=EARLIEST)
         # An ending timestamp after the last record means the end, as in Spark.
-        end = admin.resolve(opts.ending, parts, "latest", missing=off.LATEST, name="endingOffsets")
+        end = admin.resolve(opts.ending, parts, "latest", missing=LATEST, name="endingOffsets")
         if isinstance(opts.ending, dict):
             log_end = admin.latest(parts)
             beyond = [f"{t}-{p} (asked {end[t, p]}, ends at {log_end[t, p]})" for t, p in parts
@@ -137,14 +156,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
-        self._admin: off.Admin | None = None
+        self._admin: Admin | None = None
         self._target: off.Offsets | None = None  # Trigger.AvailableNow: read no further
         self._last_batch = time.monotonic()  # for minOffsetsPerTrigger's maxTriggerDelay
 
     @property
-    def admin(self) -> off.Admin:
+    def admin(self) -> Admin:
         if self._admin is None:
-            self._admin = off.Admin.of(self.opts)
+            from strom.spark.offsets import Admin
+
+            self._admin = Admin.of(self.opts)
         return self._admin
 
     def initialOffset(self) -> dict:

@@ -52,13 +52,17 @@ class PartitionClient:
         self.topic, self.partition, self.timeout_s, self.client_id = topic, partition, timeout_s, client_id
         self.conn: Connection | None = None
 
-    def fetch(self, offset: int, isolation_level: int, max_wait_ms: int, max_bytes: int) -> FetchedPartition:
+    def fetch(self, offset: int, isolation_level: int, max_wait_ms: int, max_bytes: int,
+              partition_max_bytes: int | None = None, min_bytes: int = 1) -> FetchedPartition:
+        """Records from `offset`: at most `max_bytes` in all and `partition_max_bytes` of the
+        partition (the broker still sends a first batch that is larger, as Kafka does)."""
         body = self._leader().call(FETCH, FETCH_V, {
-            "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": max_bytes,
+            "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
             "isolation_level": isolation_level, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": self.topic, "partitions": [{
                 "partition": self.partition, "current_leader_epoch": -1, "fetch_offset": offset,
-                "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
+                "log_start_offset": -1,
+                "partition_max_bytes": max_bytes if partition_max_bytes is None else partition_max_bytes}]}],
             "forgotten_topics_data": [], "rack_id": ""})
         if body.error_code:
             raise KafkaProtocolError("Fetch", body.error_code)
