@@ -73,8 +73,10 @@ class BrokerInfo:
 
 @dataclass(slots=True)
 class PartitionState:
-    """/brokers/topics/<t>/partitions/<p>/state plus the assignment; `zk_version` is the state
-    node's version, Kafka's partition epoch."""
+    """A partition's leader, ISR and replicas: /brokers/topics/<t>/partitions/<p>/state plus
+    the assignment under ZooKeeper, a PartitionRecord and its changes under KRaft.
+    `zk_version` is the partition epoch: the state node's version under ZooKeeper, the
+    record's PartitionEpoch under KRaft (`partition_epoch` names it so)."""
 
     leader: int
     leader_epoch: int
@@ -86,6 +88,14 @@ class PartitionState:
     # the union, target replicas first.
     adding: list[int] = field(default_factory=list)
     removing: list[int] = field(default_factory=list)
+    # KRaft only: 1 while a leader chosen by an unclean election recovers (KIP-704), and the log
+    # dir of each replica (KIP-858; None: not assigned yet).
+    leader_recovery_state: int = 0
+    directories: list[uuid.UUID | None] | None = None
+
+    @property
+    def partition_epoch(self) -> int:
+        return self.zk_version
 
     @property
     def target_replicas(self) -> list[int]:
