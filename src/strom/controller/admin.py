@@ -203,6 +203,13 @@ def check_configs(configs: Mapping[str, str], validate: Callable[[Mapping[str, s
         raise KafkaError(str(e), ErrorCode.INVALID_CONFIG) from None
 
 
+def check_deletable(name: str) -> None:
+    if znodes.is_internal(name):
+        # Every group's offsets or every transaction's state would go with it.
+        raise KafkaError(f"Topic {name} is an internal topic and cannot be deleted",
+                         ErrorCode.INVALID_TOPIC_EXCEPTION)
+
+
 def plan_topic(name: str, num_partitions: int, replication_factor: int,
                assignment: Mapping[int, list[int]] | None, configs: Mapping[str, str], *,
                existing: Iterable[str], live: Mapping[int, str | None],
@@ -303,10 +310,7 @@ class TopicAdmin:
         return topic_id, replicas
 
     def delete_topic(self, name: str) -> None:
-        if znodes.is_internal(name):
-            # Every group's offsets or every transaction's state would go with it.
-            raise KafkaError(f"Topic {name} is an internal topic and cannot be deleted",
-                             ErrorCode.INVALID_TOPIC_EXCEPTION)
+        check_deletable(name)
         if self.store.get(znodes.topic_path(name)) is None:
             raise KafkaError("This server does not host this topic-partition.",
                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

@@ -121,15 +121,21 @@ class MetadataImage:
         self.next_producer_id = 0
         self.end_offset = 0  # the log offset the image has applied up to (exclusive)
         self.partition_count = 0
+        # KIP-868: the records of a metadata transaction are applied when it ends, all at once.
+        self.transaction: list[Any] | None = None
 
     # --- replay ------------------------------------------------------------------------------
 
     def replay(self, rec: Any) -> None:
         """Apply one record (decoded). Unknown kinds are refused: a log this software cannot
         read must not be half applied."""
-        handler = _REPLAY.get(type(rec))
+        kind = type(rec)
+        if self.transaction is not None and kind not in _TRANSACTION_MARKERS:
+            self.transaction.append(rec)
+            return
+        handler = _REPLAY.get(kind)
         if handler is None:
-            raise ValueError(f"cannot replay {type(rec).__name__}")
+            raise ValueError(f"cannot replay {kind.__name__}")
         handler(self, rec)
 
     def replay_values(self, values: list[bytes]) -> None:
@@ -244,6 +250,17 @@ class MetadataImage:
     def _controller(self, rec: Any) -> None:
         self.controllers[rec.controller_id] = rec
 
+    def _begin_transaction(self, rec: Any) -> None:
+        self.transaction = []
+
+    def _end_transaction(self, rec: Any) -> None:
+        records, self.transaction = self.transaction or [], None
+        for x in records:
+            self.replay(x)
+
+    def _abort_transaction(self, rec: Any) -> None:
+        self.transaction = None
+
     def _ignore(self, rec: Any) -> None:
         pass
 
@@ -326,7 +343,8 @@ _REPLAY = {
     r.RegisterControllerRecord: MetadataImage._controller,
     r.NoOpRecord: MetadataImage._ignore,
     r.RECORD_TYPES[21].cls: MetadataImage._ignore,  # ZkMigrationStateRecord: no migrations here
-    r.RECORD_TYPES[23].cls: MetadataImage._ignore,  # Begin/End/AbortTransactionRecord: Strom's
-    r.RECORD_TYPES[24].cls: MetadataImage._ignore,  # controller writes each change in one batch
-    r.RECORD_TYPES[25].cls: MetadataImage._ignore,
+    r.BeginTransactionRecord: MetadataImage._begin_transaction,
+    r.EndTransactionRecord: MetadataImage._end_transaction,
+    r.AbortTransactionRecord: MetadataImage._abort_transaction,
 }
+_TRANSACTION_MARKERS = (r.EndTransactionRecord, r.AbortTransactionRecord, r.BeginTransactionRecord)

@@ -454,6 +454,9 @@ AccessControlEntryRecord = RECORD_TYPES[18].cls
 RemoveAccessControlEntryRecord = RECORD_TYPES[19].cls
 NoOpRecord = RECORD_TYPES[20].cls
 RemoveUserScramCredentialRecord = RECORD_TYPES[22].cls
+BeginTransactionRecord = RECORD_TYPES[23].cls
+EndTransactionRecord = RECORD_TYPES[24].cls
+AbortTransactionRecord = RECORD_TYPES[25].cls
 RemoveDelegationTokenRecord = RECORD_TYPES[26].cls
 RegisterControllerRecord = RECORD_TYPES[27].cls
 
