@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import importlib
 import logging
 import os
@@ -86,6 +87,7 @@ def serve(properties: Path | None, overrides: tuple[str, ...], log_level: str | 
         handler.addFilter(_bounded_line)
     _raise_open_file_limit()
     _keep_large_buffers_in_heap()
+    faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid>: every thread's stack on stderr
     try:
         import uvloop
     except ImportError:

@@ -182,8 +182,12 @@ class RaftDriver:
                 self._on_committed(e.high_watermark)
             elif isinstance(e, fx.LoadSnapshot):
                 self._on_committed(e.snapshot_id.offset)
-            elif isinstance(e, fx.LeaderChanged) and e.leader_id != self.config.node_id:
-                self._fail_commit_waiters()
+            elif isinstance(e, fx.LeaderChanged):
+                log.info("raft node %d is %s in epoch %d (leader %d, log end %d, high watermark %d)",
+                         self.config.node_id, self.core.role.value, e.epoch, e.leader_id, self.core.log.end_offset,
+                         self.core.high_watermark)
+                if e.leader_id != self.config.node_id:
+                    self._fail_commit_waiters()
 
     def _on_committed(self, high_watermark: int) -> None:
         self.high_watermark = max(self.high_watermark, high_watermark)
