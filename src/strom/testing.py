@@ -378,8 +378,6 @@ class KRaftQuorum:
         if how.get("standalone"):
             port = cfg.listeners[0].port
             controllers = [InitialController(cfg.broker_id, "127.0.0.1", port, uuid.uuid4())]
-        elif how.get("no_initial"):
-            controllers = []
         format_storage(cluster_id=self.cluster_id, node_id=cfg.broker_id, log_dirs=cfg.log_dirs,
                        metadata_dir=cfg.metadata_log_dir, controller_listener="CONTROLLER",
                        features=default_levels(), initial_controllers=controllers)
