@@ -142,3 +142,14 @@ def test_bad_values_are_refused():
         records.decode(records.encode(records.TopicRecord(name="abc"))[:-5])
     with pytest.raises(ValueError, match="bytes after"):
         records.decode(good + b"\x00")
+
+
+def test_value_batches_are_build_batch_bytes_and_read_back():
+    import os
+
+    from strom.protocol.records import build_batch, build_value_batch, iter_records, iter_values
+
+    values = [b"", b"x", os.urandom(200), os.urandom(70_000)] + [os.urandom(90) for _ in range(1500)]
+    fast = build_value_batch(values, base_offset=7, timestamp=1234)
+    assert fast == build_batch([(None, v) for v in values], base_offset=7, timestamp=1234)
+    assert iter_values(fast) == [r.value for r in iter_records(fast)] == values

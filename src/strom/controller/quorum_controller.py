@@ -78,6 +78,9 @@ class QuorumController:
         self.sessions: dict[int, BrokerSession] = {}
         self._queue: asyncio.Queue[tuple[asyncio.Future, str, Callable[[MetadataImage], Change]]] = asyncio.Queue()
         self._tasks: list[asyncio.Task] = []
+        # The records this controller appended, by batch base offset: applied as they are when
+        # they commit instead of being decoded again.
+        self._appended: dict[int, list[Any]] = {}
         self.writes = 0  # committed write events (for metrics and tests)
 
     # --- life cycle -----------------------------------------------------------------------------
@@ -127,19 +130,19 @@ class QuorumController:
                     fut.set_exception(e)
 
     async def _append(self, records: list[Any]) -> None:
-        values = [r.encode(rec) for rec in records]
-        if len(values) <= MAX_RECORDS_PER_BATCH:
-            await self.driver.append(values)
-            return
-        begin = r.encode(r.BeginTransactionRecord(name=f"{len(values)} records"))
-        end = r.encode(r.EndTransactionRecord())
-        chunks = [values[i:i + MAX_RECORDS_PER_BATCH] for i in range(0, len(values), MAX_RECORDS_PER_BATCH)]
-        chunks[0] = [begin, *chunks[0]]
-        chunks[-1] = [*chunks[-1], end]
-        for chunk in chunks[:-1]:
-            await self.driver.append(chunk, wait=False)
-            await asyncio.sleep(0)
-        await self.driver.append(chunks[-1])
+        if len(records) > MAX_RECORDS_PER_BATCH:
+            records = [r.BeginTransactionRecord(name=f"{len(records)} records"), *records, r.EndTransactionRecord()]
+        chunks = [records[i:i + MAX_RECORDS_PER_BATCH] for i in range(0, len(records), MAX_RECORDS_PER_BATCH)]
+        try:
+            for i, chunk in enumerate(chunks):
+                self._appended[self.driver.core.log.end_offset] = chunk
+                last = i == len(chunks) - 1
+                await self.driver.append([r.encode(rec) for rec in chunk], wait=last)
+                if not last:
+                    await asyncio.sleep(0)
+        finally:
+            if not self.active:
+                self._appended.clear()
 
     def _fail_queued(self) -> None:
         while not self._queue.empty():
@@ -175,6 +178,11 @@ class QuorumController:
 
     def _replay(self, batches) -> None:
         for batch in batches:
+            mine = self._appended.pop(batch.base_offset, None)
+            if mine is not None and len(mine) == batch.last_offset - batch.base_offset + 1:
+                for rec in mine:  # this controller's own records: the same bytes it encoded
+                    self.image.replay(rec)
+                continue
             for value in data_values(batch.data):
                 self.image.replay(r.decode(value))
 
@@ -197,6 +205,7 @@ class QuorumController:
         self.leader_id, self.epoch = leader_id, epoch
         if leader_id != self.node_id:
             self.active = False
+            self._appended.clear()
             self._fail_queued()
             if was_active:
                 log.info("controller %d is no longer active (epoch %d, leader %d)", self.node_id, epoch, leader_id)

@@ -61,11 +61,7 @@ class Brokers:
 
 
 def replica_counts(image: MetadataImage) -> dict[int, int]:
-    counts: dict[int, int] = {}
-    for _, _, state in image.partitions():
-        for b in state.replicas:
-            counts[b] = counts.get(b, 0) + 1
-    return counts
+    return dict(image.replica_counts)
 
 
 def unclean_allowed(image: MetadataImage, limits: Limits, topic: str) -> bool:

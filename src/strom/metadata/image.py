@@ -121,6 +121,7 @@ class MetadataImage:
         self.next_producer_id = 0
         self.end_offset = 0  # the log offset the image has applied up to (exclusive)
         self.partition_count = 0
+        self.replica_counts: dict[int, int] = {}  # broker id -> partition replicas assigned to it
         # KIP-868: the records of a metadata transaction are applied when it ends, all at once.
         self.transaction: list[Any] | None = None
 
@@ -176,26 +177,45 @@ class MetadataImage:
         self.topics[rec.name] = topic
         self.topics_by_id[rec.topic_id] = topic
 
+    def _count(self, replicas: list[int], delta: int) -> None:
+        counts = self.replica_counts
+        for b in replicas:
+            n = counts.get(b, 0) + delta
+            if n:
+                counts[b] = n
+            else:
+                counts.pop(b, None)
+
+    def _put(self, topic: TopicImage, index: int, state: PartitionState) -> None:
+        old = topic.partitions.get(index)
+        if old is None:
+            self.partition_count += 1
+        elif old.replicas is not state.replicas:
+            self._count(old.replicas, -1)
+        if old is None or old.replicas is not state.replicas:
+            self._count(state.replicas, 1)
+        topic.partitions[index] = state
+
     def _partition(self, rec: Any) -> None:
         topic = self.topics_by_id.get(rec.topic_id)
         if topic is None:
             raise ValueError(f"PartitionRecord for unknown topic id {rec.topic_id}")
-        if rec.partition_id not in topic.partitions:
-            self.partition_count += 1
-        topic.partitions[rec.partition_id] = partition_state(rec)
+        self._put(topic, rec.partition_id, partition_state(rec))
 
     def _partition_change(self, rec: Any) -> None:
         topic = self.topics_by_id.get(rec.topic_id)
         state = topic.partitions.get(rec.partition_id) if topic is not None else None
         if state is None:
             raise ValueError(f"PartitionChangeRecord for unknown partition {rec.topic_id}-{rec.partition_id}")
-        topic.partitions[rec.partition_id] = merge_change(state, rec)
+        self._put(topic, rec.partition_id, merge_change(state, rec))
 
     def _remove_topic(self, rec: Any) -> None:
         topic = self.topics_by_id.pop(rec.topic_id, None)
         if topic is not None:
             del self.topics[topic.name]
             self.partition_count -= len(topic.partitions)
+            for state in topic.partitions.values():
+                self._count(state.replicas, -1)
             self.configs.pop((TOPIC_RESOURCE, topic.name), None)
 
     def _config(self, rec: Any) -> None:
@@ -285,6 +305,7 @@ class MetadataImage:
         out.topics_by_id = {t.topic_id: t for t in out.topics.values()}
         out.configs = {k: dict(v) for k, v in self.configs.items()}
         out.client_quotas = {k: dict(v) for k, v in self.client_quotas.items()}
+        out.replica_counts = dict(self.replica_counts)
         out.scram = dict(self.scram)
         out.acls = dict(self.acls)
         out.delegation_tokens = dict(self.delegation_tokens)

@@ -92,6 +92,20 @@ def _uuid(buf, pos: int) -> uuid.UUID | None:
     return u
 
 
+def _uuid_of(raw: bytes) -> uuid.UUID | None:
+    return _uuid(raw, 0)
+
+
+_FORMATS: dict[tuple[str, int], str] = {}
+
+
+def _array_format(code: str, n: int) -> str:
+    fmt = _FORMATS.get((code, n))
+    if fmt is None:
+        fmt = _FORMATS[(code, n)] = f">{n}{code}"
+    return fmt
+
+
 def _uuid_bytes(value: uuid.UUID | None) -> bytes:
     return _ZERO if value is None else value.bytes
 
@@ -269,9 +283,16 @@ class _Gen:
         for f in struct.fields:
             if not _within(v, f.versions) or _within(v, f.tagged):
                 out.append(f"    {f.attr} = {self._default_expr(f)}")
-        for f in present:
-            if not _within(v, f.tagged):
-                out += self._read(f, v, "    ")
+        for run in self._runs([f for f in present if not _within(v, f.tagged)]):
+            if isinstance(run, list):  # consecutive fixed-size fields: one unpack
+                names = ", ".join(f.attr for f in run)
+                fmt = ">" + "".join("16s" if f.type == "uuid" else _FIXED[f.type] for f in run)
+                size = sum(16 if f.type == "uuid" else _SIZES[_FIXED[f.type]] for f in run)
+                out.append(f"    {names}, = _unpack({fmt!r}, buf, pos)")
+                out.append(f"    pos += {size}")
+                out += [f"    {f.attr} = _uuid_of({f.attr})" for f in run if f.type == "uuid"]
+            else:
+                out += self._read(run, v, "    ")
         out.append("    n_tags, pos = _uv(buf, pos)")
         out.append("    for _ in range(n_tags):")
         out.append("        tag, pos = _uv(buf, pos)")
@@ -288,6 +309,21 @@ class _Gen:
         out.append(f"    return _C_{struct.name}({args}), pos")
         self.lines += out
         return fname
+
+    @staticmethod
+    def _runs(fields: list[_Field]) -> list:
+        """Fields in order, runs of two or more fixed-size ones (ints, bool, uuid) grouped."""
+        out: list = []
+        run: list[_Field] = []
+        for f in fields:
+            if not f.is_array and (f.type in _FIXED or f.type == "uuid"):
+                run.append(f)
+                continue
+            out += [run] if len(run) > 1 else run
+            run = []
+            out.append(f)
+        out += [run] if len(run) > 1 else run
+        return out
 
     def _default_expr(self, f: _Field) -> str:
         if f.is_array and f.default == []:
@@ -306,7 +342,7 @@ class _Gen:
             code, size = _FIXED[el], _SIZES[_FIXED[el]]
             out += [f"{ind}    if pos + {size} * n > len(buf):",
                     f"{ind}        raise ValueError('array runs past the end of the record')",
-                    f"{ind}    {a} = list(_unpack('>%d{code}' % n, buf, pos))",
+                    f"{ind}    {a} = list(_unpack(_fmt('{code}', n), buf, pos))",
                     f"{ind}    pos += {size} * n"]
         else:
             out += [f"{ind}    {a} = []", f"{ind}    for _ in range(n):"]
@@ -337,14 +373,15 @@ class _Gen:
             if f.struct is not None and _within(v, f.versions):
                 self.encoder(f.struct, v)
         out = [f"def {fname}(o, out):"]
-        tagged = []
-        for f in struct.fields:
-            if not _within(v, f.versions):
-                continue
-            if _within(v, f.tagged):
-                tagged.append(f)
+        tagged = [f for f in struct.fields if _within(v, f.versions) and _within(v, f.tagged)]
+        plain = [f for f in struct.fields if _within(v, f.versions) and not _within(v, f.tagged)]
+        for run in self._runs(plain):
+            if isinstance(run, list):  # consecutive fixed-size fields: one pack
+                fmt = ">" + "".join("16s" if f.type == "uuid" else _FIXED[f.type] for f in run)
+                args = ", ".join(f"_uuid_bytes(o.{f.attr})" if f.type == "uuid" else f"o.{f.attr}" for f in run)
+                out.append(f"    out += _pack({fmt!r}, {args})")
             else:
-                out += self._write(f, f"o.{f.attr}", v, "    ", "out")
+                out += self._write(run, f"o.{run.attr}", v, "    ", "out")
         if not tagged:
             out.append("    out += b'\\x00'")
         else:
@@ -369,7 +406,7 @@ class _Gen:
         lines = [f"{ind}arr = {value}", f"{ind}if arr is None:", f"{ind}    {out} += b'\\x00'", f"{ind}else:",
                  f"{ind}    {out} += _uv_bytes(len(arr) + 1)"]
         if el in _FIXED and el != "bool":
-            lines.append(f"{ind}    {out} += _pack('>%d{_FIXED[el]}' % len(arr), *arr)")
+            lines.append(f"{ind}    {out} += _pack(_fmt('{_FIXED[el]}', len(arr)), *arr)")
         else:
             lines.append(f"{ind}    for x in arr:")
             lines += [f"{ind}        " + line for line in self._write_one("x", el, f, v, out)]
@@ -389,6 +426,7 @@ class _Gen:
 
 def _namespace() -> dict[str, Any]:
     ns: dict[str, Any] = {"_uv": _uv, "_uv_bytes": _uv_bytes, "_uuid": _uuid, "_uuid_bytes": _uuid_bytes,
+                          "_uuid_of": _uuid_of, "_fmt": _array_format,
                           "_str": _str, "_bytes": _bytes, "_compact_str": _compact_str,
                           "_compact_bytes": _compact_bytes, "_unpack": struct.unpack_from,
                           "_pack": struct.pack, "_D": object()}

@@ -331,10 +331,20 @@ class RaftCore:
         self._maybe_fetch(out)
         return out
 
-    def request_failed(self, request_id: int, now: int) -> list[Effect]:
-        """No answer will come (connection refused or closed, timeout)."""
+    def request_failed(self, request_id: int, now: int, unreachable: bool = False) -> list[Effect]:
+        """No answer will come (timeout; `unreachable`: the peer refused or closed the
+        connection, i.e. no process listens there any more)."""
         self.now = now
         out: list[Effect] = []
+        sent = self.inflight.get(request_id)
+        if (unreachable and sent is not None and sent.api_key == FETCH and self.role is Role.FOLLOWER
+                and sent.dest == self.leader_id and not self.leader_resigned):
+            # The leader's process is gone (a crash): do not wait out the fetch timeout. Each
+            # follower stands for election after a random part of the election timeout, so they
+            # do not collide; pre-vote keeps a leader that others still reach where it is.
+            self.leader_resigned = True
+            wait = self.rng.randrange(max(1, self.config.election_timeout_ms // 2))
+            self.fetch_deadline = min(self.fetch_deadline, now + wait)
         self._fail(request_id, out)
         self._maybe_fetch(out)
         return out
@@ -965,6 +975,7 @@ class RaftCore:
             return
         self.fetch_deadline = self.now + self.config.fetch_timeout_ms
         self.fetched_from_leader = True
+        self.leader_resigned = False  # it answers again: whatever made us doubt it has passed
         self.next_fetch_at = self.now
         if p.get("diverging_epoch"):
             d = p["diverging_epoch"]

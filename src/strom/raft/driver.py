@@ -221,7 +221,9 @@ class RaftDriver:
             raise
         except Exception as exc:
             log.debug("raft request %d to %d failed: %r", e.api_key, e.dest, exc)
-            self._feed(self.core.request_failed(e.request_id, self.now()))
+            gone = isinstance(exc, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError,
+                                    asyncio.IncompleteReadError))
+            self._feed(self.core.request_failed(e.request_id, self.now(), unreachable=gone))
             return
         self._feed(self.core.handle_response(e.request_id, to_fields(body), self.now()))
 
