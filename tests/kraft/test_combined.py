@@ -60,6 +60,15 @@ def test_clients_use_the_broker_listener_and_describe_the_quorum(node):
     assert part["leader_id"] == 1 and [v["replica_id"] for v in part["current_voters"]] == [1]
 
 
+def test_no_topic_takes_the_metadata_partitions_place(node):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    client = AdminClient({"bootstrap.servers": node.bootstrap})
+    future = client.create_topics([NewTopic("__cluster_metadata", 1, 1)])["__cluster_metadata"]
+    with pytest.raises(Exception, match="prohibited"):
+        future.result(30)
+
+
 def test_the_controller_listener_serves_controller_apis_only(node):
     with Connection("127.0.0.1", node.ports["CONTROLLER"]) as conn:
         versions = conn.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})

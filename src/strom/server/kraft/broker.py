@@ -17,10 +17,11 @@ from typing import Any
 
 from strom.client import AsyncConnection
 from strom.config.broker import BrokerConfig
+from strom.controller.admin import TopicAdmin
 from strom.log.manager import LogManager
 from strom.metadata.storage import ensure_formatted
 from strom.network.request import API_VERSIONS, RequestContext
-from strom.protocol.errors import ErrorCode
+from strom.protocol.errors import ErrorCode, KafkaError
 from strom.raft.config import (
     METADATA_PARTITION,
     METADATA_TOPIC,
@@ -83,6 +84,16 @@ def _with_describe_quorum(keys: list[dict]) -> list[dict]:
                   key=lambda k: k["api_key"])
 
 
+class KRaftTopicAdmin(TopicAdmin):
+    """No topic may take the metadata partition's name (and so its directory), as Kafka 4's
+    controller refuses it."""
+
+    def create_topic(self, name: str, *args: Any, **kwargs: Any):
+        if name == METADATA_TOPIC:
+            raise KafkaError(f"Creation of internal topic {METADATA_TOPIC} is prohibited.", ErrorCode.INVALID_REQUEST)
+        return super().create_topic(name, *args, **kwargs)
+
+
 class KRaftBroker(Broker):
     log_manager_class = KRaftLogManager
     apis_class = KRaftBrokerApis
@@ -91,6 +102,13 @@ class KRaftBroker(Broker):
         super().__init__(config)
         self.log_manager.metadata_log_dir = config.metadata_log_dir
         self.controller_server = controller_server  # this node's own controller, if combined
+
+    async def startup(self) -> None:
+        await super().startup()
+        # Before any request is taken (nothing yields between the broker's ready and here).
+        admin = self.admin
+        self.admin = KRaftTopicAdmin(admin.store, admin.live_brokers, admin.validate_configs, admin.replica_counts,
+                                     admin.max_broker_partitions)
 
     async def describe_quorum(self, version: int, fields: dict) -> dict:
         """DescribeQuorum from the leader of the quorum: this node's controller when it leads,
