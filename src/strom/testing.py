@@ -61,6 +61,9 @@ def report_broker_logs(item, call):
                 for broker_id, broker in value.brokers.items():
                     report.sections.append((f"broker {broker_id} log ({name})",
                                             "\n".join(broker.stderr_lines[-40:])))
+            elif isinstance(value, KRaftQuorum):
+                for node_id, node in [*value.nodes.items(), *value.brokers.items()]:
+                    report.sections.append((f"node {node_id} log ({name})", "\n".join(node.stderr_lines[-40:])))
 
 
 class BrokerProcess:
@@ -81,6 +84,7 @@ class BrokerProcess:
         self.ports: dict[str, int] = {}  # every listener's port, by listener name
         self.stderr_lines: list[str] = []
         self.startup_seconds = 0.0
+        self.paused = False
 
     @property
     def bootstrap(self) -> str:
@@ -90,8 +94,9 @@ class BrokerProcess:
         args = [sys.executable, "-m", "strom", "serve", "--log-level", "INFO"]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
-        # Fixed ports from a previous run are reused on restart so clients can reconnect.
-        if self.port:
+        # Ports the broker chose at its first start are reused on restart so clients can
+        # reconnect (listeners given fixed ports, as a KRaft controller's, stay as they are).
+        if self.port and re.search(r":0(,|$)", self.overrides.get("listeners", "")):
             listeners = ",".join(f"{name}://127.0.0.1:{port}" for name, port in self.ports.items())
             args += ["--override", f"listeners={listeners or f'PLAINTEXT://127.0.0.1:{self.port}'}"]
         env = dict(os.environ, **(self.env or {}))
@@ -141,6 +146,15 @@ class BrokerProcess:
             raise
         self._log_complete()
         return code
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stays, answers nothing and runs no timer until `resume`."""
+        self.proc.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
 
     def kill(self) -> None:
         """kill -9: no chance to flush or checkpoint."""
@@ -291,6 +305,189 @@ class Cluster:
             self.zookeeper.close()
 
     def __enter__(self) -> Cluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports free on 127.0.0.1 now (for listeners that must be known before
+    the process starts, as a KRaft quorum's voters are)."""
+    import socket
+
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class KRaftQuorum:
+    """KRaft controllers 1..N (process.roles=controller), each a BrokerProcess on a fixed free port
+    with a temp dir, formatted as `strom storage format` formats them and started at once.
+
+    A static quorum (controller.quorum.voters) by default; `dynamic` formats node 1 with
+    --standalone and the others with --no-initial-controllers (KIP-853: add them with
+    `add_voter`). `brokers` adds nodes with process.roles=broker (not on the quorum yet: a broker
+    as Strom runs it today, which answers DescribeQuorum by asking the quorum's leader)."""
+
+    def __init__(self, controllers: int = 3, *, dynamic: bool = False, brokers: int = 0,
+                 overrides: dict[str, str] | None = None) -> None:
+        from strom.metadata.storage import kafka_uuid
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="strom-kraft-")
+        self.root = Path(self._tmp.name)
+        self.cluster_id = kafka_uuid()
+        self.dynamic = dynamic
+        self.overrides = dict(overrides or {})
+        self.ports: dict[int, int] = {}
+        self.nodes: dict[int, BrokerProcess] = {}
+        self.brokers: dict[int, BrokerProcess] = {}
+        for node_id, port in zip(range(1, controllers + 1), free_ports(controllers), strict=True):
+            self.ports[node_id] = port
+        for node_id in self.ports:
+            self._new_controller(node_id, initial=not dynamic or node_id == 1)
+        for broker_id in range(100, 100 + brokers):
+            self._new_broker(broker_id)
+
+    @property
+    def voters(self) -> str:
+        return ",".join(f"{n}@127.0.0.1:{p}" for n, p in sorted(self.ports.items()))
+
+    @property
+    def bootstrap_controllers(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for n, p in sorted(self.ports.items()) if self.running(n))
+
+    def _quorum_keys(self) -> dict[str, str]:
+        if self.dynamic:
+            return {"controller.quorum.bootstrap.servers": ",".join(f"127.0.0.1:{p}" for p in self.ports.values())}
+        return {"controller.quorum.voters": self.voters}
+
+    def _format(self, overrides: dict[str, str], **how) -> None:
+        from strom.config.broker import BrokerConfig
+        from strom.controller.features import default_levels
+        from strom.metadata.storage import InitialController, format_storage
+
+        cfg = BrokerConfig(overrides)
+        controllers = None
+        if how.get("standalone"):
+            port = cfg.listeners[0].port
+            controllers = [InitialController(cfg.broker_id, "127.0.0.1", port, uuid.uuid4())]
+        format_storage(cluster_id=self.cluster_id, node_id=cfg.broker_id, log_dirs=cfg.log_dirs,
+                       metadata_dir=cfg.metadata_log_dir, controller_listener="CONTROLLER",
+                       features=default_levels(), initial_controllers=controllers)
+
+    def _new_controller(self, node_id: int, initial: bool = True) -> BrokerProcess:
+        data = self.root / f"controller-{node_id}"
+        overrides = {"process.roles": "controller", "node.id": str(node_id),
+                     "listeners": f"CONTROLLER://127.0.0.1:{self.ports[node_id]}",
+                     "controller.listener.names": "CONTROLLER", "log.dirs": str(data / "logs"),
+                     **self._quorum_keys(), **self.overrides}
+        if self.dynamic:
+            self._format(overrides, standalone=initial, no_initial=not initial)
+        else:
+            self._format(overrides)
+        node = BrokerProcess(data, overrides)
+        self.nodes[node_id] = node
+        return node
+
+    def _new_broker(self, broker_id: int) -> BrokerProcess:
+        data = self.root / f"broker-{broker_id}"
+        overrides = {"process.roles": "broker", "node.id": str(broker_id), "controller.listener.names": "CONTROLLER",
+                     "log.dirs": str(data / "logs"), **self._quorum_keys()}
+        self._format(overrides)
+        broker = BrokerProcess(data, overrides)
+        self.brokers[broker_id] = broker
+        return broker
+
+    def add_controller(self, node_id: int) -> BrokerProcess:
+        """A new controller (dynamic quorums: formatted with --no-initial-controllers), started;
+        it fetches as an observer until it is added as a voter."""
+        self.ports[node_id] = free_ports(1)[0]
+        return self._new_controller(node_id, initial=False).start()
+
+    def config_file(self, node_id: int) -> Path:
+        """The node's settings as a server.properties (for add-controller's --command-config)."""
+        path = self.root / f"controller-{node_id}.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in self.nodes[node_id].overrides.items()))
+        return path
+
+    def running(self, node_id: int) -> bool:
+        """Started, not exited, not paused."""
+        node = self.nodes.get(node_id)
+        return node is not None and node.proc is not None and node.proc.poll() is None and not node.paused
+
+    def start(self, timeout: float = 60.0) -> KRaftQuorum:
+        errors: list[BaseException] = []
+
+        def start(node: BrokerProcess) -> None:
+            try:
+                node.start(timeout)
+            except BaseException as e:  # noqa: B036 - reported below, from the caller's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=start, args=(n,)) for n in [*self.nodes.values(), *self.brokers.values()]]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        return self
+
+    def describe(self, timeout: float = 2.0) -> dict | None:
+        """The quorum leader's DescribeQuorum answer as a dict (leader_id, leader_epoch,
+        high_watermark, current_voters, observers, nodes), None if no leader answers now. Every
+        running controller is asked: a leader cut off from the others may still think it leads,
+        so the answer of the newest epoch wins."""
+        fields = {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]}
+        best = None
+        for node_id, port in sorted(self.ports.items()):
+            if not self.running(node_id):
+                continue
+            try:
+                with Connection("127.0.0.1", port, timeout_s=timeout) as conn:
+                    body = conn.call(55, 2, fields)
+            except (OSError, ConnectionError):
+                continue
+            part = body.topics[0].partitions[0] if body.topics and body.topics[0].partitions else None
+            if body.error_code == 0 and part is not None and part.error_code == 0:
+                if best is None or part.leader_epoch > best["leader_epoch"]:
+                    best = part.to_dict(json=False)
+                    best["nodes"] = [n.to_dict(json=False) for n in body.nodes]
+        return best
+
+    def leader(self, timeout: float = 30.0, exclude: Iterable[int] = ()) -> int:
+        """The id of the controller that leads (waiting for one that is not in `exclude`)."""
+        excluded = set(exclude)
+
+        def found() -> int | None:
+            d = self.describe()
+            return d["leader_id"] if d and d["leader_id"] not in excluded else None
+
+        return wait_for(found, timeout, interval=0.05, what="a quorum leader")
+
+    def close(self) -> None:
+        for node in [*self.nodes.values(), *self.brokers.values()]:
+            if node.proc is not None and node.proc.poll() is None:
+                try:
+                    node.resume()
+                except OSError:
+                    pass
+            node.close()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> KRaftQuorum:
         try:
             return self.start()
         except BaseException:

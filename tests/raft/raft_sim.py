@@ -284,10 +284,20 @@ class Simulation:
 
     def _ev_request(self, src: int, dst: int, payload: tuple) -> None:
         node = self.nodes[dst]
+        if not node.alive and self._connected(src, dst):
+            # A crashed node's port refuses connections: the sender learns it at once.
+            self._at(self.now + self.rng.randint(1, 5), "refused", src, payload[0], payload[1])
         if not node.alive or not self._connected(src, dst):
             return
         src_inc, rid, api_key, version, body = payload
         self._apply(node, node.core.handle_request((src, src_inc, rid), src, api_key, version, body, self.now))
+        self._schedule_tick(node)
+
+    def _ev_refused(self, nid: int, incarnation: int, rid: int) -> None:
+        node = self._node(nid, incarnation)
+        if node is None:
+            return
+        self._apply(node, node.core.request_failed(rid, self.now, unreachable=True))
         self._schedule_tick(node)
 
     def _ev_response(self, src: int, dst: int, payload: tuple) -> None:

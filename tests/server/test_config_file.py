@@ -90,16 +90,26 @@ def serve(properties: Path, *overrides: str) -> tuple[str, str]:
     return ready, err
 
 
-def test_kafkas_kraft_sample_starts_with_one_warning(tmp_path):
+def test_kafkas_kraft_sample_needs_formatting_then_starts_with_one_warning(tmp_path):
     props = tmp_path / "server.properties"
     props.write_text(KRAFT_SAMPLE.format(dir=tmp_path / "data"))
+    refused = subprocess.run([sys.executable, "-m", "strom", "serve", str(props)], capture_output=True, text=True,
+                             timeout=60)
+    assert refused.returncode == 1 and not (tmp_path / "data" / "meta.properties").exists()
+    assert refused.stderr.strip().splitlines()[-1].startswith("strom: cannot start: no meta.properties in")
+    assert "strom storage format" in refused.stderr
+    cluster_id = subprocess.run([sys.executable, "-m", "strom", "storage", "random-uuid"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+    subprocess.run([sys.executable, "-m", "strom", "storage", "format", "-t", cluster_id, "-c", str(props)],
+                   capture_output=True, text=True, check=True)
     ready, err = serve(props)
     assert "ready on PLAINTEXT://localhost:9092, CONTROLLER://127.0.0.1:" in ready, err[-2000:]
+    assert f"cluster {cluster_id}" in ready
     warnings = [line for line in err.splitlines() if "WARNING" in line]
-    assert len(warnings) == 1, warnings
-    for key in ("process.roles", "controller.quorum.voters", "controller.listener.names",
-                "share.coordinator.state.topic.replication.factor"):
-        assert key in warnings[0]
+    assert len(warnings) == 1, warnings  # the share-group keys Strom does not use; KRaft's are real now
+    assert "share.coordinator.state.topic.replication.factor" in warnings[0]
+    for key in ("process.roles", "controller.quorum.voters", "controller.listener.names"):
+        assert key not in warnings[0]
 
 
 def test_kafkas_zookeeper_sample_starts_embedded_when_told_no_zookeeper(tmp_path):

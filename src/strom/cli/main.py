@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import importlib
 import logging
 import os
@@ -26,7 +27,8 @@ class _LazyGroup(click.Group):
             "produce": "strom.cli.produce:produce", "consume": "strom.cli.consume:consume",
             "get-offsets": "strom.cli.offsets:get_offsets", "dump-log": "strom.cli.dump_log:dump_log",
             "acls": "strom.cli.acls:acls", "users": "strom.cli.users:users",
-            "quotas": "strom.cli.quotas:quotas"}
+            "quotas": "strom.cli.quotas:quotas", "storage": "strom.cli.storage:storage",
+            "metadata-quorum": "strom.cli.metadata_quorum:metadata_quorum"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
@@ -87,6 +89,7 @@ def serve(properties: Path | None, overrides: tuple[str, ...], log_level: str | 
         handler.addFilter(_bounded_line)
     _raise_open_file_limit()
     _keep_large_buffers_in_heap()
+    faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid>: every thread's stack on stderr
     try:
         import uvloop
     except ImportError:
@@ -143,9 +146,16 @@ def _use_uvloop() -> bool:
 
 
 async def _serve(cfg: broker_config.BrokerConfig, started: float) -> int:
-    from strom.server.broker import Broker
+    if cfg.process_roles:  # KRaft: a controller, a broker, or both (seed 001's KafkaRaftServer)
+        from strom.server.kraft.node import KafkaRaftServer
 
-    broker = Broker(cfg)
+        broker = KafkaRaftServer(cfg)
+        role = "+".join(cfg.process_roles)
+    else:
+        from strom.server.broker import Broker
+
+        broker = Broker(cfg)
+        role = "broker"
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -161,7 +171,7 @@ async def _serve(cfg: broker_config.BrokerConfig, started: float) -> int:
     metrics = ""
     if broker.metrics_server is not None:
         metrics = "; metrics on http://{}:{}/metrics".format(*broker.metrics_server.address)
-    click.echo(f"strom: broker {broker.broker_id} ready on {listeners} "
+    click.echo(f"strom: {role} {broker.broker_id} ready on {listeners} "
                f"(cluster {broker.cluster_id}, started in {elapsed:.0f} ms){metrics}")
     sys.stdout.flush()
     await stop.wait()

@@ -74,6 +74,17 @@ def parse_listeners(text: str) -> list[Listener]:
     return listeners
 
 
+def _roles(text: str) -> tuple[str, ...]:
+    roles = tuple(sorted({r.strip() for r in text.split(",") if r.strip()}))
+    if not roles or any(r not in ("broker", "controller") for r in roles):
+        raise ConfigError(f"expected broker, controller or broker,controller, got {text!r}")
+    return roles
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip().upper() for n in text.split(",") if n.strip())
+
+
 def _dirs(text: str) -> list[Path]:
     dirs = [Path(s.strip()) for s in text.split(",") if s.strip()]
     if not dirs:
@@ -209,6 +220,24 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "group.consumer.max.heartbeat.interval.ms": (int_in(1), "15000"),
     "group.consumer.max.size": (int_in(1), "2147483647"),
     "group.consumer.assignors": (_str, "uniform,range"),
+    # KRaft (KIP-500/595/631/853): a node with process.roles set runs without ZooKeeper.
+    "process.roles": (_optional(_roles), None),
+    "controller.listener.names": (_optional(_names), None),
+    "controller.quorum.voters": (_str, ""),
+    "controller.quorum.bootstrap.servers": (_str, ""),
+    "controller.quorum.election.timeout.ms": (int_in(1), "1000"),
+    "controller.quorum.fetch.timeout.ms": (int_in(1), "2000"),
+    "controller.quorum.election.backoff.max.ms": (int_in(1), "1000"),
+    "controller.quorum.append.linger.ms": (int_in(0), "25"),
+    "controller.quorum.request.timeout.ms": (int_in(1), "2000"),
+    "controller.quorum.retry.backoff.ms": (int_in(0), "20"),
+    "metadata.log.dir": (_optional(lambda text: _dirs(text)[0]), None),
+    "metadata.log.segment.bytes": (int_in(12), "1073741824"),
+    "metadata.log.max.record.bytes.between.snapshots": (int_in(1), "20971520"),
+    "metadata.log.max.snapshot.interval.ms": (int_in(0), "3600000"),
+    "broker.session.timeout.ms": (int_in(1), "9000"),
+    "broker.heartbeat.interval.ms": (int_in(1), "2000"),
+    "sasl.mechanism.controller.protocol": (_str, "GSSAPI"),
     "zookeeper.connect": (_optional(_str), None),
     "zookeeper.session.timeout.ms": (int_in(1), "18000"),
     "zookeeper.connection.timeout.ms": (_optional(int_in(1)), None),  # default: the session timeout
@@ -301,6 +330,10 @@ _KAFKA_INT = {
     "group.consumer.heartbeat.interval.ms", "group.consumer.min.heartbeat.interval.ms",
     "group.consumer.max.heartbeat.interval.ms", "group.consumer.max.size",
     "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms",
+    "controller.quorum.election.timeout.ms", "controller.quorum.fetch.timeout.ms",
+    "controller.quorum.election.backoff.max.ms", "controller.quorum.append.linger.ms",
+    "controller.quorum.request.timeout.ms", "controller.quorum.retry.backoff.ms",
+    "metadata.log.segment.bytes", "broker.session.timeout.ms", "broker.heartbeat.interval.ms",
 }
 _KAFKA_SHORT = {"offsets.topic.replication.factor", "transaction.state.log.replication.factor"}
 
@@ -366,6 +399,7 @@ class BrokerConfig:
             except ValueError as e:
                 raise ConfigError(f"invalid value for {key}: {e}") from None
         self._check_advertised()
+        self._check_kraft()
         self._check_security_protocols()
         queued, largest = self.values["queued.max.request.bytes"], self.values["socket.request.max.bytes"]
         if 0 < queued < largest:  # Kafka's rule: the pool must fit the largest request
@@ -389,6 +423,50 @@ class BrokerConfig:
             return override
         return DEFINITIONS[key][0](override) if override is not None else self.values[key]
 
+    @property
+    def process_roles(self) -> tuple[str, ...]:
+        """KRaft roles (process.roles); empty for a ZooKeeper or embedded broker."""
+        return self.values["process.roles"] or ()
+
+    @property
+    def controller_listener_names(self) -> tuple[str, ...]:
+        return self.values["controller.listener.names"] or ()
+
+    @property
+    def metadata_log_dir(self) -> Path:
+        """metadata.log.dir, else the first log dir (Kafka's default)."""
+        return self.values["metadata.log.dir"] or self.log_dirs[0]
+
+    def _check_kraft(self) -> None:
+        """Kafka's start-up checks of a KRaft node's settings, each a one-line refusal."""
+        roles = self.process_roles
+        names = {listener.name for listener in self.listeners}
+        controllers = self.controller_listener_names
+        if not roles:
+            return
+        if self.values["zookeeper.connect"]:
+            raise ConfigError("zookeeper.connect cannot be set with process.roles: a KRaft node has no ZooKeeper")
+        if self.values["node.id"] is None:
+            raise ConfigError("node.id is required when process.roles is set")
+        if not controllers:
+            raise ConfigError("controller.listener.names is required when process.roles is set")
+        if not self.values["controller.quorum.voters"] and not self.values["controller.quorum.bootstrap.servers"]:
+            raise ConfigError("controller.quorum.voters or controller.quorum.bootstrap.servers is required "
+                              "when process.roles is set")
+        if "controller" in roles:
+            if controllers[0] not in names:
+                raise ConfigError(f"the controller listener {controllers[0]} (controller.listener.names) must "
+                                  "be one of listeners")
+            if "broker" not in roles and names - set(controllers):
+                raise ConfigError("a controller (process.roles=controller) may only have the listeners of "
+                                  f"controller.listener.names, not {sorted(names - set(controllers))}")
+        elif names & set(controllers):
+            raise ConfigError("a broker (process.roles=broker) must not listen on the controller listener "
+                              f"{sorted(names & set(controllers))}")
+        if "broker" in roles and self.inter_broker_listener in controllers:
+            raise ConfigError(f"the inter-broker listener {self.inter_broker_listener} cannot be a controller "
+                              "listener")
+
     def _check_security_protocols(self) -> None:
         """The inter-broker listener must name an existing listener (brokers reach each other
         there, authenticating like clients when it is secured)."""
@@ -403,7 +481,8 @@ class BrokerConfig:
             if self.values[key]:
                 return self.values[key].upper()
         wanted = self.values["security.inter.broker.protocol"].upper()
-        names = [listener.name for listener in self.listeners]
+        names = [listener.name for listener in self.listeners
+                 if listener.name not in self.controller_listener_names] or [self.listeners[0].name]
         return wanted if wanted in names else names[0]
 
     def _check_advertised(self) -> None:

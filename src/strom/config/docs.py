@@ -580,6 +580,52 @@ BROKER_DOCS: dict[str, str] = {
         "delegation.token.max.lifetime.ms.",
     "delegation.token.expiry.check.interval.ms":
         "How often, in milliseconds, expired delegation tokens are removed.",
+    # KRaft.
+    "process.roles":
+        "KRaft roles of this node: broker, controller, or broker,controller (combined). Unset, the "
+        "node is a ZooKeeper-mode or embedded broker.",
+    "controller.listener.names":
+        "Listeners that carry controller traffic only (the Raft quorum and the controller's "
+        "APIs); the first is the one this node's controller uses.",
+    "controller.quorum.voters":
+        "Static voters of the metadata quorum as id@host:port, comma-separated; empty when the "
+        "quorum is dynamic (controller.quorum.bootstrap.servers).",
+    "controller.quorum.bootstrap.servers":
+        "host:port of controllers a node asks for the quorum's leader when it does not know the "
+        "voters (dynamic quorums, KIP-853).",
+    "controller.quorum.election.timeout.ms":
+        "Milliseconds a voter waits without a leader before standing for election (randomized "
+        "up to twice as long).",
+    "controller.quorum.fetch.timeout.ms":
+        "Milliseconds a follower waits without a successful fetch from the leader before it "
+        "looks for a new one.",
+    "controller.quorum.election.backoff.max.ms":
+        "Longest random backoff, in milliseconds, before a voter that lost an election stands "
+        "again.",
+    "controller.quorum.append.linger.ms":
+        "Milliseconds the quorum leader may wait to gather appends into one batch before it "
+        "writes them.",
+    "controller.quorum.request.timeout.ms":
+        "Milliseconds a quorum request (vote, fetch, epoch change) waits for its answer.",
+    "controller.quorum.retry.backoff.ms":
+        "Milliseconds a node waits before retrying a failed quorum request.",
+    "metadata.log.dir":
+        "Directory of the __cluster_metadata partition; the first log dir when unset.",
+    "metadata.log.segment.bytes":
+        "Largest size in bytes of a segment of the metadata log before a new one starts.",
+    "metadata.log.max.record.bytes.between.snapshots":
+        "Bytes of new metadata records after which a controller writes a new snapshot of the "
+        "metadata image.",
+    "metadata.log.max.snapshot.interval.ms":
+        "Longest time in milliseconds between snapshots of the metadata image while new records "
+        "arrive; 0 turns the time bound off.",
+    "broker.session.timeout.ms":
+        "Milliseconds without a heartbeat after which the controller fences a broker: it loses "
+        "its leaderships and leaves every ISR.",
+    "broker.heartbeat.interval.ms":
+        "Milliseconds between a broker's heartbeats to the active controller.",
+    "sasl.mechanism.controller.protocol":
+        "SASL mechanism a node uses on a SASL controller listener when it talks to controllers.",
     # Authorization.
     "authorizer.class.name":
         "Authorizer that checks ACLs; empty turns authorization off. Kafka's AclAuthorizer and "

@@ -1,10 +1,13 @@
-"""What admin requests write into the metadata store (Kafka's AdminZkClient).
+"""What admin requests write into the metadata store (Kafka's AdminZkClient), and the checks and
+assignments they share with the quorum controller.
 
 Any broker validates a topic creation, deletion, partition increase or config change and
 writes it as Kafka does in ZooKeeper mode: the new topic's assignment under /brokers/topics,
 a deletion request under /admin/delete_topics, configs under /config plus a change
 notification under /config/changes. The controller and the other brokers react to those
-nodes through their watches; nothing here talks to a broker.
+nodes through their watches; nothing here talks to a broker. `plan_topic` and
+`plan_partitions` (validation, limits, replica assignment) are the same for the quorum
+controller, which records their outcome as TopicRecord and PartitionRecords instead.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import logging
 import random
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from strom.controller import znodes
 from strom.controller.store import Create, MetadataStore, NodeExists, SetData
@@ -158,6 +161,108 @@ def check_assignment(assignment: Mapping[int, list[int]], first_partition: int,
                              ErrorCode.INVALID_REPLICA_ASSIGNMENT)
 
 
+def check_name_free(name: str, existing: Iterable[str]) -> None:
+    """A topic name is taken, or collides with another once '.' and '_' are confused (as
+    metric names confuse them)."""
+    existing = set(existing)
+    if name in existing:
+        raise KafkaError(f"Topic '{name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS)
+    folded = name.replace(".", "_")
+    for other in existing:
+        if other.replace(".", "_") == folded:
+            raise KafkaError(f"Topic '{name}' collides with existing topic '{other}'",
+                             ErrorCode.INVALID_TOPIC_EXCEPTION)
+
+
+def check_partition_limit(partitions: int, factor: int, live: Mapping[int, object],
+                          counts: Mapping[int, int], limit: int) -> None:
+    """Refuse, before any assignment is computed, more partition replicas than the live
+    brokers may hold together (`max.broker.partitions` each, as KIP-578 names it)."""
+    room = limit * len(live) - sum(counts.get(b, 0) for b in live)
+    if partitions * factor > room:
+        raise KafkaError(f"{partitions} partitions with replication factor {factor} would exceed "
+                         f"max.broker.partitions={limit} ({max(room, 0)} partition replicas "
+                         f"left on {len(live)} live brokers)", ErrorCode.POLICY_VIOLATION)
+
+
+def check_broker_limits(new: Mapping[int, list[int]], counts: Mapping[int, int], limit: int) -> None:
+    counts = dict(counts)
+    for replicas in new.values():
+        for b in replicas:
+            counts[b] = counts.get(b, 0) + 1
+    over = sorted(b for b, n in counts.items() if n > limit)
+    if over:
+        raise KafkaError(f"the assignment would put more than max.broker.partitions={limit} "
+                         f"partition replicas on brokers {over}", ErrorCode.POLICY_VIOLATION)
+
+
+def check_configs(configs: Mapping[str, str], validate: Callable[[Mapping[str, str]], None]) -> None:
+    try:
+        validate(configs)
+    except ValueError as e:
+        raise KafkaError(str(e), ErrorCode.INVALID_CONFIG) from None
+
+
+def check_deletable(name: str) -> None:
+    if znodes.is_internal(name):
+        # Every group's offsets or every transaction's state would go with it.
+        raise KafkaError(f"Topic {name} is an internal topic and cannot be deleted",
+                         ErrorCode.INVALID_TOPIC_EXCEPTION)
+
+
+def plan_topic(name: str, num_partitions: int, replication_factor: int,
+               assignment: Mapping[int, list[int]] | None, configs: Mapping[str, str], *,
+               existing: Iterable[str], live: Mapping[int, str | None],
+               validate_configs: Callable[[Mapping[str, str]], None], replica_counts: Mapping[int, int],
+               max_broker_partitions: int, default_partitions: int = 1,
+               default_replication_factor: int = 1) -> dict[int, list[int]]:
+    """Validate a new topic (CreateTopics) and choose its replicas: KafkaError if refused."""
+    validate_topic_name(name)
+    check_name_free(name, existing)
+    if assignment:
+        if num_partitions != -1 or replication_factor != -1:
+            raise KafkaError("both an assignment and a partition count or replication factor "
+                             "were given", ErrorCode.INVALID_REQUEST)
+        check_assignment(assignment, 0, set(live))
+        replicas = {p: list(r) for p, r in assignment.items()}
+        check_broker_limits(replicas, replica_counts, max_broker_partitions)
+    else:
+        partitions = default_partitions if num_partitions == -1 else num_partitions
+        factor = default_replication_factor if replication_factor == -1 else replication_factor
+        if partitions <= 0:
+            raise KafkaError("number of partitions must be larger than 0", ErrorCode.INVALID_PARTITIONS)
+        if factor <= 0:
+            raise KafkaError("replication factor must be larger than 0",
+                             ErrorCode.INVALID_REPLICATION_FACTOR)
+        check_partition_limit(partitions, factor, live, replica_counts, max_broker_partitions)
+        replicas = assign(partitions, factor, live)
+    check_configs(configs, validate_configs)
+    return replicas
+
+
+def plan_partitions(count: int, assignment: list[list[int]] | None, current: Mapping[int, list[int]],
+                    live: Mapping[int, str | None], replica_counts: Mapping[int, int],
+                    max_broker_partitions: int) -> dict[int, list[int]]:
+    """Validate a partition increase (CreatePartitions) and choose the new partitions' replicas."""
+    n = len(current)
+    if count <= n:
+        raise KafkaError(f"Topic currently has {n} partitions, {count} would not be an "
+                         "increase.", ErrorCode.INVALID_PARTITIONS)
+    if assignment is not None:
+        if len(assignment) != count - n:
+            raise KafkaError(f"Increasing the number of partitions by {count - n} but "
+                             f"{len(assignment)} assignments provided.",
+                             ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+        new = {n + i: list(r) for i, r in enumerate(assignment)}
+        check_assignment(new, n, set(live))
+    else:
+        factor = len(current[min(current)])
+        check_partition_limit(count - n, factor, live, replica_counts, max_broker_partitions)
+        new = assign(count - n, factor, live, start_partition=n)
+    check_broker_limits(new, replica_counts, max_broker_partitions)
+    return new
+
+
 class TopicAdmin:
     """Admin changes as writes to the metadata store. `live_brokers` gives the brokers to
     assign replicas to (id -> rack), as the metadata cache of the calling broker knows them."""
@@ -172,44 +277,6 @@ class TopicAdmin:
         self.replica_counts = replica_counts  # broker id -> partition replicas it holds now
         self.max_broker_partitions = max_broker_partitions
 
-    def _check_partition_limit(self, partitions: int, factor: int, live: Mapping[int, object]) -> None:
-        """Refuse, before any assignment is computed, more partition replicas than the live
-        brokers may hold together (`max.broker.partitions` each, as KIP-578 names it)."""
-        limit = self.max_broker_partitions()
-        room = limit * len(live) - sum(self.replica_counts().get(b, 0) for b in live)
-        if partitions * factor > room:
-            raise KafkaError(f"{partitions} partitions with replication factor {factor} would exceed "
-                             f"max.broker.partitions={limit} ({max(room, 0)} partition replicas "
-                             f"left on {len(live)} live brokers)", ErrorCode.POLICY_VIOLATION)
-
-    def _check_broker_limits(self, new: Mapping[int, list[int]]) -> None:
-        limit, counts = self.max_broker_partitions(), dict(self.replica_counts())
-        for replicas in new.values():
-            for b in replicas:
-                counts[b] = counts.get(b, 0) + 1
-        over = sorted(b for b, n in counts.items() if n > limit)
-        if over:
-            raise KafkaError(f"the assignment would put more than max.broker.partitions={limit} "
-                             f"partition replicas on brokers {over}", ErrorCode.POLICY_VIOLATION)
-
-    # -- topics
-
-    def _check_name_free(self, name: str) -> None:
-        existing = self.store.children(znodes.TOPICS)
-        if name in existing:
-            raise KafkaError(f"Topic '{name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS)
-        folded = name.replace(".", "_")
-        for other in existing:
-            if other.replace(".", "_") == folded:
-                raise KafkaError(f"Topic '{name}' collides with existing topic '{other}'",
-                                 ErrorCode.INVALID_TOPIC_EXCEPTION)
-
-    def _check_configs(self, configs: Mapping[str, str]) -> None:
-        try:
-            self.validate_configs(configs)
-        except ValueError as e:
-            raise KafkaError(str(e), ErrorCode.INVALID_CONFIG) from None
-
     def create_topic(
         self,
         name: str,
@@ -223,27 +290,12 @@ class TopicAdmin:
         default_replication_factor: int = 1,
     ) -> tuple[uuid.UUID, dict[int, list[int]]]:
         """Validate and record a new topic; returns its id and replica assignment."""
-        validate_topic_name(name)
-        self._check_name_free(name)
-        live = dict(self.live_brokers())
-        if assignment:
-            if num_partitions != -1 or replication_factor != -1:
-                raise KafkaError("both an assignment and a partition count or replication factor "
-                                 "were given", ErrorCode.INVALID_REQUEST)
-            check_assignment(assignment, 0, set(live))
-            replicas = {p: list(r) for p, r in assignment.items()}
-            self._check_broker_limits(replicas)
-        else:
-            partitions = default_partitions if num_partitions == -1 else num_partitions
-            factor = default_replication_factor if replication_factor == -1 else replication_factor
-            if partitions <= 0:
-                raise KafkaError("number of partitions must be larger than 0", ErrorCode.INVALID_PARTITIONS)
-            if factor <= 0:
-                raise KafkaError("replication factor must be larger than 0",
-                                 ErrorCode.INVALID_REPLICATION_FACTOR)
-            self._check_partition_limit(partitions, factor, live)
-            replicas = assign(partitions, factor, live)
-        self._check_configs(configs)
+        replicas = plan_topic(name, num_partitions, replication_factor, assignment, configs,
+                              existing=self.store.children(znodes.TOPICS), live=dict(self.live_brokers()),
+                              validate_configs=self.validate_configs, replica_counts=self.replica_counts(),
+                              max_broker_partitions=self.max_broker_partitions(),
+                              default_partitions=default_partitions,
+                              default_replication_factor=default_replication_factor)
         topic_id = uuid.uuid4()
         if validate_only:
             return topic_id, replicas
@@ -258,10 +310,7 @@ class TopicAdmin:
         return topic_id, replicas
 
     def delete_topic(self, name: str) -> None:
-        if znodes.is_internal(name):
-            # Every group's offsets or every transaction's state would go with it.
-            raise KafkaError(f"Topic {name} is an internal topic and cannot be deleted",
-                             ErrorCode.INVALID_TOPIC_EXCEPTION)
+        check_deletable(name)
         if self.store.get(znodes.topic_path(name)) is None:
             raise KafkaError("This server does not host this topic-partition.",
                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -283,22 +332,8 @@ class TopicAdmin:
                              ErrorCode.INVALID_PARTITIONS)
         data, version = node
         topic_id, current = znodes.decode_assignment(data)
-        n = len(current)
-        if count <= n:
-            raise KafkaError(f"Topic currently has {n} partitions, {count} would not be an "
-                             "increase.", ErrorCode.INVALID_PARTITIONS)
-        live = dict(self.live_brokers())
-        if assignment is not None:
-            if len(assignment) != count - n:
-                raise KafkaError(f"Increasing the number of partitions by {count - n} but "
-                                 f"{len(assignment)} assignments provided.",
-                                 ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-            new = {n + i: list(r) for i, r in enumerate(assignment)}
-            check_assignment(new, n, set(live))
-        else:
-            self._check_partition_limit(count - n, len(current[0]), live)
-            new = assign(count - n, len(current[0]), live, start_partition=n)
-        self._check_broker_limits(new)
+        new = plan_partitions(count, assignment, current, dict(self.live_brokers()), self.replica_counts(),
+                              self.max_broker_partitions())
         if not validate_only:
             self.store.multi([SetData(znodes.topic_path(name),
                                       znodes.encode_assignment(topic_id, {**current, **new}), version)])
@@ -316,7 +351,7 @@ class TopicAdmin:
             # with it (the broker default policy is delete, so the override must stay).
             raise KafkaError(f"Topic {name} is an internal topic: its cleanup.policy must stay compact",
                              ErrorCode.INVALID_CONFIG)
-        self._check_configs(configs)
+        check_configs(configs, self.validate_configs)
         if not validate_only:
             self._change_config("topics", name, configs)
 

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from strom.controller import features, znodes
+from strom.controller import elections, features, znodes
 from strom.controller.channel import ControllerChannelManager, RequestBatch
 from strom.controller.event_manager import ControllerEvent, ControllerEventManager
 from strom.controller.loop_thread import LoopThread
@@ -74,7 +74,7 @@ class ControllerContext:
 
     def eligible(self, replicas: list[int]) -> list[int]:
         """Replicas that may lead, in assignment order: live and not shutting down."""
-        return [r for r in replicas if r in self.live_brokers and r not in self.shutting_down]
+        return elections.eligible(replicas, self.live_brokers, self.shutting_down)
 
     def partitions_on(self, brokers: set[int]):
         for topic in self.topics.values():
@@ -403,37 +403,24 @@ class KafkaController:
         for topic, index, state in partitions:
             if topic.name in self.ctx.topics_to_delete:
                 continue
-            tp = (topic.name, index)
-            if tp in self.ctx.new_partitions:
-                alive = [r for r in state.replicas if r in live]
-                if not alive:
-                    continue
-                new = PartitionState(alive[0], 0, alive, state.replicas, self.ctx.epoch, 0)
-                creates.append((topic, index, new))
-            elif state.leader not in live or state.leader in self.ctx.shutting_down:
-                candidates = [r for r in self.ctx.eligible(state.replicas) if r in state.isr]
-                if not candidates and controlled:
-                    continue  # a stopping broker keeps what nobody else can lead
-                if not candidates and self.ctx.eligible(state.replicas) and self.unclean_enabled(topic.name):
-                    chosen = self.ctx.eligible(state.replicas)[0]
-                    log.warning("unclean election for %s-%d: out-of-sync replica %d leads; records "
-                                "only the last ISR %s had are lost", topic.name, index, chosen, state.isr)
-                    updates.append((topic, index, replace(
-                        state, leader=chosen, leader_epoch=state.leader_epoch + 1, isr=[chosen],
-                        controller_epoch=self.ctx.epoch)))
-                    continue
-                if not candidates:
-                    if state.leader != znodes.NO_LEADER:
-                        new = replace(state, leader=znodes.NO_LEADER, leader_epoch=state.leader_epoch + 1,
-                                      controller_epoch=self.ctx.epoch)
-                        updates.append((topic, index, new))
-                        log.warning("partition %s-%d is offline: no live replica in ISR %s",
-                                    topic.name, index, state.isr)
-                    continue
-                isr = [r for r in state.isr if r in live and r not in self.ctx.shutting_down]
-                new = replace(state, leader=candidates[0], leader_epoch=state.leader_epoch + 1,
-                              isr=isr, controller_epoch=self.ctx.epoch)
-                updates.append((topic, index, new))
+            if (topic.name, index) in self.ctx.new_partitions:
+                first = elections.elect_new(state.replicas, live)
+                if first is not None:
+                    creates.append((topic, index, PartitionState(first.leader, 0, first.isr, state.replicas,
+                                                                 self.ctx.epoch, 0)))
+                continue
+            chosen = elections.elect_offline(state, live, self.ctx.shutting_down,
+                                             lambda name=topic.name: self.unclean_enabled(name), controlled)
+            if chosen is None:
+                continue
+            if chosen.unclean:
+                log.warning("unclean election for %s-%d: out-of-sync replica %d leads; records "
+                            "only the last ISR %s had are lost", topic.name, index, chosen.leader, state.isr)
+            elif chosen.leader == znodes.NO_LEADER:
+                log.warning("partition %s-%d is offline: no live replica in ISR %s",
+                            topic.name, index, state.isr)
+            updates.append((topic, index, replace(state, leader=chosen.leader, leader_epoch=state.leader_epoch + 1,
+                                                  isr=chosen.isr, controller_epoch=self.ctx.epoch)))
         await self._write_states(creates, updates)
         for topic, index, new in [*creates, *updates]:
             self.ctx.new_partitions.discard((topic.name, index))
@@ -501,8 +488,8 @@ class KafkaController:
         updates = []
         for topic, index, state in affected:
             state = topic.partitions[index]
-            if state.leader in live and dead.intersection(state.isr):
-                isr = [r for r in state.isr if r not in dead]
+            isr = elections.isr_after_failure(state, dead, live)
+            if isr is not None:
                 updates.append((topic, index, replace(state, isr=isr, leader_epoch=state.leader_epoch + 1,
                                                       controller_epoch=self.ctx.epoch)))
         await self._write_states([], updates)
@@ -683,19 +670,9 @@ class KafkaController:
                   "leader_id": -1, "leader_epoch": -1, "isr": [], "leader_recovery_state": 0,
                   "partition_epoch": -1}
         new_isr = list(p.new_isr)
-        if state is None or name in self.ctx.topics_to_delete:
-            answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        elif state.leader != leader:
-            answer["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
-        elif p.leader_epoch != state.leader_epoch:
-            answer["error_code"] = ErrorCode.FENCED_LEADER_EPOCH
-        elif p.partition_epoch != state.zk_version:
-            answer["error_code"] = ErrorCode.INVALID_UPDATE_VERSION
-        elif leader not in new_isr or any(
-                r not in state.replicas or (r not in state.isr and (
-                    r not in self.ctx.live_brokers or r in self.ctx.shutting_down))
-                for r in new_isr):
-            answer["error_code"] = ErrorCode.INELIGIBLE_REPLICA
+        answer["error_code"] = elections.check_alter_partition(
+            state, name in self.ctx.topics_to_delete, leader, p.leader_epoch, p.partition_epoch, new_isr,
+            self.ctx.live_brokers, self.ctx.shutting_down)
         if answer["error_code"] != ErrorCode.NONE:
             log.info("AlterPartition for %s-%d from broker %d refused: %s", name, p.partition_index,
                      leader, ErrorCode(answer["error_code"]).name)
@@ -718,10 +695,10 @@ class KafkaController:
         updates = []
         for topic, index, state in self.ctx.partitions_on({broker_id}):
             state = topic.partitions[index]
-            if state.leader != broker_id and broker_id in state.isr and state.leader >= 0:
-                updates.append((topic, index, replace(
-                    state, isr=[r for r in state.isr if r != broker_id],
-                    leader_epoch=state.leader_epoch + 1, controller_epoch=self.ctx.epoch)))
+            isr = elections.isr_after_shutdown(state, broker_id)
+            if isr is not None:
+                updates.append((topic, index, replace(state, isr=isr, leader_epoch=state.leader_epoch + 1,
+                                                      controller_epoch=self.ctx.epoch)))
         await self._write_states([], updates)
         for topic, index, new in updates:
             topic.partitions[index] = new
@@ -754,35 +731,18 @@ class KafkaController:
             state = topic.partitions.get(index) if topic is not None else None
             if state is None or name in self.ctx.topics_to_delete:
                 results[(name, index)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
-            elif election_type == 0:
-                preferred = state.replicas[0]
-                if state.leader == preferred:
-                    results[(name, index)] = (ErrorCode.ELECTION_NOT_NEEDED, None)
-                elif preferred not in self.ctx.eligible([preferred]) or preferred not in state.isr:
-                    results[(name, index)] = (ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
-                                              f"Failed to elect leader for partition {name}-{index} "
-                                              f"under strategy PreferredReplicaPartitionLeaderElectionStrategy")
-                else:
-                    chosen.append((topic, index, replace(state, leader=preferred,
-                                                         leader_epoch=state.leader_epoch + 1,
-                                                         controller_epoch=self.ctx.epoch)))
-            else:
-                if state.leader in self.ctx.live_brokers:
-                    results[(name, index)] = (ErrorCode.ELECTION_NOT_NEEDED, None)
-                    continue
-                alive = self.ctx.eligible(state.replicas)
-                if not alive:
-                    results[(name, index)] = (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None)
-                    continue
-                in_sync = [r for r in alive if r in state.isr]
-                leader = (in_sync or alive)[0]
-                if not in_sync:
-                    log.warning("unclean election (ElectLeaders) for %s-%d: out-of-sync replica %d "
-                                "leads; records only the last ISR %s had are lost", name, index, leader,
-                                state.isr)
-                chosen.append((topic, index, replace(
-                    state, leader=leader, leader_epoch=state.leader_epoch + 1,
-                    isr=[r for r in state.isr if r in alive] or [leader], controller_epoch=self.ctx.epoch)))
+                continue
+            decision = elections.elect_on_demand(name, index, state, election_type, self.ctx.live_brokers,
+                                                 self.ctx.shutting_down)
+            if not isinstance(decision, elections.LeaderAndIsr):
+                results[(name, index)] = decision
+                continue
+            if decision.unclean:
+                log.warning("unclean election (ElectLeaders) for %s-%d: out-of-sync replica %d "
+                            "leads; records only the last ISR %s had are lost", name, index, decision.leader,
+                            state.isr)
+            chosen.append((topic, index, replace(state, leader=decision.leader, leader_epoch=state.leader_epoch + 1,
+                                                 isr=decision.isr, controller_epoch=self.ctx.epoch)))
         await self._write_states([], chosen)
         batch = self._batch()
         for topic, index, new in chosen:
@@ -798,21 +758,13 @@ class KafkaController:
     async def _on_auto_rebalance(self, percentage: int) -> None:
         """Kafka's checkAndTriggerAutoLeaderRebalance: a broker whose share of partitions led by
         someone other than their preferred leader (it) is above the threshold gets them back."""
-        by_preferred: dict[int, list[tuple[str, int]]] = {}
-        imbalanced: dict[int, list[tuple[str, int]]] = {}
-        for topic, index, state in self._all_partitions():
-            if topic.name in self.ctx.topics_to_delete or not state.replicas:
-                continue
-            preferred = state.replicas[0]
-            by_preferred.setdefault(preferred, []).append((topic.name, index))
-            if state.leader != preferred:
-                imbalanced.setdefault(preferred, []).append((topic.name, index))
-        for broker, tps in imbalanced.items():
-            ratio = 100 * len(tps) / len(by_preferred[broker])
-            if broker in self.ctx.eligible([broker]) and ratio > percentage:
-                log.info("leader imbalance of broker %d is %.0f%% (> %d%%): preferred election",
-                         broker, ratio, percentage)
-                await self._on_elect_leaders(0, tps)
+        partitions = ((topic.name, index, state) for topic, index, state in self._all_partitions()
+                      if topic.name not in self.ctx.topics_to_delete)
+        for broker, (ratio, tps) in elections.imbalanced_brokers(
+                partitions, self.ctx.live_brokers, self.ctx.shutting_down, percentage).items():
+            log.info("leader imbalance of broker %d is %.0f%% (> %d%%): preferred election",
+                     broker, ratio, percentage)
+            await self._on_elect_leaders(0, tps)
 
     # -- partition reassignment (KIP-455) ----------------------------------------------------
 
@@ -838,32 +790,24 @@ class KafkaController:
             if state is None or name in self.ctx.topics_to_delete:
                 results[(name, index)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
                 continue
-            if target is None:
-                if not (state.adding or state.removing):
-                    results[(name, index)] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None)
-                    continue
-                target = state.original_replicas
-                log.info("cancelling the reassignment of %s-%d back to %s", name, index, target)
-            elif not target or len(set(target)) != len(target) or any(
-                    b not in self.ctx.live_brokers for b in target):
-                results[(name, index)] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                          f"replicas {target} must be distinct live brokers")
+            step = elections.start_reassignment(state, target, self.ctx.live_brokers)
+            if not isinstance(step, elections.ReassignmentStep):
+                results[(name, index)] = step
                 continue
+            if target is None:
+                log.info("cancelling the reassignment of %s-%d back to %s", name, index, state.original_replicas)
             original = state.original_replicas
-            union = list(target) + [r for r in original if r not in target]
-            new = replace(state, replicas=union, adding=[r for r in target if r not in original],
-                          removing=[r for r in original if r not in target],
+            new = replace(state, replicas=step.replicas, adding=step.adding, removing=step.removing,
                           leader_epoch=state.leader_epoch + 1, controller_epoch=self.ctx.epoch)
             await self._write_states([], [(topic, index, new)])
-            dropped = [r for r in state.replicas if r not in union]  # a cancelled addition
             topic.partitions[index] = new
             touched[name] = topic
             batch.add_leader_and_isr(self.ctx.eligible(new.replicas), topic, index, new)
-            for r in dropped:
+            for r in step.dropped:
                 batch.add_stop_replica(r, name, index, -1, True)
             results[(name, index)] = (ErrorCode.NONE, None)
             log.info("reassigning %s-%d: %s -> %s (adding %s, removing %s)", name, index, original,
-                     list(target), new.adding, new.removing)
+                     new.target_replicas, new.adding, new.removing)
         for topic in touched.values():
             await self._write_assignment(topic)
         for name, index, _ in changes:
@@ -876,18 +820,12 @@ class KafkaController:
         """Phase two, once every target replica is in the ISR: a target replica leads, the
         replicas become the target, and the removed ones stop and delete their logs."""
         state = topic.partitions[index]
-        target = state.target_replicas
-        if not (state.adding or state.removing) or not set(target) <= set(state.isr):
+        done = elections.complete_reassignment(state, self.ctx.live_brokers, self.ctx.shutting_down)
+        if done is None:
             return
-        leader = state.leader
-        if leader not in target or leader not in self.ctx.eligible([leader]):
-            candidates = [r for r in self.ctx.eligible(target) if r in state.isr]
-            if not candidates:
-                return  # no target replica can lead yet
-            leader = candidates[0]
-        new = replace(state, replicas=list(target), adding=[], removing=[], leader=leader,
-                      isr=[r for r in state.isr if r in target], leader_epoch=state.leader_epoch + 1,
-                      controller_epoch=self.ctx.epoch)
+        leader = done.leader
+        new = replace(state, replicas=done.replicas, adding=[], removing=[], leader=leader, isr=done.isr,
+                      leader_epoch=state.leader_epoch + 1, controller_epoch=self.ctx.epoch)
         await self._write_states([], [(topic, index, new)])
         topic.partitions[index] = new
         await self._write_assignment(topic)

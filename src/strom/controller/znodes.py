@@ -7,10 +7,22 @@ versions are Kafka's, so `zookeeper-shell` habits and tools carry over.
 
 from __future__ import annotations
 
-import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
+
+# The shapes (and Kafka's sentinel values) live with the rest of the cluster's model; the znode
+# JSON they encode to is Kafka's.
+from strom.metadata.model import (  # noqa: F401  (re-exported: znodes.BrokerInfo, ...)
+    LEADER_DURING_DELETE,
+    NO_LEADER,
+    SECURITY_PROTOCOLS,
+    BrokerInfo,
+    EndPoint,
+    PartitionState,
+    TopicMetadata,
+    is_internal,
+    now_ms,
+)
 
 CLUSTER_ID = "/cluster/id"
 CONTROLLER = "/controller"
@@ -42,16 +54,6 @@ PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/admin/delete_topics", "
                     "/config/brokers", "/config/changes", CONFIG_USERS, CONFIG_CLIENTS, CONFIG_IPS,
                     ACL_LITERAL, ACL_PREFIXED, ACL_CHANGES, ACL_EXTENDED_CHANGES, TOKENS, TOKEN_CHANGES)
 
-NO_LEADER = -1
-LEADER_DURING_DELETE = -2  # what UpdateMetadata says of a partition whose topic is being deleted
-
-# Security protocol ids on the wire (UpdateMetadata endpoints).
-SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
-
-
-def now_ms() -> str:
-    return str(int(time.time() * 1000))
-
 
 def topic_path(topic: str) -> str:
     return f"{TOPICS}/{topic}"
@@ -63,102 +65,6 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def config_path(entity_type: str, name: str) -> str:
     return f"/config/{entity_type}/{name}"
-
-
-# --- brokers ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class EndPoint:
-    listener: str
-    host: str
-    port: int
-    security_protocol: str = "PLAINTEXT"
-
-
-@dataclass(slots=True)
-class BrokerInfo:
-    """A registered broker: /brokers/ids/<id>, its epoch being the znode's creation zxid."""
-
-    id: int
-    endpoints: list[EndPoint]
-    rack: str | None = None
-    epoch: int = -1
-
-    def endpoint(self, listener: str) -> EndPoint | None:
-        return next((e for e in self.endpoints if e.listener == listener), None)
-
-    def encode(self) -> dict[str, Any]:
-        first = self.endpoints[0]
-        data: dict[str, Any] = {
-            "features": {},
-            "listener_security_protocol_map": {e.listener: e.security_protocol for e in self.endpoints},
-            "endpoints": [f"{e.listener}://{e.host}:{e.port}" for e in self.endpoints],
-            "jmx_port": -1,
-            "host": first.host,
-            "port": first.port,
-            "timestamp": now_ms(),
-            "version": 5,
-        }
-        if self.rack is not None:
-            data["rack"] = self.rack
-        return data
-
-    @classmethod
-    def decode(cls, broker_id: int, data: dict[str, Any], epoch: int) -> BrokerInfo:
-        protocols = data.get("listener_security_protocol_map") or {}
-        endpoints = []
-        for text in data.get("endpoints", []):
-            name, _, address = text.partition("://")
-            host, _, port = address.rpartition(":")
-            endpoints.append(EndPoint(name, host.strip("[]"), int(port), protocols.get(name, name)))
-        return cls(broker_id, endpoints, data.get("rack"), epoch)
-
-
-# --- topics and partitions ---------------------------------------------------------------------
-
-@dataclass(slots=True)
-class PartitionState:
-    """/brokers/topics/<t>/partitions/<p>/state plus the assignment; `zk_version` is the state
-    node's version, Kafka's partition epoch."""
-
-    leader: int
-    leader_epoch: int
-    isr: list[int]
-    replicas: list[int]
-    controller_epoch: int = 0
-    zk_version: int = 0
-    # An ongoing reassignment (KIP-455): replicas being added and removed; `replicas` is then
-    # the union, target replicas first.
-    adding: list[int] = field(default_factory=list)
-    removing: list[int] = field(default_factory=list)
-
-    @property
-    def target_replicas(self) -> list[int]:
-        return [r for r in self.replicas if r not in self.removing]
-
-    @property
-    def original_replicas(self) -> list[int]:
-        return [r for r in self.replicas if r not in self.adding]
-
-    def encode(self) -> dict[str, Any]:
-        return {"controller_epoch": self.controller_epoch, "leader": self.leader, "version": 1,
-                "leader_epoch": self.leader_epoch, "isr": list(self.isr)}
-
-    @property
-    def offline_replicas(self) -> list[int]:
-        return [r for r in self.replicas if r not in self.isr]
-
-
-@dataclass(slots=True)
-class TopicMetadata:
-    name: str
-    topic_id: uuid.UUID
-    partitions: dict[int, PartitionState] = field(default_factory=dict)
-    internal: bool = False
-
-
-def is_internal(topic: str) -> bool:
-    return topic in ("__consumer_offsets", "__transaction_state")
 
 
 def encode_assignment(topic_id: uuid.UUID, assignment: dict[int, list[int]],

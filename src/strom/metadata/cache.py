@@ -12,10 +12,10 @@ import asyncio
 import uuid
 from collections.abc import Callable
 
-from strom.controller import znodes
-from strom.controller.znodes import BrokerInfo, EndPoint, PartitionState, TopicMetadata
+from strom.metadata import model
+from strom.metadata.model import BrokerInfo, EndPoint, PartitionState, TopicMetadata
 
-_PROTOCOL_NAMES = {v: k for k, v in znodes.SECURITY_PROTOCOLS.items()}
+_PROTOCOL_NAMES = {v: k for k, v in model.SECURITY_PROTOCOLS.items()}
 
 
 class MetadataCache:
@@ -44,9 +44,9 @@ class MetadataCache:
         for t in request.topic_states:
             topic = self.topics.get(t.topic_name)
             if topic is None or topic.topic_id != t.topic_id:
-                topic = TopicMetadata(t.topic_name, t.topic_id, internal=znodes.is_internal(t.topic_name))
+                topic = TopicMetadata(t.topic_name, t.topic_id, internal=model.is_internal(t.topic_name))
             for p in t.partition_states:
-                if p.leader == znodes.LEADER_DURING_DELETE:
+                if p.leader == model.LEADER_DURING_DELETE:
                     if topic.partitions.pop(p.partition_index, None) is not None:
                         deleted.append((t.topic_name, p.partition_index))
                     continue

@@ -30,6 +30,7 @@ from strom.protocol import (
     consumer_group_messages,  # noqa: F401  (registers KIP-848 APIs)
     controller_messages,  # noqa: F401  (registers inter-broker APIs)
     delegation_token_messages,  # noqa: F401  (registers the delegation token APIs)
+    kraft_messages,  # noqa: F401  (registers the broker-to-controller KRaft APIs)
     raft_messages,  # noqa: F401  (registers the KRaft quorum APIs)
     telemetry_messages,  # noqa: F401  (registers KIP-714's client telemetry APIs)
 )

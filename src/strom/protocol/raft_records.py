@@ -25,7 +25,9 @@ from strom.protocol.records import (
     LOG_OVERHEAD,
     Record,
     build_batch,
+    build_value_batch,
     iter_records,
+    iter_values,
     peek_offset_and_size,
     read_header,
 )
@@ -94,8 +96,7 @@ def _with_epoch(batch: bytes, epoch: int) -> bytes:
 
 def data_batch(values: list[bytes], base_offset: int, epoch: int, timestamp: int) -> bytes:
     """A batch of metadata records (null keys), stamped with the Raft epoch."""
-    return _with_epoch(build_batch([(None, v) for v in values], base_offset=base_offset,
-                                   timestamp=timestamp), epoch)
+    return _with_epoch(build_value_batch(values, base_offset=base_offset, timestamp=timestamp), epoch)
 
 
 def control_batch(records: list[tuple[int, bytes]], base_offset: int, epoch: int, timestamp: int) -> bytes:
@@ -179,4 +180,4 @@ def control_records(batch, pos: int = 0) -> list[ControlRecord]:
 
 
 def data_values(batch, pos: int = 0) -> list[bytes]:
-    return [r.value or b"" for r in iter_records(batch, pos)]
+    return [v or b"" for v in iter_values(batch, pos)]

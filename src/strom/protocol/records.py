@@ -402,14 +402,64 @@ def build_batch(
     payload = compression.compress(codec, bytes(body))
     last_delta = (records[-1].offset - base_offset) if records and isinstance(records[-1], Record) else len(records) - 1
     attributes = codec | (TRANSACTIONAL_MASK if transactional else 0) | (CONTROL_MASK if control else 0)
-    tail = struct.pack(
-        ">hiqqqhii", attributes, last_delta, timestamp, max_ts,
-        producer_id, producer_epoch, base_sequence, len(records),
-    ) + payload
-    crc = crc32c(tail)
+    return _framed(payload, base_offset, attributes, last_delta, timestamp, max_ts, producer_id, producer_epoch,
+                   base_sequence, len(records))
+
+
+def _framed(payload: bytes, base_offset: int, attributes: int, last_delta: int, timestamp: int, max_ts: int,
+            producer_id: int, producer_epoch: int, base_sequence: int, count: int) -> bytes:
+    """A batch's header around its (compressed) records."""
+    tail = struct.pack(">hiqqqhii", attributes, last_delta, timestamp, max_ts, producer_id, producer_epoch,
+                       base_sequence, count) + payload
     return _OFFSET_AND_LENGTH.pack(base_offset, HEADER_SIZE - LOG_OVERHEAD + len(payload)) + struct.pack(
-        ">iBI", 0, CURRENT_MAGIC, crc
-    ) + tail
+        ">iBI", 0, CURRENT_MAGIC, crc32c(tail)) + tail
+
+
+# Zig-zag varints of 0..65535: the offset deltas and value lengths of value-only batches.
+_SMALL_VARINTS = [write_varint(i) for i in range(1 << 16)]
+
+
+def build_value_batch(values: list[bytes], *, base_offset: int = 0, timestamp: int = 0) -> bytes:
+    """build_batch for records with a null key, no headers and no compression (a metadata log's
+    records), about ten times faster: a snapshot of 100,000 partitions is 100,000 of them."""
+    varints = _SMALL_VARINTS
+    parts = []
+    for i, value in enumerate(values):
+        n = len(value)
+        head = b"\x00\x00" + (varints[i] if i < 65536 else write_varint(i)) + b"\x01" + (
+            varints[n] if n < 65536 else write_varint(n))
+        size = len(head) + n + 1
+        parts += (varints[size] if size < 65536 else write_varint(size), head, value, b"\x00")
+    return _framed(b"".join(parts), base_offset, 0, len(values) - 1, timestamp, timestamp, -1, -1, -1, len(values))
+
+
+def iter_values(batch, pos: int = 0) -> list[bytes | None]:
+    """The values of the records of the batch at `pos`, in order (iter_records' values, read
+    without building Records where the batch is uncompressed)."""
+    header = read_header(batch, pos)
+    if header.compression != compression.NONE:
+        return [r.value for r in iter_records(batch, pos)]
+    data = memoryview(batch)[pos + HEADER_SIZE:pos + header.size]
+    out: list[bytes | None] = []
+    p = 0
+    try:
+        for _ in range(header.record_count):
+            length, p = read_varint(data, p)
+            end = p + length
+            p += 1  # attributes
+            _ts, p = read_varint(data, p)
+            _off, p = read_varint(data, p)
+            key_len, p = read_varint(data, p)
+            if key_len > 0:
+                p += key_len
+            n, p = read_varint(data, p)
+            out.append(None if n < 0 else bytes(data[p:p + n]))
+            p = end
+            if p > len(data):
+                raise CorruptRecordError("record runs past the end of its batch")
+    except (VarintError, IndexError) as e:
+        raise CorruptRecordError(f"malformed record: {e}") from None
+    return out
 
 
 def recompress(buf, batches: list[tuple[int, BatchHeader]], codec: int,

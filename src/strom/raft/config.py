@@ -70,8 +70,9 @@ class QuorumConfig:
         return cls(node_id=node_id, cluster_id=cluster_id, extra=extra, **kwargs)
 
 
-def parse_voters(text: str) -> tuple[VoterEntry, ...]:
-    """controller.quorum.voters: comma-separated `id@host:port` (Kafka's format)."""
+def parse_voters(text: str, listener: str = CONTROLLER_LISTENER) -> tuple[VoterEntry, ...]:
+    """controller.quorum.voters: comma-separated `id@host:port` (Kafka's format); `listener`
+    names the endpoints (the first of controller.listener.names)."""
     out = []
     for item in (s.strip() for s in text.split(",")):
         if not item:
@@ -80,7 +81,7 @@ def parse_voters(text: str) -> tuple[VoterEntry, ...]:
         host, _, port = address.rpartition(":")
         if not ident.isdigit() or not host or not port.isdigit():
             raise ValueError(f"controller.quorum.voters entry {item!r} is not id@host:port")
-        out.append(VoterEntry(int(ident), None, (Endpoint(CONTROLLER_LISTENER, host.strip("[]"), int(port)),)))
+        out.append(VoterEntry(int(ident), None, (Endpoint(listener, host.strip("[]"), int(port)),)))
     if len({v.voter_id for v in out}) != len(out):
         raise ValueError("controller.quorum.voters names a voter twice")
     return tuple(out)
@@ -91,5 +92,7 @@ def parse_bootstrap_servers(text: str) -> tuple[tuple[str, int], ...]:
     for item in (s.strip() for s in text.split(",")):
         if item:
             host, _, port = item.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"controller.quorum.bootstrap.servers entry {item!r} is not host:port")
             out.append((host.strip("[]"), int(port)))
     return tuple(out)

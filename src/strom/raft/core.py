@@ -68,6 +68,17 @@ INVALID_REQUEST = 42
 UNSUPPORTED_VERSION = 35
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotPlan:
+    snapshot_id: OffsetAndEpoch
+    kraft_version: int
+    voters: list[VoterEntry]
+
+    def build(self, values: list[bytes], timestamp: int) -> bytes:
+        return build_snapshot(self.snapshot_id, values, kraft_version=self.kraft_version, voters=self.voters,
+                              last_contained_timestamp=timestamp)
+
+
 class NotLeader(Exception):
     """append/create_snapshot on a node that is not the leader (or not in a state to)."""
 
@@ -82,6 +93,7 @@ class ReplicaState:
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
     begin_acked: bool = False
+    directory_id: uuid.UUID | None = None
 
 
 @dataclass(slots=True)
@@ -319,10 +331,20 @@ class RaftCore:
         self._maybe_fetch(out)
         return out
 
-    def request_failed(self, request_id: int, now: int) -> list[Effect]:
-        """No answer will come (connection refused or closed, timeout)."""
+    def request_failed(self, request_id: int, now: int, unreachable: bool = False) -> list[Effect]:
+        """No answer will come (timeout; `unreachable`: the peer refused or closed the
+        connection, i.e. no process listens there any more)."""
         self.now = now
         out: list[Effect] = []
+        sent = self.inflight.get(request_id)
+        if (unreachable and sent is not None and sent.api_key == FETCH and self.role is Role.FOLLOWER
+                and sent.dest == self.leader_id and not self.leader_resigned):
+            # The leader's process is gone (a crash): do not wait out the fetch timeout. Each
+            # follower stands for election after a random part of the election timeout, so they
+            # do not collide; pre-vote keeps a leader that others still reach where it is.
+            self.leader_resigned = True
+            wait = self.rng.randrange(max(1, self.config.election_timeout_ms // 2))
+            self.fetch_deadline = min(self.fetch_deadline, now + wait)
         self._fail(request_id, out)
         self._maybe_fetch(out)
         return out
@@ -367,17 +389,30 @@ class RaftCore:
     def create_snapshot(self, end_offset: int, values: list[bytes], now: int) -> list[Effect]:
         """Snapshot the state machine's state as of `end_offset` (committed, a batch boundary):
         write it, then drop the log before it."""
-        self.now = now
-        out: list[Effect] = []
+        plan = self.snapshot_plan(end_offset)
+        return self.install_snapshot(plan.snapshot_id, plan.build(values, now), now)
+
+    def snapshot_plan(self, end_offset: int) -> SnapshotPlan:
+        """What a snapshot ending at `end_offset` is called and holds besides the state
+        machine's records; a driver builds its bytes (`SnapshotPlan.build`, off its event loop)
+        and hands them to `install_snapshot`. ValueError when there can be no such snapshot."""
         if end_offset > self.high_watermark:
             raise ValueError(f"snapshot at {end_offset} is past the high watermark {self.high_watermark}")
         current = self.log.snapshot_id.offset if self.log.snapshot_id else 0
         if end_offset <= current or not self.log.is_batch_boundary(end_offset):
             raise ValueError(f"snapshot at {end_offset} is not a batch boundary after {current}")
-        snapshot_id = OffsetAndEpoch(end_offset, self.log.epoch_of(end_offset))
-        last_ts = now
-        data = build_snapshot(snapshot_id, values, kraft_version=self.kraft_version,
-                              voters=list(self._voters_at(end_offset).voters), last_contained_timestamp=last_ts)
+        return SnapshotPlan(OffsetAndEpoch(end_offset, self.log.epoch_of(end_offset)), self.kraft_version,
+                            list(self._voters_at(end_offset).voters))
+
+    def install_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes, now: int) -> list[Effect]:
+        """Write a snapshot built from `snapshot_plan`, then drop the log before it; nothing when
+        a newer snapshot came meanwhile (fetched from the leader)."""
+        self.now = now
+        out: list[Effect] = []
+        current = self.log.snapshot_id.offset if self.log.snapshot_id else 0
+        if snapshot_id.offset <= current:
+            self.snapshot_due_sent = False
+            return out
         out.append(WriteSnapshot(snapshot_id, data))
         self.snapshot_data = data
         self.log.delete_before_snapshot(snapshot_id)
@@ -385,6 +420,10 @@ class RaftCore:
         self.snapshot_due_sent = False
         self.last_snapshot_ms = now
         return out
+
+    def snapshot_failed(self) -> None:
+        """The state machine could not snapshot now: SnapshotDue comes again."""
+        self.snapshot_due_sent = False
 
     # --- state transitions ----------------------------------------------------------------------
 
@@ -498,7 +537,7 @@ class RaftCore:
                     "partition_index": 0, "leader_id": self.node_id, "leader_epoch": self.epoch,
                     "preferred_candidates": [{"candidate_id": v, "candidate_directory_id": None}
                                              for v in successors]}]}],
-                "leader_endpoints": []}
+                "leader_endpoints": self._leader_endpoints()}
         for v in successors:
             self._send(v, END_QUORUM_EPOCH, body, out)
 
@@ -516,6 +555,22 @@ class RaftCore:
             self._become_follower(epoch, leader, out)
             return True
         return False
+
+    def _node_endpoints(self, rack: bool = False) -> list[dict]:
+        """Where the leader this node knows of listens (KIP-853's NodeEndpoints), so a node
+        that knows no voter set yet (an observer, a controller about to be added) can reach it."""
+        leader = self.voters.get(self.leader_id) if self.leader_id != NO_ID else None
+        if leader is None or not leader.endpoints:
+            return []
+        e = leader.endpoints[0]
+        out = {"node_id": leader.voter_id, "host": e.host, "port": e.port}
+        if rack:
+            out["rack"] = None
+        return [out]
+
+    def _leader_endpoints(self) -> list[dict]:
+        me = self.voters.get(self.node_id)
+        return [{"name": e.name, "host": e.host, "port": e.port} for e in me.endpoints] if me else []
 
     # --- sending --------------------------------------------------------------------------------
 
@@ -543,7 +598,7 @@ class RaftCore:
                 "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{
                     "partition_index": 0, "voter_directory_id": None, "leader_id": self.node_id,
                     "leader_epoch": self.epoch}]}],
-                "leader_endpoints": []}
+                "leader_endpoints": self._leader_endpoints()}
         self._send(dest, BEGIN_QUORUM_EPOCH, body, out)
 
     def _retry_votes(self, out: list[Effect]) -> None:
@@ -611,7 +666,7 @@ class RaftCore:
     def _vote_response(self, granted: bool) -> dict:
         return {"error_code": 0, "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{
             "partition_index": 0, "error_code": 0, "leader_id": self.leader_id, "leader_epoch": self.epoch,
-            "vote_granted": granted}]}], "node_endpoints": []}
+            "vote_granted": granted}]}], "node_endpoints": self._node_endpoints()}
 
     def _on_vote_response(self, rid: int, sent: _InFlight, body: dict, out: list[Effect]) -> None:
         p = _partition(body)
@@ -645,7 +700,7 @@ class RaftCore:
     def _epoch_response(self, api_key: int, error: int) -> dict:
         return {"error_code": 0, "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{
             "partition_index": 0, "error_code": error, "leader_id": self.leader_id,
-            "leader_epoch": self.epoch}]}], "node_endpoints": []}
+            "leader_epoch": self.epoch}]}], "node_endpoints": self._node_endpoints()}
 
     def _on_begin_request(self, ref: Any, version: int, body: dict, out: list[Effect]) -> None:
         p = _partition(body)
@@ -717,7 +772,8 @@ class RaftCore:
                                                                   "epoch": snapshot_id.epoch},
                 "aborted_transactions": None, "preferred_read_replica": -1, "records": records}
         return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
-                "responses": [{"topic_id": METADATA_TOPIC_ID, "partitions": [part]}], "node_endpoints": []}
+                "responses": [{"topic_id": METADATA_TOPIC_ID, "partitions": [part]}],
+                "node_endpoints": self._node_endpoints(rack=True)}
 
     def _on_fetch_request(self, ref: Any, version: int, body: dict, out: list[Effect]) -> None:
         p = _partition(body)
@@ -749,6 +805,7 @@ class RaftCore:
         if replica >= 0:
             tracked = self.replicas if replica in self.voters else self.observers
             rs = tracked.setdefault(replica, ReplicaState())
+            rs.directory_id = p.get("replica_directory_id") or rs.directory_id
             rs.end_offset = fetch_offset
             rs.last_fetch_ms = self.now
             if fetch_offset >= self.high_watermark:
@@ -861,7 +918,11 @@ class RaftCore:
         if self.role is Role.FOLLOWER:
             dest = self.leader_id
         else:
-            others = sorted(self.voters.ids - {self.node_id})
+            # No leader known: ask controller.quorum.bootstrap.servers (ids -2, -3, ... as Kafka
+            # numbers them), else the voters this node knows.
+            bootstrap = self.config.bootstrap_servers
+            others = ([bootstrap_id(i) for i in range(len(bootstrap))] if bootstrap
+                      else sorted(self.voters.ids - {self.node_id}))
             if not others:
                 return
             dest = others[self.bootstrap_index % len(others)]
@@ -914,6 +975,7 @@ class RaftCore:
             return
         self.fetch_deadline = self.now + self.config.fetch_timeout_ms
         self.fetched_from_leader = True
+        self.leader_resigned = False  # it answers again: whatever made us doubt it has passed
         self.next_fetch_at = self.now
         if p.get("diverging_epoch"):
             d = p["diverging_epoch"]
@@ -995,7 +1057,7 @@ class RaftCore:
                 "index": 0, "error_code": error, "snapshot_id": {"end_offset": wanted.offset, "epoch": wanted.epoch},
                 "current_leader": {"leader_id": self.leader_id, "leader_epoch": self.epoch},
                 "size": size, "position": position, "unaligned_records": chunk}]}],
-            "node_endpoints": []}))
+            "node_endpoints": self._node_endpoints()}))
 
     def _on_fetch_snapshot_response(self, rid: int, sent: _InFlight, body: dict, out: list[Effect]) -> None:
         if rid != self.fetch_request:
@@ -1076,7 +1138,9 @@ class RaftCore:
                         "log_end_offset": self.log.end_offset, "last_fetch_timestamp": self.now,
                         "last_caught_up_timestamp": self.now}
             rs = rs or ReplicaState()
-            return {"replica_id": node, "replica_directory_id": None, "log_end_offset": rs.end_offset,
+            voter = self.voters.get(node)
+            directory = voter.directory_id if voter is not None and voter.directory_id else rs.directory_id
+            return {"replica_id": node, "replica_directory_id": directory, "log_end_offset": rs.end_offset,
                     "last_fetch_timestamp": rs.last_fetch_ms, "last_caught_up_timestamp": rs.last_caught_up_ms}
 
         error = 0 if self.role is Role.LEADER else ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -1135,8 +1199,11 @@ class RaftCore:
     def _on_remove_voter(self, ref: Any, version: int, body: dict, out: list[Effect]) -> None:
         problem = self._voter_change_check()
         voter_id = body["voter_id"]
-        if problem is None and voter_id not in self.voters:
-            problem = VOTER_NOT_FOUND, f"{voter_id} is not a voter"
+        wanted_dir = body.get("voter_directory_id")
+        current = self.voters.get(voter_id)
+        if problem is None and (current is None or (wanted_dir is not None and current.directory_id is not None
+                                                    and wanted_dir != current.directory_id)):
+            problem = VOTER_NOT_FOUND, f"{voter_id} with directory {wanted_dir} is not a voter"
         if problem is None and len(self.voters.voters) == 1:
             problem = INVALID_REQUEST, "cannot remove the last voter"
         if problem is not None:
@@ -1174,6 +1241,11 @@ class RaftCore:
         out.append(Respond(pc.ref, pc.api_key, 0, _voter_change_response(0, None)))
         if pc.removed == self.node_id and self.role is Role.LEADER:
             self._resign(out)
+
+
+def bootstrap_id(index: int) -> int:
+    """The node id a driver gives the `index`th of controller.quorum.bootstrap.servers."""
+    return -2 - index
 
 
 def _partition(body: dict, topics_key: str = "topics", partitions_key: str = "partitions") -> dict | None:

@@ -9,23 +9,27 @@ before a vote leaves and a snapshot is durable before the log behind it is delet
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import random
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from strom.raft import effects as fx
 from strom.raft.config import QuorumConfig
-from strom.raft.core import RaftCore
-from strom.raft.file_log import FileMetadataLog
+from strom.raft.core import DESCRIBE_QUORUM, NotLeader, RaftCore
+from strom.raft.file_log import DEFAULT_SEGMENT_BYTES, FileMetadataLog
 from strom.raft.state import Role
 
 log = logging.getLogger(__name__)
 
 SendFn = Callable[[int, int, int, dict[str, Any]], Awaitable[Any]]
-Listener = Callable[[fx.Effect], None]
+# Called with Committed, LoadSnapshot, LeaderChanged and SnapshotDue, in order; may be a
+# coroutine function (a big snapshot is loaded off the loop): the next effect waits for it.
+Listener = Callable[[fx.Effect], Awaitable[None] | None]
 
 
 def to_fields(body: Any) -> dict[str, Any]:
@@ -35,9 +39,11 @@ def to_fields(body: Any) -> dict[str, Any]:
 
 class RaftDriver:
     def __init__(self, config: QuorumConfig, directory: Path, send: SendFn,
-                 listener: Listener | None = None, rng: random.Random | None = None) -> None:
+                 listener: Listener | None = None, rng: random.Random | None = None,
+                 directory_id: uuid.UUID | None = None, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
         self.config = config
-        self.file = FileMetadataLog(directory)
+        self.directory_id = directory_id
+        self.file = FileMetadataLog(directory, segment_bytes)
         self._send_fn = send
         self.listener = listener
         self._rng = rng or random.Random()
@@ -60,7 +66,7 @@ class RaftDriver:
     async def start(self) -> None:
         loaded = await asyncio.to_thread(self.file.load)
         self.core = RaftCore(self.config, rng=self._rng, election=loaded.election,
-                             log_batches=loaded.batches, snapshot=loaded.snapshot)
+                             log_batches=loaded.batches, snapshot=loaded.snapshot, directory_id=self.directory_id)
         self._tasks = [asyncio.create_task(self._run_effects()), asyncio.create_task(self._run_timer())]
         self._feed(self.core.start(self.now()))
 
@@ -97,15 +103,37 @@ class RaftDriver:
             raise ConnectionError("raft driver closed")
         fut = asyncio.get_running_loop().create_future()
         self._feed(self.core.handle_request(fut, src, api_key, version, to_fields(body), self.now()))
-        return await fut
+        response = await fut
+        if api_key == DESCRIBE_QUORUM:
+            _wall_clock_times(response, time.time() * 1000 - self.now())
+        return response
 
-    async def append(self, values: list[bytes]) -> int:
-        """Leader only: append, and return the offset of the last record once committed."""
+    async def append(self, values: list[bytes], wait: bool = True) -> int:
+        """Leader only: append `values` as one batch and return the offset of its last record,
+        once committed (NotLeader if leadership is lost first: the batch may or may not be)."""
         last, effects = self.core.append(values, self.now())
+        if not wait:
+            self._feed(effects)
+            return last
         fut = asyncio.get_running_loop().create_future()
         self._commit_waiters.append((last, fut))
         self._feed(effects)
         return await fut
+
+    async def snapshot(self, end_offset: int, values: Callable[[], list[bytes]]) -> bool:
+        """Snapshot the state machine as of `end_offset`: `values()` (the state's records) and
+        the snapshot's bytes are made in a worker thread, so a large state does not stop the
+        loop. False when there can be no snapshot at that offset now."""
+        try:
+            plan = self.core.snapshot_plan(end_offset)
+        except ValueError as e:
+            log.debug("no snapshot at %d: %s", end_offset, e)
+            self.core.snapshot_failed()
+            return False
+        now = self.now()
+        data = await asyncio.to_thread(lambda: plan.build(values(), now))
+        self._feed(self.core.install_snapshot(plan.snapshot_id, data, self.now()))
+        return True
 
     def _feed(self, effects: list[fx.Effect]) -> None:
         if effects:
@@ -145,12 +173,21 @@ class RaftDriver:
         elif isinstance(e, _Barrier):
             e.done.set_result(None)
         else:
+            if self.listener is not None:
+                applied = self.listener(e)
+                if inspect.isawaitable(applied):
+                    await applied
+            # After the state machine applied them: a writer that resumes sees its records.
             if isinstance(e, fx.Committed):
                 self._on_committed(e.high_watermark)
             elif isinstance(e, fx.LoadSnapshot):
                 self._on_committed(e.snapshot_id.offset)
-            if self.listener is not None:
-                self.listener(e)
+            elif isinstance(e, fx.LeaderChanged):
+                log.info("raft node %d is %s in epoch %d (leader %d, log end %d, high watermark %d)",
+                         self.config.node_id, self.core.role.value, e.epoch, e.leader_id, self.core.log.end_offset,
+                         self.core.high_watermark)
+                if e.leader_id != self.config.node_id:
+                    self._fail_commit_waiters()
 
     def _on_committed(self, high_watermark: int) -> None:
         self.high_watermark = max(self.high_watermark, high_watermark)
@@ -162,6 +199,14 @@ class RaftDriver:
             else:
                 still.append((offset, fut))
         self._commit_waiters = still
+
+    def _fail_commit_waiters(self) -> None:
+        """Leadership is lost: what was appended may still be committed by the next leader, or
+        truncated, so nothing waiting for it can be told it succeeded."""
+        waiters, self._commit_waiters = self._commit_waiters, []
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_exception(NotLeader("leadership changed before the append was committed"))
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -176,7 +221,9 @@ class RaftDriver:
             raise
         except Exception as exc:
             log.debug("raft request %d to %d failed: %r", e.api_key, e.dest, exc)
-            self._feed(self.core.request_failed(e.request_id, self.now()))
+            gone = isinstance(exc, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError,
+                                    asyncio.IncompleteReadError))
+            self._feed(self.core.request_failed(e.request_id, self.now(), unreachable=gone))
             return
         self._feed(self.core.handle_response(e.request_id, to_fields(body), self.now()))
 
@@ -197,6 +244,17 @@ class RaftDriver:
             if not self._closed:
                 self._feed(self.core.tick(self.now()))
             self._wake.clear()
+
+
+def _wall_clock_times(response: dict, offset_ms: float) -> None:
+    """DescribeQuorum reports fetch times in milliseconds since the epoch, as Kafka does; the
+    core keeps them on the driver's monotonic clock."""
+    for topic in response.get("topics", []):
+        for part in topic.get("partitions", []):
+            for replica in (*part.get("current_voters", []), *part.get("observers", [])):
+                for key in ("last_fetch_timestamp", "last_caught_up_timestamp"):
+                    if replica.get(key, -1) >= 0:
+                        replica[key] = int(replica[key] + offset_ms)
 
 
 class _Barrier:

@@ -89,6 +89,11 @@ class BrokerState(enum.Enum):
 
 
 class Broker:
+    # What a KRaft node's broker replaces (server/kraft/broker.py): its log manager leaves the
+    # metadata partition to Raft and keeps meta.properties as formatted; its APIs add KRaft's.
+    log_manager_class = LogManager
+    apis_class = KafkaApis
+
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         if config.ignored:
@@ -98,8 +103,8 @@ class Broker:
         self.broker_epoch = -1
         self.state = BrokerState.NOT_RUNNING
         self.default_log_config = config.default_log_config()
-        self.log_manager = LogManager(config.log_dirs, self.default_log_config,
-                                      recovery_threads=config["num.recovery.threads.per.data.dir"])
+        self.log_manager = self.log_manager_class(config.log_dirs, self.default_log_config,
+                                                  recovery_threads=config["num.recovery.threads.per.data.dir"])
         self.log_manager.min_free_bytes = config["log.dir.min.free.bytes"]
         self.dynamic_config = DynamicBrokerConfig(config)
         self.log_services = LogServices(self)  # cleaner, flusher, live reconfiguration
@@ -108,7 +113,7 @@ class Broker:
         self.replica_manager = ReplicaManager(
             self.broker_id, self.log_manager,
             lambda topic, index: self.metadata_cache.partition(topic, index) is not None)
-        self.apis = KafkaApis(self)
+        self.apis = self.apis_class(self)
         self.socket_server = SocketServer(self, self.apis, config["socket.request.max.bytes"],
                                           config["queued.max.request.bytes"])
         self.clustered = bool(config["zookeeper.connect"])
@@ -185,7 +190,7 @@ class Broker:
                                 lambda: self.config["max.broker.partitions"])
         self.log_services.load_dynamic_config()
         self.producer_id_manager = ProducerIdManager(self.store, self.broker_id)
-        await self.socket_server.start(self.config.listeners, self.config["socket.send.buffer.bytes"],
+        await self.socket_server.start(self.listeners, self.config["socket.send.buffer.bytes"],
                                        self.config["socket.receive.buffer.bytes"])
         self.advertised = self._advertised_listeners()
         if self.config["metrics.port"] >= 0:
@@ -488,6 +493,11 @@ class Broker:
 
     # --- what handlers and the controller use -----------------------------------------------
     @property
+    def listeners(self) -> list[Listener]:
+        """The listeners this broker serves: all but a KRaft node's controller listeners."""
+        return [x for x in self.config.listeners if x.name not in self.config.controller_listener_names]
+
+    @property
     def controller_id(self) -> int:
         return self.metadata_cache.controller_id
 
@@ -495,7 +505,7 @@ class Broker:
         configured = self.config["advertised.listeners"]
         by_name = {a.name: a for a in configured or []}
         out = []
-        for listener in self.config.listeners:
+        for listener in self.listeners:
             bound_host, bound_port = self.socket_server.bound[listener.name]
             chosen = by_name.get(listener.name)
             if chosen is not None:

@@ -1,0 +1,177 @@
+"""What the quorum controller writes for brokers, features and configs (Kafka's
+ClusterControlManager, BrokerHeartbeatManager, FeatureControlManager and
+ConfigurationControlManager).
+
+Brokers register (RegisterBrokerRecord, fenced, their epoch the offset the record is written
+at) and then heartbeat: a broker caught up to its registration is unfenced; one that asks to be
+fenced, or whose heartbeats stop for `broker.session.timeout.ms`, is fenced and loses its
+leaderships and ISR places; one that wants to shut down moves its leaderships away first
+(controlled shutdown) and is told to go once it leads nothing. Sessions live in the active
+controller's memory only, as in Kafka: a new active controller gives every broker a fresh one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from strom.controller import features as feature_rules
+from strom.controller.replication_control import (
+    Change,
+    Limits,
+    fence_changes,
+    led_by,
+    shutdown_changes,
+)
+from strom.metadata import records as r
+from strom.metadata.image import BROKER_RESOURCE, FENCE, TOPIC_RESOURCE, UNFENCE, MetadataImage
+from strom.protocol.errors import ErrorCode, KafkaError
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
+
+
+@dataclass
+class BrokerSession:
+    last_heartbeat: float  # monotonic seconds
+    registered_at: int  # offset of its RegisterBrokerRecord: caught up once its metadata is past it
+
+
+def register_broker(image: MetadataImage, request: Any, cluster_id: str | None, epoch: int,
+                    sessions: Mapping[int, BrokerSession], now: float, session_timeout_s: float) -> Change:
+    """BrokerRegistration: a RegisterBrokerRecord at broker epoch `epoch`, fenced until it has
+    caught up. A second process with the same id is refused while the first one's session lives."""
+    if cluster_id is not None and request.cluster_id != cluster_id:
+        raise KafkaError(f"Expected cluster ID {cluster_id}, but got cluster ID {request.cluster_id}",
+                         ErrorCode.INCONSISTENT_CLUSTER_ID)
+    existing = image.brokers.get(request.broker_id)
+    session = sessions.get(request.broker_id)
+    if (existing is not None and existing.incarnation_id != request.incarnation_id and session is not None
+            and now - session.last_heartbeat < session_timeout_s and not existing.fenced):
+        raise KafkaError(f"Another broker is registered with that broker id {request.broker_id}.",
+                         ErrorCode.DUPLICATE_BROKER_REGISTRATION)
+    rec = r.RegisterBrokerRecord
+    record = rec(broker_id=request.broker_id, incarnation_id=request.incarnation_id, broker_epoch=epoch,
+                 end_points=[rec.BrokerEndpoint(name=x.name, host=x.host, port=x.port,
+                                                security_protocol=x.security_protocol) for x in request.listeners],
+                 features=[rec.BrokerFeature(name=f.name, min_supported_version=f.min_supported_version,
+                                             max_supported_version=f.max_supported_version)
+                           for f in request.features],
+                 rack=request.rack, fenced=True, in_controlled_shutdown=False,
+                 log_dirs=list(getattr(request, "log_dirs", None) or []))
+    return Change([record], epoch)
+
+
+@dataclass
+class Heartbeat:
+    is_caught_up: bool
+    is_fenced: bool
+    should_shut_down: bool
+
+
+def heartbeat(image: MetadataImage, request: Any, session: BrokerSession | None, limits: Limits) -> Change:
+    """BrokerHeartbeat: the broker's next state and the records that get it there."""
+    broker = image.brokers.get(request.broker_id)
+    if broker is None:
+        raise KafkaError(f"Broker {request.broker_id} is not registered.", ErrorCode.BROKER_ID_NOT_REGISTERED)
+    if broker.epoch != request.broker_epoch or session is None:
+        raise KafkaError(f"Expected broker epoch {broker.epoch}, but got {request.broker_epoch}",
+                         ErrorCode.STALE_BROKER_EPOCH)
+    caught_up = request.current_metadata_offset >= session.registered_at
+    out = Change(result=Heartbeat(caught_up, broker.fenced, False))
+    if request.want_shut_down:
+        if not broker.in_controlled_shutdown:
+            out.records.append(r.BrokerRegistrationChangeRecord(broker_id=broker.id, broker_epoch=broker.epoch,
+                                                                in_controlled_shutdown=1))
+            out.records += shutdown_changes(image, broker.id, limits)
+        elif not led_by(image, broker.id):
+            # Nothing left to move: it may go, and is fenced so that nobody waits for it.
+            out.records.append(r.BrokerRegistrationChangeRecord(broker_id=broker.id, broker_epoch=broker.epoch,
+                                                                fenced=FENCE))
+            out.records += fence_changes(image, broker.id, limits)
+            out.result = Heartbeat(caught_up, True, True)
+        return out
+    if broker.fenced and not request.want_fence and caught_up:
+        out.records.append(r.BrokerRegistrationChangeRecord(broker_id=broker.id, broker_epoch=broker.epoch,
+                                                            fenced=UNFENCE))
+        out.result = Heartbeat(True, False, False)
+    elif not broker.fenced and request.want_fence:
+        out.records.append(r.BrokerRegistrationChangeRecord(broker_id=broker.id, broker_epoch=broker.epoch,
+                                                            fenced=FENCE))
+        out.records += fence_changes(image, broker.id, limits)
+        out.result = Heartbeat(caught_up, True, False)
+    return out
+
+
+def expire_session(image: MetadataImage, broker_id: int, limits: Limits) -> list[Any]:
+    """broker.session.timeout.ms passed without a heartbeat: fence it."""
+    broker = image.brokers.get(broker_id)
+    if broker is None or broker.fenced:
+        return []
+    return [r.BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker.epoch, fenced=FENCE),
+            *fence_changes(image, broker_id, limits)]
+
+
+def unregister_broker(image: MetadataImage, broker_id: int, limits: Limits) -> list[Any]:
+    broker = image.brokers.get(broker_id)
+    if broker is None:
+        raise KafkaError(f"Broker {broker_id} is not registered.", ErrorCode.BROKER_ID_NOT_REGISTERED)
+    out = [] if broker.fenced else fence_changes(image, broker_id, limits)
+    return [*out, r.UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=broker.epoch)]
+
+
+# --- features --------------------------------------------------------------------------------------
+
+def bootstrap_records(levels: Mapping[str, int]) -> list[Any]:
+    """What a new cluster's first active controller writes: the finalized feature levels
+    (metadata.version first), from the bootstrap checkpoint `strom storage format` wrote."""
+    return [r.FeatureLevelRecord(name=name, feature_level=level)
+            for name, level in sorted(levels.items(), key=lambda kv: (kv[0] != feature_rules.METADATA_VERSION, kv[0]))]
+
+
+def update_features(image: MetadataImage, updates: list[feature_rules.FeatureUpdate]) -> Change:
+    """UpdateFeatures: the ZooKeeper controller's rules (features.plan_updates), all or nothing,
+    recorded as FeatureLevelRecords (level 0 removes a feature)."""
+    levels, results = feature_rules.plan_updates(dict(image.features), updates)
+    out = Change(result=results)
+    if any(code != ErrorCode.NONE for code, _ in results.values()):
+        return out
+    for name in sorted(set(levels) | set(image.features)):
+        if levels.get(name, 0) != image.features.get(name, 0):
+            out.records.append(r.FeatureLevelRecord(name=name, feature_level=levels.get(name, 0)))
+    return out
+
+
+# --- configs ---------------------------------------------------------------------------------------
+
+def alter_configs(image: MetadataImage, resource_type: int, name: str, ops: list[tuple[int, str, str | None]],
+                  validate: Callable[[int, str, dict[str, str]], None], list_keys: Callable[[str], bool]) -> list[Any]:
+    """IncrementalAlterConfigs of one topic or broker resource: SET, DELETE, APPEND, SUBTRACT
+    (the last two on list-valued configs), validated as a whole, recorded as ConfigRecords."""
+    if resource_type == TOPIC_RESOURCE and name not in image.topics:
+        raise KafkaError(f"Topic {name} does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if resource_type not in (TOPIC_RESOURCE, BROKER_RESOURCE):
+        raise KafkaError(f"unsupported resource type {resource_type}", ErrorCode.INVALID_REQUEST)
+    current = dict(image.configs.get((resource_type, name), {}))
+    configs = dict(current)
+    for op, key, value in ops:
+        if op == SET:
+            configs[key] = value
+        elif op == DELETE:
+            configs.pop(key, None)
+        elif op in (APPEND, SUBTRACT):
+            if not list_keys(key):
+                raise KafkaError(f"{('APPEND', 'SUBTRACT')[op == SUBTRACT]} operation is not allowed for "
+                                 f"config key {key} which is not of list type", ErrorCode.INVALID_CONFIG)
+            items = [x for x in (configs.get(key) or "").split(",") if x]
+            given = [x.strip() for x in (value or "").split(",") if x.strip()]
+            items = items + [x for x in given if x not in items] if op == APPEND else [x for x in items if x not in given]
+            configs[key] = ",".join(items)
+        else:
+            raise KafkaError(f"unknown config operation {op}", ErrorCode.INVALID_REQUEST)
+    validate(resource_type, name, configs)
+    out = [r.ConfigRecord(resource_type=resource_type, resource_name=name, name=k, value=v)
+           for k, v in configs.items() if current.get(k) != v]
+    out += [r.ConfigRecord(resource_type=resource_type, resource_name=name, name=k, value=None)
+            for k in current if k not in configs]
+    return out

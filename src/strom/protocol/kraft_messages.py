@@ -1,0 +1,33 @@
+"""Codecs for the broker-to-controller APIs of KRaft (KIP-631): BrokerRegistration (62) v0-4,
+BrokerHeartbeat (63) v0-1 and UnregisterBroker (64) v0, from Kafka's field layouts in
+`strom/protocol/schemas/` through kafka-python's generator, as the other schemas it lacks."""
+
+from __future__ import annotations
+
+from kafka.protocol.api_message import ApiMessage
+
+from strom.protocol import schemas
+
+
+class BrokerRegistrationRequest(ApiMessage, load_json=schemas):
+    pass
+
+
+class BrokerRegistrationResponse(ApiMessage, load_json=schemas):
+    pass
+
+
+class BrokerHeartbeatRequest(ApiMessage, load_json=schemas):
+    pass
+
+
+class BrokerHeartbeatResponse(ApiMessage, load_json=schemas):
+    pass
+
+
+class UnregisterBrokerRequest(ApiMessage, load_json=schemas):
+    pass
+
+
+class UnregisterBrokerResponse(ApiMessage, load_json=schemas):
+    pass

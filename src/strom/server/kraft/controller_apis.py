@@ -1,0 +1,368 @@
+"""ControllerApis: what a KRaft controller answers on its controller listener (Kafka's
+ControllerApis): the Raft APIs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, FetchSnapshot,
+DescribeQuorum, Add/Remove/UpdateRaftVoter), ApiVersions, and the requests that change metadata
+as a Kafka 4 controller takes them (CreateTopics, DeleteTopics, CreatePartitions,
+IncrementalAlterConfigs, ElectLeaders, Alter/ListPartitionReassignments, UpdateFeatures,
+DescribeCluster, BrokerRegistration, BrokerHeartbeat, UnregisterBroker, AlterPartition).
+
+Any other request closes the connection, as Kafka's socket server does for an API its listener
+does not enable. Handlers run on the controller's event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from strom.controller import cluster_control, replication_control
+from strom.controller.features import SAFE_DOWNGRADE, SUPPORTED, UPGRADE, FeatureUpdate
+from strom.controller.quorum_controller import NotController, QuorumController
+from strom.controller.replication_control import Change, NewTopic
+from strom.network.request import API_VERSIONS, RequestContext
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.raft.core import (
+    ADD_RAFT_VOTER,
+    BEGIN_QUORUM_EPOCH,
+    DESCRIBE_QUORUM,
+    END_QUORUM_EPOCH,
+    FETCH,
+    FETCH_SNAPSHOT,
+    REMOVE_RAFT_VOTER,
+    UPDATE_RAFT_VOTER,
+    VOTE,
+)
+from strom.raft.driver import RaftDriver
+from strom.server.apis import by_topic
+
+log = logging.getLogger(__name__)
+
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 19, 20, 37, 44
+ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, ALTER_PARTITION = 43, 45, 46, 56
+UPDATE_FEATURES, DESCRIBE_CLUSTER = 57, 60
+BROKER_REGISTRATION, BROKER_HEARTBEAT, UNREGISTER_BROKER = 62, 63, 64
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+RAFT_APIS = (VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, FETCH, FETCH_SNAPSHOT, DESCRIBE_QUORUM,
+             ADD_RAFT_VOTER, REMOVE_RAFT_VOTER, UPDATE_RAFT_VOTER)
+
+# api key -> (min, max) version served on a controller listener.
+VERSIONS: dict[int, tuple[int, int]] = {
+    FETCH: (13, 17), FETCH_SNAPSHOT: (0, 1), VOTE: (0, 2), BEGIN_QUORUM_EPOCH: (0, 1), END_QUORUM_EPOCH: (0, 1),
+    DESCRIBE_QUORUM: (0, 2), ADD_RAFT_VOTER: (0, 0), REMOVE_RAFT_VOTER: (0, 0), UPDATE_RAFT_VOTER: (0, 0),
+    API_VERSIONS: (0, 4), SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2),
+    CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 6), CREATE_PARTITIONS: (0, 3), INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ELECT_LEADERS: (0, 2), ALTER_REASSIGNMENTS: (0, 0), LIST_REASSIGNMENTS: (0, 0), ALTER_PARTITION: (0, 3),
+    UPDATE_FEATURES: (0, 1), DESCRIBE_CLUSTER: (0, 1), BROKER_REGISTRATION: (0, 4), BROKER_HEARTBEAT: (0, 1),
+    UNREGISTER_BROKER: (0, 0),
+}
+
+
+def _error(e: KafkaError) -> tuple[int, str]:
+    return int(e.code), str(e) or e.code.name
+
+
+class ControllerApis:
+    """The controller listener's RequestHandler (strom.network.request)."""
+
+    def __init__(self, server: Any, controller: QuorumController, driver: RaftDriver) -> None:
+        self.server = server  # ControllerServer: config, cluster id
+        self.controller = controller
+        self.driver = driver
+        self._handlers: dict[int, Callable[[RequestContext, Any], Awaitable[Any]]] = {
+            API_VERSIONS: self._api_versions, SASL_HANDSHAKE: self._sasl_handshake,
+            SASL_AUTHENTICATE: self._sasl_authenticate, CREATE_TOPICS: self._create_topics,
+            DELETE_TOPICS: self._delete_topics, CREATE_PARTITIONS: self._create_partitions,
+            INCREMENTAL_ALTER_CONFIGS: self._incremental_alter_configs, ELECT_LEADERS: self._elect_leaders,
+            ALTER_REASSIGNMENTS: self._alter_reassignments, LIST_REASSIGNMENTS: self._list_reassignments,
+            ALTER_PARTITION: self._alter_partition, UPDATE_FEATURES: self._update_features,
+            DESCRIBE_CLUSTER: self._describe_cluster, BROKER_REGISTRATION: self._broker_registration,
+            BROKER_HEARTBEAT: self._broker_heartbeat, UNREGISTER_BROKER: self._unregister_broker,
+        }
+
+    # --- RequestHandler ---------------------------------------------------------------------------
+
+    def supports(self, api_key: int, version: int) -> bool:
+        span = VERSIONS.get(api_key)
+        return span is not None and span[0] <= version <= span[1]
+
+    async def handle(self, ctx: RequestContext, body: Any) -> Any:
+        key = ctx.header.api_key
+        if key in RAFT_APIS:
+            return await self.driver.handle_request(key, ctx.header.api_version, body)
+        return await self._handlers[key](ctx, body)
+
+    def unsupported_version_response(self) -> dict:
+        return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": self._api_keys()}
+
+    # --- ApiVersions and SASL -------------------------------------------------------------------
+
+    def _api_keys(self) -> list[dict]:
+        return [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(VERSIONS.items())]
+
+    async def _api_versions(self, ctx: RequestContext, request: Any) -> dict:
+        response = {"error_code": ErrorCode.NONE, "api_keys": self._api_keys(), "throttle_time_ms": 0}
+        if ctx.header.api_version >= 3:
+            levels = self.controller.image.features
+            response |= {
+                "supported_features": [{"name": n, "min_version": f.min_level, "max_version": f.max_level}
+                                       for n, f in SUPPORTED.items()],
+                "finalized_features_epoch": self.controller.image.end_offset - 1,
+                "finalized_features": [{"name": n, "max_version_level": v, "min_version_level": v}
+                                       for n, v in sorted(levels.items())],
+            }
+        return response
+
+    async def _sasl_handshake(self, ctx: RequestContext, request: Any) -> dict:
+        return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": []}
+
+    async def _sasl_authenticate(self, ctx: RequestContext, request: Any) -> dict:
+        return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "auth_bytes": b"", "session_lifetime_ms": 0,
+                "error_message": f"listener {ctx.listener} does not use SASL"}
+
+    # --- topics ---------------------------------------------------------------------------------
+
+    async def _write(self, name: str, op: Callable[[Any], Change]) -> Any:
+        return await self.controller.write(name, op)
+
+    async def _create_topics(self, ctx: RequestContext, request: Any) -> dict:
+        version = ctx.header.api_version
+        counts = Counter(t.name for t in request.topics)
+        results: dict[str, dict] = {}
+        wanted = []
+        for t in request.topics:
+            results[t.name] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None}
+            if counts[t.name] > 1:
+                results[t.name].update(error_code=ErrorCode.INVALID_REQUEST, error_message=(
+                    f"Create topics request from client `{ctx.header.client_id}` contains multiple entries for "
+                    f"the following topics: {t.name}"))
+                continue
+            wanted.append(NewTopic(t.name, t.num_partitions, t.replication_factor,
+                                   {a.partition_index: list(a.broker_ids) for a in t.assignments},
+                                   {c.name: c.value for c in t.configs}))
+        limits = self.controller.settings.limits
+        try:
+            outcome = await self._write("create-topics", lambda image: replication_control.create_topics(
+                image, wanted, limits, request.validate_only))
+        except KafkaError as e:
+            outcome = {t.name: e for t in wanted}
+        for name, result in outcome.items():
+            entry = results[name]
+            if isinstance(result, KafkaError):
+                entry["error_code"], entry["error_message"] = _error(result)
+                continue
+            topic_id, replicas = result
+            if not request.validate_only:
+                log.info("created topic %s with %d partitions", name, len(replicas))
+            if version >= 5:
+                entry.update(topic_id=topic_id, num_partitions=len(replicas),
+                             replication_factor=len(next(iter(replicas.values()))), configs=[])
+        return {"throttle_time_ms": 0, "topics": list(results.values())}
+
+    async def _delete_topics(self, ctx: RequestContext, request: Any) -> dict:
+        image = self.controller.image
+        if ctx.header.api_version >= 6:
+            by_id = {t.topic_id: name for name, t in image.topics.items()}
+            wanted = [(t.name or by_id.get(t.topic_id), t.topic_id) for t in request.topics]
+        else:
+            wanted = [(name, None) for name in request.topic_names]
+        limits = self.controller.settings.limits
+        names = [name for name, _ in wanted if name is not None]
+        try:
+            outcome = await self._write("delete-topics",
+                                        lambda img: replication_control.delete_topics(img, names, limits))
+        except KafkaError as e:
+            outcome = {n: e for n in names}
+        responses = []
+        for name, topic_id in wanted:
+            entry = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.NONE, "error_message": None}
+            result = outcome.get(name) if name is not None else KafkaError("unknown topic id",
+                                                                            ErrorCode.UNKNOWN_TOPIC_ID)
+            if isinstance(result, KafkaError):
+                entry["error_code"], entry["error_message"] = _error(result)
+            else:
+                entry["topic_id"] = result
+            responses.append(entry)
+        return {"throttle_time_ms": 0, "responses": responses}
+
+    async def _create_partitions(self, ctx: RequestContext, request: Any) -> dict:
+        limits = self.controller.settings.limits
+        results = []
+        for t in request.topics:
+            entry = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None}
+            assignment = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
+
+            def op(image, t=t, assignment=assignment) -> Change:
+                change = replication_control.create_partitions(image, t.name, t.count, assignment, limits,
+                                                               replication_control.replica_counts(image))
+                return Change([] if request.validate_only else change.records)
+
+            try:
+                await self._write(f"create-partitions-{t.name}", op)
+            except KafkaError as e:
+                entry["error_code"], entry["error_message"] = _error(e)
+            results.append(entry)
+        return {"throttle_time_ms": 0, "results": results}
+
+    async def _incremental_alter_configs(self, ctx: RequestContext, request: Any) -> dict:
+        settings = self.controller.settings
+        responses = []
+        for resource in request.resources:
+            entry = {"error_code": ErrorCode.NONE, "error_message": None,
+                     "resource_type": resource.resource_type, "resource_name": resource.resource_name}
+            ops = [(c.config_operation, c.name, c.value) for c in resource.configs]
+            try:
+                dupes = sorted(n for n, k in Counter(name for _, name, _ in ops).items() if k > 1)
+                if dupes:
+                    raise KafkaError(f"Error due to duplicate config keys: {', '.join(dupes)}",
+                                     ErrorCode.INVALID_REQUEST)
+
+                def op(image, resource=resource, ops=ops) -> Change:
+                    records = cluster_control.alter_configs(image, resource.resource_type, resource.resource_name,
+                                                            ops, settings.validate_configs, settings.list_config)
+                    return Change([] if request.validate_only else records)
+
+                await self._write("alter-configs", op)
+            except KafkaError as e:
+                entry["error_code"], entry["error_message"] = _error(e)
+            responses.append(entry)
+        return {"throttle_time_ms": 0, "responses": responses}
+
+    # --- elections and reassignments --------------------------------------------------------------
+
+    async def _elect_leaders(self, ctx: RequestContext, request: Any) -> dict:
+        wanted = None if request.topic_partitions is None else [
+            (t.topic, p) for t in request.topic_partitions for p in t.partitions]
+        election_type = request.election_type if ctx.header.api_version >= 1 else 0
+        if election_type not in (0, 1):
+            return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST, "replica_election_results": []}
+        try:
+            results = await self._write("elect-leaders", lambda image: replication_control.elect_leaders(
+                image, election_type, wanted))
+        except KafkaError as e:
+            return {"throttle_time_ms": 0, "error_code": e.code, "replica_election_results": []}
+        entries = {tp: {"partition_id": tp[1], "error_code": error, "error_message": message}
+                   for tp, (error, message) in results.items()}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+                "replica_election_results": by_topic(entries, "partition_result", "topic")}
+
+    async def _alter_reassignments(self, ctx: RequestContext, request: Any) -> dict:
+        changes = [(t.name, p.partition_index, None if p.replicas is None else list(p.replicas))
+                   for t in request.topics for p in t.partitions]
+        try:
+            results = await self._write("alter-reassignments",
+                                        lambda image: replication_control.alter_reassignments(image, changes))
+        except KafkaError as e:
+            return {"throttle_time_ms": 0, "allow_replication_factor_change": True, "error_code": e.code,
+                    "error_message": str(e), "responses": []}
+        entries = {tp: {"partition_index": tp[1], "error_code": error, "error_message": message}
+                   for tp, (error, message) in results.items()}
+        return {"throttle_time_ms": 0, "allow_replication_factor_change": True, "error_code": ErrorCode.NONE,
+                "error_message": None, "responses": by_topic(entries)}
+
+    async def _list_reassignments(self, ctx: RequestContext, request: Any) -> dict:
+        try:
+            self.controller.check_active()
+        except NotController as e:
+            return {"throttle_time_ms": 0, "error_code": e.code, "error_message": None, "topics": []}
+        wanted = None if request.topics is None else [(t.name, p) for t in request.topics for p in t.partition_indexes]
+        ongoing = replication_control.list_reassignments(self.controller.image, wanted)
+        entries = {tp: {"partition_index": tp[1], "replicas": s.replicas, "adding_replicas": s.adding,
+                        "removing_replicas": s.removing} for tp, s in ongoing.items()}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
+                "topics": by_topic(entries)}
+
+    async def _alter_partition(self, ctx: RequestContext, request: Any) -> dict:
+        image = self.controller.image
+        broker = image.brokers.get(request.broker_id)
+        if broker is None or 0 <= request.broker_epoch != broker.epoch:
+            return {"throttle_time_ms": 0, "error_code": ErrorCode.STALE_BROKER_EPOCH, "topics": []}
+        by_id = {t.topic_id: name for name, t in image.topics.items()}
+        version = ctx.header.api_version
+
+        def op(img) -> Change:
+            out = Change(result=[])
+            for t in request.topics:
+                name = t.topic_name if version < 2 else by_id.get(t.topic_id, "")
+                answers = []
+                for p in t.partitions:
+                    records, answer = replication_control.alter_partition(img, request.broker_id, name, p)
+                    out.records += records
+                    answers.append(answer)
+                out.result.append({"topic_name": name, "topic_id": getattr(t, "topic_id", None),
+                                   "partitions": answers})
+            return out
+
+        try:
+            topics = await self._write("alter-partition", op)
+        except KafkaError as e:
+            return {"throttle_time_ms": 0, "error_code": e.code, "topics": []}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "topics": topics}
+
+    # --- features and the cluster -----------------------------------------------------------------
+
+    async def _update_features(self, ctx: RequestContext, request: Any) -> dict:
+        version = ctx.header.api_version
+        updates = [FeatureUpdate(u.feature, u.max_version_level,
+                                 u.upgrade_type if version >= 1 else (SAFE_DOWNGRADE if u.allow_downgrade else UPGRADE))
+                   for u in request.feature_updates]
+        validate_only = version >= 1 and request.validate_only
+
+        def response(error: int, message: str | None, results: dict | None = None) -> dict:
+            outcome = {u.feature: (results or {}).get(u.feature, (error, message)) for u in updates}
+            return {"throttle_time_ms": 0, "error_code": error, "error_message": message,
+                    "results": [{"feature": n, "error_code": c, "error_message": m} for n, (c, m) in outcome.items()]}
+
+        if not updates:
+            return response(ErrorCode.INVALID_REQUEST, "No feature updates were given.")
+
+        def op(image) -> Change:
+            change = cluster_control.update_features(image, updates)
+            return Change([] if validate_only else change.records, change.result)
+
+        try:
+            results = await self._write("update-features", op)
+        except KafkaError as e:
+            return response(e.code, str(e))
+        return response(ErrorCode.NONE, None, results)
+
+    async def _describe_cluster(self, ctx: RequestContext, request: Any) -> dict:
+        """Asked of a controller (KIP-919's endpoint type 2): the controllers, and which leads."""
+        core = self.driver.core
+        endpoint_type = getattr(request, "endpoint_type", 1)
+        if endpoint_type == 2:
+            nodes = [{"broker_id": v.voter_id, "host": v.endpoints[0].host, "port": v.endpoints[0].port, "rack": None}
+                     for v in core.voters.voters if v.endpoints]
+        else:
+            nodes = [{"broker_id": b.id, "host": e.host, "port": e.port, "rack": b.rack}
+                     for b in self.controller.image.brokers.values() if not b.fenced
+                     for e in b.endpoints[:1]]
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
+                "endpoint_type": endpoint_type, "cluster_id": self.server.cluster_id,
+                "controller_id": self.controller.leader_id, "brokers": nodes, "authorized_operations": None}
+
+    async def _broker_registration(self, ctx: RequestContext, request: Any) -> dict:
+        try:
+            epoch = await self.controller.register_broker(request)
+        except KafkaError as e:
+            return {"throttle_time_ms": 0, "error_code": e.code, "broker_epoch": -1}
+        log.info("broker %d registered with broker epoch %d", request.broker_id, epoch)
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "broker_epoch": epoch}
+
+    async def _broker_heartbeat(self, ctx: RequestContext, request: Any) -> dict:
+        try:
+            state = await self.controller.heartbeat(request)
+        except KafkaError as e:
+            return {"throttle_time_ms": 0, "error_code": e.code, "is_caught_up": False, "is_fenced": True,
+                    "should_shut_down": False}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "is_caught_up": state.is_caught_up,
+                "is_fenced": state.is_fenced, "should_shut_down": state.should_shut_down}
+
+    async def _unregister_broker(self, ctx: RequestContext, request: Any) -> dict:
+        limits = self.controller.settings.limits
+        try:
+            await self._write("unregister-broker", lambda image: Change(
+                cluster_control.unregister_broker(image, request.broker_id, limits)))
+        except KafkaError as e:
+            return {"throttle_time_ms": 0, "error_code": e.code, "error_message": str(e)}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None}

@@ -1,0 +1,203 @@
+"""ControllerServer: a KRaft node's controller side (Kafka's ControllerServer + KafkaRaftManager).
+
+On a thread of its own with its own event loop (controller/loop_thread.py): the Raft driver of
+`__cluster_metadata-0` (in metadata.log.dir), the QuorumController replaying it, and a socket
+server on the controller listeners (controller.listener.names) that hands requests to
+ControllerApis. A combined node's broker runs beside it on the main loop and never waits for
+the controller's work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+from strom.config.broker import DEFINITIONS, BrokerConfig, Listener
+from strom.config.describe import LIST_CONFIGS
+from strom.config.dynamic import DynamicBrokerConfig
+from strom.controller.loop_thread import LoopThread
+from strom.controller.quorum_controller import ControllerSettings, QuorumController
+from strom.controller.replication_control import Limits
+from strom.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
+from strom.metadata.storage import (
+    METADATA_PARTITION_DIR,
+    MetaProperties,
+    parse_kafka_uuid,
+    read_bootstrap,
+)
+from strom.network.socket_server import SocketServer
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.raft.config import QuorumConfig, parse_bootstrap_servers, parse_voters
+from strom.raft.driver import RaftDriver
+from strom.security.sasl import broker_security
+from strom.server.kraft.controller_apis import ControllerApis
+from strom.server.kraft.raft_transport import RaftTransport
+
+log = logging.getLogger(__name__)
+
+
+def quorum_config(config: BrokerConfig, cluster_id: str | None) -> QuorumConfig:
+    listener = config.controller_listener_names[0]
+    return QuorumConfig(
+        node_id=config.broker_id,
+        voters=parse_voters(config["controller.quorum.voters"], listener),
+        bootstrap_servers=parse_bootstrap_servers(config["controller.quorum.bootstrap.servers"]),
+        cluster_id=cluster_id,
+        election_timeout_ms=config["controller.quorum.election.timeout.ms"],
+        fetch_timeout_ms=config["controller.quorum.fetch.timeout.ms"],
+        election_backoff_max_ms=config["controller.quorum.election.backoff.max.ms"],
+        append_linger_ms=config["controller.quorum.append.linger.ms"],
+        request_timeout_ms=config["controller.quorum.request.timeout.ms"],
+        retry_backoff_ms=config["controller.quorum.retry.backoff.ms"],
+        max_bytes_between_snapshots=config["metadata.log.max.record.bytes.between.snapshots"],
+        max_snapshot_interval_ms=config["metadata.log.max.snapshot.interval.ms"] or 2**62,
+    )
+
+
+class _ControllerView:
+    """broker_security's question (how to reach another node's listener, as whom) asked of the
+    controller listener and sasl.mechanism.controller.protocol instead of the inter-broker ones."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self._config = config
+        self.inter_broker_listener = config.controller_listener_names[0]
+
+    def protocol_of(self, listener: str) -> str:
+        return self._config.protocol_of(listener)
+
+    def listener_setting(self, listener: str, key: str) -> Any:
+        return self._config.listener_setting(listener, key)
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "sasl.mechanism.inter.broker.protocol":
+            return self._config["sasl.mechanism.controller.protocol"]
+        if key == "zookeeper.connect":
+            return "kraft"  # controllers always talk over the wire
+        return self._config[key]
+
+
+class _NoClientConfigs:
+    """What the socket server asks of client quotas and SCRAM users: none on a controller
+    listener yet (they live in the metadata image once brokers use it)."""
+
+    clients: dict[str, dict[str, str]] = {}
+
+    def user(self, _name: str) -> dict[str, str]:
+        return {}
+
+
+class _NoTokens:
+    def credential(self, _mechanism: str, _token_id: str) -> None:
+        return None
+
+
+class ControllerServer:
+    def __init__(self, config: BrokerConfig, meta: MetaProperties) -> None:
+        self.config = config
+        self.node_id = config.broker_id
+        self.cluster_id = meta.cluster_id
+        self.directory_id = parse_kafka_uuid(meta.directory_id) if meta.directory_id else uuid.uuid4()
+        self.config_repository = _NoClientConfigs()  # for the socket server
+        self.delegation_tokens = _NoTokens()
+        self.thread: LoopThread | None = None
+        self.driver: RaftDriver | None = None
+        self.controller: QuorumController | None = None
+        self.transport: RaftTransport | None = None
+        self.socket_server: SocketServer | None = None
+        self.advertised: list[Listener] = []
+        self._dynamic = DynamicBrokerConfig(config)
+
+    @property
+    def metadata_dir(self) -> Path:
+        return self.config.metadata_log_dir / METADATA_PARTITION_DIR
+
+    async def startup(self) -> None:
+        self.thread = LoopThread(f"controller-{self.node_id}")
+        await self.thread.call(self._startup())
+
+    async def _startup(self) -> None:
+        config = self.config
+        qc = quorum_config(config, self.cluster_id)
+        security = broker_security(_ControllerView(config))
+        features, extra = read_bootstrap(config.metadata_log_dir)
+        self.transport = RaftTransport(qc, config.controller_listener_names[0], lambda: self.driver.core.voters,
+                                       security)
+        self.driver = RaftDriver(qc, self.metadata_dir, self.transport, rng=random.Random(),
+                                 directory_id=self.directory_id, segment_bytes=config["metadata.log.segment.bytes"])
+        limits = Limits(default_partitions=config["num.partitions"],
+                        default_replication_factor=config["default.replication.factor"],
+                        max_broker_partitions=config["max.broker.partitions"],
+                        delete_topic_enable=config["delete.topic.enable"],
+                        validate_topic_configs=self._validate_topic_configs,
+                        unclean_default=config["unclean.leader.election.enable"])
+        settings = ControllerSettings(self.node_id, self.cluster_id, limits, config["broker.session.timeout.ms"],
+                                      features, extra, self._validate_configs, lambda key: key in LIST_CONFIGS)
+        self.controller = QuorumController(settings, self.driver)
+        self.controller.start()
+        await self.driver.start()
+        listeners = [x for x in config.listeners if x.name in config.controller_listener_names]
+        self.socket_server = SocketServer(self, ControllerApis(self, self.controller, self.driver),
+                                          config["socket.request.max.bytes"], config["queued.max.request.bytes"])
+        await self.socket_server.start(listeners, config["socket.send.buffer.bytes"],
+                                       config["socket.receive.buffer.bytes"])
+        self.socket_server.ready.set()
+        self.advertised = [Listener(x.name, x.host or "127.0.0.1", self.socket_server.bound[x.name][1])
+                           for x in listeners]
+        log.info("controller %d listening on %s (metadata log %s)", self.node_id,
+                 ", ".join(str(x) for x in self.advertised), self.metadata_dir)
+
+    def _validate_topic_configs(self, configs) -> None:
+        self.config.default_log_config().with_overrides(configs)
+
+    def _validate_configs(self, resource_type: int, name: str, configs: dict[str, str]) -> None:
+        if resource_type == TOPIC_RESOURCE:
+            try:
+                self._validate_topic_configs(configs)
+            except ValueError as e:
+                raise KafkaError(str(e), ErrorCode.INVALID_CONFIG) from None
+        elif resource_type == BROKER_RESOURCE:
+            if name and not name.isdigit():
+                raise KafkaError(f"Unexpected broker id {name!r}", ErrorCode.INVALID_REQUEST)
+            unknown = sorted(k for k in configs if k not in DEFINITIONS)
+            if unknown:
+                raise KafkaError(f"Unknown broker config: {', '.join(unknown)}", ErrorCode.INVALID_CONFIG)
+            self._dynamic.validate(name == "", configs)
+
+    async def shutdown(self) -> None:
+        if self.thread is None:
+            return
+        try:
+            await self.thread.call(self._shutdown())
+        finally:
+            self.thread.stop()
+
+    async def _shutdown(self) -> None:
+        if self.socket_server is not None:
+            await self.socket_server.stop_accepting()
+        if self.controller is not None:
+            await self.controller.close()
+        if self.driver is not None and self.driver.core is not None:
+            await self.driver.close()
+        if self.transport is not None:
+            self.transport.close()
+        if self.socket_server is not None:
+            await self.socket_server.drain(timeout=2)
+
+    def call(self, coro) -> Any:
+        """Run `coro` on the controller's loop from another loop (a combined node's broker)."""
+        return self.thread.call(coro)
+
+    async def wait_active_leader(self, timeout: float) -> int:
+        """Until some controller leads the quorum; its id (-1 at the timeout)."""
+        async def wait() -> int:
+            loop = asyncio.get_running_loop()
+            end = loop.time() + timeout
+            while loop.time() < end and self.driver.core.leader_id < 0:
+                await asyncio.sleep(0.02)
+            return self.driver.core.leader_id
+
+        return await self.thread.call(wait())

@@ -1,0 +1,239 @@
+"""The quorum controller in one process on a one-voter Raft quorum over real files: what each
+request writes to the metadata log, how the committed image changes, and that the image comes
+back from the log and its snapshots after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from types import SimpleNamespace
+
+import pytest
+
+from strom.controller import cluster_control, quorum_controller, replication_control
+from strom.controller.features import FeatureUpdate
+from strom.controller.quorum_controller import ControllerSettings, QuorumController
+from strom.controller.replication_control import Change, Limits, NewTopic
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.raft_records import Endpoint, VoterEntry
+from strom.raft.config import QuorumConfig
+from strom.raft.driver import RaftDriver
+
+FEATURES = {"metadata.version": 25, "group.version": 1, "transaction.version": 2}
+
+
+async def _start(directory, *, session_ms: int = 600_000, snapshot_bytes: int = 20 << 20, limits=None):
+    config = QuorumConfig(node_id=1, voters=(VoterEntry(1, None, (Endpoint("CONTROLLER", "127.0.0.1", 1),)),),
+                          cluster_id="c1", max_bytes_between_snapshots=snapshot_bytes)
+
+    async def nowhere(*_args):
+        raise ConnectionError("a one-voter quorum sends nothing")
+
+    driver = RaftDriver(config, directory, nowhere, rng=random.Random(1))
+    controller = QuorumController(ControllerSettings(1, "c1", limits or Limits(default_replication_factor=3),
+                                                     session_ms, FEATURES), driver)
+    controller.start()
+    await driver.start()
+    for _ in range(500):
+        if controller.active and controller.image.features:
+            return controller
+        await asyncio.sleep(0.01)
+    raise AssertionError("the controller did not become active")
+
+
+async def _stop(controller: QuorumController) -> None:
+    await controller.close()
+    await controller.driver.close()
+
+
+def _registration(broker_id: int, rack: str | None = None):
+    return SimpleNamespace(broker_id=broker_id, cluster_id="c1", incarnation_id=uuid.uuid4(), rack=rack,
+                           listeners=[SimpleNamespace(name="PLAINTEXT", host="h", port=9000 + broker_id,
+                                                      security_protocol=0)],
+                           features=[], log_dirs=[])
+
+
+def _heartbeat(broker_id: int, epoch: int, *, fence=False, shut_down=False, offset=1 << 40):
+    return SimpleNamespace(broker_id=broker_id, broker_epoch=epoch, current_metadata_offset=offset,
+                           want_fence=fence, want_shut_down=shut_down)
+
+
+async def _brokers(controller: QuorumController, ids) -> dict[int, int]:
+    epochs = {b: await controller.register_broker(_registration(b)) for b in ids}
+    for b, epoch in epochs.items():
+        state = await controller.heartbeat(_heartbeat(b, epoch))
+        assert not state.is_fenced and state.is_caught_up
+    return epochs
+
+
+def _create(controller, *topics, validate_only=False):
+    limits = controller.settings.limits
+    return controller.write("create", lambda img: replication_control.create_topics(
+        img, [NewTopic(*t) for t in topics], limits, validate_only))
+
+
+def test_topics_brokers_and_elections(tmp_path):
+    async def main():
+        c = await _start(tmp_path / "m")
+        try:
+            assert c.image.features == FEATURES  # the bootstrap records of a new cluster
+            registered = await c.register_broker(_registration(1))
+            assert c.image.brokers[1].fenced and c.image.brokers[1].epoch == registered
+            behind = await c.heartbeat(_heartbeat(1, registered, offset=registered - 1))
+            assert behind.is_fenced and not behind.is_caught_up  # not caught up to its registration
+            epochs = {1: registered, **await _brokers(c, [2, 3])}
+            assert (await c.heartbeat(_heartbeat(1, registered))).is_fenced is False
+            with pytest.raises(KafkaError) as stale:
+                await c.heartbeat(_heartbeat(1, registered - 1))
+            assert stale.value.code == ErrorCode.STALE_BROKER_EPOCH
+
+            result = await _create(c, ("orders", 6, 3, {}, {"retention.ms": "1000"}),
+                                   ("too-wide", 1, 4, {}, {}), ("__cluster_metadata", 1, 1, {}, {}),
+                                   ("bad", 1, 1, {}, {}))
+            assert result["too-wide"].code == ErrorCode.INVALID_REPLICATION_FACTOR
+            assert result["__cluster_metadata"].code == ErrorCode.INVALID_REQUEST
+            topic_id, replicas = result["orders"]
+            topic = c.image.topics["orders"]
+            assert topic.topic_id == topic_id and len(topic.partitions) == 6
+            assert c.image.topic_configs("orders") == {"retention.ms": "1000"}
+            for i, s in topic.partitions.items():
+                assert s.replicas == replicas[i] and s.leader == replicas[i][0] and s.isr == replicas[i]
+            again = await _create(c, ("orders", 1, 1, {}, {}))
+            assert again["orders"].code == ErrorCode.TOPIC_ALREADY_EXISTS
+
+            # Fencing broker 1: it leads nothing and is in no ISR; the others lead in its place.
+            led = [i for i, s in topic.partitions.items() if s.leader == 1]
+            await c.heartbeat(_heartbeat(1, epochs[1], fence=True))
+            for i, s in c.image.topics["orders"].partitions.items():
+                assert s.leader != 1 and 1 not in s.isr
+                if i in led:
+                    assert s.leader_epoch == 1 and s.leader == [r for r in s.replicas if r != 1][0]
+            # Unfenced again, it is back in no ISR until its leader asks (AlterPartition), but a
+            # preferred election gives it back what it should lead once it is in sync.
+            await c.heartbeat(_heartbeat(1, epochs[1]))
+            part = c.image.topics["orders"].partitions[led[0]]
+            alter = SimpleNamespace(partition_index=led[0], leader_epoch=part.leader_epoch,
+                                    partition_epoch=part.partition_epoch, new_isr=part.replicas)
+            records, answer = replication_control.alter_partition(c.image, part.leader, "orders", alter)
+            assert answer["error_code"] == ErrorCode.NONE
+            await c.write("alter", lambda _img: Change(records))
+            elected = await c.write("elect", lambda img: replication_control.elect_leaders(img, 0, [("orders", led[0])]))
+            assert elected[("orders", led[0])] == (ErrorCode.NONE, None)
+            assert c.image.topics["orders"].partitions[led[0]].leader == 1
+
+            # Controlled shutdown: leadership moves first, then the broker is told to go.
+            first = await c.heartbeat(_heartbeat(2, epochs[2], shut_down=True))
+            assert not first.should_shut_down and c.image.brokers[2].in_controlled_shutdown
+            assert not any(s.leader == 2 for s in c.image.topics["orders"].partitions.values())
+            second = await c.heartbeat(_heartbeat(2, epochs[2], shut_down=True))
+            assert second.should_shut_down and c.image.brokers[2].fenced
+
+            deleted = await c.write("delete", lambda img: replication_control.delete_topics(
+                img, ["orders", "__consumer_offsets", "missing"], c.settings.limits))
+            assert deleted["orders"] == topic_id
+            assert deleted["__consumer_offsets"].code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            assert deleted["missing"].code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            assert "orders" not in c.image.topics and not c.image.configs
+        finally:
+            await _stop(c)
+
+    asyncio.run(main())
+
+
+def test_partitions_reassignment_features_and_configs(tmp_path):
+    async def main():
+        c = await _start(tmp_path / "m")
+        try:
+            await _brokers(c, [1, 2, 3, 4])
+            created = await _create(c, ("t", -1, -1, {0: [1, 2], 1: [2, 3]}, {}))
+            assert created["t"][1] == {0: [1, 2], 1: [2, 3]}
+            limits = c.settings.limits
+            counts = replication_control.replica_counts(c.image)
+            await c.write("grow", lambda img: replication_control.create_partitions(img, "t", 4, None, limits, counts))
+            assert len(c.image.topics["t"].partitions) == 4
+            with pytest.raises(KafkaError) as shrink:
+                await c.write("grow", lambda img: replication_control.create_partitions(img, "t", 3, None, limits, {}))
+            assert shrink.value.code == ErrorCode.INVALID_PARTITIONS
+
+            # Phase one: replicas become target + original; phase two once the ISR holds the target.
+            moved = await c.write("move", lambda img: replication_control.alter_reassignments(img, [("t", 0, [3, 4])]))
+            assert moved[("t", 0)] == (ErrorCode.NONE, None)
+            s = c.image.topics["t"].partitions[0]
+            assert s.replicas == [3, 4, 1, 2] and s.adding == [3, 4] and s.removing == [1, 2]
+            assert set(replication_control.list_reassignments(c.image, None)) == {("t", 0)}
+            alter = SimpleNamespace(partition_index=0, leader_epoch=s.leader_epoch, partition_epoch=s.partition_epoch,
+                                    new_isr=[1, 2, 3, 4])
+            records, answer = replication_control.alter_partition(c.image, s.leader, "t", alter)
+            await c.write("alter", lambda _img: Change(records))
+            done = c.image.topics["t"].partitions[0]
+            assert done.replicas == [3, 4] and done.leader == 3 and done.isr == [3, 4] and not done.adding
+            assert answer["leader_id"] == 3
+
+            results = await c.write("features", lambda img: cluster_control.update_features(
+                img, [FeatureUpdate("group.version", 0, 2)]))
+            assert results["group.version"][0] == ErrorCode.NONE and "group.version" not in c.image.features
+            refused = await c.write("features", lambda img: cluster_control.update_features(
+                img, [FeatureUpdate("metadata.version", 7, 2)]))
+            assert refused["metadata.version"][0] == ErrorCode.INVALID_UPDATE_VERSION
+            assert c.image.features["metadata.version"] == 25
+
+            ops = [(0, "cleanup.policy", "compact"), (2, "cleanup.policy", "delete"), (0, "retention.ms", "5")]
+            await c.write("configs", lambda img: Change(cluster_control.alter_configs(
+                img, 2, "t", ops, lambda *_: None, lambda key: key == "cleanup.policy")))
+            assert c.image.topic_configs("t") == {"cleanup.policy": "compact,delete", "retention.ms": "5"}
+            await c.write("configs", lambda img: Change(cluster_control.alter_configs(
+                img, 2, "t", [(1, "retention.ms", None)], lambda *_: None, lambda _k: False)))
+            assert c.image.topic_configs("t") == {"cleanup.policy": "compact,delete"}
+        finally:
+            await _stop(c)
+
+    asyncio.run(main())
+
+
+def test_an_expired_session_fences_the_broker(tmp_path):
+    async def main():
+        c = await _start(tmp_path / "m", session_ms=300)
+        try:
+            epochs = await _brokers(c, [1, 2])
+            await _create(c, ("t", -1, -1, {0: [1, 2]}, {}))
+            for _ in range(40):  # broker 2 keeps its session; broker 1 goes silent
+                await c.heartbeat(_heartbeat(2, epochs[2]))
+                await asyncio.sleep(0.05)
+            assert c.image.brokers[1].fenced and not c.image.brokers[2].fenced
+            s = c.image.topics["t"].partitions[0]
+            assert s.leader == 2 and s.isr == [2]
+        finally:
+            await _stop(c)
+
+    asyncio.run(main())
+
+
+def test_the_image_comes_back_from_log_and_snapshots(tmp_path, monkeypatch):
+    monkeypatch.setattr(quorum_controller, "MAX_RECORDS_PER_BATCH", 50)  # large changes: a transaction
+
+    async def main():
+        c = await _start(tmp_path / "m", snapshot_bytes=4096)
+        try:
+            await _brokers(c, [1, 2, 3])
+            for i in range(8):
+                await _create(c, (f"t{i}", 40, 3, {}, {"retention.ms": str(i)}))
+            before = _state(c)
+            offset = c.image.end_offset
+        finally:
+            await _stop(c)
+        snapshots = sorted((tmp_path / "m").glob("*.checkpoint"))
+        assert snapshots, "no snapshot was written"
+        again = await _start(tmp_path / "m")
+        try:
+            assert again.image.end_offset >= offset and _state(again) == before
+        finally:
+            await _stop(again)
+
+    asyncio.run(main())
+
+
+def _state(c: QuorumController) -> tuple:
+    img = c.image
+    return (img.features, {b: (x.epoch, x.fenced) for b, x in img.brokers.items()},
+            {n: (t.topic_id, t.partitions) for n, t in img.topics.items()}, img.configs)
