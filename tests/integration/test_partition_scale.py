@@ -1,8 +1,8 @@
-"""20,000 partitions on one broker: metadata work never stalls other clients, and every
+"""5,000 partitions on one broker: metadata work never stalls other clients, and every
 partition comes back with its data after a clean restart and after kill -9.
 
 "Never stalls" is shown by order, not by clock: requests sent while a CreateTopics (or a
-DeleteTopics) of 20,000 partitions is known to be in progress are answered before it is.
+DeleteTopics) of 5,000 partitions is known to be in progress are answered before it is.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from strom.protocol.records import build_batch, iter_records
 from strom.testing import BrokerProcess, unique_name, wait_for
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 0, 1, 2, 3, 18, 19, 20
-PARTITIONS = 20_000
+PARTITIONS = 5_000  # the rate and stalls at 100,000 are benchmarks/partitions.py's
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -77,7 +77,7 @@ def end_offsets(conn: Connection, topic: str) -> dict[int, int]:
 
 
 def values(conn: Connection, topic: str) -> dict[int, list[bytes]]:
-    """Every partition's records, read with one Fetch of all 20,000."""
+    """Every partition's records, read with one Fetch of all of them."""
     body = conn.call(FETCH, 12, {
         "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 64 << 20, "isolation_level": 0,
         "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": [
@@ -95,7 +95,7 @@ def test_requests_sent_during_wide_metadata_work_are_answered_first_and_data_sur
     probe, wide = unique_name("probe"), unique_name("wide")
     with connect(broker) as conn:
         create(conn, probe, 1)
-        # CreateTopics of 20,000 partitions: other clients are served while it runs.
+        # CreateTopics of every partition: other clients are served while it runs.
         slow = connect(broker)
         correlation = send(slow, CREATE_TOPICS, 5, {"topics": [{"name": wide, "num_partitions": PARTITIONS,
                                                                 "replication_factor": 1, "assignments": [],
@@ -126,7 +126,7 @@ def test_requests_sent_during_wide_metadata_work_are_answered_first_and_data_sur
             assert end_offsets(conn, wide) == dict.fromkeys(range(PARTITIONS), 1)
             assert values(conn, wide) == expected
 
-    # DeleteTopics of the 20,000: others are served meanwhile, and the topic is gone for good.
+    # DeleteTopics of them all: others are served meanwhile, and the topic is gone for good.
     with connect(broker) as conn:
         slow = connect(broker)
         send(slow, DELETE_TOPICS, 4, {"topic_names": [wide], "timeout_ms": 600_000})
