@@ -634,12 +634,15 @@ def metric_value(samples: dict[tuple[str, frozenset], float], name: str, **label
 def close_client(client: Producer | Consumer) -> None:
     """Close a confluent-kafka producer or consumer at once: a producer's unsent records are
     purged first (its close() would otherwise wait up to message.timeout.ms for them, after a
-    failed test say). Closing twice is harmless."""
+    failed test say). Closing twice is harmless, and so is a transactional producer that a
+    fatal error (fenced, an invalid state the test provoked) left unable to abort."""
+    from confluent_kafka import KafkaException
+
     try:
         if hasattr(client, "purge"):
             client.purge()
         client.close()
-    except RuntimeError:  # closed already
+    except (RuntimeError, KafkaException):  # closed already, or a fatal transactional state
         pass
 
 

@@ -22,10 +22,12 @@ recorded case to a fresh broker and prints what its log said.
 
 from __future__ import annotations
 
+import itertools
 import random
 import socket
 import struct
 import sys
+import threading
 import time
 import uuid
 from collections import Counter, deque
@@ -65,15 +67,11 @@ _INT_RANGE = {Int8: (-(1 << 7), (1 << 7) - 1), Int16: (-(1 << 15), (1 << 15) - 1
               Int64: (-(1 << 63), (1 << 63) - 1)}
 _SIGNED_FORMAT = {1: ">b", 2: ">h", 4: ">i", 8: ">q"}
 
-# Requests from a controller are fenced by its epoch. A fuzzed LeaderAndIsr or UpdateMetadata
-# that got through would rewrite what the broker believes about the cluster (followers of
-# made-up brokers, a made-up broker list), which is what an unauthenticated PLAINTEXT listener
-# allows in Kafka too, and not a bug. So these fields keep a stale value that no mutation
-# touches, and the parse and fence paths are fuzzed instead. ControlledShutdown keeps a broker
-# id that is not ours.
-PROTECTED = {4: {"controller_epoch"}, 5: {"controller_epoch"}, 6: {"controller_epoch"},
-             7: {"broker_id"}}
-STALE_CONTROLLER_EPOCH = 0  # the embedded controller's epoch is at least 1
+# Controller requests (LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown) are
+# refused on every socket of an embedded broker, whatever they carry, so they are fuzzed like
+# any other request. A field may still be kept out of the mutations here (none is now).
+PROTECTED: dict[int, set[str]] = {}
+STALE_CONTROLLER_EPOCH = 0
 FOREIGN_BROKER_ID = 1_000_000
 
 TOPICS = ("fuzz-topic", "fuzz-topic", "fuzz-topic", "fuzz-other")
@@ -178,7 +176,7 @@ class _Values:
     def _integer(self, name: str, lo: int, hi: int) -> int:
         r = self.rng
         if name == "controller_epoch":
-            return STALE_CONTROLLER_EPOCH
+            return r.choice((0, 1, 2, 1 << 30))  # stale, current, next, made up: all refused here
         if name == "acks":
             return r.choice((-1, 0, 1))
         if name.endswith("_ms") or "timeout" in name:
@@ -587,7 +585,7 @@ class Mutator:
         return payload, True
 
     def _wrong_key(self, req: Request, payload: bytearray):
-        keys = [k for k in self.supported if k not in PROTECTED and k != 56] + [17, 4242, -1, 32767]
+        keys = list(self.supported) + [17, 4242, -1, 32767]
         payload[0:2] = struct.pack(">h", self.rng.choice(keys))
         return payload, True
 
@@ -734,6 +732,7 @@ class Finding:
 class FuzzReport:
     seed: int
     cases: int = 0
+    frames: int = 0  # requests sent: the cases and the probes after them
     seconds: float = 0.0
     outcomes: Counter = field(default_factory=Counter)
     by_mutation: Counter = field(default_factory=Counter)
@@ -745,8 +744,11 @@ class FuzzReport:
 
     def summary(self) -> str:
         rate = self.cases / self.seconds if self.seconds else 0.0
-        return (f"seed {self.seed}: {self.cases} cases in {self.seconds:.1f} s ({rate:.0f}/s) over "
-                f"{len(self.by_api)} (api, version) pairs; outcomes {dict(self.outcomes)}; "
+        keys = sorted({k for k, _ in self.by_api})
+        return (f"seed {self.seed}: {self.cases} cases ({self.frames} frames) in {self.seconds:.1f} s "
+                f"({rate:.0f}/s) over {len(self.by_api)} (api, version) pairs of {len(keys)} api keys "
+                f"{keys}; bursts {sum(n for (m, _), n in self.by_mutation.items() if m == 'burst')}; "
+                f"outcomes {dict(self.outcomes)}; "
                 f"unmutated requests {dict(self.valid_outcomes)}; "
                 f"{len(self.findings)} suspicious log events")
 
@@ -770,80 +772,132 @@ def prepare_broker(port: int) -> None:
 
 
 class Fuzzer:
-    """Cases for each (api key, version) in turn until the time is up, one connection each.
+    """Cases for each (api key, version) in turn until the time is up, one connection each,
+    from `workers` clients at once (threads with generators of their own, seeded from `seed`).
 
-    `log_lines` is the broker's log as a growing list (BrokerProcess.stderr_lines); `alive`
-    says whether its process still runs."""
+    Now and then a worker sends one valid request from two to four connections at the same
+    moment (a burst): races between clients, such as two DeleteRecords writing the same
+    checkpoint, need two. `log_lines` is the broker's log as a growing list
+    (BrokerProcess.stderr_lines); `alive` says whether its process still runs."""
+
+    BURST_SHARE = 0.08
 
     def __init__(self, port: int, seed: int, targets: Sequence[tuple[int, int]],
                  log_lines: list[str], alive: Callable[[], bool], hold_s: float = 1.5,
-                 prepare: Callable[[int], None] | None = prepare_broker) -> None:
+                 prepare: Callable[[int], None] | None = prepare_broker, workers: int = 1) -> None:
         self.port = port
         self.prepare = prepare
+        self.seed = seed
         self.rng = random.Random(seed)
         self.report = FuzzReport(seed)
         self.targets = list(targets)
-        supported: dict[int, tuple[int, int]] = {}
+        self.supported: dict[int, tuple[int, int]] = {}
         for key, version in self.targets:
-            lo, hi = supported.get(key, (version, version))
-            supported[key] = (min(lo, version), max(hi, version))
+            lo, hi = self.supported.get(key, (version, version))
+            self.supported[key] = (min(lo, version), max(hi, version))
         self.factory = RequestFactory(self.rng)
-        self.mutator = Mutator(self.rng, supported)
+        self.mutator = Mutator(self.rng, self.supported)
         self.log_lines = log_lines
         self.alive = alive
         self.hold_s = hold_s
-        self.recent: deque[Case] = deque(maxlen=8)
+        self.workers = workers
+        self.recent: deque[Case] = deque(maxlen=8 * workers)
         self.seen_lines = len(log_lines)
+        self._lock = threading.Lock()
+        self._numbers = itertools.count()
+        self._stop = threading.Event()
 
     def run(self, seconds: float, max_cases: int | None = None) -> FuzzReport:
         begin = time.monotonic()
         deadline = begin + seconds
-        number = 0
-        rounds = 0
-        while time.monotonic() < deadline and (max_cases is None or number < max_cases):
-            if self.prepare is not None:
-                self.prepare(self.port)
-            order = list(self.targets)
-            self.rng.shuffle(order)
-            for api_key, version in order:
-                req = self.factory.build(api_key, version, answered=rounds == 0)
-                # The first round sends each request as it is: a valid request that the broker
-                # refuses says the fuzzer (or the broker) is wrong, not the client.
-                if rounds == 0:
-                    case = Case(number, api_key, version, "none", frame(req.payload), True)
-                else:
-                    case = self.mutator.mutate(req, number)
-                number += 1
-                if not self._send(case):
-                    self.report.seconds = time.monotonic() - begin
-                    return self.report
-                if time.monotonic() >= deadline:
-                    break
-            rounds += 1
+        if self.workers == 1:
+            self._work(self.rng, self.factory, self.mutator, deadline, max_cases)
+        else:
+            threads = []
+            for i in range(self.workers):
+                rng = random.Random(self.seed * 1000 + i)
+                threads.append(threading.Thread(target=self._work, daemon=True, args=(
+                    rng, RequestFactory(rng), Mutator(rng, self.supported), deadline, max_cases)))
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
         self._scan_log(settle=True)
         self.report.seconds = time.monotonic() - begin
         return self.report
 
-    def _send(self, case: Case) -> bool:
-        self.recent.append(case)
-        try:
-            outcome = send_case(self.port, case, self.hold_s)
-        except (ConnectionRefusedError, OSError) as e:
-            outcome = f"connect-failed:{type(e).__name__}"
-        report = self.report
-        report.cases += 1
-        report.outcomes[outcome] += 1
-        report.by_mutation[(case.mutation.split("+")[0], outcome)] += 1
-        report.by_api[(case.api_key, case.version)] += 1
-        if case.mutation == "none":
-            report.valid_outcomes[outcome] += 1
-            if outcome not in ("answered", "silent"):
-                report.valid_rejected.append(case)
-        self._scan_log()
-        if not self.alive():
-            report.died_after = list(self.recent)
-            return False
+    def _work(self, rng: random.Random, factory: RequestFactory, mutator: Mutator, deadline: float,
+              max_cases: int | None) -> None:
+        rounds = 0
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            if self.prepare is not None:
+                self.prepare(self.port)
+            order = list(self.targets)
+            rng.shuffle(order)
+            for api_key, version in order:
+                number = next(self._numbers)
+                if max_cases is not None and number >= max_cases:
+                    return
+                burst = rounds > 0 and self.workers > 1 and rng.random() < self.BURST_SHARE
+                req = factory.build(api_key, version, answered=rounds == 0 or burst)
+                # The first round sends each request as it is: a valid request that the broker
+                # refuses says the fuzzer (or the broker) is wrong, not the client.
+                if rounds == 0:
+                    cases = [Case(number, api_key, version, "none", frame(req.payload), True)]
+                elif burst:
+                    cases = [Case(number, api_key, version, "burst", frame(req.payload), True)
+                             for _ in range(rng.randint(2, 4))]
+                else:
+                    cases = [mutator.mutate(req, number)]
+                if not self._send(cases) or self._stop.is_set() or time.monotonic() >= deadline:
+                    return
+            rounds += 1
+
+    def _send(self, cases: list[Case]) -> bool:
+        """Send `cases` at once (a burst is several), each on its own connection."""
+        with self._lock:
+            self.recent.extend(cases)
+        if len(cases) == 1:
+            outcomes = [self._outcome(cases[0])]
+        else:
+            outcomes: list[str] = [""] * len(cases)
+            gate = threading.Barrier(len(cases))
+
+            def one(i: int) -> None:
+                gate.wait()
+                outcomes[i] = self._outcome(cases[i])
+
+            senders = [threading.Thread(target=one, args=(i,)) for i in range(len(cases))]
+            for t in senders:
+                t.start()
+            for t in senders:
+                t.join()
+        with self._lock:
+            report = self.report
+            for case, outcome in zip(cases, outcomes, strict=True):
+                report.cases += 1
+                report.frames += 2 if case.framed else 1  # the case, and the probe after it
+                report.outcomes[outcome] += 1
+                report.by_mutation[(case.mutation.split("+")[0], outcome)] += 1
+                report.by_api[(case.api_key, case.version)] += 1
+                if case.mutation in ("none", "burst"):
+                    report.valid_outcomes[outcome] += 1
+                    # A burst's copies may wait on each other (a group's joins): only a closed
+                    # connection refuses them.
+                    if outcome not in ("answered", "silent") and (case.mutation == "none" or outcome != "held"):
+                        report.valid_rejected.append(case)
+            self._scan_log()
+            if not self.alive():
+                report.died_after = list(self.recent)
+                self._stop.set()
+                return False
         return True
+
+    def _outcome(self, case: Case) -> str:
+        try:
+            return send_case(self.port, case, self.hold_s)
+        except (ConnectionRefusedError, OSError) as e:
+            return f"connect-failed:{type(e).__name__}"
 
     def _scan_log(self, settle: bool = False) -> None:
         if settle:

@@ -6,8 +6,10 @@ request it cannot parse); it may not die, log an exception no code path meant to
 a line a client can make arbitrarily long, or grow without bound. A normal client must still
 work afterwards.
 
-STROM_FUZZ_SECONDS (default 75) bounds the run; STROM_FUZZ_SEED picks the cases (default
-fixed, so that every run of the suite sends the same ones; set another to explore, e.g.
+STROM_FUZZ_SECONDS (default 75) bounds the run; STROM_FUZZ_WORKERS (default 3) clients fuzz
+at once, and now and then send one valid request from several connections at the same moment
+(races between clients need two); STROM_FUZZ_SEED picks the cases (default fixed, so that
+every run sends the same ones, though not in the same interleaving; set another to explore, e.g.
 `STROM_FUZZ_SECONDS=900 STROM_FUZZ_SEED=$RANDOM .venv/bin/pytest -s tests/server/test_fuzz.py`).
 A failure lists the cases sent just before the bad log line, as hex that
 `python tests/server/fuzz_support.py replay HEX` sends to a fresh broker.
@@ -28,6 +30,7 @@ from strom.protocol.frames import FrameDecoder, frame
 from strom.testing import BrokerProcess, RawClient, memory_mb, unique_name
 
 SECONDS = float(os.environ.get("STROM_FUZZ_SECONDS", "75"))
+WORKERS = int(os.environ.get("STROM_FUZZ_WORKERS", "3"))  # clients at once
 SEED = int(os.environ.get("STROM_FUZZ_SEED", "20261124"))
 # An idle broker holds ~50 MB; the fuzzer's requests are small, so anything near this bound
 # means some request made the broker allocate far more than it sent.
@@ -69,10 +72,10 @@ def test_fuzzed_requests_do_not_hurt_the_broker():
     with BrokerProcess(overrides=OVERRIDES) as broker:
         prepare_broker(broker.port)
         targets = advertised_targets(broker.port)
-        print(f"fuzzing {len(targets)} (api key, version) pairs for {SECONDS:.0f} s, "
-              f"seed {SEED} (STROM_FUZZ_SEED)")
+        print(f"fuzzing {len(targets)} (api key, version) pairs for {SECONDS:.0f} s from {WORKERS} "
+              f"clients at once, seed {SEED} (STROM_FUZZ_SEED)")
         fuzzer = Fuzzer(broker.port, SEED, targets, broker.stderr_lines,
-                        alive=lambda: broker.proc.poll() is None)
+                        alive=lambda: broker.proc.poll() is None, workers=WORKERS)
         report = fuzzer.run(SECONDS)
         print(report.summary())
 
@@ -89,6 +92,8 @@ def test_fuzzed_requests_do_not_hurt_the_broker():
         thin = {t: report.by_api[t] for t in targets if report.by_api[t] < MIN_CASES_PER_VERSION}
         assert not thin, f"too few cases for {thin}"
         assert report.outcomes["closed"] > 0 and report.outcomes["answered"] > 0
+        if WORKERS > 1:
+            assert report.valid_outcomes["answered"] and any(m == "burst" for m, _ in report.by_mutation)
 
         assert _produce_and_consume(broker) == [b"still-serving"]
         peak = memory_mb(broker.proc.pid, "VmHWM")

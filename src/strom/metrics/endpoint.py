@@ -183,8 +183,9 @@ def _group_families(broker: Any) -> Iterator[Any]:
 
 def _network_families(socket_server: Any) -> Iterator[Any]:
     open_ = GaugeMetricFamily("strom_connections", "Open client connections", labels=["listener"])
-    for listener, count in sorted(Counter(c.listener for c in socket_server.connections).items()):
-        open_.add_metric([listener], count)
+    counts = Counter(c.listener for c in socket_server.connections)
+    for listener in sorted(set(socket_server.bound) | set(counts)):  # 0 where none is open
+        open_.add_metric([listener], counts[listener])
     yield open_
     for name, counts, doc in (("created", socket_server.connections_created, "Connections accepted"),
                               ("closed", socket_server.connections_closed, "Connections closed")):

@@ -103,6 +103,9 @@ class ControllerServer:
         self.directory_id = parse_kafka_uuid(meta.directory_id) if meta.directory_id else uuid.uuid4()
         self.config_repository = _NoClientConfigs()  # for the socket server
         self.delegation_tokens = _NoTokens()
+        # Controllers talk Raft on the controller listener; no broker user to exempt from the
+        # socket server's SASL guess limit.
+        self.inter_broker_security = None
         self.thread: LoopThread | None = None
         self.driver: RaftDriver | None = None
         self.controller: QuorumController | None = None
