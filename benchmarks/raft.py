@@ -191,7 +191,8 @@ def processes(quick: bool) -> None:
     from strom.client import Connection
     from strom.testing import KRaftQuorum, unique_name, wait_for
 
-    with KRaftQuorum(3, overrides={"broker.session.timeout.ms": "600000"}) as q:
+    # The records/s scenario makes tens of thousands of partitions: no per-broker bound in the way.
+    with KRaftQuorum(3, overrides={"broker.session.timeout.ms": "600000", "max.broker.partitions": "10000000"}) as q:
         q.leader()
         register_brokers(q, [1001, 1002, 1003])
         failover = []
