@@ -178,6 +178,12 @@ def test_run_a_cluster(tmp_path):
                                          "include_topic_authorized_operations": False})
                 return len(body.brokers) == 4
             wait_for(four_brokers, 60, what="the fourth broker in the cluster's metadata")
+            # CreateTopics goes to the controller, as a Kafka client sends it (another broker
+            # answers NOT_CONTROLLER); which broker won the election is the cluster's choice.
+            meta = conn.call(3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                     "include_topic_authorized_operations": False})
+            controller_port = next(b.port for b in meta.brokers if b.node_id == meta.controller_id)
+        with Connection("127.0.0.1", controller_port) as conn:
             created = conn.call(19, 5, {"topics": [{
                 "name": topic, "num_partitions": -1, "replication_factor": -1,
                 "assignments": [{"partition_index": 0, "broker_ids": [4, 1, 2]}], "configs": []}],
