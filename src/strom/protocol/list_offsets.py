@@ -11,7 +11,7 @@ import struct
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
-from strom.protocol.metadata import Buffer
+from strom.protocol.metadata import Buffer, run_to_end
 from strom.protocol.produce import MalformedRequest
 from strom.protocol.varint import VarintError, read_uvarint, skip_tagged_fields, write_uvarint
 
@@ -62,13 +62,7 @@ def parse_list_offsets_request(buf: Buffer, start: int, version: int) -> ListOff
         if count < 0:
             raise MalformedRequest("non-nullable field topics was null")
         topics_at = pos
-        checked = _walk(buf, pos, count, version, decode=False)
-        while True:
-            try:
-                next(checked)
-            except StopIteration as done:
-                pos = done.value
-                break
+        pos = run_to_end(_walk(buf, pos, count, version, decode=False))
         timeout_ms = 0
         if version >= 10:
             timeout_ms, pos = _I32.unpack_from(buf, pos)[0], pos + 4

@@ -63,13 +63,7 @@ def parse_metadata_request(buf: Buffer, start: int, version: int) -> MetadataReq
             raise MalformedRequest("non-nullable field topics was null")
         topics_at = pos
         if count > 0:
-            checked = _topics(buf, pos, count, version, decode=False)
-            while True:
-                try:
-                    next(checked)
-                except StopIteration as done:
-                    pos = done.value
-                    break
+            pos = run_to_end(_topics(buf, pos, count, version, decode=False))
         allow, include_cluster, include_topic = True, False, False
         if version >= 4:
             allow, pos = _read_bool(buf, pos)
@@ -84,6 +78,16 @@ def parse_metadata_request(buf: Buffer, start: int, version: int) -> MetadataReq
     if count == 0 and version == 0:
         count = -1  # v0 asks for every topic with an empty array
     return MetadataRequest(version, count, allow, include_cluster, include_topic, buf, topics_at)
+
+
+def run_to_end(walk: Generator[object, None, int]) -> int:
+    """Run a request walker that yields its entries and returns where it stopped, for the
+    checks it makes along the way; the end position."""
+    while True:
+        try:
+            next(walk)
+        except StopIteration as done:
+            return done.value
 
 
 def _read_length(buf: Buffer, pos: int, flexible: bool) -> tuple[int, int]:
@@ -169,13 +173,7 @@ def parse_describe_topic_partitions_request(buf: Buffer, start: int, version: in
         if count < 0:
             raise MalformedRequest("non-nullable field topics was null")
         topics_at = pos
-        checked = _topics(buf, pos, count, FLEXIBLE_FROM, decode=False)
-        while True:
-            try:
-                next(checked)
-            except StopIteration as done:
-                pos = done.value
-                break
+        pos = run_to_end(_topics(buf, pos, count, FLEXIBLE_FROM, decode=False))
         (limit,), pos = _I32.unpack_from(buf, pos), pos + 4
         cursor = None
         if buf[pos] == 0xFF:
