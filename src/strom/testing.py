@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from strom.client import Connection
 from strom.zookeeper_server import ZooKeeperServer
@@ -66,7 +66,22 @@ def report_broker_logs(item, call):
                     report.sections.append((f"node {node_id} log ({name})", "\n".join(node.stderr_lines[-40:])))
 
 
-class BrokerProcess:
+class _StartedInWith:
+    """`with X() as x`: start() on entry (and close() if that fails: half a cluster is not left
+    running), close() on exit."""
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BrokerProcess(_StartedInWith):
     def __init__(self, data_dir: Path | None = None, overrides: dict[str, str] | None = None,
                  env: dict[str, str] | None = None) -> None:
         self._tmp = None
@@ -174,12 +189,6 @@ class BrokerProcess:
         if self._tmp is not None:
             self._tmp.cleanup()
 
-    def __enter__(self) -> BrokerProcess:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
 
 class RawClient(Connection):
     """A blocking client that speaks the protocol through `strom.protocol`, for tests and tools
@@ -189,7 +198,7 @@ class RawClient(Connection):
         super().__init__("127.0.0.1", broker.port)
 
 
-class Cluster:
+class Cluster(_StartedInWith):
     """Brokers 1..N on one ZooKeeper, each a BrokerProcess, under a chroot of their own so many
     clusters can share one ZooKeeper (a ZooKeeperServer per test module, say)."""
 
@@ -304,16 +313,6 @@ class Cluster:
         if self._owns_zookeeper:
             self.zookeeper.close()
 
-    def __enter__(self) -> Cluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def free_ports(count: int) -> list[int]:
     """`count` distinct ports free on 127.0.0.1 now (for listeners that must be known before
@@ -332,7 +331,7 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-class KRaftQuorum:
+class KRaftQuorum(_StartedInWith):
     """KRaft controllers 1..N (process.roles=controller), each a BrokerProcess on a fixed free port
     with a temp dir, formatted as `strom storage format` formats them and started at once.
 
@@ -486,16 +485,6 @@ class KRaftQuorum:
                     pass
             node.close()
         self._tmp.cleanup()
-
-    def __enter__(self) -> KRaftQuorum:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # --- what tests share on the client side ------------------------------------------------------

@@ -266,8 +266,14 @@ class Log:
         """
         dir = Path(dir)
         parse_log_dir_name(dir.name)
-        new_dir = not dir.exists()
-        dir.mkdir(parents=True, exist_ok=True)
+        try:
+            dir.mkdir()  # one system call for a new log, not a stat first
+            new_dir = True
+        except FileExistsError:
+            new_dir = False
+        except FileNotFoundError:
+            dir.mkdir(parents=True, exist_ok=True)
+            new_dir = True
         now = now_ms()
         segments = _open_segments(dir, config, recovery_point, clean_shutdown, log_start_offset, now,
                                   new=new_dir)

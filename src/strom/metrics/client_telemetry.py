@@ -52,6 +52,7 @@ from strom.controller import znodes
 from strom.controller.admin import read_configs
 from strom.protocol import compression
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.varint import VarintError, read_uvarint
 
 log = logging.getLogger(__name__)
 
@@ -512,16 +513,11 @@ _INT64 = struct.Struct("<q")
 
 
 def _varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise InvalidPayload("bad varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
+    """A protobuf varint (up to 64 bits) that ends before `end`."""
+    try:
+        return read_uvarint(buf[:end], pos, max_bits=70)
+    except VarintError as e:
+        raise InvalidPayload("bad varint") from e
 
 
 def _fields(buf: memoryview, pos: int, end: int):
