@@ -53,7 +53,12 @@ pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(report_broker_logs
 
 @pytest.fixture(scope="session")
 def broker():
-    with BrokerProcess(overrides={"auto.create.topics.enable": "true", "num.partitions": "2"}) as proc:
+    """One broker for a worker's whole run. Tests write records stamped years ago (fixed
+    CreateTimes make their assertions exact), which a week's retention deletes as Kafka would:
+    its retention check runs once a day here, not every 5 minutes in the middle of a test
+    (CI once lost test_many_segments' records that way). Retention has brokers of its own."""
+    with BrokerProcess(overrides={"auto.create.topics.enable": "true", "num.partitions": "2",
+                                  "log.retention.check.interval.ms": str(24 * HOUR_MS)}) as proc:
         yield proc
 
 

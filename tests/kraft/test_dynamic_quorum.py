@@ -10,11 +10,12 @@ import threading
 import time
 
 import pytest
-from kraft_support import create_topics, register_brokers, wait_caught_up
+from kraft_support import create_topics, metadata_dir, register_brokers, replay, wait_caught_up
 
 from strom.metadata.storage import kafka_uuid
 from strom.testing import KRaftQuorum, unique_name, wait_for
 
+TOPIC_ALREADY_EXISTS = 36
 OVERRIDES = {"controller.quorum.election.timeout.ms": "500", "controller.quorum.fetch.timeout.ms": "1000",
              "controller.quorum.request.timeout.ms": "1000", "broker.session.timeout.ms": "600000"}
 
@@ -66,7 +67,10 @@ def test_the_leader_is_replaced_while_metadata_keeps_changing(quorum):
             name = unique_name("during-change")
             try:  # each change must get through within create_topics' own retries
                 result = create_topics(quorum, [(name, 1, 3, {})])[0]
-                if result.error_code:
+                # TOPIC_ALREADY_EXISTS for a name no one else uses: an attempt whose answer was
+                # NOT_CONTROLLER (its leader stepped down) committed all the same, as in Kafka;
+                # the retry shows it. Checked below like every other write.
+                if result.error_code not in (0, TOPIC_ALREADY_EXISTS):
                     failures.append(f"{name}: {result.error_code}")
                 else:
                     written.append(name)
@@ -97,3 +101,4 @@ def test_the_leader_is_replaced_while_metadata_keeps_changing(quorum):
     assert not failures, failures
     hw = wait_caught_up(quorum, {1, 2, 3, 4} - {old})
     assert hw > 0 and written
+    assert set(written) <= set(replay(metadata_dir(quorum, new), hw).topics)  # each one committed
