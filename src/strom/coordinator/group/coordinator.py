@@ -141,6 +141,7 @@ class GroupCoordinator:
         self.pending_txn_offsets: PendingTxnOffsets = {}
         self.active = False
         self.consumer_groups: Any = None  # the KIP-848 side, attached by `consumer_group.py`
+        self.share_groups: Any = None  # KIP-932 share groups, attached by `share_group.py`
 
     # --- lifecycle ------------------------------------------------------------------------------
     def startup(self, loaded: LoadedState | None = None) -> None:
