@@ -1,0 +1,276 @@
+"""KIP-932 share groups with confluent-kafka's ShareConsumer (librdkafka 2.16) against one
+real broker: records of one partition split between members, implicit and explicit
+acknowledgement, RELEASE / REJECT, acquisition lock expiry, the delivery count limit,
+read_committed, the admin side (ShareGroupDescribe, ListGroups, DeleteGroups, group configs)
+and, last, kill -9 of the broker with acknowledged and unacknowledged records in flight.
+
+One broker for the module; each test has its own topic and group. Share groups start at the
+log end by default, so each test sets share.auto.offset.reset=earliest on its group first.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+
+from strom.client import Connection
+from strom.testing import BrokerProcess, create_topic, report_broker_logs, unique_name, wait_for
+
+pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(report_broker_logs)
+
+GROUP_RESOURCE, INCREMENTAL_ALTER_CONFIGS, SHARE_GROUP_DESCRIBE, LIST_GROUPS, DELETE_GROUPS = 32, 44, 77, 16, 42
+SET = 0
+
+
+@pytest.fixture(scope="module")
+def share_broker():
+    with BrokerProcess(overrides={"group.share.min.record.lock.duration.ms": "1000",
+                                  "share.coordinator.state.topic.num.partitions": "3",
+                                  "offsets.topic.num.partitions": "3"}) as proc:
+        yield proc
+
+
+def call(broker: BrokerProcess, api_key: int, version: int, fields: dict):
+    host, port = broker.bootstrap.split(":")
+    with Connection(host, int(port)) as conn:
+        return conn.call(api_key, version, fields)
+
+
+def set_group_configs(broker: BrokerProcess, group: str, **configs: str) -> None:
+    response = call(broker, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+        "resource_type": GROUP_RESOURCE, "resource_name": group,
+        "configs": [{"name": k.replace("_", "."), "config_operation": SET, "value": v}
+                    for k, v in configs.items()]}], "validate_only": False})
+    assert [r.error_code for r in response.responses] == [0], response
+
+
+def new_group(broker: BrokerProcess, **configs: str) -> str:
+    group = unique_name("share")
+    set_group_configs(broker, group, share_auto_offset_reset="earliest", **configs)
+    return group
+
+
+def produce(broker: BrokerProcess, topic: str, values: list[bytes], one_batch_each: bool = True) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for v in values:
+        producer.produce(topic, value=v, partition=0)
+        if one_batch_each:  # a batch per record: a share fetch acquires whole batches
+            producer.flush()
+    assert producer.flush(10) == 0
+
+
+def consumer(broker: BrokerProcess, group: str, topic: str, **conf) -> ShareConsumer:
+    c = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                       **{k.replace("_", "."): v for k, v in conf.items()}})
+    c.subscribe([topic])
+    return c
+
+
+def poll_until(consumers: list[ShareConsumer], done: Callable[[], bool], on_message, timeout: float = 30.0,
+               what: str = "records") -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        for i, c in enumerate(consumers):
+            for m in c.poll(0.2):
+                assert m.error() is None, m.error()
+                on_message(i, m)
+
+
+def test_share_consumers_split_one_partition(share_broker):
+    topic = unique_name("share-split")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    values = [b"r%03d" % i for i in range(120)]
+    produce(share_broker, topic, values)
+    consumers = [consumer(share_broker, group, topic, max_poll_records=7) for _ in range(3)]
+    seen: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
+    try:
+        poll_until(consumers, lambda: sum(map(len, seen.values())) >= len(values),
+                   lambda i, m: seen[i].append(m.value()))
+        everything = [v for vs in seen.values() for v in vs]
+        assert sorted(everything) == values  # every record once: none twice, none missing
+        assert all(seen[i] for i in seen), {i: len(v) for i, v in seen.items()}  # all took part
+    finally:
+        for c in consumers:
+            c.close()
+
+
+def test_implicit_acknowledgement_is_not_redelivered(share_broker):
+    topic = unique_name("share-implicit")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"a%d" % i for i in range(5)], one_batch_each=False)
+    first = consumer(share_broker, group, topic)
+    got: list[tuple[int, int]] = []
+    poll_until([first], lambda: len(got) >= 5, lambda _, m: got.append((m.offset(), m.delivery_count())))
+    assert got == [(o, 1) for o in range(5)]
+    first.poll(0.5)  # the next poll accepts what the previous one returned
+    first.close()
+    produce(share_broker, topic, [b"sentinel"])
+    second = consumer(share_broker, group, topic)
+    later: list[int] = []
+    try:
+        poll_until([second], lambda: 5 in later, lambda _, m: later.append(m.offset()))
+        assert later == [5]
+    finally:
+        second.close()
+
+
+def test_explicit_release_reject_and_delivery_limit(share_broker):
+    topic = unique_name("share-explicit")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"e%d" % i for i in range(5)], one_batch_each=False)
+    c = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
+    deliveries: dict[int, list[int]] = {o: [] for o in range(7)}
+    plan = {0: AcknowledgeType.ACCEPT, 1: AcknowledgeType.RELEASE, 2: AcknowledgeType.REJECT,
+            3: AcknowledgeType.RELEASE, 4: AcknowledgeType.ACCEPT, 5: AcknowledgeType.ACCEPT,
+            6: AcknowledgeType.ACCEPT}
+    try:
+        def on_message(_, m) -> None:
+            deliveries[m.offset()].append(m.delivery_count())
+            c.acknowledge(m, plan[m.offset()])
+
+        # Released records come back with a growing delivery count until the limit (5).
+        poll_until([c], lambda: len(deliveries[1]) >= 5 and len(deliveries[3]) >= 5, on_message,
+                   what="five deliveries of the released records")
+        c.commit_sync()
+        produce(share_broker, topic, [b"sentinel"])  # offset 5: after it, nothing else may come
+        poll_until([c], lambda: bool(deliveries[5]), on_message, what="the sentinel")
+        c.commit_sync()
+        assert deliveries[1] == deliveries[3] == [1, 2, 3, 4, 5]  # archived after the fifth
+        assert deliveries[0] == deliveries[2] == deliveries[4] == [1]  # accepted, rejected: once
+    finally:
+        c.close()
+
+
+def test_lock_expiry_redelivers_to_another_member(share_broker):
+    topic = unique_name("share-lock")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker, share_record_lock_duration_ms="1000")
+    produce(share_broker, topic, [b"l%d" % i for i in range(4)], one_batch_each=False)
+    stalled = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
+    held: list[int] = []
+    poll_until([stalled], lambda: len(held) >= 4, lambda _, m: held.append(m.offset()))
+    started = time.monotonic()
+    other = consumer(share_broker, group, topic)
+    got: list[tuple[int, int]] = []
+    try:  # `stalled` never acknowledges nor polls again: its locks run out
+        poll_until([other], lambda: len(got) >= 4, lambda _, m: got.append((m.offset(), m.delivery_count())))
+        assert time.monotonic() - started >= 0.9
+        assert sorted(got) == [(o, 2) for o in range(4)]
+    finally:
+        other.close()
+        stalled.close()
+
+
+def test_read_committed_share_group_skips_aborted_records(share_broker):
+    topic = unique_name("share-txn")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker, share_isolation_level="read_committed")
+    producer = Producer({"bootstrap.servers": share_broker.bootstrap, "transactional.id": unique_name("tx")})
+    producer.init_transactions()
+    for outcome, values in (("commit", [b"c1", b"c2"]), ("abort", [b"x1", b"x2"]), ("commit", [b"c3"])):
+        producer.begin_transaction()
+        for v in values:
+            producer.produce(topic, value=v, partition=0)
+        producer.flush()
+        (producer.commit_transaction if outcome == "commit" else producer.abort_transaction)()
+    c = consumer(share_broker, group, topic)
+    got: list[bytes] = []
+    try:
+        poll_until([c], lambda: b"c3" in got, lambda _, m: got.append(m.value()))
+        assert got == [b"c1", b"c2", b"c3"]
+    finally:
+        c.close()
+
+
+def test_describe_list_and_delete_share_group(share_broker):
+    topic = unique_name("share-admin")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"d"])
+    c = consumer(share_broker, group, topic)
+    got: list[int] = []
+    poll_until([c], lambda: bool(got), lambda _, m: got.append(m.offset()))
+    described = call(share_broker, SHARE_GROUP_DESCRIBE, 1, {"group_ids": [group, "no-such-group"],
+                                                             "include_authorized_operations": False})
+    mine, missing = described.groups
+    assert (mine.error_code, mine.group_state, len(mine.members)) == (0, "Stable", 1)
+    assignment = mine.members[0].assignment.topic_partitions
+    assert [(t.topic_name, list(t.partitions)) for t in assignment] == [(topic, [0])]
+    assert missing.error_code == 69  # GROUP_ID_NOT_FOUND
+    listed = call(share_broker, LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["share"]})
+    assert (group, "share", "Stable") in {(g.group_id, g.group_type, g.group_state) for g in listed.groups}
+    consumers_only = call(share_broker, LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["consumer"]})
+    assert group not in {g.group_id for g in consumers_only.groups}
+    busy = call(share_broker, DELETE_GROUPS, 2, {"groups_names": [group]})
+    assert busy.results[0].error_code == 68  # NON_EMPTY_GROUP
+    c.close()  # leaves the group
+    deleted = call(share_broker, DELETE_GROUPS, 2, {"groups_names": [group]})
+    assert deleted.results[0].error_code == 0
+    listed = call(share_broker, LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["share"]})
+    assert group not in {g.group_id for g in listed.groups}
+
+
+def test_share_fetch_session_errors(share_broker):
+    """Kafka's answers to a member that gets its share session wrong (the client never does)."""
+    topic = unique_name("share-session")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group, member = unique_name("share"), str(uuid.uuid4())
+    base = {"group_id": group, "member_id": member, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+            "max_records": 10, "batch_size": 10, "topics": [], "forgotten_topics_data": []}
+    assert call(share_broker, 78, 1, {**base, "share_session_epoch": 3}).error_code == 122  # not found
+    assert call(share_broker, 78, 1, {**base, "share_session_epoch": 0}).error_code == 0
+    assert call(share_broker, 78, 1, {**base, "share_session_epoch": 5}).error_code == 123  # bad epoch
+    assert call(share_broker, 78, 1, {**base, "share_session_epoch": 1}).error_code == 0
+    ack = {"group_id": group, "member_id": member, "topics": []}
+    assert call(share_broker, 79, 1, {**ack, "share_session_epoch": 0}).error_code == 123
+    assert call(share_broker, 79, 1, {**ack, "share_session_epoch": 2}).error_code == 0
+    assert call(share_broker, 79, 1, {**ack, "share_session_epoch": -1}).error_code == 0  # closed
+    assert call(share_broker, 79, 1, {**ack, "share_session_epoch": 3}).error_code == 122
+
+
+def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_broker):
+    """Last in the module: it kills the broker. Accepted and rejected records are never
+    delivered again; acquired but unacknowledged ones are, with their delivery count."""
+    topic = unique_name("share-crash")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"k%d" % i for i in range(20)], one_batch_each=False)
+    c = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
+    got: list[int] = []
+    messages = []
+    poll_until([c], lambda: len(got) >= 20, lambda _, m: (got.append(m.offset()), messages.append(m)))
+    for m in messages:
+        if m.offset() < 10:
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        elif m.offset() < 12:
+            c.acknowledge(m, AcknowledgeType.REJECT)
+    c.commit_sync()  # 0-11 done; 12-19 still acquired when the broker dies
+    share_broker.kill()
+    share_broker.restart()
+    wait_for(lambda: _serves(share_broker), timeout=30, what="the restarted broker")
+    produce(share_broker, topic, [b"sentinel"])  # offset 20
+    after = consumer(share_broker, group, topic)
+    again: list[tuple[int, int]] = []
+    try:
+        poll_until([after], lambda: 20 in [o for o, _ in again],
+                   lambda _, m: again.append((m.offset(), m.delivery_count())), timeout=60)
+        assert sorted(again) == [(o, 2) for o in range(12, 20)] + [(20, 1)]
+    finally:
+        after.close()
+        c.close()
+
+
+def _serves(broker: BrokerProcess) -> bool:
+    try:
+        call(broker, 18, 0, {})
+        return True
+    except OSError:
+        return False
