@@ -23,6 +23,7 @@ from strom.testing import BrokerProcess, create_topic, report_broker_logs, uniqu
 pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(report_broker_logs)
 
 GROUP_RESOURCE, INCREMENTAL_ALTER_CONFIGS, SHARE_GROUP_DESCRIBE, LIST_GROUPS, DELETE_GROUPS = 32, 44, 77, 16, 42
+DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS = 90, 91, 92
 SET = 0
 
 
@@ -234,6 +235,45 @@ def test_share_fetch_session_errors(share_broker):
     assert call(share_broker, 79, 1, {**ack, "share_session_epoch": 2}).error_code == 0
     assert call(share_broker, 79, 1, {**ack, "share_session_epoch": -1}).error_code == 0  # closed
     assert call(share_broker, 79, 1, {**ack, "share_session_epoch": 3}).error_code == 122
+
+
+def test_share_group_offsets_describe_alter_delete(share_broker):
+    topic = unique_name("share-offsets")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"o%d" % i for i in range(6)], one_batch_each=False)
+    c = consumer(share_broker, group, topic)
+    got: list[int] = []
+    poll_until([c], lambda: len(got) >= 6, lambda _, m: got.append(m.offset()))
+    c.poll(0.5)  # accepts 0-5: the start offset moves to 6
+    describe = {"groups": [{"group_id": group, "topics": None}]}
+
+    def start_offsets() -> dict[int, int]:
+        (g,) = call(share_broker, DESCRIBE_SHARE_GROUP_OFFSETS, 0, describe).groups
+        assert g.error_code == 0, g
+        return {p.partition_index: p.start_offset for t in g.topics if t.topic_name == topic for p in t.partitions}
+
+    wait_for(lambda: start_offsets() == {0: 6}, timeout=10, what="start offset 6")
+    alter = {"group_id": group, "topics": [{"topic_name": topic, "partitions": [{"partition_index": 0,
+                                                                                 "start_offset": 2}]}]}
+    busy = call(share_broker, ALTER_SHARE_GROUP_OFFSETS, 0, alter)
+    assert busy.responses[0].partitions[0].error_code == 68  # NON_EMPTY_GROUP: a member is in
+    c.close()
+    done = call(share_broker, ALTER_SHARE_GROUP_OFFSETS, 0, alter)
+    assert done.responses[0].partitions[0].error_code == 0
+    assert start_offsets() == {0: 2}
+    again = consumer(share_broker, group, topic)
+    redelivered: list[int] = []
+    try:  # the group reads from 2 again
+        poll_until([again], lambda: len(redelivered) >= 4, lambda _, m: redelivered.append(m.offset()))
+        assert redelivered == [2, 3, 4, 5]
+    finally:
+        again.close()
+    deleted = call(share_broker, DELETE_SHARE_GROUP_OFFSETS, 0, {"group_id": group, "topics": [{"topic_name": topic}]})
+    assert deleted.error_code == 0 and [p.error_code for p in deleted.responses[0].partitions] == [0]
+    (g,) = call(share_broker, DESCRIBE_SHARE_GROUP_OFFSETS, 0,
+                {"groups": [{"group_id": group, "topics": [{"topic_name": topic, "partitions": [0]}]}]}).groups
+    assert [p.start_offset for p in g.topics[0].partitions] == [-1]  # no state left
 
 
 def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_broker):

@@ -268,15 +268,7 @@ class SharePartitionManager:
         for key, _ in entries:
             if errors[key] == ErrorCode.NONE:
                 self.partitions[key].dirty = False
-        n = self.store.num_partitions()
-        for index in written:
-            key = next(k for k, _ in entries if partition_for(k.coordinator_key, n) == index)
-            error = await self.broker.coordinators.await_internal_replication(SHARE_GROUP_STATE_TOPIC,
-                                                                              key.coordinator_key)
-            if error != ErrorCode.NONE:
-                for k, _ in entries:
-                    if partition_for(k.coordinator_key, n) == index:
-                        errors[k] = error
+        await self._await_written(written, [k for k, _ in entries], errors)
         return errors
 
     # --- admin ----------------------------------------------------------------------------------
@@ -291,16 +283,59 @@ class SharePartitionManager:
                 out[(k.topic_id, k.partition)] = sp.start_offset
         return out
 
-    async def delete_group_state(self, group_id: str) -> ErrorCode:
-        keys = set(self.store.keys_of(group_id)) | {k for k in self.partitions if k.group_id == group_id}
+    async def set_start_offsets(self, starts: dict[SharePartitionKey, int]) -> dict[SharePartitionKey, ErrorCode]:
+        """AlterShareGroupOffsets (the group has no members): each share partition starts over
+        at its offset, a new state epoch, nothing in flight."""
+        entries = []
+        for key, offset in starts.items():
+            error = await self._await_state_partition(key)
+            if error != ErrorCode.NONE:
+                continue
+            sp = self.partitions.get(key)
+            if sp is None:
+                old = self.store.get(key)
+                state = ShareState(offset, [], 0 if old is None else old.state_epoch + 1)
+            else:
+                sp.reset(offset)
+                state = sp.state()
+            entries.append((key, state))
+        errors = {key: ErrorCode.COORDINATOR_NOT_AVAILABLE for key in starts}
+        if entries:
+            written, indexes = self.store.write(entries)
+            errors |= written
+            for key, _ in entries:
+                if key in self.partitions and written[key] == ErrorCode.NONE:
+                    self.partitions[key].dirty = False
+            await self._await_written(indexes, [k for k, _ in entries], errors)
+        return errors
+
+    async def delete_partitions(self, keys: list[SharePartitionKey]) -> dict[SharePartitionKey, ErrorCode]:
+        """DeleteShareGroupOffsets: forget these share partitions (tombstones)."""
         for key in keys:
             self.partitions.pop(key, None)
             timer = self._timers.pop(key, None)
             if timer is not None:
                 timer.cancel()
         if not keys:
-            return ErrorCode.NONE
-        errors, _ = self.store.write([(k, None) for k in keys])
+            return {}
+        errors, indexes = self.store.write([(k, None) for k in keys])
+        await self._await_written(indexes, keys, errors)
+        return errors
+
+    async def _await_written(self, indexes: set[int], keys: list[SharePartitionKey],
+                             errors: dict[SharePartitionKey, ErrorCode]) -> None:
+        n = self.store.num_partitions()
+        for index in indexes:
+            owned = [k for k in keys if partition_for(k.coordinator_key, n) == index]
+            error = await self.broker.coordinators.await_internal_replication(SHARE_GROUP_STATE_TOPIC,
+                                                                              owned[0].coordinator_key)
+            if error != ErrorCode.NONE:
+                for k in owned:
+                    errors[k] = error
+
+    async def delete_group_state(self, group_id: str) -> ErrorCode:
+        keys = set(self.store.keys_of(group_id)) | {k for k in self.partitions if k.group_id == group_id}
+        errors = await self.delete_partitions(list(keys))
         return next((e for e in errors.values() if e != ErrorCode.NONE), ErrorCode.NONE)
 
     # --- leadership -----------------------------------------------------------------------------
