@@ -5,8 +5,9 @@ written here by hand. Strom differs only where it says why below: it is a ZooKee
 cluster (its inter-broker APIs are Kafka 3.x's, and KRaft's quorum APIs do not exist), and
 where Kafka 4.1 advertises a wider range it has that one: JoinGroup v0-v1 (dropped by 4.0,
 served again by 4.1), AlterPartitionReassignments v1 (4.1's
-allow_replication_factor_change) and KIP-932's share group APIs (v1, their first stable
-version in 4.1, and the share group offsets APIs at v0) (4.0's v0 was early access, not advertised by default)."""
+allow_replication_factor_change) and KIP-932's share group APIs: ShareGroupHeartbeat,
+ShareGroupDescribe, ShareFetch and ShareAcknowledge at v1, their first stable version in 4.1
+(4.0's v0 was early access, not advertised by default), and the share group offsets APIs at v0."""
 
 from __future__ import annotations
 
