@@ -10,6 +10,8 @@ log end by default, so each test sets share.auto.offset.reset=earliest on its gr
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -274,6 +276,36 @@ def test_share_group_offsets_describe_alter_delete(share_broker):
     (g,) = call(share_broker, DESCRIBE_SHARE_GROUP_OFFSETS, 0,
                 {"groups": [{"group_id": group, "topics": [{"topic_name": topic, "partitions": [0]}]}]}).groups
     assert [p.start_offset for p in g.topics[0].partitions] == [-1]  # no state left
+
+
+def test_strom_groups_cli_shows_share_groups(share_broker):
+    topic = unique_name("share-cli")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"c%d" % i for i in range(10)], one_batch_each=False)
+    c = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
+    got = []
+    poll_until([c], lambda: len(got) >= 10, lambda _, m: got.append(m))
+    for m in got[:4]:
+        c.acknowledge(m, AcknowledgeType.ACCEPT)
+    for m in got[4:]:
+        c.acknowledge(m, AcknowledgeType.RELEASE)
+    c.commit_sync()  # start offset 4: six records still to do
+
+    def strom(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "strom", "groups", *args,
+                               "--bootstrap-server", share_broker.bootstrap],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    try:
+        assert group in strom("list").split()
+        rows = [line.split() for line in strom("describe", group).splitlines()]
+        assert rows[0] == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LOG-END-OFFSET", "LAG", "#MEMBERS"]
+        assert rows[1] == [group, topic, "0", "4", "10", "6", "1"]
+    finally:
+        c.close()
 
 
 def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_broker):
