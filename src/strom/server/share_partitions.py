@@ -23,7 +23,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 INITIAL_EPOCH, FINAL_EPOCH = 0, -1
 EARLIEST, LATEST = "earliest", "latest"
 _STATE_WAIT_S = 10.0  # how long a first fetch waits for the state topic to be led here
+_PARTITION_READ_BYTES = 1 << 20
 
 
 def now_ms() -> int:
@@ -56,15 +57,21 @@ class ShareSession:
 
 
 class ShareSessionCache:
-    def __init__(self, max_sessions: int) -> None:
+    def __init__(self, max_sessions: int, alive: Callable[[str, str], bool] = lambda group, member: True) -> None:
         self.max_sessions = max_sessions
         self.sessions: dict[tuple[str, str], ShareSession] = {}
+        # Whether a session's member still belongs to its group: when the cache is full, the
+        # sessions of members that left without closing them make room first.
+        self.alive = alive
 
     def begin(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
         """The session a request with `epoch` continues (or, epoch 0, opens). Raises KafkaError
         SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH or SHARE_SESSION_LIMIT_REACHED."""
         key = (group_id, member_id)
         if epoch == INITIAL_EPOCH:
+            if key not in self.sessions and len(self.sessions) >= self.max_sessions:
+                for stale in [k for k in self.sessions if not self.alive(*k)]:
+                    del self.sessions[stale]
             if key not in self.sessions and len(self.sessions) >= self.max_sessions:
                 raise KafkaError("The limit of share sessions has been reached.",
                                  ErrorCode.SHARE_SESSION_LIMIT_REACHED)
@@ -99,7 +106,7 @@ class SharePartitionManager:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
         config = broker.config
-        self.sessions = ShareSessionCache(config["group.share.max.share.sessions"])
+        self.sessions = ShareSessionCache(config["group.share.max.share.sessions"], self._member_alive)
         self.store = ShareStateStore(broker.replica_manager,
                                      lambda: broker.auto_topics.internal_partitions(SHARE_GROUP_STATE_TOPIC))
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
@@ -108,6 +115,13 @@ class SharePartitionManager:
     @property
     def config(self):
         return self.broker.config
+
+    def _member_alive(self, group_id: str, member_id: str) -> bool:
+        """False only when this broker coordinates the group and the member is not in it."""
+        coordinator = self.broker.group_coordinator
+        if coordinator is None or coordinator.validate_group_status(group_id, 76) is not None:
+            return True
+        return coordinator.share_groups.is_member(group_id, member_id)
 
     # --- group configs --------------------------------------------------------------------------
     def group_config(self, group_id: str, name: str, default: str) -> str:
@@ -180,7 +194,10 @@ class SharePartitionManager:
         if offset is None or max_records <= 0:
             return FetchedPartition()
         read_committed = self.read_committed(key.group_id)
-        result = rm.read(tp, offset, max_bytes, min_one_message=True, read_committed=read_committed)
+        # One partition's read is bounded like a consumer's max.partition.fetch.bytes, so that
+        # what the loop reads at once stays small whatever MaxBytes the client asked for.
+        result = rm.read(tp, offset, min(max_bytes, _PARTITION_READ_BYTES), min_one_message=True,
+                         read_committed=read_committed)
         if result.error != ErrorCode.NONE:
             return FetchedPartition(result.error)
         if result.records is None or not result.records.size:

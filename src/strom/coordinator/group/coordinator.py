@@ -467,6 +467,10 @@ class GroupCoordinator:
             return
         is_unknown = req.member_id == ""
         group = self.groups.get(req.group_id)
+        if group is None and self.share_groups is not None and req.group_id in self.share_groups.groups:
+            # The id is a KIP-932 share group's: classic members cannot join it.
+            respond(JoinGroupResult(req.member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+            return
         if group is None:
             if not is_unknown:
                 respond(JoinGroupResult(req.member_id, ErrorCode.UNKNOWN_MEMBER_ID))

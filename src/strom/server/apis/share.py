@@ -169,7 +169,7 @@ class _Exchange:
                     remaining_records -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
                     remaining_bytes -= len(got.records or b"")
             left = deadline - time.monotonic()
-            if self.fetched or left <= 0 or not wait_on:
+            if self.fetched or left <= 0:
                 return
             await self.persist()  # acknowledgements are durable before the long poll waits
             await self.broker.replica_manager.fetch_purgatory.wait_any(self.manager.wait_keys(group, wait_on), left)
