@@ -91,9 +91,6 @@ class ShareSessionCache:
         else:
             session.advance()
 
-    def remove_member(self, group_id: str, member_id: str) -> None:
-        self.sessions.pop((group_id, member_id), None)
-
 
 @dataclass(slots=True)
 class FetchedPartition:
@@ -260,8 +257,9 @@ class SharePartitionManager:
 
     # --- members and persistence ---------------------------------------------------------------
     def member_left(self, group_id: str, member_id: str) -> None:
-        """Group coordinator listener: what a departed member holds goes back to the group."""
-        self.sessions.remove_member(group_id, member_id)
+        """Group coordinator listener: what a departed member holds goes back to the group.
+        Its share session stays for the final ShareAcknowledge a closing client may send
+        after its leave heartbeat; when the cache is full, such sessions make room first."""
         for key, sp in self.partitions.items():
             if key.group_id == group_id and sp.release_member(member_id):
                 self.wake(key)
