@@ -26,6 +26,7 @@ pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(report_broker_logs
 
 GROUP_RESOURCE, INCREMENTAL_ALTER_CONFIGS, SHARE_GROUP_DESCRIBE, LIST_GROUPS, DELETE_GROUPS = 32, 44, 77, 16, 42
 DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS = 90, 91, 92
+SHARE_GROUP_HEARTBEAT = 76
 SET = 0
 
 
@@ -226,6 +227,13 @@ def test_share_fetch_session_errors(share_broker):
     topic = unique_name("share-session")
     create_topic(share_broker.bootstrap, topic, 1)
     group, member = unique_name("share"), str(uuid.uuid4())
+    stranger = {"group_id": group, "member_id": member, "share_session_epoch": 0, "max_wait_ms": 0,
+                "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10, "topics": [],
+                "forgotten_topics_data": []}
+    assert call(share_broker, 78, 1, stranger).error_code == 25  # UNKNOWN_MEMBER_ID: only members open sessions
+    joined = call(share_broker, SHARE_GROUP_HEARTBEAT, 1, {"group_id": group, "member_id": member, "member_epoch": 0,
+                                                           "rack_id": None, "subscribed_topic_names": [topic]})
+    assert joined.error_code == 0
     base = {"group_id": group, "member_id": member, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
             "max_records": 10, "batch_size": 10, "topics": [], "forgotten_topics_data": []}
     assert call(share_broker, 78, 1, {**base, "share_session_epoch": 3}).error_code == 122  # not found
@@ -237,6 +245,56 @@ def test_share_fetch_session_errors(share_broker):
     assert call(share_broker, 79, 1, {**ack, "share_session_epoch": 2}).error_code == 0
     assert call(share_broker, 79, 1, {**ack, "share_session_epoch": -1}).error_code == 0  # closed
     assert call(share_broker, 79, 1, {**ack, "share_session_epoch": 3}).error_code == 122
+    call(share_broker, SHARE_GROUP_HEARTBEAT, 1, {"group_id": group, "member_id": member, "member_epoch": -1,
+                                                  "rack_id": None, "subscribed_topic_names": None})
+
+
+def test_share_group_heartbeat_errors_and_the_feature_gate(share_broker):
+    topic = unique_name("share-hb")
+    create_topic(share_broker.bootstrap, topic, 2)
+    group, member = unique_name("share"), str(uuid.uuid4())
+
+    def heartbeat(epoch: int, member_id: str = member, group_id: str = group, topics=None):
+        return call(share_broker, SHARE_GROUP_HEARTBEAT, 1, {
+            "group_id": group_id, "member_id": member_id, "member_epoch": epoch, "rack_id": None,
+            "subscribed_topic_names": topics})
+
+    assert heartbeat(0).error_code == 42  # INVALID_REQUEST: the first heartbeat names its topics
+    first = heartbeat(0, topics=[topic])
+    assert (first.error_code, first.member_epoch) == (0, 1)
+    assert [sorted(t.partitions) for t in first.assignment.topic_partitions] == [[0, 1]]
+    other = str(uuid.uuid4())
+    second = heartbeat(0, other, topics=[topic])  # a second member: the partitions are split
+    assert second.member_epoch == 2 and len(second.assignment.topic_partitions[0].partitions) == 1
+    moved = heartbeat(1)  # the first member learns its share of the new assignment
+    assert moved.member_epoch == 2 and len(moved.assignment.topic_partitions[0].partitions) == 1
+    assert heartbeat(7).error_code == 110  # FENCED_MEMBER_EPOCH
+    assert heartbeat(3, str(uuid.uuid4())).error_code == 25  # UNKNOWN_MEMBER_ID
+    assert heartbeat(-1).error_code == 0 and heartbeat(-1, other).error_code == 0
+    # A share group's id is not a consumer group's, and a consumer group's not a share group's.
+    kip848 = call(share_broker, 68, 0, {"group_id": group, "member_id": "", "member_epoch": 0, "instance_id": None,
+                                        "rack_id": None, "rebalance_timeout_ms": 30000,
+                                        "subscribed_topic_names": [topic], "server_assignor": None,
+                                        "topic_partitions": []})
+    assert kip848.error_code == 69  # GROUP_ID_NOT_FOUND
+    consumer_group = unique_name("kip848")
+    assert call(share_broker, 68, 0, {"group_id": consumer_group, "member_id": "", "member_epoch": 0,
+                                      "instance_id": None, "rack_id": None, "rebalance_timeout_ms": 30000,
+                                      "subscribed_topic_names": [topic], "server_assignor": None,
+                                      "topic_partitions": []}).error_code == 0
+    assert heartbeat(0, group_id=consumer_group, topics=[topic]).error_code == 69
+    # share.version 0 turns share groups away, as a Kafka 4.1 broker with them off.
+    features = {"timeout_ms": 10000, "validate_only": False}
+    down = call(share_broker, 57, 1, {**features, "feature_updates": [
+        {"feature": "share.version", "max_version_level": 0, "upgrade_type": 2}]})
+    assert down.error_code == 0
+    try:
+        wait_for(lambda: heartbeat(0, topics=[topic]).error_code == 35, timeout=10, what="UNSUPPORTED_VERSION")
+    finally:
+        up = call(share_broker, 57, 1, {**features, "feature_updates": [
+            {"feature": "share.version", "max_version_level": 1, "upgrade_type": 1}]})
+        assert up.error_code == 0
+    wait_for(lambda: heartbeat(0, topics=[topic]).error_code == 0, timeout=10, what="share groups back")
 
 
 def test_share_group_offsets_describe_alter_delete(share_broker):

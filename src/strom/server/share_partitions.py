@@ -103,7 +103,7 @@ class SharePartitionManager:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
         config = broker.config
-        self.sessions = ShareSessionCache(config["group.share.max.share.sessions"], self._member_alive)
+        self.sessions = ShareSessionCache(config["group.share.max.share.sessions"], self.member_alive)
         self.store = ShareStateStore(broker.replica_manager,
                                      lambda: broker.auto_topics.internal_partitions(SHARE_GROUP_STATE_TOPIC))
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
@@ -113,7 +113,7 @@ class SharePartitionManager:
     def config(self):
         return self.broker.config
 
-    def _member_alive(self, group_id: str, member_id: str) -> bool:
+    def member_alive(self, group_id: str, member_id: str) -> bool:
         """False only when this broker coordinates the group and the member is not in it."""
         coordinator = self.broker.group_coordinator
         if coordinator is None or coordinator.validate_group_status(group_id, 76) is not None:

@@ -219,6 +219,11 @@ def _begin(broker, ctx: RequestContext, request, fetch: bool) -> ShareSession | 
     if not fetch and epoch == INITIAL_EPOCH:
         return _top_error(ErrorCode.INVALID_SHARE_SESSION_EPOCH,
                           "ShareAcknowledge cannot open a share session.", fetch)
+    if epoch == INITIAL_EPOCH and not broker.share_partitions.member_alive(request.group_id, request.member_id):
+        # Only members open sessions: what a share session makes the broker hold (share
+        # partitions, their state records) stays bounded by the share groups and their members.
+        return _top_error(ErrorCode.UNKNOWN_MEMBER_ID,
+                          f"Member {request.member_id} is not a member of share group {request.group_id}.", fetch)
     try:
         return broker.share_partitions.sessions.begin(request.group_id, request.member_id, epoch)
     except KafkaError as e:
