@@ -366,6 +366,15 @@ class SharePartitionManager:
             if timer is not None:
                 timer.cancel()
 
+    def leadership_left(self, topic_id: uuid.UUID, partition: int) -> None:
+        """This broker no longer leads the partition (or hosts it): its share partitions are
+        dropped here; their state stays in `__share_group_state` for the next leader."""
+        for key in [k for k in self.partitions if k.topic_id == topic_id and k.partition == partition]:
+            self.partitions.pop(key)
+            timer = self._timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
+
     def shutdown(self) -> None:
         for timer in self._timers.values():
             timer.cancel()

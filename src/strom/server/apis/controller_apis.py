@@ -172,6 +172,8 @@ def _become_leader_or_follower(broker, topic: str, topic_id, p) -> ErrorCode:
             broker.coordinators.load(topic, p.partition_index)
         elif p.leader != broker.broker_id and was_leader:
             broker.coordinators.unload(topic, p.partition_index)
+    if was_leader and p.leader != broker.broker_id:
+        broker.share_partitions.leadership_left(topic_id, p.partition_index)
     return ErrorCode.NONE
 
 
@@ -191,6 +193,8 @@ def _stop_replica(broker, topic: str, partition: int, delete: bool) -> ErrorCode
     current = broker.replica_manager.get_partition(topic, partition)
     if znodes.is_internal(topic) and current is not None and current.is_leader:
         broker.coordinators.unload(topic, partition)
+    if current is not None and current.is_leader:
+        broker.share_partitions.leadership_left(current.topic_id, partition)
     try:
         broker.replica_manager.stop_replica(topic, partition, delete)
     except OSError as e:
