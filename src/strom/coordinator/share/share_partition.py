@@ -142,10 +142,14 @@ class SharePartition:
             for offset in range(self.end_offset, batch.base_offset):
                 self.records[offset] = InFlight(ARCHIVED)
             first = max(batch.base_offset, self.end_offset)
-            for offset in range(first, batch.last_offset + 1):
-                record = self.records[offset] = InFlight(ARCHIVED if batch.skip else AVAILABLE)
-                if not batch.skip:
-                    taken.append((offset, self._take(record, member_id, deadline, offset)))
+            records = self.records
+            if batch.skip:
+                for offset in range(first, batch.last_offset + 1):
+                    records[offset] = InFlight(ARCHIVED)
+            else:  # the common path: a new batch, every record acquired once
+                for offset in range(first, batch.last_offset + 1):
+                    records[offset] = InFlight(ACQUIRED, 1, member_id, deadline)
+                    taken.append((offset, 1))
             self.end_offset = batch.last_offset + 1
             self.dirty = True
         if taken:
@@ -163,27 +167,31 @@ class SharePartition:
     def acknowledge(self, member_id: str, batches: Iterable[tuple[int, int, list[int]]]) -> ErrorCode:
         """Apply one request's acknowledgements for this partition, all or none: every offset
         must be ACQUIRED by `member_id`, and the types one for the range or one per offset."""
-        changes: list[tuple[int, int]] = []
+        checked: list[tuple[int, int, list[int]]] = []
+        get = self.records.get
         for first, last, types in batches:
             if last < first or not types or len(types) not in (1, last - first + 1):
                 return ErrorCode.INVALID_REQUEST
             if any(t not in (GAP, ACCEPT, RELEASE, REJECT) for t in types):
                 return ErrorCode.INVALID_REQUEST
             for offset in range(first, last + 1):
-                record = self.records.get(offset)
+                record = get(offset)
                 if record is None or record.state != ACQUIRED or record.member_id != member_id:
                     return ErrorCode.INVALID_RECORD_STATE
-                changes.append((offset, types[0] if len(types) == 1 else types[offset - first]))
-        for offset, kind in changes:
-            record = self.records[offset]
-            if kind == ACCEPT:
-                record.state = ACKNOWLEDGED
-            elif kind == RELEASE:
-                self._make_available(record)
-            else:  # GAP and REJECT: never delivered again
-                record.state = ARCHIVED
-            record.member_id = None
-        if changes:
+            checked.append((first, last, types))
+        records = self.records
+        for first, last, types in checked:
+            for offset in range(first, last + 1):
+                kind = types[0] if len(types) == 1 else types[offset - first]
+                record = records[offset]
+                if kind == ACCEPT:
+                    record.state = ACKNOWLEDGED
+                elif kind == RELEASE:
+                    self._make_available(record)
+                else:  # GAP and REJECT: never delivered again
+                    record.state = ARCHIVED
+                record.member_id = None
+        if checked:
             self.dirty = True
             self._advance_start()
         return ErrorCode.NONE
@@ -227,9 +235,12 @@ class SharePartition:
 
     # --- the window ----------------------------------------------------------------------------
     def _advance_start(self) -> None:
-        while self.start_offset < self.end_offset and self.records[self.start_offset].state in _DONE:
-            del self.records[self.start_offset]
-            self.start_offset += 1
+        records, start, end = self.records, self.start_offset, self.end_offset
+        while start < end and records[start].state in _DONE:
+            del records[start]
+            start += 1
+        if start != self.start_offset:
+            self.start_offset = start
             self.dirty = True
 
     def move_start(self, offset: int) -> None:
@@ -256,25 +267,28 @@ class SharePartition:
     def state(self) -> ShareState:
         """The persisted form: runs of (state, delivery count) over the window, ACQUIRED kept as
         AVAILABLE (after a crash its lock is gone, its delivery count is not)."""
-        batches: list[StateBatch] = []
+        runs: list[list[int]] = []  # [first, last, state, count]
+        run: list[int] | None = None
+        records = self.records
         for offset in range(self.start_offset, self.end_offset):
-            record = self.records[offset]
+            record = records[offset]
             state = AVAILABLE if record.state == ACQUIRED else record.state
-            if batches and batches[-1].last_offset == offset - 1 and batches[-1].state == state \
-                    and batches[-1].delivery_count == record.delivery_count:
-                prev = batches[-1]
-                batches[-1] = StateBatch(prev.first_offset, offset, state, record.delivery_count)
+            if run is not None and run[2] == state and run[3] == record.delivery_count:
+                run[1] = offset
             else:
-                batches.append(StateBatch(offset, offset, state, record.delivery_count))
-        return ShareState(self.start_offset, batches, self.state_epoch)
+                run = [offset, offset, state, record.delivery_count]
+                runs.append(run)
+        return ShareState(self.start_offset, [StateBatch(*r) for r in runs], self.state_epoch)
 
 
 def _ranges(taken: list[tuple[int, int]]) -> list[Acquired]:
     """Contiguous offsets with one delivery count, as ShareFetch's AcquiredRecords."""
-    out: list[Acquired] = []
+    runs: list[list[int]] = []
+    run: list[int] | None = None
     for offset, count in taken:
-        if out and out[-1].last_offset == offset - 1 and out[-1].delivery_count == count:
-            out[-1] = Acquired(out[-1].first_offset, offset, count)
+        if run is not None and run[1] == offset - 1 and run[2] == count:
+            run[1] = offset
         else:
-            out.append(Acquired(offset, offset, count))
-    return out
+            run = [offset, offset, count]
+            runs.append(run)
+    return [Acquired(*r) for r in runs]
