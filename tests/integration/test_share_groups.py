@@ -32,7 +32,8 @@ SET = 0
 
 @pytest.fixture(scope="module")
 def share_broker():
-    with BrokerProcess(overrides={"group.share.min.record.lock.duration.ms": "1000",
+    # Every test makes share groups of its own: more than the default ten.
+    with BrokerProcess(overrides={"group.share.min.record.lock.duration.ms": "1000", "group.share.max.groups": "50",
                                   "share.coordinator.state.topic.num.partitions": "3",
                                   "offsets.topic.num.partitions": "3"}) as proc:
         yield proc
@@ -102,6 +103,29 @@ def test_share_consumers_split_one_partition(share_broker):
     finally:
         for c in consumers:
             c.close()
+
+
+def test_a_share_group_starts_at_the_log_end_by_default(share_broker):
+    topic = unique_name("share-latest")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = unique_name("share")  # no group config: share.auto.offset.reset=latest
+    produce(share_broker, topic, [b"before%d" % i for i in range(3)], one_batch_each=False)
+    c = consumer(share_broker, group, topic)
+    got: list[int] = []
+    try:
+        describe = {"groups": [{"group_id": group, "topics": [{"topic_name": topic, "partitions": [0]}]}]}
+
+        def start() -> int:
+            c.poll(0.1)  # the first ShareFetch fixes where the group starts
+            (g,) = call(share_broker, DESCRIBE_SHARE_GROUP_OFFSETS, 0, describe).groups
+            return g.topics[0].partitions[0].start_offset if g.error_code == 0 else -1
+
+        wait_for(lambda: start() == 3, timeout=20, what="the group to start at the log end")
+        produce(share_broker, topic, [b"after"])
+        poll_until([c], lambda: bool(got), lambda _, m: got.append(m.offset()))
+        assert got == [3]
+    finally:
+        c.close()
 
 
 def test_implicit_acknowledgement_is_not_redelivered(share_broker):
