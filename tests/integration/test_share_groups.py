@@ -237,6 +237,18 @@ def test_describe_list_and_delete_share_group(share_broker):
     assert (group, "share", "Stable") in {(g.group_id, g.group_type, g.group_state) for g in listed.groups}
     consumers_only = call(share_broker, LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["consumer"]})
     assert group not in {g.group_id for g in consumers_only.groups}
+    configs = call(share_broker, 32, 4, {"resources": [{"resource_type": GROUP_RESOURCE, "resource_name": group,
+                                                         "configuration_keys": None}],
+                                         "include_synonyms": False, "include_documentation": False})
+    (result,) = configs.results
+    values = {c.name: (c.value, c.config_source) for c in result.configs}
+    assert values["share.auto.offset.reset"] == ("earliest", 8)  # GROUP_CONFIG: this group's override
+    assert values["share.isolation.level"] == ("read_uncommitted", 5)  # DEFAULT_CONFIG
+    bad = call(share_broker, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+        "resource_type": GROUP_RESOURCE, "resource_name": group, "configs": [
+            {"name": "share.record.lock.duration.ms", "config_operation": SET, "value": "10"}]}],
+        "validate_only": False})
+    assert bad.responses[0].error_code == 40  # INVALID_CONFIG: below group.share.min.record.lock.duration.ms
     busy = call(share_broker, DELETE_GROUPS, 2, {"groups_names": [group]})
     assert busy.results[0].error_code == 68  # NON_EMPTY_GROUP
     c.close()  # leaves the group

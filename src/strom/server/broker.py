@@ -54,7 +54,6 @@ from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, i
 from strom.security.authorizer import AUTHORIZERS, INTERNAL, Authorizer
 from strom.security.delegation_tokens import DelegationTokens
 from strom.security.sasl import broker_security
-from strom.server import group_configs
 from strom.server.add_partitions_to_txn import AddPartitionsToTxnManager
 from strom.server.alter_partition import AlterPartitionManager
 from strom.server.apis import KafkaApis, load_all
@@ -224,7 +223,7 @@ class Broker:
                         FIRST_METADATA_TIMEOUT_S)
         if not self.clustered:
             self._delete_orphan_logs()
-        self.group_configs = await self.store_io(group_configs.load, self.store)
+        self.group_configs = self.config_repository.groups  # kept current by /config/changes
         self.group_coordinator, self.txn_coordinator = self.coordinators.start()  # before serving
         self._schedule_jobs()
         self.log_services.start()

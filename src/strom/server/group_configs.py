@@ -4,20 +4,17 @@ IncrementalAlterConfigs, AlterConfigs and DescribeConfigs manage, stored at
 
 Strom applies the share group ones it uses: share.auto.offset.reset (where a share group
 starts reading a partition it never read), share.record.lock.duration.ms (bounded by
-group.share.min/max.record.lock.duration.ms) and share.isolation.level. The overrides are
-read at start-up and changed by the broker that takes the alteration; other brokers of a
-cluster see a change after their next restart.
+group.share.min/max.record.lock.duration.ms) and share.isolation.level. The overrides live
+in the ConfigRepository (`groups`): read at start-up, and followed on every broker through
+/config/changes like topic configs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import unquote
 
 from strom.config.repository import sanitize
-from strom.controller.admin import read_configs
-from strom.controller.store import NoNode
 from strom.protocol.errors import ErrorCode, KafkaError
 
 GROUP_RESOURCE = 32
@@ -53,15 +50,6 @@ def _validate(broker: Any, name: str, value: str) -> None:
             raise bad(f"must be within {low} and {high}")
     else:
         raise KafkaError(f"Unknown group config name: {name}", ErrorCode.INVALID_CONFIG)
-
-
-def load(store) -> dict[str, dict[str, str]]:
-    """Every group's overrides (the store's thread)."""
-    try:
-        names = store.children(f"/config/{ENTITY_TYPE}")
-    except NoNode:  # no group has configs yet
-        return {}
-    return {unquote(n): read_configs(store, ENTITY_TYPE, n) for n in names}
 
 
 def defaults(broker: Any) -> dict[str, str]:

@@ -375,6 +375,19 @@ class SharePartitionManager:
             if timer is not None:
                 timer.cancel()
 
+    def topics_deleted(self) -> None:
+        """Topics went: the share-partition state of topics no longer in the metadata is
+        tombstoned (in the state partitions led here), as Kafka deletes it with the topic."""
+        known = self.broker.metadata_cache.names_by_id
+        gone = {k for k in set(self.store.states) | set(self.partitions) if k.topic_id not in known}
+        if not gone:
+            return
+        for key in gone:
+            self.leadership_left(key.topic_id, key.partition)
+        local = [k for k in gone if self.store.available(k)]
+        if local:
+            self.store.write([(k, None) for k in local])
+
     def shutdown(self) -> None:
         for timer in self._timers.values():
             timer.cancel()

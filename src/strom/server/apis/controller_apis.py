@@ -186,6 +186,7 @@ def _update_metadata(broker, request) -> None:
         if broker.group_coordinator is not None:
             # Kafka's handleDeletedPartitions: committed offsets of deleted partitions go.
             broker.group_coordinator.on_partitions_deleted(deleted)
+        broker.share_partitions.topics_deleted()  # and share groups' state of deleted topics
 
 
 def _stop_replica(broker, topic: str, partition: int, delete: bool) -> ErrorCode:
