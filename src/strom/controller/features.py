@@ -40,7 +40,9 @@ SUPPORTED: dict[str, SupportedFeature] = {
     GROUP_VERSION: SupportedFeature(0, 1, 1),
     # KIP-932: level 1 turns share groups on (ShareGroupHeartbeat, ShareFetch, ...). Kafka 4.1
     # formats new clusters with it off (share groups were a preview there); Strom, whose
-    # share groups are what it serves, finalizes it at 1 as Kafka 4.2 does.
+    # share groups are what it serves, finalizes it at 1 as Kafka 4.2 does. (Kafka makes level
+    # 1 depend on metadata.version 4.1-IV1; Strom's metadata.version levels stop at 4.0's and
+    # do not gate protocol, so that dependency is not modelled.)
     SHARE_VERSION: SupportedFeature(0, 1, 1),
 }
 
