@@ -184,8 +184,8 @@ def test_lock_expiry_redelivers_to_another_member(share_broker):
     produce(share_broker, topic, [b"l%d" % i for i in range(4)], one_batch_each=False)
     stalled = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
     held: list[int] = []
+    started = time.monotonic()  # before the acquisition: its lock runs out a second after it
     poll_until([stalled], lambda: len(held) >= 4, lambda _, m: held.append(m.offset()))
-    started = time.monotonic()
     other = consumer(share_broker, group, topic)
     got: list[tuple[int, int]] = []
     try:  # `stalled` never acknowledges nor polls again: its locks run out
