@@ -15,6 +15,7 @@ from typing import Any
 
 from strom.controller.features import SHARE_VERSION
 from strom.coordinator.group.share_group import ShareHeartbeat
+from strom.coordinator.share.share_partition import RELEASE
 from strom.coordinator.share.state_store import SharePartitionKey
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.authorizer import DESCRIBE, GROUP, READ, TOPIC, allowed, as_int32
@@ -119,7 +120,7 @@ class _Exchange:
             return None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
         return name, ErrorCode.NONE
 
-    async def acknowledge(self, acks: dict[tuple[uuid.UUID, int], list[tuple[int, int, list[int]]]]) -> None:
+    def acknowledge(self, acks: dict[tuple[uuid.UUID, int], list[tuple[int, int, list[int]]]]) -> None:
         group, member = self.session.group_id, self.session.member_id
         for (topic_id, p), batches in acks.items():
             if not batches:
@@ -137,7 +138,7 @@ class _Exchange:
             self.ack_errors[(topic_id, p)] = error
             if error == ErrorCode.NONE:
                 self.touched.add(key)
-                if any(t != 1 for _, _, types in batches for t in types):  # released: others may take
+                if any(t == RELEASE for _, _, types in batches for t in types):  # others may take them
                     self.manager.wake(key)
 
     async def fetch(self, max_records: int, max_bytes: int, max_wait_ms: int) -> None:
@@ -250,7 +251,7 @@ async def handle_share_fetch(broker, ctx: RequestContext, request) -> dict:
             for p in topic.partitions:
                 session.partitions.discard((topic.topic_id, p))
     exchange = _Exchange(broker, ctx, session)
-    await exchange.acknowledge(acks)
+    exchange.acknowledge(acks)
     if epoch != FINAL_EPOCH:
         await exchange.fetch(request.max_records if request.max_records > 0 else 500,
                              request.max_bytes if request.max_bytes > 0 else 2**31 - 1, request.max_wait_ms)
@@ -270,7 +271,7 @@ async def handle_share_acknowledge(broker, ctx: RequestContext, request) -> dict
     epoch = request.share_session_epoch
     acks = _acknowledgements(request)
     exchange = _Exchange(broker, ctx, session)
-    await exchange.acknowledge(acks)
+    exchange.acknowledge(acks)
     await exchange.persist()
     _finish(broker, session, epoch)
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "node_endpoints": [],
