@@ -412,7 +412,7 @@ def test_features_are_finalized_by_the_controller_and_seen_by_every_broker(clust
     data, _ = cluster.zk().get("/feature")
     assert json.loads(data) == {"version": 2, "status": 1, "features": {
         "group.version": {"max_version_level": 1}, "metadata.version": {"max_version_level": 25},
-        "transaction.version": {"max_version_level": 2}}}
+        "transaction.version": {"max_version_level": 2}, "share.version": {"max_version_level": 1}}}
     lower = {"timeout_ms": 10000, "validate_only": False, "feature_updates": [
         {"feature": "transaction.version", "max_version_level": 1, "upgrade_type": 2}]}
     other = next(b for i, b in cluster.brokers.items() if i != cluster.controller_id())
@@ -422,5 +422,5 @@ def test_features_are_finalized_by_the_controller_and_seen_by_every_broker(clust
         assert client.call(update_features, 1, lower).error_code == ErrorCode.NONE
     for broker_id, broker in cluster.brokers.items():
         cluster.wait_for(lambda b=broker: finalized(b) == (
-            {"group.version": 1, "metadata.version": 25, "transaction.version": 1}, 1),
+            {"group.version": 1, "metadata.version": 25, "share.version": 1, "transaction.version": 1}, 1),
             what=f"broker {broker_id} reporting transaction.version 1 at epoch 1")

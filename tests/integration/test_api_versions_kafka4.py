@@ -4,8 +4,10 @@ The table is Kafka 4.0.0's answer on a client listener (protocol guide and KIP-8
 written here by hand. Strom differs only where it says why below: it is a ZooKeeper-mode
 cluster (its inter-broker APIs are Kafka 3.x's, and KRaft's quorum APIs do not exist), and
 where Kafka 4.1 advertises a wider range it has that one: JoinGroup v0-v1 (dropped by 4.0,
-served again by 4.1) and AlterPartitionReassignments v1 (4.1's
-allow_replication_factor_change)."""
+served again by 4.1), AlterPartitionReassignments v1 (4.1's
+allow_replication_factor_change) and KIP-932's share group APIs: ShareGroupHeartbeat,
+ShareGroupDescribe, ShareFetch and ShareAcknowledge at v1, their first stable version in 4.1
+(4.0's v0 was early access, not advertised by default), and the share group offsets APIs at v0."""
 
 from __future__ import annotations
 
@@ -35,7 +37,9 @@ KRAFT_ONLY = {55, 64, 80, 81}
 # What a ZooKeeper-mode broker adds: LeaderAndIsr, StopReplica, UpdateMetadata and
 # ControlledShutdown at the versions Kafka 3.x's controller sends, and AlterPartition.
 ZOOKEEPER_MODE = {4: (7, 7), 5: (4, 4), 6: (8, 8), 7: (3, 3), 56: (0, 1)}
-AS_KAFKA_4_1 = {11: (0, 9), 45: (0, 1)}
+AS_KAFKA_4_1 = {11: (0, 9), 45: (0, 1),
+                76: (1, 1), 77: (1, 1), 78: (1, 1), 79: (1, 1),  # ShareGroupHeartbeat/Describe, ShareFetch/Acknowledge
+                90: (0, 0), 91: (0, 0), 92: (0, 0)}  # Describe/Alter/DeleteShareGroupOffsets
 TELEMETRY = {71: (0, 0), 72: (0, 0)}  # only with a place for pushed metrics to go
 
 

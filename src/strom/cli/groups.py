@@ -1,5 +1,7 @@
 """`strom groups list|describe|delete|reset-offsets|delete-offsets`: consumer groups from the
-command line, in the manner of Kafka's kafka-consumer-groups.sh.
+command line, in the manner of Kafka's kafka-consumer-groups.sh. Share groups (KIP-932) are
+listed, described (per partition the share-partition start offset and the lag behind the log
+end, as kafka-share-groups.sh shows them) and deleted too.
 
 The commands speak the Kafka protocol to any Kafka-compatible cluster (Strom or Kafka): they
 find each group's coordinator with FindCoordinator and ask it; `describe` adds each partition's
@@ -41,6 +43,7 @@ from strom.protocol.errors import ErrorCode
 
 OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 15, 16
 DELETE_GROUPS, OFFSET_DELETE, CONSUMER_GROUP_DESCRIBE = 42, 47, 69
+SHARE_GROUP_DESCRIBE, DESCRIBE_SHARE_GROUP_OFFSETS = 77, 90
 INACTIVE_STATES = ("Empty", "Dead")  # Dead: the group does not exist (yet)
 
 
@@ -92,6 +95,8 @@ def describe_group(cluster: Cluster, group: str) -> dict:
                 "member_id": m.member_id, "host": m.client_host, "client_id": m.client_id,
                 "partitions": [(tp.topic_name, p) for tp in m.assignment.topic_partitions
                                for p in tp.partitions]})
+    elif new.error_code == ErrorCode.GROUP_ID_NOT_FOUND and _is_share_group(conn, group):
+        return _describe_share_group(conn, group, info)
     elif new.error_code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION):
         old = conn.call(DESCRIBE_GROUPS, 4, {"groups": [group],
                                              "include_authorized_operations": False}).groups[0]
@@ -107,6 +112,34 @@ def describe_group(cluster: Cluster, group: str) -> dict:
     else:
         raise CommandError(f"describing group {group!r} failed: {error_name(new.error_code)}")
     info["offsets"] = committed_offsets(conn, group)
+    return info
+
+
+def _is_share_group(conn: Any, group: str) -> bool:
+    """KIP-932: the coordinator lists `group` as a share group (brokers without share groups
+    list none)."""
+    body = conn.call(LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["share"]})
+    return body.error_code == ErrorCode.NONE and any(g.group_id == group for g in body.groups)
+
+
+def _describe_share_group(conn: Any, group: str, info: dict) -> dict:
+    """A share group: its members (who may share partitions) and, as its offsets, the
+    share-partition start offset of each partition it reads."""
+    described = conn.call(SHARE_GROUP_DESCRIBE, 1, {"group_ids": [group],
+                                                    "include_authorized_operations": False}).groups[0]
+    if described.error_code != ErrorCode.NONE:
+        raise CommandError(f"describing share group {group!r} failed: {error_name(described.error_code)}")
+    info.update(state=described.group_state, protocol=described.assignor_name, type="share")
+    for m in described.members:
+        info["members"].append({
+            "member_id": m.member_id, "host": m.client_host, "client_id": m.client_id,
+            "partitions": [(tp.topic_name, p) for tp in m.assignment.topic_partitions for p in tp.partitions]})
+    body = conn.call(DESCRIBE_SHARE_GROUP_OFFSETS, 0, {"groups": [{"group_id": group, "topics": None}]})
+    (g,) = body.groups
+    if g.error_code not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
+        raise CommandError(f"fetching the start offsets of {group!r} failed: {error_name(g.error_code)}")
+    info["offsets"] = {(t.topic_name, p.partition_index): p.start_offset
+                       for t in g.topics for p in t.partitions if p.start_offset >= 0}
     return info
 
 
@@ -170,6 +203,17 @@ def _offsets_table(cluster: Cluster, info: dict) -> str:
     partitions = sorted(set(owner) | set(info["offsets"]))
     ends = {tp: r.offset for tp, r in cluster.list_offsets(dict.fromkeys(partitions, LATEST)).items()
             if r.error_code == ErrorCode.NONE}
+    if info.get("type") == "share":
+        # Members share partitions: each row counts them. The lag is what the group has not
+        # finished with: from the share-partition start offset to the log end.
+        rows = [["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LOG-END-OFFSET", "LAG", "#MEMBERS"]]
+        for tp in partitions:
+            start, end = info["offsets"].get(tp), ends.get(tp)
+            lag = end - start if start is not None and end is not None else None
+            members = sum(1 for m in info["members"] if tp in m["partitions"])
+            rows.append([info["group"], tp[0], tp[1], "-" if start is None else start,
+                         "-" if end is None else end, "-" if lag is None else lag, members])
+        return table(rows)
     rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
              "CONSUMER-ID", "HOST", "CLIENT-ID"]]
     for tp in partitions:

@@ -464,6 +464,40 @@ BROKER_DOCS: dict[str, str] = {
     "group.consumer.assignors":
         "Server-side partition assignors of KIP-848 consumer groups (uniform, range); the first "
         "is used when a member names none.",
+    # KIP-932 share groups.
+    "group.share.session.timeout.ms":
+        "Milliseconds a share group member may go without a heartbeat before it is removed and "
+        "the records it holds go back to the group.",
+    "group.share.min.session.timeout.ms": "Lower bound, in milliseconds, for group.share.session.timeout.ms.",
+    "group.share.max.session.timeout.ms": "Upper bound, in milliseconds, for group.share.session.timeout.ms.",
+    "group.share.heartbeat.interval.ms":
+        "Milliseconds between heartbeats the coordinator asks of share group members.",
+    "group.share.min.heartbeat.interval.ms": "Lower bound, in milliseconds, for group.share.heartbeat.interval.ms.",
+    "group.share.max.heartbeat.interval.ms": "Upper bound, in milliseconds, for group.share.heartbeat.interval.ms.",
+    "group.share.max.size": "Most members a share group may have.",
+    "group.share.max.groups": "Most share groups the broker's group coordinator holds.",
+    "group.share.delivery.count.limit":
+        "Deliveries of a record to share group members after which it is archived (never delivered "
+        "again) instead of made available once more.",
+    "group.share.record.lock.duration.ms":
+        "Milliseconds a record acquired by a share group member stays locked to it; then it becomes "
+        "available to the group again. A group's share.record.lock.duration.ms overrides it.",
+    "group.share.min.record.lock.duration.ms":
+        "Lower bound, in milliseconds, for a group's share.record.lock.duration.ms.",
+    "group.share.max.record.lock.duration.ms":
+        "Upper bound, in milliseconds, for a group's share.record.lock.duration.ms.",
+    "group.share.partition.max.record.locks":
+        "Most records of one partition a share group may have in flight (acquired or waiting for "
+        "redelivery); fetches acquire no new records beyond it.",
+    "group.share.max.share.sessions":
+        "Most share sessions (one per share group member fetching from this broker) the broker keeps; "
+        "past it ShareFetch opening a session answers SHARE_SESSION_LIMIT_REACHED.",
+    "share.coordinator.state.topic.num.partitions":
+        "Partitions of __share_group_state when it is created; later changes have no effect.",
+    "share.coordinator.state.topic.replication.factor":
+        "Replication factor of __share_group_state when it is created (capped at the live brokers "
+        "of a single embedded broker).",
+    "share.coordinator.state.topic.segment.bytes": "Segment size of __share_group_state.",
     # Transactions and producer state.
     "transaction.state.log.num.partitions":
         "Partitions of __transaction_state when it is created; later changes have no effect.",

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from strom.controller import znodes
 from strom.controller.admin import read_configs
@@ -32,6 +32,8 @@ class ConfigRepository:
         # users, clients and ips by their path under /config, names sanitized as stored:
         # "users/alice", "users/alice/clients/app", "users/<default>", "clients/app", "ips/10.0.0.1".
         self.clients: dict[str, dict[str, str]] = {}
+        # GROUP config resources (KIP-848/932 group configs) by group id, as given (not sanitized).
+        self.groups: dict[str, dict[str, str]] = {}
         self._changes = ChangeListener(store, io, znodes.CONFIG_CHANGES, znodes.CONFIG_CHANGE_PREFIX, self._apply)
 
     def load(self) -> None:
@@ -48,6 +50,8 @@ class ConfigRepository:
         for kind in ("clients", "ips"):
             for name in self.store.children(f"/config/{kind}"):
                 self.clients[f"{kind}/{name}"] = read_configs(self.store, kind, name)
+        for name in self.store.children("/config/groups"):
+            self.groups[unquote(name)] = read_configs(self.store, "groups", name)
 
     def topic(self, name: str) -> dict[str, str]:
         return self.topics.get(name, {})
@@ -72,6 +76,13 @@ class ConfigRepository:
         if entity_type in ("users", "clients", "ips") and name:
             # credentials and quotas are looked up when used: nothing to apply
             self.clients[path] = await self.io(read_configs, self.store, entity_type, name)
+            return
+        if entity_type == "groups" and name:
+            configs = await self.io(read_configs, self.store, entity_type, name)
+            if configs:
+                self.groups[unquote(name)] = configs
+            else:
+                self.groups.pop(unquote(name), None)
             return
         target = {"topics": self.topics, "brokers": self.brokers}.get(entity_type)
         if target is None or not name:

@@ -6,7 +6,8 @@ controller; every broker follows the node and reports it in ApiVersions, its ver
 the finalized-features epoch. Clients read it to decide what to speak: a producer uses
 transactions version 2 (KIP-890 part 2: Produce v12, EndTxn v5 with an epoch bump per
 transaction) only when `transaction.version` is finalized at 2 or more, and a consumer may use
-the KIP-848 protocol only when `group.version` is at least 1.
+the KIP-848 protocol only when `group.version` is at least 1, and share groups (KIP-932) are
+served only when `share.version` is at least 1.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class SupportedFeature:
 METADATA_VERSION = "metadata.version"
 TRANSACTION_VERSION = "transaction.version"
 GROUP_VERSION = "group.version"
+SHARE_VERSION = "share.version"
 
 # metadata.version levels are Kafka's MetadataVersion feature levels: 7 is 3.3-IV3, the oldest
 # Kafka 4.0 still runs, and 25 is 4.0-IV3. Strom speaks 4.0's protocol whatever the level, so
@@ -36,6 +38,12 @@ SUPPORTED: dict[str, SupportedFeature] = {
     METADATA_VERSION: SupportedFeature(7, 25, 25, downgradable=False),
     TRANSACTION_VERSION: SupportedFeature(0, 2, 2),
     GROUP_VERSION: SupportedFeature(0, 1, 1),
+    # KIP-932: level 1 turns share groups on (ShareGroupHeartbeat, ShareFetch, ...). Kafka 4.1
+    # formats new clusters with it off (share groups were a preview there); Strom, whose
+    # share groups are what it serves, finalizes it at 1 as Kafka 4.2 does. (Kafka makes level
+    # 1 depend on metadata.version 4.1-IV1; Strom's metadata.version levels stop at 4.0's and
+    # do not gate protocol, so that dependency is not modelled.)
+    SHARE_VERSION: SupportedFeature(0, 1, 1),
 }
 
 # UpdateFeatures v1+ upgrade types; v0 says allow_downgrade instead.

@@ -123,4 +123,4 @@ class TopicMetadata:
 
 
 def is_internal(topic: str) -> bool:
-    return topic in ("__consumer_offsets", "__transaction_state")
+    return topic in ("__consumer_offsets", "__transaction_state", "__share_group_state")

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from strom.controller.znodes import TopicMetadata
-from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
+from strom.coordinator import GROUP_METADATA_TOPIC, SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,8 @@ LIST_OFFSETS, LIST_OFFSETS_VERSION, LATEST = 2, 7, -1
 SERVED_CHECK_INTERVAL_S = 0.05
 INTERNAL_CREATE_WAIT_S = 30.0
 # Where each internal topic's settings are (offsets.topic.num.partitions, ...).
-_INTERNAL_CONFIG_PREFIX = {GROUP_METADATA_TOPIC: "offsets.topic", TRANSACTION_STATE_TOPIC: "transaction.state.log"}
+_INTERNAL_CONFIG_PREFIX = {GROUP_METADATA_TOPIC: "offsets.topic", TRANSACTION_STATE_TOPIC: "transaction.state.log",
+                           SHARE_GROUP_STATE_TOPIC: "share.coordinator.state.topic"}
 
 
 class AutoTopicCreationManager:

@@ -69,6 +69,7 @@ from strom.server.replica_fetcher import ReplicaFetcherManager
 from strom.server.replica_manager import ReplicaManager
 from strom.server.replication_quota import ReplicationQuota
 from strom.server.scheduler import KafkaScheduler
+from strom.server.share_partitions import SharePartitionManager
 from strom.server.txn_marker_channel import TransactionMarkerChannelManager
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,8 @@ class Broker:
         self.log_retention = LogRetention(self.log_manager)
         self.producer_states = ProducerStates(self)
         self.group_coordinator: GroupCoordinator | None = None
+        self.share_partitions = SharePartitionManager(self)  # KIP-932 share sessions and partitions
+        self.group_configs: dict[str, dict[str, str]] = {}  # GROUP config resource overrides
         self.txn_coordinator: TransactionCoordinator | None = None
         self.cluster_id = ""
         self.advertised: list[Listener] = []
@@ -220,6 +223,7 @@ class Broker:
                         FIRST_METADATA_TIMEOUT_S)
         if not self.clustered:
             self._delete_orphan_logs()
+        self.group_configs = self.config_repository.groups  # kept current by /config/changes
         self.group_coordinator, self.txn_coordinator = self.coordinators.start()  # before serving
         self._schedule_jobs()
         self.log_services.start()

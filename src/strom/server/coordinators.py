@@ -10,7 +10,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
+from strom.coordinator import (
+    GROUP_METADATA_TOPIC,
+    SHARE_GROUP_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    partition_for,
+)
 from strom.coordinator.group import GroupCoordinator, create_group_coordinator
 from strom.coordinator.transaction.coordinator import TransactionCoordinator
 from strom.coordinator.transaction.manager import TransactionStateManager
@@ -35,12 +40,17 @@ class Coordinators:
                                      broker.config["transaction.max.timeout.ms"],
                                      broker.config["transactional.id.expiration.ms"])
         txn.startup(txn.store.load())
+        # The share coordinator's state: the share partitions of `__share_group_state` led here.
+        broker.share_partitions.load()
+        group.share_groups.member_listeners.append(broker.share_partitions.member_left)
         return group, txn
 
     def shutdown(self) -> None:
         """Held-back JoinGroup/SyncGroup and transaction waits are answered NOT_COORDINATOR."""
         if self.broker.group_coordinator is not None:
             self.broker.group_coordinator.shutdown()
+            self.broker.group_coordinator.share_groups.shutdown()
+        self.broker.share_partitions.shutdown()
         if self.broker.txn_coordinator is not None:
             self.broker.txn_coordinator.shutdown()
 
@@ -53,6 +63,8 @@ class Coordinators:
             broker.group_coordinator.startup(broker.group_coordinator.store.load(only=index))
         elif topic == TRANSACTION_STATE_TOPIC and broker.txn_coordinator is not None:
             broker.txn_coordinator.startup(broker.txn_coordinator.store.load(only=index))
+        elif topic == SHARE_GROUP_STATE_TOPIC:
+            broker.share_partitions.load(index)
 
     def unload(self, topic: str, index: int) -> None:
         broker = self.broker
@@ -60,6 +72,8 @@ class Coordinators:
             broker.group_coordinator.unload_partition(index)
         elif topic == TRANSACTION_STATE_TOPIC and broker.txn_coordinator is not None:
             broker.txn_coordinator.unload_partition(index)
+        elif topic == SHARE_GROUP_STATE_TOPIC:
+            broker.share_partitions.unload(index)
 
     async def await_internal_replication(self, topic: str, key: str) -> ErrorCode:
         """Coordinators write with acks=all: before a commit, a transaction state change or

@@ -4,7 +4,8 @@ groups (ConsumerGroupHeartbeat) and committed offsets, persisted in `__consumer_
 Modules: `metadata` and `member` (the classic state machine's data), `coordinator` (the
 classic protocol and offsets), `consumer_group` and `assignors` (KIP-848), `records` (Kafka's
 key/value schemas of `__consumer_offsets`), `manager` (writing and replaying that topic),
-`consumer_protocol` (the subscription/assignment bytes consumers exchange).
+`consumer_protocol` (the subscription/assignment bytes consumers exchange), `share_group`
+(KIP-932 share group membership and assignment).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from strom.coordinator.group.config import GroupConfig
 from strom.coordinator.group.consumer_group import ConsumerGroupCoordinator
 from strom.coordinator.group.coordinator import GroupCoordinator
 from strom.coordinator.group.manager import GroupMetadataManager
+from strom.coordinator.group.share_group import ShareGroupCoordinator, ShareGroupSettings
 
 __all__ = ["GroupConfig", "GroupCoordinator", "GroupMetadataManager", "create_group_coordinator"]
 
@@ -27,4 +29,6 @@ def create_group_coordinator(broker: Any) -> GroupCoordinator:
                                    lambda: broker.internal_partitions(GROUP_METADATA_TOPIC))
     coordinator = GroupCoordinator(GroupConfig.from_broker_config(broker.config), manager)
     coordinator.consumer_groups = ConsumerGroupCoordinator(coordinator, lambda: broker.metadata_cache.topics)
+    coordinator.share_groups = ShareGroupCoordinator(coordinator, lambda: broker.metadata_cache.topics,
+                                                     ShareGroupSettings.from_broker_config(broker.config))
     return coordinator

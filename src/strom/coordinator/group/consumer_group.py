@@ -286,6 +286,9 @@ class ConsumerGroupCoordinator:
         group = groups.get(group_id)
         if isinstance(group, ConsumerGroup) and not group.dead:
             return group
+        share_groups = self.coordinator.share_groups
+        if group is None and share_groups is not None and group_id in share_groups.groups:
+            raise KafkaError(f"Group {group_id} is not a consumer group.", ErrorCode.GROUP_ID_NOT_FOUND)
         if group is not None and not (isinstance(group, GroupMetadata) and group.is_empty):
             raise KafkaError(f"Group {group_id} is not a consumer group.", ErrorCode.GROUP_ID_NOT_FOUND)
         if member_epoch != 0:

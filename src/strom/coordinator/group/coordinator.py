@@ -141,6 +141,7 @@ class GroupCoordinator:
         self.pending_txn_offsets: PendingTxnOffsets = {}
         self.active = False
         self.consumer_groups: Any = None  # the KIP-848 side, attached by `consumer_group.py`
+        self.share_groups: Any = None  # KIP-932 share groups, attached by `share_group.py`
 
     # --- lifecycle ------------------------------------------------------------------------------
     def startup(self, loaded: LoadedState | None = None) -> None:
@@ -466,6 +467,10 @@ class GroupCoordinator:
             return
         is_unknown = req.member_id == ""
         group = self.groups.get(req.group_id)
+        if group is None and self.share_groups is not None and req.group_id in self.share_groups.groups:
+            # The id is a KIP-932 share group's: classic members cannot join it.
+            respond(JoinGroupResult(req.member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+            return
         if group is None:
             if not is_unknown:
                 respond(JoinGroupResult(req.member_id, ErrorCode.UNKNOWN_MEMBER_ID))

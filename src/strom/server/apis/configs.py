@@ -23,6 +23,7 @@ from strom.log.config import TOPIC_CONFIG_KEYS
 from strom.metrics import client_telemetry
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security import authorizer as acl
+from strom.server import group_configs
 from strom.server.apis import RequestContext, api
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
@@ -85,6 +86,9 @@ def _authorize(broker, ctx: RequestContext, operation: int, resource_type: int, 
     if resource_type == TOPIC:
         if not acl.allowed(broker, ctx, operation, acl.TOPIC, name):
             raise KafkaError("Topic authorization failed.", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    elif resource_type == group_configs.GROUP_RESOURCE:
+        if not acl.allowed(broker, ctx, operation, acl.GROUP, name):
+            raise KafkaError("Group authorization failed.", ErrorCode.GROUP_AUTHORIZATION_FAILED)
     elif not acl.allowed(broker, ctx, operation, acl.CLUSTER):
         raise KafkaError("Cluster authorization failed.", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 
@@ -124,6 +128,8 @@ async def handle_describe_configs(broker, ctx: RequestContext, request) -> dict:
             elif resource.resource_type == CLIENT_METRICS:
                 result["configs"] = await client_telemetry.describe_subscription(
                     broker, resource.resource_name, keys, include_docs)
+            elif resource.resource_type == group_configs.GROUP_RESOURCE:
+                result["configs"] = group_configs.describe(broker, resource.resource_name, keys, include_docs)
             else:
                 raise KafkaError(f"unsupported resource type {resource.resource_type}",
                                  ErrorCode.INVALID_REQUEST)
@@ -158,6 +164,8 @@ async def _alter(broker, resource_type: int, name: str,
         broker.log_services.apply_broker_config(effective)
     elif resource_type == CLIENT_METRICS:
         await client_telemetry.alter_subscription(broker, name, new_configs, validate_only)
+    elif resource_type == group_configs.GROUP_RESOURCE:
+        await group_configs.alter(broker, name, new_configs, validate_only)
     else:
         raise KafkaError(f"unsupported resource type {resource_type}", ErrorCode.INVALID_REQUEST)
 

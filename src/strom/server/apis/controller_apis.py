@@ -172,6 +172,8 @@ def _become_leader_or_follower(broker, topic: str, topic_id, p) -> ErrorCode:
             broker.coordinators.load(topic, p.partition_index)
         elif p.leader != broker.broker_id and was_leader:
             broker.coordinators.unload(topic, p.partition_index)
+    if was_leader and p.leader != broker.broker_id:
+        broker.share_partitions.leadership_left(topic_id, p.partition_index)
     return ErrorCode.NONE
 
 
@@ -184,6 +186,7 @@ def _update_metadata(broker, request) -> None:
         if broker.group_coordinator is not None:
             # Kafka's handleDeletedPartitions: committed offsets of deleted partitions go.
             broker.group_coordinator.on_partitions_deleted(deleted)
+        broker.share_partitions.topics_deleted()  # and share groups' state of deleted topics
 
 
 def _stop_replica(broker, topic: str, partition: int, delete: bool) -> ErrorCode:
@@ -191,6 +194,8 @@ def _stop_replica(broker, topic: str, partition: int, delete: bool) -> ErrorCode
     current = broker.replica_manager.get_partition(topic, partition)
     if znodes.is_internal(topic) and current is not None and current.is_leader:
         broker.coordinators.unload(topic, partition)
+    if current is not None and current.is_leader:
+        broker.share_partitions.leadership_left(current.topic_id, partition)
     try:
         broker.replica_manager.stop_replica(topic, partition, delete)
     except OSError as e:

@@ -1,6 +1,6 @@
 """Group membership and group admin: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
-DescribeGroups, DeleteGroups (classic groups) and ConsumerGroupHeartbeat,
-ConsumerGroupDescribe (KIP-848 consumer groups).
+DescribeGroups, DeleteGroups (classic groups; ListGroups and DeleteGroups also KIP-932 share
+groups) and ConsumerGroupHeartbeat, ConsumerGroupDescribe (KIP-848 consumer groups).
 
 The handlers translate between the wire versions and the coordinator
 (`strom.coordinator.group`); a JoinGroup or SyncGroup held back for a rebalance is an awaited
@@ -134,11 +134,29 @@ async def handle_list_groups(broker, ctx: RequestContext, request) -> dict:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "groups": []}
     groups = coordinator.list_groups(request.states_filter if version >= 4 else (),
                                      request.types_filter if version >= 5 else ())
+    listed = [{"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
+               "group_type": g.group_type} for g in groups]
+    listed += _share_groups(broker, request.states_filter if version >= 4 else (),
+                            request.types_filter if version >= 5 else ())
     if not allowed(broker, ctx, DESCRIBE, CLUSTER):  # else only the groups it may describe
-        groups = [g for g in groups if allowed(broker, ctx, DESCRIBE, GROUP, g.group_id)]
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": [
-        {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
-         "group_type": g.group_type} for g in sorted(groups, key=lambda g: g.group_id)]}
+        listed = [g for g in listed if allowed(broker, ctx, DESCRIBE, GROUP, g["group_id"])]
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+            "groups": sorted(listed, key=lambda g: g["group_id"])}
+
+
+def _share_groups(broker, states, types) -> list[dict]:
+    """KIP-932 share groups: those with members, and those only `__share_group_state` knows
+    (Empty since this broker started)."""
+    if types and "share" not in {t.lower() for t in types}:
+        return []
+    wanted = {s.lower() for s in states}
+    share_groups = broker.group_coordinator.share_groups
+    found = {g.group_id: g.state.value for g in share_groups.groups.values()}
+    for group_id in broker.share_partitions.group_ids():
+        if group_id not in broker.group_coordinator.groups:
+            found.setdefault(group_id, "Empty")
+    return [{"group_id": g, "protocol_type": "share", "group_state": state, "group_type": "share"}
+            for g, state in found.items() if not wanted or state.lower() in wanted]
 
 
 @api(DESCRIBE_GROUPS, 0, 6)
@@ -171,7 +189,14 @@ def _operations(broker, ctx: RequestContext, request, group_id: str) -> set[int]
 @api(DELETE_GROUPS, 0, 2)
 async def handle_delete_groups(broker, ctx: RequestContext, request) -> dict:
     permitted = [g for g in request.groups_names if allowed(broker, ctx, DELETE, GROUP, g)]
-    results = broker.group_coordinator.delete_groups(permitted)
+    share_ids = broker.group_coordinator.share_groups.groups.keys() | broker.share_partitions.group_ids()
+    shares = [g for g in permitted if g in share_ids and g not in broker.group_coordinator.groups]
+    results = broker.group_coordinator.delete_groups([g for g in permitted if g not in shares])
+    for group_id in shares:  # a share group goes with its share-partition state
+        error = broker.group_coordinator.share_groups.delete(group_id)
+        if error in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
+            error = await broker.share_partitions.delete_group_state(group_id)
+        results[group_id] = error
     return {"throttle_time_ms": 0, "results": [
         {"group_id": group_id, "error_code": results.get(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)}
         for group_id in request.groups_names]}

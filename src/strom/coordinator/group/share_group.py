@@ -1,0 +1,305 @@
+"""KIP-932 share groups: ShareGroupHeartbeat with server-side assignment.
+
+A share group's members read partitions together, so an assignment never has to be taken
+away before it is given: there is no revocation step as in KIP-848. The coordinator keeps a
+group epoch (bumped when membership, a subscription or a subscribed topic's partitions
+change), recomputes the target assignment for it (`simple_assign`), and every member gets its
+new assignment with its next heartbeat, its member epoch becoming the group epoch. A member
+whose heartbeat carries another epoch is fenced (FENCED_MEMBER_EPOCH), an unknown member id is
+UNKNOWN_MEMBER_ID; both rejoin with epoch 0. Sessions expire after
+group.share.session.timeout.ms. Whoever listens (the broker's SharePartitionManager) hears of
+every member that leaves, so the records it holds go back to the group at once.
+
+Share groups share the group id namespace with classic and consumer groups: a group id in use
+by another type answers GROUP_ID_NOT_FOUND, as Kafka does. Membership is kept in memory only;
+what must survive (the share-partition state) lives in `__share_group_state`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from strom.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+SHARE = "share"
+SHARE_GROUP_HEARTBEAT = 76
+LEAVE_GROUP_MEMBER_EPOCH = -1
+Assignment = dict[uuid.UUID, set[int]]
+
+
+class ShareGroupState(enum.Enum):
+    EMPTY = "Empty"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(eq=False, slots=True)
+class ShareGroupMember:
+    member_id: str
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: list[str] = field(default_factory=list)
+    member_epoch: int = 0
+    assigned: Assignment = field(default_factory=dict)
+    session_timer: Any = None
+
+
+class ShareGroup:
+    group_type = SHARE
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ShareGroupMember] = {}
+        self.target: dict[str, Assignment] = {}
+        self.subscription_metadata: frozenset[tuple[uuid.UUID, str, int]] = frozenset()
+
+    @property
+    def state(self) -> ShareGroupState:
+        return ShareGroupState.STABLE if self.members else ShareGroupState.EMPTY
+
+    def subscribed_topics(self) -> set[str]:
+        return {t for m in self.members.values() for t in m.subscribed_topic_names}
+
+
+def simple_assign(members: Mapping[str, set[str]], topics: Mapping[str, tuple[uuid.UUID, int]]
+                  ) -> dict[str, Assignment]:
+    """Kafka's simple share assignor in spirit: each subscribed partition goes to one of its
+    subscribers round-robin, and when a topic has more subscribers than partitions the
+    partitions are shared so that every subscriber gets one."""
+    out: dict[str, Assignment] = {m: {} for m in members}
+    for name in sorted(topics):
+        topic_id, count = topics[name]
+        subscribers = sorted(m for m, subs in members.items() if name in subs)
+        if not subscribers or count <= 0:
+            continue
+        if len(subscribers) <= count:
+            pairs = [(subscribers[p % len(subscribers)], p) for p in range(count)]
+        else:
+            pairs = [(m, i % count) for i, m in enumerate(subscribers)]
+        for member_id, p in pairs:
+            out[member_id].setdefault(topic_id, set()).add(p)
+    return out
+
+
+@dataclass(slots=True)
+class ShareHeartbeat:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    rack_id: str | None = None
+    subscribed_topic_names: list[str] | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(slots=True)
+class ShareHeartbeatResult:
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: Assignment | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupSettings:
+    session_timeout_ms: int = 45000  # group.share.session.timeout.ms
+    heartbeat_interval_ms: int = 5000  # group.share.heartbeat.interval.ms
+    max_size: int = 200  # group.share.max.size
+    max_groups: int = 10  # group.share.max.groups
+
+    @classmethod
+    def from_broker_config(cls, config: Any) -> ShareGroupSettings:
+        return cls(config["group.share.session.timeout.ms"], config["group.share.heartbeat.interval.ms"],
+                   config["group.share.max.size"], config["group.share.max.groups"])
+
+
+class ShareGroupCoordinator:
+    """The share-group half of the group coordinator: its own groups, the coordinator's timers
+    and group id namespace."""
+
+    def __init__(self, coordinator: Any, topics: Callable[[], Mapping[str, Any]],
+                 settings: ShareGroupSettings) -> None:
+        self.coordinator = coordinator
+        self.topics = topics
+        self.settings = settings
+        self.groups: dict[str, ShareGroup] = {}
+        # Called with (group id, member id) when a member leaves or is fenced.
+        self.member_listeners: list[Callable[[str, str], None]] = []
+
+    # --- ShareGroupHeartbeat --------------------------------------------------------------------
+    def heartbeat(self, req: ShareHeartbeat) -> ShareHeartbeatResult:
+        """Raises KafkaError with the code and message of the error response."""
+        self._validate(req)
+        error = self.coordinator.validate_group_status(req.group_id, SHARE_GROUP_HEARTBEAT)
+        if error is not None:
+            raise KafkaError(error.name, error)
+        if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
+            return self._leave(req)
+        group = self._get_or_maybe_create(req.group_id, req.member_epoch)
+        member = group.members.get(req.member_id)
+        if member is None:
+            if req.member_epoch != 0:
+                raise KafkaError(f"Member {req.member_id} is not a member of group {req.group_id}.",
+                                 ErrorCode.UNKNOWN_MEMBER_ID)
+            if len(group.members) >= self.settings.max_size:
+                raise KafkaError(f"The share group has reached its maximum capacity of "
+                                 f"{self.settings.max_size} members.", ErrorCode.GROUP_MAX_SIZE_REACHED)
+            member = group.members[req.member_id] = ShareGroupMember(req.member_id)
+            log.info("share group %s: member %s joins", group.group_id, req.member_id)
+            bump = True
+        else:
+            if req.member_epoch not in (0, member.member_epoch):
+                raise KafkaError(f"The share group member has epoch {req.member_epoch}, the "
+                                 f"coordinator knows {member.member_epoch}. It must rejoin.",
+                                 ErrorCode.FENCED_MEMBER_EPOCH)
+            bump = False
+        if req.rack_id is not None:
+            member.rack_id = req.rack_id
+        member.client_id, member.client_host = req.client_id, req.client_host
+        if req.subscribed_topic_names is not None and \
+                sorted(req.subscribed_topic_names) != sorted(member.subscribed_topic_names):
+            member.subscribed_topic_names = list(req.subscribed_topic_names)
+            bump = True
+        metadata = self._subscription_metadata(group)
+        if metadata != group.subscription_metadata:
+            group.subscription_metadata = metadata
+            bump = True
+        if bump:
+            group.group_epoch += 1
+        if group.group_epoch > group.assignment_epoch:
+            self._assign(group)
+        before = member.assigned
+        member.assigned = group.target.get(member.member_id, {})
+        full = req.member_epoch == 0 or before != member.assigned or member.member_epoch != group.assignment_epoch
+        member.member_epoch = group.assignment_epoch
+        self._schedule_session_timeout(group, member)
+        return ShareHeartbeatResult(member.member_id, member.member_epoch, self.settings.heartbeat_interval_ms,
+                                    member.assigned if full else None)
+
+    @staticmethod
+    def _validate(req: ShareHeartbeat) -> None:
+        def invalid(message: str) -> KafkaError:
+            return KafkaError(message, ErrorCode.INVALID_REQUEST)
+
+        if not req.group_id:
+            raise invalid("GroupId can't be empty.")
+        if not req.member_id:
+            raise invalid("MemberId can't be empty.")
+        if req.rack_id == "":
+            raise invalid("RackId can't be empty.")
+        if req.member_epoch == 0:
+            if not req.subscribed_topic_names:
+                raise invalid("SubscribedTopicNames must be set in first request.")
+        elif req.member_epoch < LEAVE_GROUP_MEMBER_EPOCH:
+            raise invalid("MemberEpoch is invalid.")
+
+    def _get_or_maybe_create(self, group_id: str, member_epoch: int) -> ShareGroup:
+        group = self.groups.get(group_id)
+        if group is not None:
+            return group
+        other = self.coordinator.groups.get(group_id)
+        if other is not None and not other.is_dead:
+            raise KafkaError(f"Group {group_id} is not a share group.", ErrorCode.GROUP_ID_NOT_FOUND)
+        if member_epoch != 0:
+            raise KafkaError(f"Share group {group_id} has no member with this id.", ErrorCode.UNKNOWN_MEMBER_ID)
+        if len(self.groups) >= self.settings.max_groups:
+            raise KafkaError(f"The maximum number of share groups ({self.settings.max_groups}) is "
+                             "reached.", ErrorCode.GROUP_MAX_SIZE_REACHED)
+        group = self.groups[group_id] = ShareGroup(group_id)
+        return group
+
+    def _subscription_metadata(self, group: ShareGroup) -> frozenset[tuple[uuid.UUID, str, int]]:
+        wanted = group.subscribed_topics()
+        return frozenset((meta.topic_id, name, len(meta.partitions))
+                         for name, meta in self.topics().items() if name in wanted)
+
+    def _assign(self, group: ShareGroup) -> None:
+        topics = {name: (tid, n) for tid, name, n in group.subscription_metadata}
+        members = {m.member_id: set(m.subscribed_topic_names) for m in group.members.values()}
+        group.target = simple_assign(members, topics)
+        group.assignment_epoch = group.group_epoch
+        log.info("share group %s: target assignment for epoch %d", group.group_id, group.group_epoch)
+
+    def _leave(self, req: ShareHeartbeat) -> ShareHeartbeatResult:
+        group = self.groups.get(req.group_id)
+        member = group.members.get(req.member_id) if group is not None else None
+        if group is None or member is None:
+            raise KafkaError(f"Member {req.member_id} is not a member of group {req.group_id}.",
+                             ErrorCode.UNKNOWN_MEMBER_ID)
+        self._remove(group, member, "left")
+        return ShareHeartbeatResult(req.member_id, LEAVE_GROUP_MEMBER_EPOCH, 0)
+
+    def _remove(self, group: ShareGroup, member: ShareGroupMember, why: str) -> None:
+        if member.session_timer is not None:
+            member.session_timer.cancel()
+            member.session_timer = None
+        del group.members[member.member_id]
+        group.target.pop(member.member_id, None)
+        group.group_epoch += 1
+        log.info("share group %s: member %s %s", group.group_id, member.member_id, why)
+        for listener in self.member_listeners:
+            listener(group.group_id, member.member_id)
+
+    def _schedule_session_timeout(self, group: ShareGroup, member: ShareGroupMember) -> None:
+        if member.session_timer is not None:
+            member.session_timer.cancel()
+
+        def expire() -> None:
+            member.session_timer = None
+            if group.members.get(member.member_id) is member:
+                self._remove(group, member, "fenced: its session expired")
+
+        member.session_timer = self.coordinator.scheduler.call_later(self.settings.session_timeout_ms, expire)
+
+    def is_member(self, group_id: str, member_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and member_id in group.members
+
+    # --- admin ----------------------------------------------------------------------------------
+    def describe(self, group_id: str) -> dict:
+        group = self.groups.get(group_id)
+        if group is None:
+            other = self.coordinator.groups.get(group_id)
+            message = f"Group {group_id} is not a share group." if other is not None and not other.is_dead \
+                else f"Group {group_id} not found."
+            return {"group_id": group_id, "error_code": ErrorCode.GROUP_ID_NOT_FOUND, "error_message": message,
+                    "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
+                    "members": []}
+        names = {meta.topic_id: name for name, meta in self.topics().items()}
+        members = [{
+            "member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.member_epoch,
+            "client_id": m.client_id, "client_host": m.client_host,
+            "subscribed_topic_names": sorted(m.subscribed_topic_names),
+            "assignment": {"topic_partitions": [
+                {"topic_id": tid, "topic_name": names.get(tid, ""), "partitions": sorted(ps)}
+                for tid, ps in m.assigned.items()]}}
+            for m in group.members.values()]
+        return {"group_id": group_id, "error_code": ErrorCode.NONE, "error_message": None,
+                "group_state": group.state.value, "group_epoch": group.group_epoch,
+                "assignment_epoch": group.assignment_epoch, "assignor_name": "simple", "members": members}
+
+    def delete(self, group_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if group.members:
+            return ErrorCode.NON_EMPTY_GROUP
+        del self.groups[group_id]
+        return ErrorCode.NONE
+
+    def shutdown(self) -> None:
+        for group in self.groups.values():
+            for member in group.members.values():
+                if member.session_timer is not None:
+                    member.session_timer.cancel()
+        self.groups.clear()

@@ -1,0 +1,294 @@
+"""SharePartition: what a share group knows of one topic partition (KIP-932).
+
+Members of a share group read the same partition together; each record is handed to one
+member at a time. The partition keeps a window of in-flight records starting at the share
+partition start offset (SPSO): every offset in [start_offset, end_offset) has a state, and
+offsets from end_offset on were never delivered. A fetch acquires records (AVAILABLE ->
+ACQUIRED, delivery count + 1) under an acquisition lock; the member then accepts
+(ACKNOWLEDGED), rejects (ARCHIVED) or releases them (AVAILABLE again), or the lock expires and
+they become AVAILABLE for someone else. A record whose delivery count reached the limit is
+archived instead of made available again. The start offset moves past every record that is
+done (acknowledged or archived), so the window only holds what is still in flight.
+
+This module has no I/O and no clock of its own: times come in as arguments, and what must be
+persisted comes out as a `ShareState` (ACQUIRED is stored as AVAILABLE with its delivery
+count, so a crash redelivers it without losing the count).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from strom.protocol.errors import ErrorCode
+
+# Record states, with the ids Kafka's RecordState persists.
+AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
+# Acknowledge types of ShareFetch/ShareAcknowledge.
+GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
+_DONE = (ACKNOWLEDGED, ARCHIVED)
+
+
+@dataclass(frozen=True, slots=True)
+class StateBatch:
+    """A run of offsets sharing one persisted state and delivery count."""
+
+    first_offset: int
+    last_offset: int
+    state: int
+    delivery_count: int
+
+
+@dataclass(slots=True)
+class ShareState:
+    """What `__share_group_state` keeps of a share partition."""
+
+    start_offset: int
+    batches: list[StateBatch] = field(default_factory=list)
+    state_epoch: int = 0
+
+
+@dataclass(slots=True)
+class InFlight:
+    state: int
+    delivery_count: int = 0
+    member_id: str | None = None
+    deadline_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LogBatch:
+    """The offsets a record batch of the log covers, as the fetch found them."""
+
+    base_offset: int
+    last_offset: int
+    skip: bool = False  # a control batch, or aborted data a read_committed group never sees
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+
+
+class SharePartition:
+    def __init__(self, start_offset: int, *, delivery_limit: int, max_in_flight: int,
+                 state: ShareState | None = None) -> None:
+        self.delivery_limit = delivery_limit
+        self.max_in_flight = max_in_flight
+        self.start_offset = start_offset
+        self.end_offset = start_offset
+        self.records: dict[int, InFlight] = {}
+        self.state_epoch = 0
+        # (deadline, offset) of each acquisition, earliest first; stale entries are skipped.
+        self._locks: list[tuple[int, int]] = []
+        self.dirty = False  # changed since the last persisted ShareState
+        if state is not None:
+            self._restore(state)
+
+    def _restore(self, state: ShareState) -> None:
+        self.start_offset = self.end_offset = state.start_offset
+        self.state_epoch = state.state_epoch
+        for b in state.batches:
+            for offset in range(max(b.first_offset, self.start_offset), b.last_offset + 1):
+                self.records[offset] = InFlight(b.state, b.delivery_count)
+            self.end_offset = max(self.end_offset, b.last_offset + 1)
+        for offset in range(self.start_offset, self.end_offset):  # holes: never delivered
+            self.records.setdefault(offset, InFlight(AVAILABLE))
+        self._advance_start()
+
+    # --- what a fetch may take -----------------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        return self.end_offset - self.start_offset
+
+    def fetch_offset(self) -> int | None:
+        """Where the next fetch should read from: the first AVAILABLE record, else the end of
+        the window; None when nothing is available and the window is full."""
+        for offset in range(self.start_offset, self.end_offset):
+            if self.records[offset].state == AVAILABLE:
+                return offset
+        return self.end_offset if self.in_flight < self.max_in_flight else None
+
+    def acquire(self, member_id: str, batches: Iterable[LogBatch], max_records: int, now_ms: int,
+                lock_ms: int) -> list[Acquired]:
+        """Acquire for `member_id` the available records among `batches` (read from the log in
+        offset order) and records never delivered, at most `max_records` of the former and new
+        batches whole (Kafka's batch alignment) while the window has room."""
+        deadline = now_ms + lock_ms
+        taken: list[tuple[int, int]] = []  # (offset, delivery count)
+        for batch in batches:
+            if len(taken) >= max_records:
+                break
+            for offset in range(max(batch.base_offset, self.start_offset), min(batch.last_offset + 1, self.end_offset)):
+                if len(taken) >= max_records:
+                    break
+                record = self.records[offset]
+                if record.state != AVAILABLE:
+                    continue
+                if batch.skip or record.delivery_count >= self.delivery_limit:
+                    record.state, record.member_id = ARCHIVED, None
+                    self.dirty = True
+                    continue
+                taken.append((offset, self._take(record, member_id, deadline, offset)))
+            if batch.last_offset < self.end_offset:
+                continue
+            if self.in_flight >= self.max_in_flight:
+                break
+            # A batch not delivered yet: the offsets before it that the log no longer has
+            # (compacted away) are done; the batch is taken whole.
+            for offset in range(self.end_offset, batch.base_offset):
+                self.records[offset] = InFlight(ARCHIVED)
+            first = max(batch.base_offset, self.end_offset)
+            records = self.records
+            if batch.skip:
+                for offset in range(first, batch.last_offset + 1):
+                    records[offset] = InFlight(ARCHIVED)
+            else:  # the common path: a new batch, every record acquired once
+                for offset in range(first, batch.last_offset + 1):
+                    records[offset] = InFlight(ACQUIRED, 1, member_id, deadline)
+                    taken.append((offset, 1))
+            self.end_offset = batch.last_offset + 1
+            self.dirty = True
+        if taken:
+            heapq.heappush(self._locks, (deadline, taken[0][0]))
+        self._advance_start()
+        return _ranges(taken)
+
+    def _take(self, record: InFlight, member_id: str, deadline: int, offset: int) -> int:
+        record.state, record.member_id, record.deadline_ms = ACQUIRED, member_id, deadline
+        record.delivery_count += 1
+        self.dirty = True
+        return record.delivery_count
+
+    # --- acknowledgements ----------------------------------------------------------------------
+    def acknowledge(self, member_id: str, batches: Iterable[tuple[int, int, list[int]]]) -> ErrorCode:
+        """Apply one request's acknowledgements for this partition, all or none: every offset
+        must be ACQUIRED by `member_id`, and the types one for the range or one per offset."""
+        checked: list[tuple[int, int, list[int]]] = []
+        get = self.records.get
+        for first, last, types in batches:
+            if last < first or not types or len(types) not in (1, last - first + 1):
+                return ErrorCode.INVALID_REQUEST
+            if any(t not in (GAP, ACCEPT, RELEASE, REJECT) for t in types):
+                return ErrorCode.INVALID_REQUEST
+            for offset in range(first, last + 1):
+                record = get(offset)
+                if record is None or record.state != ACQUIRED or record.member_id != member_id:
+                    return ErrorCode.INVALID_RECORD_STATE
+            checked.append((first, last, types))
+        records = self.records
+        for first, last, types in checked:
+            for offset in range(first, last + 1):
+                kind = types[0] if len(types) == 1 else types[offset - first]
+                record = records[offset]
+                if kind == ACCEPT:
+                    record.state = ACKNOWLEDGED
+                elif kind == RELEASE:
+                    self._make_available(record)
+                else:  # GAP and REJECT: never delivered again
+                    record.state = ARCHIVED
+                record.member_id = None
+        if checked:
+            self.dirty = True
+            self._advance_start()
+        return ErrorCode.NONE
+
+    def release_member(self, member_id: str) -> bool:
+        """The member left or its session ended: what it holds goes back. True if anything did."""
+        released = False
+        for record in self.records.values():
+            if record.state == ACQUIRED and record.member_id == member_id:
+                self._make_available(record)
+                released = True
+        if released:
+            self.dirty = True
+            self._advance_start()
+        return released
+
+    def expire_locks(self, now_ms: int) -> bool:
+        """Acquisition locks past their deadline release their records. True if any did."""
+        expired = False
+        while self._locks and self._locks[0][0] <= now_ms:
+            _, first = heapq.heappop(self._locks)
+            for offset in range(max(first, self.start_offset), self.end_offset):
+                record = self.records[offset]
+                if record.state == ACQUIRED and record.deadline_ms <= now_ms:
+                    self._make_available(record)
+                    expired = True
+        if expired:
+            self._advance_start()
+        return expired
+
+    def next_lock_deadline(self) -> int | None:
+        return self._locks[0][0] if self._locks else None
+
+    def _make_available(self, record: InFlight) -> None:
+        record.member_id = None
+        if record.delivery_count >= self.delivery_limit:
+            record.state = ARCHIVED
+            self.dirty = True
+        else:
+            record.state = AVAILABLE
+
+    # --- the window ----------------------------------------------------------------------------
+    def _advance_start(self) -> None:
+        records, start, end = self.records, self.start_offset, self.end_offset
+        while start < end and records[start].state in _DONE:
+            del records[start]
+            start += 1
+        if start != self.start_offset:
+            self.start_offset = start
+            self.dirty = True
+
+    def move_start(self, offset: int) -> None:
+        """The log no longer has records below `offset` (retention, DeleteRecords)."""
+        if offset <= self.start_offset:
+            return
+        for o in range(self.start_offset, min(offset, self.end_offset)):
+            del self.records[o]
+        self.start_offset = offset
+        self.end_offset = max(self.end_offset, offset)
+        self.dirty = True
+
+    def reset(self, offset: int) -> None:
+        """AlterShareGroupOffsets: start over at `offset` (only while no member consumes)."""
+        self.records.clear()
+        self._locks.clear()
+        self.start_offset = self.end_offset = offset
+        self.state_epoch += 1
+        self.dirty = True
+
+    def acquired_count(self) -> int:
+        return sum(1 for r in self.records.values() if r.state == ACQUIRED)
+
+    def state(self) -> ShareState:
+        """The persisted form: runs of (state, delivery count) over the window, ACQUIRED kept as
+        AVAILABLE (after a crash its lock is gone, its delivery count is not)."""
+        runs: list[list[int]] = []  # [first, last, state, count]
+        run: list[int] | None = None
+        records = self.records
+        for offset in range(self.start_offset, self.end_offset):
+            record = records[offset]
+            state = AVAILABLE if record.state == ACQUIRED else record.state
+            if run is not None and run[2] == state and run[3] == record.delivery_count:
+                run[1] = offset
+            else:
+                run = [offset, offset, state, record.delivery_count]
+                runs.append(run)
+        return ShareState(self.start_offset, [StateBatch(*r) for r in runs], self.state_epoch)
+
+
+def _ranges(taken: list[tuple[int, int]]) -> list[Acquired]:
+    """Contiguous offsets with one delivery count, as ShareFetch's AcquiredRecords."""
+    runs: list[list[int]] = []
+    run: list[int] | None = None
+    for offset, count in taken:
+        if run is not None and run[1] == offset - 1 and run[2] == count:
+            run[1] = offset
+        else:
+            run = [offset, offset, count]
+            runs.append(run)
+    return [Acquired(*r) for r in runs]

@@ -1,0 +1,150 @@
+"""ShareStateStore: the share coordinator's half of KIP-932, durable share-partition state in
+the compacted internal topic `__share_group_state`.
+
+Kafka's share coordinator owns this topic and brokers reach it with Read/Write/Initialize/
+DeleteShareGroupState. Strom keeps the same shape without the RPCs: the key of a share
+partition ("group:topicId:partition", Java's String hash, as Kafka picks the partition) names
+the state-topic partition that holds it, a write appends one full snapshot per share
+partition (one batch per state-topic partition per request, never a record per delivered
+record), a tombstone deletes it, and the partitions this broker leads are replayed into
+memory when it is elected their leader. Only a leader of the state partition writes: on a
+broker that does not lead it the share partition answers COORDINATOR_NOT_AVAILABLE (the
+inter-broker RPCs are not built).
+
+Record layout (Strom's own, versioned): key = int16 version 0, string group, 16-byte topic
+id, int32 partition; value = int16 version 0, int32 state epoch, int64 start offset, int32
+count, then per batch int64 first, int64 last, int8 state, int16 delivery count.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from strom.coordinator import SHARE_GROUP_STATE_TOPIC, log_store
+from strom.coordinator.schema import Reader, RecordFormatError, Writer
+from strom.coordinator.share.share_partition import ShareState, StateBatch
+from strom.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SharePartitionKey:
+    group_id: str
+    topic_id: uuid.UUID
+    partition: int
+
+    @property
+    def coordinator_key(self) -> str:
+        """Kafka's SharePartitionKey string, which picks the state-topic partition."""
+        return f"{self.group_id}:{self.topic_id}:{self.partition}"
+
+
+def encode_key(key: SharePartitionKey) -> bytes:
+    w = Writer().int16(0).string(key.group_id)
+    w.buf += key.topic_id.bytes
+    return bytes(w.int32(key.partition).buf)
+
+
+def decode_key(data: bytes) -> SharePartitionKey:
+    r = Reader(data)
+    if r.int16() != 0:
+        raise RecordFormatError("unknown share state key version")
+    group = r.string() or ""
+    topic_id = uuid.UUID(bytes=bytes(r._take(16)))
+    return SharePartitionKey(group, topic_id, r.int32())
+
+
+def encode_value(state: ShareState) -> bytes:
+    w = Writer().int16(0).int32(state.state_epoch).int64(state.start_offset).int32(len(state.batches))
+    for b in state.batches:
+        w.int64(b.first_offset).int64(b.last_offset).int8(b.state).int16(b.delivery_count)
+    return bytes(w.buf)
+
+
+def decode_value(data: bytes) -> ShareState:
+    r = Reader(data)
+    if r.int16() != 0:
+        raise RecordFormatError("unknown share state value version")
+    epoch, start, count = r.int32(), r.int64(), r.int32()
+    batches = [StateBatch(r.int64(), r.int64(), r.int8(), r.int16()) for _ in range(count)]
+    return ShareState(start, batches, epoch)
+
+
+class ShareStateStore(log_store.InternalTopic):
+    topic = SHARE_GROUP_STATE_TOPIC
+
+    def __init__(self, replica_manager, num_partitions: Callable[[], int]) -> None:
+        super().__init__(replica_manager, num_partitions)
+        # The latest state of every share partition whose state-topic partition is led here.
+        self.states: dict[SharePartitionKey, ShareState] = {}
+        self.loaded: set[int] = set()
+
+    def load(self, only: int | None = None) -> int:
+        """Replay the led partitions (or partition `only`): latest record per key wins."""
+        count = 0
+        for index in range(self.num_partitions()) if only is None else (only,):
+            partition = self.replica_manager.get_partition(self.topic, index)
+            if partition is None or not partition.is_leader:
+                continue
+            for item in log_store.replay(partition.log):
+                try:
+                    key = decode_key(item.key)
+                    if item.value is None:
+                        self.states.pop(key, None)
+                    else:
+                        self.states[key] = decode_value(item.value)
+                    count += 1
+                except RecordFormatError as e:
+                    log.warning("%s: skipping a record that does not parse: %s", self.topic, e)
+            self.loaded.add(index)
+        return count
+
+    def unload(self, index: int) -> None:
+        self.loaded.discard(index)
+        n = self.num_partitions()
+        for key in [k for k in self.states if log_store.partition_for(k.coordinator_key, n) == index]:
+            del self.states[key]
+
+    def get(self, key: SharePartitionKey) -> ShareState | None:
+        return self.states.get(key)
+
+    def available(self, key: SharePartitionKey) -> bool:
+        """This broker leads the state partition of `key` and has loaded it."""
+        return self.is_local(key.coordinator_key)
+
+    def write(self, entries: Iterable[tuple[SharePartitionKey, ShareState | None]]
+              ) -> tuple[dict[SharePartitionKey, ErrorCode], set[int]]:
+        """Append the given states (None: a tombstone), one batch per state-topic partition.
+        Returns each key's error and the state-topic partitions written, for the caller to
+        wait on their replication."""
+        by_partition: dict[int, list[tuple[SharePartitionKey, ShareState | None]]] = {}
+        for key, state in entries:
+            by_partition.setdefault(self.partition_for(key.coordinator_key), []).append((key, state))
+        errors: dict[SharePartitionKey, ErrorCode] = {}
+        written: set[int] = set()
+        for index, items in by_partition.items():
+            records = [(encode_key(k), None if s is None else encode_value(s)) for k, s in items]
+            error = log_store.append(self.replica_manager, (self.topic, index), records)
+            error = log_store.STORE_ERRORS.get(error, error)
+            for key, state in items:
+                errors[key] = error
+                if error == ErrorCode.NONE:
+                    if state is None:
+                        self.states.pop(key, None)
+                    else:
+                        self.states[key] = state
+            if error == ErrorCode.NONE:
+                written.add(index)
+            else:
+                log.warning("writing share state to %s-%d failed: %s", self.topic, index, error.name)
+        return errors, written
+
+    def group_ids(self) -> set[str]:
+        return {k.group_id for k in self.states}
+
+    def keys_of(self, group_id: str) -> list[SharePartitionKey]:
+        return [k for k in self.states if k.group_id == group_id]

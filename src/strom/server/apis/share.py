@@ -1,0 +1,278 @@
+"""KIP-932 share groups: ShareGroupHeartbeat and ShareGroupDescribe (the group coordinator's
+share groups), ShareFetch and ShareAcknowledge (share sessions and share partitions, in
+`server/share_partitions.py`).
+
+Only v1, Kafka 4.1's first stable version (v0 was 4.0's early access). The APIs are
+advertised always and answer UNSUPPORTED_VERSION while `share.version` is not finalized at 1
+or more, as a Kafka 4.1 broker with share groups off does.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from strom.controller.features import SHARE_VERSION
+from strom.coordinator.group.share_group import ShareHeartbeat
+from strom.coordinator.share.share_partition import RELEASE
+from strom.coordinator.share.state_store import SharePartitionKey
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.security.authorizer import DESCRIBE, GROUP, READ, TOPIC, allowed, as_int32
+from strom.server.apis import RequestContext, api
+from strom.server.apis.groups import GROUP_DENIED, _operations, client_host
+from strom.server.share_partitions import FINAL_EPOCH, INITIAL_EPOCH, FetchedPartition, ShareSession
+
+SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 77, 78, 79
+_NOT_ENABLED = "Share groups are not enabled: share.version is not finalized at 1 or more."
+_NO_LEADER = {"leader_id": -1, "leader_epoch": -1}
+
+
+def _enabled(broker) -> bool:
+    return broker.finalized_features.level(SHARE_VERSION) >= 1
+
+
+@api(SHARE_GROUP_HEARTBEAT, 1, 1)
+async def handle_share_group_heartbeat(broker, ctx: RequestContext, request) -> dict:
+    def error(code: ErrorCode, message: str | None) -> dict:
+        return {"throttle_time_ms": 0, "error_code": code, "error_message": message, "member_id": None,
+                "member_epoch": 0, "heartbeat_interval_ms": 0, "assignment": None}
+
+    if not allowed(broker, ctx, READ, GROUP, request.group_id):
+        return GROUP_DENIED
+    if not _enabled(broker):
+        return error(ErrorCode.UNSUPPORTED_VERSION, _NOT_ENABLED)
+    try:
+        result = broker.group_coordinator.share_groups.heartbeat(ShareHeartbeat(
+            group_id=request.group_id, member_id=request.member_id, member_epoch=request.member_epoch,
+            rack_id=request.rack_id,
+            subscribed_topic_names=None if request.subscribed_topic_names is None
+            else list(request.subscribed_topic_names),
+            client_id=ctx.header.client_id or "", client_host=client_host(ctx)))
+    except KafkaError as e:
+        return error(e.code, str(e) or None)
+    assignment = None if result.assignment is None else {"topic_partitions": [
+        {"topic_id": topic_id, "partitions": sorted(ps)} for topic_id, ps in result.assignment.items()]}
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
+            "member_id": result.member_id, "member_epoch": result.member_epoch,
+            "heartbeat_interval_ms": result.heartbeat_interval_ms, "assignment": assignment}
+
+
+@api(SHARE_GROUP_DESCRIBE, 1, 1)
+async def handle_share_group_describe(broker, ctx: RequestContext, request) -> dict:
+    share_groups = broker.group_coordinator.share_groups
+    known = broker.share_partitions.group_ids()
+    out = []
+    for group_id in request.group_ids:
+        if not allowed(broker, ctx, DESCRIBE, GROUP, group_id):
+            out.append({"group_id": group_id, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                        "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
+                        "members": []})
+            continue
+        described = share_groups.describe(group_id)
+        if described["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND and group_id in known \
+                and group_id not in broker.group_coordinator.groups:
+            # A share group with state but no member since the broker started.
+            described |= {"error_code": ErrorCode.NONE, "error_message": None, "group_state": "Empty",
+                          "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "simple"}
+        described["authorized_operations"] = as_int32(_operations(broker, ctx, request, group_id))
+        out.append(described)
+    return {"throttle_time_ms": 0, "groups": out}
+
+
+# --- ShareFetch / ShareAcknowledge ---------------------------------------------------------------
+def _top_error(code: ErrorCode, message: str | None, fetch: bool) -> dict:
+    response = {"throttle_time_ms": 0, "error_code": code, "error_message": message, "responses": [],
+                "node_endpoints": []}
+    if fetch:
+        response["acquisition_lock_timeout_ms"] = 0
+    return response
+
+
+def _acknowledgements(request) -> dict[tuple[uuid.UUID, int], list[tuple[int, int, list[int]]]]:
+    """Per partition, the request's acknowledgement batches (a topic may come twice)."""
+    out: dict[tuple[uuid.UUID, int], list[tuple[int, int, list[int]]]] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            out.setdefault((topic.topic_id, p.partition_index), []).extend(
+                (b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in p.acknowledgement_batches)
+    return out
+
+
+class _Exchange:
+    """One ShareFetch or ShareAcknowledge: what it acknowledged and acquired, per partition."""
+
+    def __init__(self, broker, ctx: RequestContext, session: ShareSession) -> None:
+        self.broker = broker
+        self.ctx = ctx
+        self.session = session
+        self.manager = broker.share_partitions
+        self.names: dict[uuid.UUID, str] = broker.metadata_cache.names_by_id
+        self.ack_errors: dict[tuple[uuid.UUID, int], ErrorCode] = {}
+        self.fetched: dict[tuple[uuid.UUID, int], FetchedPartition] = {}
+        self.touched: set[SharePartitionKey] = set()
+
+    def _check_topic(self, topic_id: uuid.UUID) -> tuple[str | None, ErrorCode]:
+        name = self.names.get(topic_id)
+        if name is None:
+            return None, ErrorCode.UNKNOWN_TOPIC_ID
+        if not allowed(self.broker, self.ctx, READ, TOPIC, name):
+            return None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        return name, ErrorCode.NONE
+
+    def acknowledge(self, acks: dict[tuple[uuid.UUID, int], list[tuple[int, int, list[int]]]]) -> None:
+        group, member = self.session.group_id, self.session.member_id
+        for (topic_id, p), batches in acks.items():
+            if not batches:
+                continue
+            name, error = self._check_topic(topic_id)
+            if name is None:
+                self.ack_errors[(topic_id, p)] = error
+                continue
+            key = SharePartitionKey(group, topic_id, p)
+            sp = self.manager.partitions.get(key)
+            if sp is None:  # nothing was acquired here since this broker loaded the group
+                self.ack_errors[(topic_id, p)] = ErrorCode.INVALID_RECORD_STATE
+                continue
+            error = sp.acknowledge(member, batches)
+            self.ack_errors[(topic_id, p)] = error
+            if error == ErrorCode.NONE:
+                self.touched.add(key)
+                if any(t == RELEASE for _, _, types in batches for t in types):  # others may take them
+                    self.manager.wake(key)
+
+    async def fetch(self, max_records: int, max_bytes: int, max_wait_ms: int) -> None:
+        group, member = self.session.group_id, self.session.member_id
+        deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
+        parts = sorted(self.session.partitions, key=lambda tp: (str(tp[0]), tp[1]))
+        while True:
+            remaining_records, remaining_bytes = max_records, max_bytes
+            wait_on = []
+            for topic_id, p in parts:
+                name, error = self._check_topic(topic_id)
+                if name is None:
+                    self.fetched[(topic_id, p)] = FetchedPartition(error)
+                    continue
+                key = SharePartitionKey(group, topic_id, p)
+                sp, error = await self.manager.share_partition(key, name)
+                if sp is None:
+                    self.fetched[(topic_id, p)] = FetchedPartition(error)
+                    continue
+                if sp.dirty:
+                    self.touched.add(key)
+                wait_on.append((name, topic_id, p))
+                if remaining_records <= 0 or remaining_bytes <= 0:
+                    continue
+                got = self.manager.acquire(key, sp, name, member, remaining_records, remaining_bytes)
+                if got.acquired or got.error != ErrorCode.NONE:
+                    self.fetched[(topic_id, p)] = got
+                    self.touched.add(key)
+                    remaining_records -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
+                    remaining_bytes -= len(got.records or b"")
+            left = deadline - time.monotonic()
+            if self.fetched or left <= 0:
+                return
+            await self.persist()  # acknowledgements are durable before the long poll waits
+            await self.broker.replica_manager.fetch_purgatory.wait_any(self.manager.wait_keys(group, wait_on), left)
+            if self.broker.stopping:
+                return
+
+    async def persist(self) -> None:
+        errors = await self.manager.persist(self.touched)
+        for key, error in errors.items():
+            if error == ErrorCode.NONE:
+                continue
+            tp = (key.topic_id, key.partition)
+            if tp in self.ack_errors and self.ack_errors[tp] == ErrorCode.NONE:
+                self.ack_errors[tp] = error
+            if tp in self.fetched:  # not durable: not delivered (the locks run out)
+                self.fetched[tp] = FetchedPartition(error)
+        self.touched.clear()
+
+    def responses(self, requested: set[tuple[uuid.UUID, int]], fetch: bool) -> list[dict]:
+        by_topic: dict[uuid.UUID, list[dict]] = {}
+        keys = sorted(requested | set(self.ack_errors) | set(self.fetched), key=lambda tp: (str(tp[0]), tp[1]))
+        for tp in keys:
+            entry: dict[str, Any] = {"partition_index": tp[1], "current_leader": _NO_LEADER}
+            ack_error = self.ack_errors.get(tp, ErrorCode.NONE)
+            if fetch:
+                got = self.fetched.get(tp, FetchedPartition())
+                entry |= {"error_code": got.error, "acknowledge_error_code": ack_error,
+                          "records": got.records or b"",
+                          "acquired_records": [{"first_offset": a.first_offset, "last_offset": a.last_offset,
+                                                "delivery_count": a.delivery_count} for a in got.acquired]}
+            else:
+                entry["error_code"] = ack_error
+            by_topic.setdefault(tp[0], []).append(entry)
+        return [{"topic_id": tid, "partitions": ps} for tid, ps in by_topic.items()]
+
+
+def _begin(broker, ctx: RequestContext, request, fetch: bool) -> ShareSession | dict:
+    if not _enabled(broker):
+        return _top_error(ErrorCode.UNSUPPORTED_VERSION, _NOT_ENABLED, fetch)
+    if not request.group_id:
+        return _top_error(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.", fetch)
+    if not request.member_id:
+        return _top_error(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.", fetch)
+    if not allowed(broker, ctx, READ, GROUP, request.group_id):
+        return _top_error(ErrorCode.GROUP_AUTHORIZATION_FAILED, None, fetch)
+    epoch = request.share_session_epoch
+    if not fetch and epoch == INITIAL_EPOCH:
+        return _top_error(ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+                          "ShareAcknowledge cannot open a share session.", fetch)
+    if epoch == INITIAL_EPOCH and not broker.share_partitions.member_alive(request.group_id, request.member_id):
+        # Only members open sessions: what a share session makes the broker hold (share
+        # partitions, their state records) stays bounded by the share groups and their members.
+        return _top_error(ErrorCode.UNKNOWN_MEMBER_ID,
+                          f"Member {request.member_id} is not a member of share group {request.group_id}.", fetch)
+    try:
+        return broker.share_partitions.sessions.begin(request.group_id, request.member_id, epoch)
+    except KafkaError as e:
+        return _top_error(e.code, str(e), fetch)
+
+
+def _finish(broker, session: ShareSession, epoch: int) -> None:
+    manager = broker.share_partitions
+    if epoch == FINAL_EPOCH:  # the member is done: what it still holds goes back now
+        manager.release_session(session)
+    manager.sessions.end(session, epoch)
+
+
+@api(SHARE_FETCH, 1, 1)
+async def handle_share_fetch(broker, ctx: RequestContext, request) -> dict:
+    session = _begin(broker, ctx, request, fetch=True)
+    if isinstance(session, dict):
+        return session
+    epoch = request.share_session_epoch
+    acks = _acknowledgements(request)
+    if epoch != FINAL_EPOCH:
+        session.partitions |= set(acks)
+        for topic in request.forgotten_topics_data:
+            for p in topic.partitions:
+                session.partitions.discard((topic.topic_id, p))
+    exchange = _Exchange(broker, ctx, session)
+    exchange.acknowledge(acks)
+    if epoch != FINAL_EPOCH:
+        await exchange.fetch(request.max_records if request.max_records > 0 else 500,
+                             request.max_bytes if request.max_bytes > 0 else 2**31 - 1, request.max_wait_ms)
+    await exchange.persist()
+    _finish(broker, session, epoch)
+    lock_ms = broker.share_partitions.lock_duration_ms(session.group_id)
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
+            "acquisition_lock_timeout_ms": lock_ms, "node_endpoints": [],
+            "responses": exchange.responses(set(acks), fetch=True)}
+
+
+@api(SHARE_ACKNOWLEDGE, 1, 1)
+async def handle_share_acknowledge(broker, ctx: RequestContext, request) -> dict:
+    session = _begin(broker, ctx, request, fetch=False)
+    if isinstance(session, dict):
+        return session
+    epoch = request.share_session_epoch
+    acks = _acknowledgements(request)
+    exchange = _Exchange(broker, ctx, session)
+    exchange.acknowledge(acks)
+    await exchange.persist()
+    _finish(broker, session, epoch)
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "node_endpoints": [],
+            "responses": exchange.responses(set(acks), fetch=False)}

@@ -1,0 +1,144 @@
+"""KIP-932's share group offsets admin: DescribeShareGroupOffsets (the share-partition start
+offset of each partition a share group reads), AlterShareGroupOffsets (start over at given
+offsets) and DeleteShareGroupOffsets (forget a group's state for whole topics). Altering and
+deleting need the group to have no members (NON_EMPTY_GROUP), as in Kafka; a partition the
+group never read describes as start offset -1.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from strom.coordinator.share.state_store import SharePartitionKey
+from strom.protocol.errors import ErrorCode
+from strom.security.authorizer import DELETE, DESCRIBE, GROUP, READ, TOPIC, allowed
+from strom.server.apis import RequestContext, api
+
+DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS = 90, 91, 92
+_ZERO = uuid.UUID(int=0)
+
+
+def _group_error(broker, group_id: str, api_key: int) -> ErrorCode | None:
+    """Why `group_id` cannot be answered here as a share group, if it cannot."""
+    coordinator = broker.group_coordinator
+    error = coordinator.validate_group_status(group_id, api_key)
+    if error is not None:
+        return error
+    other = coordinator.groups.get(group_id)
+    if other is not None and not other.is_dead:
+        return ErrorCode.GROUP_ID_NOT_FOUND  # a classic or consumer group
+    return None
+
+
+def _known(broker, group_id: str) -> bool:
+    return group_id in broker.group_coordinator.share_groups.groups or group_id in broker.share_partitions.group_ids()
+
+
+def _has_members(broker, group_id: str) -> bool:
+    group = broker.group_coordinator.share_groups.groups.get(group_id)
+    return group is not None and bool(group.members)
+
+
+@api(DESCRIBE_SHARE_GROUP_OFFSETS, 0, 0)
+async def handle_describe_share_group_offsets(broker, ctx: RequestContext, request) -> dict:
+    topics = broker.metadata_cache.topics
+    names = broker.metadata_cache.names_by_id
+    groups = []
+    for g in request.groups:
+        out = {"group_id": g.group_id, "topics": [], "error_code": ErrorCode.NONE, "error_message": None}
+        groups.append(out)
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED if not allowed(broker, ctx, DESCRIBE, GROUP, g.group_id) \
+            else _group_error(broker, g.group_id, DESCRIBE_SHARE_GROUP_OFFSETS)
+        if error is None and not _known(broker, g.group_id):
+            error = ErrorCode.GROUP_ID_NOT_FOUND
+        if error is not None:
+            out["error_code"], out["error_message"] = error, f"{error.name}: {g.group_id}"
+            continue
+        starts = broker.share_partitions.start_offsets(g.group_id)
+        if g.topics is None:  # every partition the group has state for
+            wanted: dict[str, list[int]] = {}
+            for (topic_id, p) in sorted(starts, key=lambda tp: (names.get(tp[0], ""), tp[1])):
+                if topic_id in names:
+                    wanted.setdefault(names[topic_id], []).append(p)
+        else:
+            wanted = {t.topic_name: list(t.partitions) for t in g.topics}
+        for name, partitions in wanted.items():
+            meta = topics.get(name)
+            topic_id = meta.topic_id if meta is not None else _ZERO
+            rows = []
+            for p in partitions:
+                if meta is None or p not in meta.partitions:
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif not allowed(broker, ctx, DESCRIBE, TOPIC, name):
+                    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                else:
+                    code = ErrorCode.NONE
+                epoch = meta.partitions[p].leader_epoch if code == ErrorCode.NONE else -1
+                rows.append({"partition_index": p, "start_offset": starts.get((topic_id, p), -1) if code == 0 else -1,
+                             "leader_epoch": epoch, "error_code": code, "error_message": None})
+            out["topics"].append({"topic_name": name, "topic_id": topic_id, "partitions": rows})
+    return {"throttle_time_ms": 0, "groups": groups}
+
+
+@api(ALTER_SHARE_GROUP_OFFSETS, 0, 0)
+async def handle_alter_share_group_offsets(broker, ctx: RequestContext, request) -> dict:
+    group_id = request.group_id
+    topics = broker.metadata_cache.topics
+    error = ErrorCode.GROUP_AUTHORIZATION_FAILED if not allowed(broker, ctx, READ, GROUP, group_id) \
+        else _group_error(broker, group_id, ALTER_SHARE_GROUP_OFFSETS)
+    if error is None and _has_members(broker, group_id):
+        error = ErrorCode.NON_EMPTY_GROUP
+    results: dict[tuple[str, int], ErrorCode] = {}
+    starts: dict[SharePartitionKey, int] = {}
+    where: dict[SharePartitionKey, tuple[str, int]] = {}
+    for t in request.topics:
+        meta = topics.get(t.topic_name)
+        for p in t.partitions:
+            tp = (t.topic_name, p.partition_index)
+            if error is not None:
+                results[tp] = error
+            elif meta is None or p.partition_index not in meta.partitions:
+                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif not allowed(broker, ctx, READ, TOPIC, t.topic_name):
+                results[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif p.start_offset < 0:
+                results[tp] = ErrorCode.INVALID_REQUEST
+            else:
+                key = SharePartitionKey(group_id, meta.topic_id, p.partition_index)
+                starts[key], where[key] = p.start_offset, tp
+    for key, code in (await broker.share_partitions.set_start_offsets(starts)).items():
+        results[where[key]] = code
+    return {"throttle_time_ms": 0, "responses": _by_topic(broker, results)}
+
+
+@api(DELETE_SHARE_GROUP_OFFSETS, 0, 0)
+async def handle_delete_share_group_offsets(broker, ctx: RequestContext, request) -> dict:
+    group_id = request.group_id
+    error = ErrorCode.GROUP_AUTHORIZATION_FAILED if not allowed(broker, ctx, DELETE, GROUP, group_id) \
+        else _group_error(broker, group_id, DELETE_SHARE_GROUP_OFFSETS)
+    if error is None and not _known(broker, group_id):
+        error = ErrorCode.GROUP_ID_NOT_FOUND
+    if error is None and _has_members(broker, group_id):
+        error = ErrorCode.NON_EMPTY_GROUP
+    if error is not None:
+        return {"throttle_time_ms": 0, "error_code": error, "error_message": f"{error.name}: {group_id}",
+                "responses": []}
+    names = broker.metadata_cache.names_by_id
+    wanted = {t.topic_name for t in request.topics}
+    keys = [k for k in set(broker.share_partitions.store.keys_of(group_id)) | {
+            k for k in broker.share_partitions.partitions if k.group_id == group_id}
+            if names.get(k.topic_id) in wanted]
+    results = {(names[k.topic_id], k.partition): code
+               for k, code in (await broker.share_partitions.delete_partitions(keys)).items()}
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
+            "responses": _by_topic(broker, results)}
+
+
+def _by_topic(broker, results: dict[tuple[str, int], ErrorCode]) -> list[dict]:
+    topics = broker.metadata_cache.topics
+    out: dict[str, list[dict]] = {}
+    for (name, p), code in sorted(results.items()):
+        out.setdefault(name, []).append({"partition_index": p, "error_code": code,
+                                         "error_message": None if code == ErrorCode.NONE else code.name})
+    return [{"topic_name": name, "topic_id": topics[name].topic_id if name in topics else _ZERO,
+             "partitions": rows} for name, rows in out.items()]

@@ -1,0 +1,82 @@
+"""Group configs (KIP-848/KIP-932's GROUP config resource, type 32): per-group overrides that
+IncrementalAlterConfigs, AlterConfigs and DescribeConfigs manage, stored at
+/config/groups/<group> in the metadata store and read by the share partition manager.
+
+Strom applies the share group ones it uses: share.auto.offset.reset (where a share group
+starts reading a partition it never read), share.record.lock.duration.ms (bounded by
+group.share.min/max.record.lock.duration.ms) and share.isolation.level. The overrides live
+in the ConfigRepository (`groups`): read at start-up, and followed on every broker through
+/config/changes like topic configs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from strom.config.repository import sanitize
+from strom.protocol.errors import ErrorCode, KafkaError
+
+GROUP_RESOURCE = 32
+ENTITY_TYPE = "groups"
+GROUP_CONFIG_DOCS = {
+    "share.auto.offset.reset": "Where a share group starts reading a partition it has no state for: latest "
+                               "(the log end) or earliest (the log start).",
+    "share.isolation.level": "read_committed: the share group never sees records of aborted transactions "
+                             "and reads up to the last stable offset; read_uncommitted: up to the high watermark.",
+    "share.record.lock.duration.ms": "How long a record acquired by a share group member stays locked to it "
+                                     "before it becomes available to the group again.",
+}
+DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted"}
+
+
+def _validate(broker: Any, name: str, value: str) -> None:
+    def bad(reason: str) -> KafkaError:
+        return KafkaError(f"Invalid value {value} for configuration {name}: {reason}", ErrorCode.INVALID_CONFIG)
+
+    if name == "share.auto.offset.reset":
+        if value not in ("earliest", "latest"):
+            raise bad("String must be one of: latest, earliest")
+    elif name == "share.isolation.level":
+        if value not in ("read_committed", "read_uncommitted"):
+            raise bad("String must be one of: read_committed, read_uncommitted")
+    elif name == "share.record.lock.duration.ms":
+        low, high = (broker.config[f"group.share.{b}.record.lock.duration.ms"] for b in ("min", "max"))
+        try:
+            n = int(value)
+        except ValueError:
+            raise bad("Not a number of type INT") from None
+        if not low <= n <= high:
+            raise bad(f"must be within {low} and {high}")
+    else:
+        raise KafkaError(f"Unknown group config name: {name}", ErrorCode.INVALID_CONFIG)
+
+
+def defaults(broker: Any) -> dict[str, str]:
+    return {**DEFAULTS, "share.record.lock.duration.ms": str(broker.config["group.share.record.lock.duration.ms"])}
+
+
+def describe(broker: Any, group_id: str, keys: Iterable[str] | None, include_docs: bool) -> list[dict]:
+    overrides = broker.group_configs.get(group_id, {})
+    values = {**defaults(broker), **overrides}
+    wanted = sorted(values) if keys is None else [k for k in keys if k in values]
+    # config_source 8: GROUP_CONFIG, 5: DEFAULT_CONFIG; config_type 2: INT, 7: STRING
+    return [{"name": k, "value": values[k], "read_only": False, "config_source": 8 if k in overrides else 5,
+             "is_sensitive": False, "synonyms": [], "config_type": 2 if k.endswith(".ms") else 7,
+             "documentation": GROUP_CONFIG_DOCS.get(k) if include_docs else None} for k in wanted]
+
+
+async def alter(broker: Any, group_id: str, new_configs: Callable[[dict[str, str]], dict[str, str]],
+                validate_only: bool) -> None:
+    if not group_id:
+        raise KafkaError("Group name must not be empty", ErrorCode.INVALID_REQUEST)
+    configs = new_configs(dict(broker.group_configs.get(group_id, {})))
+    for name, value in configs.items():
+        _validate(broker, name, value)
+    if validate_only:
+        return
+    await broker.store_io(broker.admin.change_client_config, f"{ENTITY_TYPE}/{sanitize(group_id)}", configs)
+    if configs:
+        broker.group_configs[group_id] = dict(configs)
+    else:
+        broker.group_configs.pop(group_id, None)

@@ -1,0 +1,124 @@
+"""SharePartition, the KIP-932 state machine of one share group on one partition, and the
+form its state takes in `__share_group_state`: in-process, with times given."""
+
+from __future__ import annotations
+
+import uuid
+
+from strom.coordinator.share.share_partition import (
+    ACCEPT,
+    ACKNOWLEDGED,
+    ARCHIVED,
+    AVAILABLE,
+    GAP,
+    REJECT,
+    RELEASE,
+    Acquired,
+    LogBatch,
+    SharePartition,
+    ShareState,
+    StateBatch,
+)
+from strom.coordinator.share.state_store import (
+    SharePartitionKey,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from strom.protocol.errors import ErrorCode
+
+LOCK = 1000
+
+
+def sp(start: int = 0, limit: int = 3, max_in_flight: int = 100, state: ShareState | None = None) -> SharePartition:
+    return SharePartition(start, delivery_limit=limit, max_in_flight=max_in_flight, state=state)
+
+
+def batches(*ranges: tuple[int, int]) -> list[LogBatch]:
+    return [LogBatch(a, b) for a, b in ranges]
+
+
+def test_new_batches_are_acquired_whole_and_once():
+    p = sp()
+    assert p.acquire("m1", batches((0, 4), (5, 9)), max_records=3, now_ms=0, lock_ms=LOCK) == [Acquired(0, 4, 1)]
+    assert p.end_offset == 5
+    # What m1 holds is not available to m2: it gets the next batch.
+    assert p.acquire("m2", batches((0, 4), (5, 9)), 100, 0, LOCK) == [Acquired(5, 9, 1)]
+    assert p.fetch_offset() == 10
+
+
+def test_accept_and_reject_move_the_start_offset_release_redelivers():
+    p = sp()
+    p.acquire("m", batches((0, 4)), 100, 0, LOCK)
+    assert p.acknowledge("m", [(0, 1, [ACCEPT]), (2, 2, [REJECT]), (3, 4, [RELEASE, GAP])]) == ErrorCode.NONE
+    assert p.start_offset == 3  # 0-2 done; 3 is available again, 4 (a gap) archived
+    assert p.records[3].state == AVAILABLE and p.records[4].state == ARCHIVED
+    assert p.fetch_offset() == 3
+    assert p.acquire("m", batches((0, 4)), 100, 0, LOCK) == [Acquired(3, 3, 2)]
+
+
+def test_acknowledgements_are_checked_whole():
+    p = sp()
+    p.acquire("m", batches((0, 4)), 100, 0, LOCK)
+    assert p.acknowledge("other", [(0, 0, [ACCEPT])]) == ErrorCode.INVALID_RECORD_STATE
+    assert p.acknowledge("m", [(0, 1, [ACCEPT]), (7, 7, [ACCEPT])]) == ErrorCode.INVALID_RECORD_STATE
+    assert p.acknowledge("m", [(0, 2, [ACCEPT, ACCEPT])]) == ErrorCode.INVALID_REQUEST  # neither 1 nor 3 types
+    assert p.acknowledge("m", [(0, 0, [9])]) == ErrorCode.INVALID_REQUEST
+    assert p.start_offset == 0 and p.acquired_count() == 5  # nothing applied
+
+
+def test_delivery_limit_archives():
+    p = sp(limit=2)
+    for count in (1, 2):
+        assert p.acquire("m", batches((0, 0)), 100, 0, LOCK) == [Acquired(0, 0, count)]
+        p.acknowledge("m", [(0, 0, [RELEASE])])
+    assert p.start_offset == 1 and not p.records  # archived after the second delivery
+
+
+def test_lock_expiry_makes_records_available_with_their_count():
+    p = sp()
+    p.acquire("m", batches((0, 1)), 100, now_ms=0, lock_ms=LOCK)
+    assert not p.expire_locks(999)
+    assert p.expire_locks(1000)
+    assert p.acquire("n", batches((0, 1)), 100, 1000, LOCK) == [Acquired(0, 1, 2)]
+    assert p.acknowledge("m", [(0, 0, [ACCEPT])]) == ErrorCode.INVALID_RECORD_STATE  # m lost them
+
+
+def test_window_is_bounded_by_max_in_flight():
+    p = sp(max_in_flight=4)
+    assert p.acquire("m", batches((0, 2), (3, 5), (6, 8)), 100, 0, LOCK) == [Acquired(0, 5, 1)]
+    assert p.fetch_offset() is None  # full: 6 in flight, nothing available
+    p.acknowledge("m", [(0, 5, [ACCEPT])])
+    assert p.fetch_offset() == 6
+
+
+def test_control_batches_and_missing_offsets_are_never_delivered():
+    p = sp()
+    got = p.acquire("m", [LogBatch(0, 1), LogBatch(2, 2, skip=True), LogBatch(5, 6)], 100, 0, LOCK)
+    assert got == [Acquired(0, 1, 1), Acquired(5, 6, 1)]
+    assert [p.records[o].state for o in (2, 3, 4)] == [ARCHIVED] * 3
+
+
+def test_release_member_and_state_round_trip():
+    p = sp(start=10)
+    p.acquire("m", batches((10, 14)), 100, 0, LOCK)
+    p.acknowledge("m", [(11, 11, [ACCEPT]), (12, 12, [REJECT])])
+    state = p.state()  # acquired records are kept as available with their delivery count
+    assert state == ShareState(10, [StateBatch(10, 10, AVAILABLE, 1), StateBatch(11, 11, ACKNOWLEDGED, 1),
+                                    StateBatch(12, 12, ARCHIVED, 1), StateBatch(13, 14, AVAILABLE, 1)])
+    assert decode_value(encode_value(state)) == state
+    restored = sp(state=decode_value(encode_value(state)))
+    assert restored.acquire("n", batches((10, 14)), 100, 0, LOCK) == [Acquired(10, 10, 2), Acquired(13, 14, 2)]
+    assert p.release_member("m") and p.acquired_count() == 0
+    key = SharePartitionKey("g", uuid.uuid4(), 3)
+    assert decode_key(encode_key(key)) == key
+
+
+def test_move_start_and_reset():
+    p = sp()
+    p.acquire("m", batches((0, 9)), 100, 0, LOCK)
+    p.move_start(4)
+    assert p.start_offset == 4 and min(p.records) == 4
+    p.reset(100)
+    assert (p.start_offset, p.end_offset, p.records, p.state_epoch) == (100, 100, {}, 1)

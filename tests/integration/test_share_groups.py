@@ -1,0 +1,442 @@
+"""KIP-932 share groups with confluent-kafka's ShareConsumer (librdkafka 2.16) against one
+real broker: records of one partition split between members, implicit and explicit
+acknowledgement, RELEASE / REJECT, acquisition lock expiry, the delivery count limit,
+read_committed, the admin side (ShareGroupDescribe, ListGroups, DeleteGroups, group configs)
+and, last, kill -9 of the broker with acknowledged and unacknowledged records in flight.
+
+One broker for the module; each test has its own topic and group. Share groups start at the
+log end by default, so each test sets share.auto.offset.reset=earliest on its group first.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+
+from strom.client import Connection
+from strom.testing import BrokerProcess, create_topic, report_broker_logs, unique_name, wait_for
+
+pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(report_broker_logs)
+
+GROUP_RESOURCE, INCREMENTAL_ALTER_CONFIGS, SHARE_GROUP_DESCRIBE, LIST_GROUPS, DELETE_GROUPS = 32, 44, 77, 16, 42
+DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS = 90, 91, 92
+SHARE_GROUP_HEARTBEAT = 76
+SET = 0
+
+
+@pytest.fixture(scope="module")
+def share_broker():
+    # Every test makes share groups of its own: more than the default ten.
+    with BrokerProcess(overrides={"group.share.min.record.lock.duration.ms": "1000", "group.share.max.groups": "50",
+                                  "share.coordinator.state.topic.num.partitions": "3",
+                                  "offsets.topic.num.partitions": "3"}) as proc:
+        yield proc
+
+
+def call(broker: BrokerProcess, api_key: int, version: int, fields: dict):
+    host, port = broker.bootstrap.split(":")
+    with Connection(host, int(port)) as conn:
+        return conn.call(api_key, version, fields)
+
+
+def set_group_configs(broker: BrokerProcess, group: str, **configs: str) -> None:
+    response = call(broker, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+        "resource_type": GROUP_RESOURCE, "resource_name": group,
+        "configs": [{"name": k.replace("_", "."), "config_operation": SET, "value": v}
+                    for k, v in configs.items()]}], "validate_only": False})
+    assert [r.error_code for r in response.responses] == [0], response
+
+
+def new_group(broker: BrokerProcess, **configs: str) -> str:
+    group = unique_name("share")
+    set_group_configs(broker, group, share_auto_offset_reset="earliest", **configs)
+    return group
+
+
+def produce(broker: BrokerProcess, topic: str, values: list[bytes], one_batch_each: bool = True) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for v in values:
+        producer.produce(topic, value=v, partition=0)
+        if one_batch_each:  # a batch per record: a share fetch acquires whole batches
+            producer.flush()
+    assert producer.flush(10) == 0
+
+
+def consumer(broker: BrokerProcess, group: str, topic: str, **conf) -> ShareConsumer:
+    c = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                       **{k.replace("_", "."): v for k, v in conf.items()}})
+    c.subscribe([topic])
+    return c
+
+
+def poll_until(consumers: list[ShareConsumer], done: Callable[[], bool], on_message, timeout: float = 30.0,
+               what: str = "records") -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        for i, c in enumerate(consumers):
+            for m in c.poll(0.2):
+                assert m.error() is None, m.error()
+                on_message(i, m)
+
+
+def test_share_consumers_split_one_partition(share_broker):
+    topic = unique_name("share-split")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    values = [b"r%03d" % i for i in range(120)]
+    produce(share_broker, topic, values)
+    consumers = [consumer(share_broker, group, topic, max_poll_records=7) for _ in range(3)]
+    seen: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
+    try:
+        poll_until(consumers, lambda: sum(map(len, seen.values())) >= len(values),
+                   lambda i, m: seen[i].append(m.value()))
+        everything = [v for vs in seen.values() for v in vs]
+        assert sorted(everything) == values  # every record once: none twice, none missing
+        assert all(seen[i] for i in seen), {i: len(v) for i, v in seen.items()}  # all took part
+    finally:
+        for c in consumers:
+            c.close()
+
+
+def test_a_share_group_starts_at_the_log_end_by_default(share_broker):
+    topic = unique_name("share-latest")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = unique_name("share")  # no group config: share.auto.offset.reset=latest
+    produce(share_broker, topic, [b"before%d" % i for i in range(3)], one_batch_each=False)
+    c = consumer(share_broker, group, topic)
+    got: list[int] = []
+    try:
+        describe = {"groups": [{"group_id": group, "topics": [{"topic_name": topic, "partitions": [0]}]}]}
+
+        def start() -> int:
+            c.poll(0.1)  # the first ShareFetch fixes where the group starts
+            (g,) = call(share_broker, DESCRIBE_SHARE_GROUP_OFFSETS, 0, describe).groups
+            return g.topics[0].partitions[0].start_offset if g.error_code == 0 else -1
+
+        wait_for(lambda: start() == 3, timeout=20, what="the group to start at the log end")
+        produce(share_broker, topic, [b"after"])
+        poll_until([c], lambda: bool(got), lambda _, m: got.append(m.offset()))
+        assert got == [3]
+    finally:
+        c.close()
+
+
+def test_implicit_acknowledgement_is_not_redelivered(share_broker):
+    topic = unique_name("share-implicit")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"a%d" % i for i in range(5)], one_batch_each=False)
+    first = consumer(share_broker, group, topic)
+    got: list[tuple[int, int]] = []
+    poll_until([first], lambda: len(got) >= 5, lambda _, m: got.append((m.offset(), m.delivery_count())))
+    assert got == [(o, 1) for o in range(5)]
+    first.poll(0.5)  # the next poll accepts what the previous one returned
+    first.close()
+    produce(share_broker, topic, [b"sentinel"])
+    second = consumer(share_broker, group, topic)
+    later: list[int] = []
+    try:
+        poll_until([second], lambda: 5 in later, lambda _, m: later.append(m.offset()))
+        assert later == [5]
+    finally:
+        second.close()
+
+
+def test_explicit_release_reject_and_delivery_limit(share_broker):
+    topic = unique_name("share-explicit")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"e%d" % i for i in range(5)], one_batch_each=False)
+    c = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
+    deliveries: dict[int, list[int]] = {o: [] for o in range(7)}
+    plan = {0: AcknowledgeType.ACCEPT, 1: AcknowledgeType.RELEASE, 2: AcknowledgeType.REJECT,
+            3: AcknowledgeType.RELEASE, 4: AcknowledgeType.ACCEPT, 5: AcknowledgeType.ACCEPT,
+            6: AcknowledgeType.ACCEPT}
+    try:
+        def on_message(_, m) -> None:
+            deliveries[m.offset()].append(m.delivery_count())
+            c.acknowledge(m, plan[m.offset()])
+
+        # Released records come back with a growing delivery count until the limit (5).
+        poll_until([c], lambda: len(deliveries[1]) >= 5 and len(deliveries[3]) >= 5, on_message,
+                   what="five deliveries of the released records")
+        c.commit_sync()
+        produce(share_broker, topic, [b"sentinel"])  # offset 5: after it, nothing else may come
+        poll_until([c], lambda: bool(deliveries[5]), on_message, what="the sentinel")
+        c.commit_sync()
+        assert deliveries[1] == deliveries[3] == [1, 2, 3, 4, 5]  # archived after the fifth
+        assert deliveries[0] == deliveries[2] == deliveries[4] == [1]  # accepted, rejected: once
+    finally:
+        c.close()
+
+
+def test_lock_expiry_redelivers_to_another_member(share_broker):
+    topic = unique_name("share-lock")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker, share_record_lock_duration_ms="1000")
+    produce(share_broker, topic, [b"l%d" % i for i in range(4)], one_batch_each=False)
+    stalled = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
+    held: list[int] = []
+    started = time.monotonic()  # before the acquisition: its lock runs out a second after it
+    poll_until([stalled], lambda: len(held) >= 4, lambda _, m: held.append(m.offset()))
+    other = consumer(share_broker, group, topic)
+    got: list[tuple[int, int]] = []
+    try:  # `stalled` never acknowledges nor polls again: its locks run out
+        poll_until([other], lambda: len(got) >= 4, lambda _, m: got.append((m.offset(), m.delivery_count())))
+        assert time.monotonic() - started >= 0.9
+        assert sorted(got) == [(o, 2) for o in range(4)]
+    finally:
+        other.close()
+        stalled.close()
+
+
+def test_read_committed_share_group_skips_aborted_records(share_broker):
+    topic = unique_name("share-txn")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker, share_isolation_level="read_committed")
+    producer = Producer({"bootstrap.servers": share_broker.bootstrap, "transactional.id": unique_name("tx")})
+    producer.init_transactions()
+    for outcome, values in (("commit", [b"c1", b"c2"]), ("abort", [b"x1", b"x2"]), ("commit", [b"c3"])):
+        producer.begin_transaction()
+        for v in values:
+            producer.produce(topic, value=v, partition=0)
+        producer.flush()
+        (producer.commit_transaction if outcome == "commit" else producer.abort_transaction)()
+    c = consumer(share_broker, group, topic)
+    got: list[bytes] = []
+    try:
+        poll_until([c], lambda: b"c3" in got, lambda _, m: got.append(m.value()))
+        assert got == [b"c1", b"c2", b"c3"]
+    finally:
+        c.close()
+
+
+def test_describe_list_and_delete_share_group(share_broker):
+    topic = unique_name("share-admin")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"d"])
+    c = consumer(share_broker, group, topic)
+    got: list[int] = []
+    poll_until([c], lambda: bool(got), lambda _, m: got.append(m.offset()))
+    described = call(share_broker, SHARE_GROUP_DESCRIBE, 1, {"group_ids": [group, "no-such-group"],
+                                                             "include_authorized_operations": False})
+    mine, missing = described.groups
+    assert (mine.error_code, mine.group_state, len(mine.members)) == (0, "Stable", 1)
+    assignment = mine.members[0].assignment.topic_partitions
+    assert [(t.topic_name, list(t.partitions)) for t in assignment] == [(topic, [0])]
+    assert missing.error_code == 69  # GROUP_ID_NOT_FOUND
+    listed = call(share_broker, LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["share"]})
+    assert (group, "share", "Stable") in {(g.group_id, g.group_type, g.group_state) for g in listed.groups}
+    consumers_only = call(share_broker, LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["consumer"]})
+    assert group not in {g.group_id for g in consumers_only.groups}
+    configs = call(share_broker, 32, 4, {"resources": [{"resource_type": GROUP_RESOURCE, "resource_name": group,
+                                                         "configuration_keys": None}],
+                                         "include_synonyms": False, "include_documentation": False})
+    (result,) = configs.results
+    values = {c.name: (c.value, c.config_source) for c in result.configs}
+    assert values["share.auto.offset.reset"] == ("earliest", 8)  # GROUP_CONFIG: this group's override
+    assert values["share.isolation.level"] == ("read_uncommitted", 5)  # DEFAULT_CONFIG
+    bad = call(share_broker, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+        "resource_type": GROUP_RESOURCE, "resource_name": group, "configs": [
+            {"name": "share.record.lock.duration.ms", "config_operation": SET, "value": "10"}]}],
+        "validate_only": False})
+    assert bad.responses[0].error_code == 40  # INVALID_CONFIG: below group.share.min.record.lock.duration.ms
+    busy = call(share_broker, DELETE_GROUPS, 2, {"groups_names": [group]})
+    assert busy.results[0].error_code == 68  # NON_EMPTY_GROUP
+    c.close()  # leaves the group
+    deleted = call(share_broker, DELETE_GROUPS, 2, {"groups_names": [group]})
+    assert deleted.results[0].error_code == 0
+    listed = call(share_broker, LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["share"]})
+    assert group not in {g.group_id for g in listed.groups}
+
+
+def test_share_fetch_session_errors(share_broker):
+    """Kafka's answers to a member that gets its share session wrong (the client never does)."""
+    topic = unique_name("share-session")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group, member = unique_name("share"), str(uuid.uuid4())
+    stranger = {"group_id": group, "member_id": member, "share_session_epoch": 0, "max_wait_ms": 0,
+                "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10, "topics": [],
+                "forgotten_topics_data": []}
+    assert call(share_broker, 78, 1, stranger).error_code == 25  # UNKNOWN_MEMBER_ID: only members open sessions
+    joined = call(share_broker, SHARE_GROUP_HEARTBEAT, 1, {"group_id": group, "member_id": member, "member_epoch": 0,
+                                                           "rack_id": None, "subscribed_topic_names": [topic]})
+    assert joined.error_code == 0
+    base = {"group_id": group, "member_id": member, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+            "max_records": 10, "batch_size": 10, "topics": [], "forgotten_topics_data": []}
+    assert call(share_broker, 78, 1, {**base, "share_session_epoch": 3}).error_code == 122  # not found
+    assert call(share_broker, 78, 1, {**base, "share_session_epoch": 0}).error_code == 0
+    assert call(share_broker, 78, 1, {**base, "share_session_epoch": 5}).error_code == 123  # bad epoch
+    assert call(share_broker, 78, 1, {**base, "share_session_epoch": 1}).error_code == 0
+    ack = {"group_id": group, "member_id": member, "topics": []}
+    assert call(share_broker, 79, 1, {**ack, "share_session_epoch": 0}).error_code == 123
+    assert call(share_broker, 79, 1, {**ack, "share_session_epoch": 2}).error_code == 0
+    assert call(share_broker, 79, 1, {**ack, "share_session_epoch": -1}).error_code == 0  # closed
+    assert call(share_broker, 79, 1, {**ack, "share_session_epoch": 3}).error_code == 122
+    call(share_broker, SHARE_GROUP_HEARTBEAT, 1, {"group_id": group, "member_id": member, "member_epoch": -1,
+                                                  "rack_id": None, "subscribed_topic_names": None})
+
+
+def test_share_group_heartbeat_errors_and_the_feature_gate(share_broker):
+    topic = unique_name("share-hb")
+    create_topic(share_broker.bootstrap, topic, 2)
+    group, member = unique_name("share"), str(uuid.uuid4())
+
+    def heartbeat(epoch: int, member_id: str = member, group_id: str = group, topics=None):
+        return call(share_broker, SHARE_GROUP_HEARTBEAT, 1, {
+            "group_id": group_id, "member_id": member_id, "member_epoch": epoch, "rack_id": None,
+            "subscribed_topic_names": topics})
+
+    assert heartbeat(0).error_code == 42  # INVALID_REQUEST: the first heartbeat names its topics
+    first = heartbeat(0, topics=[topic])
+    assert (first.error_code, first.member_epoch) == (0, 1)
+    assert [sorted(t.partitions) for t in first.assignment.topic_partitions] == [[0, 1]]
+    other = str(uuid.uuid4())
+    second = heartbeat(0, other, topics=[topic])  # a second member: the partitions are split
+    assert second.member_epoch == 2 and len(second.assignment.topic_partitions[0].partitions) == 1
+    moved = heartbeat(1)  # the first member learns its share of the new assignment
+    assert moved.member_epoch == 2 and len(moved.assignment.topic_partitions[0].partitions) == 1
+    assert heartbeat(7).error_code == 110  # FENCED_MEMBER_EPOCH
+    assert heartbeat(3, str(uuid.uuid4())).error_code == 25  # UNKNOWN_MEMBER_ID
+    assert heartbeat(-1).error_code == 0 and heartbeat(-1, other).error_code == 0
+    # A share group's id is not a consumer group's, and a consumer group's not a share group's.
+    kip848 = call(share_broker, 68, 0, {"group_id": group, "member_id": "", "member_epoch": 0, "instance_id": None,
+                                        "rack_id": None, "rebalance_timeout_ms": 30000,
+                                        "subscribed_topic_names": [topic], "server_assignor": None,
+                                        "topic_partitions": []})
+    assert kip848.error_code == 69  # GROUP_ID_NOT_FOUND
+    consumer_group = unique_name("kip848")
+    assert call(share_broker, 68, 0, {"group_id": consumer_group, "member_id": "", "member_epoch": 0,
+                                      "instance_id": None, "rack_id": None, "rebalance_timeout_ms": 30000,
+                                      "subscribed_topic_names": [topic], "server_assignor": None,
+                                      "topic_partitions": []}).error_code == 0
+    assert heartbeat(0, group_id=consumer_group, topics=[topic]).error_code == 69
+    # share.version 0 turns share groups away, as a Kafka 4.1 broker with them off.
+    features = {"timeout_ms": 10000, "validate_only": False}
+    down = call(share_broker, 57, 1, {**features, "feature_updates": [
+        {"feature": "share.version", "max_version_level": 0, "upgrade_type": 2}]})
+    assert down.error_code == 0
+    try:
+        wait_for(lambda: heartbeat(0, topics=[topic]).error_code == 35, timeout=10, what="UNSUPPORTED_VERSION")
+    finally:
+        up = call(share_broker, 57, 1, {**features, "feature_updates": [
+            {"feature": "share.version", "max_version_level": 1, "upgrade_type": 1}]})
+        assert up.error_code == 0
+    wait_for(lambda: heartbeat(0, topics=[topic]).error_code == 0, timeout=10, what="share groups back")
+
+
+def test_share_group_offsets_describe_alter_delete(share_broker):
+    topic = unique_name("share-offsets")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"o%d" % i for i in range(6)], one_batch_each=False)
+    c = consumer(share_broker, group, topic)
+    got: list[int] = []
+    poll_until([c], lambda: len(got) >= 6, lambda _, m: got.append(m.offset()))
+    c.poll(0.5)  # accepts 0-5: the start offset moves to 6
+    describe = {"groups": [{"group_id": group, "topics": None}]}
+
+    def start_offsets() -> dict[int, int]:
+        (g,) = call(share_broker, DESCRIBE_SHARE_GROUP_OFFSETS, 0, describe).groups
+        assert g.error_code == 0, g
+        return {p.partition_index: p.start_offset for t in g.topics if t.topic_name == topic for p in t.partitions}
+
+    wait_for(lambda: start_offsets() == {0: 6}, timeout=10, what="start offset 6")
+    alter = {"group_id": group, "topics": [{"topic_name": topic, "partitions": [{"partition_index": 0,
+                                                                                 "start_offset": 2}]}]}
+    busy = call(share_broker, ALTER_SHARE_GROUP_OFFSETS, 0, alter)
+    assert busy.responses[0].partitions[0].error_code == 68  # NON_EMPTY_GROUP: a member is in
+    c.close()
+    done = call(share_broker, ALTER_SHARE_GROUP_OFFSETS, 0, alter)
+    assert done.responses[0].partitions[0].error_code == 0
+    assert start_offsets() == {0: 2}
+    again = consumer(share_broker, group, topic)
+    redelivered: list[int] = []
+    try:  # the group reads from 2 again
+        poll_until([again], lambda: len(redelivered) >= 4, lambda _, m: redelivered.append(m.offset()))
+        assert redelivered == [2, 3, 4, 5]
+    finally:
+        again.close()
+    deleted = call(share_broker, DELETE_SHARE_GROUP_OFFSETS, 0, {"group_id": group, "topics": [{"topic_name": topic}]})
+    assert deleted.error_code == 0 and [p.error_code for p in deleted.responses[0].partitions] == [0]
+    (g,) = call(share_broker, DESCRIBE_SHARE_GROUP_OFFSETS, 0,
+                {"groups": [{"group_id": group, "topics": [{"topic_name": topic, "partitions": [0]}]}]}).groups
+    assert [p.start_offset for p in g.topics[0].partitions] == [-1]  # no state left
+
+
+def test_strom_groups_cli_shows_share_groups(share_broker):
+    topic = unique_name("share-cli")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"c%d" % i for i in range(10)], one_batch_each=False)
+    c = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
+    got = []
+    poll_until([c], lambda: len(got) >= 10, lambda _, m: got.append(m))
+    for m in got[:4]:
+        c.acknowledge(m, AcknowledgeType.ACCEPT)
+    for m in got[4:]:
+        c.acknowledge(m, AcknowledgeType.RELEASE)
+    c.commit_sync()  # start offset 4: six records still to do
+
+    def strom(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "strom", "groups", *args,
+                               "--bootstrap-server", share_broker.bootstrap],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    try:
+        assert group in strom("list").split()
+        rows = [line.split() for line in strom("describe", group).splitlines()]
+        assert rows[0] == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LOG-END-OFFSET", "LAG", "#MEMBERS"]
+        assert rows[1] == [group, topic, "0", "4", "10", "6", "1"]
+    finally:
+        c.close()
+
+
+def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_broker):
+    """Last in the module: it kills the broker. Accepted and rejected records are never
+    delivered again; acquired but unacknowledged ones are, with their delivery count."""
+    topic = unique_name("share-crash")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"k%d" % i for i in range(20)], one_batch_each=False)
+    c = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
+    got: list[int] = []
+    messages = []
+    poll_until([c], lambda: len(got) >= 20, lambda _, m: (got.append(m.offset()), messages.append(m)))
+    for m in messages:
+        if m.offset() < 10:
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        elif m.offset() < 12:
+            c.acknowledge(m, AcknowledgeType.REJECT)
+    c.commit_sync()  # 0-11 done; 12-19 still acquired when the broker dies
+    share_broker.kill()
+    share_broker.restart()
+    wait_for(lambda: _serves(share_broker), timeout=30, what="the restarted broker")
+    produce(share_broker, topic, [b"sentinel"])  # offset 20
+    after = consumer(share_broker, group, topic)
+    again: list[tuple[int, int]] = []
+    try:
+        poll_until([after], lambda: 20 in [o for o, _ in again],
+                   lambda _, m: again.append((m.offset(), m.delivery_count())), timeout=60)
+        assert sorted(again) == [(o, 2) for o in range(12, 20)] + [(20, 1)]
+    finally:
+        after.close()
+        c.close()
+
+
+def _serves(broker: BrokerProcess) -> bool:
+    try:
+        call(broker, 18, 0, {})
+        return True
+    except OSError:
+        return False

@@ -1,0 +1,37 @@
+"""ShareSessionCache: KIP-932 share session epochs and the bound on sessions."""
+
+from __future__ import annotations
+
+import pytest
+
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.server.share_partitions import ShareSessionCache
+
+
+def error_of(call) -> ErrorCode:
+    with pytest.raises(KafkaError) as e:
+        call()
+    return e.value.code
+
+
+def test_epochs_open_advance_and_close():
+    cache = ShareSessionCache(10)
+    assert error_of(lambda: cache.begin("g", "m", 1)) == ErrorCode.SHARE_SESSION_NOT_FOUND
+    session = cache.begin("g", "m", 0)
+    cache.end(session, 0)
+    assert error_of(lambda: cache.begin("g", "m", 2)) == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+    for epoch in (1, 2, 3):
+        cache.end(cache.begin("g", "m", epoch), epoch)
+    cache.end(cache.begin("g", "m", -1), -1)  # the final epoch closes it
+    assert error_of(lambda: cache.begin("g", "m", 4)) == ErrorCode.SHARE_SESSION_NOT_FOUND
+
+
+def test_the_limit_makes_room_only_from_members_that_left():
+    members = {"a", "b"}
+    cache = ShareSessionCache(2, alive=lambda group, member: member in members)
+    for m in ("a", "b"):
+        cache.end(cache.begin("g", m, 0), 0)
+    assert error_of(lambda: cache.begin("g", "c", 0)) == ErrorCode.SHARE_SESSION_LIMIT_REACHED
+    members.discard("a")  # a left the group without closing its session
+    cache.begin("g", "c", 0)
+    assert set(cache.sessions) == {("g", "b"), ("g", "c")}
