@@ -7,7 +7,9 @@ where Kafka 4.1 advertises a wider range it has that one: JoinGroup v0-v1 (dropp
 served again by 4.1), AlterPartitionReassignments v1 (4.1's
 allow_replication_factor_change) and KIP-932's share group APIs: ShareGroupHeartbeat,
 ShareGroupDescribe, ShareFetch and ShareAcknowledge at v1, their first stable version in 4.1
-(4.0's v0 was early access, not advertised by default), and the share group offsets APIs at v0."""
+(4.0's v0 was early access, not advertised by default), the share group offsets APIs at v0, and
+the share coordinator's inter-broker share-state RPCs (Initialize/Read/Write/Delete
+ShareGroupState, ReadShareGroupStateSummary) at v0."""
 
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ KRAFT_ONLY = {55, 64, 80, 81}
 ZOOKEEPER_MODE = {4: (7, 7), 5: (4, 4), 6: (8, 8), 7: (3, 3), 56: (0, 1)}
 AS_KAFKA_4_1 = {11: (0, 9), 45: (0, 1),
                 76: (1, 1), 77: (1, 1), 78: (1, 1), 79: (1, 1),  # ShareGroupHeartbeat/Describe, ShareFetch/Acknowledge
+                83: (0, 0), 84: (0, 0), 85: (0, 0), 86: (0, 0), 87: (0, 0),  # the share-state RPCs
                 90: (0, 0), 91: (0, 0), 92: (0, 0)}  # Describe/Alter/DeleteShareGroupOffsets
 TELEMETRY = {71: (0, 0), 72: (0, 0)}  # only with a place for pushed metrics to go
 

@@ -90,7 +90,7 @@ def serve(properties: Path, *overrides: str) -> tuple[str, str]:
     return ready, err
 
 
-def test_kafkas_kraft_sample_needs_formatting_then_starts_with_one_warning(tmp_path):
+def test_kafkas_kraft_sample_needs_formatting_then_starts_without_warnings(tmp_path):
     props = tmp_path / "server.properties"
     props.write_text(KRAFT_SAMPLE.format(dir=tmp_path / "data"))
     refused = subprocess.run([sys.executable, "-m", "strom", "serve", str(props)], capture_output=True, text=True,
@@ -106,10 +106,7 @@ def test_kafkas_kraft_sample_needs_formatting_then_starts_with_one_warning(tmp_p
     assert "ready on PLAINTEXT://localhost:9092, CONTROLLER://127.0.0.1:" in ready, err[-2000:]
     assert f"cluster {cluster_id}" in ready
     warnings = [line for line in err.splitlines() if "WARNING" in line]
-    assert len(warnings) == 1, warnings  # the share-group keys Strom does not use; KRaft's are real now
-    assert "share.coordinator.state.topic.replication.factor" in warnings[0]
-    for key in ("process.roles", "controller.quorum.voters", "controller.listener.names"):
-        assert key not in warnings[0]
+    assert warnings == []  # every key of the sample is one Strom uses (KRaft's, the share coordinator's)
 
 
 def test_kafkas_zookeeper_sample_starts_embedded_when_told_no_zookeeper(tmp_path):

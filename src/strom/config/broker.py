@@ -237,6 +237,7 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "group.share.max.share.sessions": (int_in(1, 100000), "2000"),
     "share.coordinator.state.topic.num.partitions": (int_in(1), "50"),
     "share.coordinator.state.topic.replication.factor": (int_in(1, 32767), "3"),
+    "share.coordinator.state.topic.min.isr": (int_in(1, 32767), "2"),
     "share.coordinator.state.topic.segment.bytes": (int_in(1), "104857600"),
     # KRaft (KIP-500/595/631/853): a node with process.roles set runs without ZooKeeper.
     "process.roles": (_optional(_roles), None),

@@ -498,6 +498,9 @@ BROKER_DOCS: dict[str, str] = {
         "Replication factor of __share_group_state when it is created (capped at the live brokers "
         "of a single embedded broker).",
     "share.coordinator.state.topic.segment.bytes": "Segment size of __share_group_state.",
+    "share.coordinator.state.topic.min.isr":
+        "min.insync.replicas of __share_group_state when it is created (at most its replication "
+        "factor): a share-state write is answered once that many replicas have it.",
     # Transactions and producer state.
     "transaction.state.log.num.partitions":
         "Partitions of __transaction_state when it is created; later changes have no effect.",

@@ -33,6 +33,7 @@ from strom.protocol import (
     kraft_messages,  # noqa: F401  (registers the broker-to-controller KRaft APIs)
     raft_messages,  # noqa: F401  (registers the KRaft quorum APIs)
     share_group_messages,  # noqa: F401  (registers KIP-932's share group APIs)
+    share_state_messages,  # noqa: F401  (registers KIP-932's share-state RPCs)
     telemetry_messages,  # noqa: F401  (registers KIP-714's client telemetry APIs)
 )
 from strom.protocol.frames import frame

@@ -167,6 +167,8 @@ class AutoTopicCreationManager:
                                  ErrorCode.COORDINATOR_NOT_AVAILABLE)
             factor = max(live, 1)
         configs = {"cleanup.policy": "compact", "segment.bytes": str(config[f"{prefix}.segment.bytes"])}
+        if name == SHARE_GROUP_STATE_TOPIC:  # as Kafka makes it: share state survives a replica's loss
+            configs["min.insync.replicas"] = str(min(config[f"{prefix}.min.isr"], factor))
         try:
             topic = await self.create(name, config[f"{prefix}.num.partitions"], factor, configs,
                                       INTERNAL_CREATE_WAIT_S)

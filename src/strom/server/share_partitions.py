@@ -3,13 +3,17 @@ ShareAcknowledge.
 
 A share session (one per group and member) remembers which partitions the member fetches, as
 a fetch session does; its epoch must advance by one with every request (0 opens it, -1 closes
-it). The manager keeps a SharePartition per (group, topic, partition) this broker leads,
-built on first use from `__share_group_state` (or, the first time a group reads the
-partition, from `share.auto.offset.reset`: the log end or start, written at once so that
-"latest" does not move after a restart). What a request changes is written back as one
-snapshot per share partition in one append per state-topic partition, before the response
-goes out: an acknowledged record is never delivered again after a crash, and an acquired
-one is delivered again with its delivery count.
+it). The manager keeps a SharePartition per (group, topic, partition) this broker leads, loaded
+on first use from its ShareCoordinator through the Persister (ReadShareGroupState with the
+partition's leader epoch, which fences the leader before this one). A share partition without
+state is initialized (InitializeShareGroupState) where `share.auto.offset.reset` says, the log
+end or start, before anything is delivered, so that "latest" does not move after a restart.
+What a request changes is written back (WriteShareGroupState, one call per coordinator) before
+the response goes out: an acknowledged record is never delivered again after a crash, and an
+acquired one is delivered again with its delivery count. A write the coordinator fences (a
+newer leader epoch or state epoch, or state deleted) drops the share partition, to be loaded
+again. Writes of one share partition are one at a time, so that an older snapshot never lands
+after a newer one.
 
 Acquisition locks are timers on the event loop, one per share partition at its earliest
 deadline; an expiry, a release or a departing member wakes the long polls waiting on the
@@ -20,25 +24,35 @@ group.share.partition.max.record.locks records in flight.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from strom.coordinator import SHARE_GROUP_STATE_TOPIC, partition_for
+from strom.controller.znodes import is_internal
+from strom.coordinator import SHARE_GROUP_STATE_TOPIC
+from strom.coordinator.share.coordinator import WriteState
 from strom.coordinator.share.share_partition import Acquired, LogBatch, SharePartition, ShareState
 from strom.coordinator.share.state_store import SharePartitionKey, ShareStateStore
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
+from strom.server.share_coordinator import ShareCoordinatorService
+from strom.server.share_persister import Persister
 
 log = logging.getLogger(__name__)
 
 INITIAL_EPOCH, FINAL_EPOCH = 0, -1
 EARLIEST, LATEST = "earliest", "latest"
-_STATE_WAIT_S = 10.0  # how long a first fetch waits for the state topic to be led here
 _PARTITION_READ_BYTES = 1 << 20
+# What a write answered when the share partition's state moved on without this broker: it is
+# dropped and loaded again.
+_FENCED = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.FENCED_STATE_EPOCH,
+                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+_ADMIN_KEYS_PER_CALL = 1000  # keys per Persister call when an admin request names no partitions
 
 
 def now_ms() -> int:
@@ -104,9 +118,15 @@ class SharePartitionManager:
         self.broker = broker
         config = broker.config
         self.sessions = ShareSessionCache(config["group.share.max.share.sessions"], self.member_alive)
+        # The share coordinator's state (the state partitions led here) and how this broker
+        # reaches any share coordinator, itself included.
         self.store = ShareStateStore(broker.replica_manager,
                                      lambda: broker.auto_topics.internal_partitions(SHARE_GROUP_STATE_TOPIC))
+        self.coordinator = ShareCoordinatorService(broker, self.store)
+        self.persister = Persister(broker, self.coordinator)
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
+        self._loading: dict[SharePartitionKey, asyncio.Task] = {}
+        self._write_locks: weakref.WeakKeyDictionary[SharePartition, asyncio.Lock] = weakref.WeakKeyDictionary()
         self._timers: dict[SharePartitionKey, asyncio.TimerHandle] = {}
 
     @property
@@ -136,46 +156,52 @@ class SharePartitionManager:
         return SharePartitionKey(group_id, topic_id, partition)
 
     async def share_partition(self, key: SharePartitionKey, topic: str) -> tuple[SharePartition | None, ErrorCode]:
-        """The share partition of `key`, loaded or initialised. Its state must be led here."""
+        """The share partition of `key`, loaded from its share coordinator on first use (one
+        load at a time per key). Only the partition's leader has one."""
         sp = self.partitions.get(key)
         if sp is not None:
             return sp, ErrorCode.NONE
         partition, error = self.broker.replica_manager.leader_partition((topic, key.partition))
         if partition is None:
             return None, error
-        error = await self._await_state_partition(key)
-        if error != ErrorCode.NONE:
+        task = self._loading.get(key)
+        if task is None:
+            task = self._loading[key] = asyncio.get_running_loop().create_task(self._load(key, topic))
+            task.add_done_callback(lambda t: self._loading.pop(key, None) if self._loading.get(key) is t else None)
+        return await asyncio.shield(task)
+
+    async def _load(self, key: SharePartitionKey, topic: str) -> tuple[SharePartition | None, ErrorCode]:
+        rm = self.broker.replica_manager
+        partition, error = rm.leader_partition((topic, key.partition))
+        if partition is None:
             return None, error
-        sp = self.partitions.get(key)  # made while we waited
-        if sp is not None:
-            return sp, ErrorCode.NONE
-        state = self.store.get(key)
-        if state is None:
+        leader_epoch = partition.leader_epoch
+        state = None
+        for _ in range(3):  # a concurrent initialization (FENCED_STATE_EPOCH) is read back
+            read = (await self.persister.read({key: leader_epoch}))[key]
+            if read.error != ErrorCode.NONE:
+                return None, read.error
+            if read.state is not None:
+                state = read.state
+                break
             reset = self.group_config(key.group_id, "share.auto.offset.reset", LATEST)
             start = partition.log.log_start_offset if reset == EARLIEST else partition.high_watermark
-            state = ShareState(start)
+            init = (await self.persister.initialize({key: (0, start)}))[key]
+            if init.error == ErrorCode.NONE:
+                state = ShareState(start)
+                break
+            if init.error != ErrorCode.FENCED_STATE_EPOCH:
+                return None, init.error
+        if state is None:
+            return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
+        partition, error = rm.leader_partition((topic, key.partition))
+        if partition is None or partition.leader_epoch != leader_epoch:
+            return None, error if partition is None else ErrorCode.NOT_LEADER_OR_FOLLOWER  # leadership moved
         sp = SharePartition(state.start_offset, delivery_limit=self.config["group.share.delivery.count.limit"],
                             max_in_flight=self.config["group.share.partition.max.record.locks"], state=state)
-        if self.store.get(key) is None:
-            sp.dirty = True  # initialise: write where it starts before anything is delivered
+        sp.leader_epoch = leader_epoch
         self.partitions[key] = sp
         return sp, ErrorCode.NONE
-
-    async def _await_state_partition(self, key: SharePartitionKey) -> ErrorCode:
-        auto = self.broker.auto_topics
-        try:
-            await auto.ensure_internal_topic(SHARE_GROUP_STATE_TOPIC)
-        except KafkaError as e:
-            return e.code
-        index = partition_for(key.coordinator_key, auto.internal_partitions(SHARE_GROUP_STATE_TOPIC))
-        deadline = time.monotonic() + _STATE_WAIT_S
-        while True:
-            partition = self.broker.replica_manager.get_partition(SHARE_GROUP_STATE_TOPIC, index)
-            if partition is not None and partition.is_leader and index in self.store.loaded:
-                return ErrorCode.NONE
-            if time.monotonic() > deadline:
-                return ErrorCode.COORDINATOR_NOT_AVAILABLE
-            await asyncio.sleep(0.05)
 
     def acquire(self, key: SharePartitionKey, sp: SharePartition, topic: str, member_id: str,
                 max_records: int, max_bytes: int) -> FetchedPartition:
@@ -270,114 +296,121 @@ class SharePartitionManager:
                 self.wake(key)
 
     async def persist(self, keys: Iterable[SharePartitionKey]) -> dict[SharePartitionKey, ErrorCode]:
-        """Write the changed share partitions among `keys` and wait until the state topic has
-        them (acks=all); each key's error."""
-        entries = []
-        for key in set(keys):
-            sp = self.partitions.get(key)
-            if sp is not None and sp.dirty:
-                entries.append((key, sp.state()))
-        if not entries:
-            return {}
-        errors, written = self.store.write(entries)
-        for key, _ in entries:
-            if errors[key] == ErrorCode.NONE:
-                self.partitions[key].dirty = False
-        await self._await_written(written, [k for k, _ in entries], errors)
+        """Write the changed share partitions among `keys` to their share coordinators and wait
+        until those have them (acks=all); each key's error."""
+        owned = sorted({(str(k), k) for k in keys if k in self.partitions})
+        sps = [(key, self.partitions[key]) for _, key in owned]
+        locks = [self._write_locks.setdefault(sp, asyncio.Lock()) for _, sp in sps]
+        async with contextlib.AsyncExitStack() as stack:
+            for lock in locks:  # in key order: two requests never wait on each other's locks
+                await stack.enter_async_context(lock)
+            # The snapshot is taken under the locks: a later change waits for this write and
+            # is written after it.
+            entries: dict[SharePartitionKey, tuple[SharePartition, WriteState]] = {}
+            for key, sp in sps:
+                if sp.dirty and self.partitions.get(key) is sp:
+                    state = sp.state()
+                    entries[key] = (sp, WriteState(state.state_epoch, sp.leader_epoch, state.start_offset,
+                                                   state.batches))
+                    sp.dirty = False
+            if not entries:
+                return {}
+            results = await self.persister.write({k: w for k, (_, w) in entries.items()})
+        errors = {}
+        for key, (sp, _) in entries.items():
+            errors[key] = error = results[key].error
+            if error in _FENCED:
+                log.info("share partition %s was fenced (%s): loading it again", key.coordinator_key, error.name)
+                self._drop(key, sp)
+            elif error != ErrorCode.NONE:
+                sp.dirty = True  # written with the next change
         return errors
 
-    # --- admin ----------------------------------------------------------------------------------
+    def _drop(self, key: SharePartitionKey, sp: SharePartition | None = None) -> None:
+        """Forget the share partition of `key` here (if it is still `sp`); its state stays
+        with its share coordinator."""
+        current = self.partitions.get(key)
+        if current is None or (sp is not None and current is not sp):
+            return
+        del self.partitions[key]
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+
+    # --- admin ---------------------------------------------------------------------------------
     def group_ids(self) -> set[str]:
+        """Share groups this broker knows of: by their state led here, or a share partition."""
         return self.store.group_ids() | {k.group_id for k in self.partitions}
 
-    def start_offsets(self, group_id: str) -> dict[tuple[uuid.UUID, int], int]:
-        out = {(k.topic_id, k.partition): s.start_offset for k, s in self.store.states.items()
-               if k.group_id == group_id}
-        for k, sp in self.partitions.items():
-            if k.group_id == group_id:
-                out[(k.topic_id, k.partition)] = sp.start_offset
+    def candidate_keys(self, group_id: str, topic_ids: Iterable[uuid.UUID] | None = None) -> list[SharePartitionKey]:
+        """The share partitions `group_id` may have state for, on any coordinator: every
+        partition of the given topics (default: every topic of the cluster's metadata)."""
+        topics = self.broker.metadata_cache.topics
+        by_id = {t.topic_id: t for t in topics.values() if not is_internal(t.name)}
+        wanted = by_id.keys() if topic_ids is None else [t for t in topic_ids if t in by_id]
+        return [SharePartitionKey(group_id, tid, p) for tid in wanted for p in sorted(by_id[tid].partitions)]
+
+    async def start_offsets(self, keys: list[SharePartitionKey]) -> dict[tuple[uuid.UUID, int], int]:
+        """The start offset of each of `keys` that has state (ReadShareGroupStateSummary)."""
+        out: dict[tuple[uuid.UUID, int], int] = {}
+        for i in range(0, len(keys), _ADMIN_KEYS_PER_CALL):
+            for key, r in (await self.persister.summary(keys[i:i + _ADMIN_KEYS_PER_CALL])).items():
+                if r.error == ErrorCode.NONE and r.state is not None:
+                    out[(key.topic_id, key.partition)] = r.state.start_offset
         return out
 
     async def set_start_offsets(self, starts: dict[SharePartitionKey, int]) -> dict[SharePartitionKey, ErrorCode]:
         """AlterShareGroupOffsets (the group has no members): each share partition starts over
-        at its offset, a new state epoch, nothing in flight."""
-        entries = []
-        for key, offset in starts.items():
-            error = await self._await_state_partition(key)
-            if error != ErrorCode.NONE:
-                continue
-            sp = self.partitions.get(key)
-            if sp is None:
-                old = self.store.get(key)
-                state = ShareState(offset, [], 0 if old is None else old.state_epoch + 1)
+        at its offset with nothing in flight, under the next state epoch, which fences the
+        share partition its leader holds (it loads the new state)."""
+        errors: dict[SharePartitionKey, ErrorCode] = {}
+        items: dict[SharePartitionKey, tuple[int, int]] = {}
+        for key, r in (await self.persister.summary(list(starts))).items():
+            if r.error != ErrorCode.NONE:
+                errors[key] = r.error
             else:
-                sp.reset(offset)
-                state = sp.state()
-            entries.append((key, state))
-        errors = {key: ErrorCode.COORDINATOR_NOT_AVAILABLE for key in starts}
-        if entries:
-            written, indexes = self.store.write(entries)
-            errors |= written
-            for key, _ in entries:
-                if key in self.partitions and written[key] == ErrorCode.NONE:
-                    self.partitions[key].dirty = False
-            await self._await_written(indexes, [k for k, _ in entries], errors)
+                items[key] = (0 if r.state is None else r.state.state_epoch + 1, starts[key])
+        for key, r in (await self.persister.initialize(items)).items():
+            errors[key] = r.error
+            self._drop(key)
         return errors
 
     async def delete_partitions(self, keys: list[SharePartitionKey]) -> dict[SharePartitionKey, ErrorCode]:
-        """DeleteShareGroupOffsets: forget these share partitions (tombstones)."""
+        """DeleteShareGroupOffsets: forget these share partitions (their state is deleted; a
+        leader holding one is answered UNKNOWN_TOPIC_OR_PARTITION at its next write)."""
         for key in keys:
-            self.partitions.pop(key, None)
-            timer = self._timers.pop(key, None)
-            if timer is not None:
-                timer.cancel()
-        if not keys:
-            return {}
-        errors, indexes = self.store.write([(k, None) for k in keys])
-        await self._await_written(indexes, keys, errors)
+            self._drop(key)
+        errors: dict[SharePartitionKey, ErrorCode] = {}
+        for i in range(0, len(keys), _ADMIN_KEYS_PER_CALL):
+            for key, r in (await self.persister.delete(keys[i:i + _ADMIN_KEYS_PER_CALL])).items():
+                errors[key] = r.error
         return errors
 
-    async def _await_written(self, indexes: set[int], keys: list[SharePartitionKey],
-                             errors: dict[SharePartitionKey, ErrorCode]) -> None:
-        n = self.store.num_partitions()
-        for index in indexes:
-            owned = [k for k in keys if partition_for(k.coordinator_key, n) == index]
-            error = await self.broker.coordinators.await_internal_replication(SHARE_GROUP_STATE_TOPIC,
-                                                                              owned[0].coordinator_key)
-            if error != ErrorCode.NONE:
-                for k in owned:
-                    errors[k] = error
-
     async def delete_group_state(self, group_id: str) -> ErrorCode:
-        keys = set(self.store.keys_of(group_id)) | {k for k in self.partitions if k.group_id == group_id}
-        errors = await self.delete_partitions(list(keys))
+        keys = set(self.candidate_keys(group_id)) | set(self.store.keys_of(group_id)) | {
+            k for k in self.partitions if k.group_id == group_id}
+        errors = await self.delete_partitions(sorted(keys, key=str))
         return next((e for e in errors.values() if e != ErrorCode.NONE), ErrorCode.NONE)
 
     # --- leadership -----------------------------------------------------------------------------
     def load(self, index: int | None = None) -> None:
+        """This broker is now the share coordinator of state partition `index` (or, None, of
+        every one it leads at start-up)."""
         self.store.load(index)
 
     def unload(self, index: int) -> None:
         self.store.unload(index)
-        n = self.store.num_partitions()
-        for key in [k for k in self.partitions if partition_for(k.coordinator_key, n) == index]:
-            self.partitions.pop(key)
-            timer = self._timers.pop(key, None)
-            if timer is not None:
-                timer.cancel()
 
     def leadership_left(self, topic_id: uuid.UUID, partition: int) -> None:
         """This broker no longer leads the partition (or hosts it): its share partitions are
-        dropped here; their state stays in `__share_group_state` for the next leader."""
+        dropped here; their state stays with their share coordinators for the next leader."""
         for key in [k for k in self.partitions if k.topic_id == topic_id and k.partition == partition]:
-            self.partitions.pop(key)
-            timer = self._timers.pop(key, None)
-            if timer is not None:
-                timer.cancel()
+            self._drop(key)
 
     def topics_deleted(self) -> None:
         """Topics went: the share-partition state of topics no longer in the metadata is
-        tombstoned (in the state partitions led here), as Kafka deletes it with the topic."""
+        tombstoned (by the share coordinator of each, for the state led here), as Kafka
+        deletes it with the topic."""
         known = self.broker.metadata_cache.names_by_id
         gone = {k for k in set(self.store.states) | set(self.partitions) if k.topic_id not in known}
         if not gone:
@@ -392,3 +425,4 @@ class SharePartitionManager:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        self.persister.close()

@@ -47,6 +47,9 @@ class ShareState:
     start_offset: int
     batches: list[StateBatch] = field(default_factory=list)
     state_epoch: int = 0
+    # The newest leader epoch of the data partition that read or wrote this state: a leader
+    # with an older one is fenced (the share coordinator keeps it; a SharePartition does not).
+    leader_epoch: int = -1
 
 
 @dataclass(slots=True)
@@ -85,6 +88,7 @@ class SharePartition:
         # (deadline, offset) of each acquisition, earliest first; stale entries are skipped.
         self._locks: list[tuple[int, int]] = []
         self.dirty = False  # changed since the last persisted ShareState
+        self.leader_epoch = -1  # of the partition's leader that loaded it: its writes carry it
         if state is not None:
             self._restore(state)
 

@@ -1,23 +1,23 @@
-"""ShareStateStore: the share coordinator's half of KIP-932, durable share-partition state in
-the compacted internal topic `__share_group_state`.
+"""ShareStateStore: the share coordinator's storage, durable share-partition state in the
+compacted internal topic `__share_group_state`.
 
-Kafka's share coordinator owns this topic and brokers reach it with Read/Write/Initialize/
-DeleteShareGroupState. Strom keeps the same shape without the RPCs: the key of a share
-partition ("group:topicId:partition", Java's String hash, as Kafka picks the partition) names
-the state-topic partition that holds it, a write appends one full snapshot per share
-partition (one batch per state-topic partition per request, never a record per delivered
-record), a tombstone deletes it, and the partitions this broker leads are replayed into
-memory when it is elected their leader. Only a leader of the state partition writes: on a
-broker that does not lead it the share partition answers COORDINATOR_NOT_AVAILABLE (the
-inter-broker RPCs are not built).
+The key of a share partition ("group:topicId:partition", Java's String hash, as Kafka picks
+the partition) names the state-topic partition that holds it, and the leader of that
+partition is the share partition's ShareCoordinator (`coordinator.py`). A write appends one
+full snapshot per share partition (one batch per state-topic partition per request, never a
+record per delivered record), a tombstone deletes it, and the partitions this broker leads are
+replayed into memory when it is elected their leader.
 
 Record layout (Strom's own, versioned): key = int16 version 0, string group, 16-byte topic
-id, int32 partition; value = int16 version 0, int32 state epoch, int64 start offset, int32
-count, then per batch int64 first, int64 last, int8 state, int16 delivery count.
+id, int32 partition; value = int16 version (0, or 1 with the leader epoch), int32 state
+epoch, [v1: int32 leader epoch,] int64 start offset, int32 count, then per batch int64 first,
+int64 last, int8 state, int16 delivery count.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import uuid
 from collections.abc import Callable, Iterable
@@ -39,8 +39,29 @@ class SharePartitionKey:
 
     @property
     def coordinator_key(self) -> str:
-        """Kafka's SharePartitionKey string, which picks the state-topic partition."""
-        return f"{self.group_id}:{self.topic_id}:{self.partition}"
+        """Kafka's SharePartitionKey string, which picks the state-topic partition: the topic
+        id as Kafka's Uuid.toString writes it (URL-safe base64, unpadded)."""
+        topic_id = base64.urlsafe_b64encode(self.topic_id.bytes).rstrip(b"=").decode()
+        return f"{self.group_id}:{topic_id}:{self.partition}"
+
+    @classmethod
+    def parse(cls, key: str) -> SharePartitionKey | None:
+        """A "groupId:topicId:partition" key (topic id in Kafka's base64 or as a UUID), or None."""
+        head, _, partition = (key or "").rpartition(":")
+        group, _, topic = head.rpartition(":")
+        if not group or not topic or not partition.isdigit():
+            return None
+        try:
+            topic_id = uuid.UUID(topic)
+        except ValueError:
+            try:
+                raw = base64.urlsafe_b64decode(topic + "=" * (-len(topic) % 4))
+            except (ValueError, binascii.Error):
+                return None
+            if len(raw) != 16:
+                return None
+            topic_id = uuid.UUID(bytes=raw)
+        return cls(group, topic_id, int(partition))
 
 
 def encode_key(key: SharePartitionKey) -> bytes:
@@ -59,7 +80,8 @@ def decode_key(data: bytes) -> SharePartitionKey:
 
 
 def encode_value(state: ShareState) -> bytes:
-    w = Writer().int16(0).int32(state.state_epoch).int64(state.start_offset).int32(len(state.batches))
+    w = Writer().int16(1).int32(state.state_epoch).int32(state.leader_epoch)
+    w.int64(state.start_offset).int32(len(state.batches))
     for b in state.batches:
         w.int64(b.first_offset).int64(b.last_offset).int8(b.state).int16(b.delivery_count)
     return bytes(w.buf)
@@ -67,11 +89,14 @@ def encode_value(state: ShareState) -> bytes:
 
 def decode_value(data: bytes) -> ShareState:
     r = Reader(data)
-    if r.int16() != 0:
+    version = r.int16()
+    if version not in (0, 1):
         raise RecordFormatError("unknown share state value version")
-    epoch, start, count = r.int32(), r.int64(), r.int32()
+    epoch = r.int32()
+    leader_epoch = r.int32() if version >= 1 else -1
+    start, count = r.int64(), r.int32()
     batches = [StateBatch(r.int64(), r.int64(), r.int8(), r.int16()) for _ in range(count)]
-    return ShareState(start, batches, epoch)
+    return ShareState(start, batches, epoch, leader_epoch)
 
 
 class ShareStateStore(log_store.InternalTopic):
@@ -114,7 +139,7 @@ class ShareStateStore(log_store.InternalTopic):
 
     def available(self, key: SharePartitionKey) -> bool:
         """This broker leads the state partition of `key` and has loaded it."""
-        return self.is_local(key.coordinator_key)
+        return self.is_local(key.coordinator_key) and self.partition_for(key.coordinator_key) in self.loaded
 
     def write(self, entries: Iterable[tuple[SharePartitionKey, ShareState | None]]
               ) -> tuple[dict[SharePartitionKey, ErrorCode], set[int]]:

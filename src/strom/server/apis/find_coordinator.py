@@ -5,8 +5,9 @@ internal topic (`__consumer_offsets` for groups, `__transaction_state` for trans
 computed as Kafka computes it. The internal topic is created on first use. v0-3 carry one key;
 v4+ batch several keys of one type. v5 only tells the broker that the client understands
 TRANSACTION_ABORTABLE (KIP-890), which FindCoordinator itself never returns. v6 adds key type 2,
-share groups (KIP-932): Strom has no share coordinator, so it answers a share key as a Kafka 4.0
-broker with share groups disabled does (INVALID_REQUEST, once CLUSTER_ACTION is allowed).
+share partitions (KIP-932), asked by brokers (CLUSTER_ACTION): the key "groupId:topicId:partition"
+is owned by a partition of `__share_group_state`, whose leader is the share coordinator. A key
+not of that form is INVALID_REQUEST, as is any while share groups are off (share.version 0).
 
 Advertising the API matters beyond groups: librdkafka enables LZ4 only for brokers that list
 FindCoordinator (its marker for Kafka >= 0.8.2) and otherwise sends lz4 batches uncompressed.
@@ -16,7 +17,14 @@ from __future__ import annotations
 
 import logging
 
-from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
+from strom.controller.features import SHARE_VERSION
+from strom.coordinator import (
+    GROUP_METADATA_TOPIC,
+    SHARE_GROUP_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    partition_for,
+)
+from strom.coordinator.share.state_store import SharePartitionKey
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.authorizer import CLUSTER, CLUSTER_ACTION, DESCRIBE, TRANSACTIONAL_ID, allowed
 from strom.security.authorizer import GROUP as GROUP_RESOURCE
@@ -26,7 +34,7 @@ log = logging.getLogger(__name__)
 
 FIND_COORDINATOR = 10
 GROUP, TRANSACTION, SHARE = 0, 1, 2
-_TOPICS = {GROUP: GROUP_METADATA_TOPIC, TRANSACTION: TRANSACTION_STATE_TOPIC}
+_TOPICS = {GROUP: GROUP_METADATA_TOPIC, TRANSACTION: TRANSACTION_STATE_TOPIC, SHARE: SHARE_GROUP_STATE_TOPIC}
 
 
 def _no_node(code: ErrorCode, message: str) -> dict:
@@ -51,16 +59,20 @@ async def find_coordinator(broker, listener: str, key_type: int, key: str) -> di
     return _no_node(ErrorCode.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.")
 
 
-def _share_key(broker, ctx: RequestContext) -> dict:
-    """A share group's key: INVALID_REQUEST before v6 (the type does not exist there). From v6,
-    Kafka checks CLUSTER_ACTION first (a refusal fails every key of the request alike, which is
-    what answering each key with it gives), then finds no share coordinator: share groups are
-    off, as they always are in Strom."""
+async def _share_key(broker, ctx: RequestContext, key: str) -> dict:
+    """A share partition's key: INVALID_REQUEST before v6 (the type does not exist there). From
+    v6, Kafka checks CLUSTER_ACTION first (a refusal fails every key of the request alike, which
+    is what answering each key with it gives), then the key's form and share.version."""
     if ctx.header.api_version < 6:
         return _no_node(ErrorCode.INVALID_REQUEST, "Key type 2 (share) needs FindCoordinator v6 or later.")
     if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
         return _no_node(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
-    return _no_node(ErrorCode.INVALID_REQUEST, "Share groups are not enabled on this broker.")
+    if broker.finalized_features.level(SHARE_VERSION) < 1:
+        return _no_node(ErrorCode.INVALID_REQUEST, "Share groups are not enabled on this broker.")
+    parsed = SharePartitionKey.parse(key)
+    if parsed is None:
+        return _no_node(ErrorCode.INVALID_REQUEST, f"Share coordinator key {key!r} is not groupId:topicId:partition.")
+    return await find_coordinator(broker, ctx.listener, SHARE, parsed.coordinator_key)
 
 
 async def _authorized(broker, ctx: RequestContext, key_type: int, key: str) -> dict:
@@ -70,7 +82,7 @@ async def _authorized(broker, ctx: RequestContext, key_type: int, key: str) -> d
     if key_type == TRANSACTION and not allowed(broker, ctx, DESCRIBE, TRANSACTIONAL_ID, key):
         return _no_node(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.")
     if key_type == SHARE:
-        return _share_key(broker, ctx)
+        return await _share_key(broker, ctx, key)
     return await find_coordinator(broker, ctx.listener, key_type, key)
 
 

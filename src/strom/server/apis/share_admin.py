@@ -2,7 +2,10 @@
 offset of each partition a share group reads), AlterShareGroupOffsets (start over at given
 offsets) and DeleteShareGroupOffsets (forget a group's state for whole topics). Altering and
 deleting need the group to have no members (NON_EMPTY_GROUP), as in Kafka; a partition the
-group never read describes as start offset -1.
+group never read describes as start offset -1. The state is the share coordinators' (any
+broker's): read with ReadShareGroupStateSummary, started over with InitializeShareGroupState,
+deleted with DeleteShareGroupState, through this broker's Persister. A group is known if this
+broker has it (members, or state led here) or a share coordinator has state for it.
 """
 
 from __future__ import annotations
@@ -49,12 +52,17 @@ async def handle_describe_share_group_offsets(broker, ctx: RequestContext, reque
         groups.append(out)
         error = ErrorCode.GROUP_AUTHORIZATION_FAILED if not allowed(broker, ctx, DESCRIBE, GROUP, g.group_id) \
             else _group_error(broker, g.group_id, DESCRIBE_SHARE_GROUP_OFFSETS)
-        if error is None and not _known(broker, g.group_id):
-            error = ErrorCode.GROUP_ID_NOT_FOUND
+        starts: dict[tuple[uuid.UUID, int], int] = {}
+        if error is None:
+            manager = broker.share_partitions
+            topic_ids = None if g.topics is None else [topics[t.topic_name].topic_id for t in g.topics
+                                                       if t.topic_name in topics]
+            starts = await manager.start_offsets(manager.candidate_keys(g.group_id, topic_ids))
+            if not starts and not _known(broker, g.group_id):
+                error = ErrorCode.GROUP_ID_NOT_FOUND
         if error is not None:
             out["error_code"], out["error_message"] = error, f"{error.name}: {g.group_id}"
             continue
-        starts = broker.share_partitions.start_offsets(g.group_id)
         if g.topics is None:  # every partition the group has state for
             wanted: dict[str, list[int]] = {}
             for (topic_id, p) in sorted(starts, key=lambda tp: (names.get(tp[0], ""), tp[1])):
@@ -116,20 +124,20 @@ async def handle_delete_share_group_offsets(broker, ctx: RequestContext, request
     group_id = request.group_id
     error = ErrorCode.GROUP_AUTHORIZATION_FAILED if not allowed(broker, ctx, DELETE, GROUP, group_id) \
         else _group_error(broker, group_id, DELETE_SHARE_GROUP_OFFSETS)
-    if error is None and not _known(broker, group_id):
+    manager = broker.share_partitions
+    names = broker.metadata_cache.names_by_id
+    topics = broker.metadata_cache.topics
+    wanted = [topics[t.topic_name].topic_id for t in request.topics if t.topic_name in topics]
+    keys = manager.candidate_keys(group_id, wanted)
+    if error is None and not _known(broker, group_id) and not await manager.start_offsets(keys):
         error = ErrorCode.GROUP_ID_NOT_FOUND
     if error is None and _has_members(broker, group_id):
         error = ErrorCode.NON_EMPTY_GROUP
     if error is not None:
         return {"throttle_time_ms": 0, "error_code": error, "error_message": f"{error.name}: {group_id}",
                 "responses": []}
-    names = broker.metadata_cache.names_by_id
-    wanted = {t.topic_name for t in request.topics}
-    keys = [k for k in set(broker.share_partitions.store.keys_of(group_id)) | {
-            k for k in broker.share_partitions.partitions if k.group_id == group_id}
-            if names.get(k.topic_id) in wanted]
     results = {(names[k.topic_id], k.partition): code
-               for k, code in (await broker.share_partitions.delete_partitions(keys)).items()}
+               for k, code in (await manager.delete_partitions(keys)).items()}
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
             "responses": _by_topic(broker, results)}
 
