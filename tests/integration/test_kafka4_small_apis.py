@@ -1,6 +1,6 @@
 """The small APIs whose versions Strom advertises as a Kafka 4.0 broker does, against real
-broker processes: FindCoordinator v5-6 (a share group key answered as by a broker with share
-groups off), the ACL and delegation token APIs from v1 (KIP-896: v0 is refused as any
+broker processes: FindCoordinator v5-6 (a share partition key answered with its share
+coordinator), the ACL and delegation token APIs from v1 (KIP-896: v0 is refused as any
 unsupported version is, by closing the connection), DescribeCluster v2 (KIP-1073: is_fenced) and
 ListClientMetricsResources v0 (key 74, KIP-714), by hand on the wire and through kafka-python's
 admin client where it speaks them. (confluent-kafka 2.x has no list_client_metrics_resources.)"""
@@ -100,14 +100,18 @@ def test_find_coordinator_groups_and_transactions(broker, version):
             assert all(node >= 0 for _, _, node, _, _ in found)
 
 
-def test_find_coordinator_share_key_is_an_invalid_request(broker):
-    """KIP-932's key type 2: Strom has no share coordinator, so each share key gets
-    INVALID_REQUEST and no node, as from a Kafka 4.0 broker with share groups disabled (and
-    from any broker before v6). The connection stays usable."""
+def test_find_coordinator_finds_the_share_coordinator(broker):
+    """KIP-932's key type 2 (v6): a share partition's key "groupId:topicId:partition" names its
+    share coordinator, the leader of the `__share_group_state` partition that owns it; a key
+    not of that form, or any share key before v6, gets INVALID_REQUEST and no node. The
+    connection stays usable."""
     no_node = (ErrorCode.INVALID_REQUEST, -1, "", -1)
     share_keys = ["g:AAAAAAAAAAAAAAAAAAAAAA:0", "g:AAAAAAAAAAAAAAAAAAAAAA:1"]
     with plain(broker) as conn:
-        assert find(conn, 6, SHARE, *share_keys) == [(k, *no_node) for k in share_keys]
+        found = find(conn, 6, SHARE, *share_keys)
+        assert [(k, e, h, p) for k, e, _, h, p in found] == [(k, 0, "127.0.0.1", broker.port) for k in share_keys]
+        assert find(conn, 6, SHARE, "g:not-a-topic-id:0", "g-without-partition") == [
+            ("g:not-a-topic-id:0", *no_node), ("g-without-partition", *no_node)]
         assert find(conn, 5, SHARE, "g:AAAAAAAAAAAAAAAAAAAAAA:0") == [("g:AAAAAAAAAAAAAAAAAAAAAA:0", *no_node)]
         assert find(conn, 6, 7, "x") == [("x", *no_node)]  # no such key type
         assert find(conn, 6, GROUP, "after")[0][1] == 0  # still serving this connection
@@ -119,7 +123,7 @@ def test_find_coordinator_share_key_needs_cluster_action(secure):
         assert find(bob, 6, SHARE, "g:AAAAAAAAAAAAAAAAAAAAAA:0")[0][1] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         assert find(bob, 6, GROUP, "g")[0][1] == ErrorCode.GROUP_AUTHORIZATION_FAILED
     with sasl(secure, "admin") as admin:
-        assert find(admin, 6, SHARE, "g:AAAAAAAAAAAAAAAAAAAAAA:0")[0][1] == ErrorCode.INVALID_REQUEST
+        assert find(admin, 6, SHARE, "g:AAAAAAAAAAAAAAAAAAAAAA:0")[0][1] == ErrorCode.NONE
         assert find(admin, 6, GROUP, "g")[0][1] == ErrorCode.NONE
 
 

@@ -28,6 +28,7 @@ from strom.coordinator.share.state_store import SharePartitionKey, ShareStateSto
 from strom.protocol.errors import ErrorCode
 
 INITIALIZE, READ, WRITE, DELETE, READ_SUMMARY = 83, 84, 85, 86, 87
+_ZERO = uuid.UUID(int=0)
 
 
 class ShareCoordinatorService:
@@ -98,8 +99,9 @@ def request_items(api_key: int, request) -> dict[SharePartitionKey, Any]:
     """A decoded request's (key -> data) items."""
     items: dict[SharePartitionKey, Any] = {}
     for topic in request.topics:
+        topic_id = topic.topic_id or _ZERO  # the codec reads the zero (null) id as None
         for p in topic.partitions:
-            key = SharePartitionKey(request.group_id, topic.topic_id, p.partition)
+            key = SharePartitionKey(request.group_id or "", topic_id, p.partition)
             if api_key == INITIALIZE:
                 items[key] = (p.state_epoch, p.start_offset)
             elif api_key in (READ, READ_SUMMARY):
@@ -134,7 +136,7 @@ def response_results(api_key: int, group_id: str, response) -> Results:
     results: Results = {}
     for topic in response.results:
         for p in topic.partitions:
-            key = SharePartitionKey(group_id, topic.topic_id, p.partition)
+            key = SharePartitionKey(group_id, topic.topic_id or _ZERO, p.partition)
             state = None
             if api_key in (READ, READ_SUMMARY) and p.error_code == ErrorCode.NONE and p.start_offset >= 0:
                 batches = [] if api_key == READ_SUMMARY else [

@@ -56,7 +56,7 @@ class ShareCoordinator:
 
     def status(self, key: SharePartitionKey) -> ErrorCode:
         """Whether this broker answers for `key` now."""
-        if key.partition < 0 or not key.group_id:
+        if key.partition < 0 or not key.group_id or not key.topic_id.int:
             return ErrorCode.INVALID_REQUEST
         if not self.store.is_local(key.coordinator_key):
             return ErrorCode.NOT_COORDINATOR
@@ -119,7 +119,9 @@ class ShareCoordinator:
             error = self.status(key)
             old = self.store.get(key) if error == ErrorCode.NONE else None
             if error == ErrorCode.NONE:
-                if old is None:
+                if any(b.first_offset < 0 or b.last_offset < b.first_offset for b in data.batches):
+                    error = ErrorCode.INVALID_REQUEST
+                elif old is None:
                     error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # not initialized
                 elif old.leader_epoch > data.leader_epoch:
                     error = ErrorCode.FENCED_LEADER_EPOCH
