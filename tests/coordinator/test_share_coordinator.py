@@ -1,0 +1,115 @@
+"""The ShareCoordinator's decisions (KIP-932's share-state operations) over a
+ShareStateStore on real logs: initialization, reads that record a newer leader epoch, writes
+fenced by leader and state epochs, partial writes merged into the stored state, deletion, and
+keys this broker does not coordinate."""
+
+from __future__ import annotations
+
+import uuid
+
+from strom.coordinator.share.coordinator import ShareCoordinator, WriteState, merge_batches
+from strom.coordinator.share.share_partition import (
+    ACKNOWLEDGED,
+    ARCHIVED,
+    AVAILABLE,
+    ShareState,
+    StateBatch,
+)
+from strom.coordinator.share.state_store import SharePartitionKey, ShareStateStore
+from strom.log import Log
+from strom.log.config import LogConfig
+from strom.protocol.errors import ErrorCode
+
+TOPIC = "__share_group_state"
+
+
+class _Partition:
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.is_leader = True
+
+
+class _ReplicaManager:
+    def __init__(self, logs: dict[int, Log]) -> None:
+        self.partitions = {(TOPIC, p): _Partition(log) for p, log in logs.items()}
+
+    def get_partition(self, topic: str, index: int):
+        return self.partitions.get((topic, index))
+
+    def append_records(self, acks, entries, from_client=True):
+        out = {}
+        for tp, batch in entries:
+            self.partitions[tp].log.append(batch)
+            out[tp] = type("Result", (), {"error": ErrorCode.NONE})()
+        return out
+
+
+def coordinator(tmp_path, partitions: int = 2) -> tuple[ShareCoordinator, _ReplicaManager]:
+    logs = {p: Log.open(tmp_path / f"{TOPIC}-{p}", LogConfig()) for p in range(partitions)}
+    rm = _ReplicaManager(logs)
+    store = ShareStateStore(rm, lambda: partitions)
+    store.load()
+    return ShareCoordinator(store), rm
+
+
+def errors(results) -> dict:
+    return {k: r.error for k, r in results.items()}
+
+
+KEY = SharePartitionKey("g", uuid.UUID(int=7), 0)
+
+
+def test_state_starts_with_initialize_and_is_read_back_after_a_replay(tmp_path):
+    c, rm = coordinator(tmp_path)
+    (read, _) = c.read([(KEY, 3)])
+    assert read[KEY].error == ErrorCode.NONE and read[KEY].state is None  # not initialized
+    assert errors(c.write([(KEY, WriteState(0, 3, 5, []))])[0]) == {KEY: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    results, written = c.initialize([(KEY, 0, 5)])
+    assert errors(results) == {KEY: ErrorCode.NONE} and written == {c.store.partition_for(KEY.coordinator_key)}
+    assert errors(c.initialize([(KEY, 0, 9)])[0]) == {KEY: ErrorCode.FENCED_STATE_EPOCH}  # already there
+    batches = [StateBatch(5, 6, ACKNOWLEDGED, 1), StateBatch(7, 9, AVAILABLE, 2)]
+    assert errors(c.write([(KEY, WriteState(0, 3, 5, batches))])[0]) == {KEY: ErrorCode.NONE}
+    replayed = ShareCoordinator(ShareStateStore(rm, lambda: 2))
+    replayed.store.load()
+    (read, _) = replayed.read([(KEY, 3)])
+    assert read[KEY].state == ShareState(5, batches, 0, 3)
+
+
+def test_leader_and_state_epochs_fence_writes(tmp_path):
+    c, _ = coordinator(tmp_path)
+    c.initialize([(KEY, 0, 0)])
+    assert errors(c.write([(KEY, WriteState(0, 4, 0, []))])[0]) == {KEY: ErrorCode.NONE}
+    # A new leader reads with epoch 5: recorded (and written), so the leader of epoch 4 is fenced.
+    (read, written) = c.read([(KEY, 5)])
+    assert read[KEY].state.leader_epoch == 5 and written
+    assert errors(c.write([(KEY, WriteState(0, 4, 1, []))])[0]) == {KEY: ErrorCode.FENCED_LEADER_EPOCH}
+    assert errors(c.read([(KEY, 4)])[0]) == {KEY: ErrorCode.FENCED_LEADER_EPOCH}
+    # AlterShareGroupOffsets starts the state over under state epoch 1: epoch-0 writes are fenced.
+    assert errors(c.initialize([(KEY, 1, 100)])[0]) == {KEY: ErrorCode.NONE}
+    assert errors(c.write([(KEY, WriteState(0, 5, 1, []))])[0]) == {KEY: ErrorCode.FENCED_STATE_EPOCH}
+    assert errors(c.write([(KEY, WriteState(1, 5, 101, []))])[0]) == {KEY: ErrorCode.NONE}
+    (summary, _) = c.read([(KEY, -1)], summary=True)
+    assert summary[KEY].state == ShareState(101, [], 1, 5)
+
+
+def test_delete_and_keys_led_elsewhere(tmp_path):
+    c, rm = coordinator(tmp_path)
+    c.initialize([(KEY, 0, 0)])
+    assert errors(c.delete([KEY])[0]) == {KEY: ErrorCode.NONE}
+    assert c.read([(KEY, 0)])[0][KEY].state is None
+    assert errors(c.delete([KEY])[0]) == {KEY: ErrorCode.NONE}  # nothing left: still fine
+    rm.partitions[(TOPIC, c.store.partition_for(KEY.coordinator_key))].is_leader = False
+    assert errors(c.read([(KEY, 0)])[0]) == {KEY: ErrorCode.NOT_COORDINATOR}
+    bad = SharePartitionKey("g", uuid.UUID(int=0), 0)
+    assert errors(c.initialize([(bad, 0, 0)])[0]) == {bad: ErrorCode.INVALID_REQUEST}
+
+
+def test_a_write_replaces_what_its_batches_cover():
+    old = [StateBatch(10, 19, AVAILABLE, 1), StateBatch(20, 29, ACKNOWLEDGED, 1)]
+    new = [StateBatch(12, 13, ARCHIVED, 2), StateBatch(25, 34, AVAILABLE, 1)]
+    assert merge_batches(old, new, 11) == [
+        StateBatch(11, 11, AVAILABLE, 1), StateBatch(12, 13, ARCHIVED, 2), StateBatch(14, 19, AVAILABLE, 1),
+        StateBatch(20, 24, ACKNOWLEDGED, 1), StateBatch(25, 34, AVAILABLE, 1)]
+    # A whole window (what Strom's leaders send) is the new state as it is.
+    assert merge_batches(old, [StateBatch(15, 40, AVAILABLE, 3)], 15) == [StateBatch(15, 40, AVAILABLE, 3)]
+    assert merge_batches(old, [], 30) == []
