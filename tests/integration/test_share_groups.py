@@ -197,6 +197,47 @@ def test_lock_expiry_redelivers_to_another_member(share_broker):
         stalled.close()
 
 
+CONSUMER_PROCESS = """
+import sys
+from confluent_kafka import ShareConsumer
+bootstrap, group, topic = sys.argv[1:4]
+c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit"})
+c.subscribe([topic])
+held = 0
+while held < int(sys.argv[4]):
+    for m in c.poll(0.2):
+        if m.error() is None:
+            print(m.offset(), flush=True)
+            held += 1
+print("holding", flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def test_a_killed_consumer_process_has_its_records_delivered_again(share_broker):
+    """kill -9 of a member's process: nothing tells the broker; the records it held come back,
+    to another member, once their acquisition locks run out, with delivery count 2."""
+    topic = unique_name("share-killed")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker, share_record_lock_duration_ms="1000")
+    produce(share_broker, topic, [b"k%d" % i for i in range(5)], one_batch_each=False)
+    member = subprocess.Popen([sys.executable, "-c", CONSUMER_PROCESS, share_broker.bootstrap, group, topic, "5"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        lines = [member.stdout.readline().strip() for _ in range(6)]
+        assert lines[-1] == "holding" and sorted(map(int, lines[:-1])) == list(range(5)), lines
+    finally:
+        member.kill()
+        member.wait()
+    other = consumer(share_broker, group, topic)
+    got: list[tuple[int, int]] = []
+    try:
+        poll_until([other], lambda: len(got) >= 5, lambda _, m: got.append((m.offset(), m.delivery_count())))
+        assert sorted(got) == [(o, 2) for o in range(5)]
+    finally:
+        other.close()
+
+
 def test_read_committed_share_group_skips_aborted_records(share_broker):
     topic = unique_name("share-txn")
     create_topic(share_broker.bootstrap, topic, 1)
