@@ -10,7 +10,7 @@ reading from the start:
 
 - classic_1: one classic consumer (subscribe, auto commit), records/s from its first record
   to its last.
-- share_1 and share_4: 1 and 4 ShareConsumers (implicit acknowledgement: each poll accepts
+- share_1, share_4 and share_16: 1, 4 and 16 ShareConsumers (implicit acknowledgement: each poll accepts
   the previous poll's records), each polled by its own thread; records/s of distinct records
   from the first record any of them got to the moment every record was received, and how
   many each received (`deliveries` counts redeliveries too: librdkafka 2.16's close() does
@@ -18,6 +18,10 @@ reading from the start:
   polling).
   Every acknowledgement and acquisition is written to `__share_group_state`, one append per
   ShareFetch.
+- redelivery: a member acquires records and stops (explicit acknowledgement, never given);
+  another member polls. The time from the first member's poll returning to the second
+  receiving them again, past the group's `share.record.lock.duration.ms` (1,000 ms here):
+  how late after its lock runs out a record is offered again, median and max of --rounds.
 """
 
 from __future__ import annotations
@@ -125,23 +129,68 @@ def share(bootstrap: str, topic: str, records: int, members: int) -> dict:
             "seconds": round(elapsed, 3), "records_per_s": round(total / elapsed) if elapsed > 0 else None}
 
 
+LOCK_MS = 1000
+
+
+def redelivery(bootstrap: str, topic: str, rounds: int) -> dict:
+    """Seconds past the lock's expiry until another member gets a stalled member's records."""
+    late = []
+    for _ in range(rounds):
+        group = f"share-{uuid.uuid4()}"
+        earliest(bootstrap, group)
+        host, port = bootstrap.split(":")
+        with Connection(host, int(port)) as conn:
+            body = conn.call(44, 1, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
+                {"name": "share.record.lock.duration.ms", "config_operation": 0, "value": str(LOCK_MS)}]}],
+                "validate_only": False})
+        assert body.responses[0].error_code == 0, body
+        stalled = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                 "share.acknowledgement.mode": "explicit", "max.poll.records": 10})
+        stalled.subscribe([topic])
+        held: set[int] = set()
+        deadline = time.monotonic() + 60
+        while not held and time.monotonic() < deadline:
+            held = {m.offset() for m in stalled.poll(0.5) if m.error() is None}
+        acquired = time.monotonic()  # the lock started before this: what follows is an upper bound
+        other = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+        other.subscribe([topic])
+        again = None
+        while again is None and time.monotonic() < deadline:
+            if any(m.error() is None and m.offset() in held and m.delivery_count() == 2 for m in other.poll(0.05)):
+                again = time.monotonic()
+        other.close()
+        stalled.close()
+        if again is not None:
+            late.append(again - acquired - LOCK_MS / 1000)
+    late.sort()
+    return {"rounds": len(late), "lock_ms": LOCK_MS,
+            "after_lock_ms_median": round(late[len(late) // 2] * 1000) if late else None,
+            "after_lock_ms_max": round(late[-1] * 1000) if late else None}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--batch", type=int, default=100, help="records per produced batch")
+    parser.add_argument("--members", type=int, nargs="*", default=[1, 4, 16], help="share group sizes")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the redelivery scenario")
     args = parser.parse_args()
     out: dict = {"meta": {"records": args.records, "size": args.size, "batch": args.batch}, "results": {}}
     with BrokerProcess(overrides={"offsets.topic.num.partitions": "4",
-                                  "share.coordinator.state.topic.num.partitions": "4"}) as broker:
+                                  "share.coordinator.state.topic.num.partitions": "4",
+                                  "group.share.min.record.lock.duration.ms": str(LOCK_MS),
+                                  "group.share.max.groups": str(len(args.members) + args.rounds + 10)}) as broker:
         topic = f"share-bench-{uuid.uuid4().hex[:8]}"
         progress(f"filling {topic} with {args.records} records of {args.size} B")
         fill(broker.bootstrap, topic, args.records, args.size, args.batch)
         progress("classic consumer group, 1 consumer")
         out["results"]["classic_1"] = classic(broker.bootstrap, topic, args.records)
-        for n in (1, 4):
+        for n in args.members:
             progress(f"share group, {n} share consumer(s)")
             out["results"][f"share_{n}"] = share(broker.bootstrap, topic, args.records, n)
+        progress(f"redelivery after a lock expiry, {args.rounds} rounds")
+        out["results"]["redelivery"] = redelivery(broker.bootstrap, topic, args.rounds)
     json.dump(out, sys.stdout, indent=2)
     print()
 
