@@ -198,3 +198,21 @@ def test_decodes_internal_topics(cli_broker):
     line = next(line for line in out.splitlines() if group in line)
     assert f'key: {{"type": "OffsetCommitKey", "group": "{group}", "topic": "{topic}", "partition": 0}}' in line
     assert 'payload: {"offset": 0, "leader_epoch": -1, "metadata": ""' in line
+
+
+def test_dumps_a_producer_snapshot(tmp_path):
+    """A `.snapshot` file (what a partition's producers had done at that offset), as
+    kafka-dump-log.sh shows one; a damaged one is a problem."""
+    from strom.log.producer_state import BatchMetadata, ProducerStateEntry, ProducerStateManager
+
+    manager = ProducerStateManager(tmp_path)
+    entry = ProducerStateEntry(4000, 2, coordinator_epoch=5, current_txn_first_offset=17, last_timestamp=1234)
+    entry.batches.append(BatchMetadata(10, 14, 13, 17, 1234))
+    manager.producers[4000] = entry
+    path = manager.write_snapshot(18, manager.encode_snapshot())
+    out = ok("dump-log", str(path)).splitlines()
+    assert out[1:] == ["producerId: 4000 producerEpoch: 2 coordinatorEpoch: 5 currentTxnFirstOffset: 17 "
+                       "lastTimestamp: 1234 firstSequence: 10 lastSequence: 14 lastOffset: 17 offsetDelta: 4"]
+    path.write_bytes(path.read_bytes()[:-3])
+    found, _ = problems(str(path))
+    assert found == ["unreadable: bad version or checksum"]

@@ -140,3 +140,22 @@ def test_deleted_and_damaged_indexes_are_rebuilt(fresh_broker, topic):
     # Rebuilt as they were written (a clean stop trims them to their entries).
     assert fresh_broker.stop() == 0
     assert {p.name: p.read_bytes() for p in inactive} == before
+
+
+def test_only_logs_of_topics_the_store_no_longer_has_are_deleted_at_restart(fresh_broker, topic):
+    """A partition directory of a topic the metadata store does not have (its deletion was cut
+    short) goes at start-up; every partition of the topics it has stays, whether or not the
+    controller's LeaderAndIsr for it has been applied yet."""
+    create_topic(fresh_broker.bootstrap, topic, 3)
+    for p in range(3):
+        ck_produce(fresh_broker.bootstrap, topic, [Rec(b"kept-%d" % p, partition=p, timestamp=T0)], acks="all")
+    assert fresh_broker.stop() == 0
+    logs = fresh_broker.data_dir / "logs"
+    gone = logs / "gone-topic-0"
+    gone.mkdir()
+    (gone / ("0" * 20 + ".log")).write_bytes(b"")
+    fresh_broker.start()
+    assert not gone.exists()
+    assert sorted(p.name for p in logs.glob(f"{topic}-*")) == [f"{topic}-{p}" for p in range(3)]
+    for p in range(3):
+        assert watermarks(fresh_broker.bootstrap, topic, p) == (0, 1)

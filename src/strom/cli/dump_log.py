@@ -3,8 +3,9 @@ manner of Kafka's kafka-dump-log.sh, with a consistency check of each file.
 
 It reads segment logs (`.log`: batches, and with --deep-iteration their records), offset and
 time indexes (`.index`, `.timeindex`: entries checked against their log), transaction indexes
-(`.txnindex`), `leader-epoch-checkpoint` and the offset checkpoint files of a log dir, the
-same files Kafka writes, so it works on Kafka's data as well as Strom's. It never writes.
+(`.txnindex`), producer state snapshots (`.snapshot`), `leader-epoch-checkpoint` and the offset
+checkpoint files of a log dir, the same files Kafka writes, so it works on Kafka's data as well
+as Strom's. It never writes.
 
 Checks, each a problem when it fails (exit code 1):
 - log: every batch is magic 2 with a valid CRC32C, offsets grow from batch to batch and start
@@ -17,6 +18,7 @@ Checks, each a problem when it fails (exit code 1):
   inside a batch whose max timestamp is the entry's;
 - transaction index: whole version-0 entries, first offset <= last offset, and (when the log
   is there) each last offset an abort marker of the log;
+- producer snapshot: version 1, its CRC32C, whole entries;
 - leader-epoch-checkpoint: epochs and start offsets growing.
 """
 
@@ -27,6 +29,7 @@ import dataclasses
 import json
 import mmap
 import os
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +43,7 @@ from strom.log.cleaner import DELETE_HORIZON_MASK
 from strom.log.index import OffsetIndex, TimeIndex
 from strom.log.leader_epoch import LeaderEpochCache
 from strom.log.leader_epoch import _read as read_epoch_checkpoint
+from strom.log.producer_state import SNAPSHOT_SUFFIX, read_snapshot
 from strom.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from strom.log.txn_index import ENTRY_SIZE as TXN_ENTRY_SIZE
 from strom.log.txn_index import TransactionIndex
@@ -146,7 +150,8 @@ class Dumper:
         """Dump one file; False when its kind is unknown."""
         name = path.name
         handlers = {LOG_SUFFIX: self.log, INDEX_SUFFIX: self.offset_index,
-                    TIME_INDEX_SUFFIX: self.time_index, TXN_INDEX_SUFFIX: self.txn_index}
+                    TIME_INDEX_SUFFIX: self.time_index, TXN_INDEX_SUFFIX: self.txn_index,
+                    SNAPSHOT_SUFFIX: self.producer_snapshot}
         handler = handlers.get(path.suffix) if _base_offset(path) is not None else None
         if name == LeaderEpochCache.FILE:
             handler = self.epochs
@@ -331,6 +336,20 @@ class Dumper:
                 if batch is None or not (batch.header.is_control and batch.header.producer_id == t.producer_id):
                     self.problem(path, f"{entry}: offset {t.last_offset} of the log is not that "
                                        "producer's transaction marker")
+
+    def producer_snapshot(self, path: Path) -> None:
+        try:
+            producers = read_snapshot(path)
+        except (ValueError, struct.error) as e:
+            self.problem(path, f"unreadable: {e}")
+            return
+        for p in producers.values():
+            last = p.batches[-1] if p.batches else None
+            batch = ("" if last is None else f" firstSequence: {last.first_seq} lastSequence: {last.last_seq} "
+                     f"lastOffset: {last.last_offset} offsetDelta: {last.last_offset - last.first_offset}")
+            txn = p.current_txn_first_offset if p.current_txn_first_offset >= 0 else "None"
+            self.out(f"producerId: {p.producer_id} producerEpoch: {p.producer_epoch} coordinatorEpoch: "
+                     f"{p.coordinator_epoch} currentTxnFirstOffset: {txn} lastTimestamp: {p.last_timestamp}{batch}")
 
     def epochs(self, path: Path) -> None:
         try:

@@ -238,7 +238,7 @@ class ProducerStateManager:
                 path.unlink(missing_ok=True)
                 continue
             try:
-                self.producers = _read_snapshot(path)
+                self.producers = read_snapshot(path)
                 self.ongoing = {pid: e.current_txn_first_offset for pid, e in self.producers.items()
                                 if e.current_txn_first_offset >= 0}
                 return offset
@@ -283,11 +283,14 @@ class ProducerStateManager:
         return offset
 
 
-def _read_snapshot(path: Path) -> dict[int, ProducerStateEntry]:
+def read_snapshot(path: Path) -> dict[int, ProducerStateEntry]:
+    """The producers of a `<offset>.snapshot` file (ValueError or struct.error if damaged)."""
     data = path.read_bytes()
     version, crc, count = _HEAD.unpack_from(data, 0)
     if version != 1 or crc32c(data[6:]) != crc:
         raise ValueError("bad version or checksum")
+    if len(data) != 10 + count * _ENTRY.size:
+        raise ValueError(f"{len(data)} bytes for {count} producers")
     producers = {}
     for i in range(count):
         pid, epoch, last_seq, last_offset, delta, ts, coordinator_epoch, txn_first = _ENTRY.unpack_from(

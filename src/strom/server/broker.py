@@ -222,7 +222,7 @@ class Broker:
             log.warning("no metadata from a controller after %.0f s; serving anyway",
                         FIRST_METADATA_TIMEOUT_S)
         if not self.clustered:
-            self._delete_orphan_logs()
+            await self._delete_orphan_logs()
         self.group_configs = self.config_repository.groups  # kept current by /config/changes
         self.group_coordinator, self.txn_coordinator = self.coordinators.start()  # before serving
         self._schedule_jobs()
@@ -487,13 +487,26 @@ class Broker:
         log.info("open-file limit %d: log files keep at most %d open, clients at most %d connections",
                  soft, OPEN_FILES.capacity, self.socket_server.max_connections_by_fds)
 
-    def _delete_orphan_logs(self) -> None:
-        """Logs on disk for topics the metadata no longer has (deleted while we were down)."""
-        hosted = set(self.replica_manager.partitions)
+    async def _delete_orphan_logs(self) -> None:
+        """Logs on disk of partitions the metadata store no longer has (a deletion the broker
+        stopped in the middle of). Decided by the store, not by what is hosted yet: the
+        controller's LeaderAndIsr of a large topic arrives in chunks and may still be applying
+        when the first UpdateMetadata lets start-up go on (hosted-so-far once deleted the last
+        2,000 partitions of a 20,000-partition topic at a restart)."""
+        stored = await self.store_io(self._stored_partitions)
         for tp, _ in list(self.log_manager.logs()):
-            if tp not in hosted:
+            if tp not in stored:
                 log.info("deleting log %s-%d of a topic that no longer exists", *tp)
                 self.log_manager.delete_log(*tp)
+
+    def _stored_partitions(self) -> set[tuple[str, int]]:
+        """Every partition of every topic in the metadata store (blocking: store_io)."""
+        names = self.store.children(znodes.TOPICS)
+        out: set[tuple[str, int]] = set()
+        for name, node in zip(names, self.store.get_many([znodes.topic_path(n) for n in names]), strict=True):
+            if node is not None:
+                out.update((name, index) for index in znodes.decode_assignment(node[0])[1])
+        return out
 
     # --- what handlers and the controller use -----------------------------------------------
     @property
