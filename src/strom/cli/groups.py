@@ -91,10 +91,7 @@ def describe_group(cluster: Cluster, group: str) -> dict:
     if new.error_code == ErrorCode.NONE:
         info.update(state=new.group_state, protocol=new.assignor_name, type="consumer")
         for m in new.members:
-            info["members"].append({
-                "member_id": m.member_id, "host": m.client_host, "client_id": m.client_id,
-                "partitions": [(tp.topic_name, p) for tp in m.assignment.topic_partitions
-                               for p in tp.partitions]})
+            info["members"].append(_described_member(m))
     elif new.error_code == ErrorCode.GROUP_ID_NOT_FOUND and _is_share_group(conn, group):
         return _describe_share_group(conn, group, info)
     elif new.error_code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION):
@@ -115,6 +112,12 @@ def describe_group(cluster: Cluster, group: str) -> dict:
     return info
 
 
+def _described_member(m: Any) -> dict:
+    """A member as ConsumerGroupDescribe and ShareGroupDescribe both describe one."""
+    return {"member_id": m.member_id, "host": m.client_host, "client_id": m.client_id,
+            "partitions": [(tp.topic_name, p) for tp in m.assignment.topic_partitions for p in tp.partitions]}
+
+
 def _is_share_group(conn: Any, group: str) -> bool:
     """KIP-932: the coordinator lists `group` as a share group (brokers without share groups
     list none)."""
@@ -131,9 +134,7 @@ def _describe_share_group(conn: Any, group: str, info: dict) -> dict:
         raise CommandError(f"describing share group {group!r} failed: {error_name(described.error_code)}")
     info.update(state=described.group_state, protocol=described.assignor_name, type="share")
     for m in described.members:
-        info["members"].append({
-            "member_id": m.member_id, "host": m.client_host, "client_id": m.client_id,
-            "partitions": [(tp.topic_name, p) for tp in m.assignment.topic_partitions for p in tp.partitions]})
+        info["members"].append(_described_member(m))
     body = conn.call(DESCRIBE_SHARE_GROUP_OFFSETS, 0, {"groups": [{"group_id": group, "topics": None}]})
     (g,) = body.groups
     if g.error_code not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
