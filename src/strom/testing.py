@@ -340,7 +340,7 @@ class KRaftQuorum(_StartedInWith):
     `add_voter`). `brokers` adds nodes with process.roles=broker (not on the quorum yet: a broker
     as Strom runs it today, which answers DescribeQuorum by asking the quorum's leader)."""
 
-    def __init__(self, controllers: int = 3, *, dynamic: bool = False, brokers: int = 0,
+    def __init__(self, controllers: int = 3, *, dynamic: bool = False, brokers: int = 0, combined: bool = False,
                  overrides: dict[str, str] | None = None) -> None:
         from strom.metadata.storage import kafka_uuid
 
@@ -348,6 +348,7 @@ class KRaftQuorum(_StartedInWith):
         self.root = Path(self._tmp.name)
         self.cluster_id = kafka_uuid()
         self.dynamic = dynamic
+        self.combined = combined  # controllers are brokers too (process.roles=broker,controller)
         self.overrides = dict(overrides or {})
         self.ports: dict[int, int] = {}
         self.nodes: dict[int, BrokerProcess] = {}
@@ -392,6 +393,9 @@ class KRaftQuorum(_StartedInWith):
                      "listeners": f"CONTROLLER://127.0.0.1:{self.ports[node_id]}",
                      "controller.listener.names": "CONTROLLER", "log.dirs": str(data / "logs"),
                      **self._quorum_keys(), **self.overrides}
+        if self.combined:
+            overrides.update({"process.roles": "broker,controller", "inter.broker.listener.name": "PLAINTEXT",
+                              "listeners": f"PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{self.ports[node_id]}"})
         if self.dynamic:
             self._format(overrides, standalone=initial, no_initial=not initial)
         else:
@@ -403,7 +407,7 @@ class KRaftQuorum(_StartedInWith):
     def _new_broker(self, broker_id: int) -> BrokerProcess:
         data = self.root / f"broker-{broker_id}"
         overrides = {"process.roles": "broker", "node.id": str(broker_id), "controller.listener.names": "CONTROLLER",
-                     "log.dirs": str(data / "logs"), **self._quorum_keys()}
+                     "log.dirs": str(data / "logs"), **self._quorum_keys(), **self.overrides}
         self._format(overrides)
         broker = BrokerProcess(data, overrides)
         self.brokers[broker_id] = broker
@@ -420,6 +424,12 @@ class KRaftQuorum(_StartedInWith):
         path = self.root / f"controller-{node_id}.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in self.nodes[node_id].overrides.items()))
         return path
+
+    @property
+    def bootstrap(self) -> str:
+        """The broker listeners of the running nodes that are brokers (combined or dedicated)."""
+        nodes = [*(self.nodes.values() if self.combined else ()), *self.brokers.values()]
+        return ",".join(n.bootstrap for n in nodes if n.proc is not None and n.proc.poll() is None)
 
     def running(self, node_id: int) -> bool:
         """Started, not exited, not paused."""

@@ -256,6 +256,7 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "metadata.log.max.snapshot.interval.ms": (int_in(0), "3600000"),
     "broker.session.timeout.ms": (int_in(1), "9000"),
     "broker.heartbeat.interval.ms": (int_in(1), "2000"),
+    "initial.broker.registration.timeout.ms": (int_in(1), "60000"),
     "sasl.mechanism.controller.protocol": (_str, "GSSAPI"),
     "zookeeper.connect": (_optional(_str), None),
     "zookeeper.session.timeout.ms": (int_in(1), "18000"),

@@ -120,6 +120,22 @@ def unregister_broker(image: MetadataImage, broker_id: int, limits: Limits) -> l
     return [*out, r.UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=broker.epoch)]
 
 
+PRODUCER_ID_BLOCK = 1000  # ids handed out per AllocateProducerIds, as Kafka's block size
+
+
+def allocate_producer_ids(image: MetadataImage, broker_id: int, broker_epoch: int) -> Change:
+    """AllocateProducerIds (KIP-730): the next block of producer ids for a live broker, recorded
+    (ProducerIdsRecord) before it is handed out, so no id is ever given twice."""
+    broker = image.brokers.get(broker_id)
+    if broker is None:
+        raise KafkaError(f"Broker {broker_id} is not registered.", ErrorCode.BROKER_ID_NOT_REGISTERED)
+    if broker_epoch != broker.epoch:
+        raise KafkaError(f"Expected broker epoch {broker.epoch}, but got {broker_epoch}", ErrorCode.STALE_BROKER_EPOCH)
+    start = image.next_producer_id
+    return Change([r.ProducerIdsRecord(broker_id=broker_id, broker_epoch=broker_epoch,
+                                       next_producer_id=start + PRODUCER_ID_BLOCK)], (start, PRODUCER_ID_BLOCK))
+
+
 # --- features --------------------------------------------------------------------------------------
 
 def bootstrap_records(levels: Mapping[str, int]) -> list[Any]:

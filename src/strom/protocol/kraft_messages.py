@@ -1,5 +1,5 @@
 """Codecs for the broker-to-controller APIs of KRaft (KIP-631): BrokerRegistration (62) v0-4,
-BrokerHeartbeat (63) v0-1 and UnregisterBroker (64) v0, from Kafka's field layouts in
+BrokerHeartbeat (63) v0-1, UnregisterBroker (64) v0 and AllocateProducerIds (67) v0, from Kafka's field layouts in
 `strom/protocol/schemas/` through kafka-python's generator, as the other schemas it lacks."""
 
 from __future__ import annotations
@@ -30,4 +30,12 @@ class UnregisterBrokerRequest(ApiMessage, load_json=schemas):
 
 
 class UnregisterBrokerResponse(ApiMessage, load_json=schemas):
+    pass
+
+
+class AllocateProducerIdsRequest(ApiMessage, load_json=schemas):
+    pass
+
+
+class AllocateProducerIdsResponse(ApiMessage, load_json=schemas):
     pass

@@ -79,6 +79,9 @@ class AlterPartitionManager:
             log.info("ISR changes of %d partitions accepted by the controller", len(changes))
 
     async def _call(self, fields: dict):
+        channel = self.broker.controller_channel
+        if channel is not None:  # a KRaft broker: the quorum's active controller
+            return await channel.call(ALTER_PARTITION, ALTER_PARTITION_VERSION, fields, timeout_s=10)
         controller = self.broker.metadata_cache.controller_id
         if controller == self.broker.broker_id:
             return await self.broker.deliver_local(ALTER_PARTITION, ALTER_PARTITION_VERSION, fields)

@@ -34,7 +34,7 @@ from strom.config.broker import BrokerConfig, Listener
 from strom.config.dynamic import DEFAULT_ENTITY, DynamicBrokerConfig
 from strom.config.repository import ConfigRepository
 from strom.controller import znodes
-from strom.controller.admin import TopicAdmin
+from strom.controller.admin import TopicAdmin, read_configs
 from strom.controller.channel import ControllerChannelManager
 from strom.controller.controller import KafkaController
 from strom.controller.features import NONE_FINALIZED, FinalizedFeatures
@@ -123,6 +123,7 @@ class Broker:
         self.config_repository: ConfigRepository | None = None
         self.admin: TopicAdmin | None = None
         self.controller: KafkaController | None = None
+        self.controller_channel = None  # a KRaft broker's way to the quorum's active controller
         self.replica_fetchers: ReplicaFetcherManager | None = None
         self.alter_partition: AlterPartitionManager | None = None
         self.leader_endpoints: dict[int, tuple[str, int]] = {}  # from LeaderAndIsr's live leaders
@@ -208,21 +209,12 @@ class Broker:
         if self.authorizer is not None:
             await self.authorizer.start()
         await self._register()
-        self.store.add_session_listener(self._session_event)
-        self.controller = KafkaController(
-            self.store, self.store_io, self.broker_id,
-            lambda: ControllerChannelManager(self.broker_id, self.inter_broker_listener,
-                                             self._deliver_from_controller, self.inter_broker_security),
-            lambda topic: self.log_config_for(topic).unclean_leader_election_enable)
-        await self.controller.startup()
-        if (node := await self.store_io(self.store.get, znodes.FEATURE)) is not None:
-            self._features_changed(*node)  # made by this controller just now: known before serving
+        await self._start_controller()
         if not await self.metadata_cache.wait_for(
                 lambda: self.broker_id in self.metadata_cache.live_brokers, FIRST_METADATA_TIMEOUT_S):
             log.warning("no metadata from a controller after %.0f s; serving anyway",
                         FIRST_METADATA_TIMEOUT_S)
-        if not self.clustered:
-            await self._delete_orphan_logs()
+        await self._delete_orphan_logs()
         self.group_configs = self.config_repository.groups  # kept current by /config/changes
         self.group_coordinator, self.txn_coordinator = self.coordinators.start()  # before serving
         self._schedule_jobs()
@@ -232,6 +224,19 @@ class Broker:
         # Logs trusted after a clean shutdown were opened without reading them: read them now,
         # off the loop, before clients and timers need them.
         self.scheduler.once("load-logs", self.replica_manager.load_in_background())
+
+    async def _start_controller(self) -> None:
+        """This broker's candidate for controller of a ZooKeeper cluster (or the embedded
+        broker's controller); it runs for election at once."""
+        self.store.add_session_listener(self._session_event)
+        self.controller = KafkaController(
+            self.store, self.store_io, self.broker_id,
+            lambda: ControllerChannelManager(self.broker_id, self.inter_broker_listener,
+                                             self._deliver_from_controller, self.inter_broker_security),
+            lambda topic: self.log_config_for(topic).unclean_leader_election_enable)
+        await self.controller.startup()
+        if (node := await self.store_io(self.store.get, znodes.FEATURE)) is not None:
+            self._features_changed(*node)  # made by this controller just now: known before serving
 
     async def shutdown(self) -> None:
         if self.state in (BrokerState.SHUTTING_DOWN, BrokerState.PENDING_CONTROLLED_SHUTDOWN):
@@ -465,7 +470,7 @@ class Broker:
                      partial(self.store_io, self.delegation_tokens.remove_expired))
 
     def _auto_leader_rebalance(self) -> None:
-        if self.config["auto.leader.rebalance.enable"] and self.controller.is_active:
+        if self.config["auto.leader.rebalance.enable"] and self.controller is not None and self.controller.is_active:
             self.controller.events.put("auto_rebalance", self.config["leader.imbalance.per.broker.percentage"])
 
     def _budget_file_descriptors(self) -> None:
@@ -488,11 +493,13 @@ class Broker:
                  soft, OPEN_FILES.capacity, self.socket_server.max_connections_by_fds)
 
     async def _delete_orphan_logs(self) -> None:
-        """Logs on disk of partitions the metadata store no longer has (a deletion the broker
+        """The embedded broker: logs on disk of partitions the metadata store no longer has (a deletion the broker
         stopped in the middle of). Decided by the store, not by what is hosted yet: the
         controller's LeaderAndIsr of a large topic arrives in chunks and may still be applying
         when the first UpdateMetadata lets start-up go on (hosted-so-far once deleted the last
         2,000 partitions of a 20,000-partition topic at a restart)."""
+        if self.clustered:
+            return
         stored = await self.store_io(self._stored_partitions)
         for tp, _ in list(self.log_manager.logs()):
             if tp not in stored:
@@ -544,6 +551,10 @@ class Broker:
         if self.controller is None or not self.controller.is_active:
             raise KafkaError("This is not the correct controller for this cluster.",
                              ErrorCode.NOT_CONTROLLER)
+
+    async def read_topic_configs(self, topic: str) -> dict[str, str]:
+        """A topic's configs as the metadata store holds them now (not as last cached)."""
+        return await self.store_io(read_configs, self.store, "topics", topic)
 
     def topic_configs(self, topic: str) -> dict[str, str]:
         return self.config_repository.topic(topic) if self.config_repository else {}

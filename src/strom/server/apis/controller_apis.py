@@ -24,7 +24,6 @@ import logging
 import weakref
 
 from strom.controller import znodes
-from strom.controller.admin import read_configs
 from strom.protocol.errors import ErrorCode, StorageError
 from strom.security.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, DESCRIBE, INTERNAL, allowed
 from strom.server.apis import RequestContext, api, by_topic
@@ -142,7 +141,7 @@ async def _refresh_topic_configs(broker, topic: str) -> None:
     """A LeaderAndIsr for a topic this broker hosts nothing of yet: read its configs before
     creating its logs (it may have been created, or re-created, a moment ago)."""
     if not broker.replica_manager.hosts_topic(topic):
-        broker.config_repository.topics[topic] = await broker.store_io(read_configs, broker.store, "topics", topic)
+        broker.config_repository.topics[topic] = await broker.read_topic_configs(topic)
 
 
 def _become_leader_or_follower(broker, topic: str, topic_id, p) -> ErrorCode:
@@ -154,6 +153,9 @@ def _become_leader_or_follower(broker, topic: str, topic_id, p) -> ErrorCode:
                     p.partition_index, p.leader_epoch, current.leader_epoch)
         return ErrorCode.STALE_CONTROLLER_EPOCH
     if current is not None and p.leader_epoch == current.leader_epoch and p.leader == current.leader_id:
+        if current.is_leader and p.partition_epoch > current.partition_epoch:
+            # The ISR changed without a new leader (a KRaft controller fenced a follower).
+            broker.replica_manager.isr_changed(current, list(p.isr), p.partition_epoch)
         return ErrorCode.NONE  # already in this state (a new controller repeats it)
     try:
         partition = broker.replica_manager.become_leader_or_follower(

@@ -1,24 +1,36 @@
-"""The broker side of a KRaft node, for now (its brokers are not on the metadata quorum yet):
-the broker Strom has always run, with three differences a KRaft node needs.
+"""The broker side of a KRaft node (Kafka's BrokerServer): a broker on the metadata quorum.
 
+- It follows `__cluster_metadata` (its node's own quorum when combined, else as an observer of
+  the quorum) into a MetadataImage, and each change reaches the replica manager, the metadata
+  cache and the topic configs through the handlers a ZooKeeper controller's requests reach
+  (publisher.py): one code path downstream of the metadata, whichever mode.
+- It registers with the active controller, heartbeats, is unfenced once its metadata has caught
+  up, and shuts down through the heartbeat (lifecycle.py). It runs no controller of its own.
+- Requests that change metadata go to the active controller: topic admin through
+  ForwardingTopicAdmin (where the handlers call TopicAdmin), AlterPartition, producer id
+  blocks (AllocateProducerIds), and ElectLeaders, reassignments and UpdateFeatures as they came.
 - Its log manager leaves `__cluster_metadata-0` to the Raft driver (as Kafka's LogManager skips
   the metadata partition) and keeps meta.properties as `strom storage format` wrote it
   (version 1 with node.id and directory.id) instead of writing its own version 0.
 - Its listeners are those not named by controller.listener.names.
 - It answers DescribeQuorum (as Kafka 4 brokers do, for kafka-metadata-quorum and admin
   clients) by asking the quorum's leader over the controller listener.
+
+Not on the quorum yet: ACLs, client quotas, SCRAM users, delegation tokens and group configs
+are kept in the node's local metadata file, as on an embedded broker.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
 
 from strom.client import AsyncConnection
 from strom.config.broker import BrokerConfig
-from strom.controller.admin import TopicAdmin
 from strom.log.manager import LogManager
+from strom.metadata.loader import MetadataLoader
 from strom.metadata.storage import ensure_formatted
 from strom.network.request import API_VERSIONS, RequestContext
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -30,13 +42,34 @@ from strom.raft.config import (
 )
 from strom.raft.core import DESCRIBE_QUORUM
 from strom.raft.driver import to_fields
+from strom.security.authorizer import ALTER, CLUSTER, DESCRIBE, allowed
+from strom.security.sasl import broker_security
 from strom.server.apis import KafkaApis
-from strom.server.broker import Broker
+from strom.server.broker import FIRST_METADATA_TIMEOUT_S, Broker, BrokerState
+from strom.server.kraft.controller_channel import ControllerChannel, ControllerUnavailable
+from strom.server.kraft.controller_server import ControllerView
+from strom.server.kraft.forwarding import ControllerProducerIds, ForwardingTopicAdmin
+from strom.server.kraft.lifecycle import BrokerLifecycleManager
+from strom.server.kraft.metadata_source import MetadataFeed, MetadataObserver
+from strom.server.kraft.publisher import BrokerMetadataPublisher
 
 log = logging.getLogger(__name__)
 
 METADATA_KEY = (METADATA_TOPIC, METADATA_PARTITION)
 DESCRIBE_QUORUM_VERSIONS = (0, 2)
+# What a KRaft broker passes to the active controller as it came (api key -> the highest version
+# the controller takes, and the cluster operation it needs here).
+ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, UPDATE_FEATURES = 43, 45, 46, 57
+FORWARDED = {ELECT_LEADERS: (2, ALTER), ALTER_REASSIGNMENTS: (0, ALTER), LIST_REASSIGNMENTS: (0, DESCRIBE),
+             UPDATE_FEATURES: (1, ALTER)}
+
+
+async def _wait(event: asyncio.Event, timeout_s: float) -> bool:
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+        return True
+    except TimeoutError:
+        return False
 
 
 class KRaftLogManager(LogManager):
@@ -65,8 +98,16 @@ class KRaftBrokerApis(KafkaApis):
         return super().supports(api_key, version)
 
     async def handle(self, ctx: RequestContext, body: Any) -> Any:
-        if ctx.header.api_key == DESCRIBE_QUORUM:
-            return await self.broker.describe_quorum(ctx.header.api_version, to_fields(body))
+        key, version = ctx.header.api_key, ctx.header.api_version
+        if key == DESCRIBE_QUORUM:
+            return await self.broker.describe_quorum(version, to_fields(body))
+        forwarded = FORWARDED.get(key)
+        if forwarded is not None and version <= forwarded[0] and allowed(self.broker, ctx, forwarded[1], CLUSTER):
+            channel = self.broker.admin.channel
+            try:
+                return to_fields(await channel.call(key, version, to_fields(body)))
+            except ControllerUnavailable as e:
+                log.warning("api %d not forwarded: %s", key, e)  # the handler below answers NOT_CONTROLLER
         response = await super().handle(ctx, body)
         if ctx.header.api_key == API_VERSIONS and isinstance(response, dict):
             response["api_keys"] = _with_describe_quorum(response["api_keys"])
@@ -84,16 +125,6 @@ def _with_describe_quorum(keys: list[dict]) -> list[dict]:
                   key=lambda k: k["api_key"])
 
 
-class KRaftTopicAdmin(TopicAdmin):
-    """No topic may take the metadata partition's name (and so its directory), as Kafka 4's
-    controller refuses it."""
-
-    def create_topic(self, name: str, *args: Any, **kwargs: Any):
-        if name == METADATA_TOPIC:
-            raise KafkaError(f"Creation of internal topic {METADATA_TOPIC} is prohibited.", ErrorCode.INVALID_REQUEST)
-        return super().create_topic(name, *args, **kwargs)
-
-
 class KRaftBroker(Broker):
     log_manager_class = KRaftLogManager
     apis_class = KRaftBrokerApis
@@ -102,13 +133,87 @@ class KRaftBroker(Broker):
         super().__init__(config)
         self.log_manager.metadata_log_dir = config.metadata_log_dir
         self.controller_server = controller_server  # this node's own controller, if combined
+        self.metadata_loader = MetadataLoader()
+        self.metadata_loader.publishers.append(BrokerMetadataPublisher(self).publish)
+        self.lifecycle: BrokerLifecycleManager | None = None
+        self.controller_channel: ControllerChannel | None = None  # AlterPartition's
+        self._feed: MetadataFeed | None = None
+        self._observer: MetadataObserver | None = None
 
-    async def startup(self) -> None:
-        await super().startup()
-        # Before any request is taken (nothing yields between the broker's ready and here).
-        admin = self.admin
-        self.admin = KRaftTopicAdmin(admin.store, admin.live_brokers, admin.validate_configs, admin.replica_counts,
-                                     admin.max_broker_partitions)
+    def _channel(self, purpose: str) -> ControllerChannel:
+        return ControllerChannel(self.config, f"broker-{self.broker_id}-{purpose}",
+                                 broker_security(ControllerView(self.config)))
+
+    async def _register(self) -> None:
+        """Follow the metadata log, then register with the active controller and heartbeat."""
+        self._feed = MetadataFeed(self.metadata_loader)
+        if self.controller_server is not None:
+            self._feed.start_from(await self.controller_server.attach_broker(self._feed.on_effect))
+        else:
+            meta = ensure_formatted([self.config.metadata_log_dir], self.config.metadata_log_dir, self.broker_id)
+            self._observer = MetadataObserver(self.config, self.cluster_id, meta.directory_id, self._feed)
+            await self._observer.start()
+        self.controller_channel = self._channel("alter-partition")
+        self.lifecycle = BrokerLifecycleManager(self.config, self.cluster_id, self._channel("lifecycle"),
+                                                lambda: self.metadata_loader.offset)
+        await self.lifecycle.start(self.advertised)
+        self.broker_epoch = self.lifecycle.broker_epoch
+        ids = ControllerProducerIds(self._channel("producer-ids"), self.broker_id, lambda: self.lifecycle.broker_epoch)
+        self.producer_id_manager = ids
+        self.admin = ForwardingTopicAdmin(self._channel("forwarding"), asyncio.get_running_loop(),
+                                          lambda: self.metadata_loader.image)
+
+    async def _start_controller(self) -> None:
+        """A KRaft broker runs no controller of its own: it waits until the quorum's has
+        unfenced it (its metadata has caught up), and takes its first producer ids."""
+        if not await _wait(self.lifecycle.unfenced, FIRST_METADATA_TIMEOUT_S):
+            log.warning("broker %d not unfenced by the controller after %.0f s", self.broker_id,
+                        FIRST_METADATA_TIMEOUT_S)
+        self.broker_epoch = self.lifecycle.broker_epoch
+        try:
+            await self.producer_id_manager.reserve()
+        except (KafkaError, ConnectionError) as e:
+            log.warning("no producer id block from the controller yet: %s", e)
+
+    def require_controller(self) -> None:
+        """Any broker takes admin requests: it forwards them to the active controller."""
+
+    async def read_topic_configs(self, topic: str) -> dict[str, str]:
+        return self.metadata_loader.image.topic_configs(topic)
+
+    async def _delete_orphan_logs(self) -> None:
+        """Logs of topics the metadata no longer has (deleted while this broker was down).
+        Decided once this broker is unfenced: its metadata is then past its registration, and
+        so past every deletion before it."""
+        if self.lifecycle is None or not self.lifecycle.unfenced.is_set():
+            return
+        topics = self.metadata_loader.image.topics
+        for (name, index), _ in list(self.log_manager.logs()):
+            if name not in topics and (name, index) != METADATA_KEY:
+                log.info("deleting log %s-%d of a topic that no longer exists", name, index)
+                self.log_manager.delete_log(name, index)
+
+    async def shutdown(self) -> None:
+        """Controlled shutdown through the heartbeat (want_shut_down), then the broker's own."""
+        if self.lifecycle is not None and self.config["controlled.shutdown.enable"] and self.state is \
+                BrokerState.RUNNING:
+            self.state = BrokerState.PENDING_CONTROLLED_SHUTDOWN
+            if await self.lifecycle.controlled_shutdown(self.config["broker.session.timeout.ms"] / 1000):
+                log.info("controlled shutdown succeeded: this broker leads nothing more")
+            else:
+                log.warning("controlled shutdown incomplete; shutting down anyway")
+            self.state = BrokerState.RUNNING
+        await super().shutdown()
+        if self.lifecycle is not None:
+            await self.lifecycle.close()
+        for channel in (self.controller_channel, getattr(self.admin, "channel", None),
+                        getattr(self.producer_id_manager, "channel", None)):
+            if channel is not None:
+                channel.close()
+        if self._observer is not None:
+            await self._observer.close()
+        if self._feed is not None:
+            await self._feed.close()
 
     async def describe_quorum(self, version: int, fields: dict) -> dict:
         """DescribeQuorum from the leader of the quorum: this node's controller when it leads,

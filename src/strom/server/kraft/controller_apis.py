@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 19, 20, 37, 44
 ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, ALTER_PARTITION = 43, 45, 46, 56
 UPDATE_FEATURES, DESCRIBE_CLUSTER = 57, 60
-BROKER_REGISTRATION, BROKER_HEARTBEAT, UNREGISTER_BROKER = 62, 63, 64
+BROKER_REGISTRATION, BROKER_HEARTBEAT, UNREGISTER_BROKER, ALLOCATE_PRODUCER_IDS = 62, 63, 64, 67
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 RAFT_APIS = (VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, FETCH, FETCH_SNAPSHOT, DESCRIBE_QUORUM,
              ADD_RAFT_VOTER, REMOVE_RAFT_VOTER, UPDATE_RAFT_VOTER)
@@ -54,7 +54,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
     CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 6), CREATE_PARTITIONS: (0, 3), INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ELECT_LEADERS: (0, 2), ALTER_REASSIGNMENTS: (0, 0), LIST_REASSIGNMENTS: (0, 0), ALTER_PARTITION: (0, 3),
     UPDATE_FEATURES: (0, 1), DESCRIBE_CLUSTER: (0, 1), BROKER_REGISTRATION: (0, 4), BROKER_HEARTBEAT: (0, 1),
-    UNREGISTER_BROKER: (0, 0),
+    UNREGISTER_BROKER: (0, 0), ALLOCATE_PRODUCER_IDS: (0, 0),
 }
 
 
@@ -78,6 +78,7 @@ class ControllerApis:
             ALTER_PARTITION: self._alter_partition, UPDATE_FEATURES: self._update_features,
             DESCRIBE_CLUSTER: self._describe_cluster, BROKER_REGISTRATION: self._broker_registration,
             BROKER_HEARTBEAT: self._broker_heartbeat, UNREGISTER_BROKER: self._unregister_broker,
+            ALLOCATE_PRODUCER_IDS: self._allocate_producer_ids,
         }
 
     # --- RequestHandler ---------------------------------------------------------------------------
@@ -366,3 +367,12 @@ class ControllerApis:
         except KafkaError as e:
             return {"throttle_time_ms": 0, "error_code": e.code, "error_message": str(e)}
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None}
+
+    async def _allocate_producer_ids(self, ctx: RequestContext, request: Any) -> dict:
+        try:
+            start, length = await self._write("allocate-producer-ids", lambda image: cluster_control.allocate_producer_ids(
+                image, request.broker_id, request.broker_epoch))
+        except KafkaError as e:
+            return {"throttle_time_ms": 0, "error_code": e.code, "producer_id_start": -1, "producer_id_len": 0}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "producer_id_start": start,
+                "producer_id_len": length}

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import random
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from strom.config.dynamic import DynamicBrokerConfig
 from strom.controller.loop_thread import LoopThread
 from strom.controller.quorum_controller import ControllerSettings, QuorumController
 from strom.controller.replication_control import Limits
-from strom.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
+from strom.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from strom.metadata.storage import (
     METADATA_PARTITION_DIR,
     MetaProperties,
@@ -58,7 +59,7 @@ def quorum_config(config: BrokerConfig, cluster_id: str | None) -> QuorumConfig:
     )
 
 
-class _ControllerView:
+class ControllerView:
     """broker_security's question (how to reach another node's listener, as whom) asked of the
     controller listener and sasl.mechanism.controller.protocol instead of the inter-broker ones."""
 
@@ -113,6 +114,8 @@ class ControllerServer:
         self.socket_server: SocketServer | None = None
         self.advertised: list[Listener] = []
         self._dynamic = DynamicBrokerConfig(config)
+        self.metadata_listeners: list[Callable[[Any], None]] = []
+        self._applying: asyncio.Lock | None = None
 
     @property
     def metadata_dir(self) -> Path:
@@ -124,8 +127,9 @@ class ControllerServer:
 
     async def _startup(self) -> None:
         config = self.config
+        self._applying = asyncio.Lock()
         qc = quorum_config(config, self.cluster_id)
-        security = broker_security(_ControllerView(config))
+        security = broker_security(ControllerView(config))
         features, extra = read_bootstrap(config.metadata_log_dir)
         self.transport = RaftTransport(qc, config.controller_listener_names[0], lambda: self.driver.core.voters,
                                        security)
@@ -140,6 +144,7 @@ class ControllerServer:
         settings = ControllerSettings(self.node_id, self.cluster_id, limits, config["broker.session.timeout.ms"],
                                       features, extra, self._validate_configs, lambda key: key in LIST_CONFIGS)
         self.controller = QuorumController(settings, self.driver)
+        self.driver.listener = self._on_raft
         self.controller.start()
         await self.driver.start()
         listeners = [x for x in config.listeners if x.name in config.controller_listener_names]
@@ -189,6 +194,24 @@ class ControllerServer:
             self.transport.close()
         if self.socket_server is not None:
             await self.socket_server.drain(timeout=2)
+
+    async def _on_raft(self, e: Any) -> None:
+        """The quorum controller applies each effect first; then this node's broker hears of
+        it. Under a lock, so that a broker that attaches sees the image between two effects."""
+        async with self._applying:
+            await self.controller._on_raft(e)
+            for listener in self.metadata_listeners:
+                listener(e)
+
+    async def attach_broker(self, listener: Callable[[Any], None]) -> MetadataImage:
+        """A combined node's broker follows the metadata from here: a copy of the image as
+        applied so far, and then every effect after it, given to `listener` (on this thread)."""
+        async def attach() -> MetadataImage:
+            async with self._applying:
+                self.metadata_listeners.append(listener)
+                return self.controller.image.copy()
+
+        return await self.thread.call(attach())
 
     def call(self, coro) -> Any:
         """Run `coro` on the controller's loop from another loop (a combined node's broker)."""

@@ -1,0 +1,126 @@
+"""BrokerMetadataPublisher: what a KRaft broker does with each change to its metadata image.
+
+One code path downstream for both modes: a ZooKeeper cluster's controller tells each broker
+what changed with LeaderAndIsr, UpdateMetadata and StopReplica, and the broker applies them in
+server/apis/controller_apis.py. A KRaft broker learns the same from its metadata log, so the
+publisher turns a MetadataDelta into those same requests (built by the controller's own
+RequestBatch) and hands them to the same handlers, in process: partitions this broker holds a
+replica of become leader or follower, every changed partition and the live brokers go to the
+metadata cache, replicas that left this broker (a deleted topic, a reassignment) are stopped
+and deleted. Topic configs come from the image before the logs that use them are made.
+
+Live brokers are the unfenced ones; this broker counts as live for its own partitions even while
+fenced (it must follow its leaders to catch up), but clients are not told of it until it is
+unfenced.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from strom.controller.channel import RequestBatch
+from strom.metadata.image import TOPIC_RESOURCE, MetadataImage
+from strom.metadata.loader import MetadataDelta
+from strom.metadata.model import LEADER_DURING_DELETE, BrokerInfo, EndPoint
+
+log = logging.getLogger(__name__)
+
+LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 4, 5, 6
+_VERSIONS = {LEADER_AND_ISR: 7, STOP_REPLICA: 4, UPDATE_METADATA: 8}
+CONTROLLER_EPOCH = 1  # one source of these requests, in log order: no older controller to fence
+
+
+class _Collect:
+    """The channel RequestBatch sends through: keeps what is addressed to this broker."""
+
+    def __init__(self, broker_id: int, listener: str) -> None:
+        self.broker_id = broker_id
+        self.listener = listener
+        self.requests: list[tuple[int, dict]] = []
+
+    def send(self, broker_id: int, api_key: int, fields: dict, callback: Any = None) -> None:
+        if broker_id == self.broker_id:
+            self.requests.append((api_key, fields))
+
+
+def live_brokers(image: MetadataImage, also: int | None = None) -> dict[int, BrokerInfo]:
+    """The unfenced brokers of the image (and broker `also`, if registered), as BrokerInfo."""
+    return {b.id: BrokerInfo(b.id, [EndPoint(e.listener, e.host, e.port, e.security_protocol) for e in b.endpoints],
+                             b.rack, b.epoch)
+            for b in image.brokers.values() if not b.fenced or b.id == also}
+
+
+class BrokerMetadataPublisher:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.broker_id = broker.broker_id
+
+    async def publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        broker = self.broker
+        self._publish_configs(image, delta)
+        batch = RequestBatch(self.broker_id, CONTROLLER_EPOCH)
+        hosted = broker.replica_manager.partitions
+        if delta.full:
+            changed = [(t, i, s) for t, i, s in image.partitions()]
+        else:
+            changed = []
+            for topic_id, index in delta.partitions:
+                topic = image.topics_by_id.get(topic_id)
+                state = topic.partitions.get(index) if topic is not None else None
+                if state is not None:
+                    changed.append((topic, index, state))
+        for topic, index, state in changed:
+            if self.broker_id in state.replicas:
+                batch.add_leader_and_isr([self.broker_id], topic, index, state)
+            else:
+                batch.add_update_metadata([], [(topic, index, state)])
+                if (topic.name, index) in hosted:  # moved away by a reassignment
+                    batch.add_stop_replica(self.broker_id, topic.name, index, state.leader_epoch, True)
+        for name, (topic_id, partitions) in delta.removed_topics.items():
+            current = image.topics.get(name)
+            if current is not None and current.topic_id == topic_id:
+                continue
+            gone = _Removed(name, topic_id)
+            batch.add_update_metadata([], [(gone, i, replace(s, leader=LEADER_DURING_DELETE))
+                                           for i, s in partitions.items()
+                                           if current is None or i not in current.partitions])
+            for index in partitions:
+                if (name, index) in hosted and (current is None or self.broker_id not in
+                                                getattr(current.partitions.get(index), "replicas", ())):
+                    batch.add_stop_replica(self.broker_id, name, index, -1, True)
+        if delta.brokers:
+            batch.update_metadata_brokers.add(self.broker_id)
+        fenced = getattr(image.brokers.get(self.broker_id), "fenced", True)
+        channel = _Collect(self.broker_id, broker.inter_broker_listener)
+        batch.send(channel, live_brokers(image, also=self.broker_id))
+        for api_key, fields in channel.requests:
+            if api_key == UPDATE_METADATA and fenced:  # clients hear of this broker once unfenced
+                fields["live_brokers"] = [b for b in fields["live_brokers"] if b["id"] != self.broker_id]
+            response = await broker.deliver_local(api_key, _VERSIONS[api_key], fields)
+            if getattr(response, "error_code", 0):
+                log.warning("metadata change %d not applied: error %d", api_key, response.error_code)
+
+    def _publish_configs(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        """Topic configs into the broker's config repository before partitions need them; live
+        logs of a topic whose configs changed take the new ones."""
+        repository = self.broker.config_repository
+        names = set(image.topics) if delta.full else {n for kind, n in delta.configs if kind == TOPIC_RESOURCE}
+        for name in names:
+            configs = image.topic_configs(name)
+            if repository.topics.get(name) != configs:
+                repository.topics[name] = configs
+                if self.broker.replica_manager.hosts_topic(name):
+                    self.broker.log_services.topic_config_changed(name)
+        for name in delta.removed_topics:
+            if name not in image.topics:
+                repository.topics.pop(name, None)
+
+
+class _Removed:
+    """A removed topic as RequestBatch names it."""
+
+    def __init__(self, name: str, topic_id: Any) -> None:
+        self.name = name
+        self.topic_id = topic_id
