@@ -198,13 +198,30 @@ class RawClient(Connection):
         super().__init__("127.0.0.1", broker.port)
 
 
+KRAFT = "kraft"  # Cluster(zookeeper=KRAFT): the same cluster on a KRaft quorum instead
+
+
 class Cluster(_StartedInWith):
     """Brokers 1..N on one ZooKeeper, each a BrokerProcess, under a chroot of their own so many
-    clusters can share one ZooKeeper (a ZooKeeperServer per test module, say)."""
+    clusters can share one ZooKeeper (a ZooKeeperServer per test module, say).
 
-    def __init__(self, brokers: int = 3, zookeeper: ZooKeeperServer | None = None,
+    With `zookeeper=KRAFT` the same cluster runs without ZooKeeper: nodes 1..N each a broker and
+    a controller of one KRaft quorum (process.roles=broker,controller), `session_timeout_ms`
+    being broker.session.timeout.ms; brokers added later are dedicated brokers. Tests written
+    against a Cluster run in both modes unchanged, except what reads ZooKeeper (`zk()`)."""
+
+    def __init__(self, brokers: int = 3, zookeeper: ZooKeeperServer | str | None = None,
                  overrides: dict[str, str] | None = None, chroot: str | None = None,
                  session_timeout_ms: int = 4000) -> None:
+        self.kraft = zookeeper == KRAFT
+        if self.kraft:
+            self.quorum = KRaftQuorum(brokers, combined=True, overrides={
+                "broker.session.timeout.ms": str(session_timeout_ms),
+                "broker.heartbeat.interval.ms": str(max(100, session_timeout_ms // 8)), **(overrides or {})})
+            self.brokers = dict(self.quorum.nodes)
+            self.overrides = self.quorum.overrides
+            self._client = None
+            return
         self._owns_zookeeper = zookeeper is None
         # A private ZooKeeper holds throwaway data: no fsync of its transaction log.
         self.zookeeper = zookeeper if zookeeper is not None else ZooKeeperServer(fsync=False)
@@ -238,6 +255,9 @@ class Cluster(_StartedInWith):
 
     def start(self, timeout: float = 60.0) -> Cluster:
         """ZooKeeper (if this cluster owns it), then every broker at once."""
+        if self.kraft:
+            self.quorum.start(timeout)
+            return self
         if self._owns_zookeeper:
             self.zookeeper.start()
         for broker in self.brokers.values():
@@ -263,10 +283,19 @@ class Cluster(_StartedInWith):
         """Start one more broker on this cluster (overrides with dots: **{"log.dirs": ...})."""
         if broker_id in self.brokers:
             raise ValueError(f"broker {broker_id} is already in this cluster")
+        if self.kraft:
+            self.quorum.overrides.update(overrides)
+            broker = self.quorum._new_broker(broker_id)
+            for key in overrides:
+                del self.quorum.overrides[key]
+            self.brokers[broker_id] = broker
+            return broker.start()
         return self._new_broker(broker_id, overrides).start()
 
     def zk(self) -> KazooClient:
         """A kazoo client on this cluster's chroot, for reading what the brokers wrote."""
+        if self.kraft:
+            raise RuntimeError("a KRaft cluster has no ZooKeeper")
         if self._client is None:
             from kazoo.client import KazooClient
 
@@ -292,10 +321,17 @@ class Cluster(_StartedInWith):
         return json.loads(raw) if raw else None
 
     def controller_id(self) -> int:
+        """The active controller (KRaft: the quorum's leader)."""
+        if self.kraft:
+            described = self.quorum.describe()
+            return -1 if described is None else described["leader_id"]
         node = self._read_json("/controller")
         return -1 if node is None else int(node["brokerid"])
 
     def controller_epoch(self) -> int:
+        if self.kraft:
+            described = self.quorum.describe()
+            return 0 if described is None else described["leader_epoch"]
         node = self._read_json("/controller_epoch")
         return 0 if node is None else int(node)
 
@@ -304,6 +340,9 @@ class Cluster(_StartedInWith):
         wait_for(predicate, timeout, what=what)
 
     def close(self) -> None:
+        if self.kraft:
+            self.quorum.close()
+            return
         if self._client is not None:
             self._client.stop()
             self._client.close()

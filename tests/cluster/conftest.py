@@ -6,13 +6,20 @@ that stops, kills, adds or reconfigures no broker and whose checks hold whatever
 made before it (their own uniquely named topics and groups) shares one cluster with the other
 such tests of its module; starting a cluster is most of such a test's time. Sessions time
 out after 4 s so that a kill -9 is noticed in seconds.
+
+A module that sets `CLUSTER_MODES = ("zookeeper", "kraft")` runs every test twice: once on
+ZooKeeper, once on a KRaft quorum of combined nodes (no JVM), the same test code both times:
+its `zookeeper` fixture is then `KRAFT`, which Cluster takes to mean a KRaft cluster. A test
+marked `zookeeper_only(why)` runs on ZooKeeper alone: one that takes down two of three nodes
+and expects the controller to act on it, which a quorum of three combined nodes cannot (two
+of three controllers down is a quorum lost; Kafka decides nothing then either).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from strom.testing import Cluster, report_broker_logs
+from strom.testing import KRAFT, Cluster, report_broker_logs
 from strom.zookeeper_server import ZooKeeperServer
 
 pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(report_broker_logs)
@@ -26,8 +33,24 @@ CLUSTER_OVERRIDES = {
 }
 
 
+def pytest_generate_tests(metafunc):
+    if "cluster_mode" in metafunc.fixturenames:
+        modes = getattr(metafunc.module, "CLUSTER_MODES", ("zookeeper",))
+        if metafunc.definition.get_closest_marker("zookeeper_only"):
+            modes = ("zookeeper",)
+        metafunc.parametrize("cluster_mode", modes, indirect=True, scope="module")
+
+
 @pytest.fixture(scope="module")
-def zookeeper():
+def cluster_mode(request):
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def zookeeper(cluster_mode):
+    if cluster_mode == KRAFT:
+        yield KRAFT
+        return
     with ZooKeeperServer(fsync=False) as zk:
         yield zk
 

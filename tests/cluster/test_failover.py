@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from confluent_kafka import Producer
 
 from strom.protocol.errors import ErrorCode
@@ -13,6 +14,8 @@ from strom.testing import Cluster, RawClient, consume_all, unique_name
 from .conftest import CLUSTER_OVERRIDES
 from .test_cluster import create, partition_view
 from .test_replication import isr_of, leader_of
+
+CLUSTER_MODES = ("zookeeper", "kraft")
 
 ELECT_LEADERS = 43
 
@@ -85,6 +88,7 @@ def _offline_partition(cluster: Cluster, topic: str, configs: dict) -> tuple[int
     return leader, follower
 
 
+@pytest.mark.zookeeper_only("kills two of three nodes; with combined KRaft nodes that is the quorum")
 def test_unclean_election_off_keeps_the_partition_offline(cluster):
     topic = unique_name("clean")
     leader, follower = _offline_partition(cluster, topic, {})
@@ -107,6 +111,7 @@ def test_unclean_election_off_keeps_the_partition_offline(cluster):
     assert [m.value() for m in got] == [b"in-sync"]  # what only the old leader had is lost
 
 
+@pytest.mark.zookeeper_only("kills two of three nodes; with combined KRaft nodes that is the quorum")
 def test_unclean_election_on_brings_the_partition_back(cluster):
     topic = unique_name("unclean")
     leader, follower = _offline_partition(cluster, topic, {"unclean.leader.election.enable": "true"})

@@ -20,6 +20,8 @@ from strom.testing import Cluster, consume_all, unique_name
 from .conftest import CLUSTER_OVERRIDES
 from .test_cluster import create
 
+CLUSTER_MODES = ("zookeeper", "kraft")
+
 PARTITIONS = 3
 
 

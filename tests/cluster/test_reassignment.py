@@ -16,6 +16,8 @@ from strom.testing import RawClient, consume_all, unique_name
 from .test_cluster import create, partition_view, topic_dirs
 from .test_replication import segment_bytes
 
+CLUSTER_MODES = ("zookeeper", "kraft")
+
 ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, INCREMENTAL_ALTER_CONFIGS = 45, 46, 44
 
 

@@ -15,6 +15,8 @@ from strom.testing import Cluster, RawClient, unique_name
 
 from .test_cluster import create, partition_view
 
+CLUSTER_MODES = ("zookeeper", "kraft")
+
 
 def read_committed(cluster: Cluster, topic: str, partitions: int, expected: int, timeout: float = 60) -> list[bytes]:
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique_name("rc"),

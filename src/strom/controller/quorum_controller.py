@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from strom.controller import cluster_control
+from strom.controller import cluster_control, replication_control
 from strom.controller.cluster_control import BrokerSession
 from strom.controller.replication_control import Change, Limits
 from strom.metadata import records as r
@@ -45,6 +45,7 @@ T = TypeVar("T")
 MAX_RECORDS_PER_BATCH = 10_000
 # Above this many records a committed batch is decoded and replayed in a worker thread.
 _REPLAY_OFF_LOOP = 2_000
+PREFERRED_ELECTION = 0  # ElectLeaders' election type
 
 
 class NotController(KafkaError):
@@ -63,6 +64,8 @@ class ControllerSettings:
     bootstrap_records: list[Any] = field(default_factory=list)  # e.g. SCRAM users of --add-scram
     validate_configs: Callable[[int, str, dict[str, str]], None] = lambda _t, _n, _c: None
     list_config: Callable[[str], bool] = lambda _key: False
+    # auto.leader.rebalance.enable and leader.imbalance.check.interval.seconds (0: off).
+    leader_rebalance_interval_s: float = 0.0
 
 
 class QuorumController:
@@ -89,6 +92,8 @@ class QuorumController:
         """Take events (the Raft driver is started by the caller, after this)."""
         self._tasks = [asyncio.create_task(self._take_events(), name="quorum-controller-events"),
                        asyncio.create_task(self._expire_sessions(), name="broker-sessions")]
+        if self.settings.leader_rebalance_interval_s > 0:
+            self._tasks.append(asyncio.create_task(self._rebalance_leaders(), name="leader-rebalance"))
 
     async def close(self) -> None:
         for t in self._tasks:
@@ -259,6 +264,17 @@ class QuorumController:
                 log.info("broker %d: no heartbeat for %.1f s; fencing it", broker_id, now - session.last_heartbeat)
                 await self._safe_write(f"fence-{broker_id}", lambda img, b=broker_id: Change(
                     cluster_control.expire_session(img, b, self.settings.limits)))
+
+    async def _rebalance_leaders(self) -> None:
+        """Kafka's periodic preferred leader election: a partition whose first replica is in
+        its ISR but does not lead gets it back as leader."""
+        while True:
+            await asyncio.sleep(self.settings.leader_rebalance_interval_s)
+            if not self.active:
+                continue
+            await self._safe_write("rebalance-leaders", lambda img: replication_control.elect_leaders(
+                img, PREFERRED_ELECTION, [(topic.name, index) for topic, index, s in img.partitions()
+                                          if s.replicas and s.leader != s.replicas[0] and s.replicas[0] in s.isr]))
 
     # --- what the controller APIs call ------------------------------------------------------------
 

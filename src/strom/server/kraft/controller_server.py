@@ -141,8 +141,10 @@ class ControllerServer:
                         delete_topic_enable=config["delete.topic.enable"],
                         validate_topic_configs=self._validate_topic_configs,
                         unclean_default=config["unclean.leader.election.enable"])
+        rebalance = config["leader.imbalance.check.interval.seconds"] if config["auto.leader.rebalance.enable"] else 0
         settings = ControllerSettings(self.node_id, self.cluster_id, limits, config["broker.session.timeout.ms"],
-                                      features, extra, self._validate_configs, lambda key: key in LIST_CONFIGS)
+                                      features, extra, self._validate_configs, lambda key: key in LIST_CONFIGS,
+                                      rebalance)
         self.controller = QuorumController(settings, self.driver)
         self.driver.listener = self._on_raft
         self.controller.start()
