@@ -20,8 +20,9 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from strom.config.dynamic import DEFAULT_ENTITY
 from strom.controller.channel import RequestBatch
-from strom.metadata.image import TOPIC_RESOURCE, MetadataImage
+from strom.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from strom.metadata.loader import MetadataDelta
 from strom.metadata.model import LEADER_DURING_DELETE, BrokerInfo, EndPoint
 
@@ -116,6 +117,14 @@ class BrokerMetadataPublisher:
         for name in delta.removed_topics:
             if name not in image.topics:
                 repository.topics.pop(name, None)
+        # Dynamic broker configs: "" is the cluster default (the store's "<default>").
+        entities = {n for kind, n in delta.configs if kind == BROKER_RESOURCE}
+        if delta.full:
+            entities |= {n for kind, n in image.configs if kind == BROKER_RESOURCE}
+        for name in entities:
+            repository.brokers[name or DEFAULT_ENTITY] = dict(image.configs.get((BROKER_RESOURCE, name), {}))
+        if entities & {"", str(self.broker_id)}:
+            self.broker.log_services.load_dynamic_config()
 
 
 class _Removed:

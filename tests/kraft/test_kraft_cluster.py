@@ -1,0 +1,196 @@
+"""KRaft clusters with brokers on the quorum: what only KRaft has (the active controller is a
+quorum member, brokers are fenced by missed heartbeats, controllers and brokers may be separate
+processes). The rest of the cluster behaviour runs in both modes in tests/cluster."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from strom.testing import (
+    KRAFT,
+    Cluster,
+    KRaftQuorum,
+    RawClient,
+    consume_all,
+    create_topic,
+    unique_name,
+    wait_for,
+)
+
+OVERRIDES = {"offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3",
+             "group.initial.rebalance.delay.ms": "0", "default.replication.factor": "3"}
+SESSION_MS = 3000
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Cluster(3, zookeeper=KRAFT, overrides=OVERRIDES, session_timeout_ms=SESSION_MS) as c:
+        yield c
+
+
+def view(broker, topic: str) -> dict[int, tuple[int, list[int]]]:
+    """partition -> (leader, isr) as `broker` answers Metadata; {} if it cannot answer."""
+    try:
+        with RawClient(broker) as client:
+            body = client.call(3, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                       "allow_auto_topic_creation": False,
+                                       "include_topic_authorized_operations": False})
+    except (OSError, ConnectionError):
+        return {}
+    return {p.partition_index: (p.leader_id, sorted(p.isr_nodes)) for t in body.topics if t.error_code == 0
+            for p in t.partitions}
+
+
+def brokers_listed(broker) -> set[int]:
+    with RawClient(broker) as client:
+        body = client.call(3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                   "include_topic_authorized_operations": False})
+    return {b.node_id for b in body.brokers}
+
+
+class AckedProducer:
+    """An idempotent acks=all producer writing numbered records round-robin over `partitions`
+    in a thread, remembering what was acknowledged where."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "linger.ms": 5, "message.timeout.ms": 120000})
+        self.topic, self.partitions = topic, partitions
+        self.acked: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
+        self.failed: list = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _done(self, err, msg) -> None:
+        if err is not None:
+            self.failed.append(err)
+        else:
+            self.acked[msg.partition()].append((msg.offset(), msg.value()))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.producer.produce(self.topic, b"%08d" % self.sent, partition=self.sent % self.partitions,
+                                  on_delivery=self._done)
+            self.sent += 1
+            self.producer.poll(0.002)
+
+    def __enter__(self) -> AckedProducer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        assert self.producer.flush(120) == 0, "records left unacknowledged"
+
+    def count(self) -> int:
+        return sum(len(v) for v in self.acked.values())
+
+
+def test_killing_the_active_controller_loses_no_acknowledged_record(cluster):
+    topic = unique_name("controller-kill")
+    create_topic(cluster.bootstrap, topic, 6, replication_factor=3, config={"min.insync.replicas": "2"})
+    victim = cluster.controller_id()
+    with AckedProducer(cluster.bootstrap, topic, 6) as producer:
+        wait_for(lambda: producer.count() > 500, 60, what="records acknowledged before the kill")
+        cluster.brokers[victim].kill()
+        new = wait_for(lambda: (c := cluster.controller_id()) not in (-1, victim) and c, 30,
+                       what="a new active controller")
+        before = producer.count()
+        wait_for(lambda: producer.count() > before + 500, 60, what="records acknowledged after the kill")
+        cluster.brokers[victim].start()
+        after = producer.count()
+        wait_for(lambda: producer.count() > after + 200, 60, what="records acknowledged after the restart")
+    assert not producer.failed, producer.failed[:3]
+    assert new != victim
+    for p, acked in producer.acked.items():
+        offsets = [o for o, _ in acked]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), f"partition {p} acked twice"
+    # Every acknowledged record is there once, where it was acknowledged, in order.
+    got = consume_all(cluster.bootstrap, topic, count=producer.count())
+    read: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
+    for m in got:
+        read[m.partition()].append((m.offset(), m.value()))
+    for p, acked in producer.acked.items():
+        assert set(acked) <= set(read[p]), f"partition {p} lost acknowledged records"
+    assert len({v for m in got if (v := m.value())}) == len(got), "a record was written twice"
+    # The restarted node is back in the ISR of all of them.
+    wait_for(lambda: all(victim in isr for _, isr in view(cluster.brokers[new], topic).values()), 60,
+             what="the restarted node back in every ISR")
+
+
+def test_a_fenced_broker_loses_leadership_and_rejoins(cluster):
+    topic = unique_name("fenced")
+    controller = cluster.controller_id()
+    stopped = next(b for b in cluster.brokers if b != controller)
+    others = [b for b in cluster.brokers if b != stopped]
+    create_topic(cluster.bootstrap, topic, assignment=[[stopped, *others]])
+    asker = cluster.brokers[controller]
+    wait_for(lambda: view(asker, topic).get(0, (None,))[0] == stopped, 30, what="the topic led by the node to stop")
+    cluster.brokers[stopped].pause()  # SIGSTOP: no heartbeats past broker.session.timeout.ms
+    try:
+        wait_for(lambda: view(asker, topic).get(0) == (others[0], sorted(others)), 30,
+                 what="leadership and the ISR moved off the fenced node")
+        assert stopped not in brokers_listed(asker), "a fenced broker is not offered to clients"
+        producer = Producer({"bootstrap.servers": asker.bootstrap, "acks": "all"})
+        producer.produce(topic, b"while-fenced")
+        assert producer.flush(30) == 0
+    finally:
+        cluster.brokers[stopped].resume()
+    wait_for(lambda: stopped in brokers_listed(asker), 30, what="the node unfenced again")
+    wait_for(lambda: stopped in view(asker, topic).get(0, (None, []))[1], 30, what="the node back in the ISR")
+    assert "is unfenced" in cluster.brokers[stopped].log_text()
+    got = consume_all(cluster.bootstrap, topic, count=1)
+    assert [m.value() for m in got] == [b"while-fenced"]
+
+
+def test_deleting_a_topic_removes_its_logs_everywhere(cluster):
+    topic = unique_name("deleted")
+    create_topic(cluster.bootstrap, topic, 3, replication_factor=3)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(30):
+        producer.produce(topic, b"%d" % i, partition=i % 3)
+    assert producer.flush(30) == 0
+
+    def dirs() -> list:
+        return [d for b in cluster.brokers.values() for d in b.data_dir.glob(f"logs/{topic}-*")]
+
+    assert len(dirs()) == 9
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    client.delete_topics([topic], operation_timeout=30)[topic].result(35)
+    wait_for(lambda: not dirs(), 30, what="every replica's log deleted")
+    for broker in cluster.brokers.values():
+        assert view(broker, topic) == {}
+
+
+def test_dedicated_controllers_and_brokers():
+    """Three controllers (process.roles=controller) and three brokers (process.roles=broker),
+    the brokers observers of the quorum; the active controller's kill -9 stops nothing."""
+    with KRaftQuorum(3, brokers=3, overrides=OVERRIDES) as quorum:
+        bootstrap = quorum.bootstrap
+        topic = unique_name("dedicated")
+        create_topic(bootstrap, topic, 3, replication_factor=3)
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        for i in range(300):
+            producer.produce(topic, b"%04d" % i, partition=i % 3)
+        assert producer.flush(30) == 0
+        active = quorum.leader()
+        quorum.nodes[active].kill()
+        quorum.leader(30, exclude=[active])
+        after = unique_name("after-failover")
+        create_topic(bootstrap, after, 2, replication_factor=3)
+        for broker in quorum.brokers.values():
+            wait_for(lambda b=broker: len(view(b, after)) == 2 and all(len(isr) == 3 for _, isr in
+                                                                        view(b, after).values()),
+                     30, what="the new topic on every broker")
+        for i in range(300, 400):
+            producer.produce(topic, b"%04d" % i, partition=i % 3)
+        assert producer.flush(30) == 0
+        got = consume_all(bootstrap, topic, count=400)
+        assert sorted(m.value() for m in got) == [b"%04d" % i for i in range(400)]
