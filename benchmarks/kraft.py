@@ -14,7 +14,8 @@ same number in both (zookeeper.session.timeout.ms, broker.session.timeout.ms). P
   Metadata names it; KRaft: the quorum has a new leader), `acting_s` until a CreateTopics
   through a survivor has been carried out by the new controller (its topic on both survivors),
   `all_led_s` until every partition is led by a survivor (the dead broker's leaderships need
-  its session to end: that is the session timeout's share);
+  its session to end: that is the session timeout's share); the old controller is then started
+  again, until it is back in every ISR (`restarted_in_every_isr_s`);
 - `broker_failure`: kill -9 of a broker that is not the controller: until every partition it
   led has a new leader on both survivors (`new_leaders_s`; minus the session timeout:
   `past_session_timeout_s`);
@@ -39,7 +40,7 @@ from partitions import (  # benchmarks/partitions.py
     wait_until,
 )
 from strom.client import Connection
-from strom.testing import KRAFT, Cluster
+from strom.testing import KRAFT, Cluster, wait_for
 
 
 def _create(conn: Connection, topics: list[tuple[str, int]], factor: int = 3) -> None:
@@ -77,19 +78,19 @@ def scenario(mode: str, partitions: int, session_ms: int) -> dict:
             return len(led) == partitions and all(x in alive for x in led.values())
 
         started = time.monotonic()
-        _create(clients[1], topics)
+        _create(clients[wait_for(lambda: (c := cluster.controller_id()) > 0 and c, 60)], topics)
         for conn in clients.values():
             wait_until(lambda c=conn: all_led(c, {1, 2, 3}), 1800, poll_interval(partitions))
         elapsed = time.monotonic() - started
         out["create"] = {"all_brokers_s": round(elapsed, 2), "partitions_per_s": round(partitions / elapsed)}
 
         # Controller failover.
-        old = wait_until(lambda: (c := cluster.controller_id()) > 0 and c, 60)
+        old = wait_for(lambda: (c := cluster.controller_id()) > 0 and c, 60)
         survivors = {i: c for i, c in clients.items() if i != old}
         started = time.monotonic()
         cluster.brokers[old].kill()
         clients.pop(old).close()
-        new = wait_until(lambda: (c := cluster.controller_id()) in survivors and c, 600)
+        new = wait_for(lambda: (c := cluster.controller_id()) in survivors and c, 600, 0.02)
         new_s = time.monotonic() - started
         probe = f"after-failover-{mode}"
         wait_until(lambda: _try_create(survivors, probe), 600, 0.1)
@@ -102,9 +103,13 @@ def scenario(mode: str, partitions: int, session_ms: int) -> dict:
         cluster.brokers[old].start(timeout=900)
         clients[old] = Connection("127.0.0.1", cluster.brokers[old].port, timeout_s=600)
         wait_until(lambda: old in {b.node_id for b in metadata(clients[new], []).brokers}, 600)
+        started = time.monotonic()  # back in every ISR before the next scenario
+        wait_until(lambda: all(len(p.isr_nodes) == 3 for t in metadata(clients[new], names).topics
+                               for p in t.partitions), 1800, poll_interval(partitions))
+        out["controller_failover"]["restarted_in_every_isr_s"] = round(time.monotonic() - started, 2)
 
         # A broker that is not the controller fails.
-        controller = wait_until(lambda: (c := cluster.controller_id()) > 0 and c, 60)
+        controller = wait_for(lambda: (c := cluster.controller_id()) > 0 and c, 60)
         some = clients[controller]
         led = _leaders(some, names)
         victim = max((i for i in clients if i != controller), key=lambda b: list(led.values()).count(b))
@@ -113,8 +118,11 @@ def scenario(mode: str, partitions: int, session_ms: int) -> dict:
         started = time.monotonic()
         cluster.brokers[victim].kill()
         clients.pop(victim).close()
-        wait_until(lambda: all(all(_leaders(c, names).get(tp) not in (victim, -1, None) for tp in its)
-                               for c in rest.values()), 1800, poll_interval(partitions))
+        def moved(conn: Connection) -> bool:
+            now = _leaders(conn, names)
+            return all(now.get(tp) not in (victim, -1, None) for tp in its)
+
+        wait_until(lambda: all(moved(c) for c in rest.values()), 1800, poll_interval(partitions))
         took = time.monotonic() - started
         out["broker_failure"] = {"partitions_it_led": len(its), "new_leaders_s": round(took, 2),
                                  "past_session_timeout_s": round(took - session_ms / 1000, 2)}
