@@ -87,3 +87,25 @@ def test_unknown_partition_changes_are_refused():
         img.replay(r.PartitionChangeRecord(partition_id=0, topic_id=uuid.uuid4(), isr=[1]))
     img.replay(r.BrokerRegistrationChangeRecord(broker_id=5, broker_epoch=1, fenced=FENCE))  # no such broker
     assert img.brokers == {}
+
+
+def test_a_copy_taken_inside_a_metadata_transaction_replays_on_its_own():
+    """A broker may copy a controller's image between two batches of one transaction (a topic of
+    more than 10,000 partitions): both go on replaying the same records, and each applies every
+    record once (a shared list of pending records applied a leader change twice)."""
+    tid = uuid.uuid4()
+    img = MetadataImage()
+    img.replay(r.BeginTransactionRecord(name="big topic"))
+    img.replay(r.TopicRecord(name="big", topic_id=tid))
+    copy = img.copy()
+    rest = [r.PartitionRecord(partition_id=0, topic_id=tid, replicas=[1, 2], isr=[1, 2], removing_replicas=[],
+                              adding_replicas=[], leader=1, leader_recovery_state=0, leader_epoch=0,
+                              partition_epoch=0, directories=[None, None]),
+            r.PartitionChangeRecord(partition_id=0, topic_id=tid, leader=2),
+            r.EndTransactionRecord()]
+    for rec in rest:  # interleaved, as the controller and its broker replay the same batches
+        img.replay(rec)
+        copy.replay(rec)
+    for image in (img, copy):
+        state = image.topics["big"].partitions[0]
+        assert image.transaction is None and (state.leader, state.leader_epoch) == (2, 1)

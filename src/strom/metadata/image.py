@@ -298,6 +298,8 @@ class MetadataImage:
         """A copy that does not change when this image does (states are shared: never mutated)."""
         out = MetadataImage.__new__(MetadataImage)
         out.__dict__.update(self.__dict__)
+        # An open metadata transaction's records too: the copy goes on replaying into its own.
+        out.transaction = None if self.transaction is None else list(self.transaction)
         out.features = dict(self.features)
         out.brokers = dict(self.brokers)
         out.controllers = dict(self.controllers)
