@@ -2,11 +2,13 @@
 
 `cli_broker` is one broker shared by the client-command tests (each test uses its own topics
 and groups); `strom(...)` runs a command and returns the finished process; `ok` insists on
-exit code 0 and a quiet stderr; `fails` on a given exit code and returns stderr's last line.
+exit code 0 and a quiet stderr; `fails` on a given exit code and returns stderr's last line;
+`free_port_run` finds consecutive free ports for `strom cluster up`.
 """
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 
@@ -52,3 +54,22 @@ def fails(*args: str, code: int = 1, input: bytes | str | None = None) -> str:
     assert lines, done
     assert "Traceback" not in done.stderr, done
     return lines[-1]
+
+
+def free_port_run(count: int) -> int:
+    """The first of `count` consecutive ports free on 127.0.0.1 now (`strom cluster up` takes a
+    base port for its brokers and one for its controllers)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            first = probe.getsockname()[1]
+        if first + count > 65535:
+            continue
+        try:
+            for port in range(first, first + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return first
+    raise AssertionError(f"no {count} consecutive free ports")
