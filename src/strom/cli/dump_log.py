@@ -11,7 +11,7 @@ A KRaft node's metadata log (`__cluster_metadata-0`) is decoded record by record
 metadata records (TopicRecord, PartitionRecord, RegisterBrokerRecord, ...) with their fields,
 its control records (LeaderChange, the KIP-853 voter set), and its snapshots
 (`<offset>-<epoch>.checkpoint`, and a formatted directory's `bootstrap.checkpoint`), as
-kafka-dump-log's --cluster-metadata-decoder shows them.
+kafka-dump-log's --cluster-metadata-decoder shows them; and the replica's `quorum-state`.
 
 Checks, each a problem when it fails (exit code 1):
 - log: every batch is magic 2 with a valid CRC32C, offsets grow from batch to batch and start
@@ -27,7 +27,8 @@ Checks, each a problem when it fails (exit code 1):
 - producer snapshot: version 1, its CRC32C, whole entries;
 - leader-epoch-checkpoint: epochs and start offsets growing;
 - metadata log and snapshots: every record decodes as a metadata or control record; a snapshot
-  begins with a SnapshotHeader and ends with a SnapshotFooter.
+  begins with a SnapshotHeader and ends with a SnapshotFooter; `quorum-state` is a JSON object
+  with a leader epoch.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ from strom.protocol.records import (
     read_header,
 )
 from strom.raft.config import METADATA_TOPIC
+from strom.raft.file_log import QUORUM_STATE
 from strom.raft.snapshots import parse_filename as parse_raft_snapshot_name
 
 CHECKPOINTS = ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint",
@@ -196,6 +198,8 @@ class Dumper:
             handler = self.checkpoint
         elif name == BOOTSTRAP_CHECKPOINT or parse_raft_snapshot_name(name) is not None:
             handler = self.metadata_snapshot
+        elif name == QUORUM_STATE:
+            handler = self.quorum_state
         if handler is None:
             return False
         self.decoder = self.opts.decoder
@@ -230,6 +234,18 @@ class Dumper:
                                        (scan.batches[-1], SNAPSHOT_FOOTER, "end")):
                 if kind not in _control_kinds(data, batch):
                     self.problem(path, f"does not {where} with a {CONTROL_NAMES[kind]} control record")
+
+    def quorum_state(self, path: Path) -> None:
+        """A Raft replica's election state (leader, epoch, vote), a JSON object."""
+        try:
+            state = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as e:
+            self.problem(path, f"not a JSON object: {e}")
+            return
+        if not isinstance(state, dict) or "leaderEpoch" not in state:
+            self.problem(path, "not a quorum-state: no leaderEpoch")
+            return
+        self.out(_compact_json(state))
 
     def _batches(self, path: Path, data: Any, scan: LogScan, base: int) -> None:
         """Print and check the batches of a log or snapshot that start at offset `base`."""
