@@ -335,9 +335,8 @@ class Cluster(_StartedInWith):
         node = self._read_json("/controller_epoch")
         return 0 if node is None else int(node)
 
-    def wait_for(self, predicate: Callable[[], bool], timeout: float = 30.0,
-                 what: str = "condition") -> None:
-        wait_for(predicate, timeout, what=what)
+    def wait_for(self, predicate: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
+        return wait_for(predicate, timeout, what=what)
 
     def close(self) -> None:
         if self.kraft:
@@ -432,9 +431,11 @@ class KRaftQuorum(_StartedInWith):
                      "listeners": f"CONTROLLER://127.0.0.1:{self.ports[node_id]}",
                      "controller.listener.names": "CONTROLLER", "log.dirs": str(data / "logs"),
                      **self._quorum_keys(), **self.overrides}
-        if self.combined:
-            overrides.update({"process.roles": "broker,controller", "inter.broker.listener.name": "PLAINTEXT",
-                              "listeners": f"PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{self.ports[node_id]}"})
+        if self.combined:  # the broker listeners asked for (default one PLAINTEXT), and the controller's
+            brokers = self.overrides.get("listeners", "PLAINTEXT://127.0.0.1:0")
+            overrides.update({"process.roles": "broker,controller",
+                              "listeners": f"{brokers},CONTROLLER://127.0.0.1:{self.ports[node_id]}"})
+            overrides.setdefault("inter.broker.listener.name", "PLAINTEXT")
         if self.dynamic:
             self._format(overrides, standalone=initial, no_initial=not initial)
         else:

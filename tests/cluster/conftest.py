@@ -10,9 +10,10 @@ out after 4 s so that a kill -9 is noticed in seconds.
 A module that sets `CLUSTER_MODES = ("zookeeper", "kraft")` runs every test twice: once on
 ZooKeeper, once on a KRaft quorum of combined nodes (no JVM), the same test code both times:
 its `zookeeper` fixture is then `KRAFT`, which Cluster takes to mean a KRaft cluster. A test
-marked `zookeeper_only(why)` runs on ZooKeeper alone: one that takes down two of three nodes
-and expects the controller to act on it, which a quorum of three combined nodes cannot (two
-of three controllers down is a quorum lost; Kafka decides nothing then either).
+marked `zookeeper_only(why)` runs on ZooKeeper alone, saying why: one that takes down two of
+three nodes and expects the controller to act on it, which a quorum of three combined nodes
+cannot (two of three controllers down is a quorum lost; Kafka decides nothing then either),
+or one of what KRaft mode does not have yet (delegation tokens).
 """
 
 from __future__ import annotations

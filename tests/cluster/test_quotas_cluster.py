@@ -13,6 +13,8 @@ from strom.testing import Cluster, create_topic, metric_value, scrape, unique_na
 
 from .conftest import CLUSTER_OVERRIDES
 
+CLUSTER_MODES = ("zookeeper", "kraft")
+
 
 @pytest.fixture
 def cluster(zookeeper):

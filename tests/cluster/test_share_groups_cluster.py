@@ -26,7 +26,10 @@ from strom.testing import Cluster, RawClient, unique_name
 from .conftest import CLUSTER_OVERRIDES
 from .test_cluster import create, live_brokers, metadata, partition_view
 
+CLUSTER_MODES = ("zookeeper", "kraft")
+
 FIND_COORDINATOR, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_SHARE_GROUP_OFFSETS = 10, 44, 90
+COORDINATOR_NOT_AVAILABLE = 15
 GROUP_KEY, SHARE_KEY = 0, 2
 STATE_TOPIC, OFFSETS_TOPIC = "__share_group_state", "__consumer_offsets"
 STATE_PARTITIONS = 3
@@ -65,13 +68,18 @@ def share_coordinator(cluster: Cluster, group: str, tid, partition: int) -> int:
     """The broker FindCoordinator names for the share partition (checked against the state
     topic's leader that owns the key)."""
     key = SharePartitionKey(group, tid, partition).coordinator_key
-    with RawClient(any_broker(cluster)) as client:
-        body = client.call(FIND_COORDINATOR, 6, {"key_type": SHARE_KEY, "coordinator_keys": [key]})
-    (found,) = body.coordinators
-    assert found.error_code == 0, found
-    leaders = {p: v[0] for p, v in partition_view(any_broker(cluster), STATE_TOPIC).items()}
-    assert found.node_id == leaders[partition_for(key, STATE_PARTITIONS)]
-    return found.node_id
+
+    def agreed() -> int | None:
+        # Two requests: metadata moving between them (a failover) is asked again.
+        with RawClient(any_broker(cluster)) as client:
+            body = client.call(FIND_COORDINATOR, 6, {"key_type": SHARE_KEY, "coordinator_keys": [key]})
+        (found,) = body.coordinators
+        assert found.error_code in (0, COORDINATOR_NOT_AVAILABLE), found
+        leaders = {p: v[0] for p, v in partition_view(any_broker(cluster), STATE_TOPIC).items()}
+        return found.node_id if found.error_code == 0 and found.node_id == leaders[
+            partition_for(key, STATE_PARTITIONS)] else None
+
+    return cluster.wait_for(agreed, 30, "FindCoordinator naming the state partition's leader")
 
 
 class Placement:

@@ -18,12 +18,14 @@ from strom.testing import (
     RawClient,
     consume_all,
     create_topic,
+    metric_value,
+    scrape,
     unique_name,
     wait_for,
 )
 
 OVERRIDES = {"offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3",
-             "group.initial.rebalance.delay.ms": "0", "default.replication.factor": "3"}
+             "group.initial.rebalance.delay.ms": "0", "default.replication.factor": "3", "metrics.port": "0"}
 SESSION_MS = 3000
 
 
@@ -91,6 +93,18 @@ class AckedProducer:
 
     def count(self) -> int:
         return sum(len(v) for v in self.acked.values())
+
+
+def test_the_node_whose_controller_is_active_says_so(cluster):
+    active = cluster.controller_id()
+    topic = unique_name("counted")
+    create_topic(cluster.bootstrap, topic, 4, replication_factor=3)
+    for node_id, node in cluster.brokers.items():
+        samples = scrape(node.metrics_url)
+        assert metric_value(samples, "strom_active_controller") == (node_id == active)
+        if node_id == active:
+            assert metric_value(samples, "strom_global_partitions") >= 4
+            assert metric_value(samples, "strom_offline_partitions") == 0
 
 
 def test_killing_the_active_controller_loses_no_acknowledged_record(cluster):

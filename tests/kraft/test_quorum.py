@@ -34,9 +34,18 @@ OVERRIDES = {"controller.quorum.election.timeout.ms": "500", "controller.quorum.
 
 @pytest.fixture(scope="module")
 def quorum():
-    with KRaftQuorum(3, brokers=1, overrides=OVERRIDES) as q:
+    """Controllers only; brokers 1001-1003 are registrations made here (no processes), so that
+    replica placement is known."""
+    with KRaftQuorum(3, overrides=OVERRIDES) as q:
         q.leader()
         register_brokers(q, [1001, 1002, 1003])
+        yield q
+
+
+@pytest.fixture
+def with_broker():
+    """Controllers and one real broker (process.roles=broker, node 100)."""
+    with KRaftQuorum(3, brokers=1, overrides=OVERRIDES) as q:
         yield q
 
 
@@ -44,7 +53,8 @@ def _strom(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "strom", *args], capture_output=True, text=True, timeout=60)
 
 
-def test_describe_quorum_from_kafka_python_and_the_cli(quorum):
+def test_describe_quorum_from_kafka_python_and_the_cli(with_broker):
+    quorum = with_broker
     leader = quorum.leader()
     wait_caught_up(quorum, quorum.nodes)
     broker = quorum.brokers[100]
@@ -70,7 +80,8 @@ def test_describe_quorum_from_kafka_python_and_the_cli(quorum):
     replication = _strom("metadata-quorum", "--bootstrap-server", broker.bootstrap, "describe", "--replication")
     assert replication.returncode == 0, replication.stderr
     rows = [line.split() for line in replication.stdout.splitlines()[1:]]
-    assert sorted(int(r[0]) for r in rows) == [1, 2, 3]
+    assert sorted(int(r[0]) for r in rows) == [1, 2, 3, 100]  # the broker follows as an observer
+    assert [r[6] for r in rows if int(r[0]) == 100] == ["Observer"]
     assert [r[6] for r in rows if int(r[0]) == leader] == ["Leader"]
 
 

@@ -196,6 +196,20 @@ def test_observers_fetch_but_do_not_count():
     assert [v.replica_id for v in p.current_voters] == [1, 2, 3] and [o.replica_id for o in p.observers] == [7]
 
 
+def test_a_long_poll_is_answered_at_once_while_its_replica_has_not_heard_of_the_high_watermark():
+    """A follower whose own fetch moved the high watermark, or which fetched its records before
+    they were committed, learns the new high watermark at once, not after its next long poll:
+    a broker's metadata would otherwise lag the commit by up to fetch max wait."""
+    c = leader_of([1], epoch=2)
+    c.on_flushed(c.log.end_offset, c.flush_generation, 5)
+    body, _ = call(c, FETCH, 17, fetch(2, epoch=2, offset=2, last_epoch=2, max_wait=500))
+    assert body is not None and c.high_watermark == 2 and part(body).high_watermark == 2  # moved by this fetch
+    body, _ = call(c, FETCH, 17, fetch(3, epoch=2, offset=2, last_epoch=2, max_wait=500))
+    assert body is not None and part(body).high_watermark == 2  # 3 had not heard of it either
+    body, effects = call(c, FETCH, 17, fetch(3, epoch=2, offset=2, last_epoch=2, max_wait=500))
+    assert body is None and len(c.parked) == 1  # nothing new for 3 now: it waits
+
+
 def test_leader_without_a_majority_fetching_resigns():
     c = leader_of([1], epoch=2)
     timeout = c.config.check_quorum_timeout_ms

@@ -12,6 +12,7 @@ controller's memory only, as in Kafka: a new active controller gives every broke
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +27,16 @@ from strom.controller.replication_control import (
     shutdown_changes,
 )
 from strom.metadata import records as r
-from strom.metadata.image import BROKER_RESOURCE, FENCE, TOPIC_RESOURCE, UNFENCE, MetadataImage
+from strom.metadata.image import (
+    BROKER_RESOURCE,
+    FENCE,
+    GROUP_RESOURCE,
+    TOPIC_RESOURCE,
+    UNFENCE,
+    MetadataImage,
+)
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.scram import MECHANISM_BY_ID, scram_credential
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
 
@@ -140,6 +149,75 @@ def allocate_producer_ids(image: MetadataImage, broker_id: int, broker_epoch: in
                                        next_producer_id=start + PRODUCER_ID_BLOCK)], (start, PRODUCER_ID_BLOCK))
 
 
+def create_acls(image: MetadataImage, creations: list[Any]) -> list[Any]:
+    """CreateAcls: an AccessControlEntryRecord for each ACL the image does not hold yet."""
+    held = {_acl_key(rec) for rec in image.acls.values()}
+    out = []
+    for c in creations:
+        key = (c.resource_type, c.resource_name, c.resource_pattern_type, c.principal, c.host, c.operation,
+               c.permission_type)
+        if key not in held:
+            held.add(key)
+            out.append(r.AccessControlEntryRecord(
+                id=uuid.uuid4(), resource_type=c.resource_type, resource_name=c.resource_name,
+                pattern_type=c.resource_pattern_type, principal=c.principal, host=c.host, operation=c.operation,
+                permission_type=c.permission_type))
+    return out
+
+
+def _acl_key(rec: Any) -> tuple:
+    return (rec.resource_type, rec.resource_name, rec.pattern_type, rec.principal, rec.host, rec.operation,
+            rec.permission_type)
+
+
+@dataclass(frozen=True)
+class AclView:
+    """An ACL record as the authorizer's filters read an ACL."""
+
+    principal: str
+    host: str
+    operation: int
+    permission: int
+
+
+def delete_acls(image: MetadataImage, filters: list[Any]) -> Change:
+    """DeleteAcls: each filter's matching ACLs removed. Result: the removed records, per filter."""
+    out = Change(result=[])
+    gone: set[uuid.UUID] = set()
+    for f in filters:
+        matched = [rec for rec in image.acls.values() if rec.id not in gone
+                   and f.matches_resource((rec.resource_type, rec.pattern_type, rec.resource_name))
+                   and f.matches_acl(AclView(rec.principal, rec.host, rec.operation, rec.permission_type))]
+        gone.update(rec.id for rec in matched)
+        out.records += [r.RemoveAccessControlEntryRecord(id=rec.id) for rec in matched]
+        out.result.append(matched)
+    return out
+
+
+def quota_records(entity: list[dict], updates: Mapping[str, str | None]) -> list[Any]:
+    """AlterClientQuotas of one entity: a ClientQuotaRecord per key set or removed."""
+    data = [r.ClientQuotaRecord.EntityData(entity_type=e["entity_type"], entity_name=e["entity_name"])
+            for e in entity]
+    return [r.ClientQuotaRecord(entity=data, key=key, value=0.0 if value is None else float(value),
+                                remove=value is None) for key, value in updates.items()]
+
+
+def scram_records(user: str, ops: list[tuple[str, int, Any]]) -> list[Any]:
+    """AlterUserScramCredentials of one user (checked): what the server keeps of each new
+    password (RFC 5802's stored and server keys), or the credential's removal."""
+    out = []
+    for op, mechanism, item in ops:
+        if op == "delete":
+            out.append(r.RemoveUserScramCredentialRecord(name=user, mechanism=mechanism))
+        else:
+            cred = scram_credential(MECHANISM_BY_ID[mechanism], bytes(item.salted_password), bytes(item.salt),
+                                    item.iterations)
+            out.append(r.UserScramCredentialRecord(name=user, mechanism=mechanism, salt=cred.salt,
+                                                   stored_key=cred.stored_key, server_key=cred.server_key,
+                                                   iterations=cred.iterations))
+    return out
+
+
 # --- features --------------------------------------------------------------------------------------
 
 def bootstrap_records(levels: Mapping[str, int]) -> list[Any]:
@@ -166,11 +244,11 @@ def update_features(image: MetadataImage, updates: list[feature_rules.FeatureUpd
 
 def alter_configs(image: MetadataImage, resource_type: int, name: str, ops: list[tuple[int, str, str | None]],
                   validate: Callable[[int, str, dict[str, str]], None], list_keys: Callable[[str], bool]) -> list[Any]:
-    """IncrementalAlterConfigs of one topic or broker resource: SET, DELETE, APPEND, SUBTRACT
+    """IncrementalAlterConfigs of one topic, broker or group resource: SET, DELETE, APPEND, SUBTRACT
     (the last two on list-valued configs), validated as a whole, recorded as ConfigRecords."""
     if resource_type == TOPIC_RESOURCE and name not in image.topics:
         raise KafkaError(f"Topic {name} does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    if resource_type not in (TOPIC_RESOURCE, BROKER_RESOURCE):
+    if resource_type not in (TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE):
         raise KafkaError(f"unsupported resource type {resource_type}", ErrorCode.INVALID_REQUEST)
     current = dict(image.configs.get((resource_type, name), {}))
     configs = dict(current)

@@ -106,11 +106,14 @@ class QuorumController:
     async def write(self, name: str, op: Callable[[MetadataImage], Change]) -> Any:
         """Queue a change: `op(image)` says which records carry it out and what to answer; the
         answer comes once they are committed and applied. NotController when not active."""
+        return await self._enqueue(name, op)
+
+    def _enqueue(self, name: str, op: Callable[[MetadataImage], Change]) -> asyncio.Future:
         if not self.active:
             raise NotController(self.leader_id)
         fut = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((fut, name, op))
-        return await fut
+        return fut
 
     async def _take_events(self) -> None:
         while True:
@@ -224,13 +227,18 @@ class QuorumController:
         self.sessions = {b: BrokerSession(now, reg.epoch) for b, reg in self.image.brokers.items()}
         log.info("controller %d is active in epoch %d (metadata at offset %d: %d topics, %d brokers)",
                  self.node_id, self.epoch, self.image.end_offset, len(self.image.topics), len(self.image.brokers))
+        # Queued now, ahead of any request: no broker registers before metadata.version is set.
         if self.image.transaction is not None:
-            asyncio.get_running_loop().create_task(
-                self._safe_write("abort-transaction", lambda _img: Change([r.AbortTransactionRecord(reason="failover")])))
+            self._first("abort-transaction", lambda _img: Change([r.AbortTransactionRecord(reason="failover")]))
         if "metadata.version" not in self.image.features:
             records = [*cluster_control.bootstrap_records(self.settings.bootstrap_features),
                        *self.settings.bootstrap_records]
-            asyncio.get_running_loop().create_task(self._safe_write("bootstrap", lambda _img: Change(records)))
+            self._first("bootstrap", lambda _img: Change(records))
+
+    def _first(self, name: str, op: Callable[[MetadataImage], Change]) -> None:
+        fut = self._enqueue(name, op)
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception() is None or log.info(
+            "controller event %s not written: %s", name, f.exception()))
 
     async def _safe_write(self, name: str, op: Callable[[MetadataImage], Change]) -> None:
         try:

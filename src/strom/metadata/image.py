@@ -23,7 +23,7 @@ NO_LEADER_CHANGE = -2  # PartitionChangeRecord.Leader when the leader stays
 # BrokerRegistrationChangeRecord's Fenced: Kafka's BrokerRegistrationFencingChange.
 FENCE, UNFENCE = 1, -1
 # ConfigRecord / DescribeConfigs resource types.
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE = 2, 4, 32
 _PROTOCOL_NAMES = {v: k for k, v in SECURITY_PROTOCOLS.items()}
 
 Entity = tuple[tuple[str, str | None], ...]  # a client quota entity: ((type, name), ...) sorted

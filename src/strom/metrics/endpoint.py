@@ -105,7 +105,8 @@ def broker_families(broker: Any) -> Iterator[Any]:
                  sessions.partitions_cached)
     yield CounterMetricFamily("strom_incremental_fetch_session_evictions",
                               "Fetch sessions evicted to make room for new ones", value=sessions.evictions)
-    yield from _controller_families(broker.controller)
+    # A KRaft node has no controller object on its broker: its view of the quorum's stands in.
+    yield from _controller_families(broker.controller or getattr(broker, "quorum_controller_view", None))
     yield from _log_families(broker)
     yield from _group_families(broker)
     yield from _network_families(socket_server)

@@ -94,6 +94,7 @@ class ReplicaState:
     last_caught_up_ms: int = -1
     begin_acked: bool = False
     directory_id: uuid.UUID | None = None
+    known_high_watermark: int = -1  # the high watermark the last answer to its Fetch carried
 
 
 @dataclass(slots=True)
@@ -813,11 +814,23 @@ class RaftCore:
             self._update_high_watermark(out)
         max_bytes = min(p.get("partition_max_bytes") or self.config.fetch_max_bytes, self.config.fetch_max_bytes)
         batches = self.log.read(fetch_offset, max_bytes)
-        if not batches and body.get("max_wait_ms", 0) > 0:
+        # Parked only while there is nothing new for it: no records, and no high watermark it
+        # has not heard of (its own fetch may have just moved it; KIP-1166's reason).
+        knows_hw = replica < 0 or self._replica(replica).known_high_watermark >= self.high_watermark
+        if not batches and knows_hw and body.get("max_wait_ms", 0) > 0:
             wait = min(body["max_wait_ms"], self.config.fetch_max_wait_ms)
             self.parked.append(_ParkedFetch(ref, version, body, replica, self.now + wait))
             return
-        out.append(Respond(ref, FETCH, version, self._fetch_response(0, records=b"".join(b.data for b in batches))))
+        self._answer_fetch(ref, version, replica, b"".join(b.data for b in batches), out)
+
+    def _replica(self, replica: int) -> ReplicaState:
+        tracked = self.replicas if replica in self.voters else self.observers
+        return tracked.setdefault(replica, ReplicaState())
+
+    def _answer_fetch(self, ref: Any, version: int, replica: int, records: bytes, out: list[Effect]) -> None:
+        if replica >= 0:
+            self._replica(replica).known_high_watermark = self.high_watermark
+        out.append(Respond(ref, FETCH, version, self._fetch_response(0, records=records)))
 
     def _validate_fetch(self, offset: int, last_epoch: int) -> tuple[str, OffsetAndEpoch] | None:
         """None when the follower's log matches ours up to `offset`; else ("snapshot", id) or
@@ -847,8 +860,7 @@ class RaftCore:
         for pf in parked:
             p = _partition(pf.body)
             batches = self.log.read(p["fetch_offset"], self.config.fetch_max_bytes) if p else []
-            out.append(Respond(pf.ref, FETCH, pf.version,
-                               self._fetch_response(0, records=b"".join(b.data for b in batches))))
+            self._answer_fetch(pf.ref, pf.version, pf.replica_id, b"".join(b.data for b in batches), out)
 
     def _update_high_watermark(self, out: list[Effect]) -> None:
         offsets = []
@@ -880,7 +892,7 @@ class RaftCore:
             if due:
                 self.parked = [p for p in self.parked if p.deadline > now]
                 for pf in due:
-                    out.append(Respond(pf.ref, FETCH, pf.version, self._fetch_response(0)))
+                    self._answer_fetch(pf.ref, pf.version, pf.replica_id, b"", out)
         pc = self.pending_change
         if pc is not None and now >= pc.deadline:
             out.append(Respond(pc.ref, pc.api_key, 0, _voter_change_response(ErrorCode.REQUEST_TIMED_OUT,

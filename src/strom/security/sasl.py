@@ -500,7 +500,7 @@ def broker_security(config: Any) -> ClientSecurity | None:
     and the `username` / `password` of that mechanism's JAAS line on the listener."""
     listener = config.inter_broker_listener
     protocol = config.protocol_of(listener)
-    if protocol == "PLAINTEXT" or not config["zookeeper.connect"]:
+    if protocol == "PLAINTEXT" or not (config["zookeeper.connect"] or config["process.roles"]):
         return None  # an embedded broker's controller talks to it in-process
     get = partial(config.listener_setting, listener)
     context = client_context(get, listener) if protocol in ("SSL", "SASL_SSL") else None

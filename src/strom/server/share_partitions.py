@@ -188,6 +188,8 @@ class SharePartitionManager:
             start = partition.log.log_start_offset if reset == EARLIEST else partition.high_watermark
             init = (await self.persister.initialize({key: (0, start)}))[key]
             if init.error == ErrorCode.NONE:
+                log.info("share group %s: %s-%d starts at offset %d (share.auto.offset.reset=%s)", key.group_id,
+                         topic, key.partition, start, reset)
                 state = ShareState(start)
                 break
             if init.error != ErrorCode.FENCED_STATE_EPOCH:

@@ -41,7 +41,7 @@ def _disabled_or_denied(broker, ctx: RequestContext, operation: int) -> tuple[Er
     return None
 
 
-def _check_binding(rtype: int, name: str, pattern: int, principal: str, operation: int, permission: int) -> str | None:
+def check_binding(rtype: int, name: str, pattern: int, principal: str, operation: int, permission: int) -> str | None:
     """Why Kafka would refuse to create this ACL, or None."""
     if rtype not in RESOURCE_NAMES:
         return f"Invalid resource type {rtype}"
@@ -69,7 +69,7 @@ async def handle_create_acls(broker, ctx: RequestContext, request) -> dict:
         if refused is not None:
             results.append({"error_code": refused[0], "error_message": refused[1]})
             continue
-        why = _check_binding(c.resource_type, c.resource_name, pattern, c.principal, c.operation, c.permission_type)
+        why = check_binding(c.resource_type, c.resource_name, pattern, c.principal, c.operation, c.permission_type)
         if why is not None:
             results.append({"error_code": ErrorCode.INVALID_REQUEST, "error_message": why})
             continue
@@ -79,7 +79,7 @@ async def handle_create_acls(broker, ctx: RequestContext, request) -> dict:
     return {"throttle_time_ms": 0, "results": results}
 
 
-def _filter(f) -> AclFilter:
+def acl_filter(f) -> AclFilter:
     return AclFilter(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter,
                      f.principal_filter, f.host_filter, f.operation, f.permission_type)
 
@@ -94,7 +94,7 @@ async def handle_describe_acls(broker, ctx: RequestContext, request) -> dict:
     refused = _disabled_or_denied(broker, ctx, DESCRIBE)
     if refused is not None:
         return {"throttle_time_ms": 0, "error_code": refused[0], "error_message": refused[1], "resources": []}
-    wanted = _filter(request)  # the request's fields are a DeleteAcls filter's
+    wanted = acl_filter(request)  # the request's fields are a DeleteAcls filter's
     resources = []
     for (rtype, pattern, name), acls in sorted(broker.authorizer.acls.items()):
         if not wanted.matches_resource((rtype, pattern, name)):
@@ -114,7 +114,7 @@ async def handle_delete_acls(broker, ctx: RequestContext, request) -> dict:
         if refused is not None:
             results.append({"error_code": refused[0], "error_message": refused[1], "matching_acls": []})
             continue
-        wanted = _filter(f)
+        wanted = acl_filter(f)
         removed: dict[tuple, list[Acl]] = defaultdict(list)
         for resource, acls in list(broker.authorizer.acls.items()):
             if wanted.matches_resource(resource):

@@ -72,7 +72,7 @@ async def handle_alter_client_quotas(broker, ctx: RequestContext, request) -> di
                             "error_message": "Cluster authorization failed.", "entity": entity_data})
             continue
         try:
-            path, updates = _validate(entry)
+            path, updates = validate_entry(entry)
         except ValueError as e:
             results.append({"error_code": ErrorCode.INVALID_REQUEST, "error_message": str(e), "entity": entity_data})
             continue
@@ -89,7 +89,7 @@ async def handle_alter_client_quotas(broker, ctx: RequestContext, request) -> di
     return {"throttle_time_ms": 0, "entries": results}
 
 
-def _validate(entry) -> tuple[str, dict[str, str | None]]:
+def validate_entry(entry) -> tuple[str, dict[str, str | None]]:
     """The entity's /config path and {key: new value, or None to remove}; ValueError as Kafka
     words its INVALID_REQUEST answers."""
     entity: dict[str, str | None] = {}

@@ -73,7 +73,7 @@ async def handle_alter_user_scram_credentials(broker, ctx: RequestContext, reque
     results = []
     for user, ops in changes.items():
         current = dict(broker.config_repository.user(user))
-        error, message = _check(user, ops, current) if permitted else (
+        error, message = check(user, ops, current) if permitted else (
             ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
         if error == ErrorCode.NONE:
             for op, mechanism_id, item in ops:
@@ -90,7 +90,7 @@ async def handle_alter_user_scram_credentials(broker, ctx: RequestContext, reque
     return {"throttle_time_ms": 0, "results": results}
 
 
-def _check(user: str, ops: list, current: dict[str, str]) -> tuple[ErrorCode, str | None]:
+def check(user: str, ops: list, current: dict[str, str]) -> tuple[ErrorCode, str | None]:
     """Kafka's validation, first failure wins: the user's name, each mechanism, each count of
     iterations, no credential changed twice, deletions of credentials that exist."""
     if not user:

@@ -8,7 +8,8 @@
   up, and shuts down through the heartbeat (lifecycle.py). It runs no controller of its own.
 - Requests that change metadata go to the active controller: topic admin through
   ForwardingTopicAdmin (where the handlers call TopicAdmin), AlterPartition, producer id
-  blocks (AllocateProducerIds), and ElectLeaders, reassignments and UpdateFeatures as they came.
+  blocks (AllocateProducerIds), and ElectLeaders, reassignments, UpdateFeatures, ACLs, client
+  quotas and SCRAM users as they came (checked by the controller as a broker checks them).
 - Its log manager leaves `__cluster_metadata-0` to the Raft driver (as Kafka's LogManager skips
   the metadata partition) and keeps meta.properties as `strom storage format` wrote it
   (version 1 with node.id and directory.id) instead of writing its own version 0.
@@ -16,8 +17,8 @@
 - It answers DescribeQuorum (as Kafka 4 brokers do, for kafka-metadata-quorum and admin
   clients) by asking the quorum's leader over the controller listener.
 
-Not on the quorum yet: ACLs, client quotas, SCRAM users, delegation tokens and group configs
-are kept in the node's local metadata file, as on an embedded broker.
+Not on the quorum yet: delegation tokens are kept in the node's local metadata file, as on an
+embedded broker.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from strom.raft.config import (
 )
 from strom.raft.core import DESCRIBE_QUORUM
 from strom.raft.driver import to_fields
-from strom.security.authorizer import ALTER, CLUSTER, DESCRIBE, allowed
+from strom.security.authorizer import ALTER, ALTER_CONFIGS, CLUSTER, DESCRIBE, allowed
 from strom.security.sasl import broker_security
 from strom.server.apis import KafkaApis
 from strom.server.broker import FIRST_METADATA_TIMEOUT_S, Broker, BrokerState
@@ -60,8 +61,11 @@ DESCRIBE_QUORUM_VERSIONS = (0, 2)
 # What a KRaft broker passes to the active controller as it came (api key -> the highest version
 # the controller takes, and the cluster operation it needs here).
 ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, UPDATE_FEATURES = 43, 45, 46, 57
+CREATE_ACLS, DELETE_ACLS, ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS = 30, 31, 49, 51
 FORWARDED = {ELECT_LEADERS: (2, ALTER), ALTER_REASSIGNMENTS: (0, ALTER), LIST_REASSIGNMENTS: (0, DESCRIBE),
-             UPDATE_FEATURES: (1, ALTER)}
+             UPDATE_FEATURES: (1, ALTER), CREATE_ACLS: (3, ALTER), DELETE_ACLS: (3, ALTER),
+             ALTER_CLIENT_QUOTAS: (1, ALTER_CONFIGS), ALTER_USER_SCRAM_CREDENTIALS: (0, ALTER)}
+_NEED_AUTHORIZER = (CREATE_ACLS, DELETE_ACLS)  # without one, the broker answers SECURITY_DISABLED
 
 
 async def _wait(event: asyncio.Event, timeout_s: float) -> bool:
@@ -102,7 +106,8 @@ class KRaftBrokerApis(KafkaApis):
         if key == DESCRIBE_QUORUM:
             return await self.broker.describe_quorum(version, to_fields(body))
         forwarded = FORWARDED.get(key)
-        if forwarded is not None and version <= forwarded[0] and allowed(self.broker, ctx, forwarded[1], CLUSTER):
+        if (forwarded is not None and version <= forwarded[0] and allowed(self.broker, ctx, forwarded[1], CLUSTER)
+                and (key not in _NEED_AUTHORIZER or self.broker.authorizer is not None)):
             channel = self.broker.admin.channel
             try:
                 return to_fields(await channel.call(key, version, to_fields(body)))
@@ -139,6 +144,7 @@ class KRaftBroker(Broker):
         self.controller_channel: ControllerChannel | None = None  # AlterPartition's
         self._feed: MetadataFeed | None = None
         self._observer: MetadataObserver | None = None
+        self.quorum_controller_view = QuorumControllerView(self)
 
     def _channel(self, purpose: str) -> ControllerChannel:
         return ControllerChannel(self.config, f"broker-{self.broker_id}-{purpose}",
@@ -253,6 +259,29 @@ class KRaftBroker(Broker):
         out += [(v.endpoints[0].host, v.endpoints[0].port) for v in voters]
         out += list(parse_bootstrap_servers(self.config["controller.quorum.bootstrap.servers"]))
         return list(dict.fromkeys(out))
+
+
+class QuorumControllerView:
+    """What the metrics endpoint reads of a controller, for a KRaft node: whether this node's
+    quorum controller is the active one, and the cluster as the broker's metadata image has it
+    (read on the broker's loop, never the controller's structures from another thread)."""
+
+    def __init__(self, broker: KRaftBroker) -> None:
+        self.broker = broker
+        self.ctx = self
+
+    @property
+    def is_active(self) -> bool:
+        server = self.broker.controller_server
+        return server is not None and server.controller is not None and server.controller.active
+
+    @property
+    def topics(self) -> dict:
+        return self.broker.metadata_loader.image.topics
+
+    @property
+    def live_brokers(self) -> set[int]:
+        return {b.id for b in self.broker.metadata_loader.image.brokers.values() if not b.fenced}
 
 
 def _ok(response: dict) -> bool:

@@ -22,6 +22,7 @@ from strom.controller.quorum_controller import NotController, QuorumController
 from strom.controller.replication_control import Change, NewTopic
 from strom.network.request import API_VERSIONS, RequestContext
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.scram import MECHANISM_BY_ID
 from strom.raft.core import (
     ADD_RAFT_VOTER,
     BEGIN_QUORUM_EPOCH,
@@ -34,7 +35,7 @@ from strom.raft.core import (
     VOTE,
 )
 from strom.raft.driver import RaftDriver
-from strom.server.apis import by_topic
+from strom.server.apis import acls, by_topic, quotas, scram
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 19,
 ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, ALTER_PARTITION = 43, 45, 46, 56
 UPDATE_FEATURES, DESCRIBE_CLUSTER = 57, 60
 BROKER_REGISTRATION, BROKER_HEARTBEAT, UNREGISTER_BROKER, ALLOCATE_PRODUCER_IDS = 62, 63, 64, 67
+CREATE_ACLS, DELETE_ACLS, ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS = 30, 31, 49, 51
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 RAFT_APIS = (VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, FETCH, FETCH_SNAPSHOT, DESCRIBE_QUORUM,
              ADD_RAFT_VOTER, REMOVE_RAFT_VOTER, UPDATE_RAFT_VOTER)
@@ -54,7 +56,8 @@ VERSIONS: dict[int, tuple[int, int]] = {
     CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 6), CREATE_PARTITIONS: (0, 3), INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ELECT_LEADERS: (0, 2), ALTER_REASSIGNMENTS: (0, 0), LIST_REASSIGNMENTS: (0, 0), ALTER_PARTITION: (0, 3),
     UPDATE_FEATURES: (0, 1), DESCRIBE_CLUSTER: (0, 1), BROKER_REGISTRATION: (0, 4), BROKER_HEARTBEAT: (0, 1),
-    UNREGISTER_BROKER: (0, 0), ALLOCATE_PRODUCER_IDS: (0, 0),
+    UNREGISTER_BROKER: (0, 0), ALLOCATE_PRODUCER_IDS: (0, 0), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3),
+    ALTER_CLIENT_QUOTAS: (0, 1), ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 
@@ -78,7 +81,9 @@ class ControllerApis:
             ALTER_PARTITION: self._alter_partition, UPDATE_FEATURES: self._update_features,
             DESCRIBE_CLUSTER: self._describe_cluster, BROKER_REGISTRATION: self._broker_registration,
             BROKER_HEARTBEAT: self._broker_heartbeat, UNREGISTER_BROKER: self._unregister_broker,
-            ALLOCATE_PRODUCER_IDS: self._allocate_producer_ids,
+            ALLOCATE_PRODUCER_IDS: self._allocate_producer_ids, CREATE_ACLS: self._create_acls,
+            DELETE_ACLS: self._delete_acls, ALTER_CLIENT_QUOTAS: self._alter_client_quotas,
+            ALTER_USER_SCRAM_CREDENTIALS: self._alter_user_scram_credentials,
         }
 
     # --- RequestHandler ---------------------------------------------------------------------------
@@ -376,3 +381,74 @@ class ControllerApis:
             return {"throttle_time_ms": 0, "error_code": e.code, "producer_id_start": -1, "producer_id_len": 0}
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "producer_id_start": start,
                 "producer_id_len": length}
+
+    # --- ACLs, client quotas, SCRAM users (brokers forward these; checked as a broker checks) ---
+
+    async def _create_acls(self, ctx: RequestContext, request: Any) -> dict:
+        results, wanted = [], []
+        for c in request.creations:
+            why = acls.check_binding(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal,
+                                     c.operation, c.permission_type)
+            results.append({"error_code": ErrorCode.INVALID_REQUEST if why else ErrorCode.NONE, "error_message": why})
+            if why is None:
+                wanted.append(c)
+        try:
+            await self._write("create-acls", lambda image: Change(cluster_control.create_acls(image, wanted)))
+        except KafkaError as e:
+            results = [{"error_code": e.code, "error_message": str(e)} for _ in results]
+        return {"throttle_time_ms": 0, "results": results}
+
+    async def _delete_acls(self, ctx: RequestContext, request: Any) -> dict:
+        filters = [acls.acl_filter(f) for f in request.filters]
+        try:
+            removed = await self._write("delete-acls", lambda image: cluster_control.delete_acls(image, filters))
+        except KafkaError as e:
+            return {"throttle_time_ms": 0, "filter_results": [
+                {"error_code": e.code, "error_message": str(e), "matching_acls": []} for _ in filters]}
+        return {"throttle_time_ms": 0, "filter_results": [
+            {"error_code": ErrorCode.NONE, "error_message": None, "matching_acls": [
+                {"error_code": ErrorCode.NONE, "error_message": None, "resource_type": rec.resource_type,
+                 "resource_name": rec.resource_name, "pattern_type": rec.pattern_type, "principal": rec.principal,
+                 "host": rec.host, "operation": rec.operation, "permission_type": rec.permission_type}
+                for rec in matched]} for matched in removed]}
+
+    async def _alter_client_quotas(self, ctx: RequestContext, request: Any) -> dict:
+        results, records = [], []
+        for entry in request.entries:
+            entity = [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]
+            try:
+                _path, updates = quotas.validate_entry(entry)
+            except ValueError as e:
+                results.append({"error_code": ErrorCode.INVALID_REQUEST, "error_message": str(e), "entity": entity})
+                continue
+            records += cluster_control.quota_records(entity, updates)
+            results.append({"error_code": ErrorCode.NONE, "error_message": None, "entity": entity})
+        if records and not request.validate_only:
+            try:
+                await self._write("alter-client-quotas", lambda _image: Change(records))
+            except KafkaError as e:
+                results = [{**r, "error_code": e.code, "error_message": str(e)} for r in results]
+        return {"throttle_time_ms": 0, "entries": results}
+
+    async def _alter_user_scram_credentials(self, ctx: RequestContext, request: Any) -> dict:
+        changes: dict[str, list] = {}
+        for d in request.deletions:
+            changes.setdefault(d.name, []).append(("delete", d.mechanism, d))
+        for u in request.upsertions:
+            changes.setdefault(u.name, []).append(("upsert", u.mechanism, u))
+
+        def op(image) -> Change:
+            out = Change(result=[])
+            for user, ops in changes.items():
+                current = {MECHANISM_BY_ID[m]: "" for (name, m) in image.scram if name == user}
+                error, message = scram.check(user, ops, current)
+                if error == ErrorCode.NONE:
+                    out.records += cluster_control.scram_records(user, ops)
+                out.result.append({"user": user, "error_code": error, "error_message": message})
+            return out
+
+        try:
+            results = await self._write("alter-scram", op)
+        except KafkaError as e:
+            results = [{"user": u, "error_code": e.code, "error_message": str(e)} for u in changes]
+        return {"throttle_time_ms": 0, "results": results}

@@ -34,8 +34,8 @@ def not_controller(body: Any) -> bool:
     """An answer from a controller that is not the active one (top-level or per topic)."""
     if getattr(body, "error_code", 0) == ErrorCode.NOT_CONTROLLER:
         return True
-    entries = [*(getattr(body, "topics", None) or ()), *(getattr(body, "responses", None) or ()),
-               *(getattr(body, "results", None) or ())]
+    entries = [x for name in ("topics", "responses", "results", "entries", "filter_results")
+               for x in (getattr(body, name, None) or ())]
     return any(getattr(t, "error_code", 0) == ErrorCode.NOT_CONTROLLER for t in entries)
 
 

@@ -1,6 +1,7 @@
 """What a KRaft broker asks of the active controller instead of writing a metadata store:
 topic admin (Kafka 4 brokers forward CreateTopics, DeleteTopics, CreatePartitions and config
-changes to the controller) and blocks of producer ids (AllocateProducerIds, KIP-730).
+changes of topics, brokers and groups to the controller) and blocks of producer ids
+(AllocateProducerIds, KIP-730).
 
 ForwardingTopicAdmin has TopicAdmin's methods and is called where TopicAdmin is, on the
 broker's metadata-io thread (the handlers' `store_io`), so the handlers and the auto topic
@@ -15,8 +16,9 @@ import asyncio
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import unquote
 
-from strom.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from strom.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.kraft.controller_channel import ControllerChannel, ControllerUnavailable
 
@@ -89,8 +91,14 @@ class ForwardingTopicAdmin:
         self._alter(BROKER_RESOURCE, name, configs, current, False)
 
     def change_client_config(self, path: str, configs: Mapping[str, str]) -> None:
-        raise KafkaError(f"{path}: client quotas, SCRAM users and group configs are not kept on the KRaft quorum "
-                         "yet", ErrorCode.INVALID_REQUEST)
+        """Group configs (groups/<id>) become the controller's GROUP config resource. Client
+        quotas and SCRAM users do not come here: a KRaft broker passes their requests to the
+        controller as they came (broker.py)."""
+        kind, _, name = path.partition("/")
+        if kind != "groups":
+            raise KafkaError(f"{path}: not a config a KRaft broker keeps this way", ErrorCode.INVALID_REQUEST)
+        group = unquote(name)
+        self._alter(GROUP_RESOURCE, group, configs, dict(self.image().configs.get((GROUP_RESOURCE, group), {})), False)
 
     def _alter(self, kind: int, name: str, configs: Mapping[str, str], current: Mapping[str, str],
                validate_only: bool) -> None:

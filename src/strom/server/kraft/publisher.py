@@ -21,10 +21,15 @@ from dataclasses import replace
 from typing import Any
 
 from strom.config.dynamic import DEFAULT_ENTITY
+from strom.config.repository import sanitize
 from strom.controller.channel import RequestBatch
-from strom.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from strom.controller.features import FinalizedFeatures
+from strom.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from strom.metadata.loader import MetadataDelta
 from strom.metadata.model import LEADER_DURING_DELETE, BrokerInfo, EndPoint
+from strom.network.quotas import check_entity, quota_keys
+from strom.protocol.scram import MECHANISM_BY_ID, ScramCredential
+from strom.security.authorizer import Acl
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +66,7 @@ class BrokerMetadataPublisher:
     async def publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
         broker = self.broker
         self._publish_configs(image, delta)
+        self._publish_security(image, delta)
         batch = RequestBatch(self.broker_id, CONTROLLER_EPOCH)
         hosted = broker.replica_manager.partitions
         if delta.full:
@@ -103,6 +109,33 @@ class BrokerMetadataPublisher:
             if getattr(response, "error_code", 0):
                 log.warning("metadata change %d not applied: error %d", api_key, response.error_code)
 
+    def _publish_security(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        """Finalized features; ACLs into the authorizer; SCRAM credentials and client quotas
+        into the config repository, under the paths a ZooKeeper broker keeps them at."""
+        authorizer = self.broker.authorizer
+        if authorizer is not None and (delta.full or "acls" in delta.other):
+            acls: dict[tuple[int, int, str], set[Acl]] = {}
+            for rec in image.acls.values():
+                acls.setdefault((rec.resource_type, rec.pattern_type, rec.resource_name), set()).add(
+                    Acl(rec.principal, rec.host, rec.operation, rec.permission_type))
+            authorizer.acls = {k: frozenset(v) for k, v in acls.items()}
+        if delta.full or "features" in delta.other:
+            self.broker.finalized_features = FinalizedFeatures(dict(image.features), image.end_offset)
+        if delta.full or delta.other & {"scram", "quotas"}:
+            clients: dict[str, dict[str, str]] = {}
+            for (user, mechanism), rec in image.scram.items():
+                clients.setdefault(f"users/{sanitize(user)}", {})[MECHANISM_BY_ID.get(mechanism, "")] = \
+                    ScramCredential(rec.salt, rec.stored_key, rec.server_key, rec.iterations).encode()
+            for entity, values in image.client_quotas.items():
+                try:
+                    path = check_entity(dict(entity))
+                except ValueError:
+                    continue
+                kinds = quota_keys(path)
+                for key, value in values.items():
+                    clients.setdefault(path, {})[key] = str(int(value)) if kinds.get(key) is int else repr(value)
+            self.broker.config_repository.clients = clients
+
     def _publish_configs(self, image: MetadataImage, delta: MetadataDelta) -> None:
         """Topic configs into the broker's config repository before partitions need them; live
         logs of a topic whose configs changed take the new ones."""
@@ -125,6 +158,15 @@ class BrokerMetadataPublisher:
             repository.brokers[name or DEFAULT_ENTITY] = dict(image.configs.get((BROKER_RESOURCE, name), {}))
         if entities & {"", str(self.broker_id)}:
             self.broker.log_services.load_dynamic_config()
+        groups = {n for kind, n in delta.configs if kind == GROUP_RESOURCE}
+        if delta.full:
+            groups |= {n for kind, n in image.configs if kind == GROUP_RESOURCE}
+        for name in groups:  # changed in place: the group coordinator holds this dict
+            configs = image.configs.get((GROUP_RESOURCE, name))
+            if configs:
+                repository.groups[name] = dict(configs)
+            else:
+                repository.groups.pop(name, None)
 
 
 class _Removed:
