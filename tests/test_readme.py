@@ -143,10 +143,15 @@ def start_cluster(command: str, tmp_path: Path) -> tuple[subprocess.Popen, Path]
     return proc, errors
 
 
-def start_node(line: str, tmp_path: Path, name: str) -> subprocess.Popen:
+def start_node(line: str, tmp_path: Path, name: str) -> tuple[subprocess.Popen, str]:
+    """The node the README's line starts, once it printed its ready line (which is returned)."""
+    errors = tmp_path / f"{name}.err"
     proc = subprocess.Popen(["bash", "-c", "exec " + line], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=(tmp_path / f"{name}.err").open("w"), text=True)
-    return proc
+                            stderr=errors.open("w"), text=True)
+    try:
+        return proc, read_until(proc, " ready on ")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{errors.read_text()[-3000:]}") from None
 
 
 def stop_cluster(cluster: subprocess.Popen, errors: Path, logs: list[Path]) -> None:
@@ -187,7 +192,8 @@ def test_run_a_cluster(tmp_path):
     text, code = section_blocks()
     start, fourth, inspect = (c.strip() for c in code[:3])
     assert start == "scripts/cluster --brokers 3"
-    base, controllers = free_port_run(4), free_port_run(3)
+    base = free_port_run(7)  # brokers 1-4, then the three controllers: no run overlaps another
+    controllers = base + 4
     ports = {9092 + n: base + n for n in range(4)} | {9192 + n: controllers + n for n in range(3)}
     data = tmp_path / "strom-cluster"
     localize = localizer(data, ports)
@@ -202,8 +208,8 @@ def test_run_a_cluster(tmp_path):
                               text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "Formatting metadata directory" in done.stdout
-        extra = start_node(serve, tmp_path, "node-4")
-        assert f"broker 4 ready on PLAINTEXT://127.0.0.1:{base + 3}" in read_until(extra, " ready on ")
+        extra, ready = start_node(serve, tmp_path, "node-4")
+        assert f"broker 4 ready on PLAINTEXT://127.0.0.1:{base + 3}" in ready
         wait_for(lambda: broker_count(base) == 4, 60, what="the fourth broker in the cluster's metadata")
         topic = unique_name("readme-cluster")
         created = subprocess.run([sys.executable, "-m", "strom", "topics", "create", topic, "--replica-assignment",
@@ -240,7 +246,8 @@ def test_run_a_cluster_in_zookeeper_mode(tmp_path):
     text, code = section_blocks()
     start, fourth = (c.strip() for c in code[3:])
     assert start == "scripts/cluster --brokers 3 --zookeeper"
-    base, zk = free_port_run(4), free_port_run(1)
+    base = free_port_run(5)
+    zk = base + 4
     data = tmp_path / "strom-cluster"
     localize = localizer(data, {9092 + n: base + n for n in range(4)} | {2181: zk})
 
@@ -249,8 +256,8 @@ def test_run_a_cluster_in_zookeeper_mode(tmp_path):
     extra = None
     try:
         assert read_until(cluster, "cluster ready").strip() == localize(ready_lines(text)[1])
-        extra = start_node(localize(fourth), tmp_path, "broker-4")
-        assert f"127.0.0.1:{base + 3}" in read_until(extra, " ready on ")
+        extra, ready = start_node(localize(fourth), tmp_path, "broker-4")
+        assert f"127.0.0.1:{base + 3}" in ready
         wait_for(lambda: broker_count(base) == 4, 60, what="the fourth broker in the cluster's metadata")
         extra.send_signal(signal.SIGTERM)
         assert extra.wait(60) == 0

@@ -8,9 +8,11 @@ exit code 0 and a quiet stderr; `fails` on a given exit code and returns stderr'
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,13 +60,15 @@ def fails(*args: str, code: int = 1, input: bytes | str | None = None) -> str:
 
 def free_port_run(count: int) -> int:
     """The first of `count` consecutive ports free on 127.0.0.1 now (`strom cluster up` takes a
-    base port for its brokers and one for its controllers)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            first = probe.getsockname()[1]
-        if first + count > 65535:
-            continue
+    base port for its brokers and one for its controllers). They are taken below the ephemeral
+    range, where the nodes' own outgoing connections cannot take one before a node binds it."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    low = max(low, 10_000 + count + 1)
+    for _ in range(200):
+        first = random.randrange(10_000, low - count)
         try:
             for port in range(first, first + count):
                 with socket.socket() as s:

@@ -32,7 +32,8 @@ class LocalCluster:
 
     def __init__(self, data: Path) -> None:
         self.data = data
-        self.base, self.controller_base = free_port_run(NODES), free_port_run(NODES)
+        self.base = free_port_run(2 * NODES)  # brokers, then controllers: the runs cannot overlap
+        self.controller_base = self.base + NODES
         self.proc: subprocess.Popen | None = None
         self.ready_line = ""
 
@@ -223,7 +224,8 @@ def test_dump_log_reports_what_is_not_a_metadata_record(tmp_path):
 def test_a_node_that_cannot_start_stops_the_others(tmp_path):
     import socket
 
-    base, controllers = free_port_run(NODES), free_port_run(NODES)
+    base = free_port_run(2 * NODES)
+    controllers = base + NODES
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", base + 1))  # node 2's broker port
         taken.listen()
