@@ -1,7 +1,8 @@
-"""The README's code runs as printed: "Run a cluster" (started, grown by a fourth broker,
-stopped with Ctrl-C), the install line and the client examples of "Connect your client", and
-every block of "PySpark" (the scripts as the files the text names, then the shell lines that
-run them), against real brokers. Only addresses and ports, the interpreter's path, data and
+"""The README's code runs as printed: "Run a cluster" in both modes (KRaft: started, grown by a
+dedicated broker, looked at with its describe, metadata-quorum and dump-log lines, stopped with
+Ctrl-C; ZooKeeper: started, grown by a fourth broker, stopped), the install line and the client
+examples of "Connect your client", and every block of "PySpark" (the scripts as the files the
+text names, then the shell lines that run them), against real brokers. Only addresses and ports, the interpreter's path, data and
 /tmp checkpoint paths are substituted; a shell line's trailing `# comment` is output it must
 print."""
 
@@ -12,13 +13,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from cli.conftest import free_port_run
 from strom.client import Connection
 from strom.testing import BrokerProcess, unique_name, wait_for
 
@@ -107,24 +108,6 @@ def test_pyspark(broker, tmp_path):
     assert any("clicks.py" in line for line in ran) and any("click_counts.py" in line for line in ran)
 
 
-def free_ports(count: int) -> int:
-    """The first of `count` consecutive ports that are free now."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            first = probe.getsockname()[1]
-        if first + count > 65535:
-            continue
-        try:
-            for port in range(first, first + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return first
-    raise AssertionError(f"no {count} consecutive free ports")
-
-
 def read_until(proc: subprocess.Popen, marker: str, timeout: float = 180) -> str:
     """stdout lines of `proc` up to the one holding `marker` (which is returned)."""
     seen: list[str] = []
@@ -139,89 +122,155 @@ def read_until(proc: subprocess.Popen, marker: str, timeout: float = 180) -> str
     return wait_for(line, timeout, interval=0, what=marker)
 
 
-@pytest.mark.timeout(600)
-def test_run_a_cluster(tmp_path):
-    """Started with the section's command, grown by its fourth broker, the under-replicated
-    partitions shown by its describe line, stopped with Ctrl-C: every broker hands its
-    leadership on in one request, the last one included (nobody left to take it over is
-    no reason to retry)."""
+def localizer(data: Path, ports: dict[int, int]):
+    """The README's shell text with its ports (9092 -> a free one), `strom-cluster/` and
+    `.venv/bin/strom` replaced by what this run uses."""
+    def localize(text: str) -> str:
+        text = re.sub(r"127\.0\.0\.1:(\d+)", lambda m: f"127.0.0.1:{ports.get(int(m[1]), int(m[1]))}", text)
+        text = text.replace("strom-cluster/", f"{data}/")
+        return text.replace(".venv/bin/strom", f"{sys.executable} -m strom")
+    return localize
+
+
+def ready_lines(text: str) -> list[str]:
+    return re.findall(r"It prints `(cluster ready: .*?)`", " ".join(text.split()))
+
+
+def start_cluster(command: str, tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    errors = tmp_path / "cluster.err"
+    proc = subprocess.Popen(["bash", "-c", f"exec {ROOT / command}"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=errors.open("w"), text=True)
+    return proc, errors
+
+
+def start_node(line: str, tmp_path: Path, name: str) -> tuple[subprocess.Popen, str]:
+    """The node the README's line starts, once it printed its ready line (which is returned)."""
+    errors = tmp_path / f"{name}.err"
+    proc = subprocess.Popen(["bash", "-c", "exec " + line], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=errors.open("w"), text=True)
+    try:
+        return proc, read_until(proc, " ready on ")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{errors.read_text()[-3000:]}") from None
+
+
+def stop_cluster(cluster: subprocess.Popen, errors: Path, logs: list[Path]) -> None:
+    """Ctrl-C: the command exits 0, and every node handed its leadership on in one request, the
+    last ones included (nobody left to take it over is no reason to retry or wait)."""
+    cluster.send_signal(signal.SIGINT)
+    try:
+        code = cluster.wait(120)
+    finally:
+        if cluster.poll() is None:
+            cluster.kill()
+    assert code == 0, errors.read_text()[-3000:]
+    for path in logs:
+        log = path.read_text()
+        tail = log[log.rindex("shutting down"):]
+        assert "controlled shutdown succeeded" in tail, tail
+        assert "still led here" not in tail and "incomplete" not in tail and "Traceback" not in tail, tail
+
+
+def broker_count(port: int) -> int:
+    with Connection("127.0.0.1", port) as conn:
+        return len(conn.call(3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                     "include_topic_authorized_operations": False}).brokers)
+
+
+def section_blocks() -> tuple[str, list[str]]:
     text = section("Run a cluster")
     code = [c for lang, c, _ in blocks(text) if lang == "sh"]
-    assert len(code) == 3, code
-    start, fourth, describe = (c.strip() for c in code)
+    assert len(code) == 5, code  # KRaft: start, a fourth node, what to look at; ZooKeeper: start, a fourth
+    return text, code
+
+
+@pytest.mark.timeout(600)
+def test_run_a_cluster(tmp_path):
+    """KRaft, as the section runs it: started with its command, grown by a dedicated broker
+    formatted with the cluster's id, the under-replicated partition, the quorum and the
+    metadata log's records shown by its lines, stopped with Ctrl-C."""
+    text, code = section_blocks()
+    start, fourth, inspect = (c.strip() for c in code[:3])
     assert start == "scripts/cluster --brokers 3"
-    base, zk = free_ports(4), free_ports(1)
+    base = free_port_run(7)  # brokers 1-4, then the three controllers: no run overlaps another
+    controllers = base + 4
+    ports = {9092 + n: base + n for n in range(4)} | {9192 + n: controllers + n for n in range(3)}
     data = tmp_path / "strom-cluster"
+    localize = localizer(data, ports)
 
-    def localize_cluster(line: str) -> str:
-        for n in range(4):
-            line = line.replace(f"127.0.0.1:{9092 + n}", f"127.0.0.1:{base + n}")
-        line = line.replace("127.0.0.1:2181", f"127.0.0.1:{zk}").replace("strom-cluster/", f"{data}/")
-        return line.replace(".venv/bin/strom", f"{sys.executable} -m strom")
-
-    ready_line = re.search(r"It prints `(cluster ready: .*?)`", " ".join(text.split()))[1]
-    errors = tmp_path / "cluster.err"
-    cluster = subprocess.Popen(
-        ["bash", "-c", f"exec {ROOT / start} --base-port {base} --zookeeper-port {zk} --data-dir {data}"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=errors.open("w"), text=True)
+    cluster, errors = start_cluster(f"{start} --base-port {base} --controller-port {controllers} "
+                                    f"--data-dir {data}", tmp_path)
     extra = None
     try:
-        assert read_until(cluster, "cluster ready").strip() == localize_cluster(ready_line)
-        extra = subprocess.Popen(["bash", "-c", "exec " + localize_cluster(fourth)], cwd=tmp_path,
-                                 stdout=subprocess.PIPE, stderr=(tmp_path / "broker-4.err").open("w"),
-                                 text=True)
-        assert f"127.0.0.1:{base + 3}" in read_until(extra, " ready on ")
+        assert read_until(cluster, "cluster ready").strip() == localize(ready_lines(text)[0])
+        *setup, serve = localize(fourth).splitlines()
+        done = subprocess.run(["bash", "-c", "set -e\n" + "\n".join(setup)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "Formatting metadata directory" in done.stdout
+        extra, ready = start_node(serve, tmp_path, "node-4")
+        assert f"broker 4 ready on PLAINTEXT://127.0.0.1:{base + 3}" in ready
+        wait_for(lambda: broker_count(base) == 4, 60, what="the fourth broker in the cluster's metadata")
         topic = unique_name("readme-cluster")
-        with Connection("127.0.0.1", base) as conn:
-            def four_brokers() -> bool:
-                body = conn.call(3, 12, {"topics": [], "allow_auto_topic_creation": False,
-                                         "include_topic_authorized_operations": False})
-                return len(body.brokers) == 4
-            wait_for(four_brokers, 60, what="the fourth broker in the cluster's metadata")
-            # CreateTopics goes to the controller, as a Kafka client sends it (another broker
-            # answers NOT_CONTROLLER); which broker won the election is the cluster's choice.
-            meta = conn.call(3, 12, {"topics": [], "allow_auto_topic_creation": False,
-                                     "include_topic_authorized_operations": False})
-            controller_port = next(b.port for b in meta.brokers if b.node_id == meta.controller_id)
-        with Connection("127.0.0.1", controller_port) as conn:
-            created = conn.call(19, 5, {"topics": [{
-                "name": topic, "num_partitions": -1, "replication_factor": -1,
-                "assignments": [{"partition_index": 0, "broker_ids": [4, 1, 2]}], "configs": []}],
-                "timeout_ms": 30_000, "validate_only": False}).topics[0]
-            assert created.error_code == 0, created
+        created = subprocess.run([sys.executable, "-m", "strom", "topics", "create", topic, "--replica-assignment",
+                                  "4:1:2", "--bootstrap-server", f"127.0.0.1:{base + 1}"],
+                                 capture_output=True, text=True, timeout=60)
+        assert created.returncode == 0, created.stderr
         extra.send_signal(signal.SIGTERM)
         assert extra.wait(60) == 0
+
+        describe, quorum, dump = (localize(line) for line in inspect.splitlines())
         shown = f"\tTopic: {topic}\tPartition: 0\tLeader: 1\tReplicas: 4,1,2\tIsr: 1,2\n"
 
-        def under_replicated() -> str:
-            listed = subprocess.run(["bash", "-c", localize_cluster(describe)], capture_output=True,
-                                    text=True, timeout=120)
-            assert listed.returncode == 0, listed.stderr
-            return listed.stdout
+        def run(line: str) -> str:
+            done = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+            return done.stdout
 
-        # The brokers learn the new ISR from the controller a moment after it was decided.
-        wait_for(lambda: shown in under_replicated(), 60, what=f"{shown!r} in the describe output")
+        # The brokers learn the new ISR from the metadata log a moment after it was decided.
+        wait_for(lambda: shown in run(describe), 60, what=f"{shown!r} in the describe output")
+        status = dict(line.split(":", 1) for line in run(quorum).splitlines())
+        assert status["ClusterId"].strip() == (data / "cluster-id").read_text().strip()
+        assert status["LeaderId"].strip() in {"1", "2", "3"}
+        assert f'"name":"{topic}"' in run(dump)
     finally:
         if extra is not None and extra.poll() is None:
             extra.kill()
-        cluster.send_signal(signal.SIGINT)  # Ctrl-C
-        try:
-            code = cluster.wait(120)
-        finally:
-            if cluster.poll() is None:
-                cluster.kill()
-    assert code == 0, errors.read_text()[-3000:]
-    for broker_id in (1, 2, 3):
-        log = (data / f"broker-{broker_id}" / "strom.log").read_text()
-        tail = log[log.index("shutting down"):]
-        assert "controlled shutdown succeeded" in tail, tail
-        assert "still led here" not in tail and "Traceback" not in tail, tail
+        stop_cluster(cluster, errors, [data / f"node-{n}" / "strom.log" for n in (1, 2, 3)])
+
+
+@pytest.mark.timeout(600)
+def test_run_a_cluster_in_zookeeper_mode(tmp_path):
+    """The alternative the section shows: ZooKeeper and three brokers, a fourth broker by hand,
+    Ctrl-C."""
+    text, code = section_blocks()
+    start, fourth = (c.strip() for c in code[3:])
+    assert start == "scripts/cluster --brokers 3 --zookeeper"
+    base = free_port_run(5)
+    zk = base + 4
+    data = tmp_path / "strom-cluster"
+    localize = localizer(data, {9092 + n: base + n for n in range(4)} | {2181: zk})
+
+    cluster, errors = start_cluster(f"{start} --base-port {base} --zookeeper-port {zk} --data-dir {data}",
+                                    tmp_path)
+    extra = None
+    try:
+        assert read_until(cluster, "cluster ready").strip() == localize(ready_lines(text)[1])
+        extra, ready = start_node(localize(fourth), tmp_path, "broker-4")
+        assert f"127.0.0.1:{base + 3}" in ready
+        wait_for(lambda: broker_count(base) == 4, 60, what="the fourth broker in the cluster's metadata")
+        extra.send_signal(signal.SIGTERM)
+        assert extra.wait(60) == 0
+    finally:
+        if extra is not None and extra.poll() is None:
+            extra.kill()
+        stop_cluster(cluster, errors, [data / f"broker-{n}" / "strom.log" for n in (1, 2, 3)])
 
 
 def test_a_zookeeper_that_is_not_there_is_one_line(tmp_path):
     """A broker pointed at an address where no ZooKeeper answers stops after the connection
     timeout with one line, as every other start-up failure does."""
-    port = free_ports(1)
+    port = free_port_run(1)
     done = subprocess.run([sys.executable, "-m", "strom", "serve", "--override",
                            f"zookeeper.connect=127.0.0.1:{port}/strom", "--override",
                            "zookeeper.connection.timeout.ms=1000", "--override", f"log.dirs={tmp_path}"],

@@ -2,13 +2,17 @@
 
 `cli_broker` is one broker shared by the client-command tests (each test uses its own topics
 and groups); `strom(...)` runs a command and returns the finished process; `ok` insists on
-exit code 0 and a quiet stderr; `fails` on a given exit code and returns stderr's last line.
+exit code 0 and a quiet stderr; `fails` on a given exit code and returns stderr's last line;
+`free_port_run` finds consecutive free ports for `strom cluster up`.
 """
 
 from __future__ import annotations
 
+import random
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +56,24 @@ def fails(*args: str, code: int = 1, input: bytes | str | None = None) -> str:
     assert lines, done
     assert "Traceback" not in done.stderr, done
     return lines[-1]
+
+
+def free_port_run(count: int) -> int:
+    """The first of `count` consecutive ports free on 127.0.0.1 now (`strom cluster up` takes a
+    base port for its brokers and one for its controllers). They are taken below the ephemeral
+    range, where the nodes' own outgoing connections cannot take one before a node binds it."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    low = max(low, 10_000 + count + 1)
+    for _ in range(200):
+        first = random.randrange(10_000, low - count)
+        try:
+            for port in range(first, first + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return first
+    raise AssertionError(f"no {count} consecutive free ports")

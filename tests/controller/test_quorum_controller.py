@@ -209,6 +209,38 @@ def test_an_expired_session_fences_the_broker(tmp_path):
     asyncio.run(main())
 
 
+def test_the_whole_cluster_stopping_and_coming_back(tmp_path):
+    """Every broker asks to shut down at once: each hands on what another can still take, and
+    the last is let go with what nobody can take (its partitions left without a leader, their
+    ISR kept), not held until its session ends. Back and caught up, it leads them again."""
+    async def main():
+        c = await _start(tmp_path / "m")
+        try:
+            epochs = await _brokers(c, [1, 2, 3])
+            await _create(c, ("t", -1, -1, {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}, {}))
+            for b in (1, 2, 3):
+                first = await c.heartbeat(_heartbeat(b, epochs[b], shut_down=True))
+                assert not first.should_shut_down
+            parts = c.image.topics["t"].partitions
+            assert all(s.leader == 3 and s.isr == [3] for s in parts.values())  # the last to ask
+            for b in (1, 2, 3):
+                assert (await c.heartbeat(_heartbeat(b, epochs[b], shut_down=True))).should_shut_down
+            parts = c.image.topics["t"].partitions
+            assert all(s.leader == -1 and s.isr == [3] for s in parts.values())
+
+            epochs[1] = await c.register_broker(_registration(1))
+            await c.heartbeat(_heartbeat(1, epochs[1]))  # not in any ISR: it leads nothing
+            assert all(s.leader == -1 for s in c.image.topics["t"].partitions.values())
+            epochs[3] = await c.register_broker(_registration(3))
+            assert not (await c.heartbeat(_heartbeat(3, epochs[3]))).is_fenced
+            parts = c.image.topics["t"].partitions
+            assert all(s.leader == 3 and s.isr == [3] for s in parts.values())
+        finally:
+            await _stop(c)
+
+    asyncio.run(main())
+
+
 def test_the_image_comes_back_from_log_and_snapshots(tmp_path, monkeypatch):
     monkeypatch.setattr(quorum_controller, "MAX_RECORDS_PER_BATCH", 50)  # large changes: a transaction
 

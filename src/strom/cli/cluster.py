@@ -1,4 +1,15 @@
-"""`strom cluster up`: a ZooKeeper and N brokers on this machine, for development and trials."""
+"""`strom cluster up`: a cluster of N nodes on this machine, for development and trials.
+
+By default the nodes are KRaft nodes in combined mode (process.roles=broker,controller), as
+Kafka 4 runs them: node N has its broker listener on base-port + N - 1 and its controller
+listener on controller-port + N - 1, and the N controllers are the static quorum
+(controller.quorum.voters). Each node's directory is formatted as `strom storage format` formats
+it, once: a restart on the same --data-dir keeps the directories, and so the cluster id (also
+written to DIR/cluster-id, for the nodes a user adds). Neither Java nor ZooKeeper is needed.
+
+With --zookeeper (or --zookeeper-port) the brokers keep their metadata in ZooKeeper instead:
+one is started here unless --zookeeper names one.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +24,17 @@ from typing import IO
 
 import click
 
+from strom.config import broker as broker_config
+from strom.controller.features import default_levels
+from strom.metadata.storage import StorageError, format_storage, kafka_uuid, read_meta
 from strom.zookeeper_server import ZooKeeperServer, zookeeper_available
 
 DEFAULT_CHROOT = "/strom"
+DEFAULT_ZOOKEEPER_PORT = 2181
+CONTROLLER_PORT_OFFSET = 100  # controller N listens on base-port + 100 + N - 1 by default
+CLUSTER_ID_FILE = "cluster-id"
+# --zookeeper given without a value: start a ZooKeeper here.
+_START_ZOOKEEPER = "here"
 
 
 @click.group()
@@ -23,26 +42,20 @@ def cluster() -> None:
     """Run a Strom cluster on this machine."""
 
 
-class _Broker:
+class _Node:
     """One `strom serve` child: its stdout and stderr go to <dir>/strom.log; the ready line it
     prints on stdout tells us it serves."""
 
-    def __init__(self, broker_id: int, port: int, directory: Path, zk_connect: str,
-                 overrides: tuple[str, ...]) -> None:
-        self.broker_id, self.port, self.directory = broker_id, port, directory
+    def __init__(self, kind: str, node_id: int, port: int, directory: Path, args: list[str]) -> None:
+        self.kind, self.node_id, self.port, self.directory = kind, node_id, port, directory
         directory.mkdir(parents=True, exist_ok=True)
         self.log_path = directory / "strom.log"
-        settings = [f"broker.id={broker_id}", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-                    f"log.dirs={directory / 'logs'}", f"zookeeper.connect={zk_connect}",
-                    *overrides]
-        args = [sys.executable, "-m", "strom", "serve"]
-        for setting in settings:
-            args += ["--override", setting]
         self.ready = threading.Event()
-        self._log = open(self.log_path, "a")  # noqa: SIM115 - closed when the broker is stopped
-        # A session of its own: Ctrl-C in the terminal reaches only us, and we stop the brokers
-        # before ZooKeeper, not all at once.
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        self._log = open(self.log_path, "a")  # noqa: SIM115 - closed when the node is stopped
+        # A session of its own: Ctrl-C in the terminal reaches only us, and we decide how the
+        # nodes stop.
+        self.proc = subprocess.Popen([sys.executable, "-m", "strom", "serve", *args],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=self._log, text=True, start_new_session=True)
         threading.Thread(target=self._copy_stdout, args=(self.proc.stdout,), daemon=True).start()
 
@@ -60,14 +73,17 @@ class _Broker:
             return ""
         return "\n".join(lines[-count:])
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def terminate(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.terminate()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         self._log.close()
 
 
@@ -79,41 +95,159 @@ def _parse_override(ctx: click.Context, param: click.Parameter,
     return values
 
 
+def _ports(first: int, count: int, option: str) -> list[int]:
+    if first + count - 1 > 65535:
+        raise click.BadParameter("ports would run past 65535", param_hint=option)
+    return list(range(first, first + count))
+
+
 @cluster.command()
 @click.option("--brokers", default=3, show_default=True, type=click.IntRange(1, 100),
-              help="How many brokers (ids 1..N).")
+              help="How many nodes (ids 1..N).")
 @click.option("--base-port", default=9092, show_default=True, type=click.IntRange(1, 65535),
-              help="Broker N listens on base-port + N - 1.")
+              help="Node N's broker listener is on base-port + N - 1.")
+@click.option("--controller-port", type=click.IntRange(1, 65535),
+              help="KRaft: node N's controller listener is on this + N - 1 "
+                   f"[default: base-port + {CONTROLLER_PORT_OFFSET}].")
 @click.option("--data-dir", default=Path("strom-cluster"), show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
-              help="Brokers' data in DIR/broker-<id>, ZooKeeper's in DIR/zookeeper.")
-@click.option("--zookeeper", "zookeeper_connect", metavar="HOST:PORT[/CHROOT]",
-              help=f"Use this ZooKeeper instead of starting one (chroot {DEFAULT_CHROOT} if none given).")
-@click.option("--zookeeper-port", default=2181, show_default=True, type=click.IntRange(0, 65535),
-              help="Port of the ZooKeeper started here, ZooKeeper's own default (0: any free port).")
+              help="Node N's data in DIR/node-<N> (KRaft) or DIR/broker-<N> (ZooKeeper mode), "
+                   "ZooKeeper's in DIR/zookeeper.")
+@click.option("--zookeeper", "zookeeper_connect", metavar="[HOST:PORT[/CHROOT]]",
+              is_flag=False, flag_value=_START_ZOOKEEPER,
+              help="ZooKeeper mode instead of KRaft: alone, start a ZooKeeper here; with an "
+                   f"address, use that one (chroot {DEFAULT_CHROOT} if none given).")
+@click.option("--zookeeper-port", type=click.IntRange(0, 65535),
+              help="ZooKeeper mode: the port of the ZooKeeper started here (0: any free port) "
+                   f"[default: {DEFAULT_ZOOKEEPER_PORT}, ZooKeeper's own].")
 @click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
-              callback=_parse_override, help="A broker config for every broker (repeatable).")
-def up(brokers: int, base_port: int, data_dir: Path, zookeeper_connect: str | None,
-       zookeeper_port: int, overrides: tuple[str, ...]) -> None:
-    """Start ZooKeeper and the brokers; stop them all on Ctrl-C or SIGTERM."""
-    if base_port + brokers - 1 > 65535:
-        raise click.BadParameter("ports would run past 65535", param_hint="--base-port")
+              callback=_parse_override, help="A broker config for every node (repeatable).")
+def up(brokers: int, base_port: int, controller_port: int | None, data_dir: Path,
+       zookeeper_connect: str | None, zookeeper_port: int | None,
+       overrides: tuple[str, ...]) -> None:
+    """Start the nodes (KRaft; with --zookeeper, ZooKeeper and brokers); stop them all on
+    Ctrl-C or SIGTERM.
+
+    \b
+    Examples:
+      strom cluster up --brokers 3
+      strom cluster up --brokers 3 --base-port 19092 --data-dir /tmp/strom-cluster
+      strom cluster up --brokers 3 --zookeeper
+      strom cluster up --brokers 3 --zookeeper 127.0.0.1:2181/strom
+    """
+    ports = _ports(base_port, brokers, "--base-port")
+    zookeeper_mode = zookeeper_connect is not None or zookeeper_port is not None
+    if zookeeper_mode and controller_port is not None:
+        raise click.UsageError("--controller-port is for KRaft nodes, not ZooKeeper mode")
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
+    if zookeeper_mode:
+        _up_zookeeper(ports, data_dir, zookeeper_connect, zookeeper_port, overrides, stopping)
+    else:
+        first = base_port + CONTROLLER_PORT_OFFSET if controller_port is None else controller_port
+        controller_ports = _ports(first, brokers, "--controller-port")
+        if set(controller_ports) & set(ports):
+            raise click.BadParameter("controller ports would overlap the broker ports",
+                                     param_hint="--controller-port")
+        _up_kraft(ports, controller_ports, data_dir, overrides, stopping)
 
+
+# --- KRaft --------------------------------------------------------------------------------------
+
+def _kraft_settings(node_id: int, port: int, voters: str, controller_port: int,
+                    directory: Path, count: int) -> dict[str, str]:
+    settings = {
+        "process.roles": "broker,controller", "node.id": str(node_id),
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "inter.broker.listener.name": "PLAINTEXT", "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(directory.resolve() / "logs"),
+    }
+    if count < 3:  # the internal topics' default replication factor (3) needs three brokers
+        settings.update({"offsets.topic.replication.factor": str(count),
+                         "transaction.state.log.replication.factor": str(count),
+                         "transaction.state.log.min.isr": str(min(count, 2)),
+                         "share.coordinator.state.topic.replication.factor": str(count),
+                         "share.coordinator.state.topic.min.isr": str(min(count, 2))})
+    return settings
+
+
+def _write_config(path: Path, settings: dict[str, str]) -> None:
+    lines = ["# A combined KRaft node of `strom cluster up`, written at each start of the cluster.",
+             *(f"{k}={v}" for k, v in settings.items())]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _cluster_id(data_dir: Path, node_dirs: list[Path]) -> str:
+    """The cluster id of the nodes formatted on an earlier start, or a new one."""
+    found = set()
+    for d in node_dirs:
+        try:
+            meta = read_meta(d / "logs")
+        except StorageError as e:
+            raise click.ClickException(str(e)) from None
+        if meta is not None:
+            found.add(meta.cluster_id)
+    if len(found) > 1:
+        raise click.ClickException(f"the nodes under {data_dir} belong to different clusters "
+                                   f"({', '.join(sorted(found))}): use another --data-dir")
+    return found.pop() if found else kafka_uuid()
+
+
+def _format(config: Path, cluster_id: str, overrides: tuple[str, ...]) -> None:
+    """Format the node's directories as `strom storage format` does (static quorum), leaving
+    the ones formatted on an earlier start as they are."""
+    try:
+        cfg = broker_config.load(config, list(overrides))
+        format_storage(cluster_id=cluster_id, node_id=cfg.broker_id, log_dirs=cfg.log_dirs,
+                       metadata_dir=cfg.metadata_log_dir,
+                       controller_listener=cfg.controller_listener_names[0],
+                       features=default_levels(), ignore_formatted=True)
+    except (broker_config.ConfigError, StorageError) as e:
+        raise click.ClickException(f"cannot format {config.parent}: {e}") from None
+
+
+def _up_kraft(ports: list[int], controller_ports: list[int], data_dir: Path,
+              overrides: tuple[str, ...], stopping: threading.Event) -> None:
+    ids = range(1, len(ports) + 1)
+    dirs = [data_dir / f"node-{n}" for n in ids]
+    voters = ",".join(f"{n}@127.0.0.1:{p}" for n, p in zip(ids, controller_ports, strict=True))
+    cluster_id = _cluster_id(data_dir, dirs)
+    configs = []
+    for node_id, port, cport, d in zip(ids, ports, controller_ports, dirs, strict=True):
+        d.mkdir(parents=True, exist_ok=True)
+        config = d / "server.properties"
+        _write_config(config, _kraft_settings(node_id, port, voters, cport, d, len(ports)))
+        _format(config, cluster_id, overrides)
+        configs.append(config)
+    (data_dir / CLUSTER_ID_FILE).write_text(cluster_id + "\n")
+    extra = [arg for value in overrides for arg in ("--override", value)]
+    controllers = ",".join(f"127.0.0.1:{p}" for p in controller_ports)
+    _run([lambda i=i: _Node("node", i + 1, ports[i], dirs[i], [str(configs[i]), *extra])
+          for i in range(len(ports))], f"kraft, controllers {controllers}", stopping)
+
+
+# --- ZooKeeper mode -----------------------------------------------------------------------------
+
+def _up_zookeeper(ports: list[int], data_dir: Path, zookeeper_connect: str | None,
+                  zookeeper_port: int | None, overrides: tuple[str, ...],
+                  stopping: threading.Event) -> None:
     zookeeper: ZooKeeperServer | None = None
-    if zookeeper_connect is None:
+    if zookeeper_connect in (None, _START_ZOOKEEPER):
+        port = DEFAULT_ZOOKEEPER_PORT if zookeeper_port is None else zookeeper_port
         problem = zookeeper_available()
         if problem:
             click.echo(f"strom: {problem}", err=True)
             sys.exit(1)
-        if zookeeper_port and not _port_free(zookeeper_port):
-            click.echo(f"strom: port {zookeeper_port} is in use (a ZooKeeper already running?): "
-                       f"--zookeeper 127.0.0.1:{zookeeper_port} joins it, --zookeeper-port 0 picks "
+        if port and not _port_free(port):
+            click.echo(f"strom: port {port} is in use (a ZooKeeper already running?): "
+                       f"--zookeeper 127.0.0.1:{port} joins it, --zookeeper-port 0 picks "
                        "a free port", err=True)
             sys.exit(1)
-        zookeeper = ZooKeeperServer(data_dir / "zookeeper", port=zookeeper_port)
+        zookeeper = ZooKeeperServer(data_dir / "zookeeper", port=port)
         try:
             zookeeper.start()
         except RuntimeError as e:
@@ -125,34 +259,61 @@ def up(brokers: int, base_port: int, data_dir: Path, zookeeper_connect: str | No
     elif "/" not in zookeeper_connect:
         zookeeper_connect += DEFAULT_CHROOT
 
-    started: list[_Broker] = []
+    def broker(broker_id: int) -> _Node:
+        directory = data_dir / f"broker-{broker_id}"
+        settings = [f"broker.id={broker_id}", f"listeners=PLAINTEXT://127.0.0.1:{ports[broker_id - 1]}",
+                    f"log.dirs={directory / 'logs'}", f"zookeeper.connect={zookeeper_connect}",
+                    *overrides]
+        args = [arg for setting in settings for arg in ("--override", setting)]
+        return _Node("broker", broker_id, ports[broker_id - 1], directory, args)
+
+    try:
+        _run([lambda n=n: broker(n) for n in range(1, len(ports) + 1)],
+             f"zookeeper {zookeeper_connect}", stopping)
+    finally:
+        # The brokers need ZooKeeper while they shut down: it goes last.
+        if zookeeper is not None:
+            zookeeper.stop()
+
+
+# --- either mode --------------------------------------------------------------------------------
+
+def _run(starters: list, mode: str, stopping: threading.Event) -> None:
+    """Start the nodes, say when they all serve, and stop them all on Ctrl-C or SIGTERM; exits
+    1 when a node did not start."""
+    started: list[_Node] = []
     code = 0
     try:
-        for broker_id in range(1, brokers + 1):
-            started.append(_Broker(broker_id, base_port + broker_id - 1,
-                                   data_dir / f"broker-{broker_id}", zookeeper_connect, overrides))
+        for start in starters:
+            started.append(start())
         failed = _wait_ready(started, stopping, timeout=120.0)
         if failed is not None:
             code = 1
-            click.echo(f"strom: broker {failed.broker_id} did not start (log: {failed.log_path}):\n"
+            click.echo(f"strom: {failed.kind} {failed.node_id} did not start (log: {failed.log_path}):\n"
                        f"{failed.last_lines()}", err=True)
         elif not stopping.is_set():
-            bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in started)
-            click.echo(f"cluster ready: bootstrap {bootstrap} (zookeeper {zookeeper_connect})")
+            bootstrap = ",".join(f"127.0.0.1:{n.port}" for n in started)
+            click.echo(f"cluster ready: bootstrap {bootstrap} ({mode})")
             sys.stdout.flush()
             _watch(started, stopping)
     finally:
         click.echo("stopping the cluster", err=True)
-        # All brokers at once (each shuts down cleanly on SIGTERM), then ZooKeeper, which the
-        # brokers need while they shut down.
-        threads = [threading.Thread(target=b.stop) for b in started]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if zookeeper is not None:
-            zookeeper.stop()
-    sys.exit(code)
+        _stop(started)
+    if code:
+        sys.exit(code)
+
+
+def _stop(nodes: list[_Node]) -> None:
+    """All nodes at once, each shutting down cleanly on SIGTERM: every node keeps its part of
+    the quorum (a combined node stops its broker before its controller) while the others hand
+    their leadership on, and nobody waits for a node that already left."""
+    for node in nodes:
+        node.terminate()
+    threads = [threading.Thread(target=n.stop) for n in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def _port_free(port: int) -> bool:
@@ -167,28 +328,27 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _wait_ready(brokers: list[_Broker], stopping: threading.Event,
-                timeout: float) -> _Broker | None:
-    """The first broker that exited (or timed out) before it was ready, or None."""
+def _wait_ready(nodes: list[_Node], stopping: threading.Event, timeout: float) -> _Node | None:
+    """The first node that exited (or timed out) before it was ready, or None."""
     deadline = time.monotonic() + timeout
     while not stopping.is_set():
-        pending = [b for b in brokers if not b.ready.is_set()]
+        pending = [n for n in nodes if not n.ready.is_set()]
         if not pending:
             return None
-        for broker in pending:
-            if broker.proc.poll() is not None or time.monotonic() > deadline:
-                return broker
+        for node in pending:
+            if node.proc.poll() is not None or time.monotonic() > deadline:
+                return node
         time.sleep(0.1)
     return None
 
 
-def _watch(brokers: list[_Broker], stopping: threading.Event) -> None:
-    """Wait for Ctrl-C or SIGTERM, saying so when a broker exits by itself meanwhile."""
+def _watch(nodes: list[_Node], stopping: threading.Event) -> None:
+    """Wait for Ctrl-C or SIGTERM, saying so when a node exits by itself meanwhile."""
     reported: set[int] = set()
     while not stopping.wait(0.5):
-        for broker in brokers:
-            code = broker.proc.poll()
-            if code is not None and broker.broker_id not in reported:
-                reported.add(broker.broker_id)
-                click.echo(f"strom: broker {broker.broker_id} exited with code {code} "
-                           f"(log: {broker.log_path})", err=True)
+        for node in nodes:
+            code = node.proc.poll()
+            if code is not None and node.node_id not in reported:
+                reported.add(node.node_id)
+                click.echo(f"strom: {node.kind} {node.node_id} exited with code {code} "
+                           f"(log: {node.log_path})", err=True)

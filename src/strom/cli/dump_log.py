@@ -7,6 +7,12 @@ time indexes (`.index`, `.timeindex`: entries checked against their log), transa
 checkpoint files of a log dir, the same files Kafka writes, so it works on Kafka's data as well
 as Strom's. It never writes.
 
+A KRaft node's metadata log (`__cluster_metadata-0`) is decoded record by record: the segments'
+metadata records (TopicRecord, PartitionRecord, RegisterBrokerRecord, ...) with their fields,
+its control records (LeaderChange, the KIP-853 voter set), and its snapshots
+(`<offset>-<epoch>.checkpoint`, and a formatted directory's `bootstrap.checkpoint`), as
+kafka-dump-log's --cluster-metadata-decoder shows them; and the replica's `quorum-state`.
+
 Checks, each a problem when it fails (exit code 1):
 - log: every batch is magic 2 with a valid CRC32C, offsets grow from batch to batch and start
   at or after the segment's base offset, the record count fits the offset range, the file ends
@@ -19,17 +25,23 @@ Checks, each a problem when it fails (exit code 1):
 - transaction index: whole version-0 entries, first offset <= last offset, and (when the log
   is there) each last offset an abort marker of the log;
 - producer snapshot: version 1, its CRC32C, whole entries;
-- leader-epoch-checkpoint: epochs and start offsets growing.
+- leader-epoch-checkpoint: epochs and start offsets growing;
+- metadata log and snapshots: every record decodes as a metadata or control record; a snapshot
+  begins with a SnapshotHeader and ends with a SnapshotFooter; `quorum-state` is a JSON object
+  with a leader epoch.
 """
 
 from __future__ import annotations
 
+import base64
 import bisect
 import dataclasses
 import json
 import mmap
 import os
+import re
 import struct
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,8 +59,18 @@ from strom.log.producer_state import SNAPSHOT_SUFFIX, read_snapshot
 from strom.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from strom.log.txn_index import ENTRY_SIZE as TXN_ENTRY_SIZE
 from strom.log.txn_index import TransactionIndex
+from strom.metadata import records as metadata_records
+from strom.metadata.storage import BOOTSTRAP_CHECKPOINT, kafka_uuid
 from strom.protocol import compression
 from strom.protocol.errors import CorruptRecordError
+from strom.protocol.raft_records import (
+    KRAFT_VERSION,
+    KRAFT_VOTERS,
+    LEADER_CHANGE,
+    SNAPSHOT_FOOTER,
+    SNAPSHOT_HEADER,
+    parse_control,
+)
 from strom.protocol.records import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -61,10 +83,18 @@ from strom.protocol.records import (
     iter_records,
     read_header,
 )
+from strom.raft.config import METADATA_TOPIC
+from strom.raft.file_log import QUORUM_STATE
+from strom.raft.snapshots import parse_filename as parse_raft_snapshot_name
 
 CHECKPOINTS = ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint",
                "replication-offset-checkpoint", "cleaner-offset-checkpoint")
 INT_MAX = 2**31 - 1
+METADATA = "metadata"  # the decoder of __cluster_metadata records
+# The metadata log's control records, under the names Kafka gives their types.
+CONTROL_NAMES = {LEADER_CHANGE: "LeaderChange", SNAPSHOT_HEADER: "SnapshotHeader",
+                 SNAPSHOT_FOOTER: "SnapshotFooter", KRAFT_VERSION: "KRaftVersion",
+                 KRAFT_VOTERS: "KRaftVoters"}
 
 
 @dataclass
@@ -137,6 +167,15 @@ class Dumper:
 
     opts: Options
     problems: dict[Path, list[str]] = field(default_factory=dict)
+    decoder: str | None = None  # the file's: the one asked for, or the metadata log's own
+
+    @property
+    def deep(self) -> bool:
+        return self.opts.deep or self.decoder is not None
+
+    @property
+    def print_data(self) -> bool:
+        return self.opts.print_data or self.decoder is not None
 
     def problem(self, path: Path, text: str) -> None:
         self.problems.setdefault(path, []).append(text)
@@ -157,8 +196,15 @@ class Dumper:
             handler = self.epochs
         elif name in CHECKPOINTS:
             handler = self.checkpoint
+        elif name == BOOTSTRAP_CHECKPOINT or parse_raft_snapshot_name(name) is not None:
+            handler = self.metadata_snapshot
+        elif name == QUORUM_STATE:
+            handler = self.quorum_state
         if handler is None:
             return False
+        self.decoder = self.opts.decoder
+        if self.decoder is None and _in_metadata_log(path):
+            self.decoder = METADATA
         click.echo(f"Dumping {path}")
         handler(path)
         return True
@@ -167,27 +213,62 @@ class Dumper:
         base = _base_offset(path)
         click.echo(f"Log starting offset: {base}")
         with _mapped(path) as data:
-            scan = scan_log(data, self.opts.max_bytes)
-            last = None
-            for batch in scan.batches:
-                h = batch.header
-                self.out(_batch_line(batch))
-                where = f"batch at position {batch.position} (offsets {h.base_offset}-{h.last_offset})"
-                if not batch.valid:
-                    self.problem(path, f"{where}: CRC mismatch")
-                if h.base_offset < base:
-                    self.problem(path, f"{where}: starts before the segment's base offset {base}")
-                if last is not None and h.base_offset <= last:
-                    self.problem(path, f"{where}: offsets go back (the batch before ends at {last})")
-                if h.last_offset_delta < 0 or h.record_count > h.last_offset_delta + 1:
-                    self.problem(path, f"{where}: {h.record_count} records in an offset range of "
-                                       f"{h.last_offset_delta + 1}")
-                last = max(h.last_offset, last if last is not None else h.last_offset)
-                if self.opts.deep and batch.valid:
-                    self.records(path, data, batch, where)
-            if scan.stop_reason is not None and self.opts.max_bytes is None:
-                self.problem(path, f"{scan.size - scan.end} bytes at position {scan.end} are not a "
-                                   f"whole batch ({scan.stop_reason})")
+            self._batches(path, data, scan_log(data, self.opts.max_bytes), base)
+
+    def metadata_snapshot(self, path: Path) -> None:
+        """A KRaft snapshot: batches like a segment's, from offset 0, between a SnapshotHeader
+        and a SnapshotFooter; its records are always decoded."""
+        snapshot_id = parse_raft_snapshot_name(path.name)
+        if snapshot_id is not None:
+            click.echo(f"Snapshot end offset: {snapshot_id.offset}, epoch: {snapshot_id.epoch}")
+        else:
+            click.echo("Bootstrap snapshot: the records a new cluster's metadata log starts with")
+        self.decoder = METADATA
+        with _mapped(path) as data:
+            scan = scan_log(data)
+            self._batches(path, data, scan, 0)
+            if not scan.batches:
+                self.problem(path, "no batches: a snapshot holds at least its header and footer")
+                return
+            for batch, kind, where in ((scan.batches[0], SNAPSHOT_HEADER, "begin"),
+                                       (scan.batches[-1], SNAPSHOT_FOOTER, "end")):
+                if kind not in _control_kinds(data, batch):
+                    self.problem(path, f"does not {where} with a {CONTROL_NAMES[kind]} control record")
+
+    def quorum_state(self, path: Path) -> None:
+        """A Raft replica's election state (leader, epoch, vote), a JSON object."""
+        try:
+            state = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as e:
+            self.problem(path, f"not a JSON object: {e}")
+            return
+        if not isinstance(state, dict) or "leaderEpoch" not in state:
+            self.problem(path, "not a quorum-state: no leaderEpoch")
+            return
+        self.out(_compact_json(state))
+
+    def _batches(self, path: Path, data: Any, scan: LogScan, base: int) -> None:
+        """Print and check the batches of a log or snapshot that start at offset `base`."""
+        last = None
+        for batch in scan.batches:
+            h = batch.header
+            self.out(_batch_line(batch))
+            where = f"batch at position {batch.position} (offsets {h.base_offset}-{h.last_offset})"
+            if not batch.valid:
+                self.problem(path, f"{where}: CRC mismatch")
+            if h.base_offset < base:
+                self.problem(path, f"{where}: starts before the segment's base offset {base}")
+            if last is not None and h.base_offset <= last:
+                self.problem(path, f"{where}: offsets go back (the batch before ends at {last})")
+            if h.last_offset_delta < 0 or h.record_count > h.last_offset_delta + 1:
+                self.problem(path, f"{where}: {h.record_count} records in an offset range of "
+                                   f"{h.last_offset_delta + 1}")
+            last = max(h.last_offset, last if last is not None else h.last_offset)
+            if self.deep and batch.valid:
+                self.records(path, data, batch, where)
+        if scan.stop_reason is not None and self.opts.max_bytes is None:
+            self.problem(path, f"{scan.size - scan.end} bytes at position {scan.end} are not a "
+                               f"whole batch ({scan.stop_reason})")
 
     def records(self, path: Path, data: Any, batch: Batch, where: str) -> None:
         h = batch.header
@@ -204,7 +285,10 @@ class Dumper:
             if not previous < r.offset <= h.last_offset:
                 self.problem(path, f"{where}: record offset {r.offset} out of order or outside the batch")
             previous = r.offset
-            self.out(self._record_line(h, r))
+            try:
+                self.out(self._record_line(h, r))
+            except ValueError as e:  # a metadata log record that is not one
+                self.problem(path, f"{where}: record at offset {r.offset} does not decode: {e}")
 
     def _record_line(self, h: BatchHeader, r: Record) -> str:
         kind = "LogAppendTime" if h.log_append_time else "CreateTime"
@@ -212,13 +296,17 @@ class Dumper:
         line = (f"| offset: {r.offset} {kind}: {r.timestamp} keySize: {_size(r.key)} "
                 f"valueSize: {_size(r.value)} sequence: {sequence} "
                 f"headerKeys: [{','.join(k for k, _ in r.headers)}]")
-        if h.is_control:
+        if h.is_control and self.decoder == METADATA:
+            line += " " + _metadata_control(r)
+        elif h.is_control:
             if r.key is not None and len(r.key) >= 4 and r.value is not None and len(r.value) >= 6:
                 kind_id = int.from_bytes(r.key[2:4], "big", signed=True)
                 epoch = int.from_bytes(r.value[2:6], "big", signed=True)
                 marker = {CONTROL_ABORT: "ABORT", CONTROL_COMMIT: "COMMIT"}.get(kind_id, f"type {kind_id}")
                 line += f" endTxnMarker: {marker} coordinatorEpoch: {epoch}"
-        elif self.opts.print_data:
+        elif self.decoder == METADATA:
+            line += f" payload: {_metadata_payload(r.value)}"
+        elif self.print_data:
             key, value = self._decoded(r)
             if key is not None:
                 line += f" key: {key}"
@@ -228,10 +316,10 @@ class Dumper:
 
     def _decoded(self, r: Record) -> tuple[str | None, str | None]:
         """Key and value as text, or decoded as an internal topic's records."""
-        if self.opts.decoder is None:
+        if self.decoder is None:
             return _text(r.key), _text(r.value)
         try:
-            return _decode_internal(self.opts.decoder, r.key, r.value)
+            return _decode_internal(self.decoder, r.key, r.value)
         except Exception as e:  # noqa: BLE001 - a record this decoder cannot read: say so, go on
             return f"(not decodable: {type(e).__name__}: {e})", None
 
@@ -431,6 +519,72 @@ def _decode_internal(decoder: str, key: bytes | None, value: bytes | None) -> tu
     return json.dumps(key_json), v if isinstance(v, str) else json.dumps(v)
 
 
+def _in_metadata_log(path: Path) -> bool:
+    """Whether `path` is a file of a KRaft metadata log (`__cluster_metadata-0/`)."""
+    topic, _, partition = path.parent.name.rpartition("-")
+    return topic == METADATA_TOPIC and partition.isdigit()
+
+
+def _lower_camel(name: str) -> str:
+    """A field as Kafka's JSON names it: topic_id -> topicId."""
+    first, *rest = name.split("_")
+    return first + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _metadata_json(value: Any) -> Any:
+    """A decoded metadata or control record as JSON values: fields in Kafka's camelCase, uuids
+    in Kafka's text form, bytes in base64."""
+    if isinstance(value, uuid.UUID):
+        return kafka_uuid(value)
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    if isinstance(value, list | tuple):
+        return [_metadata_json(v) for v in value]
+    if isinstance(value, dict):
+        return {_lower_camel(k): _metadata_json(v) for k, v in value.items()}
+    slots = getattr(type(value), "__slots__", None)  # the generated record classes
+    if slots is not None:
+        return {_lower_camel(a): _metadata_json(getattr(value, a)) for a in slots}
+    return value
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))  # as Kafka's tools print JSON: no spaces
+
+
+def _metadata_payload(value: bytes | None) -> str:
+    """A metadata record as kafka-dump-log's --cluster-metadata-decoder shows it: its type
+    (TOPIC_RECORD), its version and its fields. ValueError when it is not one."""
+    if value is None:
+        raise ValueError("a metadata record has a value")
+    api_key, version, record = metadata_records.decode_framed(value)
+    name = metadata_records.RECORD_TYPES[api_key].name
+    kind = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).upper()
+    return _compact_json({"type": kind, "version": version, "data": _metadata_json(record)})
+
+
+def _metadata_control(r: Record) -> str:
+    """A control record of the metadata log: `LeaderChange: {...}`, `SnapshotHeader: {...}`."""
+    control = parse_control(r)
+    if control is None:
+        kind = int.from_bytes((r.key or b"\0\0\0\0")[2:4], "big", signed=True)
+        return f"controlType: {kind}"
+    fields = _metadata_json(control.value.to_dict(json=False))
+    fields = {"version": fields.pop("recordVersion", 0), **fields}
+    return f"{CONTROL_NAMES[control.kind]}: {_compact_json(fields)}"
+
+
+def _control_kinds(data: Any, batch: Batch) -> list[int]:
+    """The control record types of a batch (none for a data batch or one that does not decode)."""
+    if not (batch.header.is_control and batch.valid):
+        return []
+    try:
+        records = iter_records(bytes(data[batch.position: batch.position + batch.header.size]))
+        return [c.kind for r in records if (c := parse_control(r)) is not None]
+    except (CorruptRecordError, ValueError):
+        return []
+
+
 def _base_offset(path: Path) -> int | None:
     """The base offset a segment file is named after (20 digits), or None."""
     stem = path.name.split(".")[0]
@@ -492,12 +646,16 @@ def _files(paths: tuple[Path, ...], listed: str | None) -> Iterator[Path]:
               help="Decode records as __consumer_offsets ones (implies --print-data-log).")
 @click.option("--transaction-log-decoder", "decoder", flag_value="transactions",
               help="Decode records as __transaction_state ones (implies --print-data-log).")
+@click.option("--cluster-metadata-decoder", "decoder", flag_value=METADATA,
+              help="Decode records as a KRaft metadata log's (implies --print-data-log; the "
+                   "default for files of __cluster_metadata-0 and KRaft snapshots).")
 def dump_log(paths: tuple[Path, ...], listed: str | None, deep: bool, print_data: bool,
              verify_index_only: bool, sanity_only: bool, max_bytes: int | None,
              decoder: str | None) -> None:
     """Print and check a partition's files: segment logs, indexes, transaction indexes and
-    checkpoints, read from disk (like kafka-dump-log, plus a consistency check). Problems go to
-    stderr, and the exit code is 1 when there is any.
+    checkpoints, and a KRaft metadata log's records and snapshots, read from disk (like
+    kafka-dump-log, plus a consistency check). Problems go to stderr, and the exit code is 1
+    when there is any.
 
     \b
     Example:
@@ -506,6 +664,7 @@ def dump_log(paths: tuple[Path, ...], listed: str | None, deep: bool, print_data
       strom dump-log strom-data/orders-0/00000000000000000000.index --verify-index-only
       strom dump-log strom-data/orders-0 --deep-iteration --verify-index-only
       strom dump-log strom-data/__consumer_offsets-7/00000000000000000000.log --offsets-decoder
+      strom dump-log strom-cluster/node-1/logs/__cluster_metadata-0
     """
     files = list(_files(paths, listed))
     if not files:

@@ -24,6 +24,7 @@ from strom.cli.common import (
     Group,
     error_text,
     parse_servers,
+    read_properties,
 )
 from strom.config import broker as broker_config
 from strom.metadata.storage import StorageError, kafka_uuid, parse_kafka_uuid, read_meta
@@ -52,8 +53,8 @@ def metadata_quorum(ctx: click.Context, controllers: str | None, brokers: str | 
 class _Quorum:
     """Connections that follow DescribeQuorum's answers to the leader of the quorum."""
 
-    def __init__(self, servers: list[tuple[str, int]]) -> None:
-        self.settings = ClientSettings(servers, {})
+    def __init__(self, servers: list[tuple[str, int]], properties: dict[str, str] | None = None) -> None:
+        self.settings = ClientSettings(servers, properties or {})
         self.conns: dict[tuple[str, int], BrokerConnection] = {}
 
     def _conn(self, address: tuple[str, int]) -> BrokerConnection:
@@ -108,8 +109,10 @@ class _Quorum:
 
 
 def _open(ctx: click.Context) -> _Quorum:
-    servers, _ = ctx.obj
-    return _Quorum(servers)
+    """Connections to the servers given, with --command-config's client properties (TLS, SASL,
+    request.timeout.ms) as the other client commands take them."""
+    servers, config = ctx.obj
+    return _Quorum(servers, read_properties(config) if config is not None else {})
 
 
 @metadata_quorum.command()
@@ -235,12 +238,11 @@ def add_controller(ctx: click.Context) -> None:
 @click.pass_context
 def remove_controller(ctx: click.Context, controller_id: int, controller_directory_id: str) -> None:
     """Remove a voter from the quorum."""
-    servers, _ = ctx.obj
     try:
         directory = parse_kafka_uuid(controller_directory_id)
     except StorageError as e:
         raise CommandError(str(e)) from None
-    quorum = _Quorum(servers)
+    quorum = _open(ctx)
     try:
         _, address = quorum.describe()
         _voter_change(quorum, REMOVE_RAFT_VOTER, {"cluster_id": quorum.cluster_id(address), "voter_id": controller_id,

@@ -22,6 +22,7 @@ from strom.controller.replication_control import (
     Change,
     Limits,
     fence_changes,
+    leaders_for_returning,
     led_by,
     shutdown_changes,
 )
@@ -93,7 +94,9 @@ def heartbeat(image: MetadataImage, request: Any, session: BrokerSession | None,
             out.records.append(r.BrokerRegistrationChangeRecord(broker_id=broker.id, broker_epoch=broker.epoch,
                                                                 in_controlled_shutdown=1))
             out.records += shutdown_changes(image, broker.id, limits)
-        elif not led_by(image, broker.id):
+        elif led_by(image, broker.id):  # another broker can take these since it asked: move them
+            out.records += shutdown_changes(image, broker.id, limits)
+        else:
             # Nothing left to move: it may go, and is fenced so that nobody waits for it.
             out.records.append(r.BrokerRegistrationChangeRecord(broker_id=broker.id, broker_epoch=broker.epoch,
                                                                 fenced=FENCE))
@@ -103,6 +106,7 @@ def heartbeat(image: MetadataImage, request: Any, session: BrokerSession | None,
     if broker.fenced and not request.want_fence and caught_up:
         out.records.append(r.BrokerRegistrationChangeRecord(broker_id=broker.id, broker_epoch=broker.epoch,
                                                             fenced=UNFENCE))
+        out.records += leaders_for_returning(image, broker.id, limits)
         out.result = Heartbeat(True, False, False)
     elif not broker.fenced and request.want_fence:
         out.records.append(r.BrokerRegistrationChangeRecord(broker_id=broker.id, broker_epoch=broker.epoch,

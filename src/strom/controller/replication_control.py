@@ -256,12 +256,14 @@ def shutdown_changes(image: MetadataImage, broker: int, limits: Limits) -> list[
 
 
 def leaders_for_returning(image: MetadataImage, broker: int, limits: Limits) -> list[Any]:
-    """A broker was unfenced: partitions without a leader that it can lead get one."""
+    """A broker is being unfenced: partitions without a leader that it can lead get one (those
+    whose last in-sync replica it was, say, when it was fenced or the whole cluster stopped)."""
     brokers = Brokers(image)
+    live = brokers.live | {broker}
     out = []
     for topic, index, state in image.partitions():
         if state.leader < 0 and broker in state.replicas:
-            decision = elections.elect_offline(state, brokers.live, brokers.shutting_down,
+            decision = elections.elect_offline(state, live, brokers.shutting_down,
                                                lambda name=topic.name: unclean_allowed(image, limits, name))
             if decision is not None and decision.leader >= 0:
                 out.append(_elected(topic.topic_id, index, state, decision))
@@ -269,8 +271,14 @@ def leaders_for_returning(image: MetadataImage, broker: int, limits: Limits) -> 
 
 
 def led_by(image: MetadataImage, broker: int) -> list[tuple[str, int]]:
-    """Partitions with other replicas that `broker` still leads (controlled shutdown waits)."""
-    return [(t.name, i) for t, i, s in image.partitions() if s.leader == broker and len(s.replicas) > 1]
+    """Partitions `broker` leads that another in-sync replica, live and not shutting down, could
+    lead instead: controlled shutdown waits for these. What nobody could take (every other
+    replica gone or stopping too) does not hold the broker back; fenced, it leaves them without
+    a leader, as Kafka's controller does."""
+    brokers = Brokers(image)
+    return [(t.name, i) for t, i, s in image.partitions()
+            if s.leader == broker and any(r != broker for r in elections.eligible(
+                s.isr, brokers.live, brokers.shutting_down))]
 
 
 # --- AlterPartition and reassignments --------------------------------------------------------------

@@ -60,6 +60,9 @@ class ReplicaFetcher:
         self.partitions: dict[TopicPartition, FetchState] = {}
         self.changed = asyncio.Event()
         self.conn: AsyncConnection | None = None
+        # Set by stop(): a cancellation can be lost (asyncio.wait_for in Python 3.11 returns an
+        # answer that arrived as it was cancelled), so the loop also checks this after each call.
+        self.stopped = False
         self.task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
     def add(self, partition) -> None:
@@ -70,6 +73,7 @@ class ReplicaFetcher:
         self.partitions.pop(tp, None)
 
     def stop(self) -> None:
+        self.stopped = True
         self.task.cancel()
         self._close()
 
@@ -82,7 +86,7 @@ class ReplicaFetcher:
         config = self.broker.config
         backoff = config["replica.fetch.backoff.ms"] / 1000
         failures = 0
-        while True:
+        while not self.stopped:
             if not self.partitions:
                 self.changed.clear()
                 await self.changed.wait()
@@ -94,6 +98,8 @@ class ReplicaFetcher:
                                                            security=self.broker.inter_broker_security)
                 if any(s.truncating for s in self.partitions.values()):
                     await self._truncate()
+                    if self.stopped:
+                        return
                 await self._fetch()
                 failures = 0
             except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError) as e:
@@ -138,6 +144,8 @@ class ReplicaFetcher:
         response = await self.conn.call(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, {
             "replica_id": self.broker.broker_id,
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
+        if self.stopped:
+            return
         by_tp = {(t.topic, p.partition): p for t in response.topics for p in t.partitions}
         for s in states:
             p = s.partition
@@ -195,6 +203,8 @@ class ReplicaFetcher:
             "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
             "forgotten_topics_data": [], "rack_id": ""}, timeout_s=wait_ms / 1000 + 30)
+        if self.stopped:
+            return
         for t in response.responses:
             for answer in t.partitions:
                 state = self.partitions.get((t.topic, answer.partition_index))

@@ -1,0 +1,271 @@
+"""`strom cluster up` in its default mode, KRaft, as a user runs it: three combined nodes formatted
+and started by the command, used through their brokers and controllers by `strom topics`,
+`strom metadata-quorum` (as kafka-metadata-quorum) and `strom dump-log` on the metadata log they
+wrote, stopped with Ctrl-C and started again on the same directories."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from strom.metadata.storage import read_meta
+from strom.protocol.raft_records import data_batch
+from strom.raft.snapshots import parse_filename
+from strom.testing import unique_name, wait_for
+
+from .conftest import fails, free_port_run, ok, strom
+
+pytestmark = pytest.mark.timeout(300)
+
+NODES = 3
+# A snapshot of the metadata log once it holds a few KB, so that the module sees one.
+OVERRIDES = ("metadata.log.max.record.bytes.between.snapshots=2048",)
+
+
+class LocalCluster:
+    """One `strom cluster up` process and the directory it keeps its nodes in."""
+
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        self.base = free_port_run(2 * NODES)  # brokers, then controllers: the runs cannot overlap
+        self.controller_base = self.base + NODES
+        self.proc: subprocess.Popen | None = None
+        self.ready_line = ""
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.base + i}" for i in range(NODES))
+
+    @property
+    def controllers(self) -> str:
+        return ",".join(f"127.0.0.1:{self.controller_base + i}" for i in range(NODES))
+
+    def start(self) -> None:
+        args = [sys.executable, "-m", "strom", "cluster", "up", "--brokers", str(NODES),
+                "--base-port", str(self.base), "--controller-port", str(self.controller_base),
+                "--data-dir", str(self.data)]
+        for item in OVERRIDES:
+            args += ["--override", item]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.ready_line = self.proc.stdout.readline()
+        assert self.ready_line.startswith("cluster ready"), (self.ready_line, self.stop_now())
+
+    def stop(self) -> tuple[int, str]:
+        """Ctrl-C, as a user stops it: its exit code and stderr."""
+        self.proc.send_signal(signal.SIGINT)
+        _, err = self.proc.communicate(timeout=120)
+        return self.proc.returncode, err
+
+    def stop_now(self) -> str:
+        self.proc.kill()
+        return self.proc.communicate()[1][-3000:]
+
+    def node_log(self, node_id: int) -> str:
+        return (self.data / f"node-{node_id}" / "strom.log").read_text()
+
+    def metadata_dir(self, node_id: int) -> Path:
+        return self.data / f"node-{node_id}" / "logs" / "__cluster_metadata-0"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("cluster") / "strom-cluster")
+    c.start()
+    try:
+        yield c
+    finally:
+        if c.proc.poll() is None:
+            c.stop()
+
+
+@pytest.fixture(scope="module")
+def topic(cluster) -> str:
+    """A topic of 3 partitions on every node, created through a broker (which forwards it to
+    the active controller)."""
+    name = unique_name("kraft-cli")
+    ok("topics", "create", name, "--partitions", "3", "--replication-factor", "3",
+       "--bootstrap-server", f"127.0.0.1:{cluster.base + 1}")
+    return name
+
+
+def test_three_combined_nodes_serve_as_one_cluster(cluster, topic):
+    assert cluster.ready_line.strip() == (f"cluster ready: bootstrap {cluster.bootstrap} "
+                                          f"(kraft, controllers {cluster.controllers})")
+    config = (cluster.data / "node-2" / "server.properties").read_text()
+    voters = ",".join(f"{n + 1}@127.0.0.1:{cluster.controller_base + n}" for n in range(NODES))
+    assert "process.roles=broker,controller\n" in config and f"controller.quorum.voters={voters}\n" in config
+    cluster_id = (cluster.data / "cluster-id").read_text().strip()
+    for n in range(1, NODES + 1):
+        meta = read_meta(cluster.data / f"node-{n}" / "logs")
+        assert meta.node_id == n and meta.cluster_id == cluster_id
+
+    described = ok("topics", "describe", "--topic", topic, "--bootstrap-server", f"127.0.0.1:{cluster.base}")
+    rows = re.findall(r"Partition: (\d+)\tLeader: (\d+)\tReplicas: ([\d,]+)\tIsr: ([\d,]+)", described)
+    assert len(rows) == 3
+    for _, leader, replicas, isr in rows:
+        assert sorted(replicas.split(",")) == ["1", "2", "3"] and leader in isr.split(",")
+    ok("produce", topic, "--bootstrap-server", f"127.0.0.1:{cluster.base + 2}", "--sync", "--acks", "all",
+       input="one\ntwo\n")
+    out = ok("consume", topic, "--from-beginning", "--max-messages", "2", "--bootstrap-server",
+             f"127.0.0.1:{cluster.base}", allow_stderr=True)
+    assert sorted(out.split()) == ["one", "two"]
+
+
+@pytest.mark.parametrize("through", ["--bootstrap-server", "--bootstrap-controller"])
+def test_metadata_quorum_describe(cluster, through, tmp_path):
+    servers = cluster.bootstrap if through == "--bootstrap-server" else cluster.controllers
+    status = ok("metadata-quorum", through, servers.split(",")[1], "describe", "--status")
+    fields = dict(line.split(":", 1) for line in status.splitlines())
+    fields = {k: v.strip() for k, v in fields.items()}
+    assert fields["ClusterId"] == (cluster.data / "cluster-id").read_text().strip()
+    assert fields["LeaderId"] in {"1", "2", "3"} and int(fields["LeaderEpoch"]) >= 1
+    assert int(fields["HighWatermark"]) > 0 and int(fields["MaxFollowerLag"]) >= 0
+    voters = re.findall(r'"id": (\d+), "directoryId": "[\w-]+", "endpoints": \["CONTROLLER://127.0.0.1:(\d+)"\]',
+                        fields["CurrentVoters"])
+    assert [(int(n), int(p)) for n, p in voters] == [(n + 1, cluster.controller_base + n) for n in range(NODES)]
+    assert fields["CurrentObservers"] == "[]"  # every broker is a voter's own
+
+    replication = ok("metadata-quorum", through, servers, "describe", "--replication")
+    header, *rows = [line.split() for line in replication.splitlines()]
+    assert header == ["NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp",
+                      "LastCaughtUpTimestamp", "Status"]
+    assert sorted(int(r[0]) for r in rows) == [1, 2, 3]
+    assert [r[0] for r in rows if r[6] == "Leader"] == [fields["LeaderId"]]
+    assert {r[6] for r in rows} == {"Leader", "Follower"}
+    assert all(int(r[2]) > 0 and int(r[3]) >= 0 for r in rows)
+
+    # --command-config's client properties are used: TLS to a plaintext listener fails.
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SSL\nrequest.timeout.ms=5000\n")
+    line = fails("metadata-quorum", through, servers, "--command-config", str(props), "describe", "--status")
+    assert line.startswith("Error: "), line
+
+
+def _payloads(out: str, kind: str) -> list[str]:
+    return [line for line in out.splitlines() if f'payload: {{"type":"{kind}"' in line]
+
+
+def test_dump_log_decodes_the_metadata_log(cluster, topic):
+    out = ok("dump-log", str(cluster.metadata_dir(1)))
+    assert "Dumping " in out and "isvalid: true" in out and "isvalid: false" not in out
+    state = out.split("quorum-state\n", 1)[1].splitlines()[0]
+    assert re.match(r'\{.*"leaderId":[123],"leaderEpoch":\d+', state), state
+    created = [line for line in _payloads(out, "TOPIC_RECORD") if f'"name":"{topic}"' in line]
+    assert len(created) == 1
+    topic_id = re.search(r'"topicId":"([\w-]+)"', created[0])[1]
+    partitions = [line for line in _payloads(out, "PARTITION_RECORD") if f'"topicId":"{topic_id}"' in line]
+    assert sorted(int(re.search(r'"partitionId":(\d+)', p)[1]) for p in partitions) == [0, 1, 2]
+    assert all(re.search(r'"replicas":\[\d,\d,\d\]', p) for p in partitions)
+    registered = {int(re.search(r'"brokerId":(\d+)', line)[1]) for line in _payloads(out, "REGISTER_BROKER_RECORD")}
+    assert registered == {1, 2, 3}
+    ports = {int(p) for p in re.findall(r'"name":"PLAINTEXT","host":"127.0.0.1","port":(\d+)', out)}
+    assert ports == {cluster.base, cluster.base + 1, cluster.base + 2}
+    assert re.search(r'LeaderChange: \{"version":0,"leaderId":[123],"voters":\[\{"voterId":1\}', out)
+    assert _payloads(out, "FEATURE_LEVEL_RECORD")  # metadata.version, from the bootstrap checkpoint
+
+    # The same segment elsewhere is decoded when asked (--cluster-metadata-decoder), as Kafka's tool
+    # does, and shown as bytes otherwise.
+    segment = sorted(cluster.metadata_dir(1).glob("*.log"))[0]
+    asked = ok("dump-log", str(segment), "--cluster-metadata-decoder")
+    assert [line for line in asked.splitlines() if line.startswith("| ")] == \
+        [line for line in ok("dump-log", str(segment)).splitlines() if line.startswith("| ")]
+    copy = cluster.data.parent / "copy" / segment.name
+    copy.parent.mkdir()
+    copy.write_bytes(segment.read_bytes())
+    plain = ok("dump-log", str(copy))
+    assert "payload:" not in plain and "baseOffset: 0" in plain
+    assert _payloads(ok("dump-log", str(copy), "--cluster-metadata-decoder"), "TOPIC_RECORD")
+
+
+def test_dump_log_decodes_snapshots(cluster, topic):
+    def snapshots() -> list[Path]:
+        found = sorted(p for p in cluster.metadata_dir(2).glob("*.checkpoint") if parse_filename(p.name).offset > 0)
+        if not found:  # more records, until the log holds enough for a snapshot
+            ok("topics", "create", unique_name("more"), "--bootstrap-server", cluster.bootstrap)
+        return found
+
+    snapshots = wait_for(snapshots, 120, interval=0.5, what="a snapshot of the metadata log")
+    out = ok("dump-log", str(snapshots[-1]))
+    snapshot_id = parse_filename(snapshots[-1].name)
+    assert f"Snapshot end offset: {snapshot_id.offset}, epoch: {snapshot_id.epoch}" in out
+    records = [line for line in out.splitlines() if line.startswith("| ")]
+    assert re.search(r' SnapshotHeader: \{"version":0,"lastContainedLogTimestamp":\d+\}$', records[0])
+    assert records[-1].endswith('SnapshotFooter: {"version":0}')
+    assert any(f'"name":"{topic}"' in line for line in _payloads(out, "TOPIC_RECORD"))
+    assert len(_payloads(out, "REGISTER_BROKER_RECORD")) == 3  # the image: one per broker
+
+    bootstrap = ok("dump-log", str(cluster.data / "node-1" / "logs" / "bootstrap.checkpoint"))
+    assert "Bootstrap snapshot" in bootstrap
+    assert any('"name":"metadata.version"' in line for line in _payloads(bootstrap, "FEATURE_LEVEL_RECORD"))
+
+
+def test_dump_log_reports_what_is_not_a_metadata_record(tmp_path):
+    partition = tmp_path / "__cluster_metadata-0"
+    partition.mkdir()
+    # A batch with a valid CRC whose record is not a framed metadata record.
+    (partition / "00000000000000000000.log").write_bytes(data_batch([b"\x01\x7f\x00junk"], 0, 1, 0))
+    assert fails("dump-log", str(partition / "00000000000000000000.log")) == \
+        "Error: 1 problem(s) found in 1 file(s)"
+    done = strom("dump-log", str(partition / "00000000000000000000.log"))
+    assert "record at offset 0 does not decode: unknown metadata record type 127" in done.stderr
+    # A snapshot without its header and footer.
+    (partition / "00000000000000000005-0000000001.checkpoint").write_bytes(data_batch([b"\x01\x02\x00\x00"], 0, 1, 0))
+    done = strom("dump-log", str(partition / "00000000000000000005-0000000001.checkpoint"))
+    assert done.returncode == 1
+    assert "does not begin with a SnapshotHeader control record" in done.stderr
+    assert "does not end with a SnapshotFooter control record" in done.stderr
+
+
+def test_a_node_that_cannot_start_stops_the_others(tmp_path):
+    import socket
+
+    base = free_port_run(2 * NODES)
+    controllers = base + NODES
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", base + 1))  # node 2's broker port
+        taken.listen()
+        done = strom("cluster", "up", "--base-port", str(base), "--controller-port", str(controllers),
+                     "--data-dir", str(tmp_path / "c"), timeout=180)
+    assert done.returncode == 1, done
+    assert f"strom: node 2 did not start (log: {tmp_path / 'c' / 'node-2' / 'strom.log'}):" in done.stderr
+    assert "stopping the cluster" in done.stderr
+    assert "Traceback" not in done.stderr.split("did not start")[0]
+
+
+def test_ctrl_c_stops_every_node_cleanly_and_a_restart_keeps_the_cluster(cluster, topic):
+    """Every node hands on what another can still take and goes: the last ones, with nobody to
+    take their leadership, do not wait for the controller's session timeout. Started again on the
+    same directories, the cluster is the same (nothing formatted again) and every partition has
+    a leader."""
+    ok("produce", topic, "--bootstrap-server", cluster.bootstrap, "--sync", "--acks", "all", input="kept\n")
+    cluster_id = (cluster.data / "cluster-id").read_text().strip()
+    directory_ids = {n: read_meta(cluster.data / f"node-{n}" / "logs").directory_id for n in range(1, NODES + 1)}
+    code, err = cluster.stop()
+    assert code == 0, err[-3000:]
+    assert "stopping the cluster" in err
+    for n in range(1, NODES + 1):
+        log = cluster.node_log(n)
+        tail = log[log.rindex("shutting down"):]
+        assert "controlled shutdown succeeded" in tail, tail
+        assert "incomplete" not in tail and "Traceback" not in tail, tail
+
+    cluster.start()
+    assert (cluster.data / "cluster-id").read_text().strip() == cluster_id
+    for n in range(1, NODES + 1):
+        meta = read_meta(cluster.data / f"node-{n}" / "logs")
+        assert (meta.cluster_id, meta.directory_id) == (cluster_id, directory_ids[n])
+
+    def led() -> bool:
+        out = ok("topics", "describe", "--topic", topic, "--bootstrap-server", f"127.0.0.1:{cluster.base}")
+        leaders = re.findall(r"Leader: (\S+)", out)
+        return len(leaders) == 3 and all(x in {"1", "2", "3"} for x in leaders)
+
+    wait_for(led, 60, what="a leader for every partition after the restart")
+    out = ok("consume", topic, "--from-beginning", "--exit-at-end", "--bootstrap-server",
+             f"127.0.0.1:{cluster.base + 1}", allow_stderr=True)
+    assert "kept" in out.split()
