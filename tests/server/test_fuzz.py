@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import struct
+import tempfile
 import time
 import tracemalloc
 
@@ -69,40 +70,57 @@ def _produce_and_consume(broker: BrokerProcess) -> list[bytes]:
     return values
 
 
+def _keep_log(broker: BrokerProcess) -> None:
+    """The whole broker log, kept in a file a failure names: a fuzz failure is often a race,
+    seen once, and the lines before the assertion are what explains it."""
+    fd, path = tempfile.mkstemp(prefix=f"strom-fuzz-{SEED}-", suffix=".log")
+    with os.fdopen(fd, "w") as f:
+        f.write(broker.log_text() + "\n")
+    print(f"broker log ({len(broker.stderr_lines)} lines): {path}")
+
+
 def test_fuzzed_requests_do_not_hurt_the_broker():
     with BrokerProcess(overrides=OVERRIDES) as broker:
-        prepare_broker(broker.port)
-        targets = advertised_targets(broker.port)
-        print(f"fuzzing {len(targets)} (api key, version) pairs for {SECONDS:.0f} s from {WORKERS} "
-              f"clients at once, seed {SEED} (STROM_FUZZ_SEED)")
-        fuzzer = Fuzzer(broker.port, SEED, targets, broker.stderr_lines,
-                        alive=lambda: broker.proc.poll() is None, workers=WORKERS)
-        report = fuzzer.run(SECONDS)
-        print(report.summary())
+        try:
+            _fuzz(broker)
+        except BaseException:
+            _keep_log(broker)
+            raise
 
-        assert not report.died_after, "the broker died; the last cases:\n" + "\n".join(
-            c.describe() for c in report.died_after)
-        assert broker.proc.poll() is None
-        findings = "\n\n".join(
-            "\n".join(f.lines) + "\n  after one of:\n" + "\n".join("  " + c.describe() for c in f.suspects)
-            for f in report.findings)
-        assert not report.findings, f"seed {SEED}: the broker logged what it should not have:\n{findings}"
-        # The unmutated request of every pair must be served: the fuzzer's requests are valid.
-        assert not report.valid_rejected, "valid requests refused:\n" + "\n".join(
-            c.describe() for c in report.valid_rejected)
-        thin = {t: report.by_api[t] for t in targets if report.by_api[t] < MIN_CASES_PER_VERSION}
-        assert not thin, f"too few cases for {thin}"
-        assert report.outcomes["closed"] > 0 and report.outcomes["answered"] > 0
-        if WORKERS > 1:
-            assert report.valid_outcomes["answered"] and any(m == "burst" for m, _ in report.by_mutation)
 
-        assert _produce_and_consume(broker) == [b"still-serving"]
-        peak = memory_mb(broker.proc.pid, "VmHWM")
-        print(f"broker peak RSS {peak:.0f} MB")
-        assert peak < PEAK_RSS_LIMIT_MB
-        time.sleep(0.5)  # the log arrives through a pipe
-        late = [line for line in broker.stderr_lines[fuzzer.seen_lines :] if bad_log_line(line)]
-        assert not late, late
+def _fuzz(broker: BrokerProcess) -> None:
+    prepare_broker(broker.port)
+    targets = advertised_targets(broker.port)
+    print(f"fuzzing {len(targets)} (api key, version) pairs for {SECONDS:.0f} s from {WORKERS} "
+          f"clients at once, seed {SEED} (STROM_FUZZ_SEED)")
+    fuzzer = Fuzzer(broker.port, SEED, targets, broker.stderr_lines,
+                    alive=lambda: broker.proc.poll() is None, workers=WORKERS)
+    report = fuzzer.run(SECONDS)
+    print(report.summary())
+
+    assert not report.died_after, "the broker died; the last cases:\n" + "\n".join(
+        c.describe() for c in report.died_after)
+    assert broker.proc.poll() is None
+    findings = "\n\n".join(
+        "\n".join(f.lines) + "\n  after one of:\n" + "\n".join("  " + c.describe() for c in f.suspects)
+        for f in report.findings)
+    assert not report.findings, f"seed {SEED}: the broker logged what it should not have:\n{findings}"
+    # The unmutated request of every pair must be served: the fuzzer's requests are valid.
+    assert not report.valid_rejected, "valid requests refused:\n" + "\n".join(
+        c.describe() for c in report.valid_rejected)
+    thin = {t: report.by_api[t] for t in targets if report.by_api[t] < MIN_CASES_PER_VERSION}
+    assert not thin, f"too few cases for {thin}"
+    assert report.outcomes["closed"] > 0 and report.outcomes["answered"] > 0
+    if WORKERS > 1:
+        assert report.valid_outcomes["answered"] and any(m == "burst" for m, _ in report.by_mutation)
+
+    assert _produce_and_consume(broker) == [b"still-serving"]
+    peak = memory_mb(broker.proc.pid, "VmHWM")
+    print(f"broker peak RSS {peak:.0f} MB")
+    assert peak < PEAK_RSS_LIMIT_MB
+    time.sleep(0.5)  # the log arrives through a pipe
+    late = [line for line in broker.stderr_lines[fuzzer.seen_lines :] if bad_log_line(line)]
+    assert not late, late
 
 
 # --- what the fuzzer found, kept fixed ----------------------------------------------------------
