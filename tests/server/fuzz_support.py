@@ -59,7 +59,7 @@ from strom.protocol.frames import frame
 from strom.protocol.records import build_batch
 from strom.protocol.varint import write_uvarint
 
-PRODUCE, API_VERSIONS, CREATE_TOPICS = 0, 18, 19
+PRODUCE, JOIN_GROUP, API_VERSIONS, CREATE_TOPICS = 0, 11, 18, 19
 _FIXED = {Int8: ">b", Int16: ">h", UnsignedInt16: ">H", Int32: ">i", Int64: ">q", Boolean: ">?",
           Float64: ">d"}
 _INT_RANGE = {Int8: (-(1 << 7), (1 << 7) - 1), Int16: (-(1 << 15), (1 << 15) - 1),
@@ -293,15 +293,21 @@ class RequestFactory:
 
     # bytes
     def build(self, api_key: int, version: int, fields: dict[str, Any] | None = None,
-              answered: bool = False) -> Request:
+              answered: bool = False, alone: bool = False) -> Request:
         """`answered`: a request that must get an answer (a Produce with acks=0 gets none, and
-        a failed one closes the connection, as Kafka does)."""
+        a failed one closes the connection, as Kafka does). `alone`: one that must be answered
+        at once, whatever other clients did before: a JoinGroup joins a group of its own."""
         cls = messages.REQUESTS[api_key]
         flexible = messages.is_flexible(api_key, version)
         if fields is None:
             fields = self._struct_value(cls._struct, version, 0)
         if answered and fields.get("acks") == 0:
             fields["acks"] = 1
+        if alone and api_key == JOIN_GROUP and fields.get("group_id"):
+            # A join into a group with members waits, as Kafka's coordinator makes it wait,
+            # until they rejoin or the group's rebalance timeout passes (a v0 member's session
+            # timeout: up to 30 s here), and other clients' joins leave such members behind.
+            fields["group_id"] += f"-{uuid.UUID(int=self.rng.getrandbits(128))}"
         for name in PROTECTED.get(api_key, ()):
             if name in fields:
                 fields[name] = STALE_CONTROLLER_EPOCH if name == "controller_epoch" else FOREIGN_BROKER_ID
@@ -739,6 +745,7 @@ class FuzzReport:
     by_api: Counter = field(default_factory=Counter)
     valid_outcomes: Counter = field(default_factory=Counter)  # unmutated requests, per outcome
     valid_rejected: list[Case] = field(default_factory=list)
+    held: list[Case] = field(default_factory=list)  # no verdict in time: waited on, or stalled
     findings: list[Finding] = field(default_factory=list)
     died_after: list[Case] = field(default_factory=list)
 
@@ -839,7 +846,7 @@ class Fuzzer:
                 if max_cases is not None and number >= max_cases:
                     return
                 burst = rounds > 0 and self.workers > 1 and rng.random() < self.BURST_SHARE
-                req = factory.build(api_key, version, answered=rounds == 0 or burst)
+                req = factory.build(api_key, version, answered=rounds == 0 or burst, alone=rounds == 0)
                 # The first round sends each request as it is: a valid request that the broker
                 # refuses says the fuzzer (or the broker) is wrong, not the client.
                 if rounds == 0:
@@ -880,6 +887,8 @@ class Fuzzer:
                 report.outcomes[outcome] += 1
                 report.by_mutation[(case.mutation.split("+")[0], outcome)] += 1
                 report.by_api[(case.api_key, case.version)] += 1
+                if outcome == "held":
+                    report.held.append(case)
                 if case.mutation in ("none", "burst"):
                     report.valid_outcomes[outcome] += 1
                     # A burst's copies may wait on each other (a group's joins): only a closed
