@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from strom.testing import free_ports
+
 SERVER_PROPERTIES = Path(__file__).resolve().parents[2] / "config" / "server.properties"
 
 
@@ -31,8 +33,8 @@ def test_every_key_it_sets_is_one_strom_knows():
 KRAFT_SAMPLE = """
 process.roles=broker,controller
 node.id=1
-controller.quorum.voters=1@localhost:9093
-listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0
+controller.quorum.voters=1@localhost:{port}
+listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{port}
 inter.broker.listener.name=PLAINTEXT
 advertised.listeners=PLAINTEXT://localhost:9092
 controller.listener.names=CONTROLLER
@@ -92,7 +94,8 @@ def serve(properties: Path, *overrides: str) -> tuple[str, str]:
 
 def test_kafkas_kraft_sample_needs_formatting_then_starts_without_warnings(tmp_path):
     props = tmp_path / "server.properties"
-    props.write_text(KRAFT_SAMPLE.format(dir=tmp_path / "data"))
+    # The voter and the controller listener on one free port: the broker registers with it.
+    props.write_text(KRAFT_SAMPLE.format(dir=tmp_path / "data", port=free_ports(1)[0]))
     refused = subprocess.run([sys.executable, "-m", "strom", "serve", str(props)], capture_output=True, text=True,
                              timeout=60)
     assert refused.returncode == 1 and not (tmp_path / "data" / "meta.properties").exists()

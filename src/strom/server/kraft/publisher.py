@@ -103,6 +103,9 @@ class BrokerMetadataPublisher:
         channel = _Collect(self.broker_id, broker.inter_broker_listener)
         batch.send(channel, live_brokers(image, also=self.broker_id))
         for api_key, fields in channel.requests:
+            # From this broker's own image, in log order: nothing to fence (the image may still
+            # hold an earlier registration's epoch just after this broker registered again).
+            fields["broker_epoch"] = -1
             if api_key == UPDATE_METADATA and fenced:  # clients hear of this broker once unfenced
                 fields["live_brokers"] = [b for b in fields["live_brokers"] if b["id"] != self.broker_id]
             response = await broker.deliver_local(api_key, _VERSIONS[api_key], fields)
