@@ -22,7 +22,7 @@ same number in both (zookeeper.session.timeout.ms, broker.session.timeout.ms). P
 - `new_broker_ready`: a fourth broker started until its ready line (`ready_s`) and until every
   other broker's Metadata lists it (`known_s`).
 
-Prints one JSON document (and a Markdown table with --table).
+Prints one JSON document (and a Markdown table with --table); `--logs DIR` keeps every node's log.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from partitions import (  # benchmarks/partitions.py
     CREATE_TOPICS,
@@ -56,7 +57,7 @@ def _leaders(conn: Connection, names: list[str]) -> dict[tuple[str, int], int]:
             for p in t.partitions}
 
 
-def scenario(mode: str, partitions: int, session_ms: int) -> dict:
+def scenario(mode: str, partitions: int, session_ms: int, logs: Path | None = None) -> dict:
     from strom.zookeeper_server import ZooKeeperServer
 
     topics = topic_names(partitions)
@@ -136,6 +137,10 @@ def scenario(mode: str, partitions: int, session_ms: int) -> dict:
     finally:
         for conn in clients.values():
             conn.close()
+        if logs is not None:  # every node's log, for what a number does not say
+            logs.mkdir(parents=True, exist_ok=True)
+            for node_id, node in cluster.brokers.items():
+                (logs / f"{mode}-node-{node_id}.log").write_text(node.log_text())
         cluster.close()
         if zk is not None:
             zk.close()
@@ -184,12 +189,13 @@ def main() -> None:
     parser.add_argument("--session-timeout-ms", type=int, default=4000)
     parser.add_argument("--modes", default="zookeeper,kraft")
     parser.add_argument("--table", action="store_true")
+    parser.add_argument("--logs", type=Path, help="write each node's log here")
     args = parser.parse_args()
     results = []
     for mode in args.modes.split(","):
         print(f"{mode}: {args.partitions} partitions ...", file=sys.stderr, flush=True)
         try:
-            results.append(scenario(mode, args.partitions, args.session_timeout_ms))
+            results.append(scenario(mode, args.partitions, args.session_timeout_ms, args.logs))
         except Exception as e:  # the other mode still runs
             results.append({"mode": mode, "partitions": args.partitions, "error": f"{type(e).__name__}: {e}"})
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)

@@ -12,6 +12,7 @@ records are applied only when it ends).
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,9 @@ from strom.protocol.raft_records import data_values
 # is decoded in a worker thread.
 REPLAY_SLICE = 2_000
 DECODE_OFF_LOOP = 2_000
+RETRY_S = 1.0  # after a publish that failed
+
+log = logging.getLogger(__name__)
 
 _BROKER_RECORDS = (r.RegisterBrokerRecord, r.UnregisterBrokerRecord, r.FenceBrokerRecord, r.UnfenceBrokerRecord,
                    r.BrokerRegistrationChangeRecord)
@@ -60,6 +64,7 @@ class MetadataLoader:
         self.publishers: list[Publisher] = []
         self._delta = MetadataDelta(full=image is not None)
         self.published = asyncio.Event()  # set after the first publish
+        self._publishing = asyncio.Lock()
 
     @property
     def offset(self) -> int:
@@ -113,9 +118,21 @@ class MetadataLoader:
             delta.other.add(_OTHER[kind])
 
     async def _publish(self) -> None:
+        async with self._publishing:  # one at a time: a change is never applied after a later one
+            await self._publish_delta()
+
+    async def _publish_delta(self) -> None:
         if self.image.transaction is not None or not self._delta:
             return
         delta, self._delta = self._delta, MetadataDelta()
         for publish in self.publishers:
-            await publish(self.image, delta)
+            try:
+                await publish(self.image, delta)
+            except Exception:
+                # What this change was is lost with it: the next publish looks at everything,
+                # and comes soon even if the metadata does not change again.
+                log.exception("metadata at offset %d not published; publishing all of it again", self.offset)
+                self._delta.full = True
+                asyncio.get_running_loop().call_later(RETRY_S, lambda: asyncio.ensure_future(self._publish()))
+                return
         self.published.set()
