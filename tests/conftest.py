@@ -84,7 +84,9 @@ SLOW: tuple[str, ...] = (
     "tests/powerloss/",                              # 120
     "tests/integration/test_tls_failures.py",        # 118
     "tests/server/test_hardening_storage.py",        # 107
-    "tests/cluster/",                                # 480, the other modules
+    "tests/cluster/",                                # 480 per mode, the other modules
+    "tests/kraft/",                                  # ~200 (estimated: quorums, KRaft clusters)
+    "tests/cli/test_cluster_cli.py",                 # ~100 (estimated: a real `cluster up`)
     "tests/server/test_fuzz.py",                     # 81
 )
 
