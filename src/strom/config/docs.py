@@ -663,6 +663,9 @@ BROKER_DOCS: dict[str, str] = {
         "its leaderships and leaves every ISR.",
     "broker.heartbeat.interval.ms":
         "Milliseconds between a broker's heartbeats to the active controller.",
+    "initial.broker.registration.timeout.ms":
+        "Milliseconds a KRaft broker keeps trying to register with a controller at start-up "
+        "before it gives up and exits.",
     "sasl.mechanism.controller.protocol":
         "SASL mechanism a node uses on a SASL controller listener when it talks to controllers.",
     # Authorization.
