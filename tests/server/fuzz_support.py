@@ -59,7 +59,7 @@ from strom.protocol.frames import frame
 from strom.protocol.records import build_batch
 from strom.protocol.varint import write_uvarint
 
-PRODUCE, JOIN_GROUP, API_VERSIONS, CREATE_TOPICS = 0, 11, 18, 19
+PRODUCE, FIND_COORDINATOR, JOIN_GROUP, API_VERSIONS, CREATE_TOPICS = 0, 10, 11, 18, 19
 _FIXED = {Int8: ">b", Int16: ">h", UnsignedInt16: ">H", Int32: ">i", Int64: ">q", Boolean: ">?",
           Float64: ">d"}
 _INT_RANGE = {Int8: (-(1 << 7), (1 << 7) - 1), Int16: (-(1 << 15), (1 << 15) - 1),
@@ -762,7 +762,9 @@ class FuzzReport:
 
 def prepare_broker(port: int) -> None:
     """The topics the fuzzer's requests name, with records in each partition; called again
-    every round, since a fuzzed DeleteTopics may have removed them."""
+    every round, since a fuzzed DeleteTopics may have removed them. And the internal topics:
+    the first request that needs a coordinator makes its topic of 50 partitions and waits for
+    it (seconds on a busy machine), which a first-round request must not be held by."""
     from strom.client import Connection
 
     names = sorted(set(TOPICS))
@@ -776,6 +778,8 @@ def prepare_broker(port: int) -> None:
                 {"name": name, "partition_data": [
                     {"index": p, "records": build_batch([(b"k", b"v")] * 3, timestamp=1_700_000_000_000)}
                     for p in range(2)]} for name in created]})
+        for key_type, key in ((0, "fuzz-group"), (1, "fuzz-txn"), (2, "fuzz-group:AAAAAAAAAAAAAAAAAAAAAA:0")):
+            conn.call(FIND_COORDINATOR, 6, {"key_type": key_type, "coordinator_keys": [key]})
 
 
 class Fuzzer:

@@ -184,6 +184,27 @@ def test_a_join_that_must_be_answered_at_once_has_a_group_of_its_own():
     assert set(GROUPS) <= set(later)  # the other rounds share the groups, so members meet
 
 
+def test_offset_commit_with_the_longest_retention_is_kept():
+    """Seed 32680: an OffsetCommit v3 asking for a retention of 2^63-2 ms made an expiry past
+    the int64 its record stores, and the handler failed ("int too large to convert", the
+    connection closed). The commit is kept, as one that never expires."""
+    topic, group = unique_name("retention"), unique_name("retention")
+    with BrokerProcess() as broker, RawClient(broker) as client:
+        created = client.call(19, 5, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1,
+                                                  "assignments": [], "configs": []}], "timeout_ms": 10000})
+        assert created.topics[0].error_code == 0
+        found = client.call(10, 4, {"key_type": 0, "coordinator_keys": [group]})  # makes __consumer_offsets
+        assert found.coordinators[0].error_code == 0
+        committed = client.call(8, 3, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                                       "retention_time_ms": (1 << 63) - 2, "topics": [{"name": topic, "partitions": [
+                                           {"partition_index": 0, "committed_offset": 7, "committed_metadata": "m"}]}]})
+        assert committed.topics[0].partitions[0].error_code == 0
+        fetched = client.call(9, 3, {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}]})
+        assert fetched.topics[0].partitions[0].committed_offset == 7
+        time.sleep(0.5)  # the log arrives through a pipe
+        assert not [line for line in broker.stderr_lines if bad_log_line(line)]
+
+
 def test_valid_requests_still_parse():
     """The checks behind the cases above do not refuse what clients send."""
     raw = messages.encode_request(19, 5, {"topics": [], "timeout_ms": 1000, "validate_only": False})

@@ -27,6 +27,7 @@ from strom.server.apis.transactions import check_answer
 
 OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT, OFFSET_DELETE = 8, 9, 28, 47
 NO_METADATA = ""  # what OffsetFetch returns as metadata for a partition without a commit
+MAX_TIMESTAMP = (1 << 63) - 1  # an int64 on disk: a retention that long never expires
 
 
 def _partition_exists(broker, topic: str, partition: int) -> bool:
@@ -60,7 +61,7 @@ def _requested_commits(broker, ctx: RequestContext, group_id: str, topics, leade
                 leader_epoch=p.committed_leader_epoch if leader_epochs else -1,
                 metadata=p.committed_metadata or NO_METADATA,
                 commit_timestamp=now,
-                expire_timestamp=now + retention_ms if retention_ms != -1 else None,
+                expire_timestamp=min(now + retention_ms, MAX_TIMESTAMP) if retention_ms != -1 else None,
             )
     return errors, commits
 
