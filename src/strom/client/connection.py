@@ -128,3 +128,41 @@ class AsyncConnection:
 
     def close(self) -> None:
         self.writer.close()
+
+
+class ConnectionCache:
+    """AsyncConnections kept open by key, one request at a time per key: a connection is opened
+    on first use (`address(key)`, at call time) and dropped on any failure, so the next call
+    opens a fresh one. For the brokers' and controllers' calls to each other."""
+
+    def __init__(self, client_id: str, security: ClientSecurity | None, connect_timeout_s: float) -> None:
+        self.client_id = client_id
+        self.security = security
+        self.connect_timeout_s = connect_timeout_s
+        self._conns: dict[Any, AsyncConnection] = {}
+        self._locks: dict[Any, asyncio.Lock] = {}
+
+    async def call(self, key: Any, address: tuple[str, int] | Any, api_key: int, version: int,
+                   fields: dict[str, Any], timeout_s: float, connect_timeout_s: float | None = None) -> Any:
+        """`address` is (host, port) or a function giving it (asked only when a connection opens)."""
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            conn = self._conns.get(key)
+            if conn is None:
+                host, port = address() if callable(address) else address
+                conn = await AsyncConnection.open(host, port, self.client_id,
+                                                  connect_timeout_s or self.connect_timeout_s, security=self.security)
+                self._conns[key] = conn
+            try:
+                return await conn.call(api_key, version, fields, timeout_s=timeout_s)
+            except BaseException:
+                self._conns.pop(key, None)
+                conn.close()
+                raise
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self._conns.clear()

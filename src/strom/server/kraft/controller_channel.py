@@ -11,12 +11,11 @@ few, and each waits for its answer.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
 
-from strom.client import AsyncConnection, ClientSecurity
+from strom.client import ClientSecurity, ConnectionCache
 from strom.protocol.errors import ErrorCode
 from strom.raft.config import parse_bootstrap_servers, parse_voters
 
@@ -47,10 +46,7 @@ class ControllerChannel:
         self.addresses = list(dict.fromkeys(addresses))
         if not self.addresses:
             raise ValueError("a KRaft broker needs controller.quorum.voters or controller.quorum.bootstrap.servers")
-        self.client_id = client_id
-        self.security = security
-        self._conns: dict[tuple[str, int], AsyncConnection] = {}
-        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._conns = ConnectionCache(client_id, security, CONNECT_TIMEOUT_S)
         self._closed = False
 
     async def call(self, api_key: int, version: int, fields: dict[str, Any], timeout_s: float = 30.0) -> Any:
@@ -80,22 +76,9 @@ class ControllerChannel:
         raise ControllerUnavailable(f"no active controller answered api {api_key} ({last})")
 
     async def _call(self, address: tuple[str, int], api_key: int, version: int, fields: dict, timeout_s: float):
-        async with self._locks.setdefault(address, asyncio.Lock()):
-            conn = self._conns.get(address)
-            if conn is None:
-                conn = await AsyncConnection.open(*address, self.client_id, min(CONNECT_TIMEOUT_S, timeout_s),
-                                                  security=self.security)
-                self._conns[address] = conn
-            try:
-                return await conn.call(api_key, version, fields, timeout_s=timeout_s)
-            except BaseException:
-                self._conns.pop(address, None)
-                conn.close()
-                raise
+        return await self._conns.call(address, address, api_key, version, fields, timeout_s,
+                                      min(CONNECT_TIMEOUT_S, timeout_s))
 
     def close(self) -> None:
         self._closed = True
-        for conn in self._conns.values():
-            with contextlib.suppress(Exception):
-                conn.close()
-        self._conns.clear()
+        self._conns.close()

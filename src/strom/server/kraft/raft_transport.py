@@ -6,13 +6,11 @@ controller.quorum.bootstrap.servers (ids -2, -3, ...), or the leader endpoints a
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from strom.client import AsyncConnection, ClientSecurity
+from strom.client import ClientSecurity, ConnectionCache
 from strom.raft.config import QuorumConfig
 from strom.raft.voters import VoterSet
 
@@ -29,8 +27,7 @@ class RaftTransport:
         self.voters = voters  # the voter set in force, from the Raft core
         self.security = security
         self.learned: dict[int, tuple[str, int]] = {}
-        self._conns: dict[tuple[int, int], AsyncConnection] = {}
-        self._locks: dict[tuple[int, int], asyncio.Lock] = {}
+        self._conns = ConnectionCache(f"raft-{config.node_id}", security, CONNECT_TIMEOUT_S)  # by (node, api)
         self._closed = False
 
     def address(self, node: int) -> tuple[str, int]:
@@ -50,27 +47,12 @@ class RaftTransport:
     async def __call__(self, node: int, api_key: int, version: int, fields: dict[str, Any]) -> Any:
         if self._closed:
             raise ConnectionError("transport closed")
-        key = (node, api_key)
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            conn = self._conns.get(key)
-            if conn is None:
-                host, port = self.address(node)
-                conn = await AsyncConnection.open(host, port, f"raft-{self.config.node_id}", CONNECT_TIMEOUT_S,
-                                                  security=self.security)
-                self._conns[key] = conn
-            try:
-                body = await conn.call(api_key, version, fields, timeout_s=self.config.request_timeout_ms / 1000 + 1)
-            except BaseException:
-                self._conns.pop(key, None)
-                conn.close()
-                raise
+        body = await self._conns.call((node, api_key), lambda: self.address(node), api_key, version, fields,
+                                      self.config.request_timeout_ms / 1000 + 1)
         for endpoint in getattr(body, "node_endpoints", None) or ():
             self.learned[endpoint.node_id] = (endpoint.host, endpoint.port)
         return body
 
     def close(self) -> None:
         self._closed = True
-        for conn in self._conns.values():
-            with contextlib.suppress(Exception):
-                conn.close()
-        self._conns.clear()
+        self._conns.close()
