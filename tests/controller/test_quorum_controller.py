@@ -209,6 +209,44 @@ def test_an_expired_session_fences_the_broker(tmp_path):
     asyncio.run(main())
 
 
+def test_heartbeats_are_heard_while_a_large_change_waits_to_commit(tmp_path):
+    """A heartbeat keeps its broker's session alive on arrival and, changing nothing, is
+    answered at once: a write held before its commit (as a change of 100,000 records is) must
+    not let every broker's session run out behind it."""
+    async def main():
+        c = await _start(tmp_path / "m", session_ms=300)
+        try:
+            epochs = await _brokers(c, [1, 2])
+            gate = asyncio.Event()
+            append = c.driver.append
+
+            async def held(*args, **kwargs):
+                await gate.wait()
+                return await append(*args, **kwargs)
+
+            c.driver.append = held
+            creating = asyncio.ensure_future(_create(c, ("t", -1, -1, {0: [1, 2]}, {})))
+            await asyncio.sleep(0.05)
+            assert not creating.done()
+            for _ in range(20):  # 1 s: three session timeouts
+                for b in (1, 2):
+                    state = await asyncio.wait_for(c.heartbeat(_heartbeat(b, epochs[b])), 0.5)
+                    assert not state.is_fenced
+                await asyncio.sleep(0.05)
+            gate.set()
+            await creating
+            for _ in range(5):  # a fence queued behind the write would be committed by now
+                for b in (1, 2):
+                    await c.heartbeat(_heartbeat(b, epochs[b]))
+                await asyncio.sleep(0.05)
+            assert not c.image.brokers[1].fenced and not c.image.brokers[2].fenced
+            assert c.image.topics["t"].partitions[0].isr == [1, 2]
+        finally:
+            await _stop(c)
+
+    asyncio.run(main())
+
+
 def test_the_whole_cluster_stopping_and_coming_back(tmp_path):
     """Every broker asks to shut down at once: each hands on what another can still take, and
     the last is let go with what nobody can take (its partitions left without a leader, their

@@ -79,6 +79,22 @@ class Heartbeat:
     should_shut_down: bool
 
 
+def steady_heartbeat(image: MetadataImage, request: Any, session: BrokerSession | None) -> Heartbeat | None:
+    """The answer to a heartbeat that changes nothing (the usual one: an unfenced broker that
+    stays, or a fenced one still catching up), read from one registration; None when the
+    heartbeat may need records and must wait its turn among the controller's events."""
+    broker = image.brokers.get(request.broker_id)
+    if (broker is None or session is None or broker.epoch != request.broker_epoch or request.want_shut_down
+            or broker.in_controlled_shutdown):
+        return None
+    caught_up = request.current_metadata_offset >= session.registered_at
+    if not broker.fenced and not request.want_fence:
+        return Heartbeat(caught_up, False, False)
+    if broker.fenced and not caught_up:
+        return Heartbeat(False, True, False)
+    return None
+
+
 def heartbeat(image: MetadataImage, request: Any, session: BrokerSession | None, limits: Limits) -> Change:
     """BrokerHeartbeat: the broker's next state and the records that get it there."""
     broker = image.brokers.get(request.broker_id)

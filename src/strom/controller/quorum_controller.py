@@ -270,8 +270,14 @@ class QuorumController:
                 if reg.fenced or session is None or now - session.last_heartbeat < timeout:
                     continue
                 log.info("broker %d: no heartbeat for %.1f s; fencing it", broker_id, now - session.last_heartbeat)
-                await self._safe_write(f"fence-{broker_id}", lambda img, b=broker_id: Change(
-                    cluster_control.expire_session(img, b, self.settings.limits)))
+                await self._safe_write(f"fence-{broker_id}", lambda img, b=broker_id: self._expire(img, b))
+
+    def _expire(self, image: MetadataImage, broker_id: int) -> Change:
+        session = self.sessions.get(broker_id)
+        timeout = self.settings.session_timeout_ms / 1000
+        if session is not None and time.monotonic() - session.last_heartbeat < timeout:
+            return Change()  # it was heard from while this event waited its turn
+        return Change(cluster_control.expire_session(image, broker_id, self.settings.limits))
 
     async def _rebalance_leaders(self) -> None:
         """Kafka's periodic preferred leader election: a partition whose first replica is in
@@ -303,6 +309,18 @@ class QuorumController:
         return await self.write(f"register-broker-{request.broker_id}", op)
 
     async def heartbeat(self, request: Any) -> cluster_control.Heartbeat:
+        # The session is kept alive on arrival, not when the event's turn comes: behind a large
+        # change (fencing a broker of 100,000 partitions) a queued heartbeat must not let its
+        # broker's session run out. One that changes nothing is answered at once.
+        self.check_active()
+        session = self.sessions.get(request.broker_id)
+        registered = self.image.brokers.get(request.broker_id)
+        if session is not None and registered is not None and registered.epoch == request.broker_epoch:
+            session.last_heartbeat = time.monotonic()
+            steady = cluster_control.steady_heartbeat(self.image, request, session)
+            if steady is not None:
+                return steady
+
         def op(image: MetadataImage) -> Change:
             session = self.sessions.get(request.broker_id)
             change = cluster_control.heartbeat(image, request, session, self.settings.limits)
