@@ -125,3 +125,43 @@ def test_drivers_restart_from_their_files(tmp_path):
             await _stop(servers, drivers)
 
     asyncio.run(main())
+
+
+def test_a_slow_state_machine_does_not_stall_the_quorum(tmp_path):
+    """Followers whose listener takes long over each commit (a commit of 100,000 records being
+    applied) keep fetching: the leader keeps its epoch and their logs keep up, and the listener
+    still hears every commit, in order, once it gets to them."""
+    async def main():
+        servers, drivers, committed, ports = await _cluster(tmp_path)
+        try:
+            leader = await _leader(drivers)
+            epoch = leader.core.epoch
+            gate = asyncio.Event()
+            for d in drivers.values():
+                if d is leader:
+                    continue
+                hear = d.listener
+
+                async def slow(e, hear=hear):
+                    if isinstance(e, fx.Committed):
+                        await gate.wait()
+                    hear(e)
+
+                d.listener = slow
+            for i in range(10):
+                await leader.append([b"while-slow-%d" % i])
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(1.5)  # 2.5 fetch timeouts in all with the state machines held
+            hw = leader.core.high_watermark
+            assert leader.core.role is Role.LEADER and leader.core.epoch == epoch
+            assert all(d.core.high_watermark == hw and d.core.epoch == epoch for d in drivers.values())
+            gate.set()
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 10
+            while loop.time() < end and not all(len(c) == 10 for c in committed.values()):
+                await asyncio.sleep(0.02)
+            assert committed[1] == committed[2] == committed[3] and len(committed[1]) == 10
+        finally:
+            await _stop(servers, drivers)
+
+    asyncio.run(main())
