@@ -80,7 +80,6 @@ def test_brokers_authenticate_to_each_other(cluster):
     assert sorted(got) == sorted(b"s%d" % i for i in range(20))
 
 
-@pytest.mark.zookeeper_only("delegation tokens are not kept on the KRaft quorum yet")
 def test_a_token_from_one_broker_works_on_another(cluster):
     first, second = list(cluster.brokers.values())[:2]
     context = ClientSecurity(ssl=_client_ssl(cluster), sasl_mechanism="PLAIN", username="alice", password="alice-secret")

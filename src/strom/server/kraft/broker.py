@@ -17,8 +17,10 @@
 - It answers DescribeQuorum (as Kafka 4 brokers do, for kafka-metadata-quorum and admin
   clients) by asking the quorum's leader over the controller listener.
 
-Not on the quorum yet: delegation tokens are kept in the node's local metadata file, as on an
-embedded broker.
+- Delegation tokens are the metadata image's (published into a QuorumTokens store, which SCRAM
+  with a token and DescribeDelegationToken read); Create/Renew/ExpireDelegationToken go to the
+  active controller in an Envelope, after the broker's own checks, so that the controller
+  knows the client's principal (`forward`).
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ from strom.raft.config import (
 from strom.raft.core import DESCRIBE_QUORUM
 from strom.raft.driver import to_fields
 from strom.security.authorizer import ALTER, ALTER_CONFIGS, CLUSTER, DESCRIBE, allowed
+from strom.security.delegation_tokens import QuorumTokens
 from strom.security.sasl import broker_security
 from strom.server.apis import KafkaApis
 from strom.server.broker import FIRST_METADATA_TIMEOUT_S, Broker, BrokerState
+from strom.server.kraft import envelope
 from strom.server.kraft.controller_channel import ControllerChannel, ControllerUnavailable
 from strom.server.kraft.controller_server import ControllerView
 from strom.server.kraft.forwarding import ControllerProducerIds, ForwardingTopicAdmin
@@ -145,6 +149,24 @@ class KRaftBroker(Broker):
         self._feed: MetadataFeed | None = None
         self._observer: MetadataObserver | None = None
         self.quorum_controller_view = QuorumControllerView(self)
+
+    def _delegation_tokens(self) -> QuorumTokens:
+        return QuorumTokens(self.config)
+
+    async def forward(self, ctx: RequestContext, body: Any) -> Any:
+        """A client's request answered by the active controller, as the client's (an Envelope
+        with its principal and address). KafkaError with the envelope's error when the
+        controller refused it, REQUEST_TIMED_OUT when no controller answered (as Kafka's
+        ForwardingManager)."""
+        try:
+            answer = await self.admin.channel.call(envelope.ENVELOPE, 0, envelope.wrap(ctx, to_fields(body)))
+        except ControllerUnavailable as e:
+            log.warning("api %d not forwarded: %s", ctx.header.api_key, e)
+            raise KafkaError(str(e), ErrorCode.REQUEST_TIMED_OUT) from None
+        if answer.error_code or answer.response_data is None:
+            raise KafkaError("the controller refused the forwarded request",
+                             ErrorCode(answer.error_code or ErrorCode.UNKNOWN_SERVER_ERROR))
+        return to_fields(envelope.unwrap_response(ctx, bytes(answer.response_data)))
 
     def _channel(self, purpose: str) -> ControllerChannel:
         return ControllerChannel(self.config, f"broker-{self.broker_id}-{purpose}",
