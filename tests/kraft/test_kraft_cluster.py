@@ -10,7 +10,11 @@ from collections import defaultdict
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
 
+from strom.client import Connection
+from strom.protocol.errors import ErrorCode
 from strom.testing import (
     KRAFT,
     Cluster,
@@ -105,6 +109,56 @@ def test_the_node_whose_controller_is_active_says_so(cluster):
         if node_id == active:
             assert metric_value(samples, "strom_global_partitions") >= 4
             assert metric_value(samples, "strom_offline_partitions") == 0
+
+
+def test_brokers_name_a_live_broker_as_controller_and_controllers_describe_the_quorum(cluster):
+    """Kafka 4's KRaft answers: Metadata and DescribeCluster (endpoint type 1) on a broker name
+    a live broker picked at random as the controller, and admin requests sent there are
+    forwarded; DescribeCluster with endpoint type 2 on a controller listener lists the
+    controllers and the active one; each kind of listener refuses the other endpoint type;
+    DescribeQuorum answers through every broker."""
+    ids = set(cluster.brokers)
+    active = cluster.controller_id()
+    confluent = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    described = confluent.describe_cluster().result(timeout=30)
+    assert {n.id for n in described.nodes} == ids and described.controller.id in ids
+    named = set()
+    for node in cluster.brokers.values():
+        with RawClient(node) as client:
+            for _ in range(10):
+                body = client.call(3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                           "include_topic_authorized_operations": False})
+                named.add(body.controller_id)
+                body = client.call(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
+                assert body.error_code == 0 and {b.broker_id for b in body.brokers} == ids
+                named.add(body.controller_id)
+            wrong = client.call(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
+            assert wrong.error_code == ErrorCode.MISMATCHED_ENDPOINT_TYPE
+            quorum = client.call(55, 2, {"topics": [{"topic_name": "__cluster_metadata",
+                                                      "partitions": [{"partition_index": 0}]}]})
+            assert quorum.error_code == 0 and quorum.topics[0].partitions[0].leader_id == active
+    # 60 answers naming one broker each at random: all three named (the chance of fewer is 3 * (2/3)^60).
+    assert named == ids
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
+    try:
+        assert admin.describe_cluster()["controller_id"] in ids
+        topic = unique_name("via-named-controller")
+        admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=3)])
+        wait_for(lambda: all(len(view(b, topic)) == 2 for b in cluster.brokers.values()), 30,
+                 what="the topic created through the named controller on every broker")
+    finally:
+        admin.close()
+    for port in cluster.quorum.ports.values():
+        with Connection("127.0.0.1", port) as conn:
+            body = conn.call(60, 2, {"include_cluster_authorized_operations": False, "endpoint_type": 2,
+                                     "include_fenced_brokers": False})
+            assert body.error_code == 0 and body.endpoint_type == 2 and body.cluster_id == cluster.quorum.cluster_id
+            assert {(b.broker_id, b.port) for b in body.brokers} == set(cluster.quorum.ports.items())
+            assert body.controller_id == active
+            wrong = conn.call(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
+            assert wrong.error_code == ErrorCode.MISMATCHED_ENDPOINT_TYPE
+            assert conn.call(60, 1, {"include_cluster_authorized_operations": False,
+                                     "endpoint_type": 3}).error_code == ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
 
 
 def test_killing_the_active_controller_loses_no_acknowledged_record(cluster):

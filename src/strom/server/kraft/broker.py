@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +203,15 @@ class KRaftBroker(Broker):
             await self.producer_id_manager.reserve()
         except (KafkaError, ConnectionError) as e:
             log.warning("no producer id block from the controller yet: %s", e)
+
+    @property
+    def controller_id(self) -> int:
+        """What Metadata and DescribeCluster name as the controller: a live broker picked at
+        random each time, as Kafka 4's KRaft brokers answer (the controllers are not reachable
+        on a broker listener; an admin client's requests reach them through the broker it
+        picks, which forwards them), so admin traffic spreads over the brokers."""
+        live = list(self.metadata_cache.live_brokers)
+        return random.choice(live) if live else -1
 
     def require_controller(self) -> None:
         """Any broker takes admin requests: it forwards them to the active controller."""

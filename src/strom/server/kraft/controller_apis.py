@@ -37,9 +37,10 @@ from strom.raft.core import (
     VOTE,
 )
 from strom.raft.driver import RaftDriver
-from strom.security.authorizer import CLUSTER, CLUSTER_ACTION, CREATE_TOKENS, USER, allowed
+from strom.security.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, CREATE_TOKENS, USER, allowed
 from strom.security.tls import ANONYMOUS
 from strom.server.apis import acls, by_topic, quotas, scram
+from strom.server.apis.metadata import CONTROLLER_ENDPOINT, endpoint_type_error
 from strom.server.kraft import envelope
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
     API_VERSIONS: (0, 4), SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2),
     CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 6), CREATE_PARTITIONS: (0, 3), INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ELECT_LEADERS: (0, 2), ALTER_REASSIGNMENTS: (0, 0), LIST_REASSIGNMENTS: (0, 0), ALTER_PARTITION: (0, 3),
-    UPDATE_FEATURES: (0, 1), DESCRIBE_CLUSTER: (0, 1), BROKER_REGISTRATION: (0, 4), BROKER_HEARTBEAT: (0, 1),
+    UPDATE_FEATURES: (0, 1), DESCRIBE_CLUSTER: (0, 2), BROKER_REGISTRATION: (0, 4), BROKER_HEARTBEAT: (0, 1),
     UNREGISTER_BROKER: (0, 0), ALLOCATE_PRODUCER_IDS: (0, 0), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3),
     ALTER_CLIENT_QUOTAS: (0, 1), ALTER_USER_SCRAM_CREDENTIALS: (0, 0), ENVELOPE: (0, 0),
     CREATE_TOKEN: (1, 3), RENEW_TOKEN: (1, 2), EXPIRE_TOKEN: (1, 2),
@@ -346,19 +347,25 @@ class ControllerApis:
         return response(ErrorCode.NONE, None, results)
 
     async def _describe_cluster(self, ctx: RequestContext, request: Any) -> dict:
-        """Asked of a controller (KIP-919's endpoint type 2): the controllers, and which leads."""
-        core = self.driver.core
-        endpoint_type = getattr(request, "endpoint_type", 1)
-        if endpoint_type == 2:
-            nodes = [{"broker_id": v.voter_id, "host": v.endpoints[0].host, "port": v.endpoints[0].port, "rack": None}
-                     for v in core.voters.voters if v.endpoints]
-        else:
-            nodes = [{"broker_id": b.id, "host": e.host, "port": e.port, "rack": b.rack}
-                     for b in self.controller.image.brokers.values() if not b.fenced
-                     for e in b.endpoints[:1]]
+        """Asked of a controller (KIP-919's endpoint type 2, as `kafka-metadata-quorum` and admin
+        clients with bootstrap.controllers ask): the controllers where they listen on the
+        listener asked, and the one that leads. A controller answers no other endpoint type,
+        and (unlike a broker) only a principal with ALTER on the cluster."""
+        version = ctx.header.api_version
+        wrong = endpoint_type_error(request, version, CONTROLLER_ENDPOINT)
+        if wrong is not None:
+            return wrong
+        if not allowed(self.server, ctx, ALTER, CLUSTER):
+            return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                    "error_message": None, "endpoint_type": CONTROLLER_ENDPOINT, "cluster_id": "",
+                    "controller_id": -1, "brokers": [], "authorized_operations": None}
+        nodes = [{"broker_id": v.voter_id, "host": e.host, "port": e.port, "rack": None, "is_fenced": False}
+                 for v in self.driver.core.voters.voters for e in v.endpoints if e.name == ctx.listener]
+        leader = self.driver.core.leader_id
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
-                "endpoint_type": endpoint_type, "cluster_id": self.server.cluster_id,
-                "controller_id": self.controller.leader_id, "brokers": nodes, "authorized_operations": None}
+                "endpoint_type": CONTROLLER_ENDPOINT, "cluster_id": self.server.cluster_id,
+                "controller_id": leader if any(n["broker_id"] == leader for n in nodes) else -1, "brokers": nodes,
+                "authorized_operations": None}
 
     async def _broker_registration(self, ctx: RequestContext, request: Any) -> dict:
         try:
