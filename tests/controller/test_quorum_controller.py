@@ -58,7 +58,7 @@ def _registration(broker_id: int, rack: str | None = None):
     return SimpleNamespace(broker_id=broker_id, cluster_id="c1", incarnation_id=uuid.uuid4(), rack=rack,
                            listeners=[SimpleNamespace(name="PLAINTEXT", host="h", port=9000 + broker_id,
                                                       security_protocol=0)],
-                           features=[], log_dirs=[])
+                           features=[], log_dirs=[uuid.uuid4()])
 
 
 def _heartbeat(broker_id: int, epoch: int, *, fence=False, shut_down=False, offset=1 << 40):
@@ -346,3 +346,28 @@ def test_delegation_tokens_off_or_too_old_a_metadata_version():
     with pytest.raises(KafkaError) as e:
         TokenControl(b"s", 1000, 1000).create(image, "User:a", "User:a", [], -1, 0)
     assert e.value.code == ErrorCode.UNSUPPORTED_VERSION
+
+
+def test_registration_log_directories():
+    """KIP-858's checks of the directory ids a broker registers (metadata.version 3.7-IV2 on)."""
+    image = MetadataImage()
+    image.features["metadata.version"] = 25
+    first = _registration(1)
+    image.replay(cluster_control.register_broker(image, first, "c1", 5, {}, 0.0, 9.0).records[0])
+    assert image.brokers[1].log_dirs == first.log_dirs
+    bad = {"No directories": [], "Reserved directory": [uuid.UUID(int=1)],
+           "Duplicate directory": [uuid.UUID(int=7 << 64)] * 2,
+           "Broker 1 is already registered": first.log_dirs}
+    for message, dirs in bad.items():
+        request = _registration(2)
+        request.log_dirs = dirs
+        with pytest.raises(KafkaError, match=message) as e:
+            cluster_control.register_broker(image, request, "c1", 6, {}, 0.0, 9.0)
+        assert e.value.code == ErrorCode.INVALID_REGISTRATION
+    again = _registration(1)  # the same broker again with its dir: fine
+    again.log_dirs = first.log_dirs
+    assert cluster_control.register_broker(image, again, "c1", 7, {}, 0.0, 9.0).records[0].log_dirs == first.log_dirs
+    image.features["metadata.version"] = 16  # before 3.7-IV2: not checked
+    old = _registration(3)
+    old.log_dirs = []
+    assert cluster_control.register_broker(image, old, "c1", 8, {}, 0.0, 9.0).records

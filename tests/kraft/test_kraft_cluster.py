@@ -12,8 +12,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
+from kraft_support import metadata_dir, replay, wait_caught_up
 
 from strom.client import Connection
+from strom.metadata.storage import parse_kafka_uuid, read_meta
 from strom.protocol.errors import ErrorCode
 from strom.testing import (
     KRAFT,
@@ -159,6 +161,16 @@ def test_brokers_name_a_live_broker_as_controller_and_controllers_describe_the_q
             assert wrong.error_code == ErrorCode.MISMATCHED_ENDPOINT_TYPE
             assert conn.call(60, 1, {"include_cluster_authorized_operations": False,
                                      "endpoint_type": 3}).error_code == ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+
+
+def test_brokers_register_their_log_directories(cluster):
+    """KIP-858: each broker's RegisterBrokerRecord carries the directory.id of its log dir, as
+    `strom storage format` wrote it in meta.properties."""
+    hw = wait_caught_up(cluster.quorum, set(cluster.brokers))
+    image = replay(metadata_dir(cluster.quorum, cluster.controller_id()), hw)
+    for node_id, node in cluster.brokers.items():
+        meta = read_meta(node.data_dir / "logs")
+        assert image.brokers[node_id].log_dirs == [parse_kafka_uuid(meta.directory_id)]
 
 
 def test_killing_the_active_controller_loses_no_acknowledged_record(cluster):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from strom.client import AsyncConnection
 from strom.config.broker import BrokerConfig
 from strom.log.manager import LogManager
 from strom.metadata.loader import MetadataLoader
-from strom.metadata.storage import ensure_formatted
+from strom.metadata.storage import ensure_formatted, parse_kafka_uuid, read_meta
 from strom.network.request import API_VERSIONS, RequestContext
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.raft.config import (
@@ -184,13 +185,23 @@ class KRaftBroker(Broker):
             await self._observer.start()
         self.controller_channel = self._channel("alter-partition")
         self.lifecycle = BrokerLifecycleManager(self.config, self.cluster_id, self._channel("lifecycle"),
-                                                lambda: self.metadata_loader.offset)
+                                                lambda: self.metadata_loader.offset, self._log_dir_ids())
         await self.lifecycle.start(self.advertised)
         self.broker_epoch = self.lifecycle.broker_epoch
         ids = ControllerProducerIds(self._channel("producer-ids"), self.broker_id, lambda: self.lifecycle.broker_epoch)
         self.producer_id_manager = ids
         self.admin = ForwardingTopicAdmin(self._channel("forwarding"), asyncio.get_running_loop(),
                                           lambda: self.metadata_loader.image)
+
+    def _log_dir_ids(self) -> list[uuid.UUID]:
+        """The directory.id of each online log dir, from its meta.properties (checked at start-up
+        by the log manager), as BrokerRegistration carries them (KIP-858)."""
+        ids = []
+        for d in self.log_manager.live_dirs:
+            meta = read_meta(d)
+            if meta is not None and meta.directory_id:
+                ids.append(parse_kafka_uuid(meta.directory_id))
+        return ids
 
     async def _start_controller(self) -> None:
         """A KRaft broker runs no controller of its own: it waits until the quorum's has
