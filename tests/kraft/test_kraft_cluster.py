@@ -16,7 +16,10 @@ from kraft_support import metadata_dir, replay, wait_caught_up
 
 from strom.client import Connection
 from strom.metadata.storage import parse_kafka_uuid, read_meta
+from strom.network.request import RequestContext
 from strom.protocol.errors import ErrorCode
+from strom.protocol.messages import RequestHeader
+from strom.server.kraft import envelope
 from strom.testing import (
     KRAFT,
     Cluster,
@@ -171,6 +174,29 @@ def test_brokers_register_their_log_directories(cluster):
     for node_id, node in cluster.brokers.items():
         meta = read_meta(node.data_dir / "logs")
         assert image.brokers[node_id].log_dirs == [parse_kafka_uuid(meta.directory_id)]
+
+
+def test_token_requests_on_a_controller_listener(cluster):
+    """A controller answers Create/Renew/ExpireDelegationToken as Kafka's: directly over
+    PLAINTEXT, refused; in an Envelope (as a broker forwards them), answered as the client's,
+    here DELEGATION_TOKEN_AUTH_DISABLED (this cluster has no delegation.token.secret.key); a
+    garbled envelope is INVALID_REQUEST. Through a broker, the same answer."""
+    create = {"owner_principal_type": None, "owner_principal_name": None, "renewers": [], "max_lifetime_ms": -1}
+    port = cluster.quorum.ports[cluster.controller_id()]
+    with Connection("127.0.0.1", port) as conn:
+        body = conn.call(38, 3, create)
+        assert body.error_code == ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+        header = RequestHeader(38, 3, 9, "a-client", True)
+        client = RequestContext(header, "SASL_SSL", "10.0.0.1:1234", "User:alice", "SASL_SSL")
+        answer = conn.call(58, 0, envelope.wrap(client, create))
+        assert answer.error_code == 0
+        inner = envelope.unwrap_response(client, bytes(answer.response_data))
+        assert inner.error_code == ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED and inner.principal_name == "alice"
+        garbled = conn.call(58, 0, {**envelope.wrap(client, create), "request_data": b"\x00\x26"})
+        assert garbled.error_code == ErrorCode.INVALID_REQUEST and garbled.response_data is None
+    with RawClient(next(iter(cluster.brokers.values()))) as client:
+        # PLAINTEXT on the broker: refused there, before any forwarding.
+        assert client.call(38, 3, create).error_code == ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
 
 
 def test_killing_the_active_controller_loses_no_acknowledged_record(cluster):

@@ -30,10 +30,29 @@ from strom.server.apis import RequestContext, api
 CREATE, RENEW, EXPIRE, DESCRIBE_TOKEN = 38, 39, 40, 41
 
 
-def _allowed(ctx: RequestContext) -> bool:
-    if ctx.token_authenticated or ctx.security_protocol == "PLAINTEXT":
+def token_requests_allowed(ctx: RequestContext, forwarded: bool = False) -> bool:
+    """Never with a token; not over PLAINTEXT nor one-way SSL, unless the request was forwarded
+    by a broker (which checked the client's own listener), as Kafka's controller allows."""
+    if ctx.token_authenticated:
         return False
-    return not (ctx.security_protocol == "SSL" and ctx.principal == ANONYMOUS)
+    if forwarded:
+        return True
+    return ctx.security_protocol != "PLAINTEXT" and not (ctx.security_protocol == "SSL" and ctx.principal == ANONYMOUS)
+
+
+
+def create_answer(ctx: RequestContext, request) -> tuple[str, dict]:
+    """CreateDelegationToken's owner (the requester unless the request names one, v3) and the
+    answer without a token, which each error takes."""
+    owner = ctx.principal
+    if getattr(request, "owner_principal_name", None):
+        owner = f"{request.owner_principal_type or 'User'}:{request.owner_principal_name}"
+    kind, name = _split(owner)
+    requester_kind, requester_name = _split(ctx.principal)
+    return owner, {"error_code": ErrorCode.NONE, "principal_type": kind, "principal_name": name,
+                   "token_requester_principal_type": requester_kind, "token_requester_principal_name": requester_name,
+                   "issue_timestamp_ms": -1, "expiry_timestamp_ms": -1, "max_timestamp_ms": -1, "token_id": "",
+                   "hmac": b"", "throttle_time_ms": 0}
 
 
 def _split(principal: str) -> tuple[str, str]:
@@ -43,16 +62,8 @@ def _split(principal: str) -> tuple[str, str]:
 
 @api(CREATE, 1, 3)
 async def handle_create_delegation_token(broker, ctx: RequestContext, request) -> dict:
-    owner = ctx.principal
-    if getattr(request, "owner_principal_name", None):
-        owner = f"{request.owner_principal_type or 'User'}:{request.owner_principal_name}"
-    kind, name = _split(owner)
-    requester_kind, requester_name = _split(ctx.principal)
-    answer = {"error_code": ErrorCode.NONE, "principal_type": kind, "principal_name": name,
-              "token_requester_principal_type": requester_kind, "token_requester_principal_name": requester_name,
-              "issue_timestamp_ms": -1, "expiry_timestamp_ms": -1, "max_timestamp_ms": -1, "token_id": "",
-              "hmac": b"", "throttle_time_ms": 0}
-    if not _allowed(ctx):
+    owner, answer = create_answer(ctx, request)
+    if not token_requests_allowed(ctx):
         return {**answer, "error_code": ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED}
     renewers = [f"{r.principal_type}:{r.principal_name}" for r in request.renewers]
     if any(not r.startswith("User:") for r in renewers) or not owner.startswith("User:"):
@@ -81,7 +92,7 @@ async def _forward(broker, ctx: RequestContext, request, answer: dict) -> dict:
 async def _change(broker, ctx: RequestContext, request, change: str, token_hmac: bytes, period_ms: int) -> dict:
     failed = {"error_code": ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, "expiry_timestamp_ms": -1,
               "throttle_time_ms": 0}
-    if not _allowed(ctx):
+    if not token_requests_allowed(ctx):
         return failed
     if broker.delegation_tokens.forwarded:
         return await _forward(broker, ctx, request, failed)
@@ -106,7 +117,7 @@ async def handle_expire_delegation_token(broker, ctx: RequestContext, request) -
 @api(DESCRIBE_TOKEN, 1, 3)
 async def handle_describe_delegation_token(broker, ctx: RequestContext, request) -> dict:
     tokens = broker.delegation_tokens
-    if not _allowed(ctx):
+    if not token_requests_allowed(ctx):
         return {"error_code": ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, "tokens": [], "throttle_time_ms": 0}
     if not tokens.enabled:
         return {"error_code": ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED, "tokens": [], "throttle_time_ms": 0}

@@ -38,8 +38,7 @@ from strom.raft.core import (
 )
 from strom.raft.driver import RaftDriver
 from strom.security.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, CREATE_TOKENS, USER, allowed
-from strom.security.tls import ANONYMOUS
-from strom.server.apis import acls, by_topic, quotas, scram
+from strom.server.apis import acls, by_topic, delegation_tokens, quotas, scram
 from strom.server.apis.metadata import CONTROLLER_ENDPOINT, endpoint_type_error
 from strom.server.kraft import envelope
 
@@ -72,6 +71,10 @@ VERSIONS: dict[int, tuple[int, int]] = {
 FORWARDABLE = frozenset({CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, ELECT_LEADERS,
                          ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, UPDATE_FEATURES, CREATE_ACLS, DELETE_ACLS,
                          ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS, CREATE_TOKEN, RENEW_TOKEN, EXPIRE_TOKEN})
+
+
+def _token_requests_allowed(ctx: RequestContext) -> bool:
+    return delegation_tokens.token_requests_allowed(ctx, isinstance(ctx, envelope.ForwardedContext))
 
 
 def _error(e: KafkaError) -> tuple[int, str]:
@@ -498,28 +501,10 @@ class ControllerApis:
             return error(ErrorCode.NOT_CONTROLLER)  # the broker asks the next controller
         return {"error_code": ErrorCode.NONE, "response_data": envelope.response_data(inner_ctx, response)}
 
-    @staticmethod
-    def _token_requests_allowed(ctx: RequestContext) -> bool:
-        """Kafka's ControllerApis.allowTokenRequests: never with a token; PLAINTEXT and one-way
-        SSL only for a forwarded request (its broker checked the client's own listener)."""
-        if ctx.token_authenticated:
-            return False
-        if isinstance(ctx, envelope.ForwardedContext):
-            return True
-        return ctx.security_protocol != "PLAINTEXT" and not (ctx.security_protocol == "SSL"
-                                                             and ctx.principal == ANONYMOUS)
-
     async def _create_token(self, ctx: RequestContext, request: Any) -> dict:
+        owner, answer = delegation_tokens.create_answer(ctx, request)
         requester = ctx.principal
-        owner = requester
-        if getattr(request, "owner_principal_name", None):
-            owner = f"{request.owner_principal_type or 'User'}:{request.owner_principal_name}"
-        (kind, _, name), (requester_kind, _, requester_name) = owner.partition(":"), requester.partition(":")
-        answer = {"error_code": ErrorCode.NONE, "principal_type": kind, "principal_name": name,
-                  "token_requester_principal_type": requester_kind, "token_requester_principal_name": requester_name,
-                  "issue_timestamp_ms": -1, "expiry_timestamp_ms": -1, "max_timestamp_ms": -1, "token_id": "",
-                  "hmac": b"", "throttle_time_ms": 0}
-        if not self._token_requests_allowed(ctx):
+        if not _token_requests_allowed(ctx):
             return {**answer, "error_code": ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED}
         if owner != requester and not allowed(self.server, ctx, CREATE_TOKENS, USER, owner):
             return {**answer, "error_code": ErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED}
@@ -536,7 +521,7 @@ class ControllerApis:
 
     async def _change_token(self, ctx: RequestContext, name: str, change: Callable[..., Change], hmac: bytes,
                             period_ms: int) -> dict:
-        if not self._token_requests_allowed(ctx):
+        if not _token_requests_allowed(ctx):
             return {"error_code": ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, "expiry_timestamp_ms": -1,
                     "throttle_time_ms": 0}
         try:
