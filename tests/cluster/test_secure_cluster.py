@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from strom.client import ClientSecurity, Connection
+from strom.protocol.errors import ErrorCode
 from strom.testing import Cluster, make_pki, unique_name, wait_for
 
 from .conftest import CLUSTER_OVERRIDES
@@ -80,25 +81,47 @@ def test_brokers_authenticate_to_each_other(cluster):
     assert sorted(got) == sorted(b"s%d" % i for i in range(20))
 
 
-@pytest.mark.zookeeper_only("delegation tokens are not kept on the KRaft quorum yet")
 def test_a_token_from_one_broker_works_on_another(cluster):
-    first, second = list(cluster.brokers.values())[:2]
+    """Made on one broker, the token authenticates on another; renewed through the second,
+    described by the third with the second's expiry time; expired through the second, it
+    authenticates nowhere."""
+    first, second, third = list(cluster.brokers.values())[:3]
     context = ClientSecurity(ssl=_client_ssl(cluster), sasl_mechanism="PLAIN", username="alice", password="alice-secret")
     with Connection("127.0.0.1", first.ports["SASL_SSL"], security=context) as alice:
         token = alice.call(38, 3, {"owner_principal_type": None, "owner_principal_name": None, "renewers": [],
                                    "max_lifetime_ms": -1})
         assert token.error_code == 0
+        assert (token.principal_name, token.token_requester_principal_name) == ("alice", "alice")
     as_token = ClientSecurity(ssl=_client_ssl(cluster), sasl_mechanism="SCRAM-SHA-512", username=token.token_id,
                               password=_b64(token.hmac), token=True)
 
-    def authenticates() -> bool:
+    def authenticates(broker) -> bool:
         try:
-            with Connection("127.0.0.1", second.ports["SASL_SSL"], security=as_token) as conn:
+            with Connection("127.0.0.1", broker.ports["SASL_SSL"], security=as_token) as conn:
                 return bool(conn.call(3, 1, {"topics": []}).brokers)
         except ConnectionError:
             return False
 
-    wait_for(authenticates, timeout=15, what="the token accepted by another broker")
+    wait_for(lambda: authenticates(second), timeout=15, what="the token accepted by another broker")
+    with Connection("127.0.0.1", second.ports["SASL_SSL"], security=context) as alice:
+        renewed = alice.call(39, 2, {"hmac": token.hmac, "renew_period_ms": 60_000})
+        assert renewed.error_code == 0 and renewed.expiry_timestamp_ms < token.expiry_timestamp_ms
+    with Connection("127.0.0.1", third.ports["SASL_SSL"], security=context) as alice:
+        def described():
+            body = alice.call(41, 3, {"owners": None})
+            assert body.error_code == 0
+            mine = [t for t in body.tokens if t.token_id == token.token_id]
+            return mine and mine[0].expiry_timestamp == renewed.expiry_timestamp_ms and mine[0]
+        found = wait_for(described, timeout=15, what="the renewal seen by a third broker")
+        assert bytes(found.hmac) == bytes(token.hmac) and found.principal_name == "alice"
+    with Connection("127.0.0.1", second.ports["SASL_SSL"], security=as_token) as conn:
+        refused = conn.call(39, 2, {"hmac": token.hmac, "renew_period_ms": -1})  # never with a token
+        assert refused.error_code == ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+    with Connection("127.0.0.1", second.ports["SASL_SSL"], security=context) as alice:
+        assert alice.call(40, 2, {"hmac": token.hmac, "expiry_time_period_ms": -1}).error_code == 0
+        assert alice.call(40, 2, {"hmac": token.hmac, "expiry_time_period_ms": -1}).error_code == ErrorCode.DELEGATION_TOKEN_NOT_FOUND
+    wait_for(lambda: not any(authenticates(b) for b in (first, second, third)), timeout=15,
+             what="the expired token refused everywhere")
 
 
 def _client_ssl(cluster) -> ssl.SSLContext:

@@ -5,6 +5,7 @@ back from the log and its snapshots after a restart."""
 from __future__ import annotations
 
 import asyncio
+import hmac as hmac_lib
 import random
 import uuid
 from types import SimpleNamespace
@@ -15,6 +16,8 @@ from strom.controller import cluster_control, quorum_controller, replication_con
 from strom.controller.features import FeatureUpdate
 from strom.controller.quorum_controller import ControllerSettings, QuorumController
 from strom.controller.replication_control import Change, Limits, NewTopic
+from strom.controller.token_control import TokenControl
+from strom.metadata.image import MetadataImage
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.raft_records import Endpoint, VoterEntry
 from strom.raft.config import QuorumConfig
@@ -23,7 +26,8 @@ from strom.raft.driver import RaftDriver
 FEATURES = {"metadata.version": 25, "group.version": 1, "transaction.version": 2}
 
 
-async def _start(directory, *, session_ms: int = 600_000, snapshot_bytes: int = 20 << 20, limits=None):
+async def _start(directory, *, session_ms: int = 600_000, snapshot_bytes: int = 20 << 20, limits=None,
+                 tokens: TokenControl | None = None, token_check_s: float = 3600.0):
     config = QuorumConfig(node_id=1, voters=(VoterEntry(1, None, (Endpoint("CONTROLLER", "127.0.0.1", 1),)),),
                           cluster_id="c1", max_bytes_between_snapshots=snapshot_bytes)
 
@@ -31,8 +35,11 @@ async def _start(directory, *, session_ms: int = 600_000, snapshot_bytes: int = 
         raise ConnectionError("a one-voter quorum sends nothing")
 
     driver = RaftDriver(config, directory, nowhere, rng=random.Random(1))
-    controller = QuorumController(ControllerSettings(1, "c1", limits or Limits(default_replication_factor=3),
-                                                     session_ms, FEATURES), driver)
+    settings = ControllerSettings(1, "c1", limits or Limits(default_replication_factor=3), session_ms, FEATURES,
+                                  token_expiry_check_s=token_check_s)
+    if tokens is not None:
+        settings.tokens = tokens
+    controller = QuorumController(settings, driver)
     controller.start()
     await driver.start()
     for _ in range(500):
@@ -51,7 +58,7 @@ def _registration(broker_id: int, rack: str | None = None):
     return SimpleNamespace(broker_id=broker_id, cluster_id="c1", incarnation_id=uuid.uuid4(), rack=rack,
                            listeners=[SimpleNamespace(name="PLAINTEXT", host="h", port=9000 + broker_id,
                                                       security_protocol=0)],
-                           features=[], log_dirs=[])
+                           features=[], log_dirs=[uuid.uuid4()])
 
 
 def _heartbeat(broker_id: int, epoch: int, *, fence=False, shut_down=False, offset=1 << 40):
@@ -307,3 +314,98 @@ def _state(c: QuorumController) -> tuple:
     img = c.image
     return (img.features, {b: (x.epoch, x.fenced) for b, x in img.brokers.items()},
             {n: (t.topic_id, t.partitions) for n, t in img.topics.items()}, img.configs)
+
+
+def test_delegation_tokens_on_the_quorum(tmp_path):
+    """Create, renew and expire write DelegationTokenRecords (RemoveDelegationTokenRecord when
+    expired at once) with the KRaft controller's rules; the periodic sweep removes a token
+    past its expiry time; the image keeps what was written across a restart."""
+    async def main():
+        tokens = TokenControl(b"secret", max_lifetime_ms=7 * 86_400_000, renew_ms=86_400_000)
+        c = await _start(tmp_path / "m", tokens=tokens, token_check_s=0.05)
+        try:
+            now = quorum_controller.wall_clock_ms()
+            info, hmac = await c.write("create", lambda img: tokens.create(img, "User:alice", "User:admin",
+                                                                           ["User:bob"], -1, now))
+            assert hmac == hmac_lib.digest(b"secret", info.token_id.encode(), "sha512")
+            rec = c.image.delegation_tokens[info.token_id]
+            assert (rec.owner, rec.requester, list(rec.renewers)) == ("User:alice", "User:admin", ["User:bob"])
+            assert rec.max_timestamp == now + 7 * 86_400_000 and rec.expiration_timestamp == now + 86_400_000
+            # A renewal period above delegation.token.expiry.time.ms is capped by it.
+            expiry = await c.write("renew", lambda img: tokens.renew(img, "User:bob", hmac, 10 * 86_400_000, now + 5))
+            assert expiry == now + 5 + 86_400_000 == c.image.delegation_tokens[info.token_id].expiration_timestamp
+            with pytest.raises(KafkaError) as e:
+                await c.write("renew", lambda img: tokens.renew(img, "User:eve", hmac, -1, now))
+            assert e.value.code == ErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH
+            with pytest.raises(KafkaError) as e:
+                await c.write("renew", lambda img: tokens.renew(img, "User:alice", b"x" * 64, -1, now))
+            assert e.value.code == ErrorCode.DELEGATION_TOKEN_NOT_FOUND
+            # Expired, a token cannot be renewed (checked before its owner, as Kafka's controller).
+            with pytest.raises(KafkaError) as e:
+                await c.write("renew", lambda img: tokens.renew(img, "User:eve", hmac, -1, now + 2 * 86_400_000))
+            assert e.value.code == ErrorCode.DELEGATION_TOKEN_EXPIRED
+            # A second token, expired at once by its owner: removed from the image.
+            second, second_hmac = await c.write("create", lambda img: tokens.create(img, "User:carol", "User:carol",
+                                                                                    [], 1000, now))
+            assert second.max_ms == now + 1000 and second.expiry_ms == now + 1000  # max lifetime asked for
+            assert await c.write("expire", lambda img: tokens.expire(img, "User:carol", second_hmac, -1, now)) == now
+            assert second.token_id not in c.image.delegation_tokens
+            # Expiry moved to 50 ms from now: the sweep (every 50 ms here) removes the token.
+            soon = quorum_controller.wall_clock_ms()
+            assert await c.write("expire", lambda img: tokens.expire(img, "User:alice", hmac, 50, soon)) == soon + 50
+            for _ in range(200):
+                if info.token_id not in c.image.delegation_tokens:
+                    break
+                await asyncio.sleep(0.02)
+            assert info.token_id not in c.image.delegation_tokens
+            # Renewers must be users.
+            with pytest.raises(KafkaError) as e:
+                await c.write("create", lambda img: tokens.create(img, "User:a", "User:a", ["Group:g"], -1, now))
+            assert e.value.code == ErrorCode.INVALID_PRINCIPAL_TYPE
+            kept, _ = await c.write("create", lambda img: tokens.create(img, "User:dan", "User:dan", [], -1, now))
+        finally:
+            await _stop(c)
+        c = await _start(tmp_path / "m", tokens=tokens)
+        try:
+            assert set(c.image.delegation_tokens) == {kept.token_id}
+        finally:
+            await _stop(c)
+
+    asyncio.run(main())
+
+
+def test_delegation_tokens_off_or_too_old_a_metadata_version():
+    image = MetadataImage()
+    image.features["metadata.version"] = 25
+    with pytest.raises(KafkaError) as e:
+        TokenControl(None, 1000, 1000).create(image, "User:a", "User:a", [], -1, 0)
+    assert e.value.code == ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED
+    image.features["metadata.version"] = 13  # 3.6-IV1: before the log carried tokens
+    with pytest.raises(KafkaError) as e:
+        TokenControl(b"s", 1000, 1000).create(image, "User:a", "User:a", [], -1, 0)
+    assert e.value.code == ErrorCode.UNSUPPORTED_VERSION
+
+
+def test_registration_log_directories():
+    """KIP-858's checks of the directory ids a broker registers (metadata.version 3.7-IV2 on)."""
+    image = MetadataImage()
+    image.features["metadata.version"] = 25
+    first = _registration(1)
+    image.replay(cluster_control.register_broker(image, first, "c1", 5, {}, 0.0, 9.0).records[0])
+    assert image.brokers[1].log_dirs == first.log_dirs
+    bad = {"No directories": [], "Reserved directory": [uuid.UUID(int=1)],
+           "Duplicate directory": [uuid.UUID(int=7 << 64)] * 2,
+           "Broker 1 is already registered": first.log_dirs}
+    for message, dirs in bad.items():
+        request = _registration(2)
+        request.log_dirs = dirs
+        with pytest.raises(KafkaError, match=message) as e:
+            cluster_control.register_broker(image, request, "c1", 6, {}, 0.0, 9.0)
+        assert e.value.code == ErrorCode.INVALID_REGISTRATION
+    again = _registration(1)  # the same broker again with its dir: fine
+    again.log_dirs = first.log_dirs
+    assert cluster_control.register_broker(image, again, "c1", 7, {}, 0.0, 9.0).records[0].log_dirs == first.log_dirs
+    image.features["metadata.version"] = 16  # before 3.7-IV2: not checked
+    old = _registration(3)
+    old.log_dirs = []
+    assert cluster_control.register_broker(image, old, "c1", 8, {}, 0.0, 9.0).records

@@ -10,7 +10,16 @@ from collections import defaultdict
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kraft_support import metadata_dir, replay, wait_caught_up
 
+from strom.client import Connection
+from strom.metadata.storage import parse_kafka_uuid, read_meta
+from strom.network.request import RequestContext
+from strom.protocol.errors import ErrorCode
+from strom.protocol.messages import RequestHeader
+from strom.server.kraft import envelope
 from strom.testing import (
     KRAFT,
     Cluster,
@@ -105,6 +114,89 @@ def test_the_node_whose_controller_is_active_says_so(cluster):
         if node_id == active:
             assert metric_value(samples, "strom_global_partitions") >= 4
             assert metric_value(samples, "strom_offline_partitions") == 0
+
+
+def test_brokers_name_a_live_broker_as_controller_and_controllers_describe_the_quorum(cluster):
+    """Kafka 4's KRaft answers: Metadata and DescribeCluster (endpoint type 1) on a broker name
+    a live broker picked at random as the controller, and admin requests sent there are
+    forwarded; DescribeCluster with endpoint type 2 on a controller listener lists the
+    controllers and the active one; each kind of listener refuses the other endpoint type;
+    DescribeQuorum answers through every broker."""
+    ids = set(cluster.brokers)
+    active = cluster.controller_id()
+    confluent = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    described = confluent.describe_cluster().result(timeout=30)
+    assert {n.id for n in described.nodes} == ids and described.controller.id in ids
+    named = set()
+    for node in cluster.brokers.values():
+        with RawClient(node) as client:
+            for _ in range(10):
+                body = client.call(3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                           "include_topic_authorized_operations": False})
+                named.add(body.controller_id)
+                body = client.call(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
+                assert body.error_code == 0 and {b.broker_id for b in body.brokers} == ids
+                named.add(body.controller_id)
+            wrong = client.call(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
+            assert wrong.error_code == ErrorCode.MISMATCHED_ENDPOINT_TYPE
+            quorum = client.call(55, 2, {"topics": [{"topic_name": "__cluster_metadata",
+                                                      "partitions": [{"partition_index": 0}]}]})
+            assert quorum.error_code == 0 and quorum.topics[0].partitions[0].leader_id == active
+    # 60 answers naming one broker each at random: all three named (the chance of fewer is 3 * (2/3)^60).
+    assert named == ids
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
+    try:
+        assert admin.describe_cluster()["controller_id"] in ids
+        topic = unique_name("via-named-controller")
+        admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=3)])
+        wait_for(lambda: all(len(view(b, topic)) == 2 for b in cluster.brokers.values()), 30,
+                 what="the topic created through the named controller on every broker")
+    finally:
+        admin.close()
+    for port in cluster.quorum.ports.values():
+        with Connection("127.0.0.1", port) as conn:
+            body = conn.call(60, 2, {"include_cluster_authorized_operations": False, "endpoint_type": 2,
+                                     "include_fenced_brokers": False})
+            assert body.error_code == 0 and body.endpoint_type == 2 and body.cluster_id == cluster.quorum.cluster_id
+            assert {(b.broker_id, b.port) for b in body.brokers} == set(cluster.quorum.ports.items())
+            assert body.controller_id == active
+            wrong = conn.call(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
+            assert wrong.error_code == ErrorCode.MISMATCHED_ENDPOINT_TYPE
+            assert conn.call(60, 1, {"include_cluster_authorized_operations": False,
+                                     "endpoint_type": 3}).error_code == ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+
+
+def test_brokers_register_their_log_directories(cluster):
+    """KIP-858: each broker's RegisterBrokerRecord carries the directory.id of its log dir, as
+    `strom storage format` wrote it in meta.properties."""
+    hw = wait_caught_up(cluster.quorum, set(cluster.brokers))
+    image = replay(metadata_dir(cluster.quorum, cluster.controller_id()), hw)
+    for node_id, node in cluster.brokers.items():
+        meta = read_meta(node.data_dir / "logs")
+        assert image.brokers[node_id].log_dirs == [parse_kafka_uuid(meta.directory_id)]
+
+
+def test_token_requests_on_a_controller_listener(cluster):
+    """A controller answers Create/Renew/ExpireDelegationToken as Kafka's: directly over
+    PLAINTEXT, refused; in an Envelope (as a broker forwards them), answered as the client's,
+    here DELEGATION_TOKEN_AUTH_DISABLED (this cluster has no delegation.token.secret.key); a
+    garbled envelope is INVALID_REQUEST. Through a broker, the same answer."""
+    create = {"owner_principal_type": None, "owner_principal_name": None, "renewers": [], "max_lifetime_ms": -1}
+    port = cluster.quorum.ports[cluster.controller_id()]
+    with Connection("127.0.0.1", port) as conn:
+        body = conn.call(38, 3, create)
+        assert body.error_code == ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+        header = RequestHeader(38, 3, 9, "a-client", True)
+        client = RequestContext(header, "SASL_SSL", "10.0.0.1:1234", "User:alice", "SASL_SSL")
+        answer = conn.call(58, 0, envelope.wrap(client, create))
+        assert answer.error_code == 0
+        inner = envelope.unwrap_response(client, bytes(answer.response_data))
+        assert inner.error_code == ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED and inner.principal_name == "alice"
+        garbled = conn.call(58, 0, {**envelope.wrap(client, create), "request_data": b"\x00\x26"})
+        assert garbled.error_code == ErrorCode.INVALID_REQUEST and garbled.response_data is None
+    with RawClient(next(iter(cluster.brokers.values()))) as client:
+        # PLAINTEXT on the broker: refused there, before any forwarding.
+        assert client.call(38, 3, create).error_code == ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
 
 
 def test_killing_the_active_controller_loses_no_acknowledged_record(cluster):

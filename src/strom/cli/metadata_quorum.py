@@ -96,12 +96,13 @@ class _Quorum:
         return self._conn(address).call(api_key, 0, fields, timeout_s=60)
 
     def cluster_id(self, address: tuple[str, int]) -> str:
-        try:
+        """A controller answers DescribeCluster for endpoint type 2, a broker for type 1."""
+        for endpoint_type in (2, 1):
             body = self._conn(address).call(DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": False,
-                                                                  "endpoint_type": 2})
-        except CommandError:
-            body = self._conn(address).call(DESCRIBE_CLUSTER, 0, {"include_cluster_authorized_operations": False})
-        return body.cluster_id
+                                                                  "endpoint_type": endpoint_type})
+            if body.error_code == ErrorCode.NONE:
+                return body.cluster_id
+        raise CommandError(f"DescribeCluster: {error_text(body.error_code)}")
 
     def close(self) -> None:
         for conn in self.conns.values():

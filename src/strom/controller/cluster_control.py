@@ -60,6 +60,9 @@ def register_broker(image: MetadataImage, request: Any, cluster_id: str | None, 
             and now - session.last_heartbeat < session_timeout_s and not existing.fenced):
         raise KafkaError(f"Another broker is registered with that broker id {request.broker_id}.",
                          ErrorCode.DUPLICATE_BROKER_REGISTRATION)
+    log_dirs = list(getattr(request, "log_dirs", None) or [])
+    if image.features.get("metadata.version", 0) >= DIRECTORY_ASSIGNMENT_METADATA_VERSION:
+        check_log_dirs(image, request.broker_id, log_dirs)
     rec = r.RegisterBrokerRecord
     record = rec(broker_id=request.broker_id, incarnation_id=request.incarnation_id, broker_epoch=epoch,
                  end_points=[rec.BrokerEndpoint(name=x.name, host=x.host, port=x.port,
@@ -68,8 +71,29 @@ def register_broker(image: MetadataImage, request: Any, cluster_id: str | None, 
                                              max_supported_version=f.max_supported_version)
                            for f in request.features],
                  rack=request.rack, fenced=True, in_controlled_shutdown=False,
-                 log_dirs=list(getattr(request, "log_dirs", None) or []))
+                 log_dirs=log_dirs)
     return Change([record], epoch)
+
+
+# Kafka's MetadataVersion.IBP_3_7_IV2: brokers register their log directories (KIP-858).
+DIRECTORY_ASSIGNMENT_METADATA_VERSION = 17
+
+
+def check_log_dirs(image: MetadataImage, broker_id: int, log_dirs: list[uuid.UUID]) -> None:
+    """KIP-858's rules for the directory ids a broker registers: some, none of the 100 reserved
+    ids (Kafka's DirectoryId: unassigned, lost, ...), no id twice, none another broker has."""
+    def invalid(message: str) -> KafkaError:
+        return KafkaError(message, ErrorCode.INVALID_REGISTRATION)
+
+    if not log_dirs:
+        raise invalid("No directories specified in request")
+    if any(d.int < 100 for d in log_dirs):
+        raise invalid("Reserved directory ID in request")
+    if len(set(log_dirs)) != len(log_dirs):
+        raise invalid("Duplicate directory ID in request")
+    for other in image.brokers.values():
+        if other.id != broker_id and (taken := set(other.log_dirs) & set(log_dirs)):
+            raise invalid(f"Broker {other.id} is already registered with directory {taken.pop()}")
 
 
 @dataclass

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from strom.controller import cluster_control, replication_control
 from strom.controller.cluster_control import BrokerSession
 from strom.controller.replication_control import Change, Limits
+from strom.controller.token_control import TokenControl
 from strom.metadata import records as r
 from strom.metadata.image import MetadataImage
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -48,6 +49,10 @@ _REPLAY_OFF_LOOP = 2_000
 PREFERRED_ELECTION = 0  # ElectLeaders' election type
 
 
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class NotController(KafkaError):
     def __init__(self, leader_id: int = -1) -> None:
         super().__init__("This is not the correct controller for this cluster.", ErrorCode.NOT_CONTROLLER)
@@ -66,6 +71,9 @@ class ControllerSettings:
     list_config: Callable[[str], bool] = lambda _key: False
     # auto.leader.rebalance.enable and leader.imbalance.check.interval.seconds (0: off).
     leader_rebalance_interval_s: float = 0.0
+    # Delegation tokens (delegation.token.secret.key, max lifetime, expiry time); off by default.
+    tokens: TokenControl = field(default_factory=lambda: TokenControl(None, 0, 0))
+    token_expiry_check_s: float = 3600.0  # delegation.token.expiry.check.interval.ms
 
 
 class QuorumController:
@@ -94,6 +102,8 @@ class QuorumController:
                        asyncio.create_task(self._expire_sessions(), name="broker-sessions")]
         if self.settings.leader_rebalance_interval_s > 0:
             self._tasks.append(asyncio.create_task(self._rebalance_leaders(), name="leader-rebalance"))
+        if self.settings.tokens.enabled:
+            self._tasks.append(asyncio.create_task(self._expire_tokens(), name="delegation-token-expiration"))
 
     async def close(self) -> None:
         for t in self._tasks:
@@ -289,6 +299,14 @@ class QuorumController:
             await self._safe_write("rebalance-leaders", lambda img: replication_control.elect_leaders(
                 img, PREFERRED_ELECTION, [(topic.name, index) for topic, index, s in img.partitions()
                                           if s.replicas and s.leader != s.replicas[0] and s.replicas[0] in s.isr]))
+
+    async def _expire_tokens(self) -> None:
+        """Kafka's periodic sweep of delegation tokens past their expiry or max time."""
+        tokens = self.settings.tokens
+        while True:
+            await asyncio.sleep(self.settings.token_expiry_check_s)
+            if self.active:
+                await self._safe_write("expire-tokens", lambda img: tokens.sweep(img, wall_clock_ms()))
 
     # --- what the controller APIs call ------------------------------------------------------------
 

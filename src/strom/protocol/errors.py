@@ -125,6 +125,10 @@ class ErrorCode(IntEnum):
     DUPLICATE_BROKER_REGISTRATION = 101
     BROKER_ID_NOT_REGISTERED = 102
     INCONSISTENT_CLUSTER_ID = 104
+    INVALID_REGISTRATION = 119
+    # DescribeCluster sent to the wrong kind of listener (KIP-919).
+    MISMATCHED_ENDPOINT_TYPE = 114
+    UNSUPPORTED_ENDPOINT_TYPE = 115
 
 
 class KafkaError(Exception):

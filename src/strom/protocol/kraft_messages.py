@@ -1,9 +1,11 @@
 """Codecs for the broker-to-controller APIs of KRaft (KIP-631): BrokerRegistration (62) v0-4,
-BrokerHeartbeat (63) v0-1, UnregisterBroker (64) v0 and AllocateProducerIds (67) v0, from Kafka's field layouts in
-`strom/protocol/schemas/` through kafka-python's generator, as the other schemas it lacks."""
+BrokerHeartbeat (63) v0-1, UnregisterBroker (64) v0, AllocateProducerIds (67) v0 and Envelope
+(58) v0, from Kafka's field layouts in `strom/protocol/schemas/` through kafka-python's
+generator, as the other schemas it lacks."""
 
 from __future__ import annotations
 
+from kafka.protocol.api_data import ApiData
 from kafka.protocol.api_message import ApiMessage
 
 from strom.protocol import schemas
@@ -39,3 +41,17 @@ class AllocateProducerIdsRequest(ApiMessage, load_json=schemas):
 
 class AllocateProducerIdsResponse(ApiMessage, load_json=schemas):
     pass
+
+
+class EnvelopeRequest(ApiMessage, load_json=schemas):
+    """Envelope (58, KIP-590): a broker passes a client's request to the controller with the
+    client's principal and address."""
+
+
+class EnvelopeResponse(ApiMessage, load_json=schemas):
+    pass
+
+
+class DefaultPrincipalData(ApiData, load_json=schemas):
+    """An Envelope's principal, as Kafka's DefaultKafkaPrincipalBuilder serializes it
+    (version-prefixed)."""

@@ -177,8 +177,15 @@ class RaftCore:
         self.last_snapshot_ms = 0
         self.bootstrap_index = 0
         self.now = 0
+        # The wall clock minus `now`, as the driver measures it: timers run on `now` (monotonic),
+        # batches are stamped with wall-clock ms, as Kafka stamps them.
+        self.wall_clock_offset_ms = 0
 
     # --- properties ---------------------------------------------------------------------------
+
+    def timestamp(self) -> int:
+        """What a batch appended now is stamped with: wall-clock ms."""
+        return self.now + self.wall_clock_offset_ms
 
     @property
     def epoch(self) -> int:
@@ -373,7 +380,7 @@ class RaftCore:
         if not values:
             raise ValueError("nothing to append")
         out: list[Effect] = []
-        batch = data_batch(values, self.log.end_offset, self.epoch, now)
+        batch = data_batch(values, self.log.end_offset, self.epoch, self.timestamp())
         last = self._append_local(split_batches(batch)[0], out)
         out.append(FlushLog(self.log.end_offset, self.flush_generation))
         self._complete_parked(out)
@@ -516,7 +523,7 @@ class RaftCore:
         self.observers = {}
         self.epoch_start_offset = self.log.end_offset
         value = leader_change_value(self.node_id, sorted(self.voters.ids), granting)
-        batch = control_batch([(LEADER_CHANGE, value)], self.log.end_offset, self.epoch, self.now)
+        batch = control_batch([(LEADER_CHANGE, value)], self.log.end_offset, self.epoch, self.timestamp())
         self._append_local(split_batches(batch)[0], out)
         out.append(FlushLog(self.log.end_offset, self.flush_generation))
         out.append(LeaderChanged(self.node_id, self.epoch))
@@ -1182,7 +1189,7 @@ class RaftCore:
 
     def _append_voters(self, voters: VoterSet, out: list[Effect]) -> int:
         value = voters_value(list(voters.voters))
-        batch = control_batch([(KRAFT_VOTERS, value)], self.log.end_offset, self.epoch, self.now)
+        batch = control_batch([(KRAFT_VOTERS, value)], self.log.end_offset, self.epoch, self.timestamp())
         offset = self._append_local(split_batches(batch)[0], out)
         self.replicas = {v: self.replicas.get(v) or self.observers.pop(v, None) or ReplicaState(last_fetch_ms=self.now)
                          for v in voters.ids if v != self.node_id}

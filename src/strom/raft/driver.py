@@ -61,9 +61,13 @@ class RaftDriver:
         self.high_watermark = 0
         self._closed = False
 
-    @staticmethod
-    def now() -> int:
-        return int(time.monotonic() * 1000)
+    def now(self) -> int:
+        """The core's clock (monotonic ms, for its timers); the core also learns the wall clock's
+        offset from it, to stamp batches with wall-clock ms."""
+        now = int(time.monotonic() * 1000)
+        if self.core is not None:
+            self.core.wall_clock_offset_ms = int(time.time() * 1000) - now
+        return now
 
     # --- life cycle -----------------------------------------------------------------------------
 
@@ -136,7 +140,7 @@ class RaftDriver:
             log.debug("no snapshot at %d: %s", end_offset, e)
             self.core.snapshot_failed()
             return False
-        now = self.now()
+        now = int(time.time() * 1000)  # the snapshot header's last contained timestamp: wall clock
         data = await asyncio.to_thread(lambda: plan.build(values(), now))
         self._feed(self.core.install_snapshot(plan.snapshot_id, data, self.now()))
         return True

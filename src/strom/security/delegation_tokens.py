@@ -1,12 +1,17 @@
-"""Delegation tokens (KIP-48), as Kafka's ZooKeeper mode keeps them.
+"""Delegation tokens (KIP-48): the tokens a broker knows, and how they change.
 
-A token is a node /delegation_token/tokens/<token id> (owner, requester, renewers, issue,
-expiry and max timestamps; never the HMAC), each change announced by a sequential
-/delegation_token/token_changes/token_change_<n> node holding the token id, which every broker
-follows. The HMAC is HMAC-SHA512 of the token id under `delegation.token.secret.key`, so every
-broker with the same secret derives it; a client authenticates with SCRAM as user <token id>,
+The HMAC of a token is HMAC-SHA512 of its id under `delegation.token.secret.key`, so every node
+with the same secret derives it; a client authenticates with SCRAM as user <token id>,
 password base64(HMAC), and the `tokenauth=true` extension, and is then its token's owner until
-the token expires.
+the token expires. TokenCache is one broker's view (Kafka's DelegationTokenCache); where the
+tokens come from depends on the mode:
+
+- ZooKeeper (DelegationTokens): a token is a node /delegation_token/tokens/<token id> (owner,
+  requester, renewers, issue, expiry and max timestamps; never the HMAC), each change announced
+  by a sequential /delegation_token/token_changes/token_change_<n> node holding the token id,
+  which every broker follows. The broker that takes a request writes the change.
+- KRaft (QuorumTokens): the tokens are the metadata image's DelegationTokenRecords; the active
+  controller writes every change (controller/token_control.py) and removes expired tokens.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote, unquote
@@ -25,7 +30,8 @@ from urllib.parse import quote, unquote
 from strom.config.repository import ChangeListener
 from strom.controller import znodes
 from strom.controller.store import MetadataStore
-from strom.protocol.errors import ErrorCode
+from strom.metadata import records as r
+from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.scram import (
     MIN_ITERATIONS,
     SCRAM_MECHANISMS,
@@ -62,6 +68,17 @@ class TokenInformation:
                    tuple(unquote(r) for r in data.get("renewers", [])), int(data["issueTimestamp"]),
                    int(data["maxTimestamp"]), int(data["expiryTimestamp"]))
 
+    @classmethod
+    def from_record(cls, rec: Any) -> TokenInformation:
+        """A DelegationTokenRecord of the metadata log (principals as "User:alice")."""
+        return cls(rec.token_id, rec.owner, rec.requester, tuple(rec.renewers), rec.issue_timestamp,
+                   rec.max_timestamp, rec.expiration_timestamp)
+
+    def to_record(self) -> Any:
+        return r.DelegationTokenRecord(owner=self.owner, requester=self.requester, renewers=list(self.renewers),
+                                       issue_timestamp=self.issue_ms, max_timestamp=self.max_ms,
+                                       expiration_timestamp=self.expiry_ms, token_id=self.token_id)
+
     def owner_or_renewer(self, principal: str) -> bool:
         return principal == self.owner or principal in self.renewers
 
@@ -73,49 +90,61 @@ class TokenInformation:
 class _Cached:
     info: TokenInformation
     hmac: bytes
+    # SCRAM credentials by mechanism, made at the token's first authentication (a PBKDF2 of
+    # 4,096 rounds each: not paid for tokens never used on this broker).
     credentials: dict[str, ScramCredential] = field(default_factory=dict)
 
 
-class TokenError(Exception):
+class TokenError(KafkaError):
     def __init__(self, code: ErrorCode) -> None:
-        super().__init__(code.name)
-        self.code = code
+        super().__init__(code.name, code)
 
 
-class DelegationTokens:
-    """The token cache of one broker and the writes that change tokens (Kafka's
-    DelegationTokenManagerZk)."""
+def token_hmac(secret: bytes, token_id: str) -> bytes:
+    return hmac_lib.digest(secret, token_id.encode(), "sha512")
 
-    def __init__(self, store: MetadataStore, io: Callable[..., Awaitable[Any]], config: Any) -> None:
-        self.store, self.io = store, io
-        secret = config["delegation.token.secret.key"] or config["delegation.token.master.key"]
-        self.secret = secret.encode() if secret else None
+
+def new_token_id() -> str:
+    """Kafka's Uuid.randomUuid().toString(): 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def secret_of(config: Any) -> bytes | None:
+    """delegation.token.secret.key (or its old name, delegation.token.master.key); None: off."""
+    secret = config["delegation.token.secret.key"] or config["delegation.token.master.key"]
+    return secret.encode() if secret else None
+
+
+class TokenCache:
+    """The tokens one broker knows, by id and by HMAC (Kafka's DelegationTokenCache)."""
+
+    # Whether this broker removes expired tokens itself (ZooKeeper) or the controller does.
+    expires_locally = True
+    # Whether Create/Renew/ExpireDelegationToken go to the active controller (KRaft).
+    forwarded = False
+
+    def __init__(self, config: Any) -> None:
+        self.secret = secret_of(config)
         self.max_lifetime_ms = config["delegation.token.max.lifetime.ms"]
         self.renew_ms = config["delegation.token.expiry.time.ms"]
         self.tokens: dict[str, _Cached] = {}
         self._by_hmac: dict[bytes, str] = {}
-        self._changes = ChangeListener(store, io, znodes.TOKEN_CHANGES, TOKEN_CHANGE_PREFIX, self._changed)
 
     @property
     def enabled(self) -> bool:
         return self.secret is not None
 
-    # -- cache
-
     def hmac_of(self, token_id: str) -> bytes:
-        return hmac_lib.digest(self.secret, token_id.encode(), "sha512")
+        return token_hmac(self.secret, token_id)
 
     def _cache(self, info: TokenInformation) -> None:
-        token_hmac = self.hmac_of(info.token_id)
-        password = base64.b64encode(token_hmac).decode()
-        credentials = {}
-        for mechanism in SCRAM_MECHANISMS:
-            salt = os.urandom(32)
-            credentials[mechanism] = scram_credential(
-                mechanism, salted_password(mechanism, password, salt, MIN_ITERATIONS), salt, MIN_ITERATIONS)
-        self.forget(info.token_id)
-        self.tokens[info.token_id] = _Cached(info, token_hmac, credentials)
-        self._by_hmac[token_hmac] = info.token_id
+        cached = self.tokens.get(info.token_id)
+        if cached is not None:  # the same token changed (renewed, expiry moved): same HMAC
+            cached.info = info
+            return
+        token_hmac_ = self.hmac_of(info.token_id)
+        self.tokens[info.token_id] = _Cached(info, token_hmac_)
+        self._by_hmac[token_hmac_] = info.token_id
 
     def forget(self, token_id: str) -> None:
         cached = self.tokens.pop(token_id, None)
@@ -126,9 +155,30 @@ class DelegationTokens:
         """What SCRAM with `tokenauth=true` checks a token against: its credential, its owner,
         its expiry (ms); None for an unknown or expired token."""
         cached = self.tokens.get(token_id)
-        if cached is None or cached.info.expired(_now_ms()):
+        if cached is None or cached.info.expired(_now_ms()) or mechanism not in SCRAM_MECHANISMS:
             return None
-        return cached.credentials[mechanism], cached.info.owner, cached.info.expiry_ms
+        credential = cached.credentials.get(mechanism)
+        if credential is None:
+            password = base64.b64encode(cached.hmac).decode()
+            salt = os.urandom(32)
+            credential = scram_credential(mechanism, salted_password(mechanism, password, salt, MIN_ITERATIONS),
+                                          salt, MIN_ITERATIONS)
+            cached.credentials[mechanism] = credential
+        return credential, cached.info.owner, cached.info.expiry_ms
+
+    def by_hmac(self, token_hmac_: bytes) -> TokenInformation | None:
+        token_id = self._by_hmac.get(bytes(token_hmac_))
+        return None if token_id is None else self.tokens[token_id].info
+
+
+class DelegationTokens(TokenCache):
+    """A ZooKeeper broker's tokens and the writes that change them (Kafka's
+    DelegationTokenManagerZk)."""
+
+    def __init__(self, store: MetadataStore, io: Callable[..., Awaitable[Any]], config: Any) -> None:
+        super().__init__(config)
+        self.store, self.io = store, io
+        self._changes = ChangeListener(store, io, znodes.TOKEN_CHANGES, TOKEN_CHANGE_PREFIX, self._changed)
 
     def load(self) -> None:
         """Every token (blocking; at start-up)."""
@@ -176,26 +226,25 @@ class DelegationTokens:
             raise TokenError(ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED)
         now = _now_ms()
         lifetime = self.max_lifetime_ms if max_lifetime_ms <= 0 else min(max_lifetime_ms, self.max_lifetime_ms)
-        token_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        token_id = new_token_id()
         info = TokenInformation(token_id, owner, requester, tuple(renewers), now, now + lifetime,
                                 min(now + lifetime, now + self.renew_ms))
         self._write(info, token_id)
         log.info("created delegation token %s for %s", token_id, owner)
         return info, self.hmac_of(token_id)
 
-    def _owned(self, principal: str, token_hmac: bytes) -> TokenInformation:
+    def _owned(self, principal: str, token_hmac_: bytes) -> TokenInformation:
         if not self.enabled:
             raise TokenError(ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED)
-        token_id = self._by_hmac.get(bytes(token_hmac))
-        if token_id is None:
+        info = self.by_hmac(token_hmac_)
+        if info is None:
             raise TokenError(ErrorCode.DELEGATION_TOKEN_NOT_FOUND)
-        info = self.tokens[token_id].info
         if not info.owner_or_renewer(principal):
             raise TokenError(ErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH)
         return info
 
-    def renew(self, principal: str, token_hmac: bytes, period_ms: int) -> int:
-        info = self._owned(principal, token_hmac)
+    def renew(self, principal: str, token_hmac_: bytes, period_ms: int) -> int:
+        info = self._owned(principal, token_hmac_)
         now = _now_ms()
         if info.expired(now):
             raise TokenError(ErrorCode.DELEGATION_TOKEN_EXPIRED)
@@ -203,8 +252,8 @@ class DelegationTokens:
         self._write(renewed, info.token_id)
         return renewed.expiry_ms
 
-    def expire(self, principal: str, token_hmac: bytes, period_ms: int) -> int:
-        info = self._owned(principal, token_hmac)
+    def expire(self, principal: str, token_hmac_: bytes, period_ms: int) -> int:
+        info = self._owned(principal, token_hmac_)
         now = _now_ms()
         if period_ms < 0:
             self._write(None, info.token_id)
@@ -225,6 +274,36 @@ class DelegationTokens:
                 self._write(None, token_id)
 
 
+class QuorumTokens(TokenCache):
+    """A KRaft broker's tokens: the metadata image's, published on each change to them. The
+    active controller writes every change and removes expired tokens."""
+
+    expires_locally = False
+    forwarded = True
+
+    def load(self) -> None:
+        """Nothing to read at start-up: the first metadata image brings the tokens."""
+
+    async def start(self) -> None:
+        """Nothing to follow but the metadata log, which the publisher does."""
+
+    def stop(self) -> None:
+        pass
+
+    def publish(self, records: Iterable[Any]) -> None:
+        """The image's DelegationTokenRecords become this broker's tokens (without a secret the
+        broker knows no tokens, as a Kafka broker without one)."""
+        if not self.enabled:
+            return
+        current = {rec.token_id: rec for rec in records}
+        for token_id in [t for t in self.tokens if t not in current]:
+            self.forget(token_id)
+        for token_id, rec in current.items():
+            cached = self.tokens.get(token_id)
+            info = TokenInformation.from_record(rec)
+            if cached is None or cached.info != info:
+                self._cache(info)
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
-

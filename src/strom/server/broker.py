@@ -52,7 +52,7 @@ from strom.network.socket_server import SocketServer
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, is_flexible
 from strom.security.authorizer import AUTHORIZERS, INTERNAL, Authorizer
-from strom.security.delegation_tokens import DelegationTokens
+from strom.security.delegation_tokens import DelegationTokens, TokenCache
 from strom.security.sasl import broker_security
 from strom.server.add_partitions_to_txn import AddPartitionsToTxnManager
 from strom.server.alter_partition import AlterPartitionManager
@@ -173,7 +173,7 @@ class Broker:
         if cluster_id is None and self.clustered:  # the first broker of a new cluster names it
             cluster_id = await self.store_io(self._record_cluster_id, new_cluster_id())
         await self.store_io(self.config_repository.load)
-        self.delegation_tokens = DelegationTokens(self.store, self.store_io, self.config)
+        self.delegation_tokens = self._delegation_tokens()
         await self.store_io(self.delegation_tokens.load)
         self.authorizer = self._create_authorizer()
         if self.authorizer is not None:
@@ -224,6 +224,10 @@ class Broker:
         # Logs trusted after a clean shutdown were opened without reading them: read them now,
         # off the loop, before clients and timers need them.
         self.scheduler.once("load-logs", self.replica_manager.load_in_background())
+
+    def _delegation_tokens(self) -> TokenCache:
+        """Where this broker's delegation tokens come from: the metadata store's nodes."""
+        return DelegationTokens(self.store, self.store_io, self.config)
 
     async def _start_controller(self) -> None:
         """This broker's candidate for controller of a ZooKeeper cluster (or the embedded
@@ -465,7 +469,7 @@ class Broker:
         schedule("isr-expiration", max(lag_ms // 2, 1), lambda: self.replica_manager.maybe_shrink_isr(lag_ms))
         schedule("producer-id-expiration", config["producer.id.expiration.check.interval.ms"],
                  self.producer_states.expire)
-        if self.delegation_tokens.enabled:
+        if self.delegation_tokens.enabled and self.delegation_tokens.expires_locally:
             schedule("delegation-token-expiration", config["delegation.token.expiry.check.interval.ms"],
                      partial(self.store_io, self.delegation_tokens.remove_expired))
 

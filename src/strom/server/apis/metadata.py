@@ -128,21 +128,47 @@ def _cluster_operations(broker, ctx: RequestContext, request) -> set[int] | None
     return NOT_REQUESTED
 
 
+BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2  # DescribeCluster's endpoint types (KIP-919)
+
+
+def endpoint_type_error(request, version: int, expected: int) -> dict | None:
+    """DescribeCluster asked of the wrong kind of listener (a broker's answers endpoint type 1,
+    a controller's type 2): the error answer, as Kafka gives it; None when it is the right one."""
+    asked = getattr(request, "endpoint_type", BROKER_ENDPOINT)  # v0 has no field: a broker's
+    names = {BROKER_ENDPOINT: "BROKER", CONTROLLER_ENDPOINT: "CONTROLLER"}
+    if asked not in names:
+        code, message = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, f"Unsupported endpoint type {asked}"
+    elif asked != expected:
+        code, message = ErrorCode.MISMATCHED_ENDPOINT_TYPE, (
+            f"The request was sent to an endpoint of type {names[expected]}, but we wanted an endpoint of type "
+            f"{names[asked]}")
+    else:
+        return None
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST if version == 0 else code,
+            "error_message": message, "endpoint_type": expected, "cluster_id": "", "controller_id": -1,
+            "brokers": [], "authorized_operations": NOT_REQUESTED}
+
+
 @api(DESCRIBE_CLUSTER, 0, 2)
 async def handle_describe_cluster(broker, ctx: RequestContext, request) -> dict:
-    """The registered brokers. v2 (KIP-1073) adds include_fenced_brokers and is_fenced: Strom's
-    cluster is ZooKeeper-mode, where a broker is either registered (alive) or absent and there is
-    no fenced state, so every broker listed is unfenced and the flag changes nothing."""
+    """The live brokers, and the controller as this broker names it (ZooKeeper: the controller;
+    KRaft: a live broker, which forwards what a client sends it). v2 (KIP-1073) adds
+    include_fenced_brokers and is_fenced: the brokers listed are those clients may use, every
+    one unfenced, so the flag changes nothing."""
+    wrong = endpoint_type_error(request, ctx.header.api_version, BROKER_ENDPOINT)
+    if wrong is not None:
+        return wrong
+    brokers = [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"], "is_fenced": False}
+               for b in broker.endpoints(ctx.listener)]
+    controller_id = broker.controller_id
     return {
         "throttle_time_ms": 0,
         "error_code": ErrorCode.NONE,
-        "endpoint_type": 1,
+        "endpoint_type": BROKER_ENDPOINT,
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.controller_id,
-        "brokers": [
-            {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"], "is_fenced": False}
-            for b in broker.endpoints(ctx.listener)
-        ],
+        # Kafka names no controller it does not list (a client would look for it in vain).
+        "controller_id": controller_id if any(b["broker_id"] == controller_id for b in brokers) else -1,
+        "brokers": brokers,
         "authorized_operations": _cluster_operations(broker, ctx, request),
     }
 

@@ -17,14 +17,18 @@
 - It answers DescribeQuorum (as Kafka 4 brokers do, for kafka-metadata-quorum and admin
   clients) by asking the quorum's leader over the controller listener.
 
-Not on the quorum yet: delegation tokens are kept in the node's local metadata file, as on an
-embedded broker.
+- Delegation tokens are the metadata image's (published into a QuorumTokens store, which SCRAM
+  with a token and DescribeDelegationToken read); Create/Renew/ExpireDelegationToken go to the
+  active controller in an Envelope, after the broker's own checks, so that the controller
+  knows the client's principal (`forward`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +36,7 @@ from strom.client import AsyncConnection
 from strom.config.broker import BrokerConfig
 from strom.log.manager import LogManager
 from strom.metadata.loader import MetadataLoader
-from strom.metadata.storage import ensure_formatted
+from strom.metadata.storage import ensure_formatted, parse_kafka_uuid, read_meta
 from strom.network.request import API_VERSIONS, RequestContext
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.raft.config import (
@@ -44,9 +48,11 @@ from strom.raft.config import (
 from strom.raft.core import DESCRIBE_QUORUM
 from strom.raft.driver import to_fields
 from strom.security.authorizer import ALTER, ALTER_CONFIGS, CLUSTER, DESCRIBE, allowed
+from strom.security.delegation_tokens import QuorumTokens
 from strom.security.sasl import broker_security
 from strom.server.apis import KafkaApis
 from strom.server.broker import FIRST_METADATA_TIMEOUT_S, Broker, BrokerState
+from strom.server.kraft import envelope
 from strom.server.kraft.controller_channel import ControllerChannel, ControllerUnavailable
 from strom.server.kraft.controller_server import ControllerView
 from strom.server.kraft.forwarding import ControllerProducerIds, ForwardingTopicAdmin
@@ -146,6 +152,24 @@ class KRaftBroker(Broker):
         self._observer: MetadataObserver | None = None
         self.quorum_controller_view = QuorumControllerView(self)
 
+    def _delegation_tokens(self) -> QuorumTokens:
+        return QuorumTokens(self.config)
+
+    async def forward(self, ctx: RequestContext, body: Any) -> Any:
+        """A client's request answered by the active controller, as the client's (an Envelope
+        with its principal and address). KafkaError with the envelope's error when the
+        controller refused it, REQUEST_TIMED_OUT when no controller answered (as Kafka's
+        ForwardingManager)."""
+        try:
+            answer = await self.admin.channel.call(envelope.ENVELOPE, 0, envelope.wrap(ctx, to_fields(body)))
+        except ControllerUnavailable as e:
+            log.warning("api %d not forwarded: %s", ctx.header.api_key, e)
+            raise KafkaError(str(e), ErrorCode.REQUEST_TIMED_OUT) from None
+        if answer.error_code or answer.response_data is None:
+            raise KafkaError("the controller refused the forwarded request",
+                             ErrorCode(answer.error_code or ErrorCode.UNKNOWN_SERVER_ERROR))
+        return to_fields(envelope.unwrap_response(ctx, bytes(answer.response_data)))
+
     def _channel(self, purpose: str) -> ControllerChannel:
         return ControllerChannel(self.config, f"broker-{self.broker_id}-{purpose}",
                                  broker_security(ControllerView(self.config)))
@@ -161,13 +185,23 @@ class KRaftBroker(Broker):
             await self._observer.start()
         self.controller_channel = self._channel("alter-partition")
         self.lifecycle = BrokerLifecycleManager(self.config, self.cluster_id, self._channel("lifecycle"),
-                                                lambda: self.metadata_loader.offset)
+                                                lambda: self.metadata_loader.offset, self._log_dir_ids())
         await self.lifecycle.start(self.advertised)
         self.broker_epoch = self.lifecycle.broker_epoch
         ids = ControllerProducerIds(self._channel("producer-ids"), self.broker_id, lambda: self.lifecycle.broker_epoch)
         self.producer_id_manager = ids
         self.admin = ForwardingTopicAdmin(self._channel("forwarding"), asyncio.get_running_loop(),
                                           lambda: self.metadata_loader.image)
+
+    def _log_dir_ids(self) -> list[uuid.UUID]:
+        """The directory.id of each online log dir, from its meta.properties (checked at start-up
+        by the log manager), as BrokerRegistration carries them (KIP-858)."""
+        ids = []
+        for d in self.log_manager.live_dirs:
+            meta = read_meta(d)
+            if meta is not None and meta.directory_id:
+                ids.append(parse_kafka_uuid(meta.directory_id))
+        return ids
 
     async def _start_controller(self) -> None:
         """A KRaft broker runs no controller of its own: it waits until the quorum's has
@@ -180,6 +214,15 @@ class KRaftBroker(Broker):
             await self.producer_id_manager.reserve()
         except (KafkaError, ConnectionError) as e:
             log.warning("no producer id block from the controller yet: %s", e)
+
+    @property
+    def controller_id(self) -> int:
+        """What Metadata and DescribeCluster name as the controller: a live broker picked at
+        random each time, as Kafka 4's KRaft brokers answer (the controllers are not reachable
+        on a broker listener; an admin client's requests reach them through the broker it
+        picks, which forwards them), so admin traffic spreads over the brokers."""
+        live = list(self.metadata_cache.live_brokers)
+        return random.choice(live) if live else -1
 
     def require_controller(self) -> None:
         """Any broker takes admin requests: it forwards them to the active controller."""

@@ -3,7 +3,9 @@ ControllerApis): the Raft APIs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, F
 DescribeQuorum, Add/Remove/UpdateRaftVoter), ApiVersions, and the requests that change metadata
 as a Kafka 4 controller takes them (CreateTopics, DeleteTopics, CreatePartitions,
 IncrementalAlterConfigs, ElectLeaders, Alter/ListPartitionReassignments, UpdateFeatures,
-DescribeCluster, BrokerRegistration, BrokerHeartbeat, UnregisterBroker, AlterPartition).
+DescribeCluster, BrokerRegistration, BrokerHeartbeat, UnregisterBroker, AlterPartition), and
+Create/Renew/ExpireDelegationToken, which brokers forward in an Envelope so that the controller
+knows the client's principal (envelope.py).
 
 Any other request closes the connection, as Kafka's socket server does for an API its listener
 does not enable. Handlers run on the controller's event loop.
@@ -18,7 +20,7 @@ from typing import Any
 
 from strom.controller import cluster_control, replication_control
 from strom.controller.features import SAFE_DOWNGRADE, SUPPORTED, UPGRADE, FeatureUpdate
-from strom.controller.quorum_controller import NotController, QuorumController
+from strom.controller.quorum_controller import NotController, QuorumController, wall_clock_ms
 from strom.controller.replication_control import Change, NewTopic
 from strom.network.request import API_VERSIONS, RequestContext
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -35,13 +37,17 @@ from strom.raft.core import (
     VOTE,
 )
 from strom.raft.driver import RaftDriver
-from strom.server.apis import acls, by_topic, quotas, scram
+from strom.security.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, CREATE_TOKENS, USER, allowed
+from strom.server.apis import acls, by_topic, delegation_tokens, quotas, scram
+from strom.server.apis.metadata import CONTROLLER_ENDPOINT, endpoint_type_error
+from strom.server.kraft import envelope
 
 log = logging.getLogger(__name__)
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 19, 20, 37, 44
 ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, ALTER_PARTITION = 43, 45, 46, 56
-UPDATE_FEATURES, DESCRIBE_CLUSTER = 57, 60
+UPDATE_FEATURES, DESCRIBE_CLUSTER, ENVELOPE = 57, 60, 58
+CREATE_TOKEN, RENEW_TOKEN, EXPIRE_TOKEN = 38, 39, 40
 BROKER_REGISTRATION, BROKER_HEARTBEAT, UNREGISTER_BROKER, ALLOCATE_PRODUCER_IDS = 62, 63, 64, 67
 CREATE_ACLS, DELETE_ACLS, ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS = 30, 31, 49, 51
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
@@ -55,10 +61,20 @@ VERSIONS: dict[int, tuple[int, int]] = {
     API_VERSIONS: (0, 4), SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2),
     CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 6), CREATE_PARTITIONS: (0, 3), INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ELECT_LEADERS: (0, 2), ALTER_REASSIGNMENTS: (0, 0), LIST_REASSIGNMENTS: (0, 0), ALTER_PARTITION: (0, 3),
-    UPDATE_FEATURES: (0, 1), DESCRIBE_CLUSTER: (0, 1), BROKER_REGISTRATION: (0, 4), BROKER_HEARTBEAT: (0, 1),
+    UPDATE_FEATURES: (0, 1), DESCRIBE_CLUSTER: (0, 2), BROKER_REGISTRATION: (0, 4), BROKER_HEARTBEAT: (0, 1),
     UNREGISTER_BROKER: (0, 0), ALLOCATE_PRODUCER_IDS: (0, 0), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3),
-    ALTER_CLIENT_QUOTAS: (0, 1), ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ALTER_CLIENT_QUOTAS: (0, 1), ALTER_USER_SCRAM_CREDENTIALS: (0, 0), ENVELOPE: (0, 0),
+    CREATE_TOKEN: (1, 3), RENEW_TOKEN: (1, 2), EXPIRE_TOKEN: (1, 2),
 }
+# What an Envelope may carry: the requests that change metadata, not Raft's nor the broker
+# lifecycle's (a broker sends those as itself).
+FORWARDABLE = frozenset({CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, ELECT_LEADERS,
+                         ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, UPDATE_FEATURES, CREATE_ACLS, DELETE_ACLS,
+                         ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS, CREATE_TOKEN, RENEW_TOKEN, EXPIRE_TOKEN})
+
+
+def _token_requests_allowed(ctx: RequestContext) -> bool:
+    return delegation_tokens.token_requests_allowed(ctx, isinstance(ctx, envelope.ForwardedContext))
 
 
 def _error(e: KafkaError) -> tuple[int, str]:
@@ -83,7 +99,8 @@ class ControllerApis:
             BROKER_HEARTBEAT: self._broker_heartbeat, UNREGISTER_BROKER: self._unregister_broker,
             ALLOCATE_PRODUCER_IDS: self._allocate_producer_ids, CREATE_ACLS: self._create_acls,
             DELETE_ACLS: self._delete_acls, ALTER_CLIENT_QUOTAS: self._alter_client_quotas,
-            ALTER_USER_SCRAM_CREDENTIALS: self._alter_user_scram_credentials,
+            ALTER_USER_SCRAM_CREDENTIALS: self._alter_user_scram_credentials, ENVELOPE: self._envelope,
+            CREATE_TOKEN: self._create_token, RENEW_TOKEN: self._renew_token, EXPIRE_TOKEN: self._expire_token,
         }
 
     # --- RequestHandler ---------------------------------------------------------------------------
@@ -333,19 +350,25 @@ class ControllerApis:
         return response(ErrorCode.NONE, None, results)
 
     async def _describe_cluster(self, ctx: RequestContext, request: Any) -> dict:
-        """Asked of a controller (KIP-919's endpoint type 2): the controllers, and which leads."""
-        core = self.driver.core
-        endpoint_type = getattr(request, "endpoint_type", 1)
-        if endpoint_type == 2:
-            nodes = [{"broker_id": v.voter_id, "host": v.endpoints[0].host, "port": v.endpoints[0].port, "rack": None}
-                     for v in core.voters.voters if v.endpoints]
-        else:
-            nodes = [{"broker_id": b.id, "host": e.host, "port": e.port, "rack": b.rack}
-                     for b in self.controller.image.brokers.values() if not b.fenced
-                     for e in b.endpoints[:1]]
+        """Asked of a controller (KIP-919's endpoint type 2, as `kafka-metadata-quorum` and admin
+        clients with bootstrap.controllers ask): the controllers where they listen on the
+        listener asked, and the one that leads. A controller answers no other endpoint type,
+        and (unlike a broker) only a principal with ALTER on the cluster."""
+        version = ctx.header.api_version
+        wrong = endpoint_type_error(request, version, CONTROLLER_ENDPOINT)
+        if wrong is not None:
+            return wrong
+        if not allowed(self.server, ctx, ALTER, CLUSTER):
+            return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                    "error_message": None, "endpoint_type": CONTROLLER_ENDPOINT, "cluster_id": "",
+                    "controller_id": -1, "brokers": [], "authorized_operations": None}
+        nodes = [{"broker_id": v.voter_id, "host": e.host, "port": e.port, "rack": None, "is_fenced": False}
+                 for v in self.driver.core.voters.voters for e in v.endpoints if e.name == ctx.listener]
+        leader = self.driver.core.leader_id
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
-                "endpoint_type": endpoint_type, "cluster_id": self.server.cluster_id,
-                "controller_id": self.controller.leader_id, "brokers": nodes, "authorized_operations": None}
+                "endpoint_type": CONTROLLER_ENDPOINT, "cluster_id": self.server.cluster_id,
+                "controller_id": leader if any(n["broker_id"] == leader for n in nodes) else -1, "brokers": nodes,
+                "authorized_operations": None}
 
     async def _broker_registration(self, ctx: RequestContext, request: Any) -> dict:
         try:
@@ -452,3 +475,67 @@ class ControllerApis:
         except KafkaError as e:
             results = [{"user": u, "error_code": e.code, "error_message": str(e)} for u in changes]
         return {"throttle_time_ms": 0, "results": results}
+
+    # --- forwarded requests and delegation tokens --------------------------------------------------
+
+    async def _envelope(self, ctx: RequestContext, request: Any) -> dict:
+        """A client's request a broker forwarded: answered as the client's (Kafka refuses an
+        envelope from a principal without CLUSTER_ACTION on the cluster)."""
+        def error(code: int) -> dict:
+            return {"error_code": code, "response_data": None}
+
+        if not allowed(self.server, ctx, CLUSTER_ACTION, CLUSTER):
+            return error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        if not self.controller.active:
+            return error(ErrorCode.NOT_CONTROLLER)
+        try:
+            inner_ctx, body = envelope.unwrap(ctx, request)
+        except ValueError as e:
+            log.info("envelope from %s refused: %s", ctx.client, e)
+            return error(ErrorCode.INVALID_REQUEST)
+        key, version = inner_ctx.header.api_key, inner_ctx.header.api_version
+        if key not in FORWARDABLE or not self.supports(key, version):
+            return error(ErrorCode.UNSUPPORTED_VERSION)
+        response = await self._handlers[key](inner_ctx, body)
+        if response.get("error_code") == ErrorCode.NOT_CONTROLLER:
+            return error(ErrorCode.NOT_CONTROLLER)  # the broker asks the next controller
+        return {"error_code": ErrorCode.NONE, "response_data": envelope.response_data(inner_ctx, response)}
+
+    async def _create_token(self, ctx: RequestContext, request: Any) -> dict:
+        owner, answer = delegation_tokens.create_answer(ctx, request)
+        requester = ctx.principal
+        if not _token_requests_allowed(ctx):
+            return {**answer, "error_code": ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED}
+        if owner != requester and not allowed(self.server, ctx, CREATE_TOKENS, USER, owner):
+            return {**answer, "error_code": ErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED}
+        tokens = self.controller.settings.tokens
+        renewers = [f"{x.principal_type}:{x.principal_name}" for x in request.renewers]
+        try:
+            info, hmac = await self._write("create-token", lambda image: tokens.create(
+                image, owner, requester, renewers, request.max_lifetime_ms, wall_clock_ms()))
+        except KafkaError as e:  # TokenError among them
+            return {**answer, "error_code": e.code}
+        log.info("created delegation token %s for %s", info.token_id, owner)
+        return {**answer, "issue_timestamp_ms": info.issue_ms, "expiry_timestamp_ms": info.expiry_ms,
+                "max_timestamp_ms": info.max_ms, "token_id": info.token_id, "hmac": hmac}
+
+    async def _change_token(self, ctx: RequestContext, name: str, change: Callable[..., Change], hmac: bytes,
+                            period_ms: int) -> dict:
+        if not _token_requests_allowed(ctx):
+            return {"error_code": ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, "expiry_timestamp_ms": -1,
+                    "throttle_time_ms": 0}
+        try:
+            expiry = await self._write(name, lambda image: change(image, ctx.principal, hmac, period_ms,
+                                                                  wall_clock_ms()))
+        except KafkaError as e:  # TokenError among them
+            return {"error_code": e.code, "expiry_timestamp_ms": -1, "throttle_time_ms": 0}
+        return {"error_code": ErrorCode.NONE, "expiry_timestamp_ms": expiry, "throttle_time_ms": 0}
+
+    async def _renew_token(self, ctx: RequestContext, request: Any) -> dict:
+        tokens = self.controller.settings.tokens
+        return await self._change_token(ctx, "renew-token", tokens.renew, request.hmac, request.renew_period_ms)
+
+    async def _expire_token(self, ctx: RequestContext, request: Any) -> dict:
+        tokens = self.controller.settings.tokens
+        return await self._change_token(ctx, "expire-token", tokens.expire, request.hmac,
+                                        request.expiry_time_period_ms)

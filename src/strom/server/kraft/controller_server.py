@@ -23,6 +23,7 @@ from strom.config.dynamic import DynamicBrokerConfig
 from strom.controller.loop_thread import LoopThread
 from strom.controller.quorum_controller import ControllerSettings, QuorumController
 from strom.controller.replication_control import Limits
+from strom.controller.token_control import TokenControl
 from strom.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from strom.metadata.storage import (
     METADATA_PARTITION_DIR,
@@ -34,6 +35,7 @@ from strom.network.socket_server import SocketServer
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.raft.config import QuorumConfig, parse_bootstrap_servers, parse_voters
 from strom.raft.driver import RaftDriver
+from strom.security.delegation_tokens import secret_of
 from strom.security.sasl import broker_security
 from strom.server.kraft.controller_apis import ControllerApis
 from strom.server.kraft.raft_transport import RaftTransport
@@ -107,6 +109,7 @@ class ControllerServer:
         # Controllers talk Raft on the controller listener; no broker user to exempt from the
         # socket server's SASL guess limit.
         self.inter_broker_security = None
+        self.authorizer = None  # what `allowed` asks: none yet, so every principal may
         self.thread: LoopThread | None = None
         self.driver: RaftDriver | None = None
         self.controller: QuorumController | None = None
@@ -142,9 +145,12 @@ class ControllerServer:
                         validate_topic_configs=self._validate_topic_configs,
                         unclean_default=config["unclean.leader.election.enable"])
         rebalance = config["leader.imbalance.check.interval.seconds"] if config["auto.leader.rebalance.enable"] else 0
+        tokens = TokenControl(secret_of(config), config["delegation.token.max.lifetime.ms"],
+                              config["delegation.token.expiry.time.ms"])
         settings = ControllerSettings(self.node_id, self.cluster_id, limits, config["broker.session.timeout.ms"],
                                       features, extra, self._validate_configs, lambda key: key in LIST_CONFIGS,
-                                      rebalance)
+                                      rebalance, tokens,
+                                      config["delegation.token.expiry.check.interval.ms"] / 1000)
         self.controller = QuorumController(settings, self.driver)
         self.driver.listener = self._on_raft
         self.controller.start()

@@ -32,12 +32,13 @@ REGISTRATION_VERSION, HEARTBEAT_VERSION = 4, 1
 
 class BrokerLifecycleManager:
     def __init__(self, config: BrokerConfig, cluster_id: str, channel: ControllerChannel,
-                 metadata_offset: Callable[[], int]) -> None:
+                 metadata_offset: Callable[[], int], log_dirs: list[uuid.UUID] | None = None) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.cluster_id = cluster_id
         self.channel = channel
         self.metadata_offset = metadata_offset
+        self.log_dirs = list(log_dirs or [])  # the directory.id of each online log dir (KIP-858)
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
         self.fenced = True
@@ -67,7 +68,7 @@ class BrokerLifecycleManager:
                           for x in self._listeners],
             "features": [{"name": n, "min_supported_version": f.min_level, "max_supported_version": f.max_level}
                          for n, f in sorted(SUPPORTED.items())],
-            "rack": self.config["broker.rack"], "is_migrating_zk_broker": False, "log_dirs": [],
+            "rack": self.config["broker.rack"], "is_migrating_zk_broker": False, "log_dirs": self.log_dirs,
             "previous_broker_epoch": self.broker_epoch}
         deadline = time.monotonic() + self.config["initial.broker.registration.timeout.ms"] / 1000
         while True:

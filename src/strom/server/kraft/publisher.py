@@ -114,7 +114,8 @@ class BrokerMetadataPublisher:
 
     def _publish_security(self, image: MetadataImage, delta: MetadataDelta) -> None:
         """Finalized features; ACLs into the authorizer; SCRAM credentials and client quotas
-        into the config repository, under the paths a ZooKeeper broker keeps them at."""
+        into the config repository, under the paths a ZooKeeper broker keeps them at;
+        delegation tokens into the broker's token store."""
         authorizer = self.broker.authorizer
         if authorizer is not None and (delta.full or "acls" in delta.other):
             acls: dict[tuple[int, int, str], set[Acl]] = {}
@@ -138,6 +139,8 @@ class BrokerMetadataPublisher:
                 for key, value in values.items():
                     clients.setdefault(path, {})[key] = str(int(value)) if kinds.get(key) is int else repr(value)
             self.broker.config_repository.clients = clients
+        if delta.full or "tokens" in delta.other:
+            self.broker.delegation_tokens.publish(image.delegation_tokens.values())
 
     def _publish_configs(self, image: MetadataImage, delta: MetadataDelta) -> None:
         """Topic configs into the broker's config repository before partitions need them; live
