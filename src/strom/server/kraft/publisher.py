@@ -16,13 +16,16 @@ unfenced.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Iterator
 from dataclasses import replace
+from itertools import islice
 from typing import Any
 
 from strom.config.dynamic import DEFAULT_ENTITY
 from strom.config.repository import sanitize
-from strom.controller.channel import RequestBatch
+from strom.controller.channel import MAX_PARTITIONS_PER_REQUEST, RequestBatch
 from strom.controller.features import FinalizedFeatures
 from strom.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from strom.metadata.loader import MetadataDelta
@@ -36,6 +39,7 @@ log = logging.getLogger(__name__)
 LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 4, 5, 6
 _VERSIONS = {LEADER_AND_ISR: 7, STOP_REPLICA: 4, UPDATE_METADATA: 8}
 CONTROLLER_EPOCH = 1  # one source of these requests, in log order: no older controller to fence
+PUBLISH_SLICE = MAX_PARTITIONS_PER_REQUEST  # partitions changed per turn of the loop
 
 
 class _Collect:
@@ -67,24 +71,12 @@ class BrokerMetadataPublisher:
         broker = self.broker
         self._publish_configs(image, delta)
         self._publish_security(image, delta)
-        batch = RequestBatch(self.broker_id, CONTROLLER_EPOCH)
         hosted = broker.replica_manager.partitions
-        if delta.full:
-            changed = [(t, i, s) for t, i, s in image.partitions()]
-        else:
-            changed = []
-            for topic_id, index in delta.partitions:
-                topic = image.topics_by_id.get(topic_id)
-                state = topic.partitions.get(index) if topic is not None else None
-                if state is not None:
-                    changed.append((topic, index, state))
-        for topic, index, state in changed:
-            if self.broker_id in state.replicas:
-                batch.add_leader_and_isr([self.broker_id], topic, index, state)
-            else:
-                batch.add_update_metadata([], [(topic, index, state)])
-                if (topic.name, index) in hosted:  # moved away by a reassignment
-                    batch.add_stop_replica(self.broker_id, topic.name, index, state.leader_epoch, True)
+        live = live_brokers(image, also=self.broker_id)
+        fenced = getattr(image.brokers.get(self.broker_id), "fenced", True)
+        # Removed topics first: a topic deleted and made again under its name in one delta
+        # loses its old replicas before the new ones are made.
+        batch = RequestBatch(self.broker_id, CONTROLLER_EPOCH)
         for name, (topic_id, partitions) in delta.removed_topics.items():
             current = image.topics.get(name)
             if current is not None and current.topic_id == topic_id:
@@ -99,16 +91,47 @@ class BrokerMetadataPublisher:
                     batch.add_stop_replica(self.broker_id, name, index, -1, True)
         if delta.brokers:
             batch.update_metadata_brokers.add(self.broker_id)
-        fenced = getattr(image.brokers.get(self.broker_id), "fenced", True)
-        channel = _Collect(self.broker_id, broker.inter_broker_listener)
-        batch.send(channel, live_brokers(image, also=self.broker_id))
+        await self._deliver(batch, live, fenced)
+        # Then the changed partitions, a slice at a time with the loop given back between
+        # slices: a full delta of 100,000 partitions is never one long stretch on the loop.
+        changed = self._every_partition(image) if delta.full else self._changed(image, delta)
+        while piece := list(islice(changed, PUBLISH_SLICE)):
+            batch = RequestBatch(self.broker_id, CONTROLLER_EPOCH)
+            for topic, index, state in piece:
+                if self.broker_id in state.replicas:
+                    batch.add_leader_and_isr([self.broker_id], topic, index, state)
+                else:
+                    batch.add_update_metadata([], [(topic, index, state)])
+                    if (topic.name, index) in hosted:  # moved away by a reassignment
+                        batch.add_stop_replica(self.broker_id, topic.name, index, state.leader_epoch, True)
+            await self._deliver(batch, live, fenced)
+            await asyncio.sleep(0)
+
+    @staticmethod
+    def _every_partition(image: MetadataImage) -> Iterator[tuple[Any, int, Any]]:
+        # Over copies of the dicts: the loop is given back between slices.
+        for topic in list(image.topics.values()):
+            for index, state in list(topic.partitions.items()):
+                yield topic, index, state
+
+    @staticmethod
+    def _changed(image: MetadataImage, delta: MetadataDelta) -> Iterator[tuple[Any, int, Any]]:
+        for topic_id, index in delta.partitions:
+            topic = image.topics_by_id.get(topic_id)
+            state = topic.partitions.get(index) if topic is not None else None
+            if state is not None:
+                yield topic, index, state
+
+    async def _deliver(self, batch: RequestBatch, live: dict[int, BrokerInfo], fenced: bool) -> None:
+        channel = _Collect(self.broker_id, self.broker.inter_broker_listener)
+        batch.send(channel, live)
         for api_key, fields in channel.requests:
             # From this broker's own image, in log order: nothing to fence (the image may still
             # hold an earlier registration's epoch just after this broker registered again).
             fields["broker_epoch"] = -1
             if api_key == UPDATE_METADATA and fenced:  # clients hear of this broker once unfenced
                 fields["live_brokers"] = [b for b in fields["live_brokers"] if b["id"] != self.broker_id]
-            response = await broker.deliver_local(api_key, _VERSIONS[api_key], fields)
+            response = await self.broker.deliver_local(api_key, _VERSIONS[api_key], fields)
             if getattr(response, "error_code", 0):
                 log.warning("metadata change %d not applied: error %d", api_key, response.error_code)
 
