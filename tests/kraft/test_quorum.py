@@ -23,6 +23,9 @@ from kraft_support import (
 )
 
 from strom.client import Connection
+from strom.metadata.image import MetadataImage
+from strom.metadata.storage import METADATA_PARTITION_DIR
+from strom.raft.snapshots import read_snapshot
 from strom.testing import KRaftQuorum, unique_name, wait_for
 
 # Kafka's defaults, halved, so the module runs in seconds; snapshots every ~16 KB of records.
@@ -178,3 +181,31 @@ def test_restarted_controller_catches_up_from_a_snapshot(quorum):
     mine, theirs = replay(metadata_dir(quorum, follower), hw), replay(metadata_dir(quorum, leader), hw)
     assert image_state(mine) == image_state(theirs)
     assert set(names) <= set(mine.topics)
+
+
+def test_a_dedicated_broker_snapshots_its_copy_of_the_metadata_log(with_broker):
+    """A broker's observer log is bounded like a controller's: past
+    metadata.log.max.record.bytes.between.snapshots it snapshots the image it applied and drops
+    the log before it; restarted, it starts from that snapshot and knows every topic."""
+    quorum = with_broker
+    quorum.leader()
+    broker = quorum.brokers[100]
+    directory = broker.data_dir / "logs" / METADATA_PARTITION_DIR
+    names = [unique_name("snapshotted") for _ in range(4)]
+    for name in names:  # ~100 records of ~60 bytes each: past the 16 KB between snapshots
+        assert create_topics(quorum, [(name, 100, 1, {})])[0].error_code == 0
+    wait_for(lambda: read_log(directory)[0] > 0, 30, what="a snapshot by the broker")
+    start, snapshot, _ = read_log(directory)
+    image = MetadataImage()
+    image.replay_values(read_snapshot(snapshot).values)
+    assert image.brokers and 100 in image.brokers
+    assert len([n for n in names if n in image.topics]) >= 1
+    broker.stop()
+    broker.start()
+    with Connection("127.0.0.1", broker.port, timeout_s=30) as conn:
+        def listed() -> set[str]:
+            body = conn.call(3, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                     "include_topic_authorized_operations": False})
+            return {t.name for t in body.topics if t.error_code == 0}
+        wait_for(lambda: set(names) <= listed(), 30, what="every topic known after the restart")
+    assert read_log(directory)[0] >= start

@@ -256,7 +256,7 @@ class KRaftBroker(Broker):
         if self.lifecycle is not None:
             await self.lifecycle.close()
         for channel in (self.controller_channel, getattr(self.admin, "channel", None),
-                        getattr(self.producer_id_manager, "channel", None)):
+                        getattr(getattr(self, "producer_id_manager", None), "channel", None)):
             if channel is not None:
                 channel.close()
         if self._observer is not None:

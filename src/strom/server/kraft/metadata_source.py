@@ -5,7 +5,8 @@ A combined node's broker reads the node's own quorum (the controller's driver): 
 copy of the controller's image, taken between two applied effects, and then follows every
 effect committed after it. A dedicated broker runs an observer of the quorum (a Raft driver
 that fetches from the leader and never votes) in `metadata.log.dir`, on its own thread, as a
-Kafka broker runs its RaftManager. Either way the effects cross to the broker's loop through a
+Kafka broker runs its RaftManager, and snapshots its image there when the Raft core says one
+is due. Either way the effects cross to the broker's loop through a
 queue, in order, and the broker's MetadataLoader replays them there.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from typing import Any
 
 from strom.controller.loop_thread import LoopThread
@@ -44,11 +46,21 @@ class MetadataFeed:
     def start_from(self, image: MetadataImage) -> None:
         self.loop.call_soon_threadsafe(self._queue.put_nowait, image)
 
+    async def image_copy(self) -> MetadataImage | None:
+        """A copy of the image between two replays (called on the broker's loop), or None in
+        the middle of a metadata transaction: what a snapshot of this broker's log holds."""
+        done = self.loop.create_future()
+        self._queue.put_nowait(done)
+        return await done
+
     async def _run(self) -> None:
         while True:
             item = await self._queue.get()
             try:
-                if isinstance(item, MetadataImage):
+                if isinstance(item, asyncio.Future):
+                    image = self.loader.image
+                    item.set_result(None if image.transaction is not None else image.copy())
+                elif isinstance(item, MetadataImage):
                     await self.loader.load_image(item)
                 elif isinstance(item, fx.LoadSnapshot):
                     image = await asyncio.to_thread(_image_of_snapshot, item.data)
@@ -96,9 +108,29 @@ class MetadataObserver:
         self.transport = RaftTransport(qc, self.config.controller_listener_names[0], lambda: self.driver.core.voters,
                                        broker_security(ControllerView(self.config)))
         self.driver = RaftDriver(qc, self.config.metadata_log_dir / METADATA_PARTITION_DIR, self.transport,
-                                 listener=self.feed.on_effect, rng=random.Random(), directory_id=self.directory_id,
+                                 listener=self._on_effect, rng=random.Random(), directory_id=self.directory_id,
                                  segment_bytes=self.config["metadata.log.segment.bytes"])
         await self.driver.start()
+
+    def _on_effect(self, e: fx.Effect) -> None:
+        if isinstance(e, fx.SnapshotDue):
+            asyncio.get_running_loop().create_task(self._snapshot())
+        else:
+            self.feed.on_effect(e)
+
+    async def _snapshot(self) -> None:
+        """metadata.log.max.record.bytes.between.snapshots (or the interval) passed: the
+        broker snapshots the image it has applied, and its log before that goes, as a Kafka
+        broker's does; otherwise its copy of the metadata log would grow for ever."""
+        copy = asyncio.run_coroutine_threadsafe(self.feed.image_copy(), self.feed.loop)
+        image = await asyncio.wrap_future(copy)
+        if image is None:
+            self.driver.core.snapshot_failed()  # not in the middle of a transaction: later
+            return
+        started = time.monotonic()
+        if await self.driver.snapshot(image.end_offset, image.encode):
+            log.info("metadata snapshot at offset %d (%d partitions) in %.0f ms", image.end_offset,
+                     image.partition_count, (time.monotonic() - started) * 1000)
 
     async def close(self) -> None:
         if self.thread is None:
