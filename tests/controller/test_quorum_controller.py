@@ -288,6 +288,7 @@ def test_the_whole_cluster_stopping_and_coming_back(tmp_path):
 
 def test_the_image_comes_back_from_log_and_snapshots(tmp_path, monkeypatch):
     monkeypatch.setattr(quorum_controller, "MAX_RECORDS_PER_BATCH", 50)  # large changes: a transaction
+    monkeypatch.setattr(quorum_controller, "_REPLAY_OFF_LOOP", 30)  # encoded and replayed in a worker thread
 
     async def main():
         c = await _start(tmp_path / "m", snapshot_bytes=4096)

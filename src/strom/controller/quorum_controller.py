@@ -44,13 +44,18 @@ T = TypeVar("T")
 # as several batches between BeginTransaction and EndTransaction records (KIP-868), which the
 # image applies only once the transaction ends.
 MAX_RECORDS_PER_BATCH = 10_000
-# Above this many records a committed batch is decoded and replayed in a worker thread.
+# Above this many records a batch is encoded, or a committed one decoded and replayed, in a
+# worker thread: the loop keeps answering the quorum's fetches meanwhile.
 _REPLAY_OFF_LOOP = 2_000
 PREFERRED_ELECTION = 0  # ElectLeaders' election type
 
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _encode(records: list[Any]) -> list[bytes]:
+    return [r.encode(rec) for rec in records]
 
 
 class NotController(KafkaError):
@@ -153,9 +158,12 @@ class QuorumController:
         chunks = [records[i:i + MAX_RECORDS_PER_BATCH] for i in range(0, len(records), MAX_RECORDS_PER_BATCH)]
         try:
             for i, chunk in enumerate(chunks):
-                self._appended[self.driver.core.log.end_offset] = chunk
                 last = i == len(chunks) - 1
-                await self.driver.append([r.encode(rec) for rec in chunk], wait=last)
+                encoded = await asyncio.to_thread(_encode, chunk) if len(chunk) > _REPLAY_OFF_LOOP else _encode(chunk)
+                if not self.active:
+                    raise NotLeader("leadership changed while the records were encoded")
+                self._appended[self.driver.core.log.end_offset] = chunk  # no await from here to the append
+                await self.driver.append(encoded, wait=last)
                 if not last:
                     await asyncio.sleep(0)
         finally:
