@@ -1,4 +1,4 @@
-"""The `strom` data source against a 3-broker cluster: tasks read each partition from its
+"""The `strom` data source against a 3-broker cluster (ZooKeeper, then KRaft): tasks read each partition from its
 leader (leaders on three different brokers, the source told of one broker only), the sink
 writes to leaders across the cluster, and an exactly-once copy goes through a broker kill."""
 
@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from strom.testing import Cluster, consume_all, create_topic, unique_name
+from strom.testing import KRAFT, Cluster, consume_all, create_topic, unique_name
 from strom.zookeeper_server import ZooKeeperServer
 
 from .conftest import read
@@ -17,8 +17,13 @@ from .test_exactly_once_faults import ROWS, check_exactly_once, copy_through_a_k
 ASSIGNMENT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]  # partition p led by broker p + 1
 
 
-@pytest.fixture(scope="module")
-def cluster():
+@pytest.fixture(scope="module", params=["zookeeper", KRAFT])
+def cluster(request):
+    """The same tests on a ZooKeeper cluster and on a KRaft quorum of combined nodes."""
+    if request.param == KRAFT:
+        with Cluster(3, zookeeper=KRAFT) as c:
+            yield c
+        return
     with ZooKeeperServer(fsync=False) as zk, Cluster(3, zookeeper=zk) as c:
         yield c
 
