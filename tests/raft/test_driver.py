@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 from raft_wire import RaftServer, Sender
 
@@ -161,6 +162,28 @@ def test_a_slow_state_machine_does_not_stall_the_quorum(tmp_path):
             while loop.time() < end and not all(len(c) == 10 for c in committed.values()):
                 await asyncio.sleep(0.02)
             assert committed[1] == committed[2] == committed[3] and len(committed[1]) == 10
+        finally:
+            await _stop(servers, drivers)
+
+    asyncio.run(main())
+
+
+def test_a_stalled_process_does_not_depose_its_leader(tmp_path):
+    """The whole process stops for longer than the fetch timeout (a long pause of the
+    interpreter): when it runs again, the answers that waited in the sockets are heard before
+    the timers judge the quorum, so nobody stands for election over a stall they all shared."""
+    async def main():
+        servers, drivers, committed, ports = await _cluster(tmp_path)
+        try:
+            leader = await _leader(drivers)
+            epoch = leader.core.epoch
+            for round_ in range(5):
+                await leader.append([b"before-stall-%d" % round_])
+                await asyncio.sleep(0.15)
+                time.sleep(1.5)  # 2.5 fetch timeouts with every loop held
+            await asyncio.sleep(1.0)
+            assert {d.core.epoch for d in drivers.values()} == {epoch}
+            assert leader.core.role is Role.LEADER
         finally:
             await _stop(servers, drivers)
 

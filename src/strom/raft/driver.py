@@ -29,6 +29,10 @@ from strom.raft.state import Role
 
 log = logging.getLogger(__name__)
 
+# A timer of STALL_CHECK_S that fires more than STALL_S past its time means the process was held.
+STALL_CHECK_S = 0.05
+STALL_S = 0.1
+
 SendFn = Callable[[int, int, int, dict[str, Any]], Awaitable[Any]]
 # Called with Committed, LoadSnapshot, LeaderChanged and SnapshotDue, in order; may be a
 # coroutine function (a big snapshot is loaded off the loop): the next effect waits for it.
@@ -60,11 +64,13 @@ class RaftDriver:
         self._flush_lock = asyncio.Lock()
         self.high_watermark = 0
         self._closed = False
+        self._held_ms = 0  # how long the timer found this process held, in all
 
     def now(self) -> int:
-        """The core's clock (monotonic ms, for its timers); the core also learns the wall clock's
-        offset from it, to stamp batches with wall-clock ms."""
-        now = int(time.monotonic() * 1000)
+        """The core's clock (monotonic ms, for its timers, less the time this process was seen
+        held); the core also learns the wall clock's offset from it, to stamp batches with
+        wall-clock ms."""
+        now = int(time.monotonic() * 1000) - self._held_ms
         if self.core is not None:
             self.core.wall_clock_offset_ms = int(time.time() * 1000) - now
         return now
@@ -76,7 +82,7 @@ class RaftDriver:
         self.core = RaftCore(self.config, rng=self._rng, election=loaded.election,
                              log_batches=loaded.batches, snapshot=loaded.snapshot, directory_id=self.directory_id)
         self._tasks = [asyncio.create_task(self._run_effects()), asyncio.create_task(self._run_timer()),
-                       asyncio.create_task(self._run_listener())]
+                       asyncio.create_task(self._run_listener()), asyncio.create_task(self._watch_for_stalls())]
         self._feed(self.core.start(self.now()))
 
     async def close(self, resign: bool = True) -> None:
@@ -263,6 +269,22 @@ class RaftDriver:
             if not self._closed:
                 self._feed(self.core.tick(self.now()))
             self._wake.clear()
+
+
+    async def _watch_for_stalls(self) -> None:
+        """A short timer that finds itself late means this process was held (by the interpreter
+        or the machine): no timer could run, and neither could the answers waiting in the
+        sockets. That time is left out of the core's clock, so a stall every node of the quorum
+        shared does not count towards fetch timeouts or the leader's check of its quorum and
+        look like a lost leader. A real failure is noticed as late as the stall was long. Its
+        timer comes due before the core's deadlines it would otherwise hide, so it runs first."""
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            due = loop.time() + STALL_CHECK_S
+            await asyncio.sleep(STALL_CHECK_S)
+            late = loop.time() - due
+            if late > STALL_S:
+                self._held_ms += int(late * 1000)
 
 
 def _wall_clock_times(response: dict, offset_ms: float) -> None:
