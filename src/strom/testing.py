@@ -40,6 +40,7 @@ C = TypeVar("C")
 
 _READY = re.compile(r"ready on (?P<listeners>\S+?)(?:,| \()")
 _METRICS = re.compile(r"metrics on (?P<url>\S+)")
+_REGISTERED = re.compile(r"registered with the controller: broker epoch (\d+)")
 _LISTENER = re.compile(r"(?P<name>[A-Z_][A-Z0-9_]*)://\S+?:(?P<port>\d+)")
 
 
@@ -334,6 +335,16 @@ class Cluster(_StartedInWith):
             return 0 if described is None else described["leader_epoch"]
         node = self._read_json("/controller_epoch")
         return 0 if node is None else int(node)
+
+    def broker_epoch(self, broker_id: int) -> int:
+        """The broker's current epoch: ZooKeeper mode, the czxid of its registration znode; KRaft,
+        the offset of its registration record in the metadata log, as the controller answered
+        its BrokerRegistration (and the broker logged it); -1 before either."""
+        if not self.kraft:
+            stat = self.zk().exists(f"/brokers/ids/{broker_id}")
+            return -1 if stat is None else stat.czxid
+        logged = _REGISTERED.findall(self.brokers[broker_id].log_text())
+        return int(logged[-1]) if logged else -1
 
     def wait_for(self, predicate: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
         return wait_for(predicate, timeout, what=what)

@@ -1,5 +1,9 @@
-"""Three brokers and a controller on a real ZooKeeper: election and failover, fencing, topic
-lifecycle across brokers, metadata on every broker, configs that reach every broker."""
+"""Three brokers and their controller, on a real ZooKeeper and on a KRaft quorum of combined
+nodes: election and failover, fencing, topic lifecycle across brokers, metadata on every
+broker, configs that reach every broker.
+
+Each test checks what a user sees through the Kafka protocol, the same in both modes; in
+ZooKeeper mode it also checks where Kafka keeps the same facts in ZooKeeper (`zookeeper_of`)."""
 
 from __future__ import annotations
 
@@ -19,11 +23,42 @@ from confluent_kafka.admin import (
     NewPartitions,
 )
 
+from strom.client import Connection
+from strom.controller import znodes
 from strom.protocol.errors import ErrorCode
 from strom.testing import Cluster, RawClient, create_topic, unique_name
 
+CLUSTER_MODES = ("zookeeper", "kraft")
+
 METADATA, INIT_PRODUCER_ID, PRODUCE = 3, 22, 0
 LEADER_AND_ISR, UPDATE_METADATA, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 4, 6, 32, 44
+BEGIN_QUORUM_EPOCH, DESCRIBE_CLUSTER, BROKER_HEARTBEAT = 53, 60, 63
+FENCED_LEADER_EPOCH = 74
+
+
+def zookeeper_of(cluster: Cluster):
+    """ZooKeeper mode: a kazoo client on the cluster's chroot, to check also what Kafka keeps
+    in ZooKeeper; KRaft mode (the same facts are records of the metadata log): None."""
+    return None if cluster.kraft else cluster.zk()
+
+
+def controller_call(cluster: Cluster, node_id: int, api_key: int, version: int, body: dict):
+    """A request to KRaft node `node_id`'s controller listener."""
+    with Connection("127.0.0.1", cluster.quorum.ports[node_id]) as conn:
+        return conn.call(api_key, version, body)
+
+
+def named_controller(cluster: Cluster, broker_id: int) -> int:
+    """The active controller as node `broker_id` names it. ZooKeeper mode: its Metadata's
+    controller_id. KRaft: the leader its controller listener names in DescribeCluster (KIP-919,
+    as `kafka-metadata-quorum --bootstrap-controller` asks); a KRaft broker's Metadata names a
+    random live broker instead, as Kafka 4's do."""
+    if not cluster.kraft:
+        return metadata(cluster.brokers[broker_id]).controller_id
+    body = controller_call(cluster, broker_id, DESCRIBE_CLUSTER, 1,
+                           {"include_cluster_authorized_operations": False, "endpoint_type": 2})
+    assert body.error_code == 0, body.error_message
+    return body.controller_id
 
 
 def metadata(broker, topics: list[str] | None = None):
@@ -82,16 +117,22 @@ def test_one_controller_and_failover_after_kill(cluster):
     first = cluster.controller_id()
     epoch = cluster.controller_epoch()
     assert first in cluster.brokers and epoch >= 1
-    for broker in cluster.brokers.values():  # every broker names the same controller
-        cluster.wait_for(lambda b=broker: metadata(b).controller_id == first, 10, "metadata naming the controller")
+    for broker_id in cluster.brokers:  # every node names the same controller
+        cluster.wait_for(lambda b=broker_id: named_controller(cluster, b) == first, 10,
+                         f"node {broker_id} naming the controller")
     cluster.brokers[first].kill()
     cluster.wait_for(lambda: cluster.controller_id() not in (-1, first), 30, "a new controller")
     second = cluster.controller_id()
     assert cluster.controller_epoch() > epoch
-    for broker in live_brokers(cluster):
-        cluster.wait_for(lambda b=broker: metadata(b).controller_id == second, 10,
-                         "metadata naming the new controller")
-        assert first not in {n.node_id for n in metadata(broker).brokers}
+    for broker_id, broker in cluster.brokers.items():
+        if broker_id == first:
+            continue
+        cluster.wait_for(lambda b=broker_id: named_controller(cluster, b) == second, 10,
+                         f"node {broker_id} naming the new controller")
+        # ZooKeeper: the dead broker's session expired; KRaft: it is fenced, its heartbeats
+        # missing for broker.session.timeout.ms. Either way clients are no longer sent to it.
+        cluster.wait_for(lambda b=broker: first not in {n.node_id for n in metadata(b).brokers}, 30,
+                         "the dead controller gone from metadata")
     # The old controller comes back as an ordinary broker.
     cluster.brokers[first].start()
     cluster.wait_for(lambda: first in {n.node_id for n in metadata(cluster.brokers[second]).brokers}, 30,
@@ -103,7 +144,42 @@ def test_one_controller_and_failover_after_kill(cluster):
 def test_stale_controller_and_broker_epochs_are_refused(cluster):
     topic = unique_name("fenced")
     create(cluster, topic, 1, 3)
-    victim = next(b for i, b in cluster.brokers.items() if i != cluster.controller_id())
+    victim_id = next(i for i in cluster.brokers if i != cluster.controller_id())
+    victim = cluster.brokers[victim_id]
+    before = partition_view(victim, topic)
+    if cluster.kraft:
+        _stale_epochs_refused_by_the_quorum(cluster, victim_id)
+    else:
+        _stale_epochs_refused_by_a_zookeeper_broker(cluster, victim, topic)
+    assert partition_view(victim, topic) == before
+
+
+def _stale_epochs_refused_by_the_quorum(cluster: Cluster, victim_id: int) -> None:
+    """KRaft: the controller epoch is the quorum's leader epoch, the broker epoch the offset of
+    the broker's registration. A leader of an older epoch is refused by a voter; a heartbeat
+    with anything but the broker's current epoch is refused by the active controller."""
+    controller, epoch = cluster.controller_id(), cluster.controller_epoch()
+    body = controller_call(cluster, victim_id, BEGIN_QUORUM_EPOCH, 1, {
+        "cluster_id": cluster.quorum.cluster_id, "voter_id": victim_id, "leader_endpoints": [],
+        "topics": [{"topic_name": "__cluster_metadata", "partitions": [
+            {"partition_index": 0, "voter_directory_id": uuid.UUID(int=0), "leader_id": 99,
+             "leader_epoch": epoch - 1}]}]})
+    answer = body.topics[0].partitions[0]
+    assert answer.error_code == FENCED_LEADER_EPOCH
+    assert (answer.leader_id, answer.leader_epoch) == (controller, epoch)
+    broker_epoch = cluster.broker_epoch(victim_id)
+    assert broker_epoch >= 0
+    for stale in (broker_epoch - 1, broker_epoch + 1):
+        body = controller_call(cluster, controller, BROKER_HEARTBEAT, 1, {
+            "broker_id": victim_id, "broker_epoch": stale, "current_metadata_offset": 1 << 40,
+            "want_fence": False, "want_shut_down": False})
+        assert body.error_code == ErrorCode.STALE_BROKER_EPOCH
+    assert (cluster.controller_id(), cluster.controller_epoch()) == (controller, epoch)
+
+
+def _stale_epochs_refused_by_a_zookeeper_broker(cluster: Cluster, victim, topic: str) -> None:
+    """ZooKeeper: a broker refuses UpdateMetadata and LeaderAndIsr of an older controller
+    epoch, and of its own older registration."""
     epoch = cluster.controller_epoch()
     stale = {"controller_id": 99, "controller_epoch": epoch - 1, "broker_epoch": -1,
              "topic_states": [], "live_brokers": []}
@@ -122,18 +198,17 @@ def test_stale_controller_and_broker_epochs_are_refused(cluster):
                  "removing_replicas": [], "is_new": False}]}],
             "live_leaders": []})
         assert response.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
-    assert {p[0] for p in partition_view(victim, topic).values()} <= set(cluster.brokers)
 
 
 def test_bounced_broker_gets_a_new_epoch_and_the_metadata(cluster):
     broker_id = next(i for i in cluster.brokers if i != cluster.controller_id())
     topic = unique_name("bounce")
     create(cluster, topic, 3, 3)
-    zk = cluster.zk()
-    epoch_before = zk.exists(f"/brokers/ids/{broker_id}").czxid
+    epoch_before = cluster.broker_epoch(broker_id)
+    assert epoch_before >= 0
     cluster.brokers[broker_id].kill()
-    cluster.brokers[broker_id].start()  # waits for the old registration to expire
-    assert zk.exists(f"/brokers/ids/{broker_id}").czxid > epoch_before
+    cluster.brokers[broker_id].start()  # ZooKeeper: waits for the old registration to expire
+    cluster.wait_for(lambda: cluster.broker_epoch(broker_id) > epoch_before, 30, "a new broker epoch")
     other = cluster.brokers[cluster.controller_id()]
     cluster.wait_for(lambda: partition_view(cluster.brokers[broker_id], topic) == partition_view(other, topic)
                      and partition_view(other, topic) != {}, 20, "the same metadata on the bounced broker")
@@ -198,14 +273,19 @@ def test_create_topic_rf3_with_each_client(cluster, client):
     cluster.wait_for(lambda: _same_view_everywhere(cluster, topic), 10, "the same metadata on every broker")
     views = [partition_view(b, topic) for b in cluster.brokers.values()]
     _check_assignment(views[0], set(cluster.brokers), 6, 3)
-    # The assignment, its state and the topic id are in ZooKeeper as Kafka lays them out.
-    zk = cluster.zk()
-    assignment = json.loads(zk.get(f"/brokers/topics/{topic}")[0])
-    assert {int(p): r for p, r in assignment["partitions"].items()} == {p: v[1] for p, v in views[0].items()}
-    assert assignment["topic_id"]
-    state = json.loads(zk.get(f"/brokers/topics/{topic}/partitions/0/state")[0])
-    assert state["leader"] == views[0][0][0] and state["leader_epoch"] == 0
-    assert state["controller_epoch"] == cluster.controller_epoch()
+    # One topic id, the same on every broker, and every partition at its first leader epoch.
+    described = [next(t for t in metadata(b, [topic]).topics if t.name == topic) for b in cluster.brokers.values()]
+    topic_ids = {t.topic_id for t in described}
+    assert len(topic_ids) == 1 and topic_ids != {uuid.UUID(int=0)}
+    assert {p.leader_epoch for t in described for p in t.partitions} == {0}
+    if (zk := zookeeper_of(cluster)) is not None:
+        # The assignment, its state and the topic id are in ZooKeeper as Kafka lays them out.
+        assignment = json.loads(zk.get(f"/brokers/topics/{topic}")[0])
+        assert {int(p): r for p, r in assignment["partitions"].items()} == {p: v[1] for p, v in views[0].items()}
+        assert znodes.decode_assignment(assignment)[0] in topic_ids
+        state = json.loads(zk.get(f"/brokers/topics/{topic}/partitions/0/state")[0])
+        assert state["leader"] == views[0][0][0] and state["leader_epoch"] == 0
+        assert state["controller_epoch"] == cluster.controller_epoch()
     # Each replica has the partition's log on its own disk.
     for p, (_, replicas, _) in views[0].items():
         for broker_id in replicas:
@@ -269,15 +349,22 @@ def test_delete_topic_while_a_replica_is_down(cluster):
         assert partition_view(broker, topic) == {}
         cluster.wait_for(lambda b=broker: topic_dirs(b, topic) == [], 20, "the live replicas' logs deleted")
     assert len(topic_dirs(down, topic)) == 2, "the dead broker kept its replicas"
-    assert cluster.zk().exists(f"/admin/delete_topics/{topic}") is not None, "deletion waits for it"
+    zk = zookeeper_of(cluster)
+    if zk is not None:  # ZooKeeper-mode Kafka finishes a deletion only once every replica is gone
+        assert zk.exists(f"/admin/delete_topics/{topic}") is not None, "deletion waits for it"
     down.start()
     cluster.wait_for(lambda: topic_dirs(down, topic) == [], 30, "the returning broker's logs deleted")
-    # The controller removes the topic's znodes one after another, as Kafka's does, the
-    # deletion marker last: once it is gone, the topic is.
-    cluster.wait_for(lambda: cluster.zk().exists(f"/admin/delete_topics/{topic}") is None, 30,
-                     "the deletion marker gone from ZooKeeper")
-    assert cluster.zk().exists(f"/brokers/topics/{topic}") is None
+    if zk is not None:
+        # The controller removes the topic's znodes one after another, as Kafka's does, the
+        # deletion marker last: once it is gone, the topic is.
+        cluster.wait_for(lambda: zk.exists(f"/admin/delete_topics/{topic}") is None, 30,
+                         "the deletion marker gone from ZooKeeper")
+        assert zk.exists(f"/brokers/topics/{topic}") is None
     assert partition_view(down, topic) == {}
+    # The name is free again: a new topic of the same name starts empty on every broker.
+    create(cluster, topic, 2, 3)
+    for broker in cluster.brokers.values():
+        cluster.wait_for(lambda b=broker: len(topic_dirs(b, topic)) == 2, 20, "the new topic's logs")
 
 
 @pytest.mark.shares_cluster
@@ -336,8 +423,9 @@ def test_config_altered_on_one_broker_is_seen_on_another(cluster):
     cluster.wait_for(lambda: _describe(cluster.brokers[3], 4, "3", "log.retention.ms")[0] == "7654321", 20,
                      "the default broker config on broker 3")
     assert _describe(cluster.brokers[3], 4, "3", "log.retention.ms")[1] == 3  # DYNAMIC_DEFAULT_BROKER_CONFIG
-    changes = cluster.zk().get_children("/config/changes")
-    assert changes and all(c.startswith("config_change_") for c in changes)
+    if (zk := zookeeper_of(cluster)) is not None:  # brokers heard of both through change notifications
+        changes = zk.get_children("/config/changes")
+        assert changes and all(c.startswith("config_change_") for c in changes)
 
 
 @pytest.mark.shares_cluster
@@ -352,10 +440,12 @@ def test_producer_ids_are_unique_across_the_cluster(cluster):
                 assert response.error_code == 0
                 ids.append(response.producer_id)
     assert len(set(ids)) == len(ids)
-    block = json.loads(cluster.zk().get("/latest_producer_id_block")[0])
-    assert block["block_end"] >= max(ids)
+    if (zk := zookeeper_of(cluster)) is not None:  # KRaft: ProducerIdsRecords of the metadata log
+        block = json.loads(zk.get("/latest_producer_id_block")[0])
+        assert block["block_end"] >= max(ids)
 
 
+@pytest.mark.zookeeper_only("the znodes ZooKeeper-mode Kafka keeps; a KRaft cluster has no ZooKeeper")
 @pytest.mark.shares_cluster
 def test_zookeeper_layout(cluster):
     zk = cluster.zk()
@@ -400,27 +490,43 @@ def test_group_coordination_on_the_cluster(cluster):
 
 @pytest.mark.shares_cluster
 def test_features_are_finalized_by_the_controller_and_seen_by_every_broker(cluster):
-    """/feature is written by the controller alone (others say NOT_CONTROLLER, as ZooKeeper-
-    mode Kafka brokers do) and every broker reports what it holds, with its epoch."""
+    """UpdateFeatures reaches the controller (ZooKeeper mode: sent to it, others say
+    NOT_CONTROLLER as ZooKeeper-mode Kafka brokers do; KRaft: through any broker, which
+    forwards it) and every broker reports the new levels in ApiVersions, at a newer epoch."""
     api_versions, update_features = 18, 57
+    defaults = {"group.version": 1, "metadata.version": 25, "share.version": 1, "transaction.version": 2}
 
     def finalized(broker):
         with RawClient(broker) as client:
             body = client.call(api_versions, 3, {"client_software_name": "t", "client_software_version": "1"})
         return {f.name: f.max_version_level for f in body.finalized_features}, body.finalized_features_epoch
 
-    data, _ = cluster.zk().get("/feature")
-    assert json.loads(data) == {"version": 2, "status": 1, "features": {
-        "group.version": {"max_version_level": 1}, "metadata.version": {"max_version_level": 25},
-        "transaction.version": {"max_version_level": 2}, "share.version": {"max_version_level": 1}}}
+    epochs = {}
+    for broker_id, broker in cluster.brokers.items():
+        levels, epochs[broker_id] = finalized(broker)
+        assert levels == defaults, f"broker {broker_id}"
+    if (zk := zookeeper_of(cluster)) is not None:  # /feature is the controller's to write
+        data, _ = zk.get("/feature")
+        assert json.loads(data) == {"version": 2, "status": 1, "features": {
+            name: {"max_version_level": level} for name, level in defaults.items()}}
     lower = {"timeout_ms": 10000, "validate_only": False, "feature_updates": [
         {"feature": "transaction.version", "max_version_level": 1, "upgrade_type": 2}]}
     other = next(b for i, b in cluster.brokers.items() if i != cluster.controller_id())
     with RawClient(other) as client:
-        assert client.call(update_features, 1, lower).error_code == ErrorCode.NOT_CONTROLLER
-    with RawClient(cluster.brokers[cluster.controller_id()]) as client:
-        assert client.call(update_features, 1, lower).error_code == ErrorCode.NONE
-    for broker_id, broker in cluster.brokers.items():
-        cluster.wait_for(lambda b=broker: finalized(b) == (
-            {"group.version": 1, "metadata.version": 25, "share.version": 1, "transaction.version": 1}, 1),
-            what=f"broker {broker_id} reporting transaction.version 1 at epoch 1")
+        answer = client.call(update_features, 1, lower).error_code
+    if cluster.kraft:
+        assert answer == ErrorCode.NONE
+    else:
+        assert answer == ErrorCode.NOT_CONTROLLER
+        with RawClient(cluster.brokers[cluster.controller_id()]) as client:
+            assert client.call(update_features, 1, lower).error_code == ErrorCode.NONE
+
+    def lowered(broker_id: int) -> bool:
+        levels, epoch = finalized(cluster.brokers[broker_id])
+        return levels == {**defaults, "transaction.version": 1} and epoch > epochs[broker_id]
+
+    for broker_id in cluster.brokers:
+        cluster.wait_for(lambda i=broker_id: lowered(i),
+                         what=f"broker {broker_id} reporting transaction.version 1 at a newer epoch")
+    if zk is not None:
+        assert {finalized(b)[1] for b in cluster.brokers.values()} == {1}  # the znode's version

@@ -1,6 +1,8 @@
-"""Replication metrics of a real three-broker cluster, scraped while a follower stalls and a
-broker dies: under-replicated partitions, ISR shrinks and expansions, replication traffic, the
-one active controller and its offline-partition count."""
+"""Replication metrics of a real three-broker cluster, on ZooKeeper and on a KRaft quorum of
+combined nodes, scraped while a follower stalls, a broker dies and comes back, and the
+controller dies: under-replicated partitions, ISR shrinks and expansions, replication traffic,
+the one active controller and its offline-partition count. At most one node is down at a time,
+so a KRaft quorum of three keeps its majority throughout."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from strom.testing import (
 )
 
 from .conftest import CLUSTER_OVERRIDES
+
+CLUSTER_MODES = ("zookeeper", "kraft")
 
 
 @pytest.fixture
@@ -68,3 +72,27 @@ def test_replication_metrics_follow_a_stalled_follower_and_a_dead_broker(cluster
     wait_for(lambda: leader_metric("strom_offline_partitions") >= 1, timeout=30,
              what="an offline partition on the controller")
     assert leader_metric("strom_global_partitions") >= 2
+
+    # Back again, the broker leads its partition: nothing is offline any more.
+    doomed.start()
+    wait_for(lambda: leader_metric("strom_offline_partitions") == 0, timeout=30,
+             what="the lonely partition led again")
+
+    # The controller dies: exactly one of the others becomes the active controller, and counts
+    # the whole cluster (the dead controller's partitions have new leaders: none offline).
+    leader.kill()
+    survivors = [b for i, b in cluster.brokers.items() if i != controller]
+
+    def new_controller():
+        active = [b for b in survivors if metric_value(scrape(b.metrics_url), "strom_active_controller") == 1]
+        return active[0] if len(active) == 1 and cluster.controller_id() not in (-1, controller) else None
+
+    successor = wait_for(new_controller, timeout=30, what="one new active controller")
+    assert successor is cluster.brokers[cluster.controller_id()]
+    assert sorted(metric_value(scrape(b.metrics_url), "strom_active_controller") for b in survivors) == [0, 1]
+
+    def successor_metric(name: str) -> float:
+        return metric_value(scrape(successor.metrics_url), name)
+
+    wait_for(lambda: successor_metric("strom_global_partitions") >= 2 and successor_metric("strom_offline_partitions") == 0,
+             timeout=30, what="the new controller counting every partition, none offline")

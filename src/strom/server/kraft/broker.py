@@ -172,7 +172,17 @@ class KRaftBroker(Broker):
 
     def _channel(self, purpose: str) -> ControllerChannel:
         return ControllerChannel(self.config, f"broker-{self.broker_id}-{purpose}",
-                                 broker_security(ControllerView(self.config)))
+                                 broker_security(ControllerView(self.config)), self._quorum_leader)
+
+    def _quorum_leader(self) -> tuple[str, int] | None:
+        """Where the quorum's leader listens on the controller listener, as this node's Raft
+        driver (its controller's, or its observer's) last heard; None when it knows no leader.
+        Read from the driver's thread without a lock: a hint, re-checked by the answer."""
+        source = self.controller_server if self.controller_server is not None else self._observer
+        core = getattr(getattr(source, "driver", None), "core", None)
+        voter = None if core is None or core.leader_id < 0 else core.voters.get(core.leader_id)
+        listener = self.config.controller_listener_names[0]
+        return next(((e.host, e.port) for e in (voter.endpoints if voter else ()) if e.name == listener), None)
 
     async def _register(self) -> None:
         """Follow the metadata log, then register with the active controller and heartbeat."""

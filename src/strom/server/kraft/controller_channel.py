@@ -1,9 +1,11 @@
 """How a KRaft broker reaches the active controller (Kafka's NodeToControllerChannelManager):
 over the controller listener, to whichever controller leads the quorum.
 
-The controllers are known from controller.quorum.voters or .bootstrap.servers; the one that
-answered last is asked first, and a NOT_CONTROLLER answer (or a refused connection) moves on to
-the next, until one is active or the deadline passes. One connection at a time, one request in
+The controllers are known from controller.quorum.voters or .bootstrap.servers; the quorum's
+leader as this node's Raft driver knows it is asked first (a controller that is stopped but
+still accepts connections would otherwise hold a request until its deadline), then the one that
+answered last, and a NOT_CONTROLLER answer (or a refused connection) moves on to the next,
+until one is active or the deadline passes. One connection at a time, one request in
 flight per caller: registration, heartbeats, AlterPartition and forwarded admin requests are
 few, and each waits for its answer.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from strom.client import ClientSecurity, ConnectionCache
@@ -39,7 +42,9 @@ def not_controller(body: Any) -> bool:
 
 
 class ControllerChannel:
-    def __init__(self, config: Any, client_id: str, security: ClientSecurity | None) -> None:
+    def __init__(self, config: Any, client_id: str, security: ClientSecurity | None,
+                 leader: Callable[[], tuple[str, int] | None] = lambda: None) -> None:
+        self.leader = leader  # where the quorum's leader listens, when known
         voters = parse_voters(config["controller.quorum.voters"])
         addresses = [(v.endpoints[0].host, v.endpoints[0].port) for v in voters]
         addresses += list(parse_bootstrap_servers(config["controller.quorum.bootstrap.servers"]))
@@ -54,7 +59,8 @@ class ControllerChannel:
         deadline = time.monotonic() + timeout_s
         last = "no controller tried"
         while not self._closed:
-            for address in list(self.addresses):
+            known = self.leader()
+            for address in list(dict.fromkeys([*([known] if known else []), *self.addresses])):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -66,7 +72,7 @@ class ControllerChannel:
                 if not_controller(body):
                     last = f"{address[0]}:{address[1]} is not the active controller"
                     continue
-                if self.addresses[0] != address:  # ask this one first next time
+                if address in self.addresses and self.addresses[0] != address:  # ask this one first next time
                     self.addresses.remove(address)
                     self.addresses.insert(0, address)
                 return body
