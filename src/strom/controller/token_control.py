@@ -17,14 +17,9 @@ from typing import Any
 
 from strom.controller.replication_control import Change
 from strom.metadata import records as r
+from strom.metadata.delegation_token import TokenError, TokenInformation, new_token_id, token_hmac
 from strom.metadata.image import MetadataImage
 from strom.protocol.errors import ErrorCode
-from strom.security.delegation_tokens import (
-    TokenError,
-    TokenInformation,
-    new_token_id,
-    token_hmac,
-)
 
 log = logging.getLogger(__name__)
 

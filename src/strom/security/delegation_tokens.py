@@ -17,21 +17,18 @@ tokens come from depends on the mode:
 from __future__ import annotations
 
 import base64
-import hmac as hmac_lib
 import logging
 import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import quote, unquote
 
 from strom.config.repository import ChangeListener
 from strom.controller import znodes
 from strom.controller.store import MetadataStore
-from strom.metadata import records as r
-from strom.protocol.errors import ErrorCode, KafkaError
+from strom.metadata.delegation_token import TokenError, TokenInformation, new_token_id, token_hmac
+from strom.protocol.errors import ErrorCode
 from strom.protocol.scram import (
     MIN_ITERATIONS,
     SCRAM_MECHANISMS,
@@ -45,47 +42,6 @@ log = logging.getLogger(__name__)
 TOKEN_CHANGE_PREFIX = "token_change_"
 
 
-@dataclass(frozen=True)
-class TokenInformation:
-    token_id: str
-    owner: str  # "User:alice"
-    requester: str
-    renewers: tuple[str, ...]
-    issue_ms: int
-    max_ms: int
-    expiry_ms: int
-
-    def encode(self) -> dict[str, Any]:
-        """Kafka's version 3 token node (principals sanitized as its Sanitizer does)."""
-        return {"version": 3, "owner": quote(self.owner, safe=""), "tokenRequester": quote(self.requester, safe=""),
-                "renewers": [quote(r, safe="") for r in self.renewers], "issueTimestamp": self.issue_ms,
-                "maxTimestamp": self.max_ms, "expiryTimestamp": self.expiry_ms, "tokenId": self.token_id}
-
-    @classmethod
-    def decode(cls, data: dict[str, Any]) -> TokenInformation:
-        owner = unquote(data["owner"])
-        return cls(data["tokenId"], owner, unquote(data.get("tokenRequester", quote(owner, safe=""))),
-                   tuple(unquote(r) for r in data.get("renewers", [])), int(data["issueTimestamp"]),
-                   int(data["maxTimestamp"]), int(data["expiryTimestamp"]))
-
-    @classmethod
-    def from_record(cls, rec: Any) -> TokenInformation:
-        """A DelegationTokenRecord of the metadata log (principals as "User:alice")."""
-        return cls(rec.token_id, rec.owner, rec.requester, tuple(rec.renewers), rec.issue_timestamp,
-                   rec.max_timestamp, rec.expiration_timestamp)
-
-    def to_record(self) -> Any:
-        return r.DelegationTokenRecord(owner=self.owner, requester=self.requester, renewers=list(self.renewers),
-                                       issue_timestamp=self.issue_ms, max_timestamp=self.max_ms,
-                                       expiration_timestamp=self.expiry_ms, token_id=self.token_id)
-
-    def owner_or_renewer(self, principal: str) -> bool:
-        return principal == self.owner or principal in self.renewers
-
-    def expired(self, now_ms: int) -> bool:
-        return self.max_ms < now_ms or self.expiry_ms < now_ms
-
-
 @dataclass
 class _Cached:
     info: TokenInformation
@@ -93,20 +49,6 @@ class _Cached:
     # SCRAM credentials by mechanism, made at the token's first authentication (a PBKDF2 of
     # 4,096 rounds each: not paid for tokens never used on this broker).
     credentials: dict[str, ScramCredential] = field(default_factory=dict)
-
-
-class TokenError(KafkaError):
-    def __init__(self, code: ErrorCode) -> None:
-        super().__init__(code.name, code)
-
-
-def token_hmac(secret: bytes, token_id: str) -> bytes:
-    return hmac_lib.digest(secret, token_id.encode(), "sha512")
-
-
-def new_token_id() -> str:
-    """Kafka's Uuid.randomUuid().toString(): 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 def secret_of(config: Any) -> bytes | None:

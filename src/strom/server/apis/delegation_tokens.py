@@ -14,6 +14,7 @@ the connection is closed.
 
 from __future__ import annotations
 
+from strom.metadata.delegation_token import TokenError, TokenInformation
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.authorizer import (
     CREATE_TOKENS,
@@ -23,7 +24,6 @@ from strom.security.authorizer import (
     USER,
     allowed,
 )
-from strom.security.delegation_tokens import TokenError, TokenInformation
 from strom.security.tls import ANONYMOUS
 from strom.server.apis import RequestContext, api
 
