@@ -349,6 +349,27 @@ class ReplicaManager:
             except OSError as e:
                 result.error, result.message = ErrorCode.KAFKA_STORAGE_ERROR, str(e)
 
+    def follower_up_to_date(self, tp: TopicPartition, replica_id: int, fetch_offset: int, leader_epoch: int,
+                            told_high_watermark: int, told_log_start: int, now: int) -> bool:
+        """Whether a follower's fetch at `fetch_offset` has nothing to read or learn here: this
+        broker leads in the epoch the follower names, the follower is in the ISR and has the
+        whole log (as its last read recorded), and already has the high watermark and log start
+        offset. If so, it is caught up as of `now`, which is all a read would have recorded;
+        an idle partition of a fetch session then costs a few comparisons, not a read."""
+        partition = self.partitions.get(tp)
+        if partition is None or partition.leader_id != self.broker_id or partition.leader_epoch != leader_epoch:
+            return False
+        log_ = partition.log
+        if (fetch_offset != log_.log_end_offset or told_high_watermark != partition.high_watermark
+                or told_log_start != log_.log_start_offset or not log_.loaded):
+            return False
+        state = partition.followers.get(replica_id)
+        if state is None or state.log_end_offset != fetch_offset or replica_id not in partition.isr:
+            return False
+        state.last_caught_up_ms = state.last_fetch_ms = now
+        state.last_fetch_leader_leo = fetch_offset
+        return True
+
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, min_one_message: bool,
              read_committed: bool = False, current_leader_epoch: int = -1,
              replica_id: int = -1, last_fetched_epoch: int = -1) -> ReadResult:
