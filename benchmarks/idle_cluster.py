@@ -42,6 +42,7 @@ from strom.testing import KRAFT, Cluster, scrape  # noqa: E402
 from strom.zookeeper_server import ZooKeeperServer  # noqa: E402
 
 METADATA, FETCH, CREATE_TOPICS = 3, 1, 19
+NOT_CONTROLLER, REQUEST_TIMED_OUT = 41, 7
 OVERRIDES = {"offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3",
              "metrics.port": "0"}
 
@@ -86,12 +87,15 @@ def measure(mode: str, partitions: int, seconds: float, src: Path | None) -> dic
             topic = "idle"
             port = next(iter(cluster.brokers.values())).port
             began = time.monotonic()
-            with Connection("127.0.0.1", port, timeout_s=900) as conn:
-                body = conn.call(CREATE_TOPICS, 5, {"topics": [{
-                    "name": topic, "num_partitions": partitions, "replication_factor": 3, "assignments": [],
-                    "configs": []}], "timeout_ms": 600_000, "validate_only": False})
+            for broker in cluster.brokers.values():  # the one that is the controller takes it
+                with Connection("127.0.0.1", broker.port, timeout_s=900) as conn:
+                    body = conn.call(CREATE_TOPICS, 5, {"topics": [{
+                        "name": topic, "num_partitions": partitions, "replication_factor": 3, "assignments": [],
+                        "configs": []}], "timeout_ms": 600_000, "validate_only": False})
+                if body.topics[0].error_code != NOT_CONTROLLER:
+                    break
             # REQUEST_TIMED_OUT: created, some leaders still to come (waited for below).
-            assert body.topics[0].error_code in (0, 7), body
+            assert body.topics[0].error_code in (0, REQUEST_TIMED_OUT), body
             cluster.wait_for(lambda: isr_whole(port, topic, partitions) == partitions, 900,
                              "every ISR whole")
             ready_s = time.monotonic() - began
