@@ -12,8 +12,7 @@ both columns see the same machine):
   partition has a leader and all three replicas in its ISR, then 5 s more;
 - over --seconds of idleness: CPU seconds of each broker process (utime + stime from
   /proc/PID/stat), bytes each broker read and wrote (rchar / wchar of /proc/PID/io: sockets,
-  mostly replica fetches, as nothing else happens) and Fetch requests answered (the
-  broker's `strom_requests` metric), so bytes received per Fetch bound the request size;
+  mostly replica fetches, as nothing else happens);
 - after the window: that every ISR is still whole and, in KRaft mode, how many times the
   quorum's leader epoch moved (re-elections while idle);
 - the size of a follower's Fetch v12 request naming every partition one leader gives it
@@ -38,23 +37,17 @@ sys.path.insert(0, str(HERE))
 import run  # noqa: E402  (cpu_seconds, log)
 from strom.client import Connection  # noqa: E402
 from strom.protocol import messages  # noqa: E402
-from strom.testing import KRAFT, Cluster, scrape  # noqa: E402
+from strom.testing import KRAFT, Cluster  # noqa: E402
 from strom.zookeeper_server import ZooKeeperServer  # noqa: E402
 
 METADATA, FETCH, CREATE_TOPICS = 3, 1, 19
 NOT_CONTROLLER, REQUEST_TIMED_OUT = 41, 7
-OVERRIDES = {"offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3",
-             "metrics.port": "0"}
+OVERRIDES = {"offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3"}
 
 
 def io_bytes(pid: int) -> tuple[int, int]:
     fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
     return int(fields["rchar"]), int(fields["wchar"])
-
-
-def fetches(url: str) -> float:
-    return sum(v for (name, labels), v in scrape(url).items()
-               if name == "strom_requests_total" and ("request", "Fetch") in labels)
 
 
 def isr_whole(port: int, topic: str, partitions: int) -> int:
@@ -103,22 +96,17 @@ def measure(mode: str, partitions: int, seconds: float, src: Path | None) -> dic
             time.sleep(5)
             procs = {i: b for i, b in cluster.brokers.items()}
             epoch_before = quorum_epoch(cluster)
-            before = {i: (run.cpu_seconds(b.proc.pid), io_bytes(b.proc.pid), fetches(b.metrics_url))
-                      for i, b in procs.items()}
+            before = {i: (run.cpu_seconds(b.proc.pid), io_bytes(b.proc.pid)) for i, b in procs.items()}
             time.sleep(seconds)
-            after = {i: (run.cpu_seconds(b.proc.pid), io_bytes(b.proc.pid), fetches(b.metrics_url))
-                     for i, b in procs.items()}
+            after = {i: (run.cpu_seconds(b.proc.pid), io_bytes(b.proc.pid)) for i, b in procs.items()}
             epoch_after = quorum_epoch(cluster)
             whole = isr_whole(port, topic, partitions)
             brokers = {}
             for i in procs:
-                (c0, (r0, w0), f0), (c1, (r1, w1), f1) = before[i], after[i]
-                count = f1 - f0
+                (c0, (r0, w0)), (c1, (r1, w1)) = before[i], after[i]
                 brokers[str(i)] = {"cpu_s": round(c1 - c0, 2), "cpu_pct": round(100 * (c1 - c0) / seconds, 1),
                                    "read_kb_per_s": round((r1 - r0) / seconds / 1000, 1),
-                                   "written_kb_per_s": round((w1 - w0) / seconds / 1000, 1),
-                                   "fetches_per_s": round(count / seconds, 2),
-                                   "read_bytes_per_fetch": round((r1 - r0) / count) if count else None}
+                                   "written_kb_per_s": round((w1 - w0) / seconds / 1000, 1)}
     finally:
         if zk is not None:
             zk.stop()
@@ -169,14 +157,14 @@ def main() -> None:
               "partitions": args.partitions, "fetch_request": request_sizes(args.partitions), "runs": runs}
     print(json.dumps(result, indent=1))
     if args.table:
-        print("| code | mode | CPU s per broker over the window | read kB/s per broker | Fetch/s | ISR whole |")
-        print("|---|---|---|---|---|---|")
+        print("| code | mode | CPU s per broker over the window | read kB/s per broker | ISR whole after |")
+        print("|---|---|---|---|---|")
         for label, modes in runs.items():
             for mode, r in modes.items():
                 b = r["brokers"].values()
                 print(f"| {label} | {mode} | {', '.join(str(x['cpu_s']) for x in b)} | "
                       f"{', '.join(str(x['read_kb_per_s']) for x in b)} | "
-                      f"{', '.join(str(x['fetches_per_s']) for x in b)} | {r['isr_whole_after']} |")
+                      f"{r['isr_whole_after']} |")
 
 
 if __name__ == "__main__":
