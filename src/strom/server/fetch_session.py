@@ -173,13 +173,15 @@ class FetchContext:
             self._wanted = _grouped(self.session.partitions.items()) if self.session is not None else []
         return self._wanted
 
-    def to_read(self, idle: Callable[[tuple[str, int], CachedPartition], bool] | None) -> list[tuple[str, list[Any]]]:
-        """What to read now: `wanted`, less (for an incremental fetch) the session partitions
-        the request did not name for which `idle` says there is nothing to read or tell."""
-        if idle is None or not self.incremental:
+    def to_read(self, news: Callable[[dict[tuple[str, int], CachedPartition], set[tuple[str, int]]],
+                                     list[tuple[tuple[str, int], CachedPartition]]] | None,
+                ) -> list[tuple[str, list[Any]]]:
+        """What to read now: `wanted`, or for an incremental fetch what `news` picks of the
+        session's partitions given the ones the request named (a follower's, which skips
+        those with nothing to read or tell)."""
+        if news is None or not self.incremental:
             return self.wanted
-        named = self.named
-        return _grouped((tp, cp) for tp, cp in self.session.partitions.items() if tp in named or not idle(tp, cp))
+        return _grouped(news(self.session.partitions, self.named))
 
     def respond(self, topics: list[tuple[str, list[Any]]]) -> list[tuple[str, list[Any]]]:
         """The response's topics: everything for a full fetch (the session remembering what was

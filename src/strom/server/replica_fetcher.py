@@ -195,9 +195,9 @@ class ReplicaFetcher:
         for s in states:
             p = s.partition
             limit = max_bytes
-            if self._throttled(p):
-                limit = max(1, min(limit, int(budget)))  # at least one batch comes anyway
             log_ = p.log
+            if log_.config.follower_replication_throttled_replicas and self._throttled(p):
+                limit = max(1, min(limit, int(budget)))  # at least one batch comes anyway
             wanted[(p.topic, p.index)] = (log_.log_end_offset, p.leader_epoch,
                                           log_.leader_epoch_cache.latest_epoch(), log_.log_start_offset, limit)
         request = self.session.build(wanted)

@@ -8,9 +8,9 @@ Record bytes are never copied into Python: the response carries file regions.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from strom.metrics.stats import BYTES_OUT, FAILED_FETCH_REQUESTS, FETCH_REQUESTS, BrokerTopicStats
@@ -25,8 +25,7 @@ from strom.protocol.fetch import (
 )
 from strom.security.authorizer import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed
 from strom.server.apis import RequestContext, api
-from strom.server.fetch_session import CachedPartition, new_context
-from strom.server.partition import now_ms
+from strom.server.fetch_session import new_context
 
 FETCH = 1
 READ_COMMITTED = 1  # isolation_level: read up to the last stable offset, skip aborted data
@@ -126,19 +125,20 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
     rm = broker.replica_manager
     # A follower's session reads only what changed: the partitions its request named, and
     # those of the others that have something new (records, high watermark, log start).
-    idle = _follower_up_to_date(rm, replica_id(request)) if follower and context.incremental else None
-    wanted = context.to_read(idle)
+    news = functools.partial(rm.follower_news, replica_id=replica_id(request)) \
+        if follower and context.incremental else None
+    wanted = context.to_read(news)
     denied = {**_denied(broker, ctx, request, wanted), **names.unknown}
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
-    keys = [(topic, p.partition) for topic, ps in wanted for p in ps if topic not in denied] if idle is None else ()
+    keys = [(topic, p.partition) for topic, ps in wanted for p in ps if topic not in denied] if news is None else ()
     while True:
         topics, total, errors = _read_all(broker, request, wanted, denied)
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or broker.stopping:
             break
-        if idle is not None and context.session.partitions:
+        if news is not None and context.session.partitions:
             await rm.fetch_purgatory.wait_any_in(context.session.partitions, remaining)
-            wanted = context.to_read(idle)
+            wanted = context.to_read(news)
         elif keys:
             await rm.fetch_purgatory.wait_any(keys, remaining)
         else:
@@ -152,15 +152,6 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
     parts, _ = encode_fetch_response(version, answer, session_id=context.session_id, topic_ids=names.ids,
                                      node_endpoints=endpoints)
     return RawResponse(parts)
-
-
-def _follower_up_to_date(rm, follower_id: int) -> Callable[[tuple[str, int], CachedPartition], bool]:
-    now = now_ms()
-
-    def up_to_date(tp: tuple[str, int], cached: CachedPartition) -> bool:
-        return rm.follower_up_to_date(tp, follower_id, cached.fetch_offset, cached.current_leader_epoch,
-                                      cached.sent_high_watermark, cached.sent_log_start_offset, now)
-    return up_to_date
 
 
 def _current_leaders(broker, ctx: RequestContext, topics) -> list[tuple[int, str, int, str | None]]:
