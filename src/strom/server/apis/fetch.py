@@ -137,12 +137,15 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
         if total >= request.min_bytes or errors or remaining <= 0 or broker.stopping:
             break
         if news is not None and context.session.partitions:
-            await rm.fetch_purgatory.wait_any_in(context.session.partitions, remaining)
-            wanted = context.to_read(news)
+            woken = await rm.fetch_purgatory.wait_any_in(context.session.partitions, remaining)
         elif keys:
-            await rm.fetch_purgatory.wait_any(keys, remaining)
+            woken = await rm.fetch_purgatory.wait_any(keys, remaining)
         else:
             break
+        if not woken:  # the deadline passed and nothing changed since the last read
+            break
+        if news is not None:
+            wanted = context.to_read(news)
     _count(broker.replica_manager.topic_stats, topics, follower)
     answer = context.respond(topics)
     endpoints = _current_leaders(broker, ctx, answer) if version >= LEADER_DISCOVERY_FROM else ()
