@@ -12,7 +12,9 @@ both columns see the same machine):
   partition has a leader and all three replicas in its ISR, then 5 s more;
 - over --seconds of idleness: CPU seconds of each broker process (utime + stime from
   /proc/PID/stat), bytes each broker read and wrote (rchar / wchar of /proc/PID/io: sockets,
-  mostly replica fetches, as nothing else happens);
+  mostly replica fetches, as nothing else happens) and the Fetch requests each answered
+  (its `strom_requests` metric, scraped just outside the window), so CPU per Fetch stays
+  comparable when a CPU-starved broker manages fewer rounds than it would alone;
 - after the window: that every ISR is still whole and, in KRaft mode, how many times the
   quorum's leader epoch moved (re-elections while idle);
 - the size of a follower's Fetch v12 request naming every partition one leader gives it
@@ -42,12 +44,27 @@ from strom.zookeeper_server import ZooKeeperServer  # noqa: E402
 
 METADATA, FETCH, CREATE_TOPICS = 3, 1, 19
 NOT_CONTROLLER, REQUEST_TIMED_OUT = 41, 7
-OVERRIDES = {"offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3"}
+OVERRIDES = {"offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3",
+             "metrics.port": "0"}
 
 
 def io_bytes(pid: int) -> tuple[int, int]:
     fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
     return int(fields["rchar"]), int(fields["wchar"])
+
+
+def fetches(url: str) -> int:
+    """Fetch requests the broker answered so far (its `strom_requests` counter; only followers
+    fetch here). A scrape of a busy broker with many partitions is slow: a long timeout, and
+    taken outside the CPU window."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=300) as response:
+        text = response.read().decode()
+    return int(sum(s.value for family in text_string_to_metric_families(text) if family.name == "strom_requests"
+                   for s in family.samples if s.labels.get("request") == "Fetch"))
 
 
 def isr_whole(port: int, topic: str, partitions: int) -> int:
@@ -96,9 +113,13 @@ def measure(mode: str, partitions: int, seconds: float, src: Path | None) -> dic
             time.sleep(5)
             procs = {i: b for i, b in cluster.brokers.items()}
             epoch_before = quorum_epoch(cluster)
+            counted = {i: (fetches(b.metrics_url), time.monotonic()) for i, b in procs.items()}
             before = {i: (run.cpu_seconds(b.proc.pid), io_bytes(b.proc.pid)) for i, b in procs.items()}
             time.sleep(seconds)
             after = {i: (run.cpu_seconds(b.proc.pid), io_bytes(b.proc.pid)) for i, b in procs.items()}
+            # Fetch answered per second between the two scrapes of each broker.
+            rate = {i: (fetches(b.metrics_url) - counted[i][0]) / (time.monotonic() - counted[i][1])
+                    for i, b in procs.items()}
             epoch_after = quorum_epoch(cluster)
             whole = isr_whole(port, topic, partitions)
             brokers = {}
@@ -106,7 +127,10 @@ def measure(mode: str, partitions: int, seconds: float, src: Path | None) -> dic
                 (c0, (r0, w0)), (c1, (r1, w1)) = before[i], after[i]
                 brokers[str(i)] = {"cpu_s": round(c1 - c0, 2), "cpu_pct": round(100 * (c1 - c0) / seconds, 1),
                                    "read_kb_per_s": round((r1 - r0) / seconds / 1000, 1),
-                                   "written_kb_per_s": round((w1 - w0) / seconds / 1000, 1)}
+                                   "written_kb_per_s": round((w1 - w0) / seconds / 1000, 1),
+                                   "fetches_per_s": round(rate[i], 2),
+                                   "cpu_ms_per_fetch": round(1000 * (c1 - c0) / (rate[i] * seconds), 1)
+                                   if rate[i] else None}
     finally:
         if zk is not None:
             zk.stop()
@@ -157,12 +181,15 @@ def main() -> None:
               "partitions": args.partitions, "fetch_request": request_sizes(args.partitions), "runs": runs}
     print(json.dumps(result, indent=1))
     if args.table:
-        print("| code | mode | CPU s per broker over the window | read kB/s per broker | ISR whole after |")
-        print("|---|---|---|---|---|")
+        print("| code | mode | CPU s per broker over the window | Fetch/s answered | CPU ms per Fetch "
+              "| read kB/s per broker | ISR whole after |")
+        print("|---|---|---|---|---|---|---|")
         for label, modes in runs.items():
             for mode, r in modes.items():
                 b = r["brokers"].values()
                 print(f"| {label} | {mode} | {', '.join(str(x['cpu_s']) for x in b)} | "
+                      f"{', '.join(str(x['fetches_per_s']) for x in b)} | "
+                      f"{', '.join(str(x['cpu_ms_per_fetch']) for x in b)} | "
                       f"{', '.join(str(x['read_kb_per_s']) for x in b)} | "
                       f"{r['isr_whole_after']} |")
 
