@@ -96,3 +96,15 @@ def test_compaction_and_flush_configs():
 def test_bad_compaction_configs(base, overrides, key):
     with pytest.raises(ValueError, match=rf"^{key}: "):
         base.with_overrides(overrides)
+
+
+def test_replication_throttled_replicas_match_pairs_or_everything():
+    config = LogConfig().with_overrides({"leader.replication.throttled.replicas": "0:1, 2:3",
+                                       "follower.replication.throttled.replicas": "*"})
+    assert config.replication_throttled(False, 0, 1)
+    assert config.replication_throttled(False, 2, 3)
+    assert not config.replication_throttled(False, 1, 0)
+    assert not config.replication_throttled(False, 0, 3)
+    assert config.replication_throttled(True, 7, 9)
+    assert not LogConfig().replication_throttled(True, 0, 1)
+    assert not LogConfig().replication_throttled(False, 0, 1)

@@ -8,6 +8,7 @@ does, so a bad value is refused with INVALID_CONFIG before any log is touched.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -71,9 +72,11 @@ class LogConfig:
     remote_log_delete_on_disable: bool = False
 
     def replication_throttled(self, follower: bool, partition: int, broker: int) -> bool:
-        listed = (self.follower_replication_throttled_replicas if follower
-                  else self.leader_replication_throttled_replicas).strip()
-        return listed == "*" or f"{partition}:{broker}" in {x.strip() for x in listed.split(",")}
+        """Is this replica's replication throttled (asked per partition per fetch, so the list
+        is parsed once per distinct string)?"""
+        listed = _parsed_throttled(self.follower_replication_throttled_replicas if follower
+                                   else self.leader_replication_throttled_replicas)
+        return listed is None or (partition, broker) in listed
 
     @property
     def recompress_to(self) -> tuple[int, int | None] | None:
@@ -187,6 +190,23 @@ def parse_bool(text: str) -> bool:
     if text.lower() not in ("true", "false"):
         raise ValueError(f"expected true or false, got {text!r}")
     return text.lower() == "true"
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_throttled(text: str) -> frozenset[tuple[int, int]] | None:
+    """A throttled-replicas string as (partition, broker) pairs, or None for "*" (all)."""
+    text = text.strip()
+    if text == "*":
+        return None
+    pairs = set()
+    for item in text.split(","):
+        partition, sep, broker = item.strip().partition(":")
+        if sep:
+            try:
+                pairs.add((int(partition), int(broker)))
+            except ValueError:
+                continue  # validated on the way in (_throttled_replicas); nothing to match
+    return frozenset(pairs)
 
 
 def _throttled_replicas(text: str) -> str:

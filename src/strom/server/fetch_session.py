@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,13 +85,17 @@ class FetchSession:
     partitions: dict[tuple[str, int], CachedPartition]  # in the order the client gave them
     epoch: int = 1  # the epoch the next incremental request must carry
     last_used: float = field(default_factory=time.monotonic)
+    created: float = field(default_factory=time.monotonic)
 
 
 class FetchSessionCache:
     """At most `slots` sessions (max.incremental.fetch.session.cache.slots). A new session
-    takes a free slot, or the slot of the least recently used session when that one has been
-    idle for EVICTION_MS and is a consumer's or the newcomer is a follower's (followers are
-    privileged, as in Kafka); otherwise the fetch goes on without a session."""
+    takes a free slot, else one evicted as Kafka's FetchSessionCache evicts: the least recently
+    used session if it has been idle for EVICTION_MS; otherwise the least valuable session
+    the newcomer outranks (followers before consumers, then the larger before the smaller)
+    among those older than EVICTION_MS and, for a follower, any consumer's (followers are
+    privileged: replication never goes without a session for clients'). If none, the fetch
+    goes on without a session."""
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
@@ -121,7 +125,7 @@ class FetchSessionCache:
     def create(self, follower: bool, partitions: dict[tuple[str, int], CachedPartition]) -> FetchSession | None:
         if self.slots <= 0 or not self.has_room(len(partitions)):
             return None
-        if len(self.sessions) >= self.slots and not self._evict_one(follower):
+        if len(self.sessions) >= self.slots and not self._evict_one(follower, len(partitions)):
             return None
         session_id = random.randrange(1, 2**31)
         while session_id in self.sessions:
@@ -130,14 +134,21 @@ class FetchSessionCache:
         self.sessions[session_id] = session
         return session
 
-    def _evict_one(self, follower: bool) -> bool:
+    def _evict_one(self, follower: bool, size: int) -> bool:
+        now = time.monotonic()
         oldest = next(iter(self.sessions.values()))
-        idle = (time.monotonic() - oldest.last_used) * 1000 >= EVICTION_MS
-        if idle and (follower or not oldest.follower):
-            self.remove(oldest.id)
-            self.evictions += 1
-            return True
-        return False
+        victim: FetchSession | None = oldest if (now - oldest.last_used) * 1000 >= EVICTION_MS else None
+        if victim is None:
+            evictable = [s for s in self.sessions.values()
+                         if (now - s.created) * 1000 >= EVICTION_MS or (follower and not s.follower)]
+            weakest = min(evictable, key=lambda s: (s.follower, len(s.partitions)), default=None)
+            if weakest is not None and (follower, size) > (weakest.follower, len(weakest.partitions)):
+                victim = weakest
+        if victim is None:
+            return False
+        self.remove(victim.id)
+        self.evictions += 1
+        return True
 
 
 class FetchContext:
@@ -145,13 +156,32 @@ class FetchContext:
     shape the response (`respond`)."""
 
     def __init__(self, error: ErrorCode = ErrorCode.NONE, session: FetchSession | None = None,
-                 wanted: list[tuple[str, list[Any]]] | None = None, incremental: bool = False) -> None:
+                 wanted: list[tuple[str, list[Any]]] | None = None, incremental: bool = False,
+                 named: set[tuple[str, int]] | None = None) -> None:
         self.error, self.session, self.incremental = error, session, incremental
-        self.wanted = wanted or []
+        self._wanted = wanted
+        self.named = named or set()  # the partitions an incremental request named
 
     @property
     def session_id(self) -> int:
         return self.session.id if self.session is not None else INVALID_SESSION
+
+    @property
+    def wanted(self) -> list[tuple[str, list[Any]]]:
+        """Every partition to read, by topic: the request's, or all its session holds."""
+        if self._wanted is None:
+            self._wanted = _grouped(self.session.partitions.items()) if self.session is not None else []
+        return self._wanted
+
+    def to_read(self, news: Callable[[dict[tuple[str, int], CachedPartition], set[tuple[str, int]]],
+                                     list[tuple[tuple[str, int], CachedPartition]]] | None,
+                ) -> list[tuple[str, list[Any]]]:
+        """What to read now: `wanted`, or for an incremental fetch what `news` picks of the
+        session's partitions given the ones the request named (a follower's, which skips
+        those with nothing to read or tell)."""
+        if news is None or not self.incremental:
+            return self.wanted
+        return _grouped(news(self.session.partitions, self.named))
 
     def respond(self, topics: list[tuple[str, list[Any]]]) -> list[tuple[str, list[Any]]]:
         """The response's topics: everything for a full fetch (the session remembering what was
@@ -214,4 +244,84 @@ def new_context(cache: FetchSessionCache, requested: list[tuple[tuple[str, int],
             cached[tp].update(p)
         else:
             cached[tp] = CachedPartition.of(p)
-    return FetchContext(session=session, wanted=_grouped(cached.items()), incremental=True)
+    return FetchContext(session=session, incremental=True, named={tp for tp, _ in requested})
+
+
+# -- the fetching end (a follower's; Kafka's FetchSessionHandler) ------------------------------
+
+# What a request says of one partition, in the order the fetcher builds it: fetch offset,
+# current leader epoch, last fetched epoch, log start offset, partition max bytes.
+FetchState = tuple[int, int, int, int, int]
+
+
+@dataclass(slots=True)
+class SessionRequest:
+    """One request of a session: its metadata, the partitions it names (added, or whose fetch
+    state changed) and the ones it forgets."""
+    session_id: int
+    epoch: int
+    named: list[tuple[tuple[str, int], FetchState]]
+    forgotten: list[tuple[str, int]]
+    sent: dict[tuple[str, int], FetchState]  # what the leader holds once this is answered
+
+    @property
+    def full(self) -> bool:
+        return self.epoch == INITIAL_EPOCH
+
+
+class FetchSessionHandler:
+    """The fetching end of an incremental session with one leader. The first request opens a
+    session naming every partition; later ones carry the session id and the next epoch and
+    name only partitions that were added or whose fetch state changed, and forget the ones
+    left out (Kafka does the same: a partition not fetched this round, being delayed or
+    throttled, is forgotten and added back whole when it is fetched again). The leader's
+    session then reads on its own what each partition had in the last request that named it.
+
+    `sent` mirrors the leader's session once a response confirms it; an answer for a
+    partition is usable only if the fetch state the leader used is still the partition's."""
+
+    def __init__(self) -> None:
+        self.session_id = INVALID_SESSION
+        self.epoch = INITIAL_EPOCH
+        self.sent: dict[tuple[str, int], FetchState] = {}
+
+    def build(self, wanted: dict[tuple[str, int], FetchState]) -> SessionRequest:
+        if self.epoch == INITIAL_EPOCH:  # a full request: opens a session (closing ours, if any)
+            return SessionRequest(self.session_id, INITIAL_EPOCH, list(wanted.items()), [], wanted)
+        sent = self.sent
+        named = [(tp, state) for tp, state in wanted.items() if sent.get(tp) != state]
+        added = sum(1 for tp, _ in named if tp not in sent)
+        # Partitions the session holds and this request leaves out exist only if the session
+        # holds more than what both have in common.
+        forgotten = [tp for tp in sent if tp not in wanted] if len(sent) > len(wanted) - added else []
+        return SessionRequest(self.session_id, self.epoch, named, forgotten, wanted)
+
+    def handle_response(self, request: SessionRequest, error: ErrorCode, session_id: int) -> bool:
+        """Take a response in; True if its partitions may be used. A session the leader no
+        longer knows or whose epoch it refused is started again with a full request."""
+        if error == ErrorCode.FETCH_SESSION_ID_NOT_FOUND:
+            self.reset(close_existing=False)
+            return False
+        if error != ErrorCode.NONE:
+            self.reset()
+            return False
+        if session_id == INVALID_SESSION:  # no session (none granted, or the leader closed it)
+            self.reset(close_existing=False)
+            return True
+        self.session_id = session_id
+        self.epoch = 1 if request.full or self.epoch >= 2**31 - 1 else self.epoch + 1
+        self.sent = request.sent
+        return True
+
+    def reset(self, close_existing: bool = True) -> None:
+        """The next request is a full one; it closes the current session on the leader (a
+        reconnect, an error) unless the leader said it has none."""
+        if not close_existing:
+            self.session_id = INVALID_SESSION
+        self.epoch = INITIAL_EPOCH
+        self.sent = {}
+
+    def fetched_at(self, tp: tuple[str, int]) -> int:
+        """The fetch offset the leader read `tp` at in the last confirmed request, or -1."""
+        state = self.sent.get(tp)
+        return -1 if state is None else state[0]

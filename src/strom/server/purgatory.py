@@ -8,7 +8,7 @@ loop, so no locks.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Iterable
+from collections.abc import Container, Hashable, Iterable
 
 from strom.metrics.stats import remote_wait
 
@@ -16,6 +16,9 @@ from strom.metrics.stats import remote_wait
 class Purgatory:
     def __init__(self) -> None:
         self._watchers: dict[Hashable, set[asyncio.Future]] = {}
+        # Waits on whatever keys a container holds at wake time (a follower's fetch session of
+        # thousands of partitions registers once, not once per partition per fetch).
+        self._wide: dict[asyncio.Future, Container[Hashable]] = {}
 
     async def wait_any(self, keys: Iterable[Hashable], timeout: float) -> bool:
         """Wait until one of `keys` is woken or `timeout` seconds pass; True if woken."""
@@ -24,11 +27,7 @@ class Purgatory:
         for key in keys:
             self._watchers.setdefault(key, set()).add(future)
         try:
-            with remote_wait():
-                await asyncio.wait_for(future, timeout)
-            return True
-        except TimeoutError:
-            return False
+            return await self._wait(future, timeout)
         finally:
             for key in keys:
                 waiters = self._watchers.get(key)
@@ -37,10 +36,31 @@ class Purgatory:
                     if not waiters:
                         del self._watchers[key]
 
+    async def wait_any_in(self, keys: Container[Hashable], timeout: float) -> bool:
+        """As wait_any, for any key `keys` holds when it is woken."""
+        future = asyncio.get_running_loop().create_future()
+        self._wide[future] = keys
+        try:
+            return await self._wait(future, timeout)
+        finally:
+            del self._wide[future]
+
+    @staticmethod
+    async def _wait(future: asyncio.Future, timeout: float) -> bool:
+        try:
+            with remote_wait():
+                await asyncio.wait_for(future, timeout)
+            return True
+        except TimeoutError:
+            return False
+
     def wake(self, key: Hashable) -> None:
         for future in self._watchers.get(key, ()):
             if not future.done():
                 future.set_result(None)
+        for future, keys in self._wide.items():
+            if key in keys and not future.done():
+                future.set_result(None)
 
     def __len__(self) -> int:
-        return len({f for waiters in self._watchers.values() for f in waiters})
+        return len({f for waiters in self._watchers.values() for f in waiters}) + len(self._wide)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from strom.client import AsyncConnection
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
+from strom.server.fetch_session import FetchSessionHandler
 from strom.server.replication_quota import ReplicationQuota
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,9 @@ _WAIT_FOR_METADATA = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_
 
 _LEADER_CATCHING_UP = {ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER}
 _LEADER_CATCHING_UP_S = 0.05
+# Whole-request errors after which the next request opens a new session at once.
+_SESSION_ERRORS = {ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH}
+_NOT_SENT = (-1,)
 
 
 @dataclass(slots=True)
@@ -60,6 +64,7 @@ class ReplicaFetcher:
         self.partitions: dict[TopicPartition, FetchState] = {}
         self.changed = asyncio.Event()
         self.conn: AsyncConnection | None = None
+        self.session = FetchSessionHandler()
         # Set by stop(): a cancellation can be lost (asyncio.wait_for in Python 3.11 returns an
         # answer that arrived as it was cancelled), so the loop also checks this after each call.
         self.stopped = False
@@ -81,6 +86,8 @@ class ReplicaFetcher:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+        # What the leader's session holds is unknown after a lost request: start a new one.
+        self.session.reset()
 
     async def _run(self) -> None:
         config = self.broker.config
@@ -182,33 +189,51 @@ class ReplicaFetcher:
             await asyncio.sleep(0.05 if any(s.truncating for s in self.partitions.values()) else 0.2)
             return
         config = self.broker.config
-        topics: dict[str, list[dict]] = {}
         budget = self.manager.quota.available()
+        max_bytes = config["replica.fetch.max.bytes"]
+        wanted: dict[TopicPartition, tuple[int, int, int, int, int]] = {}
         for s in states:
             p = s.partition
-            limit = config["replica.fetch.max.bytes"]
-            if self._throttled(p):
+            limit = max_bytes
+            log_ = p.log
+            if log_.config.follower_replication_throttled_replicas and self._throttled(p):
                 limit = max(1, min(limit, int(budget)))  # at least one batch comes anyway
-            topics.setdefault(p.topic, []).append({
-                "partition": p.index, "current_leader_epoch": p.leader_epoch,
-                "fetch_offset": p.log.log_end_offset,
-                "last_fetched_epoch": p.log.leader_epoch_cache.latest_epoch(),
-                "log_start_offset": p.log.log_start_offset,
-                "partition_max_bytes": limit})
+            wanted[(p.topic, p.index)] = (log_.log_end_offset, p.leader_epoch,
+                                          log_.leader_epoch_cache.latest_epoch(), log_.log_start_offset, limit)
+        request = self.session.build(wanted)
+        topics: dict[str, list[dict]] = {}
+        for (topic, index), (offset, leader_epoch, last_epoch, log_start, limit) in request.named:
+            topics.setdefault(topic, []).append({
+                "partition": index, "current_leader_epoch": leader_epoch, "fetch_offset": offset,
+                "last_fetched_epoch": last_epoch, "log_start_offset": log_start, "partition_max_bytes": limit})
+        forgotten: dict[str, list[int]] = {}
+        for topic, index in request.forgotten:
+            forgotten.setdefault(topic, []).append(index)
         wait_ms = config["replica.fetch.wait.max.ms"]
         response = await self.conn.call(FETCH, FETCH_VERSION, {
             "replica_id": self.broker.broker_id, "max_wait_ms": wait_ms,
             "min_bytes": config["replica.fetch.min.bytes"],
             "max_bytes": config["replica.fetch.response.max.bytes"], "isolation_level": 0,
-            "session_id": 0, "session_epoch": -1,
+            "session_id": request.session_id, "session_epoch": request.epoch,
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            "forgotten_topics_data": [], "rack_id": ""}, timeout_s=wait_ms / 1000 + 30)
+            "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten.items()],
+            "rack_id": ""}, timeout_s=wait_ms / 1000 + 30)
         if self.stopped:
+            return
+        error = ErrorCode(response.error_code)
+        if not self.session.handle_response(request, error, response.session_id):
+            if error not in _SESSION_ERRORS:
+                log.warning("%s: fetch from broker %d failed: %s", self.name, self.leader_id, error.name)
+                await asyncio.sleep(config["replica.fetch.backoff.ms"] / 1000)
             return
         for t in response.responses:
             for answer in t.partitions:
-                state = self.partitions.get((t.topic, answer.partition_index))
-                if state is not None and state.partition.leader_id == self.leader_id:
+                tp = (t.topic, answer.partition_index)
+                state = self.partitions.get(tp)
+                # Only an answer to the fetch state the partition still has: a truncation or
+                # a new leader since the request was built makes it stale.
+                if state is not None and state.partition.leader_id == self.leader_id and not state.truncating \
+                        and request.sent.get(tp, _NOT_SENT)[0] == state.partition.log.log_end_offset:
                     self._apply(state, answer)
 
     def _apply(self, state: FetchState, answer) -> None:

@@ -13,8 +13,9 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from strom.log.config import LogConfig
 from strom.log.log import FetchSlice, Log
@@ -348,6 +349,33 @@ class ReplicaManager:
                     await self.log_manager.flusher.wait_durable(partition.log, result.durable_at)
             except OSError as e:
                 result.error, result.message = ErrorCode.KAFKA_STORAGE_ERROR, str(e)
+
+    def follower_news(self, session: Mapping[TopicPartition, Any], named: Container[TopicPartition],
+                      replica_id: int) -> list[tuple[TopicPartition, Any]]:
+        """The partitions of a follower's fetch session (their cached fetch states) to read:
+        those its request named, and the others unless the follower is up to date on them:
+        this broker leads in the epoch the follower names, the follower is in the ISR and has
+        the whole log (as its last read recorded), and already has the high watermark and log
+        start offset. On those it is caught up as of now, which is all a read would have
+        recorded: an idle partition of a session costs a few comparisons, not a read."""
+        now = now_ms()
+        partitions, me = self.partitions, self.broker_id
+        out = []
+        for tp, cached in session.items():
+            if tp not in named:
+                partition = partitions.get(tp)
+                if (partition is not None and partition.leader_id == me
+                        and partition.leader_epoch == cached.current_leader_epoch):
+                    log_, offset = partition.log, cached.fetch_offset
+                    if (offset == log_.log_end_offset and cached.sent_high_watermark == partition.high_watermark
+                            and cached.sent_log_start_offset == log_.log_start_offset and log_.loaded):
+                        state = partition.followers.get(replica_id)
+                        if state is not None and state.log_end_offset == offset and replica_id in partition.isr:
+                            state.last_caught_up_ms = state.last_fetch_ms = now
+                            state.last_fetch_leader_leo = offset
+                            continue
+            out.append((tp, cached))
+        return out
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, min_one_message: bool,
              read_committed: bool = False, current_leader_epoch: int = -1,

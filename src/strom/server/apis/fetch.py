@@ -8,6 +8,7 @@ Record bytes are never copied into Python: the response carries file regions.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from typing import Any
@@ -121,16 +122,30 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
     if context.error:
         parts, _ = encode_fetch_response(version, [], error_code=context.error)
         return RawResponse(parts)
-    wanted = context.wanted
+    rm = broker.replica_manager
+    # A follower's session reads only what changed: the partitions its request named, and
+    # those of the others that have something new (records, high watermark, log start).
+    news = functools.partial(rm.follower_news, replica_id=replica_id(request)) \
+        if follower and context.incremental else None
+    wanted = context.to_read(news)
     denied = {**_denied(broker, ctx, request, wanted), **names.unknown}
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
-    keys = [(topic, p.partition) for topic, ps in wanted for p in ps if topic not in denied]
+    keys = [(topic, p.partition) for topic, ps in wanted for p in ps if topic not in denied] if news is None else ()
     while True:
         topics, total, errors = _read_all(broker, request, wanted, denied)
         remaining = deadline - time.monotonic()
-        if total >= request.min_bytes or errors or remaining <= 0 or not keys or broker.stopping:
+        if total >= request.min_bytes or errors or remaining <= 0 or broker.stopping:
             break
-        await broker.replica_manager.fetch_purgatory.wait_any(keys, remaining)
+        if news is not None and context.session.partitions:
+            woken = await rm.fetch_purgatory.wait_any_in(context.session.partitions, remaining)
+        elif keys:
+            woken = await rm.fetch_purgatory.wait_any(keys, remaining)
+        else:
+            break
+        if not woken:  # the deadline passed and nothing changed since the last read
+            break
+        if news is not None:
+            wanted = context.to_read(news)
     _count(broker.replica_manager.topic_stats, topics, follower)
     answer = context.respond(topics)
     endpoints = _current_leaders(broker, ctx, answer) if version >= LEADER_DISCOVERY_FROM else ()
