@@ -386,8 +386,8 @@ class KRaftQuorum(_StartedInWith):
 
     A static quorum (controller.quorum.voters) by default; `dynamic` formats node 1 with
     --standalone and the others with --no-initial-controllers (KIP-853: add them with
-    `add_voter`). `brokers` adds nodes with process.roles=broker (not on the quorum yet: a broker
-    as Strom runs it today, which answers DescribeQuorum by asking the quorum's leader)."""
+    `add_voter`). `brokers` adds nodes with process.roles=broker: each registers with the
+    active controller and follows the quorum as an observer."""
 
     def __init__(self, controllers: int = 3, *, dynamic: bool = False, brokers: int = 0, combined: bool = False,
                  overrides: dict[str, str] | None = None) -> None:
