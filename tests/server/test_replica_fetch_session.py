@@ -135,19 +135,9 @@ class Leader:
         """One round as the replica fetcher makes it: the handler's request, through the codec
         to handle_fetch, and the response back through the codec into the handler."""
         request = handler.build(wanted)
-        topics: dict[str, list[dict]] = {}
-        for (topic, index), (offset, epoch, last_epoch, log_start, limit) in request.named:
-            topics.setdefault(topic, []).append({
-                "partition": index, "current_leader_epoch": epoch, "fetch_offset": offset,
-                "last_fetched_epoch": last_epoch, "log_start_offset": log_start, "partition_max_bytes": limit})
-        forgotten: dict[str, list[int]] = {}
-        for topic, index in request.forgotten:
-            forgotten.setdefault(topic, []).append(index)
         frame = messages.encode_request(FETCH, VERSION, {
             "replica_id": FOLLOWER, "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": 10 << 20,
-            "isolation_level": 0, "session_id": request.session_id, "session_epoch": request.epoch,
-            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten.items()],
+            "isolation_level": 0, **request.fields(),
             "rack_id": ""})
         parsed = messages.parse_request(frame[4:])
         self.reads.clear()

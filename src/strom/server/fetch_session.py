@@ -268,6 +268,20 @@ class SessionRequest:
     def full(self) -> bool:
         return self.epoch == INITIAL_EPOCH
 
+    def fields(self) -> dict[str, Any]:
+        """The Fetch request fields this request fills in: session, topics and forgotten."""
+        topics: dict[str, list[dict]] = {}
+        for (topic, index), (offset, leader_epoch, last_epoch, log_start, limit) in self.named:
+            topics.setdefault(topic, []).append({
+                "partition": index, "current_leader_epoch": leader_epoch, "fetch_offset": offset,
+                "last_fetched_epoch": last_epoch, "log_start_offset": log_start, "partition_max_bytes": limit})
+        forgotten: dict[str, list[int]] = {}
+        for topic, index in self.forgotten:
+            forgotten.setdefault(topic, []).append(index)
+        return {"session_id": self.session_id, "session_epoch": self.epoch,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+                "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten.items()]}
+
 
 class FetchSessionHandler:
     """The fetching end of an incremental session with one leader. The first request opens a

@@ -201,22 +201,12 @@ class ReplicaFetcher:
             wanted[(p.topic, p.index)] = (log_.log_end_offset, p.leader_epoch,
                                           log_.leader_epoch_cache.latest_epoch(), log_.log_start_offset, limit)
         request = self.session.build(wanted)
-        topics: dict[str, list[dict]] = {}
-        for (topic, index), (offset, leader_epoch, last_epoch, log_start, limit) in request.named:
-            topics.setdefault(topic, []).append({
-                "partition": index, "current_leader_epoch": leader_epoch, "fetch_offset": offset,
-                "last_fetched_epoch": last_epoch, "log_start_offset": log_start, "partition_max_bytes": limit})
-        forgotten: dict[str, list[int]] = {}
-        for topic, index in request.forgotten:
-            forgotten.setdefault(topic, []).append(index)
         wait_ms = config["replica.fetch.wait.max.ms"]
         response = await self.conn.call(FETCH, FETCH_VERSION, {
             "replica_id": self.broker.broker_id, "max_wait_ms": wait_ms,
             "min_bytes": config["replica.fetch.min.bytes"],
             "max_bytes": config["replica.fetch.response.max.bytes"], "isolation_level": 0,
-            "session_id": request.session_id, "session_epoch": request.epoch,
-            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten.items()],
+            **request.fields(),
             "rack_id": ""}, timeout_s=wait_ms / 1000 + 30)
         if self.stopped:
             return
