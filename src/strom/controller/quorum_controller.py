@@ -58,6 +58,19 @@ def _encode(records: list[Any]) -> list[bytes]:
     return [r.encode(rec) for rec in records]
 
 
+async def snapshot_image(driver: RaftDriver, image: MetadataImage | None) -> None:
+    """Snapshot a copy of a metadata image taken between two applied batches (a controller's,
+    or a broker's own), or let the Raft core ask again later when there was none to take (in
+    the middle of a metadata transaction)."""
+    if image is None:
+        driver.core.snapshot_failed()
+        return
+    started = time.monotonic()
+    if await driver.snapshot(image.end_offset, image.encode):
+        log.info("metadata snapshot at offset %d (%d partitions) in %.0f ms", image.end_offset,
+                 image.partition_count, (time.monotonic() - started) * 1000)
+
+
 class NotController(KafkaError):
     def __init__(self, leader_id: int = -1) -> None:
         super().__init__("This is not the correct controller for this cluster.", ErrorCode.NOT_CONTROLLER)
@@ -265,14 +278,7 @@ class QuorumController:
             log.info("controller event %s not written: %s", name, e)
 
     async def _snapshot(self) -> None:
-        if self.image.transaction is not None:
-            self.driver.core.snapshot_failed()  # not in the middle of a transaction: later
-            return
-        image = self.image.copy()
-        started = time.monotonic()
-        if await self.driver.snapshot(image.end_offset, image.encode):
-            log.info("metadata snapshot at offset %d (%d partitions) in %.0f ms", image.end_offset,
-                     image.partition_count, (time.monotonic() - started) * 1000)
+        await snapshot_image(self.driver, None if self.image.transaction is not None else self.image.copy())
 
     # --- broker sessions ------------------------------------------------------------------------
 
@@ -285,15 +291,18 @@ class QuorumController:
             now = time.monotonic()
             for broker_id, reg in list(self.image.brokers.items()):
                 session = self.sessions.get(broker_id)
-                if reg.fenced or session is None or now - session.last_heartbeat < timeout:
+                if reg.fenced or session is None or self._heard_from(session):
                     continue
                 log.info("broker %d: no heartbeat for %.1f s; fencing it", broker_id, now - session.last_heartbeat)
                 await self._safe_write(f"fence-{broker_id}", lambda img, b=broker_id: self._expire(img, b))
 
+    def _heard_from(self, session: BrokerSession) -> bool:
+        """Within broker.session.timeout.ms of the broker's last heartbeat."""
+        return time.monotonic() - session.last_heartbeat < self.settings.session_timeout_ms / 1000
+
     def _expire(self, image: MetadataImage, broker_id: int) -> Change:
         session = self.sessions.get(broker_id)
-        timeout = self.settings.session_timeout_ms / 1000
-        if session is not None and time.monotonic() - session.last_heartbeat < timeout:
+        if session is not None and self._heard_from(session):
             return Change()  # it was heard from while this event waited its turn
         return Change(cluster_control.expire_session(image, broker_id, self.settings.limits))
 

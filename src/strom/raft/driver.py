@@ -270,7 +270,6 @@ class RaftDriver:
                 self._feed(self.core.tick(self.now()))
             self._wake.clear()
 
-
     async def _watch_for_stalls(self) -> None:
         """A short timer that finds itself late means this process was held (by the interpreter
         or the machine): no timer could run, and neither could the answers waiting in the

@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from typing import Any
 
 from strom.controller.loop_thread import LoopThread
+from strom.controller.quorum_controller import snapshot_image
 from strom.metadata.image import MetadataImage
 from strom.metadata.loader import MetadataLoader
 from strom.metadata.storage import METADATA_PARTITION_DIR, parse_kafka_uuid
@@ -123,14 +123,7 @@ class MetadataObserver:
         broker snapshots the image it has applied, and its log before that goes, as a Kafka
         broker's does; otherwise its copy of the metadata log would grow for ever."""
         copy = asyncio.run_coroutine_threadsafe(self.feed.image_copy(), self.feed.loop)
-        image = await asyncio.wrap_future(copy)
-        if image is None:
-            self.driver.core.snapshot_failed()  # not in the middle of a transaction: later
-            return
-        started = time.monotonic()
-        if await self.driver.snapshot(image.end_offset, image.encode):
-            log.info("metadata snapshot at offset %d (%d partitions) in %.0f ms", image.end_offset,
-                     image.partition_count, (time.monotonic() - started) * 1000)
+        await snapshot_image(self.driver, await asyncio.wrap_future(copy))
 
     async def close(self) -> None:
         if self.thread is None:
