@@ -334,8 +334,3 @@ class FetchSessionHandler:
             self.session_id = INVALID_SESSION
         self.epoch = INITIAL_EPOCH
         self.sent = {}
-
-    def fetched_at(self, tp: tuple[str, int]) -> int:
-        """The fetch offset the leader read `tp` at in the last confirmed request, or -1."""
-        state = self.sent.get(tp)
-        return -1 if state is None else state[0]
