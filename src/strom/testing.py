@@ -12,8 +12,10 @@ confluent-kafka is a test dependency, so those helpers import it when called.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -107,14 +109,16 @@ class BrokerProcess(_StartedInWith):
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
+        # Listeners asked for on port 0 get a fixed free port at the first start, kept on
+        # restart so clients can reconnect (see free_ports for why not the kernel's choice).
+        listeners = self.overrides.get("listeners", "")
+        wildcards = re.findall(r":0(?=,|$)", listeners)
+        if wildcards:
+            ports = iter(free_ports(len(wildcards)))
+            self.overrides["listeners"] = re.sub(r":0(?=,|$)", lambda _: f":{next(ports)}", listeners)
         args = [sys.executable, "-m", "strom", "serve", "--log-level", "INFO"]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
-        # Ports the broker chose at its first start are reused on restart so clients can
-        # reconnect (listeners given fixed ports, as a KRaft controller's, stay as they are).
-        if self.port and re.search(r":0(,|$)", self.overrides.get("listeners", "")):
-            listeners = ",".join(f"{name}://127.0.0.1:{port}" for name, port in self.ports.items())
-            args += ["--override", f"listeners={listeners or f'PLAINTEXT://127.0.0.1:{self.port}'}"]
         env = dict(os.environ, **(self.env or {}))
         begin = time.monotonic()
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -363,21 +367,52 @@ class Cluster(_StartedInWith):
             self.zookeeper.close()
 
 
+def _harness_port_range() -> range:
+    """This test process's share of the ports below the kernel's ephemeral range.
+
+    A port the kernel chose (bind to port 0) lies in the ephemeral range, and while its broker
+    is down for a restart any client's outgoing connection may be given it as a local port,
+    so that the restart cannot bind. Ports below the range are never handed out that way.
+    Parallel test workers (pytest-xdist) each take a slice of their own."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    first = 20000 if low > 22000 else 1025
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    workers = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), index + 1)
+    size = (low - first) // workers
+    return range(first + index * size, first + (index + 1) * size)
+
+
+_port_range = _harness_port_range()
+_next_port = itertools.count(random.randrange(len(_port_range)))
+_port_lock = threading.Lock()
+
+
 def free_ports(count: int) -> list[int]:
-    """`count` distinct ports free on 127.0.0.1 now (for listeners that must be known before
-    the process starts, as a KRaft quorum's voters are)."""
+    """`count` distinct ports free on 127.0.0.1 now, from below the ephemeral range (for
+    listeners that must be known before the process starts, as a KRaft quorum's voters are,
+    or that a restart must bind again). Taken in turn, so two calls never hand out one port
+    twice before the range wraps."""
     import socket
 
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    ports: list[int] = []
+    with _port_lock:
+        for _ in range(len(_port_range)):
+            if len(ports) == count:
+                break
+            port = _port_range[next(_next_port) % len(_port_range)]
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            ports.append(port)
+    if len(ports) < count:
+        raise RuntimeError(f"no {count} free ports in {_port_range}")
+    return ports
 
 
 class KRaftQuorum(_StartedInWith):

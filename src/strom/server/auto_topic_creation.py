@@ -25,6 +25,7 @@ AUTO_CREATE_WAIT_S = 1.0
 LIST_OFFSETS, LIST_OFFSETS_VERSION, LATEST = 2, 7, -1
 SERVED_CHECK_INTERVAL_S = 0.05
 INTERNAL_CREATE_WAIT_S = 30.0
+INTERNAL_ANSWER_WAIT_S = 1.0  # how long a request waits on an internal topic's creation
 # Where each internal topic's settings are (offsets.topic.num.partitions, ...).
 _INTERNAL_CONFIG_PREFIX = {GROUP_METADATA_TOPIC: "offsets.topic", TRANSACTION_STATE_TOPIC: "transaction.state.log",
                            SHARE_GROUP_STATE_TOPIC: "share.coordinator.state.topic"}
@@ -34,6 +35,7 @@ class AutoTopicCreationManager:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
         self.metadata_cache = broker.metadata_cache
+        self._internal_creations: dict[str, asyncio.Task[TopicMetadata]] = {}
 
     def _has_leaders(self, name: str, partitions: int) -> bool:
         topic = self.metadata_cache.topics.get(name)
@@ -151,12 +153,35 @@ class AutoTopicCreationManager:
 
     async def ensure_internal_topic(self, name: str) -> TopicMetadata:
         """`__consumer_offsets` or `__transaction_state`, created on first use as Kafka creates
-        them: compacted, with the configured partition count and replication factor. A cluster
-        with fewer live brokers than that factor cannot create them yet (Kafka's check); the
-        embedded broker caps the factor at its one broker so that it can coordinate alone."""
+        them: compacted, with the configured partition count and replication factor.
+
+        The creation runs on its own, one per topic, and a caller waits for it only briefly:
+        a client's connection answers in order, so a FindCoordinator held until a slow
+        controller answered would hold every request the client sent after it (Kafka answers
+        COORDINATOR_NOT_AVAILABLE at once and the client asks again)."""
         topic = self.metadata_cache.topics.get(name)
         if topic is not None:
             return topic
+        creation = self._internal_creations.get(name)
+        if creation is None:
+            creation = asyncio.create_task(self._create_internal(name), name=f"create {name}")
+            self._internal_creations[name] = creation
+            creation.add_done_callback(self._internal_created)
+        done, _ = await asyncio.wait([creation], timeout=INTERNAL_ANSWER_WAIT_S)
+        if not done:
+            raise KafkaError(f"{name} is being created", ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return creation.result()
+
+    def _internal_created(self, creation: asyncio.Task[TopicMetadata]) -> None:
+        name = creation.get_name().removeprefix("create ")
+        self._internal_creations.pop(name, None)
+        if not creation.cancelled() and creation.exception() is not None:
+            log.warning("cannot create %s: %s", name, creation.exception())
+
+    async def _create_internal(self, name: str) -> TopicMetadata:
+        """Create an internal topic. A cluster with fewer live brokers than its replication
+        factor cannot create it yet (Kafka's check); the embedded broker caps the factor at its
+        one broker so that it can coordinate alone."""
         config, prefix = self.broker.config, _INTERNAL_CONFIG_PREFIX[name]
         factor, live = config[f"{prefix}.replication.factor"], len(self.metadata_cache.live_brokers)
         if live < factor:

@@ -15,8 +15,6 @@ FindCoordinator (its marker for Kafka >= 0.8.2) and otherwise sends lz4 batches 
 
 from __future__ import annotations
 
-import logging
-
 from strom.controller.features import SHARE_VERSION
 from strom.coordinator import (
     GROUP_METADATA_TOPIC,
@@ -29,8 +27,6 @@ from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.authorizer import CLUSTER, CLUSTER_ACTION, DESCRIBE, TRANSACTIONAL_ID, allowed
 from strom.security.authorizer import GROUP as GROUP_RESOURCE
 from strom.server.apis import RequestContext, api
-
-log = logging.getLogger(__name__)
 
 FIND_COORDINATOR = 10
 GROUP, TRANSACTION, SHARE = 0, 1, 2
@@ -48,8 +44,7 @@ async def find_coordinator(broker, listener: str, key_type: int, key: str) -> di
         return _no_node(ErrorCode.INVALID_REQUEST, f"Unknown coordinator type {key_type}")
     try:
         topic = await broker.auto_topics.ensure_internal_topic(internal_topic)
-    except KafkaError as e:
-        log.warning("cannot create %s: %s", internal_topic, e)
+    except KafkaError:  # not created yet (the creation logs why it failed)
         return _no_node(ErrorCode.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.")
     leader = topic.partitions[partition_for(key or "", len(topic.partitions))].leader
     for node in broker.endpoints(listener):
