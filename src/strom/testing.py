@@ -807,13 +807,18 @@ def consume_all(bootstrap: str, topic: str, partitions: Iterable[int] | None = N
 
     consumer = reading_consumer(bootstrap, **{"isolation.level": "read_uncommitted", **conf})
 
+    failures: list[str] = []  # the last one is named if the watermarks never come
+
     def watermarks() -> dict[int, tuple[int, int]] | None:
         # None while a partition has no leader to answer (a broker was just killed, say).
-        try:
-            return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
-                    for p in wanted}
-        except KafkaException:
-            return None
+        marks = {}
+        for p in wanted:
+            try:
+                marks[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+            except KafkaException as e:
+                failures[:] = [f"partition {p}: {e}"]
+                return None
+        return marks
 
     try:
         if partitions is None:
@@ -821,7 +826,10 @@ def consume_all(bootstrap: str, topic: str, partitions: Iterable[int] | None = N
             assert meta.error is None, f"{topic}: {meta.error}"
             partitions = sorted(meta.partitions)
         wanted = list(partitions)
-        marks = wait_for(watermarks, timeout, interval=0.2, what=f"the watermarks of {topic}")
+        try:
+            marks = wait_for(watermarks, timeout, interval=0.2, what=f"the watermarks of {topic}")
+        except AssertionError as e:
+            raise AssertionError(f"{e} (last failure: {failures[-1] if failures else None})") from None
         starts = {p: low if start is None else start for p, (low, _) in marks.items()}
         ends = {(topic, p): high for p, (_, high) in marks.items()}
         consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])

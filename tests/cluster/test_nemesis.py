@@ -13,6 +13,7 @@ import threading
 import time
 from collections import defaultdict
 
+import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from strom.testing import Cluster, consume_all, unique_name
@@ -144,6 +145,9 @@ def _nemesis(cluster: Cluster, rng: random.Random, log: list[str]) -> None:
         time.sleep(2)
 
 
+# Longer than the waits below add up to (joins, two reads of 180 s): when one runs out, its
+# message says what was missing, where pytest-timeout would only show where it was.
+@pytest.mark.timeout(900)
 def test_nemesis(zookeeper):
     overrides = {**CLUSTER_OVERRIDES, "replica.lag.time.max.ms": "5000",
                  "controlled.shutdown.retry.backoff.ms": "500"}
