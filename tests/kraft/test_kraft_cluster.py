@@ -244,6 +244,12 @@ def test_a_fenced_broker_loses_leadership_and_rejoins(cluster):
         wait_for(lambda: view(asker, topic).get(0) == (others[0], sorted(others)), 30,
                  what="leadership and the ISR moved off the fenced node")
         assert stopped not in brokers_listed(asker), "a fenced broker is not offered to clients"
+        with RawClient(asker) as client:  # DescribeCluster v2 (KIP-1073) lists it when asked to
+            for include_fenced in (False, True):
+                body = client.call(60, 2, {"include_cluster_authorized_operations": False, "endpoint_type": 1,
+                                           "include_fenced_brokers": include_fenced})
+                listed = {b.broker_id: b.is_fenced for b in body.brokers}
+                assert listed == {**{b: False for b in others}, **({stopped: True} if include_fenced else {})}
         producer = Producer({"bootstrap.servers": asker.bootstrap, "acks": "all"})
         producer.produce(topic, b"while-fenced")
         assert producer.flush(30) == 0

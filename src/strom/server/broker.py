@@ -549,6 +549,11 @@ class Broker:
         """Live brokers reachable on `listener_name`, as the controller last said."""
         return self.metadata_cache.brokers(listener_name)
 
+    def fenced_endpoints(self, listener_name: str) -> list[dict]:
+        """Registered brokers the controller has fenced, as `endpoints` lists the live ones. A
+        ZooKeeper cluster has none: a broker whose session ended is no longer registered."""
+        return []
+
     def require_controller(self) -> None:
         """CreateTopics, DeleteTopics and CreatePartitions go to the controller, as in Kafka:
         clients find it in Metadata and retry there on NOT_CONTROLLER."""

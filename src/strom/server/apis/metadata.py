@@ -152,14 +152,17 @@ def endpoint_type_error(request, version: int, expected: int) -> dict | None:
 @api(DESCRIBE_CLUSTER, 0, 2)
 async def handle_describe_cluster(broker, ctx: RequestContext, request) -> dict:
     """The live brokers, and the controller as this broker names it (ZooKeeper: the controller;
-    KRaft: a live broker, which forwards what a client sends it). v2 (KIP-1073) adds
-    include_fenced_brokers and is_fenced: the brokers listed are those clients may use, every
-    one unfenced, so the flag changes nothing."""
+    KRaft: a live broker, which forwards what a client sends it). v2 (KIP-1073): with
+    include_fenced_brokers, the brokers the controller has fenced too, marked is_fenced."""
     wrong = endpoint_type_error(request, ctx.header.api_version, BROKER_ENDPOINT)
     if wrong is not None:
         return wrong
-    brokers = [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"], "is_fenced": False}
-               for b in broker.endpoints(ctx.listener)]
+    listed = [(b, False) for b in broker.endpoints(ctx.listener)]
+    if ctx.header.api_version >= 2 and request.include_fenced_brokers:
+        live = {b["node_id"] for b, _ in listed}
+        listed += [(b, True) for b in broker.fenced_endpoints(ctx.listener) if b["node_id"] not in live]
+    brokers = [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"], "is_fenced": fenced}
+               for b, fenced in sorted(listed, key=lambda entry: entry[0]["node_id"])]
     controller_id = broker.controller_id
     return {
         "throttle_time_ms": 0,

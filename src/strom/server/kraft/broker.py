@@ -152,6 +152,11 @@ class KRaftBroker(Broker):
         self._observer: MetadataObserver | None = None
         self.quorum_controller_view = QuorumControllerView(self)
 
+    def fenced_endpoints(self, listener_name: str) -> list[dict]:
+        return [{"node_id": b.id, "host": e.host, "port": e.port, "rack": b.rack}
+                for b in sorted(self.metadata_loader.image.brokers.values(), key=lambda b: b.id) if b.fenced
+                for e in b.endpoints if e.listener == listener_name]
+
     def _delegation_tokens(self) -> QuorumTokens:
         return QuorumTokens(self.config)
 
