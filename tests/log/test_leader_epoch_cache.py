@@ -121,9 +121,9 @@ def test_deferred_writes_are_batched_and_a_flush_makes_them_durable(tmp_path, mo
         lg = logs[("t", 0)]
         lg.append(batch(2), leader_epoch=3)
         lg.flush()
-        # The flush made the epoch file durable (under its temporary name, before the rename),
+        # The flush made the epoch file durable (fsynced as it was written, not written again),
         # and the directory holding its new name, besides the segment.
-        assert any(f.endswith("leader-epoch-checkpoint.tmp") for f in fsynced), fsynced
+        assert any(f.endswith("leader-epoch-checkpoint") for f in fsynced), fsynced
         assert str(lg.dir) in fsynced and any(f.endswith(".log") for f in fsynced)
         manager.shutdown()
 

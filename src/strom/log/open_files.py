@@ -35,44 +35,63 @@ class OpenFiles:
     def __len__(self) -> int:
         return len(self._fds)
 
-    def _get(self, owner: object, opener: Callable[[], int]) -> int:
-        fd = self._fds.get(owner)
-        if fd is not None:
-            self._fds.move_to_end(owner)
-            return fd
+    def _pinned(self, owner: object, opener: Callable[[], int]) -> int:
+        """The owner's descriptor, pinned. Opening and closing happen outside the lock: on a
+        slow disk an open takes long, and threads closing or flushing thousands of logs at
+        once (a shutdown) would otherwise wait on each other's."""
+        with self._lock:
+            fd = self._fds.get(owner)
+            if fd is not None:
+                self._fds.move_to_end(owner)
+                self._pins[owner] = self._pins.get(owner, 0) + 1
+                return fd
+        opened = self._open(opener)
+        with self._lock:
+            fd = self._fds.get(owner)
+            if fd is None:
+                fd, spare = opened, None
+                self._fds[owner] = fd
+            else:  # another thread opened it meanwhile: use theirs
+                spare = opened
+                self._fds.move_to_end(owner)
+            self._pins[owner] = self._pins.get(owner, 0) + 1
+            victims = self._victims(len(self._fds) - self.capacity, keep=owner)
+        for victim in [spare, *victims] if spare is not None else victims:
+            os.close(victim)
+        return fd
+
+    def _open(self, opener: Callable[[], int]) -> int:
         try:
-            fd = opener()
+            return opener()
         except OSError as e:
             if e.errno not in (errno.EMFILE, errno.ENFILE):
                 raise
-            # Out of descriptors (the limit was lowered, or other files took them): give back
-            # half of what is cached and try once more.
-            self._evict(len(self._fds) // 2)
-            fd = opener()
-        self._fds[owner] = fd
-        self._evict(len(self._fds) - self.capacity, keep=owner)
-        return fd
+        # Out of descriptors (the limit was lowered, or other files took them): give back
+        # half of what is cached and try once more.
+        with self._lock:
+            victims = self._victims(len(self._fds) // 2)
+        for victim in victims:
+            os.close(victim)
+        return opener()
 
-    def _evict(self, count: int, keep: object = None) -> None:
-        """Close the `count` least recently used descriptors that are neither pinned nor
-        `keep` (the one being handed out). Pinned ones may hold the cache above capacity."""
+    def _victims(self, count: int, keep: object = None) -> list[int]:
+        """Take out the `count` least recently used descriptors that are neither pinned nor
+        `keep` (the one being handed out), for the caller to close once it lets go of the lock.
+        Pinned ones may hold the cache above capacity."""
         if count <= 0:
-            return
+            return []
         victims = []
         for owner in self._fds:  # oldest first; stop at `count`, not at the end of the cache
             if owner not in self._pins and owner is not keep:
                 victims.append(owner)
                 if len(victims) == count:
                     break
-        for owner in victims:
-            os.close(self._fds.pop(owner))
+        return [self._fds.pop(owner) for owner in victims]
 
     @contextmanager
     def use(self, owner: object, opener: Callable[[], int]) -> Iterator[int]:
         """The owner's descriptor, opened if it is not, and kept open for the block."""
-        with self._lock:
-            fd = self._get(owner, opener)
-            self._pins[owner] = self._pins.get(owner, 0) + 1
+        fd = self._pinned(owner, opener)
         try:
             yield fd
         finally:
@@ -80,10 +99,7 @@ class OpenFiles:
 
     def pin(self, owner: object, opener: Callable[[], int]) -> Pin:
         """A descriptor that stays open until the returned `Pin` is released or collected."""
-        with self._lock:
-            fd = self._get(owner, opener)
-            self._pins[owner] = self._pins.get(owner, 0) + 1
-        return Pin(self, owner, fd)
+        return Pin(self, owner, self._pinned(owner, opener))
 
     def _unpin(self, owner: object) -> None:
         with self._lock:
