@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,22 +52,38 @@ def unique_name(base: str) -> str:
     return re.sub(r"[^a-zA-Z0-9-]+", "-", base).strip("-")[:80] + "-" + uuid.uuid4().hex[:8]
 
 
+# Broker processes made since the running test's setup began: a failing test's report shows
+# the logs of those it made itself (`with Cluster(...)` in its body) too.
+_made_by_test: deque[BrokerProcess] = deque(maxlen=12)  # bounded: not every module clears it
+
+
 def report_broker_logs(item, call):
     """pytest_runtest_makereport as a hook wrapper (wrap it with pytest.hookimpl in a conftest):
     a failing test's report shows the tail of each BrokerProcess log it used, and of each
-    broker of a Cluster it used."""
+    broker of a Cluster it used, as a fixture or made in its body."""
+    if call.when == "setup":
+        _made_by_test.clear()
     report = (yield).get_result()
-    if report.failed:
-        for name, value in getattr(item, "funcargs", {}).items():
-            if isinstance(value, BrokerProcess):
-                report.sections.append((f"broker log ({name})", "\n".join(value.stderr_lines[-40:])))
-            elif isinstance(value, Cluster):
-                for broker_id, broker in value.brokers.items():
-                    report.sections.append((f"broker {broker_id} log ({name})",
-                                            "\n".join(broker.stderr_lines[-40:])))
-            elif isinstance(value, KRaftQuorum):
-                for node_id, node in [*value.nodes.items(), *value.brokers.items()]:
-                    report.sections.append((f"node {node_id} log ({name})", "\n".join(node.stderr_lines[-40:])))
+    if not report.failed:
+        return
+    shown: set[int] = set()
+
+    def show(title: str, broker: BrokerProcess) -> None:
+        if id(broker) not in shown:
+            shown.add(id(broker))
+            report.sections.append((title, "\n".join(broker.stderr_lines[-40:])))
+
+    for name, value in (getattr(item, "funcargs", None) or {}).items():
+        if isinstance(value, BrokerProcess):
+            show(f"broker log ({name})", value)
+        elif isinstance(value, Cluster):
+            for broker_id, broker in value.brokers.items():
+                show(f"broker {broker_id} log ({name})", broker)
+        elif isinstance(value, KRaftQuorum):
+            for node_id, node in [*value.nodes.items(), *value.brokers.items()]:
+                show(f"node {node_id} log ({name})", node)
+    for broker in _made_by_test:
+        show(f"broker log (made by the test, {broker.overrides.get('listeners', '')})", broker)
 
 
 class _StartedInWith:
@@ -103,6 +120,7 @@ class BrokerProcess(_StartedInWith):
         self.stderr_lines: list[str] = []
         self.startup_seconds = 0.0
         self.paused = False
+        _made_by_test.append(self)
 
     @property
     def bootstrap(self) -> str:
