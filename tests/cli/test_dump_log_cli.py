@@ -10,11 +10,11 @@ import struct
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 from crc32c import crc32c
 
 from strom.log.checkpoint import write_checkpoint
-from strom.testing import create_topic, unique_name
+from strom.testing import create_topic, reading_consumer, unique_name, wait_for
 
 from .conftest import fails, ok, strom
 
@@ -39,7 +39,18 @@ def partition_dir(cli_broker) -> Path:
         producer.produce(topic, value)
         producer.flush(30)
         (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    # A coordinator may write the markers after it answers EndTxn (Kafka's does): wait for the
+    # last one, so the tests read a partition that is complete.
+    wait_for(lambda: end_offset(bootstrap, topic) == RECORDS + 4, 30, what="both transaction markers")
     return cli_broker.data_dir / "logs" / f"{topic}-0"
+
+
+def end_offset(bootstrap: str, topic: str) -> int:
+    consumer = reading_consumer(bootstrap)
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    finally:
+        consumer.close()
 
 
 def segment_files(directory: Path, suffix: str) -> list[Path]:
@@ -49,8 +60,13 @@ def segment_files(directory: Path, suffix: str) -> list[Path]:
 def test_dumps_a_healthy_partition(partition_dir, tmp_path):
     logs = segment_files(partition_dir, ".log")
     assert len(logs) > 2  # several segments
+    # Every file there before and after is dumped (the broker may write one meanwhile, as a
+    # producer-state snapshot after a roll), and nothing that was not there.
+    before = {str(p) for p in partition_dir.iterdir()}
     out = ok("dump-log", str(partition_dir))
-    assert out.count("Dumping ") == len(list(partition_dir.iterdir()))
+    after = {str(p) for p in partition_dir.iterdir()}
+    dumped = re.findall(r"^Dumping (\S+)$", out, re.MULTILINE)
+    assert len(dumped) == len(set(dumped)) and before & after <= set(dumped) <= before | after, (before, after, dumped)
     batches = [line for line in out.splitlines() if line.startswith("baseOffset: ")]
     assert len(batches) == RECORDS + 4  # one per record, two transactional records, two markers
     first = dict(re.findall(r"(\w+): (\S+)", batches[0]))
