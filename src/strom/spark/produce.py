@@ -135,6 +135,14 @@ def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
     """One task of an at-least-once write: its rows produced and acknowledged; the count."""
     delivery = Delivery(opts.client.bootstrap)
     p = producer(opts, delivery)
-    count = produce_all(p, opts, batches, delivery)
-    check_delivered(p, delivery)
+    try:
+        count = produce_all(p, opts, batches, delivery)
+        check_delivered(p, delivery)
+    finally:
+        # Closed here, not when collected: a failed task's traceback keeps `p` alive in the
+        # Python worker, which Spark reuses, and it would go on connecting to its brokers.
+        # What a failed task queued goes nowhere (Spark runs the task again).
+        p.purge()
+        if hasattr(p, "close"):  # not in every confluent-kafka this supports
+            p.close()
     return count
