@@ -90,8 +90,11 @@ def test_reset_offsets_every_way(cli_broker, filled, tmp_path):
     assert reset(bootstrap, group, "--topic", topic, "--to-datetime", local, "--dry-run") == expect({0: 5, 1: 5})
     assert reset(bootstrap, group, "--topic", f"{topic}:0", "--to-datetime", str(newest + 60_000),
                  "--dry-run") == expect({0: 10})
-    # Records 6..9 are at most 360 s old: now minus 6 min 45 s finds record 6.
-    assert reset(bootstrap, group, "--topic", topic, "--by-duration", "PT6M45S", "--dry-run") == expect({0: 6, 1: 6})
+    # A duration reaching back to halfway between records 5 and 6 finds record 6. It is reckoned
+    # from now, not from when the records were written: a slow run may have passed since.
+    sixth = newest - (COUNT - 7) * SPACING_MS  # the timestamp of record 6
+    back_s = (int(time.time() * 1000) - sixth + SPACING_MS // 2) // 1000
+    assert reset(bootstrap, group, "--topic", topic, "--by-duration", f"PT{back_s}S", "--dry-run") == expect({0: 6, 1: 6})
 
     # --to-current keeps commits and takes the log end where there are none.
     current = reset(bootstrap, group, "--topic", topic, "--topic", other, "--to-current", "--dry-run")
