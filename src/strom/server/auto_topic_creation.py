@@ -166,14 +166,13 @@ class AutoTopicCreationManager:
         if creation is None:
             creation = asyncio.create_task(self._create_internal(name), name=f"create {name}")
             self._internal_creations[name] = creation
-            creation.add_done_callback(self._internal_created)
+            creation.add_done_callback(lambda done: self._internal_created(name, done))
         done, _ = await asyncio.wait([creation], timeout=INTERNAL_ANSWER_WAIT_S)
         if not done:
             raise KafkaError(f"{name} is being created", ErrorCode.COORDINATOR_NOT_AVAILABLE)
         return creation.result()
 
-    def _internal_created(self, creation: asyncio.Task[TopicMetadata]) -> None:
-        name = creation.get_name().removeprefix("create ")
+    def _internal_created(self, name: str, creation: asyncio.Task[TopicMetadata]) -> None:
         self._internal_creations.pop(name, None)
         if not creation.cancelled() and creation.exception() is not None:
             log.warning("cannot create %s: %s", name, creation.exception())
