@@ -56,27 +56,28 @@ class AlterPartitionManager:
             response = await self._call(fields)
         except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError) as e:
             log.warning("AlterPartition for %d partitions not sent: %s", len(changes), e)
-            for partition, _ in changes:
-                partition.pending_isr = None  # asked again by the next fetch or expiration check
+            for partition, _ in changes:  # asked again by the next fetch or expiration check
+                self.broker.replica_manager.isr_change_dropped(partition)
             return
         error = ErrorCode(response.error_code)
         answers = {(t.topic_name, p.partition_index): p for t in response.topics for p in t.partitions} \
             if error == ErrorCode.NONE else {}
+        accepted = []
         for partition, _ in changes:
             answer = answers.get((partition.topic, partition.index))
             code = error if answer is None or error != ErrorCode.NONE else ErrorCode(answer.error_code)
             if answer is None or code != ErrorCode.NONE:
                 log.info("AlterPartition for %s-%d refused: %s", partition.topic, partition.index, code.name)
-                partition.pending_isr = None
+                self.broker.replica_manager.isr_change_dropped(partition)
                 continue
             if answer.leader_epoch != partition.leader_epoch or not partition.is_leader:
                 continue  # leadership moved meanwhile; LeaderAndIsr says the rest
             self.broker.replica_manager.isr_changed(partition, list(answer.isr), answer.partition_epoch)
-        if len(changes) == 1 and answers:
-            partition, _ = changes[0]
-            log.info("%s-%d: ISR is now %s", partition.topic, partition.index, partition.isr)
-        elif answers:
-            log.info("ISR changes of %d partitions accepted by the controller", len(changes))
+            accepted.append(partition)
+        if len(accepted) == 1:
+            log.info("%s-%d: ISR is now %s", accepted[0].topic, accepted[0].index, accepted[0].isr)
+        elif accepted:
+            log.info("ISR changes of %d partitions accepted by the controller", len(accepted))
 
     async def _call(self, fields: dict):
         channel = self.broker.controller_channel

@@ -185,6 +185,7 @@ class Broker:
         self.replica_fetchers = ReplicaFetcherManager(self)
         self.alter_partition = AlterPartitionManager(self)
         self.replica_manager.alter_isr = self.alter_partition.submit
+        self.replica_manager.isr_eligible = self.isr_eligible
         self.replica_manager.leader_quota = ReplicationQuota(
             lambda: self.config["leader.replication.throttled.rate"])
         if cluster_id is None:
@@ -548,6 +549,10 @@ class Broker:
     def endpoints(self, listener_name: str) -> list[dict]:
         """Live brokers reachable on `listener_name`, as the controller last said."""
         return self.metadata_cache.brokers(listener_name)
+
+    def isr_eligible(self, replica: int) -> bool:
+        """Whether a caught-up follower may join an ISR: a broker the controller counts live."""
+        return replica in self.metadata_cache.live_brokers
 
     def fenced_endpoints(self, listener_name: str) -> list[dict]:
         """Registered brokers the controller has fenced, as `endpoints` lists the live ones. A

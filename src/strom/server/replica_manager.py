@@ -81,6 +81,9 @@ class ReplicaManager:
         self.produce_purgatory = Purgatory()  # acks=all waiting for the high watermark
         # Asks the controller for a new ISR (AlterPartition); set by the broker.
         self.alter_isr: Callable[[Partition, list[int]], None] = lambda _p, _isr: None
+        # May this replica join an ISR: registered, not fenced, not shutting down (KIP-841)?
+        # Set by the broker from its metadata; asking for one that may not only gets refused.
+        self.isr_eligible: Callable[[int], bool] = lambda _replica: True
         self.checkpointed_hw: dict[TopicPartition, int] = {}
         self.leader_quota: ReplicationQuota | None = None  # set by the broker
         # Does the cluster have this partition (somewhere else)? Decides between
@@ -206,9 +209,17 @@ class ReplicaManager:
         partition.maybe_increment_high_watermark()
         self.high_watermark_moved((partition.topic, partition.index))
 
+    def isr_change_dropped(self, partition: Partition) -> None:
+        """The controller refused (or never got) this leader's AlterPartition: the ISR is what
+        it was. An expansion no longer holds the high watermark back, so acks=all writes
+        waiting on the replica it would have added are answered now, not at their timeout."""
+        partition.pending_isr = None
+        if partition.is_leader and partition.maybe_increment_high_watermark():
+            self.high_watermark_moved((partition.topic, partition.index))
+
     def maybe_expand_isr(self, partition: Partition, replica: int) -> None:
         new_isr = partition.isr_to_expand(replica)
-        if new_isr is not None:
+        if new_isr is not None and self.isr_eligible(replica):
             partition.pending_isr = new_isr
             self.alter_isr(partition, new_isr)
 

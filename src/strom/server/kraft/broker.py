@@ -152,6 +152,11 @@ class KRaftBroker(Broker):
         self._observer: MetadataObserver | None = None
         self.quorum_controller_view = QuorumControllerView(self)
 
+    def isr_eligible(self, replica: int) -> bool:
+        """KIP-841: neither fenced nor in controlled shutdown, which the controller would refuse."""
+        registration = self.metadata_loader.image.brokers.get(replica)
+        return registration is not None and not (registration.fenced or registration.in_controlled_shutdown)
+
     def fenced_endpoints(self, listener_name: str) -> list[dict]:
         return [{"node_id": b.id, "host": e.host, "port": e.port, "rack": b.rack}
                 for b in sorted(self.metadata_loader.image.brokers.values(), key=lambda b: b.id) if b.fenced
