@@ -33,6 +33,7 @@ from strom.cli.common import (
 )
 
 POLL_MS = 200  # how often the loop looks at --timeout-ms and --exit-at-end
+JOIN_TIMEOUT_MS = 60_000  # the longest a group join is waited for before polling starts
 MAX_POLL_RECORDS = 2000  # records handed over per poll: fewer, larger writes to stdout
 TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
 
@@ -137,10 +138,15 @@ class StartAt:
 
 class _Seeker(ConsumerRebalanceListener):
     """With a group: an explicit start (a timestamp) applies to each partition the first time
-    it is assigned, not again after a rebalance."""
+    it is assigned, not again after a rebalance.
+
+    kafka-python 3 calls the listener on its network thread, where a call that waits on the
+    network (offsets_for_times) fails. So a timestamp start pauses the new partitions there,
+    and `settle`, called between polls, looks their offsets up, seeks and resumes them."""
 
     def __init__(self, consumer: KafkaConsumer, start: StartAt) -> None:
         self.consumer, self.start, self.seen = consumer, start, set()
+        self.pending: list[TopicPartition] = []
 
     def on_partitions_revoked(self, revoked: Any) -> None:
         pass
@@ -148,7 +154,20 @@ class _Seeker(ConsumerRebalanceListener):
     def on_partitions_assigned(self, assigned: Any) -> None:
         new = [tp for tp in assigned if tp not in self.seen]
         self.seen.update(new)
-        self.start.apply(self.consumer, new)
+        if self.start.kind == "timestamp":
+            self.consumer.pause(*new)
+            self.pending += new
+        else:
+            self.start.apply(self.consumer, new)
+
+    def settle(self) -> None:
+        if not self.pending:
+            return
+        assigned = self.consumer.assignment()
+        ready = [tp for tp in self.pending if tp in assigned]
+        self.pending = []
+        self.start.apply(self.consumer, ready)
+        self.consumer.resume(*ready)
 
 
 class EndTracker:
@@ -256,9 +275,9 @@ def consume(client: ClientSettings, topic_arg: str | None, topic: str | None, in
     config = client.kafka_python_config(KafkaConsumer.DEFAULT_CONFIG, fallback=fallback, extra=extra)
     consumer = KafkaConsumer(**config)
     try:
-        _subscribe(consumer, topic, include, partitions, group, start)
+        seeker = _subscribe(consumer, topic, include, partitions, group, start)
         printed = _print_records(consumer, sys.stdout.buffer, formatter, max_messages, timeout_ms,
-                                 EndTracker(consumer) if exit_at_end else None)
+                                 EndTracker(consumer) if exit_at_end else None, seeker)
     finally:
         consumer.close(autocommit=group is not None and config.get("enable_auto_commit", True))
     click.echo(f"Processed a total of {printed} messages", err=True)
@@ -288,21 +307,22 @@ def _start(from_beginning: bool, offset: str | None, from_timestamp: int | None,
 
 
 def _subscribe(consumer: KafkaConsumer, topic: str | None, include: str | None,
-               partitions: tuple[int, ...], group: str | None, start: StartAt) -> None:
+               partitions: tuple[int, ...], group: str | None, start: StartAt) -> _Seeker | None:
+    """Subscribe (with a group) or assign the partitions; the group's rebalance listener."""
     if group is not None:
-        # The topic's metadata first: a topic that does not exist is an error rather than a wait,
-        # and the group's first assignment is made with metadata kafka-python already has (else
-        # it joins again at once to take in the metadata that came meanwhile).
-        if include:
-            consumer.topics()
-        elif not consumer.partitions_for_topic(topic):
-            raise CommandError(f"Topic '{topic}' does not exist.")
         listener = _Seeker(consumer, start)
         if include:
             consumer.subscribe(pattern=f"^(?:{include})$", listener=listener)
         else:
             consumer.subscribe([topic], listener=listener)
-        return
+        # Metadata fetched after subscribing: kafka-python takes its view of the subscribed
+        # topics' partitions from a metadata update, and without one it makes the first
+        # assignment from an empty view and joins again at once. A missing topic is an error.
+        consumer.topics()
+        if not include and not consumer.partitions_for_topic(topic):
+            raise CommandError(f"Topic '{topic}' does not exist.")
+        _join(consumer)
+        return listener
     if include:
         pattern = re.compile(include)
         names = sorted(t for t in consumer.topics() if pattern.fullmatch(t))
@@ -322,15 +342,30 @@ def _subscribe(consumer: KafkaConsumer, topic: str | None, include: str | None,
         assigned += [TopicPartition(name, p) for p in wanted]
     consumer.assign(assigned)
     start.apply(consumer, assigned)
+    return None
+
+
+def _join(consumer: KafkaConsumer) -> None:
+    """Join the group in one call rather than across the print loop's short polls. In
+    kafka-python 3.0 a join that outlasts a poll is started over by the next poll, and that
+    second join sometimes never completes: the consumer then neither fetches nor heartbeats
+    until the coordinator drops it. The coordinator is not public API; without it the
+    polls join as before."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is not None and hasattr(coordinator, "ensure_active_group"):
+        coordinator.ensure_active_group(timeout_ms=JOIN_TIMEOUT_MS)
 
 
 def _print_records(consumer: KafkaConsumer, out: BinaryIO, formatter: Callable[[Any], bytes],
-                   max_messages: int | None, timeout_ms: int | None, ends: EndTracker | None) -> int:
+                   max_messages: int | None, timeout_ms: int | None, ends: EndTracker | None,
+                   seeker: _Seeker | None = None) -> int:
     """Poll and write until a stop condition holds or Ctrl-C; the number of records written."""
     printed = 0
     last_record = time.monotonic()
     try:
         while max_messages is None or printed < max_messages:
+            if seeker is not None:
+                seeker.settle()
             batch = consumer.poll(POLL_MS, max_records=None if max_messages is None else max_messages - printed)
             lines = [formatter(r) for records in batch.values() for r in records]
             if lines:
