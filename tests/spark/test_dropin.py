@@ -36,7 +36,10 @@ def test_sparks_kafka_wordcount_example_with_only_the_format_changed(broker, top
     script = tmp_path / "wordcount.py"
     script.write_text(source.replace('.format("kafka")', '.format("strom")'))
     create_topic(broker.bootstrap, topic)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    # Two shuffle partitions, as spark-submit --conf would set them: with Spark's 200 each
+    # micro-batch of the example's aggregation is 200 tasks (half this test's time).
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "PYSPARK_SUBMIT_ARGS": "--conf spark.sql.shuffle.partitions=2 pyspark-shell"}
     proc = subprocess.Popen([sys.executable, str(script), broker.bootstrap, "subscribe", topic],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
     lines: list[str] = []
