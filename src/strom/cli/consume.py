@@ -276,6 +276,8 @@ def consume(client: ClientSettings, topic_arg: str | None, topic: str | None, in
     consumer = KafkaConsumer(**config)
     try:
         seeker = _subscribe(consumer, topic, include, partitions, group, start)
+        if seeker is not None:  # --timeout-ms bounds the wait for the group too
+            _join(consumer, JOIN_TIMEOUT_MS if timeout_ms is None else min(timeout_ms, JOIN_TIMEOUT_MS))
         printed = _print_records(consumer, sys.stdout.buffer, formatter, max_messages, timeout_ms,
                                  EndTracker(consumer) if exit_at_end else None, seeker)
     finally:
@@ -321,7 +323,6 @@ def _subscribe(consumer: KafkaConsumer, topic: str | None, include: str | None,
         consumer.topics()
         if not include and not consumer.partitions_for_topic(topic):
             raise CommandError(f"Topic '{topic}' does not exist.")
-        _join(consumer)
         return listener
     if include:
         pattern = re.compile(include)
@@ -345,7 +346,7 @@ def _subscribe(consumer: KafkaConsumer, topic: str | None, include: str | None,
     return None
 
 
-def _join(consumer: KafkaConsumer) -> None:
+def _join(consumer: KafkaConsumer, timeout_ms: int) -> None:
     """Join the group in one call rather than across the print loop's short polls. In
     kafka-python 3.0 a join that outlasts a poll is started over by the next poll, and that
     second join sometimes never completes: the consumer then neither fetches nor heartbeats
@@ -353,7 +354,7 @@ def _join(consumer: KafkaConsumer) -> None:
     polls join as before."""
     coordinator = getattr(consumer, "_coordinator", None)
     if coordinator is not None and hasattr(coordinator, "ensure_active_group"):
-        coordinator.ensure_active_group(timeout_ms=JOIN_TIMEOUT_MS)
+        coordinator.ensure_active_group(timeout_ms=timeout_ms)
 
 
 def _print_records(consumer: KafkaConsumer, out: BinaryIO, formatter: Callable[[Any], bytes],
