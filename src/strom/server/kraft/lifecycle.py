@@ -8,6 +8,11 @@ broker.session.timeout.ms fences it. At shut-down it heartbeats with want_shut_d
 controller moves its leadership away and says when it may go (controlled shutdown). A
 heartbeat refused with STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED (the controller forgot
 this registration) registers again.
+
+Registration and heartbeats run on a thread of their own with its own event loop and
+connection (as Kafka's lifecycle manager has its own event queue): a broker loop busy for
+longer than broker.session.timeout.ms still heartbeats, and is not fenced for it. What the
+broker waits on (`unfenced`, `may_shut_down`) are events of the broker's loop, set from there.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import Callable
 
 from strom.config.broker import BrokerConfig, Listener
 from strom.controller.features import SUPPORTED
+from strom.controller.loop_thread import LoopThread
 from strom.metadata.model import SECURITY_PROTOCOLS
 from strom.protocol.errors import ErrorCode
 from strom.server.kraft.controller_channel import ControllerChannel, ControllerUnavailable
@@ -44,11 +50,15 @@ class BrokerLifecycleManager:
         self.fenced = True
         self.caught_up = False
         self.want_shut_down = False
+        # Events of the broker's loop (set through _home); the rest lives on the thread's loop.
         self.may_shut_down = asyncio.Event()
         self.unfenced = asyncio.Event()
+        self._may_go = False
         self._listeners: list[Listener] = []
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
+        self._home: asyncio.AbstractEventLoop | None = None
+        self._thread: LoopThread | None = None
 
     @property
     def interval_s(self) -> float:
@@ -57,8 +67,18 @@ class BrokerLifecycleManager:
     async def start(self, listeners: list[Listener]) -> None:
         """Register (retrying until a controller answers), then heartbeat in the background."""
         self._listeners = listeners
+        self._home = asyncio.get_running_loop()
+        self._thread = LoopThread(f"broker-{self.broker_id}-heartbeats")
+        await self._thread.call(self._begin())
+
+    async def _begin(self) -> None:
         await self._register()
         self._task = asyncio.get_running_loop().create_task(self._heartbeats(), name="broker-heartbeats")
+
+    def _on_home(self, callback: Callable[[], object]) -> None:
+        """Run `callback` on the broker's loop (the events it awaits are that loop's)."""
+        if self._home is not None and not self._home.is_closed():
+            self._home.call_soon_threadsafe(callback)
 
     async def _register(self) -> None:
         fields = {
@@ -83,7 +103,7 @@ class BrokerLifecycleManager:
             error = ErrorCode(body.error_code)
             if error == ErrorCode.NONE:
                 self.broker_epoch, self.fenced = body.broker_epoch, True
-                self.unfenced.clear()
+                self._on_home(self.unfenced.clear)
                 log.info("broker %d registered with the controller: broker epoch %d", self.broker_id,
                          self.broker_epoch)
                 return
@@ -101,7 +121,7 @@ class BrokerLifecycleManager:
                 log.warning("broker %d heartbeat not answered: %s", self.broker_id, e)
             except Exception:
                 log.exception("broker %d heartbeat failed", self.broker_id)
-            if self.may_shut_down.is_set():
+            if self._may_go:
                 return
             # Faster while fenced or shutting down: the state it waits for comes sooner.
             wait = self.interval_s if not self.fenced and not self.want_shut_down else min(self.interval_s, 0.1)
@@ -130,20 +150,18 @@ class BrokerLifecycleManager:
             log.info("broker %d is %s (broker epoch %d)", self.broker_id,
                      "fenced" if body.is_fenced else "unfenced", self.broker_epoch)
         self.fenced = body.is_fenced
-        if self.fenced:
-            self.unfenced.clear()
-        else:
-            self.unfenced.set()
+        self._on_home(self.unfenced.clear if self.fenced else self.unfenced.set)
         if body.should_shut_down:
-            self.may_shut_down.set()
+            self._may_go = True
+            self._on_home(self.may_shut_down.set)
 
     async def controlled_shutdown(self, timeout_s: float) -> bool:
         """Ask to shut down and wait until the controller has moved this broker's leadership
         away (True), or the timeout passes or no controller answers (False)."""
-        if self._task is None or self.broker_epoch < 0:
+        if self._task is None or self.broker_epoch < 0 or self._thread is None:
             return False
         self.want_shut_down = True
-        self._wake.set()
+        self._thread.loop.call_soon_threadsafe(self._wake.set)
         try:
             await asyncio.wait_for(self.may_shut_down.wait(), timeout_s)
             return True
@@ -151,6 +169,14 @@ class BrokerLifecycleManager:
             return False
 
     async def close(self) -> None:
+        if self._thread is None:
+            self.channel.close()
+            return
+        await self._thread.call(self._end())
+        self._thread.stop()
+        self._thread = None
+
+    async def _end(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
