@@ -103,6 +103,28 @@ def test_high_watermark_checkpoint(tmp_path, clock):
     assert read_checkpoint(tmp_path / "a" / HIGH_WATERMARK_CHECKPOINT) == per_dir[0]
 
 
+def test_high_watermark_checkpoint_is_rebuilt_only_when_something_moved(tmp_path, clock):
+    """An idle broker does not rebuild replication-offset-checkpoint every interval: only when
+    its high-watermark clock ticked, or a log came, went or moved."""
+    mgr = LogManager([tmp_path / "a"], SMALL, now_ms=clock)
+    mgr.startup(0)
+    mgr.get_or_create_log("t", 0).append(batch(1))
+    hws, version, reads = {("t", 0): 1}, [7], []
+    mgr.high_watermarks = lambda: reads.append(1) or dict(hws)
+    mgr.high_watermarks_version = lambda: version[0]
+    mgr.checkpoint_high_watermarks()
+    mgr.checkpoint_high_watermarks()
+    assert len(reads) == 1  # nothing moved: not even read again
+    hws[("t", 0)], version[0] = 2, 8
+    mgr.checkpoint_high_watermarks()
+    assert len(reads) == 2 and mgr.read_high_watermarks() == {("t", 0): 2}
+    mgr.get_or_create_log("t", 1)  # a new log: the layout moved
+    hws[("t", 1)] = 0
+    mgr.checkpoint_high_watermarks()
+    assert len(reads) == 3 and mgr.read_high_watermarks() == {("t", 0): 2, ("t", 1): 0}
+    mgr.shutdown()
+
+
 def test_log_start_offset_moves_up_only_and_survives_restart(tmp_path, clock):
     mgr = LogManager([tmp_path / "a"], SMALL, now_ms=clock)
     mgr.startup(0)

@@ -10,6 +10,7 @@ from strom.log import Log, LogConfig
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import build_batch
 from strom.server.partition import Partition
+from strom.server.replica_manager import ReplicaManager
 
 
 @pytest.fixture
@@ -45,3 +46,21 @@ def test_last_stable_offset_and_markers(partition):
             [(b"\x00\x00\x00\x01", b"")], producer_id=7, producer_epoch=0, transactional=True,
             control=True)), -1, 1)
     assert e.value.code == ErrorCode.INVALID_RECORD
+
+
+def test_high_watermark_moves_tick_the_replica_managers_clock(tmp_path):
+    """What lets an idle broker skip rebuilding its high-watermark checkpoint: every move of a
+    hosted partition's high watermark (and hosting or stopping one) ticks the shared clock."""
+    rm = ReplicaManager(0, log_manager=None)
+    log = Log.open(tmp_path / "u-0", LogConfig())
+    p = Partition("u", 0, uuid.uuid4(), 0, log)
+    rm._host(p)
+    p.make_leader(1, [0], [0])
+    before = rm.hw_clock[0]
+    p.high_watermark = p.high_watermark  # no move: no tick
+    assert rm.hw_clock[0] == before
+    p.append_records_to_leader(bytearray(build_batch([(b"k", b"v")])), -1, 1)
+    assert p.high_watermark == 1 and rm.hw_clock[0] == before + 1
+    rm.stop_replica("u", 0, delete=False)
+    assert rm.hw_clock[0] == before + 2
+    log.close()

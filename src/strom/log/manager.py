@@ -188,6 +188,11 @@ class LogManager:
         self.flusher = LogFlusher(self.handle_io_error, now_ms)
         # tp -> high watermark, read when writing replication-offset-checkpoint (ReplicaManager's).
         self.high_watermarks: Callable[[], Mapping[TopicPartition, int]] | None = None
+        # Changes whenever a high watermark may have (the ReplicaManager's clock); with the
+        # logs' layout, what the last complete high-watermark checkpoint was written at.
+        self.high_watermarks_version: Callable[[], int] = lambda: -1
+        self._layout = 0  # ticks when a log is added, removed or moved
+        self._hw_written_at: tuple | None = None
         self.new_logs_expected = True  # see get_or_create_log
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -449,6 +454,7 @@ class LogManager:
                 placeholder.go_offline()
                 self._logs[key] = placeholder
                 self._dir_of[key] = d
+                self._layout += 1
                 return placeholder
         return None
 
@@ -493,6 +499,7 @@ class LogManager:
             lg.defer_epoch_writes(self._defer_epoch_write)
         self._logs[key] = lg
         self._dir_of[key] = d
+        self._layout += 1
         self._per_dir[d] += 1
 
     def unflushed_logs(self) -> list[Log]:
@@ -727,6 +734,7 @@ class LogManager:
             return False
         d = self._dir_of.pop(key)
         self._per_dir[d] -= 1
+        self._layout += 1
         target_log.leader_epoch_cache.close()  # before the rename: a late write must not follow
         if d in self.offline_dirs:
             target_log.close()  # nothing can be removed from a failed dir; it stays behind
@@ -773,12 +781,12 @@ class LogManager:
     # -- maintenance
 
     def write_per_dir(self, name: str, value: Callable[[TopicPartition, Log], int | None],
-                      only_dir: Path | None = None) -> None:
+                      only_dir: Path | None = None) -> bool:
         """Write checkpoint file `name` in every live dir (or only `only_dir`) with
         `value(tp, log)` per partition (None leaves the partition out), as the file's one
         writer: what is written is computed under its lock, so the newest state lands last. A
-        failed write leaves the previous file (see _checkpoint_failed). Safe to run in a
-        thread: it works on snapshots of the log tables."""
+        failed write leaves the previous file (see _checkpoint_failed); False then. Safe to
+        run in a thread: it works on snapshots of the log tables."""
         lock = self._checkpoint_locks.setdefault(name, threading.Lock())
         with lock:
             logs, dir_of = list(self._logs.items()), dict(self._dir_of)
@@ -793,6 +801,7 @@ class LogManager:
                         v = value(key, lg)
                         if v is not None:
                             entries[key] = v
+            written = True
             for d, entries in by_dir.items():
                 if self._last_written.get(d / name) == entries:
                     continue  # unchanged: 100,000 partitions' lines are not rewritten for nothing
@@ -800,7 +809,9 @@ class LogManager:
                     write_checkpoint(d / name, entries)
                     self._last_written[d / name] = entries
                 except OSError as e:
+                    written = False
                     self._checkpoint_failed(d / name, e)
+            return written
 
     def checkpoint(self) -> None:
         """Write the recovery-point and log-start-offset checkpoints of every live log dir."""
@@ -853,8 +864,13 @@ class LogManager:
         ReplicaManager writes it every replica.high.watermark.checkpoint.interval.ms)."""
         if self.high_watermarks is None:
             return
+        # Read before the high watermarks: a move while they are read shows next time.
+        at = (self.high_watermarks_version(), self._layout, tuple(self.live_dirs))
+        if at[0] >= 0 and at == self._hw_written_at:
+            return
         hws = dict(self.high_watermarks())
-        self.write_per_dir(HIGH_WATERMARK_CHECKPOINT, lambda key, _lg: hws.get(key))
+        if self.write_per_dir(HIGH_WATERMARK_CHECKPOINT, lambda key, _lg: hws.get(key)):
+            self._hw_written_at = at
 
     def read_high_watermarks(self) -> dict[TopicPartition, int]:
         """The checkpointed high watermarks of every live dir (for start-up)."""

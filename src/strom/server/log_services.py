@@ -35,6 +35,7 @@ class LogServices:
             producer_last_offsets=self._producer_last_offsets,
         )
         self.log_manager.high_watermarks = self._high_watermarks
+        self.log_manager.high_watermarks_version = lambda: self.broker.replica_manager.hw_clock[0]
         self.flush_time = Histogram()  # LogFlushRateAndTimeMs
         self.log_manager.flusher.observe_flush = self.flush_time.observe
         # Until start(), logs the controller asks for belong to existing partitions.

@@ -87,13 +87,26 @@ class Partition:
         # watermark at once (Kafka's maximal ISR), so acks=all never needs fewer replicas.
         self.pending_isr: list[int] | None = None
         self.followers: dict[int, FollowerState] = {}
+        # Ticks when the high watermark moves; shared by every partition of a ReplicaManager,
+        # so an idle broker's checkpoint sees at once that nothing moved (see ReplicaManager).
+        self.hw_clock: list[int] = [0]
         leo = log.log_end_offset
-        self.high_watermark = leo if high_watermark is None else min(high_watermark, leo)
+        self._high_watermark = leo if high_watermark is None else min(high_watermark, leo)
         # Read from its snapshot and the log when first needed (or by load_in_background):
         # becoming leader of 100,000 partitions reads no files on the loop.
         self._producer_state: ProducerStateManager | None = None
         self._load_lock = threading.Lock()
         self.snapshot_offset = -1  # log end offset of the last producer snapshot written
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        if value != self._high_watermark:
+            self._high_watermark = value
+            self.hw_clock[0] += 1
 
     @property
     def producer_state(self) -> ProducerStateManager:
