@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from strom.testing import BrokerProcess, create_topic, unique_name, wait_for
@@ -205,8 +205,20 @@ def test_deleting_a_topic_deletes_its_committed_offsets(restartable_broker, topi
         finally:
             c.close()
 
-    create_topic(bootstrap, topic, partitions=2)  # same name again: starts without offsets
-    assert committed() == {(topic, 0): -1001, (other, 0): 3}
+    def made_again() -> bool:
+        try:
+            create_topic(bootstrap, topic, partitions=2)
+            return True
+        except KafkaException as e:
+            # As Kafka's controller: DeleteTopics is answered once the brokers' metadata has
+            # dropped the topic, and until the controller has removed it too, a new topic of
+            # that name is TOPIC_ALREADY_EXISTS ("marked for deletion"). Clients retry.
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+            return False
+
+    wait_for(made_again, 15, what="the topic made again once its deletion finished")
+    assert committed() == {(topic, 0): -1001, (other, 0): 3}  # same name again: no offsets
     restartable_broker.kill()  # the tombstones are in __consumer_offsets: a restart agrees
     restartable_broker.restart()
     assert committed() == {(topic, 0): -1001, (other, 0): 3}
