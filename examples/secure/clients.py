@@ -18,6 +18,17 @@ import sys
 import time
 import uuid
 
+RUN = uuid.uuid4().hex[:8]  # this run's records, told apart from earlier runs' in the topic
+
+
+def record(client: str, i: int) -> bytes:
+    return f"{client}-{RUN}-{i}".encode()
+
+
+def written_by(client: str, values: list[bytes]) -> int:
+    """How many of this run's three records of `client` are among `values`."""
+    return len({v for v in values if v.startswith(f"{client}-{RUN}-".encode())})
+
 
 def confluent_kafka(bootstrap: str, ca: str, user: str, password: str, topic: str) -> list[bytes]:
     from confluent_kafka import Consumer, Producer
@@ -27,13 +38,14 @@ def confluent_kafka(bootstrap: str, ca: str, user: str, password: str, topic: st
     producer = Producer(secure)
     failures = []
     for i in range(3):
-        producer.produce(topic, value=f"confluent-{i}".encode(), on_delivery=lambda err, _m: err and failures.append(err))
+        producer.produce(topic, value=record("confluent-kafka", i), on_delivery=lambda err, _m: err and failures.append(err))
     if producer.flush(30) or failures:
         sys.exit(f"confluent-kafka: records not delivered: {failures[:1]}")
     consumer = Consumer({**secure, "group.id": f"example-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     values, deadline = [], time.monotonic() + 30
-    while time.monotonic() < deadline and not any(v.startswith(b"confluent-2") for v in values):
+    # Until all three are read: they went to any of the topic's partitions, in any order.
+    while time.monotonic() < deadline and written_by("confluent-kafka", values) < 3:
         values += [m.value() for m in consumer.consume(10, 1.0) if not m.error()]
     consumer.close()
     return values
@@ -46,7 +58,7 @@ def kafka_python(bootstrap: str, ca: str, user: str, password: str, topic: str) 
               "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": user, "sasl_plain_password": password}
     producer = KafkaProducer(**secure)
     for i in range(3):
-        producer.send(topic, f"kafka-python-{i}".encode()).get(timeout=30)
+        producer.send(topic, record("kafka-python", i)).get(timeout=30)
     producer.close()
     consumer = KafkaConsumer(topic, group_id=f"example-{uuid.uuid4().hex[:8]}", auto_offset_reset="earliest",
                              consumer_timeout_ms=5000, **secure)
@@ -67,7 +79,7 @@ def aiokafka(bootstrap: str, ca: str, user: str, password: str, topic: str) -> l
         await producer.start()
         try:
             for i in range(3):
-                await producer.send_and_wait(topic, f"aiokafka-{i}".encode())
+                await producer.send_and_wait(topic, record("aiokafka", i))
         finally:
             await producer.stop()
         consumer = AIOKafkaConsumer(topic, group_id=f"example-{uuid.uuid4().hex[:8]}",
@@ -76,7 +88,7 @@ def aiokafka(bootstrap: str, ca: str, user: str, password: str, topic: str) -> l
         try:
             values: list[bytes] = []
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and not any(v.startswith(b"aiokafka-2") for v in values):
+            while time.monotonic() < deadline and written_by("aiokafka", values) < 3:
                 batch = await consumer.getmany(timeout_ms=1000)
                 values += [m.value for messages in batch.values() for m in messages]
             return values
@@ -101,7 +113,7 @@ def pyspark(bootstrap: str, ca: str, user: str, password: str, topic: str) -> li
               "kafka.sasl.mechanism": "SCRAM-SHA-512",
               "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
                                         f'username="{user}" password="{password}";'}
-    rows = spark.createDataFrame([(f"pyspark-{i}",) for i in range(3)], "value string")
+    rows = spark.createDataFrame([(record("pyspark", i).decode(),) for i in range(3)], "value string")
     rows.write.format("strom").options(**secure).option("topic", topic).mode("append").save()
     read = spark.read.format("strom").options(**secure).option("subscribe", topic) \
         .option("kafka.group.id", f"example-{uuid.uuid4().hex[:8]}").load()
@@ -124,9 +136,9 @@ def main() -> int:
     parser.add_argument("--topic", default="orders")
     args = parser.parse_args()
     values = CLIENTS[args.client](args.bootstrap, args.ca, args.user, args.password, args.topic)
-    mine = [v for v in values if v.startswith(args.client.split("-")[0].encode())]
-    print(f"{args.client}: wrote 3 records to {args.topic} as {args.user} and read back {len(mine)}")
-    return 0 if len(mine) >= 3 else 1
+    read_back = written_by(args.client, values)
+    print(f"{args.client}: wrote 3 records to {args.topic} as {args.user} and read back {read_back}")
+    return 0 if read_back == 3 else 1
 
 
 if __name__ == "__main__":
