@@ -9,7 +9,7 @@ import os
 import pytest
 from logtest_support import batch, read_records
 
-from strom.log import LogConfig
+from strom.log import Log, LogConfig, leader_epoch
 from strom.log.cleaner import rebuild_batch
 from strom.log.leader_epoch import EpochEntry
 from strom.protocol.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
@@ -75,6 +75,10 @@ def test_crash_recovery_adds_epochs_the_checkpoint_missed(open_log, tmp_path):
     (tmp_path / "topic-0" / "leader-epoch-checkpoint").write_text("0\n1\n0 0\n")
     reopened = open_log(recovery_point=0, clean_shutdown=False)
     assert reopened.leader_epoch_cache.entries == [EpochEntry(0, 0), EpochEntry(3, 3)]
+    # The file catches up before the recovery point passes the epoch 3 batches (not at once:
+    # recovery writes no epoch file of its own, see Log.open).
+    reopened.flush()
+    assert reopened.recovery_point == 7
     assert (tmp_path / "topic-0" / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n3 3\n"
 
 
@@ -106,3 +110,37 @@ def test_log_start_moves_trim_the_cache(open_log):
     log.truncate_fully_and_start_at(20)
     assert log.leader_epoch_cache.entries == []
     assert log.end_offset_for_epoch(4) == (-1, -1)
+
+
+def test_a_leader_epoch_assigned_before_the_file_is_read_waits_for_it(open_log, tmp_path, monkeypatch):
+    """A restarted broker becomes leader of a lazily opened log without reading its epoch file
+    (100,000 partitions: 100,000 reads); the assignment applies when the file is read."""
+    log = open_log()
+    log.assign_leader_epoch(0, 0)
+    log.append(batch(3), leader_epoch=0)
+    log.close()
+    lazy = Log.lazy(tmp_path / "topic-0", LogConfig(), log_start_offset=0, log_end_offset=3)
+    reads: list[str] = []
+    real_read = leader_epoch._read
+    monkeypatch.setattr(leader_epoch, "_read", lambda path: reads.append(path.name) or real_read(path))
+    lazy.assign_leader_epoch(2, 3)
+    lazy.assign_leader_epoch(1, 3)  # older than one already assigned: ignored, as by the cache
+    assert reads == [] and not lazy.fully_loaded
+    assert lazy.end_offset_for_epoch(0) == (0, 3)  # the first use reads the file ...
+    assert reads == ["leader-epoch-checkpoint"]
+    assert lazy.leader_epoch_cache.entries == [EpochEntry(0, 0), EpochEntry(2, 3)]  # ... and applies it
+    lazy.close()
+    assert (tmp_path / "topic-0" / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n2 3\n"
+
+
+def test_closing_an_unread_epoch_cache_reads_nothing_and_drops_waiting_epochs(open_log, tmp_path, monkeypatch):
+    log = open_log()
+    log.assign_leader_epoch(0, 0)
+    log.close()
+    lazy = Log.lazy(tmp_path / "topic-0", LogConfig(), log_start_offset=0, log_end_offset=0)
+    monkeypatch.setattr(leader_epoch, "_read", lambda path: pytest.fail(f"{path} was read"))
+    lazy.assign_leader_epoch(4, 0)
+    lazy.close_epoch_cache()  # the log is being deleted
+    lazy.leader_epoch_cache.assign(5, 0)  # a late change writes nothing
+    lazy.close()
+    assert (tmp_path / "topic-0" / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"

@@ -253,3 +253,28 @@ def test_a_lazily_opened_log_reads_its_directory_before_appending(dirs, clock):
     assert log.loaded and info.first_offset == 3
     assert [r[0] for r in read_all(log)] == list(range(5))
     m.shutdown()
+
+
+def test_start_up_says_which_logs_it_found_intact(dirs, clock, spy_recover):
+    """A restarted leader keeps its leader epoch only for logs that lost nothing: after a clean
+    shutdown every log; after a crash those unchanged since their last flush."""
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    for p in range(3):
+        m.get_or_create_log("t", p).append(batch(2))
+    m.shutdown()
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    assert [m.found_intact("t", p) for p in range(3)] == [True, True, True]
+    assert not m.found_intact("t", 3)  # not a log here
+    m.get_log("t", 1).append(batch(2))  # unflushed when the broker is killed
+    m.checkpoint()  # the periodic checkpoint: unread logs keep their flushed ends in it
+    m2 = manager(dirs[:1], clock)  # no shutdown: as after kill -9
+    m2.startup(0, None)
+    assert [m2.found_intact("t", p) for p in range(3)] == [True, False, True]
+    assert sorted(spy_recover) == [0]  # t-1 only: the flushed ends of the clean start still count
+    m2.delete_log("t", 0)
+    assert not m2.found_intact("t", 0)
+    m2.shutdown()
+    for p in (0, 2):
+        m.get_log("t", p).close()  # the crashed instance's descriptors

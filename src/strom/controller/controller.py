@@ -90,10 +90,13 @@ class KafkaController:
     def __init__(self, store: MetadataStore, io: StoreIO, broker_id: int,
                  channel_factory: Callable[[], ControllerChannelManager],
                  unclean_enabled: Callable[[str], bool] = lambda _topic: False,
-                 own_thread: bool = True) -> None:
+                 own_thread: bool = True,
+                 found_intact: Callable[[str, int], bool] = lambda _topic, _index: False) -> None:
         self.store = store
         # unclean.leader.election.enable of a topic (its override, else the broker's).
         self.unclean_enabled = unclean_enabled
+        # Did this broker's start-up find the partition's log with all it had (the log manager's)?
+        self.found_intact = found_intact
         self.io = io
         self.broker_id = broker_id
         self._channel_factory = channel_factory  # made on the controller's loop, which it uses
@@ -325,12 +328,14 @@ class KafkaController:
 
     async def _new_epoch_for_restarted_leader(self) -> None:
         """This broker just started and leads partitions from before: a leader that restarted
-        (and may have lost unflushed records) starts a new leader epoch, as it would had
-        another controller seen it go and come back."""
+        and may have lost unflushed records starts a new leader epoch, as it would had another
+        controller seen it go and come back (consumers and followers then see the truncation,
+        KIP-320). A log found intact lost nothing and keeps its epoch: after a clean shutdown
+        of 100,000 partitions, that is 100,000 leader epoch files not rewritten."""
         self.restarted = False
         updates = [(t, i, replace(s, leader_epoch=s.leader_epoch + 1, controller_epoch=self.ctx.epoch))
                    for t, i, s in self._all_partitions()
-                   if s.leader == self.broker_id and s.zk_version >= 0]
+                   if s.leader == self.broker_id and s.zk_version >= 0 and not self.found_intact(t.name, i)]
         await self._write_states([], updates)
         for topic, index, new in updates:
             topic.partitions[index] = new

@@ -54,6 +54,9 @@ def fsync_path(path: Path) -> None:
 # fsyncs issued together: the filesystem commits concurrent ones in one journal write, so many
 # small files become durable several times faster than one after the other.
 FSYNC_THREADS = 16
+# Reads of many small files (directories of lazily opened logs, leader epoch files): each is
+# mostly a wait on the kernel, but parsing holds the GIL, so a few threads, not sixteen.
+READ_THREADS = 4
 
 
 def in_parallel(fn: Callable[[T], object], items: Sequence[T], threads: int = FSYNC_THREADS) -> None:

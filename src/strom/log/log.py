@@ -156,6 +156,8 @@ class Log:
         self._load_lock = threading.RLock()
         self._epoch_cache: LeaderEpochCache | None = None
         self._epoch_defer: Callable[[LeaderEpochCache], None] | None = None
+        # Leader epochs assigned before the epoch file was read (see assign_leader_epoch).
+        self._pending_epochs: list[tuple[int, int]] = []
         self._new = False  # its directory was made just now: it has no epoch file to read
         # Its directory, once read, ended elsewhere than the checkpoint said (changed offline):
         # whoever keeps a high watermark for it must look again.
@@ -192,20 +194,51 @@ class Log:
         return self._loaded_segments is not None
 
     @property
+    def fully_loaded(self) -> bool:
+        """Its directory and its leader epoch file are read."""
+        return self._loaded_segments is not None and self._epoch_cache is not None
+
+    @property
     def leader_epoch_cache(self) -> LeaderEpochCache:
         cache = self._epoch_cache
         if cache is None:
             with self._load_lock:
                 if self._epoch_cache is None:
-                    self._epoch_cache = LeaderEpochCache(self.dir, self._epoch_defer, new=self._new)
+                    cache = LeaderEpochCache(self.dir, self._epoch_defer, new=self._new)
+                    for epoch, start in self._pending_epochs:
+                        cache.assign(epoch, start)
+                    self._pending_epochs = []
+                    self._epoch_cache = cache
                 cache = self._epoch_cache
         return cache
+
+    def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
+        """A new leader epoch starts at `start_offset` (a leader's LeaderAndIsr). An epoch file not
+        read yet is not read for it: the assignment waits for the first use of the cache (or
+        the background load), so a restarted broker becomes leader of 100,000 partitions
+        without reading 100,000 files first."""
+        with self._load_lock:
+            if self._epoch_cache is None:
+                self._pending_epochs.append((epoch, start_offset))
+                return
+        self._epoch_cache.assign(epoch, start_offset)
+
+    def close_epoch_cache(self) -> None:
+        """Write nothing more to the epoch file (its directory is going away); an unread
+        file is not read for it."""
+        with self._load_lock:
+            if self._epoch_cache is None:
+                self._epoch_cache = LeaderEpochCache(self.dir, self._epoch_defer, new=True)
+            self._pending_epochs = []
+        self._epoch_cache.close()
 
     def defer_epoch_writes(self, defer: Callable[[LeaderEpochCache], None]) -> None:
         """Have the leader epoch checkpoint written by `defer` (see leader_epoch.py)."""
         self._epoch_defer = defer
         if self._epoch_cache is not None:
             self._epoch_cache.defer = defer
+            if self._epoch_cache.dirty:  # changed by recovery
+                defer(self._epoch_cache)
 
     # -- opening and recovery
 
@@ -219,8 +252,10 @@ class Log:
                    log_end_offset=log_end_offset, recovery_point=log_end_offset, now_ms=now_ms)
 
     def load(self) -> None:
-        """Read the directory of a lazily opened log now (a worker thread may call it)."""
+        """Read the directory and the leader epoch file of a lazily opened log now (a worker
+        thread may call it)."""
         self._ensure_loaded()
+        self.leader_epoch_cache  # noqa: B018  (reads the file)
 
     def _ensure_loaded(self) -> None:
         """Before using the end offset to change or read the log: reading the directory of a
@@ -295,7 +330,13 @@ class Log:
         opened._dir_dirty = created
         opened._parent_dirty = new_dir
         opened._new = new_dir
+        # What recovery changes in the leader epoch file is written later and without an fsync
+        # (by the log manager's batched writer, or the first flush): only entries at or past the
+        # log's end go, and should the old file come back after a power cut, those describe
+        # nothing that exists. Written here, it was a create, rename and two fsyncs per log.
+        opened._epoch_defer = _leave_dirty
         opened._check_epoch_cache(None if clean_shutdown else point)
+        opened._epoch_defer = opened.leader_epoch_cache.defer = None
         return opened
 
     def _check_epoch_cache(self, recovered_from: int | None) -> None:
@@ -900,6 +941,10 @@ class Log:
         """Stop serving after a log dir failure. Descriptors stay open (in-flight fetch regions
         still point at them) until `close()`; nothing more is written to the failed dir."""
         self.offline = True
+
+
+def _leave_dirty(_cache: LeaderEpochCache) -> None:
+    """An epoch cache change left for later (see Log.open)."""
 
 
 def _open_segments(dir: Path, config: LogConfig, recovery_point: int, clean_shutdown: bool,

@@ -34,7 +34,7 @@ from strom.log.checkpoint import (
 )
 from strom.log.config import LogConfig
 from strom.log.flusher import LogFlusher
-from strom.log.index import fsync_path, in_parallel
+from strom.log.index import READ_THREADS, fsync_path, in_parallel
 from strom.log.leader_epoch import LeaderEpochCache
 from strom.log.log import Log, parse_log_dir_name, wall_clock_ms
 from strom.protocol.errors import StorageError
@@ -210,6 +210,9 @@ class LogManager:
         self.recovery_threads = recovery_threads  # num.recovery.threads.per.data.dir
         # Flushed ends read at start-up, kept for logs still unread when checkpoints are written.
         self._flushed_ends: dict[TopicPartition, tuple[int, int, int]] = {}
+        # Logs found at start-up with all they had: a clean shutdown, or nothing written since
+        # their last flush. A restarted leader of any other log starts a new leader epoch.
+        self._intact: set[TopicPartition] = set()
         self._doomed: list[Path] = []  # directories of deleted logs, renamed, to remove
         self._remover: asyncio.Task | None = None
 
@@ -293,7 +296,9 @@ class LogManager:
         clean = marker.exists()
         recovery_points = read_checkpoint(d / RECOVERY_POINT_CHECKPOINT)
         start_offsets = read_checkpoint(d / LOG_START_OFFSET_CHECKPOINT)
-        flushed_ends = {} if clean else read_flushed_ends(d / FLUSHED_END_CHECKPOINT)
+        # Read after a clean shutdown too: the lazily opened logs keep their entries, so that a
+        # crash soon after this start-up does not recover every log not read by then.
+        flushed_ends = read_flushed_ends(d / FLUSHED_END_CHECKPOINT)
         with os.scandir(d) as entries:
             names = sorted(e.name for e in entries if e.is_dir())
         to_recover: list[tuple[TopicPartition, Path, LogConfig, int, int]] = []
@@ -321,9 +326,11 @@ class LogManager:
                 # read when first needed (or by load_in_background).
                 opened = Log.lazy(path, config_for(topic), log_start_offset=min(start_offsets.get(key, 0), end),
                                   log_end_offset=end, now_ms=self._now_ms)
-                if not clean:
-                    self._flushed_ends[key] = flushed_ends[key]
+                flushed = flushed_ends.get(key)
+                if flushed is not None and flushed[0] == end:
+                    self._flushed_ends[key] = flushed
                 self._add(key, d, opened)
+                self._intact.add(key)
             else:
                 to_recover.append((key, path, config_for(topic), point or 0, start_offsets.get(key, 0)))
         self._recover_logs(d, to_recover, clean)
@@ -378,6 +385,12 @@ class LogManager:
         for fd in self._locks:
             os.close(fd)  # closing releases the lock
         self._locks.clear()
+
+    def found_intact(self, topic: str, partition: int) -> bool:
+        """Did start-up find this log with every record it had before (so a leader that
+        restarted need not start a new leader epoch for it)? Safe from any thread."""
+        lg = self._logs.get((topic, partition))
+        return (topic, partition) in self._intact and lg is not None and not lg.offline
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
@@ -512,23 +525,23 @@ class LogManager:
         return self._dir_of.get(tp)
 
     async def load_in_background(self, batch: int = 256) -> int:
-        """Read the directories of logs opened lazily, a batch at a time in a worker thread,
-        so that they are ready before clients need them (retention, the cleaner and first
-        fetches would otherwise each load them on the loop). Returns how many were loaded."""
-        pending = [lg for lg in self._logs.values() if not lg.loaded]
+        """Read the directories and leader epoch files of logs opened lazily, a batch at a time
+        in worker threads, so that they are ready before clients need them (retention, the
+        cleaner and first fetches would otherwise each load them on the loop). Returns how
+        many were loaded."""
+        pending = [lg for lg in self._logs.values() if not lg.fully_loaded]
         started, loaded = time.monotonic(), 0
 
+        def load_one(lg: Log) -> None:
+            try:
+                lg.load()
+            except OSError as e:
+                self.handle_io_error(lg, e)
+
         def load(logs: list[Log]) -> int:
-            done = 0
-            for lg in logs:
-                if lg.closed or lg.offline or lg.loaded:
-                    continue
-                try:
-                    lg.load()
-                    done += 1
-                except OSError as e:
-                    self.handle_io_error(lg, e)
-            return done
+            todo = [lg for lg in logs if not (lg.closed or lg.offline or lg.fully_loaded)]
+            in_parallel(load_one, todo, READ_THREADS)  # small reads of many dirs: a few at once
+            return sum(lg.fully_loaded for lg in todo)
 
         for start in range(0, len(pending), batch):
             loaded += await asyncio.to_thread(load, pending[start:start + batch])
@@ -735,7 +748,8 @@ class LogManager:
         d = self._dir_of.pop(key)
         self._per_dir[d] -= 1
         self._layout += 1
-        target_log.leader_epoch_cache.close()  # before the rename: a late write must not follow
+        self._intact.discard(key)
+        target_log.close_epoch_cache()  # before the rename: a late write must not follow
         if d in self.offline_dirs:
             target_log.close()  # nothing can be removed from a failed dir; it stays behind
             return True

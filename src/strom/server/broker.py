@@ -238,7 +238,8 @@ class Broker:
             self.store, self.store_io, self.broker_id,
             lambda: ControllerChannelManager(self.broker_id, self.inter_broker_listener,
                                              self._deliver_from_controller, self.inter_broker_security),
-            lambda topic: self.log_config_for(topic).unclean_leader_election_enable)
+            lambda topic: self.log_config_for(topic).unclean_leader_election_enable,
+            found_intact=self.log_manager.found_intact)
         await self.controller.startup()
         if (node := await self.store_io(self.store.get, znodes.FEATURE)) is not None:
             self._features_changed(*node)  # made by this controller just now: known before serving

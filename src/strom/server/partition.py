@@ -154,7 +154,7 @@ class Partition:
         self.followers = {r: FollowerState(last_caught_up_ms=now if r in isr else 0)
                           for r in replicas if r != self.broker_id}
         # The new epoch starts at the log end: what followers truncate against.
-        self.log.leader_epoch_cache.assign(leader_epoch, self.log.log_end_offset)
+        self.log.assign_leader_epoch(leader_epoch, self.log.log_end_offset)
         self.maybe_increment_high_watermark()
 
     def make_follower(self, leader: int, leader_epoch: int, replicas: list[int], isr: list[int],

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strom.log.config import LogConfig
+from strom.log.index import READ_THREADS, in_parallel
 from strom.log.log import FetchSlice, Log
 from strom.log.manager import LogManager
 from strom.log.txn_index import AbortedTxn
@@ -61,10 +62,9 @@ class ReadResult:
     diverging_epoch: tuple[int, int] | None = None  # a follower's log left the leader's here
 
 
-def _read_epoch_caches(logs: list[Log]) -> None:
-    for lg in logs:
-        if not (lg.closed or lg.offline):
-            lg.leader_epoch_cache  # noqa: B018  (reads the file)
+def _read_epoch_cache(lg: Log) -> None:
+    if not (lg.closed or lg.offline):
+        lg.leader_epoch_cache  # noqa: B018  (reads the file)
 
 
 class ReplicaManager:
@@ -147,19 +147,21 @@ class ReplicaManager:
         self.high_watermark_moved(tp)  # long polls and acks=all learn of the change
         return partition
 
-    async def prepare_partitions(self, wanted: list[tuple[str, int, uuid.UUID, LogConfig]]) -> None:
+    async def prepare_partitions(self, wanted: list[tuple[str, int, uuid.UUID, LogConfig, bool]]) -> None:
         """Make the logs and Partition objects of the partitions a LeaderAndIsr names that this
-        broker does not host yet, their files in batches off the loop (see
-        LogManager.get_or_create_logs), and read the leader epoch caches of logs opened lazily
-        in the same thread. What fails is left out: `become_leader_or_follower` answers it."""
-        new = [(t, i, tid, c) for t, i, tid, c in wanted if (t, i) not in self.partitions]
+        broker does not host yet (topic, index, id, config, will it follow), their files in
+        batches off the loop (see LogManager.get_or_create_logs). A follower's leader epoch
+        cache is read here too, in worker threads: it fetches and truncates by it at once. A
+        leader's waits (Log.assign_leader_epoch). What fails is left out:
+        `become_leader_or_follower` answers it."""
+        new = [w for w in wanted if (w[0], w[1]) not in self.partitions]
         if not new:
             return
-        logs = await self.log_manager.get_or_create_logs([((t, i), c) for t, i, _, c in new])
-        ready = [lg for lg in logs.values() if isinstance(lg, Log)]
-        for start in range(0, len(ready), 1000):
-            await asyncio.to_thread(_read_epoch_caches, ready[start:start + 1000])
-        for t, i, tid, _ in new:
+        logs = await self.log_manager.get_or_create_logs([((t, i), c) for t, i, _, c, _ in new])
+        following = [lg for t, i, _, _, follows in new if follows and isinstance(lg := logs.get((t, i)), Log)]
+        for start in range(0, len(following), 1000):  # small file reads: several threads at once
+            await asyncio.to_thread(in_parallel, _read_epoch_cache, following[start:start + 1000], READ_THREADS)
+        for t, i, tid, _, _ in new:
             lg = logs.get((t, i))
             if isinstance(lg, Log) and (t, i) not in self.partitions:
                 partition = Partition(t, i, tid, self.broker_id, lg, self.checkpointed_hw.pop((t, i), None))

@@ -122,8 +122,8 @@ async def handle_leader_and_isr(broker, ctx: RequestContext, request) -> dict:
     # New logs are made off the loop in batches first; then each partition's change is memory
     # only, and the loop is given back every STATE_CHANGES_PER_TURN partitions.
     await broker.replica_manager.prepare_partitions([
-        (t.topic_name, p.partition_index, t.topic_id, broker.log_config_for(t.topic_name))
-        for t in request.topic_states for p in t.partition_states])
+        (t.topic_name, p.partition_index, t.topic_id, broker.log_config_for(t.topic_name),
+         p.leader != broker.broker_id) for t in request.topic_states for p in t.partition_states])
     topics, done = [], 0
     for t in request.topic_states:
         errors = []
