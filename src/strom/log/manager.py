@@ -213,6 +213,8 @@ class LogManager:
         # Logs found at start-up with all they had: a clean shutdown, or nothing written since
         # their last flush. A restarted leader of any other log starts a new leader epoch.
         self._intact: set[TopicPartition] = set()
+        # Told how many lazily opened logs a background batch read (the broker settles its heap).
+        self.on_loaded: Callable[[int], None] = lambda _count: None
         self._doomed: list[Path] = []  # directories of deleted logs, renamed, to remove
         self._remover: asyncio.Task | None = None
 
@@ -544,7 +546,9 @@ class LogManager:
             return sum(lg.fully_loaded for lg in todo)
 
         for start in range(0, len(pending), batch):
-            loaded += await asyncio.to_thread(load, pending[start:start + batch])
+            done = await asyncio.to_thread(load, pending[start:start + batch])
+            loaded += done
+            self.on_loaded(done)
         if loaded:
             log.info("read the directories of %d logs in %.2fs", loaded, time.monotonic() - started)
         return loaded

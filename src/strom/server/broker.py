@@ -54,6 +54,7 @@ from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, i
 from strom.security.authorizer import AUTHORIZERS, INTERNAL, Authorizer
 from strom.security.delegation_tokens import DelegationTokens, TokenCache
 from strom.security.sasl import broker_security
+from strom.server import heap
 from strom.server.add_partitions_to_txn import AddPartitionsToTxnManager
 from strom.server.alter_partition import AlterPartitionManager
 from strom.server.apis import KafkaApis, load_all
@@ -179,6 +180,7 @@ class Broker:
         if self.authorizer is not None:
             await self.store_io(self.authorizer.load)
         self.state = BrokerState.RECOVERY
+        heap.watch_collections()
         self.cluster_id = self.log_manager.startup(self.broker_id, cluster_id, self.log_config_for)
         self._logs_open = True
         self.replica_manager.checkpointed_hw = self.log_manager.read_high_watermarks()

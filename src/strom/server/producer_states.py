@@ -14,6 +14,8 @@ from strom.log.index import in_parallel
 
 log = logging.getLogger(__name__)
 
+PARTITIONS_PER_TURN = 5000
+
 
 class ProducerStates:
     def __init__(self, broker: Any) -> None:
@@ -31,8 +33,13 @@ class ProducerStates:
         shutdown every partition whose state was read and moved since its last snapshot gets
         one, even without producers (Kafka snapshots on close), so that the next start-up does
         not re-read whole logs to rebuild the state."""
-        snapshots = [(p.producer_state, *snap) for p in self.broker.replica_manager.partitions.values()
-                     if not p.log.offline and (snap := p.producer_snapshot(at_shutdown)) is not None]
+        snapshots = []
+        partitions = list(self.broker.replica_manager.partitions.values())
+        for start in range(0, len(partitions), PARTITIONS_PER_TURN):  # 100,000: yield in between
+            if start:
+                await asyncio.sleep(0)
+            snapshots += [(p.producer_state, *snap) for p in partitions[start:start + PARTITIONS_PER_TURN]
+                          if not p.log.offline and (snap := p.producer_snapshot(at_shutdown)) is not None]
 
         def write(snapshot) -> None:
             state, offset, data = snapshot

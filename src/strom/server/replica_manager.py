@@ -32,6 +32,7 @@ from strom.metrics.stats import (
     remote_wait,
 )
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.server.heap import settle_after_bulk_change
 from strom.server.partition import Partition, TopicPartition, now_ms
 from strom.server.purgatory import Purgatory
 from strom.server.replication_quota import ReplicationQuota
@@ -172,6 +173,7 @@ class ReplicaManager:
     async def load_in_background(self, batch: int = 256) -> None:
         """After start-up: read lazily opened logs and the producer state of every partition
         in a worker thread, a batch at a time, before clients or timers need them."""
+        self.log_manager.on_loaded = settle_after_bulk_change
         await self.log_manager.load_in_background(batch)
         for i, partition in enumerate(list(self.partitions.values())):
             self._check_corrected_end(partition)
@@ -189,6 +191,7 @@ class ReplicaManager:
 
         for start in range(0, len(pending), batch):
             await asyncio.to_thread(load, pending[start:start + batch])
+            settle_after_bulk_change(len(pending[start:start + batch]))
 
     def _check_corrected_end(self, partition: Partition) -> None:
         """A lazily opened log found to end elsewhere than checkpointed: its high watermark

@@ -27,6 +27,7 @@ from strom.controller import znodes
 from strom.protocol.errors import ErrorCode, StorageError
 from strom.security.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, DESCRIBE, INTERNAL, allowed
 from strom.server.apis import RequestContext, api, by_topic
+from strom.server.heap import settle_after_bulk_change
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,7 @@ async def handle_leader_and_isr(broker, ctx: RequestContext, request) -> dict:
             if done % STATE_CHANGES_PER_TURN == 0:
                 await asyncio.sleep(0)
         topics.append({"topic_id": t.topic_id, "partition_errors": errors})
+    settle_after_bulk_change(done)
     return {"error_code": ErrorCode.NONE, "topics": topics}
 
 
@@ -213,6 +215,7 @@ async def handle_update_metadata(broker, ctx: RequestContext, request) -> dict:
     error = _fenced(broker, request, "UpdateMetadata")
     if error == ErrorCode.NONE:
         _update_metadata(broker, request)
+        settle_after_bulk_change(sum(len(t.partition_states) for t in request.topic_states))
     return {"error_code": error}
 
 
