@@ -388,6 +388,9 @@ class LogManager:
             os.close(fd)  # closing releases the lock
         self._locks.clear()
 
+    def __len__(self) -> int:
+        return len(self._logs)
+
     def found_intact(self, topic: str, partition: int) -> bool:
         """Did start-up find this log with every record it had before (so a leader that
         restarted need not start a new leader epoch for it)? Safe from any thread."""

@@ -182,6 +182,7 @@ class Broker:
         self.state = BrokerState.RECOVERY
         heap.watch_collections()
         self.cluster_id = self.log_manager.startup(self.broker_id, cluster_id, self.log_config_for)
+        heap.settle_after_bulk_change(len(self.log_manager))  # with the metadata store read before
         self._logs_open = True
         self.replica_manager.checkpointed_hw = self.log_manager.read_high_watermarks()
         self.replica_fetchers = ReplicaFetcherManager(self)
