@@ -3,11 +3,11 @@
 CPython's full collection walks every tracked object, and a broker hosting 100,000 partitions
 has millions (logs, segments, indexes, partition states, metadata). A full pass then holds the
 GIL for seconds: the event loop answered nothing for 4-5 s, twice a minute, with one producer
-and nothing else to do. What a partition is made of lives as long as the partition, so after a change that
-hosts or describes many partitions at once, the survivors are moved out of the collector's
-scans (gc.freeze). They are still freed by reference counting when their partition goes: none
-of them is part of a reference cycle (tests/server/test_heap.py checks it), which is the only
-garbage frozen objects would keep.
+and nothing else to do. What a partition is made of lives as long as the partition, so after
+a change that hosts or describes many partitions at once, the survivors are moved out of the
+collector's scans (gc.freeze). They are still freed by reference counting when their
+partition goes: none of them is part of a reference cycle (tests/server/test_heap.py checks
+it), which is the only garbage frozen objects would keep.
 """
 
 from __future__ import annotations
