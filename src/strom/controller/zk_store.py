@@ -118,9 +118,13 @@ class _ZkWatch:
         # kazoo sends NONE events when the connection drops: re-reading then would wait for the
         # connection on kazoo's callback thread; the CONNECTED state re-reads instead.
         if not self.cancelled and event.type != EventType.NONE:
-            self._refresh()
+            self._refresh(fired=True)
 
-    def _refresh(self) -> None:
+    def _refresh(self, fired: bool = False) -> None:
+        """Re-read and re-arm; report the state if it changed, or after a fire (`fired`) even
+        if it reads the same: a child deleted and created again before the re-read (a broker
+        whose old session expired and that registered again at once) leaves the same list of
+        children, and the controller must still look (at the new registration's epoch)."""
         client, full = self.store._client, self.store._full(self.path)
         with self._lock:
             if self.cancelled:
@@ -147,7 +151,7 @@ class _ZkWatch:
                 # Disconnected: the next CONNECTED state re-reads.
                 log.debug("watch on %s not re-armed yet: %r", self.path, e)
                 return
-            if token == self._last:
+            if token == self._last and not (fired and self.kind == "children"):
                 return
             self._last = token
             if self.kind == "children":
