@@ -255,7 +255,13 @@ class Log:
         """Read the directory and the leader epoch file of a lazily opened log now (a worker
         thread may call it)."""
         self._ensure_loaded()
-        self.leader_epoch_cache  # noqa: B018  (reads the file)
+        self.read_epoch_file()
+
+    def read_epoch_file(self) -> None:
+        """Read the leader epoch file now, if it is not read yet and the log is open (a worker
+        thread may call it, so that the loop's first use finds it read)."""
+        if not (self.closed or self.offline):
+            self.leader_epoch_cache  # noqa: B018  (reads the file)
 
     def _ensure_loaded(self) -> None:
         """Before using the end offset to change or read the log: reading the directory of a

@@ -63,11 +63,6 @@ class ReadResult:
     diverging_epoch: tuple[int, int] | None = None  # a follower's log left the leader's here
 
 
-def _read_epoch_cache(lg: Log) -> None:
-    if not (lg.closed or lg.offline):
-        lg.leader_epoch_cache  # noqa: B018  (reads the file)
-
-
 class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager,
                  known_partition: Callable[[str, int], bool] = lambda _t, _p: False) -> None:
@@ -161,7 +156,7 @@ class ReplicaManager:
         logs = await self.log_manager.get_or_create_logs([((t, i), c) for t, i, _, c, _ in new])
         following = [lg for t, i, _, _, follows in new if follows and isinstance(lg := logs.get((t, i)), Log)]
         for start in range(0, len(following), 1000):  # small file reads: several threads at once
-            await asyncio.to_thread(in_parallel, _read_epoch_cache, following[start:start + 1000], READ_THREADS)
+            await asyncio.to_thread(in_parallel, Log.read_epoch_file, following[start:start + 1000], READ_THREADS)
         for t, i, tid, _, _ in new:
             lg = logs.get((t, i))
             if isinstance(lg, Log) and (t, i) not in self.partitions:
@@ -190,8 +185,9 @@ class ReplicaManager:
                         log.warning("%s-%d: producer state not loaded in advance: %s", p.topic, p.index, e)
 
         for start in range(0, len(pending), batch):
-            await asyncio.to_thread(load, pending[start:start + batch])
-            settle_after_bulk_change(len(pending[start:start + batch]))
+            chunk = pending[start:start + batch]
+            await asyncio.to_thread(load, chunk)
+            settle_after_bulk_change(len(chunk))
 
     def _check_corrected_end(self, partition: Partition) -> None:
         """A lazily opened log found to end elsewhere than checkpointed: its high watermark
