@@ -198,7 +198,7 @@ class KRaftBroker(Broker):
         """Follow the metadata log, then register with the active controller and heartbeat."""
         self._feed = MetadataFeed(self.metadata_loader)
         if self.controller_server is not None:
-            self._feed.start_from(await self.controller_server.attach_broker(self._feed.on_effect))
+            await self.controller_server.attach_broker(self._feed)
         else:
             meta = ensure_formatted([self.config.metadata_log_dir], self.config.metadata_log_dir, self.broker_id)
             self._observer = MetadataObserver(self.config, self.cluster_id, meta.directory_id, self._feed)

@@ -24,7 +24,7 @@ from strom.controller.loop_thread import LoopThread
 from strom.controller.quorum_controller import ControllerSettings, QuorumController
 from strom.controller.replication_control import Limits
 from strom.controller.token_control import TokenControl
-from strom.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from strom.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from strom.metadata.storage import (
     METADATA_PARTITION_DIR,
     MetaProperties,
@@ -211,15 +211,19 @@ class ControllerServer:
             for listener in self.metadata_listeners:
                 listener(e)
 
-    async def attach_broker(self, listener: Callable[[Any], None]) -> MetadataImage:
-        """A combined node's broker follows the metadata from here: a copy of the image as
-        applied so far, and then every effect after it, given to `listener` (on this thread)."""
-        async def attach() -> MetadataImage:
+    async def attach_broker(self, feed: Any) -> None:
+        """A combined node's broker follows the metadata from here: `feed` (its MetadataFeed)
+        gets a copy of the image as applied so far, and then every effect after it. Both are
+        handed over on this thread under the lock, so they reach the broker's loop in that
+        order: an effect that overtook the copy would be replayed on the broker's empty image,
+        and the copy loaded after it would then look like the deletion of every topic the
+        effect named (the broker deleted its logs of them)."""
+        async def attach() -> None:
             async with self._applying:
-                self.metadata_listeners.append(listener)
-                return self.controller.image.copy()
+                feed.start_from(self.controller.image.copy())
+                self.metadata_listeners.append(feed.on_effect)
 
-        return await self.thread.call(attach())
+        await self.thread.call(attach())
 
     def call(self, coro) -> Any:
         """Run `coro` on the controller's loop from another loop (a combined node's broker)."""

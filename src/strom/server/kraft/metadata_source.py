@@ -44,6 +44,7 @@ class MetadataFeed:
             self.loop.call_soon_threadsafe(self._queue.put_nowait, e)
 
     def start_from(self, image: MetadataImage) -> None:
+        """Called on the controller's thread, before any effect after `image` is given."""
         self.loop.call_soon_threadsafe(self._queue.put_nowait, image)
 
     async def image_copy(self) -> MetadataImage | None:
