@@ -13,7 +13,8 @@ its `zookeeper` fixture is then `KRAFT`, which Cluster takes to mean a KRaft clu
 marked `zookeeper_only(why)` runs on ZooKeeper alone, saying why: one that takes down two of
 three nodes and expects the controller to act on it, which a quorum of three combined nodes
 cannot (two of three controllers down is a quorum lost; Kafka decides nothing then either),
-or one of what KRaft mode does not have yet (delegation tokens).
+or one of what KRaft mode does not have yet (delegation tokens). One marked `kraft_only(why)`
+tests what only KRaft has (its controller listener, say).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def pytest_generate_tests(metafunc):
         modes = getattr(metafunc.module, "CLUSTER_MODES", ("zookeeper",))
         if metafunc.definition.get_closest_marker("zookeeper_only"):
             modes = ("zookeeper",)
+        elif metafunc.definition.get_closest_marker("kraft_only"):
+            modes = ("kraft",)
         metafunc.parametrize("cluster_mode", modes, indirect=True, scope="module")
 
 

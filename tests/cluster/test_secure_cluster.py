@@ -1,7 +1,8 @@
 """A cluster whose brokers reach each other over SASL_SSL (inter.broker.listener.name), as
 clients do, with ACLs on: the controller's requests, followers' fetches and ISR changes all
-authenticate as the brokers' super user. SCRAM users, ACLs and delegation tokens made through
-one broker work on the others."""
+authenticate as the brokers' super user (on KRaft the controller listener is SASL_SSL too, and
+the quorum's own traffic is authorized on it as Kafka's controllers authorize it). SCRAM users,
+ACLs and delegation tokens made through one broker work on the others."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from confluent_kafka import Consumer, Producer
 
 from strom.client import ClientSecurity, Connection
 from strom.protocol.errors import ErrorCode
-from strom.testing import Cluster, make_pki, unique_name, wait_for
+from strom.testing import KRAFT, Cluster, make_pki, unique_name, wait_for
 
 from .conftest import CLUSTER_OVERRIDES
 
@@ -38,6 +39,10 @@ def cluster(zookeeper, tmp_path_factory):
                  "min.insync.replicas": "3", "delegation.token.secret.key": "cluster-secret",
                  "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
                  "super.users": "User:broker;User:admin"}
+    if zookeeper == KRAFT:  # the quorum's listener, secured as the brokers' (Kafka's settings for it)
+        overrides |= {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:SASL_SSL",
+                      "sasl.mechanism.controller.protocol": "PLAIN",
+                      "listener.name.controller.plain.sasl.jaas.config": JAAS}
     with Cluster(3, zookeeper=zookeeper, overrides=overrides) as c:
         c.pki = pki
         yield c
@@ -122,6 +127,43 @@ def test_a_token_from_one_broker_works_on_another(cluster):
         assert alice.call(40, 2, {"hmac": token.hmac, "expiry_time_period_ms": -1}).error_code == ErrorCode.DELEGATION_TOKEN_NOT_FOUND
     wait_for(lambda: not any(authenticates(b) for b in (first, second, third)), timeout=15,
              what="the expired token refused everywhere")
+
+
+@pytest.mark.kraft_only("the controller listener is KRaft's")
+def test_the_controller_listener_authorizes_what_reaches_it(cluster):
+    """A principal on the controller listener needs what Kafka's controllers ask: alice (no
+    ACL) is refused a heartbeat and DescribeQuorum; carol, a SCRAM user that only the metadata
+    log holds, authenticates there, and may describe the quorum once an ACL in the log says so."""
+    port = next(iter(cluster.brokers.values())).ports["CONTROLLER"]
+    describe_quorum = {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]}
+    alice = ClientSecurity(ssl=_client_ssl(cluster), sasl_mechanism="PLAIN", username="alice", password="alice-secret")
+    with Connection("127.0.0.1", port, security=alice) as conn:
+        assert conn.call(55, 1, describe_quorum).error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        heartbeat = conn.call(63, 1, {"broker_id": 1, "broker_epoch": 0, "current_metadata_offset": 0,
+                                      "want_fence": False, "want_shut_down": True})
+        assert heartbeat.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    admin(cluster, "users", "scram-set", "carol", "--password", "carol-secret")
+    carol = ClientSecurity(ssl=_client_ssl(cluster), sasl_mechanism="SCRAM-SHA-256", username="carol",
+                           password="carol-secret")
+
+    def as_carol(node_port: int = port):
+        try:
+            with Connection("127.0.0.1", node_port, security=carol) as conn:
+                return conn.call(55, 1, describe_quorum)
+        except ConnectionError:
+            return None  # her credential has not reached this controller yet
+
+    wait_for(lambda: (a := as_carol()) and a.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED, timeout=15,
+             what="carol authenticated on the controller listener, without ACLs")
+    admin(cluster, "acls", "add", "--allow-principal", "User:carol", "--operation", "describe", "--cluster")
+    answer = wait_for(lambda: (a := as_carol()) and a.error_code == ErrorCode.NONE and a, timeout=15,
+                      what="DescribeQuorum allowed by carol's ACL")
+    # The nodes themselves (the brokers' super user) were never refused: each voter fetches.
+    leader = answer.topics[0].partitions[0].leader_id
+    quorum = as_carol(cluster.brokers[leader].ports["CONTROLLER"]).topics[0].partitions[0]
+    assert quorum.error_code == ErrorCode.NONE
+    assert sorted(v.replica_id for v in quorum.current_voters) == [1, 2, 3]
+    assert all(v.log_end_offset > 0 for v in quorum.current_voters)
 
 
 def _client_ssl(cluster) -> ssl.SSLContext:

@@ -59,7 +59,7 @@ def test_the_copy_reaches_the_broker_before_the_effects_after_it():
     async def run() -> tuple[MetadataImage, list]:
         thread = LoopThread("controller-test")
         server = ControllerServer.__new__(ControllerServer)
-        server.thread, server.metadata_listeners = thread, []
+        server.thread, server.metadata_listeners, server.authorizer = thread, [], None
         server.controller = _Controller(image)
         image.server = server
         server._applying = await thread.call(_lock())

@@ -18,6 +18,7 @@ from typing import Any
 
 from strom.metadata import records as r
 from strom.metadata.model import SECURITY_PROTOCOLS, EndPoint, PartitionState
+from strom.protocol.scram import MECHANISM_BY_ID, ScramCredential
 
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.Leader when the leader stays
 # BrokerRegistrationChangeRecord's Fenced: Kafka's BrokerRegistrationFencingChange.
@@ -117,6 +118,7 @@ class MetadataImage:
         self.client_quotas: dict[Entity, dict[str, float]] = {}
         self.scram: dict[tuple[str, int], Any] = {}  # (user, mechanism) -> UserScramCredentialRecord
         self.acls: dict[uuid.UUID, Any] = {}  # AccessControlEntryRecord by id
+        self.acl_version = 0  # counts changes to `acls`, for who keeps a copy of them
         self.delegation_tokens: dict[str, Any] = {}  # DelegationTokenRecord by token id
         self.next_producer_id = 0
         self.end_offset = 0  # the log offset the image has applied up to (exclusive)
@@ -251,9 +253,11 @@ class MetadataImage:
 
     def _acl(self, rec: Any) -> None:
         self.acls[rec.id] = rec
+        self.acl_version += 1
 
     def _remove_acl(self, rec: Any) -> None:
         self.acls.pop(rec.id, None)
+        self.acl_version += 1
 
     def _scram(self, rec: Any) -> None:
         self.scram[(rec.name, rec.mechanism)] = rec
@@ -290,6 +294,13 @@ class MetadataImage:
         for topic in self.topics.values():
             for index, state in topic.partitions.items():
                 yield topic, index, state
+
+    def scram_credentials(self, user: str | None = None) -> Iterator[tuple[str, str, ScramCredential]]:
+        """(user, mechanism name, credential) of every SCRAM credential, or of `user`'s."""
+        for (name, mechanism), rec in list(self.scram.items()):
+            if user is None or name == user:
+                yield name, MECHANISM_BY_ID.get(mechanism, ""), ScramCredential(rec.salt, rec.stored_key,
+                                                                                 rec.server_key, rec.iterations)
 
     def topic_configs(self, name: str) -> dict[str, str]:
         return dict(self.configs.get((TOPIC_RESOURCE, name), {}))

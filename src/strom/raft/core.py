@@ -1172,7 +1172,8 @@ class RaftCore:
                  for v in self.voters.voters]
         out.append(Respond(ref, DESCRIBE_QUORUM, version, {
             "error_code": 0, "error_message": None,
-            "topics": [{"topic_name": METADATA_TOPIC, "partitions": [part]}], "nodes": nodes}))
+            "topics": [{"topic_name": METADATA_TOPIC, "partitions": [part]}],
+            "nodes": nodes if version >= 2 else []}))  # endpoints arrived in v2
 
     # --- KIP-853 voter changes -------------------------------------------------------------------
 

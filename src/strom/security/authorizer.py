@@ -98,16 +98,27 @@ class AclFilter:
 
 
 class Authorizer:
-    def __init__(self, store: MetadataStore, io: Callable[..., Awaitable[Any]], super_users: str,
+    """The decision, over ACLs kept in the metadata store (ZooKeeper mode: `store` and `io`
+    given) or handed over from a KRaft metadata image (`replace_acls`)."""
+
+    def __init__(self, store: MetadataStore | None, io: Callable[..., Awaitable[Any]] | None, super_users: str,
                  allow_if_no_acl: bool) -> None:
         self.store, self.io = store, io
         self.super_users = {u.strip() for u in super_users.split(";") if u.strip()}
         self.allow_if_no_acl = allow_if_no_acl
         self.acls: dict[Resource, frozenset[Acl]] = {}
-        self._listeners = [
+        self._listeners = [] if store is None else [
             ChangeListener(store, io, znodes.ACL_CHANGES, "acl_changes_", self._literal_changed),
             ChangeListener(store, io, znodes.ACL_EXTENDED_CHANGES, "acl_changes_", self._extended_changed)]
         self._last_denial_log: dict[tuple, float] = {}
+
+    def replace_acls(self, records: Iterable[Any]) -> None:
+        """Every ACL of the cluster, as AccessControlEntryRecords (a KRaft metadata image's)."""
+        acls: dict[Resource, set[Acl]] = {}
+        for rec in records:
+            acls.setdefault((rec.resource_type, rec.pattern_type, rec.resource_name), set()).add(
+                Acl(rec.principal, rec.host, rec.operation, rec.permission_type))
+        self.acls = {k: frozenset(v) for k, v in acls.items()}
 
     # -- the decision
 
@@ -186,6 +197,8 @@ class Authorizer:
 
     def load(self) -> None:
         """Every ACL of the cluster (blocking; at start-up)."""
+        if self.store is None:
+            return
         for listener in self._listeners:
             listener.skip_existing()
         for pattern, root in ((LITERAL, znodes.ACL_LITERAL), (PREFIXED, znodes.ACL_PREFIXED)):
@@ -268,12 +281,25 @@ def host_of(client: str) -> str:
 INTERNAL = "Broker:local"
 
 
-def allowed(broker: Any, ctx: Any, operation: int, resource_type: int, name: str = CLUSTER_NAME) -> bool:
+def authorizer_from_config(config: Any, store: MetadataStore | None = None,
+                           io: Callable[..., Awaitable[Any]] | None = None) -> Authorizer | None:
+    """The authorizer authorizer.class.name asks for (None when it is empty)."""
+    name = config["authorizer.class.name"].strip()
+    if not name:
+        return None
+    if name not in AUTHORIZERS:
+        raise ValueError(f"authorizer.class.name={name} is not an authorizer Strom has; use one of "
+                         f"{', '.join(sorted(AUTHORIZERS))} (all mean ACLs), or leave it empty")
+    return Authorizer(store, io, config["super.users"], config["allow.everyone.if.no.acl.found"])
+
+
+def allowed(broker: Any, ctx: Any, operation: int, resource_type: int, name: str = CLUSTER_NAME,
+            log_denied: bool = True) -> bool:
     """May this request's principal do `operation` on the resource? Always, with no authorizer."""
     authorizer = broker.authorizer
     if authorizer is None or ctx.principal == INTERNAL:
         return True
-    return authorizer.authorize(ctx.principal, host_of(ctx.client), operation, resource_type, name)
+    return authorizer.authorize(ctx.principal, host_of(ctx.client), operation, resource_type, name, log_denied)
 
 
 # The operations each resource type has (Kafka's AclEntry.supportedOperations), for the

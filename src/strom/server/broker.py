@@ -51,7 +51,7 @@ from strom.network.request import RequestContext
 from strom.network.socket_server import SocketServer
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, is_flexible
-from strom.security.authorizer import AUTHORIZERS, INTERNAL, Authorizer
+from strom.security.authorizer import INTERNAL, Authorizer, authorizer_from_config
 from strom.security.delegation_tokens import DelegationTokens, TokenCache
 from strom.security.sasl import broker_security
 from strom.server import heap
@@ -410,14 +410,7 @@ class Broker:
             loop.call_soon_threadsafe(lambda: loop.create_task(rejoin()))
 
     def _create_authorizer(self) -> Authorizer | None:
-        name = self.config["authorizer.class.name"].strip()
-        if not name:
-            return None
-        if name not in AUTHORIZERS:
-            raise ValueError(f"authorizer.class.name={name} is not an authorizer Strom has; use one of "
-                             f"{', '.join(sorted(AUTHORIZERS))} (all mean ACLs), or leave it empty")
-        return Authorizer(self.store, self.store_io, self.config["super.users"],
-                          self.config["allow.everyone.if.no.acl.found"])
+        return authorizer_from_config(self.config, self.store, self.store_io)
 
     def _protocol_of(self, listener: str) -> str:
         return self.config.protocol_of(listener)

@@ -80,7 +80,7 @@ def _alter_loggers(broker, name: str, configs, validate_only: bool) -> None:
             raise KafkaError(str(e), ErrorCode.INVALID_CONFIG) from None
 
 
-def _authorize(broker, ctx: RequestContext, operation: int, resource_type: int, name: str) -> None:
+def authorize_config_resource(broker, ctx: RequestContext, operation: int, resource_type: int, name: str) -> None:
     """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for broker (and broker
     logger) resources, as Kafka checks them."""
     if resource_type == TOPIC:
@@ -112,7 +112,7 @@ async def handle_describe_configs(broker, ctx: RequestContext, request) -> dict:
                   "configs": []}
         keys = resource.configuration_keys
         try:
-            _authorize(broker, ctx, acl.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name)
+            authorize_config_resource(broker, ctx, acl.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name)
             if resource.resource_type == TOPIC:
                 result["configs"] = describe_topic(
                     broker.default_log_config, _topic_configs(broker, resource.resource_name), layers, keys,
@@ -184,7 +184,7 @@ async def _responses(broker, ctx: RequestContext, request, alter_one: Callable[[
         entry = {"error_code": ErrorCode.NONE, "error_message": None,
                  "resource_type": resource.resource_type, "resource_name": resource.resource_name}
         try:
-            _authorize(broker, ctx, acl.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
+            authorize_config_resource(broker, ctx, acl.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
             _check_names(resource.configs)
             await alter_one(resource)
         except KafkaError as e:

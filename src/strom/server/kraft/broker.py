@@ -47,12 +47,13 @@ from strom.raft.config import (
 )
 from strom.raft.core import DESCRIBE_QUORUM
 from strom.raft.driver import to_fields
-from strom.security.authorizer import ALTER, ALTER_CONFIGS, CLUSTER, DESCRIBE, allowed
+from strom.security.authorizer import CLUSTER, allowed
 from strom.security.delegation_tokens import QuorumTokens
 from strom.security.sasl import broker_security
 from strom.server.apis import KafkaApis
 from strom.server.broker import FIRST_METADATA_TIMEOUT_S, Broker, BrokerState
 from strom.server.kraft import envelope
+from strom.server.kraft.controller_apis import CLUSTER_OPERATION
 from strom.server.kraft.controller_channel import ControllerChannel, ControllerUnavailable
 from strom.server.kraft.controller_server import ControllerView
 from strom.server.kraft.forwarding import ControllerProducerIds, ForwardingTopicAdmin
@@ -68,9 +69,9 @@ DESCRIBE_QUORUM_VERSIONS = (0, 2)
 # the controller takes, and the cluster operation it needs here).
 ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, UPDATE_FEATURES = 43, 45, 46, 57
 CREATE_ACLS, DELETE_ACLS, ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS = 30, 31, 49, 51
-FORWARDED = {ELECT_LEADERS: (2, ALTER), ALTER_REASSIGNMENTS: (0, ALTER), LIST_REASSIGNMENTS: (0, DESCRIBE),
-             UPDATE_FEATURES: (1, ALTER), CREATE_ACLS: (3, ALTER), DELETE_ACLS: (3, ALTER),
-             ALTER_CLIENT_QUOTAS: (1, ALTER_CONFIGS), ALTER_USER_SCRAM_CREDENTIALS: (0, ALTER)}
+FORWARDED = {key: (version, CLUSTER_OPERATION[key]) for key, version in (
+    (ELECT_LEADERS, 2), (ALTER_REASSIGNMENTS, 0), (LIST_REASSIGNMENTS, 0), (UPDATE_FEATURES, 1), (CREATE_ACLS, 3),
+    (DELETE_ACLS, 3), (ALTER_CLIENT_QUOTAS, 1), (ALTER_USER_SCRAM_CREDENTIALS, 0))}
 _NEED_AUTHORIZER = (CREATE_ACLS, DELETE_ACLS)  # without one, the broker answers SECURITY_DISABLED
 
 

@@ -37,8 +37,21 @@ from strom.raft.core import (
     VOTE,
 )
 from strom.raft.driver import RaftDriver
-from strom.security.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, CREATE_TOKENS, USER, allowed
+from strom.security.authorizer import (
+    ALTER,
+    ALTER_CONFIGS,
+    CLUSTER,
+    CLUSTER_ACTION,
+    CREATE,
+    CREATE_TOKENS,
+    DELETE,
+    DESCRIBE,
+    TOPIC,
+    USER,
+    allowed,
+)
 from strom.server.apis import acls, by_topic, delegation_tokens, quotas, scram
+from strom.server.apis.configs import authorize_config_resource
 from strom.server.apis.metadata import CONTROLLER_ENDPOINT, endpoint_type_error
 from strom.server.kraft import envelope
 
@@ -71,6 +84,43 @@ VERSIONS: dict[int, tuple[int, int]] = {
 FORWARDABLE = frozenset({CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, ELECT_LEADERS,
                          ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, UPDATE_FEATURES, CREATE_ACLS, DELETE_ACLS,
                          ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS, CREATE_TOKEN, RENEW_TOKEN, EXPIRE_TOKEN})
+
+# What a request needs on the cluster resource when a controller takes it, as Kafka's
+# ControllerApis asks (Envelope and DescribeCluster check theirs in their handlers; requests
+# naming topics or config resources are checked per item).
+CLUSTER_OPERATION = {
+    VOTE: CLUSTER_ACTION, BEGIN_QUORUM_EPOCH: CLUSTER_ACTION, END_QUORUM_EPOCH: CLUSTER_ACTION,
+    FETCH: CLUSTER_ACTION, FETCH_SNAPSHOT: CLUSTER_ACTION, UPDATE_RAFT_VOTER: CLUSTER_ACTION,
+    DESCRIBE_QUORUM: DESCRIBE, ADD_RAFT_VOTER: ALTER, REMOVE_RAFT_VOTER: ALTER,
+    BROKER_REGISTRATION: CLUSTER_ACTION, BROKER_HEARTBEAT: CLUSTER_ACTION, ALTER_PARTITION: CLUSTER_ACTION,
+    ALLOCATE_PRODUCER_IDS: CLUSTER_ACTION, UNREGISTER_BROKER: ALTER, ELECT_LEADERS: ALTER,
+    ALTER_REASSIGNMENTS: ALTER, LIST_REASSIGNMENTS: DESCRIBE, UPDATE_FEATURES: ALTER,
+    CREATE_ACLS: ALTER, DELETE_ACLS: ALTER, ALTER_CLIENT_QUOTAS: ALTER_CONFIGS, ALTER_USER_SCRAM_CREDENTIALS: ALTER,
+}
+_REFUSED = "Cluster authorization failed."
+
+
+def _refused(key: int, version: int, request: Any) -> dict:
+    """CLUSTER_AUTHORIZATION_FAILED as the request's answer: its top-level error, or every
+    item's where the answer has none (Kafka's getErrorResponse)."""
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    item = {"error_code": code, "error_message": _REFUSED}
+    if key == CREATE_ACLS:
+        return {"throttle_time_ms": 0, "results": [item for _ in request.creations]}
+    if key == DELETE_ACLS:
+        return {"throttle_time_ms": 0, "filter_results": [{**item, "matching_acls": []} for _ in request.filters]}
+    if key == ALTER_CLIENT_QUOTAS:
+        return {"throttle_time_ms": 0, "entries": [
+            {**item, "entity": [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]}
+            for entry in request.entries]}
+    if key == ALTER_USER_SCRAM_CREDENTIALS:
+        users = dict.fromkeys([*(d.name for d in request.deletions), *(u.name for u in request.upsertions)])
+        return {"throttle_time_ms": 0, "results": [{**item, "user": user} for user in users]}
+    if key == ELECT_LEADERS and version == 0:  # no top-level error before v1
+        return {"throttle_time_ms": 0, "replica_election_results": [
+            {"topic": t.topic, "partition_result": [{**item, "partition_id": p} for p in t.partitions]}
+            for t in request.topic_partitions or ()]}
+    return {"error_code": code}
 
 
 def _token_requests_allowed(ctx: RequestContext) -> bool:
@@ -111,6 +161,9 @@ class ControllerApis:
 
     async def handle(self, ctx: RequestContext, body: Any) -> Any:
         key = ctx.header.api_key
+        needed = CLUSTER_OPERATION.get(key)
+        if needed is not None and not allowed(self.server, ctx, needed, CLUSTER):
+            return _refused(key, ctx.header.api_version, body)
         if key in RAFT_APIS:
             return await self.driver.handle_request(key, ctx.header.api_version, body)
         return await self._handlers[key](ctx, body)
@@ -153,12 +206,17 @@ class ControllerApis:
         counts = Counter(t.name for t in request.topics)
         results: dict[str, dict] = {}
         wanted = []
+        may_create_any = allowed(self.server, ctx, CREATE, CLUSTER, log_denied=False)
         for t in request.topics:
             results[t.name] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None}
             if counts[t.name] > 1:
                 results[t.name].update(error_code=ErrorCode.INVALID_REQUEST, error_message=(
                     f"Create topics request from client `{ctx.header.client_id}` contains multiple entries for "
                     f"the following topics: {t.name}"))
+                continue
+            if not (may_create_any or allowed(self.server, ctx, CREATE, TOPIC, t.name)):
+                results[t.name].update(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                       error_message="Authorization failed.")
                 continue
             wanted.append(NewTopic(t.name, t.num_partitions, t.replication_factor,
                                    {a.partition_index: list(a.broker_ids) for a in t.assignments},
@@ -190,7 +248,10 @@ class ControllerApis:
         else:
             wanted = [(name, None) for name in request.topic_names]
         limits = self.controller.settings.limits
-        names = [name for name, _ in wanted if name is not None]
+        may_delete_any = allowed(self.server, ctx, DELETE, CLUSTER, log_denied=False)
+        denied = {name for name, _ in wanted if name is not None and not may_delete_any
+                  and not allowed(self.server, ctx, DELETE, TOPIC, name)}
+        names = [name for name, _ in wanted if name is not None and name not in denied]
         try:
             outcome = await self._write("delete-topics",
                                         lambda img: replication_control.delete_topics(img, names, limits))
@@ -201,6 +262,8 @@ class ControllerApis:
             entry = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.NONE, "error_message": None}
             result = outcome.get(name) if name is not None else KafkaError("unknown topic id",
                                                                             ErrorCode.UNKNOWN_TOPIC_ID)
+            if name in denied:
+                result = KafkaError("Authorization failed.", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             if isinstance(result, KafkaError):
                 entry["error_code"], entry["error_message"] = _error(result)
             else:
@@ -213,6 +276,10 @@ class ControllerApis:
         results = []
         for t in request.topics:
             entry = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None}
+            results.append(entry)
+            if not allowed(self.server, ctx, ALTER, TOPIC, t.name):
+                entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             assignment = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
 
             def op(image, t=t, assignment=assignment) -> Change:
@@ -224,7 +291,6 @@ class ControllerApis:
                 await self._write(f"create-partitions-{t.name}", op)
             except KafkaError as e:
                 entry["error_code"], entry["error_message"] = _error(e)
-            results.append(entry)
         return {"throttle_time_ms": 0, "results": results}
 
     async def _incremental_alter_configs(self, ctx: RequestContext, request: Any) -> dict:
@@ -235,6 +301,8 @@ class ControllerApis:
                      "resource_type": resource.resource_type, "resource_name": resource.resource_name}
             ops = [(c.config_operation, c.name, c.value) for c in resource.configs]
             try:
+                authorize_config_resource(self.server, ctx, ALTER_CONFIGS, resource.resource_type,
+                                          resource.resource_name)
                 dupes = sorted(n for n, k in Counter(name for _, name, _ in ops).items() if k > 1)
                 if dupes:
                     raise KafkaError(f"Error due to duplicate config keys: {', '.join(dupes)}",
@@ -496,7 +564,7 @@ class ControllerApis:
         key, version = inner_ctx.header.api_key, inner_ctx.header.api_version
         if key not in FORWARDABLE or not self.supports(key, version):
             return error(ErrorCode.UNSUPPORTED_VERSION)
-        response = await self._handlers[key](inner_ctx, body)
+        response = await self.handle(inner_ctx, body)  # checked as the client's, as Kafka does
         if response.get("error_code") == ErrorCode.NOT_CONTROLLER:
             return error(ErrorCode.NOT_CONTROLLER)  # the broker asks the next controller
         return {"error_code": ErrorCode.NONE, "response_data": envelope.response_data(inner_ctx, response)}

@@ -35,6 +35,7 @@ from strom.network.socket_server import SocketServer
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.raft.config import QuorumConfig, parse_bootstrap_servers, parse_voters
 from strom.raft.driver import RaftDriver
+from strom.security.authorizer import authorizer_from_config
 from strom.security.delegation_tokens import secret_of
 from strom.security.sasl import broker_security
 from strom.server.kraft.controller_apis import ControllerApis
@@ -83,14 +84,20 @@ class ControllerView:
         return self._config[key]
 
 
-class _NoClientConfigs:
-    """What the socket server asks of client quotas and SCRAM users: none on a controller
-    listener yet (they live in the metadata image once brokers use it)."""
+class _ImageCredentials:
+    """What the socket server asks of SCRAM users: the controller's metadata image holds them
+    (UserScramCredentialRecord), read when a client authenticates. No client quotas here."""
 
     clients: dict[str, dict[str, str]] = {}
 
-    def user(self, _name: str) -> dict[str, str]:
-        return {}
+    def __init__(self, server: ControllerServer) -> None:
+        self.server = server
+
+    def user(self, name: str) -> dict[str, str]:
+        controller = self.server.controller
+        if controller is None:
+            return {}
+        return {mechanism: credential.encode() for _, mechanism, credential in controller.image.scram_credentials(name)}
 
 
 class _NoTokens:
@@ -104,12 +111,16 @@ class ControllerServer:
         self.node_id = config.broker_id
         self.cluster_id = meta.cluster_id
         self.directory_id = parse_kafka_uuid(meta.directory_id) if meta.directory_id else uuid.uuid4()
-        self.config_repository = _NoClientConfigs()  # for the socket server
+        self.config_repository = _ImageCredentials(self)  # for the socket server's SASL/SCRAM
         self.delegation_tokens = _NoTokens()
         # Controllers talk Raft on the controller listener; no broker user to exempt from the
         # socket server's SASL guess limit.
         self.inter_broker_security = None
-        self.authorizer = None  # what `allowed` asks: none yet, so every principal may
+        # What `allowed` asks (authorizer.class.name): ACLs from this controller's image, which
+        # can grant nothing before the log is read, so the nodes' own principals (brokers' and
+        # controllers' on the controller listener) belong in super.users, as in Kafka.
+        self.authorizer = authorizer_from_config(config)
+        self._acls_of: tuple[Any, int] | None = None  # the image and acl_version last handed over
         self.thread: LoopThread | None = None
         self.driver: RaftDriver | None = None
         self.controller: QuorumController | None = None
@@ -208,8 +219,17 @@ class ControllerServer:
         it. Under a lock, so that a broker that attaches sees the image between two effects."""
         async with self._applying:
             await self.controller._on_raft(e)
+            self._refresh_acls()
             for listener in self.metadata_listeners:
                 listener(e)
+
+    def _refresh_acls(self) -> None:
+        if self.authorizer is None:
+            return
+        image, seen = self.controller.image, self._acls_of
+        if seen is None or seen[0] is not image or seen[1] != image.acl_version:
+            self.authorizer.replace_acls(image.acls.values())
+            self._acls_of = (image, image.acl_version)
 
     async def attach_broker(self, feed: Any) -> None:
         """A combined node's broker follows the metadata from here: `feed` (its MetadataFeed)

@@ -31,8 +31,6 @@ from strom.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from strom.metadata.loader import MetadataDelta
 from strom.metadata.model import LEADER_DURING_DELETE, BrokerInfo, EndPoint
 from strom.network.quotas import check_entity, quota_keys
-from strom.protocol.scram import MECHANISM_BY_ID, ScramCredential
-from strom.security.authorizer import Acl
 
 log = logging.getLogger(__name__)
 
@@ -141,18 +139,13 @@ class BrokerMetadataPublisher:
         delegation tokens into the broker's token store."""
         authorizer = self.broker.authorizer
         if authorizer is not None and (delta.full or "acls" in delta.other):
-            acls: dict[tuple[int, int, str], set[Acl]] = {}
-            for rec in image.acls.values():
-                acls.setdefault((rec.resource_type, rec.pattern_type, rec.resource_name), set()).add(
-                    Acl(rec.principal, rec.host, rec.operation, rec.permission_type))
-            authorizer.acls = {k: frozenset(v) for k, v in acls.items()}
+            authorizer.replace_acls(image.acls.values())
         if delta.full or "features" in delta.other:
             self.broker.finalized_features = FinalizedFeatures(dict(image.features), image.end_offset)
         if delta.full or delta.other & {"scram", "quotas"}:
             clients: dict[str, dict[str, str]] = {}
-            for (user, mechanism), rec in image.scram.items():
-                clients.setdefault(f"users/{sanitize(user)}", {})[MECHANISM_BY_ID.get(mechanism, "")] = \
-                    ScramCredential(rec.salt, rec.stored_key, rec.server_key, rec.iterations).encode()
+            for user, mechanism, credential in image.scram_credentials():
+                clients.setdefault(f"users/{sanitize(user)}", {})[mechanism] = credential.encode()
             for entity, values in image.client_quotas.items():
                 try:
                     path = check_entity(dict(entity))
