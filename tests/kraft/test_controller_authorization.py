@@ -28,7 +28,12 @@ from strom.security.authorizer import (
     Authorizer,
 )
 from strom.server.kraft import envelope
-from strom.server.kraft.controller_apis import CLUSTER_OPERATION, VERSIONS, ControllerApis, _refused
+from strom.server.kraft.controller_apis import (
+    CLUSTER_OPERATION,
+    VERSIONS,
+    ControllerApis,
+    error_answer,
+)
 
 DENIED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 FETCH, VOTE, DESCRIBE_QUORUM, CREATE_TOPICS, CREATE_ACLS, BROKER_HEARTBEAT, ENVELOPE = 1, 52, 55, 19, 30, 63, 58
@@ -129,7 +134,7 @@ def test_every_refusal_encodes_at_every_version(key):
     lo, hi = VERSIONS[key]
     for version in range(lo, hi + 1):
         request = _request(key, version, _fields(key)) if _fields(key) else None  # read only for items
-        assert encode_body(key, version, _refused(key, version, request))
+        assert encode_body(key, version, error_answer(key, version, request, DENIED, "no"))
 
 
 def _fields(key: int) -> dict:

@@ -9,7 +9,7 @@
 - Requests that change metadata go to the active controller: topic admin through
   ForwardingTopicAdmin (where the handlers call TopicAdmin), AlterPartition, producer id
   blocks (AllocateProducerIds), and ElectLeaders, reassignments, UpdateFeatures, ACLs, client
-  quotas and SCRAM users as they came (checked by the controller as a broker checks them).
+  quotas and SCRAM users in an Envelope (authorized by the controller as the client's).
 - Its log manager leaves `__cluster_metadata-0` to the Raft driver (as Kafka's LogManager skips
   the metadata partition) and keeps meta.properties as `strom storage format` wrote it
   (version 1 with node.id and directory.id) instead of writing its own version 0.
@@ -53,7 +53,7 @@ from strom.security.sasl import broker_security
 from strom.server.apis import KafkaApis
 from strom.server.broker import FIRST_METADATA_TIMEOUT_S, Broker, BrokerState
 from strom.server.kraft import envelope
-from strom.server.kraft.controller_apis import CLUSTER_OPERATION
+from strom.server.kraft.controller_apis import CLUSTER_OPERATION, error_answer
 from strom.server.kraft.controller_channel import ControllerChannel, ControllerUnavailable
 from strom.server.kraft.controller_server import ControllerView
 from strom.server.kraft.forwarding import ControllerProducerIds, ForwardingTopicAdmin
@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 
 METADATA_KEY = (METADATA_TOPIC, METADATA_PARTITION)
 DESCRIBE_QUORUM_VERSIONS = (0, 2)
-# What a KRaft broker passes to the active controller as it came (api key -> the highest version
+# What a KRaft broker passes to the active controller in an Envelope (api key -> the highest version
 # the controller takes, and the cluster operation it needs here).
 ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, UPDATE_FEATURES = 43, 45, 46, 57
 CREATE_ACLS, DELETE_ACLS, ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS = 30, 31, 49, 51
@@ -115,11 +115,12 @@ class KRaftBrokerApis(KafkaApis):
         forwarded = FORWARDED.get(key)
         if (forwarded is not None and version <= forwarded[0] and allowed(self.broker, ctx, forwarded[1], CLUSTER)
                 and (key not in _NEED_AUTHORIZER or self.broker.authorizer is not None)):
-            channel = self.broker.admin.channel
-            try:
-                return to_fields(await channel.call(key, version, to_fields(body)))
-            except ControllerUnavailable as e:
-                log.warning("api %d not forwarded: %s", key, e)  # the handler below answers NOT_CONTROLLER
+            try:  # in an Envelope: the controller checks it as the client's, as Kafka's does
+                return await self.broker.forward(ctx, body)
+            except KafkaError as e:
+                if e.code != ErrorCode.REQUEST_TIMED_OUT:  # refused whole by the controller
+                    return error_answer(key, version, body, e.code, str(e))
+                # no controller answered: the handler below answers NOT_CONTROLLER
         response = await super().handle(ctx, body)
         if ctx.header.api_key == API_VERSIONS and isinstance(response, dict):
             response["api_keys"] = _with_describe_quorum(response["api_keys"])
@@ -140,6 +141,7 @@ def _with_describe_quorum(keys: list[dict]) -> list[dict]:
 class KRaftBroker(Broker):
     log_manager_class = KRaftLogManager
     apis_class = KRaftBrokerApis
+    forwards_admin = True
 
     def __init__(self, config: BrokerConfig, controller_server: Any = None) -> None:
         super().__init__(config)

@@ -97,14 +97,12 @@ CLUSTER_OPERATION = {
     ALTER_REASSIGNMENTS: ALTER, LIST_REASSIGNMENTS: DESCRIBE, UPDATE_FEATURES: ALTER,
     CREATE_ACLS: ALTER, DELETE_ACLS: ALTER, ALTER_CLIENT_QUOTAS: ALTER_CONFIGS, ALTER_USER_SCRAM_CREDENTIALS: ALTER,
 }
-_REFUSED = "Cluster authorization failed."
 
 
-def _refused(key: int, version: int, request: Any) -> dict:
-    """CLUSTER_AUTHORIZATION_FAILED as the request's answer: its top-level error, or every
-    item's where the answer has none (Kafka's getErrorResponse)."""
-    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-    item = {"error_code": code, "error_message": _REFUSED}
+def error_answer(key: int, version: int, request: Any, code: int, message: str | None = None) -> dict:
+    """`code` as the whole answer to a request: its top-level error, or every item's where the
+    answer has none (Kafka's getErrorResponse). Only the admin requests with items are read."""
+    item = {"error_code": code, "error_message": message}
     if key == CREATE_ACLS:
         return {"throttle_time_ms": 0, "results": [item for _ in request.creations]}
     if key == DELETE_ACLS:
@@ -163,7 +161,8 @@ class ControllerApis:
         key = ctx.header.api_key
         needed = CLUSTER_OPERATION.get(key)
         if needed is not None and not allowed(self.server, ctx, needed, CLUSTER):
-            return _refused(key, ctx.header.api_version, body)
+            return error_answer(key, ctx.header.api_version, body, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                "Cluster authorization failed.")
         if key in RAFT_APIS:
             return await self.driver.handle_request(key, ctx.header.api_version, body)
         return await self._handlers[key](ctx, body)
