@@ -95,6 +95,9 @@ class Broker:
     # metadata partition to Raft and keeps meta.properties as formatted; its APIs add KRaft's.
     log_manager_class = LogManager
     apis_class = KafkaApis
+    # Admin requests are decided here against this broker's metadata (a KRaft broker forwards
+    # them to the controller, which decides against its own image).
+    forwards_admin = False
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config

@@ -86,6 +86,11 @@ async def handle_delete_topics(broker, ctx: RequestContext, request) -> dict:
             broker.require_controller()
             if name is None:
                 raise KafkaError("unknown topic id", ErrorCode.UNKNOWN_TOPIC_ID)
+            if name not in topics and not broker.forwards_admin:
+                # As Kafka's brokers: a topic this broker's metadata no longer has (one whose
+                # deletion is answered but not yet finished everywhere) is unknown.
+                raise KafkaError("This server does not host this topic-partition.",
+                                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             if not broker.config["delete.topic.enable"]:
                 raise KafkaError("topic deletion is disabled", ErrorCode.TOPIC_DELETION_DISABLED)
             if name in topics:
