@@ -11,8 +11,9 @@
   modules that take the longest, and a parallel run (pytest-xdist, `--dist loadfile`) starts
   them first, so that no long module is left to run alone at the end. Such a run keeps a
   module on one worker (its tests share brokers and clusters), and the modules of each group
-  in TOGETHER on one worker too: those that run Spark, which would otherwise start a JVM on
-  each of several workers at once, and the power cuts.
+  in TOGETHER on one worker too: those that run Spark in two groups (the ones that start Spark
+  processes of their own, and those sharing one local session), so that at most two workers
+  run JVMs at once, and the power cuts.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 # Longest first, as measured (`--durations=0` of a whole run; seconds on a busy 2-core machine).
 # `-m "not slow"` leaves these out.
 SLOW: tuple[str, ...] = (
-    "tests/spark/",                                  # 590 s, with the two below: one worker
+    "tests/spark/",                                  # 590 s, with the two below: two workers
     "tests/test_readme.py",                          # 185 (its PySpark section)
     "tests/integration/test_secure_walkthrough.py",  # 144 (its PySpark client)
     "tests/integration/test_partition_scale.py",     # 360
@@ -100,7 +101,9 @@ def _slow_rank(item: pytest.Item) -> int:
 
 
 TOGETHER = {
-    "spark": ("tests/spark/", "tests/test_readme.py", "tests/integration/test_secure_walkthrough.py"),
+    "spark-processes": ("tests/spark/test_standalone.py", "tests/spark/test_dropin.py", "tests/test_readme.py",
+                        "tests/integration/test_secure_walkthrough.py"),
+    "spark": ("tests/spark/",),
     "powerloss": ("tests/powerloss/",),
 }
 
