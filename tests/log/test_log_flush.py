@@ -82,6 +82,24 @@ def test_flusher_runs_flushes_in_a_thread_and_advances_the_recovery_point(tmp_pa
     asyncio.run(scenario())
 
 
+def test_only_logs_that_flush_by_time_are_checked_for_it(tmp_path, clock):
+    """The flush.ms check runs every second over unflushed_logs(): logs that never flush by
+    time (flush.ms unset, Kafka's default) stay out of it however much they hold, and a log
+    joins it as soon as its flush.ms is set."""
+    mgr = LogManager([tmp_path / "d"], SMALL, now_ms=clock)
+    mgr.startup(0)
+    never = mgr.get_or_create_log("t", 0, SMALL)
+    timed = mgr.get_or_create_log("t", 1, SMALL.with_overrides({"flush.ms": "1000"}))
+    for lg in (never, timed):
+        lg.append(batch(2))
+    assert never.unflushed_messages() > 0 and mgr.unflushed_logs() == [timed]
+    never.config = SMALL.with_overrides({"flush.ms": "500"})  # no new data: still checked now
+    assert set(mgr.unflushed_logs()) == {never, timed}
+    clock.now += 500
+    assert mgr.flusher.check_flush_ms(mgr.unflushed_logs()) == 1  # never's 500 ms have passed
+    mgr.shutdown()
+
+
 def test_after_a_crash_only_segments_past_the_recovery_point_are_rescanned(open_log, clock, monkeypatch):
     log = open_log(SMALL)
     while len(log.segments) < 6:

@@ -149,6 +149,23 @@ def test_delete_log(dirs, clock):
     m.shutdown()
 
 
+def test_the_cleaner_looks_only_at_compacted_logs(dirs, clock):
+    """compacted_logs() (what the log cleaner walks every backoff) follows each log's
+    cleanup.policy as it is set, changed and the log deleted, instead of every log there is."""
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    compact = SMALL.with_overrides({"cleanup.policy": "compact"})
+    keyed = m.get_or_create_log("keyed", 0, compact)
+    plain = m.get_or_create_log("plain", 0)
+    assert m.compacted_logs() == [(("keyed", 0), keyed)]
+    plain.config = compact
+    keyed.config = SMALL
+    assert m.compacted_logs() == [(("plain", 0), plain)]
+    m.delete_log("plain", 0)
+    assert m.compacted_logs() == []
+    m.shutdown()
+
+
 def test_leftover_delete_dirs_removed_at_startup(dirs, clock):
     d = dirs[0]
     (d / "t-0.0123abcd-delete").mkdir(parents=True)

@@ -759,7 +759,7 @@ class LogCleaner:
         now = self._now_ms() if now_ms is None else now_ms
         best: LogToClean | None = None
         max_ratio = 0.0
-        for tp, lg in self.log_manager.logs():
+        for tp, lg in self.log_manager.compacted_logs():  # not all 100,000 every backoff
             config = lg.config
             if not config.compact or tp in self.in_progress or tp in self.uncleanable:
                 continue

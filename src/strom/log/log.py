@@ -175,6 +175,7 @@ class Log:
         self.write_refusal: str | None = None  # its disk is (nearly) full: appends refused, reads served
         # (log, bytes appended): the disk space guard, and the flush.ms check's list of logs to look at
         self.append_hook: Callable[[Log, int], None] | None = None
+        self.config_hook: Callable[[Log], None] | None = None  # the log manager's indexes by config
         self.last_flush_ms = now_ms()  # for flush.ms (Kafka's lastFlushTime)
         self.flush_hook: FlushHook | None = None
         self.io_error_hook: IoErrorHook | None = None
@@ -394,9 +395,12 @@ class Log:
 
     @config.setter
     def config(self, config: LogConfig) -> None:
-        self._config = config
+        old, self._config = getattr(self, "_config", None), config
         for segment in self._loaded_segments or ():  # an unread log's segments get it when read
             segment.config = config
+        hook = getattr(self, "config_hook", None)
+        if old is not None and hook is not None:
+            hook(self)
 
     @property
     def name(self) -> str:

@@ -32,7 +32,7 @@ from strom.log.checkpoint import (
     write_checkpoint,
     write_flushed_ends,
 )
-from strom.log.config import LogConfig
+from strom.log.config import LONG_MAX, LogConfig
 from strom.log.flusher import LogFlusher
 from strom.log.index import READ_THREADS, fsync_path, in_parallel
 from strom.log.leader_epoch import LeaderEpochCache
@@ -183,6 +183,7 @@ class LogManager:
         # Logs appended to since they were last seen flushed: what flush.ms looks at, instead
         # of every log every second.
         self._unflushed: dict[Log, None] = {}
+        self._compacted: dict[TopicPartition, Log] = {}  # cleanup.policy has compact: the cleaner's
         self._descriptors_warned = -10.0
         self.dir_failure_listeners: list[Callable[[Path, str], None]] = []
         self.flusher = LogFlusher(self.handle_io_error, now_ms)
@@ -513,15 +514,20 @@ class LogManager:
         lg.io_error_hook = self.handle_io_error
         lg.write_refusal = self._refusal(d)
         lg.append_hook = self._appended
+        lg.config_hook = self._config_changed
         if self._loop is not None:
             lg.defer_epoch_writes(self._defer_epoch_write)
         self._logs[key] = lg
+        if lg.config.compact:
+            self._compacted[key] = lg
         self._dir_of[key] = d
         self._layout += 1
         self._per_dir[d] += 1
 
     def unflushed_logs(self) -> list[Log]:
-        """Logs with data above their recovery point (forgetting those flushed since)."""
+        """Logs with data above their recovery point and a flush.ms (forgetting those flushed
+        since): what the flush.ms check walks every second. Logs that never flush by time,
+        Kafka's default, are not in it: 20,000 of them cost 1.5% of a core walked for nothing."""
         for lg in [lg for lg in self._unflushed if lg.closed or lg.offline or lg.unflushed_messages() <= 0]:
             del self._unflushed[lg]
         return list(self._unflushed)
@@ -660,8 +666,26 @@ class LogManager:
             if dd == d and lg is not None:
                 lg.write_refusal = refusal
 
+    def _config_changed(self, lg: Log) -> None:
+        """A log's config changed: the indexes by config follow (a flush.ms set on a log
+        holding unflushed data is checked from now on, not from its next append)."""
+        key = (lg.topic, lg.partition)
+        if self._logs.get(key) is not lg:
+            return
+        if lg.config.compact:
+            self._compacted[key] = lg
+        else:
+            self._compacted.pop(key, None)
+        if lg.config.flush_ms < LONG_MAX and lg.unflushed_messages() > 0:
+            self._unflushed[lg] = None
+
+    def compacted_logs(self) -> list[tuple[TopicPartition, Log]]:
+        """The logs whose cleanup.policy has compact: what the cleaner looks through."""
+        return list(self._compacted.items())
+
     def _appended(self, lg: Log, nbytes: int) -> None:
-        self._unflushed[lg] = None
+        if lg.config.flush_ms < LONG_MAX:  # the default, never: no time check needs this log
+            self._unflushed[lg] = None
         self._appended_since_check += nbytes
         if self._appended_since_check >= max(SPACE_CHECK_BYTES, self.min_free_bytes // 8):
             self._appended_since_check = 0
@@ -752,6 +776,7 @@ class LogManager:
         target_log = self._logs.pop(key, None)
         if target_log is None:
             return False
+        self._compacted.pop(key, None)
         d = self._dir_of.pop(key)
         self._per_dir[d] -= 1
         self._layout += 1
