@@ -395,12 +395,11 @@ class Log:
 
     @config.setter
     def config(self, config: LogConfig) -> None:
-        old, self._config = getattr(self, "_config", None), config
+        self._config = config
         for segment in self._loaded_segments or ():  # an unread log's segments get it when read
             segment.config = config
-        hook = getattr(self, "config_hook", None)
-        if old is not None and hook is not None:
-            hook(self)
+        if self.config_hook is not None:
+            self.config_hook(self)
 
     @property
     def name(self) -> str:
