@@ -132,6 +132,23 @@ def test_follower_that_hears_its_leader_refuses_pre_votes():
     assert not part(body).vote_granted and part(body).leader_id == 1
 
 
+def test_an_observer_passes_on_the_leader_endpoint_it_was_told():
+    """A controller that knows no voter set yet (about to be added) learns its leader and where
+    it listens from an answer; asked in turn, it names that address, not only the leader's id.
+    Without it a second such controller followed a leader it had no address for, for ever."""
+    c = RaftCore(QuorumConfig(node_id=3, voters=(), cluster_id="c1", bootstrap_servers=(("127.0.0.1", 9091),)),
+                 rng=random.Random(0))
+    effects = [*c.start(0), *c.tick(1)]
+    send = next(e for e in effects if isinstance(e, fx.Send) and e.api_key == FETCH)
+    c.handle_response(send.request_id, {"error_code": 0, "responses": [{"topic_id": METADATA_TOPIC_ID, "partitions": [{
+        "partition_index": 0, "error_code": 6, "high_watermark": 0, "current_leader": {"leader_id": 1, "leader_epoch": 1},
+        "records": b""}]}], "node_endpoints": [{"node_id": 1, "host": "127.0.0.1", "port": 9091, "rack": None}]}, 5)
+    assert c.role is Role.FOLLOWER and c.leader_id == 1
+    body, _ = call(c, FETCH, 17, fetch(2, epoch=1, offset=0, last_epoch=0))
+    assert part(body).current_leader.leader_id == 1
+    assert [(n.node_id, n.host, n.port) for n in body.node_endpoints] == [(1, "127.0.0.1", 9091)]
+
+
 def test_single_voter_leads_and_writes_a_leader_change_record():
     c = RaftCore(QuorumConfig(node_id=1, voters=VOTERS[:1]), rng=random.Random(0))
     effects = c.start(0)

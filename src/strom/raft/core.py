@@ -176,6 +176,10 @@ class RaftCore:
         self.snapshot_due_sent = False
         self.last_snapshot_ms = 0
         self.bootstrap_index = 0
+        # Where nodes listen as answers told (KIP-853's NodeEndpoints), by node id: how an
+        # observer that knows no voter set yet passes its leader's address on, as Kafka's
+        # FollowerState keeps the leader's endpoints.
+        self.heard_endpoints: dict[int, dict] = {}
         self.now = 0
         # The wall clock minus `now`, as the driver measures it: timers run on `now` (monotonic),
         # batches are stamped with wall-clock ms, as Kafka stamps them.
@@ -325,6 +329,8 @@ class RaftCore:
         if sent is None:
             return out
         self.retry_at.pop((sent.dest, sent.api_key), None)
+        for e in body.get("node_endpoints") or ():
+            self.heard_endpoints[e["node_id"]] = {"node_id": e["node_id"], "host": e["host"], "port": e["port"]}
         if body.get("error_code", 0) == INCONSISTENT_CLUSTER_ID:
             self._fail_sent(request_id, sent, out)
             return out
@@ -568,10 +574,13 @@ class RaftCore:
         """Where the leader this node knows of listens (KIP-853's NodeEndpoints), so a node
         that knows no voter set yet (an observer, a controller about to be added) can reach it."""
         leader = self.voters.get(self.leader_id) if self.leader_id != NO_ID else None
-        if leader is None or not leader.endpoints:
+        if leader is not None and leader.endpoints:
+            e = leader.endpoints[0]
+            out = {"node_id": leader.voter_id, "host": e.host, "port": e.port}
+        elif self.leader_id in self.heard_endpoints:
+            out = dict(self.heard_endpoints[self.leader_id])
+        else:
             return []
-        e = leader.endpoints[0]
-        out = {"node_id": leader.voter_id, "host": e.host, "port": e.port}
         if rack:
             out["rack"] = None
         return [out]
