@@ -136,11 +136,12 @@ def test_a_leader_epoch_assigned_before_the_file_is_read_waits_for_it(open_log, 
 def test_closing_an_unread_epoch_cache_reads_nothing_and_drops_waiting_epochs(open_log, tmp_path, monkeypatch):
     log = open_log()
     log.assign_leader_epoch(0, 0)
+    log.append(batch(1), leader_epoch=0)
     log.close()
-    lazy = Log.lazy(tmp_path / "topic-0", LogConfig(), log_start_offset=0, log_end_offset=0)
+    lazy = Log.lazy(tmp_path / "topic-0", LogConfig(), log_start_offset=0, log_end_offset=1)
     monkeypatch.setattr(leader_epoch, "_read", lambda path: pytest.fail(f"{path} was read"))
-    lazy.assign_leader_epoch(4, 0)
+    lazy.assign_leader_epoch(4, 1)
     lazy.close_epoch_cache()  # the log is being deleted
-    lazy.leader_epoch_cache.assign(5, 0)  # a late change writes nothing
+    lazy.leader_epoch_cache.assign(5, 1)  # a late change writes nothing
     lazy.close()
     assert (tmp_path / "topic-0" / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"

@@ -54,6 +54,56 @@ def test_truncation_from_both_ends(tmp_path):
     assert LeaderEpochCache(tmp_path).entries == [EpochEntry(3, 12)]
 
 
+def test_a_log_without_batches_writes_no_epoch_file_until_its_first_batch(tmp_path):
+    """A new partition's first epoch is kept in memory only: its file is made with the first
+    batch (a CreateTopics of 100,000 partitions makes no epoch files), neither a flush nor a
+    close writes it before, and a restart rebuilds nothing wrong from its absence."""
+    import asyncio
+
+    from strom.log import Log, LogConfig, LogManager
+
+    async def run() -> None:
+        manager = LogManager([tmp_path / "d"], LogConfig())
+        manager.startup(0)
+        logs = await manager.get_or_create_logs([(("t", p), LogConfig()) for p in range(3)])
+        for lg in logs.values():
+            lg.assign_leader_epoch(2, 0)
+        await manager.write_pending_epochs()
+        manager.flush_dirty(every=True)
+        files = {p: sorted(f.name for f in lg.dir.iterdir()) for p, (_, lg) in enumerate(sorted(logs.items()))}
+        assert all(names == ["00000000000000000000.log"] for names in files.values()), files
+        assert logs[("t", 0)].end_offset_for_epoch(2) == (2, 0)  # known all the same
+        logs[("t", 0)].append(batch(2), leader_epoch=2)  # the epoch was assigned before it
+        follower = logs[("t", 1)]
+        follower.append_as_follower(bytes(logs[("t", 0)].read(0, 1 << 20).read_bytes()))
+        await manager.write_pending_epochs()
+        for p in (0, 1):
+            assert LeaderEpochCache(logs[("t", p)].dir).entries == [EpochEntry(2, 0)]
+        assert not (logs[("t", 2)].dir / LeaderEpochCache.FILE).exists()
+        manager.shutdown()
+
+    asyncio.run(run())
+    reopened = Log.open(tmp_path / "d" / "t-2", LogConfig(), clean_shutdown=True)
+    assert reopened.leader_epoch_cache.entries == [] and reopened.log_end_offset == 0
+    reopened.close()
+
+
+def test_an_emptied_logs_epoch_file_goes_and_is_made_again_by_its_next_batch(tmp_path):
+    """A log without batches keeps no epoch file (one an older Strom wrote for each new log is
+    removed when its entries go), so later epochs wait for the first batch again."""
+    (tmp_path / LeaderEpochCache.FILE).write_text("0\n1\n0 0\n")
+    has_batches = False
+    cache = LeaderEpochCache(tmp_path, holds_data=lambda: has_batches)
+    assert cache.entries == [EpochEntry(0, 0)]
+    cache.truncate_from_end(0)  # what loading an empty log does
+    assert not (tmp_path / LeaderEpochCache.FILE).exists()
+    cache.assign(1, 0)
+    assert not (tmp_path / LeaderEpochCache.FILE).exists() and cache.dirty
+    has_batches = True
+    cache.data_arrived()
+    assert LeaderEpochCache(tmp_path).entries == [EpochEntry(1, 0)] and not cache.dirty
+
+
 def test_unreadable_file_is_rebuilt_by_the_log(open_log, tmp_path):
     log = open_log()
     log.append(batch(3), leader_epoch=0)
@@ -112,6 +162,7 @@ def test_deferred_writes_are_batched_and_a_flush_makes_them_durable(tmp_path, mo
         logs = await manager.get_or_create_logs([(("t", p), LogConfig()) for p in range(20)])
         for lg in logs.values():
             lg.leader_epoch_cache.assign(3, 0)
+            lg.append(batch(2), leader_epoch=3)
             assert lg.leader_epoch_cache.dirty  # nothing written yet: the loop has not turned
         fsynced.clear()
         await manager.write_pending_epochs()
@@ -119,7 +170,6 @@ def test_deferred_writes_are_batched_and_a_flush_makes_them_durable(tmp_path, mo
         for lg in logs.values():
             assert LeaderEpochCache(lg.dir).entries == [EpochEntry(3, 0)]
         lg = logs[("t", 0)]
-        lg.append(batch(2), leader_epoch=3)
         lg.flush()
         # The flush made the epoch file durable (fsynced as it was written, not written again),
         # and the directory holding its new name, besides the segment.

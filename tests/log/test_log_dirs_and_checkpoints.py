@@ -125,6 +125,42 @@ def test_high_watermark_checkpoint_is_rebuilt_only_when_something_moved(tmp_path
     mgr.shutdown()
 
 
+def test_offset_checkpoints_walk_the_logs_only_when_an_offset_moved(tmp_path, clock):
+    """Idle, the 60 s recovery-point (with flushed-end) and log-start checkpoints do not walk
+    every log: only after a flush, a truncation, a log start move or a new log."""
+    mgr = LogManager([tmp_path / "a"], SMALL, now_ms=clock)
+    mgr.startup(0)
+    log = mgr.get_or_create_log("t", 0)
+    for _ in range(4):
+        log.append(batch(2))
+    walks: list[str] = []
+    real = mgr.write_per_dir
+    mgr.write_per_dir = lambda name, *a, **k: walks.append(name) or real(name, *a, **k)
+
+    def checkpoint() -> None:
+        mgr.checkpoint_recovery_points()
+        mgr.checkpoint_log_start_offsets()
+
+    checkpoint()
+    assert walks == [RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT]
+    checkpoint()
+    assert len(walks) == 2  # nothing moved
+    for change in (log.flush,  # the recovery point moves
+                   # the end moves back above the recovery point: its flushed end must go
+                   lambda: (log.append(batch(2)), log.truncate_to(9)),
+                   lambda: log.increment_log_start_offset(2),
+                   lambda: mgr.get_or_create_log("t", 1)):
+        change()
+        walks.clear()
+        checkpoint()
+        assert walks == [RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT], change
+        checkpoint()
+        assert len(walks) == 2
+    assert read_checkpoint(tmp_path / "a" / LOG_START_OFFSET_CHECKPOINT) == {("t", 0): 2, ("t", 1): 0}
+    assert read_checkpoint(tmp_path / "a" / RECOVERY_POINT_CHECKPOINT) == {("t", 0): 8, ("t", 1): 0}
+    mgr.shutdown()
+
+
 def test_log_start_offset_moves_up_only_and_survives_restart(tmp_path, clock):
     mgr = LogManager([tmp_path / "a"], SMALL, now_ms=clock)
     mgr.startup(0)

@@ -13,6 +13,10 @@ partitions' caches, off the event loop and without an fsync per file (becoming l
 batches are always durable, and an epoch the file lost in a power cut is one no flushed batch
 carries, which recovery reads back from the batches above the recovery point. Without a hook
 (tools, tests) every change is written and fsynced at once, as before.
+
+A log that holds no batch and has no file yet (a new partition) writes none: until a batch
+carries an epoch the file would describe nothing, and a missing file is rebuilt from the
+batches. The first batch has it written. Creating 100,000 partitions thus makes no epoch files.
 """
 
 from __future__ import annotations
@@ -41,11 +45,13 @@ class LeaderEpochCache:
     FILE = "leader-epoch-checkpoint"
 
     def __init__(self, directory: Path, defer: Callable[[LeaderEpochCache], None] | None = None,
-                 new: bool = False) -> None:
+                 new: bool = False, holds_data: Callable[[], bool] | None = None) -> None:
         self.path = Path(directory) / self.FILE
         self.entries: list[EpochEntry] = []
         self.loaded = False  # False: the file was missing or unreadable (the log rebuilds it)
+        self.on_disk = False  # the file exists (read or written)
         self.defer = defer
+        self.holds_data = holds_data  # the log has a batch: no file is written before it does
         self._version = 0  # changes made in memory
         self._written = 0  # the version the file holds
         self._synced = 0  # the version the file holds durably
@@ -56,14 +62,27 @@ class LeaderEpochCache:
             return
         try:
             self.entries = _read(self.path)
-            self.loaded = True
+            self.loaded = self.on_disk = True
         except FileNotFoundError:
             pass
         except (OSError, ValueError) as e:
+            self.on_disk = True  # to be replaced, even while the log is empty
             log.warning("%s is unreadable (%s); it will be rebuilt from the log", self.path, e)
 
     def _persist(self) -> None:
         self._version += 1
+        if not self._waits_for_data():
+            self._hand_over()
+
+    def _waits_for_data(self) -> bool:
+        return not self.on_disk and self.holds_data is not None and not self.holds_data()
+
+    def data_arrived(self) -> None:
+        """The log's first batch is in: an epoch assigned before it is written now."""
+        if self.dirty and not self.on_disk:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
         if self.defer is not None:
             self.defer(self)
         else:
@@ -78,7 +97,7 @@ class LeaderEpochCache:
         directory too unless the caller does that). Callable from any thread. True when the
         file was written (a new name in the directory)."""
         with self._lock:
-            if self._closed:
+            if self._closed or self._waits_for_data():
                 return False
             version, entries = self._version, list(self.entries)
             if version <= (self._synced if sync else self._written):
@@ -87,13 +106,25 @@ class LeaderEpochCache:
                 # Written already, not yet durable: fsync what is there rather than write it
                 # again (a new topic's 20,000 files, flushed at shutdown); its name is new to
                 # the directory all the same.
-                fsync_path(self.path)
+                if self.on_disk:
+                    fsync_path(self.path)
                 if sync_dir:
                     fsync_path(self.path.parent)
                 self._synced = version
                 return True
-            lines = ["0", str(len(entries)), *(f"{e.epoch} {e.start_offset}" for e in entries)]
-            write_atomically(self.path, "\n".join(lines) + "\n", sync=sync, own_lock=True, sync_dir=sync_dir)
+            if not entries and self.holds_data is not None and not self.holds_data():
+                # Nothing to say about a log without batches (a file from before it emptied, or
+                # from an older Strom that wrote one per new log): no file, and its next epochs
+                # wait for its first batch.
+                self.path.unlink(missing_ok=True)
+                self.on_disk = False
+                if sync and sync_dir:
+                    fsync_path(self.path.parent)
+            else:
+                lines = ["0", str(len(entries)), *(f"{e.epoch} {e.start_offset}" for e in entries)]
+                write_atomically(self.path, "\n".join(lines) + "\n", sync=sync, own_lock=True,
+                                 sync_dir=sync_dir)
+                self.on_disk = True
             self._written = max(self._written, version)
             if sync:
                 self._synced = version
@@ -109,6 +140,7 @@ class LeaderEpochCache:
         """Write nothing more: the directory is going away (or is another log's now)."""
         with self._lock:
             self._closed = True
+            self.holds_data = None  # the log's method: no cycle outlives the log
 
     def latest_epoch(self) -> int:
         return self.entries[-1].epoch if self.entries else -1

@@ -137,6 +137,10 @@ def _segment_base(segment: LogSegment) -> int:
 class Log:
     """A partition's segments, offsets and retention. Create with `Log.open`."""
 
+    # Moves whenever any log's recovery point or log start offset moves, or a log is truncated:
+    # the periodic checkpoints skip their walk of 100,000 logs when it has not moved since.
+    offsets_clock = 0
+
     def __init__(
         self,
         dir: Path,
@@ -162,9 +166,9 @@ class Log:
         # Its directory, once read, ended elsewhere than the checkpoint said (changed offline):
         # whoever keeps a high watermark for it must look again.
         self.end_corrected = False
-        self.log_start_offset = log_start_offset
+        self._log_start_offset = log_start_offset
         self._log_end_offset = log_end_offset
-        self.recovery_point = recovery_point
+        self._recovery_point = recovery_point
         self._now_ms = now_ms
         # Deleted segments waiting for file.delete.delay.ms: (deadline ms, segment).
         self._pending_deletes: list[tuple[int, LogSegment]] = []
@@ -179,6 +183,26 @@ class Log:
         self.last_flush_ms = now_ms()  # for flush.ms (Kafka's lastFlushTime)
         self.flush_hook: FlushHook | None = None
         self.io_error_hook: IoErrorHook | None = None
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @log_start_offset.setter
+    def log_start_offset(self, offset: int) -> None:
+        if offset != self._log_start_offset:
+            self._log_start_offset = offset
+            Log.offsets_clock += 1
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @recovery_point.setter
+    def recovery_point(self, offset: int) -> None:
+        if offset != self._recovery_point:
+            self._recovery_point = offset
+            Log.offsets_clock += 1
 
     @property
     def _segments(self) -> list[LogSegment]:
@@ -205,7 +229,8 @@ class Log:
         if cache is None:
             with self._load_lock:
                 if self._epoch_cache is None:
-                    cache = LeaderEpochCache(self.dir, self._epoch_defer, new=self._new)
+                    cache = LeaderEpochCache(self.dir, self._epoch_defer, new=self._new,
+                                             holds_data=self._holds_data)
                     for epoch, start in self._pending_epochs:
                         cache.assign(epoch, start)
                     self._pending_epochs = []
@@ -229,9 +254,13 @@ class Log:
         file is not read for it."""
         with self._load_lock:
             if self._epoch_cache is None:
-                self._epoch_cache = LeaderEpochCache(self.dir, self._epoch_defer, new=True)
+                self._epoch_cache = LeaderEpochCache(self.dir, self._epoch_defer, new=True,
+                                                     holds_data=self._holds_data)
             self._pending_epochs = []
         self._epoch_cache.close()
+
+    def _holds_data(self) -> bool:
+        return self._log_end_offset > self.log_start_offset
 
     def defer_epoch_writes(self, defer: Callable[[LeaderEpochCache], None]) -> None:
         """Have the leader epoch checkpoint written by `defer` (see leader_epoch.py)."""
@@ -461,8 +490,11 @@ class Log:
         self._log_end_offset = last + 1
         if self.append_hook is not None:
             self.append_hook(self, len(records))
-        if leader_epoch > self.leader_epoch_cache.latest_epoch():
-            self.leader_epoch_cache.assign(leader_epoch, first)
+        cache = self.leader_epoch_cache
+        if leader_epoch > cache.latest_epoch():
+            cache.assign(leader_epoch, first)
+        elif first == self.log_start_offset:
+            cache.data_arrived()
         if self.flush_hook is not None and last + 1 - self.recovery_point >= config.flush_messages:
             self.flush_hook(self, last + 1)  # flush.messages: Kafka's unflushedMessages check
         return AppendInfo(
@@ -487,6 +519,7 @@ class Log:
         if first < self._log_end_offset:
             raise OffsetOutOfRangeError(f"{self.name}: the leader's batch at offset {first} is below "
                                         f"this replica's log end offset {self._log_end_offset}")
+        was_empty = self._log_end_offset == self.log_start_offset
         now = self._now_ms()
         try:
             segment = self._maybe_roll(len(records), last, now)
@@ -500,6 +533,8 @@ class Log:
         for _, header in batches:
             if header.partition_leader_epoch > cache.latest_epoch():
                 cache.assign(header.partition_leader_epoch, header.base_offset)
+        if was_empty:
+            cache.data_arrived()
         if self.flush_hook is not None and last + 1 - self.recovery_point >= config.flush_messages:
             self.flush_hook(self, last + 1)
         return AppendInfo(first_offset=first, last_offset=last, max_timestamp=max_ts,
@@ -850,6 +885,7 @@ class Log:
             self._schedule_delete(victims, now)
         self._segments[-1].truncate_to(offset)
         self._log_end_offset = offset
+        Log.offsets_clock += 1  # the flushed-end checkpoint must forget the old end
         self.leader_epoch_cache.truncate_from_end(offset)
         self.recovery_point = min(self.recovery_point, offset)
         self.log_start_offset = min(self.log_start_offset, offset)

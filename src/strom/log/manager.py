@@ -206,6 +206,7 @@ class LogManager:
         self._checkpoint_locks: dict[str, threading.Lock] = {}
         self._checkpoint_warned: dict[Path, float] = {}
         self._last_written: dict[Path, dict] = {}  # each checkpoint file's entries, as last written
+        self._checkpointed_at: dict[str, tuple] = {}  # checkpoint name -> _offsets_at() when last written
         # After DeleteRecords: requests that arrive together share one write.
         self.log_start_offsets_checkpointed = CoalescedWrite(self.checkpoint_log_start_offsets)
         self.recovery_threads = recovery_threads  # num.recovery.threads.per.data.dir
@@ -864,11 +865,20 @@ class LogManager:
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
 
+    def _offsets_at(self) -> tuple:
+        """What the recovery-point, flushed-end and log-start checkpoints depend on besides
+        each log's offsets: read before a walk, so that a move during it shows next time."""
+        return Log.offsets_clock, self._layout, tuple(self.live_dirs)
+
     def checkpoint_recovery_points(self) -> None:
+        at = self._offsets_at()
+        if self._checkpointed_at.get(RECOVERY_POINT_CHECKPOINT) == at:
+            return  # nothing flushed, truncated or added since: 100,000 logs are not walked
         # Flushed ends first: one that a crash leaves newer than the recovery points only
         # names ends the recovery points do not match, which then recover as usual.
-        self._write_flushed_ends()
-        self.write_per_dir(RECOVERY_POINT_CHECKPOINT, lambda _k, lg: lg.recovery_point)
+        flushed_ends = self._write_flushed_ends()
+        if self.write_per_dir(RECOVERY_POINT_CHECKPOINT, lambda _k, lg: lg.recovery_point) and flushed_ends:
+            self._checkpointed_at[RECOVERY_POINT_CHECKPOINT] = at
 
     def _flushed_end(self, key: TopicPartition, lg: Log) -> tuple[int, int, int] | None:
         """(end offset, active segment base, its size) of a log flushed to its end, read so
@@ -882,7 +892,8 @@ class LogManager:
             return None
         return end, segment.base_offset, size
 
-    def _write_flushed_ends(self) -> None:
+    def _write_flushed_ends(self) -> bool:
+        written = True
         lock = self._checkpoint_locks.setdefault(FLUSHED_END_CHECKPOINT, threading.Lock())
         with lock:
             logs, dir_of = list(self._logs.items()), dict(self._dir_of)
@@ -900,10 +911,16 @@ class LogManager:
                     write_flushed_ends(d / FLUSHED_END_CHECKPOINT, entries)
                     self._last_written[d / FLUSHED_END_CHECKPOINT] = entries
                 except OSError as e:
+                    written = False
                     self._checkpoint_failed(d / FLUSHED_END_CHECKPOINT, e)
+        return written
 
     def checkpoint_log_start_offsets(self) -> None:
-        self.write_per_dir(LOG_START_OFFSET_CHECKPOINT, lambda _k, lg: lg.log_start_offset)
+        at = self._offsets_at()
+        if self._checkpointed_at.get(LOG_START_OFFSET_CHECKPOINT) == at:
+            return
+        if self.write_per_dir(LOG_START_OFFSET_CHECKPOINT, lambda _k, lg: lg.log_start_offset):
+            self._checkpointed_at[LOG_START_OFFSET_CHECKPOINT] = at
 
     def checkpoint_high_watermarks(self) -> None:
         """replication-offset-checkpoint: the high watermark of each partition (Kafka's
