@@ -205,3 +205,27 @@ def test_wait_durable_returns_after_the_fsync_and_reports_failure(tmp_path, cloc
         mgr.shutdown()
 
     asyncio.run(scenario())
+
+
+def test_a_new_log_without_batches_is_not_fsynced_until_it_gets_one(tmp_path, monkeypatch):
+    """A clean stop flushes every log: one made this run that never held a batch has only its
+    empty segment file, whose name a power cut may lose at no cost, so its directory is not
+    fsynced; once it has a batch, its directory is (the segment's name with the data)."""
+    import strom.log.log as log_module
+
+    synced: list[str] = []
+    real = log_module.fsync_path
+    monkeypatch.setattr(log_module, "fsync_path", lambda p: synced.append(os.path.basename(p)) or real(p))
+    new = Log.open(tmp_path / "t-0", LogConfig())
+    new.flush()
+    assert "t-0" not in synced
+    new.append(batch(1))
+    new.flush()
+    assert "t-0" in synced
+    new.close()
+    reopened = Log.open(tmp_path / "t-1", LogConfig())  # a new log, closed empty, opens empty again
+    reopened.close()
+    (tmp_path / "t-1" / "00000000000000000000.log").unlink()  # the name a power cut may lose
+    again = Log.open(tmp_path / "t-1", LogConfig(), clean_shutdown=True)
+    assert again.log_end_offset == 0 and len(again.segments) == 1
+    again.close()
