@@ -67,28 +67,32 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 # --- slow modules, and the order a parallel run starts them in ----------------------------------
-# Longest first, as measured (`--durations=0` of a whole run; seconds on a busy 2-core machine).
+# Longest first, as measured (the junit times of a whole run, per module: 4 workers on 2 cores).
 # `-m "not slow"` leaves these out.
 SLOW: tuple[str, ...] = (
-    "tests/spark/",                                  # 590 s, with the two below: two workers
-    "tests/test_readme.py",                          # 185 (its PySpark section)
-    "tests/integration/test_secure_walkthrough.py",  # 144 (its PySpark client)
-    "tests/integration/test_partition_scale.py",     # 360
-    "tests/cli/test_produce_consume_cli.py",         # 250
-    "tests/cli/test_reassign_cli.py",                # 232
-    "tests/cli/test_offsets_cli.py",                 # 95
-    "tests/raft/test_simulation.py",                 # 167
-    "tests/cluster/test_cluster.py",                 # 152
-    "tests/server/test_hardening.py",                # 130
-    "tests/integration/test_transactions_copier.py", # 129
-    "tests/cli/test_topics_cli.py",                  # 121
-    "tests/powerloss/",                              # 120
-    "tests/integration/test_tls_failures.py",        # 118
-    "tests/server/test_hardening_storage.py",        # 107
-    "tests/cluster/",                                # 480 per mode, the other modules
-    "tests/kraft/",                                  # ~200 (estimated: quorums, KRaft clusters)
-    "tests/cli/test_cluster_cli.py",                 # ~100 (estimated: a real `cluster up`)
-    "tests/server/test_fuzz.py",                     # 81
+    "tests/spark/",                                  # 420 s, and 300 more with the two below: two groups
+    "tests/test_readme.py",                          # 110 (its PySpark section)
+    "tests/integration/test_secure_walkthrough.py",  # 86 (its PySpark client)
+    "tests/integration/test_partition_scale.py",     # 165
+    "tests/cluster/test_replication.py",             # 113 (both modes)
+    "tests/cluster/test_partition_scale_cluster.py", # 113
+    "tests/raft/test_simulation.py",                 # 101
+    "tests/cluster/test_nemesis.py",                 # 100
+    "tests/cluster/test_failover.py",                # 95
+    "tests/cluster/test_cluster.py",                 # 87
+    "tests/server/test_fuzz.py",                     # 80
+    "tests/integration/test_tls_failures.py",        # 76
+    "tests/cli/test_produce_consume_cli.py",         # 63
+    "tests/server/test_hardening.py",                # 60
+    "tests/server/test_hardening2.py",               # 54
+    "tests/cluster/test_transactions_cluster.py",    # 53
+    "tests/cli/test_reassign_cli.py",                # 53
+    "tests/cli/test_offsets_cli.py",                 # 53
+    "tests/cli/test_topics_cli.py",                  # 44
+    "tests/powerloss/",                              # 63
+    "tests/cluster/",                                # 20-42 each, the other modules
+    "tests/cli/test_cluster_cli.py",                 # 39
+    "tests/kraft/",                                  # 5-23 each
 )
 
 

@@ -313,8 +313,13 @@ class Broker:
                 if response.error_code == ErrorCode.NONE and not response.remaining_partitions:
                     log.info("controlled shutdown succeeded: this broker leads nothing more")
                     return
-                log.warning("controlled shutdown: %s, %d partitions still led here",
-                            ErrorCode(response.error_code).name, len(response.remaining_partitions))
+                if response.error_code == ErrorCode.NOT_CONTROLLER:
+                    # It resigned meanwhile (stopping too, say): its successor is asked once known.
+                    log.info("controlled shutdown: broker %d is no longer the controller", controller)
+                    unreachable = controller
+                else:
+                    log.warning("controlled shutdown: %s, %d partitions still led here",
+                                ErrorCode(response.error_code).name, len(response.remaining_partitions))
             except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError) as e:
                 log.warning("controlled shutdown request failed: %s", e or type(e).__name__)
                 unreachable = controller
