@@ -160,8 +160,10 @@ class Log:
         self._load_lock = threading.RLock()
         self._epoch_cache: LeaderEpochCache | None = None
         self._epoch_defer: Callable[[LeaderEpochCache], None] | None = None
-        # Leader epochs assigned before the epoch file was read (see assign_leader_epoch).
+        # Leader epochs assigned before the epoch file was read (see assign_leader_epoch), and
+        # those applied before the directory was read: the load's checks would drop them.
         self._pending_epochs: list[tuple[int, int]] = []
+        self._assigned_unloaded: list[tuple[int, int]] = []
         self._new = False  # its directory was made just now: it has no epoch file to read
         # Made this run and never given a batch: its directory holds one empty segment file,
         # whose name a power cut may lose at no cost (opening the log makes it again), so a
@@ -237,6 +239,8 @@ class Log:
                                              holds_data=self._holds_data)
                     for epoch, start in self._pending_epochs:
                         cache.assign(epoch, start)
+                    if self._loaded_segments is None:
+                        self._assigned_unloaded += self._pending_epochs
                     self._pending_epochs = []
                     self._epoch_cache = cache
                 cache = self._epoch_cache
@@ -384,11 +388,24 @@ class Log:
         the batches if its file is missing, else trimmed to the log's offsets. After a crash
         (`recovered_from`: the recovery point) the epochs of the batches written since are
         assigned too: a kill between a batch's write and its epoch's checkpoint write would
-        otherwise leave that epoch out."""
+        otherwise leave that epoch out.
+
+        A leader's epoch assigned before the log was read starts at the log's end, which is
+        what the checks drop: it is assigned again after them, as Kafka assigns a new leader's
+        epoch once the log is loaded."""
+        with self._load_lock:
+            early, self._pending_epochs = self._pending_epochs, []
+            early += self._assigned_unloaded
+            self._assigned_unloaded = []
         cache = self.leader_epoch_cache
         if not cache.loaded and self._log_end_offset > self.log_start_offset:
             cache.rebuild(self._batch_epochs())
-            return
+        else:
+            self._trim_epoch_cache(cache, recovered_from)
+        for epoch, _ in early:  # nothing was appended since: the epoch starts at the end
+            cache.assign(epoch, self._log_end_offset)
+
+    def _trim_epoch_cache(self, cache: LeaderEpochCache, recovered_from: int | None) -> None:
         cache.truncate_from_end(self._log_end_offset)
         cache.truncate_from_start(self.log_start_offset)
         if recovered_from is not None:
