@@ -104,6 +104,27 @@ def test_an_emptied_logs_epoch_file_goes_and_is_made_again_by_its_next_batch(tmp
     assert LeaderEpochCache(tmp_path).entries == [EpochEntry(1, 0)] and not cache.dirty
 
 
+def test_a_change_undone_before_the_write_rewrites_nothing(tmp_path, monkeypatch):
+    """Loading a log drops the leader's epoch at its end and the leader assigns it again: the
+    file already says that, so the batched writer does not rewrite it (100,000 files per
+    restart), and a later change is written as usual."""
+    from strom.log import leader_epoch
+
+    (tmp_path / LeaderEpochCache.FILE).write_text("0\n1\n0 0\n")
+    writes: list[str] = []
+    real = leader_epoch.write_atomically
+    monkeypatch.setattr(leader_epoch, "write_atomically", lambda path, text, **kw: writes.append(text) or real(path, text, **kw))
+    handed: list[LeaderEpochCache] = []
+    cache = LeaderEpochCache(tmp_path, defer=handed.append, holds_data=lambda: True)
+    cache.truncate_from_end(0)
+    cache.assign(0, 0)
+    assert handed and cache.dirty
+    assert not cache.write() and not cache.sync() and not cache.dirty
+    assert writes == []
+    cache.assign(2, 5)
+    assert cache.write() and writes == ["0\n2\n0 0\n2 5\n"]
+
+
 def test_unreadable_file_is_rebuilt_by_the_log(open_log, tmp_path):
     log = open_log()
     log.append(batch(3), leader_epoch=0)

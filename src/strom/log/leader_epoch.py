@@ -50,6 +50,8 @@ class LeaderEpochCache:
         self.entries: list[EpochEntry] = []
         self.loaded = False  # False: the file was missing or unreadable (the log rebuilds it)
         self.on_disk = False  # the file exists (read or written)
+        self._file_entries: list[EpochEntry] | None = None  # what the file says, if known
+        self._file_durable = False  # ... and it is fsynced (or was there at start-up)
         self.defer = defer
         self.holds_data = holds_data  # the log has a batch: no file is written before it does
         self._version = 0  # changes made in memory
@@ -62,7 +64,8 @@ class LeaderEpochCache:
             return
         try:
             self.entries = _read(self.path)
-            self.loaded = self.on_disk = True
+            self.loaded = self.on_disk = self._file_durable = True
+            self._file_entries = self.entries
         except FileNotFoundError:
             pass
         except (OSError, ValueError) as e:
@@ -102,6 +105,13 @@ class LeaderEpochCache:
             version, entries = self._version, list(self.entries)
             if version <= (self._synced if sync else self._written):
                 return False
+            if entries == self._file_entries and (self._file_durable or not sync):
+                # The file says this already (a change undone: loading drops a leader's epoch
+                # at the log's end, then assigns it again): not rewritten for nothing.
+                self._written = max(self._written, version)
+                if sync:
+                    self._synced = version
+                return False
             if sync and version <= self._written:
                 # Written already, not yet durable: fsync what is there rather than write it
                 # again (a new topic's 20,000 files, flushed at shutdown); its name is new to
@@ -118,6 +128,7 @@ class LeaderEpochCache:
                 # wait for its first batch.
                 self.path.unlink(missing_ok=True)
                 self.on_disk = False
+                self._file_entries = None
                 if sync and sync_dir:
                     fsync_path(self.path.parent)
             else:
@@ -125,6 +136,7 @@ class LeaderEpochCache:
                 write_atomically(self.path, "\n".join(lines) + "\n", sync=sync, own_lock=True,
                                  sync_dir=sync_dir)
                 self.on_disk = True
+                self._file_entries, self._file_durable = entries, sync
             self._written = max(self._written, version)
             if sync:
                 self._synced = version
