@@ -199,3 +199,31 @@ def test_deferred_writes_are_batched_and_a_flush_makes_them_durable(tmp_path, mo
         manager.shutdown()
 
     asyncio.run(run())
+
+
+def test_after_a_crash_the_first_flush_makes_the_epoch_file_durable(tmp_path, monkeypatch):
+    """The batched writer writes epoch files without an fsync; after a crash the file read back
+    may be such a write, so the flush that moves the recovery point past its epochs fsyncs it
+    even though the recovered cache did not change."""
+    import os
+
+    from strom.log import Log, LogConfig
+
+    handed: list[LeaderEpochCache] = []
+    before = Log.open(tmp_path / "t-0", LogConfig())
+    before.defer_epoch_writes(handed.append)
+    before.append(batch(2), leader_epoch=3)
+    assert before.leader_epoch_cache.write()  # the batched writer's write: no fsync
+    # kill -9 here: nothing flushed, nothing closed
+    fsynced: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: fsynced.append(os.readlink(f"/proc/self/fd/{fd}")) or real_fsync(fd))
+    after = Log.open(tmp_path / "t-0", LogConfig(), recovery_point=0)
+    assert after.leader_epoch_cache.entries == [EpochEntry(3, 0)] and not after.leader_epoch_cache.dirty
+    after.flush()
+    assert any(f.endswith(LeaderEpochCache.FILE) for f in fsynced), fsynced
+    fsynced.clear()
+    after.flush()
+    assert not any(f.endswith(LeaderEpochCache.FILE) for f in fsynced)
+    after.close()
+    before.close()

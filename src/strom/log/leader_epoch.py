@@ -142,6 +142,12 @@ class LeaderEpochCache:
                 self._synced = version
         return True
 
+    def assume_unsynced(self) -> None:
+        """The file may not be durable (read after a crash): the next sync fsyncs it."""
+        with self._lock:
+            self._file_durable = False
+            self._synced = min(self._synced, self._version - 1)
+
     def sync(self, sync_dir: bool = True) -> bool:
         """Make the file durable with everything the cache holds now (before a flush moves
         the recovery point past batches of the newest epochs). True if it was written: without

@@ -380,6 +380,10 @@ class Log:
         # nothing that exists. Written here, it was a create, rename and two fsyncs per log.
         opened._epoch_defer = _leave_dirty
         opened._check_epoch_cache(None if clean_shutdown else point)
+        if not clean_shutdown:
+            # A crash may have left the file as written, unsynced, by the batched writer: the
+            # flush that moves the recovery point past its epochs' batches must fsync it.
+            opened.leader_epoch_cache.assume_unsynced()
         opened._epoch_defer = opened.leader_epoch_cache.defer = None
         return opened
 
