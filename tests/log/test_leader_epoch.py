@@ -148,9 +148,9 @@ def test_closing_an_unread_epoch_cache_reads_nothing_and_drops_waiting_epochs(op
 
 
 @pytest.mark.parametrize("records", [0, 3])
-@pytest.mark.parametrize("read_file_first", [False, True])
+@pytest.mark.parametrize("file_read", ["by the load", "after the assignment", "before the assignment"])
 def test_a_leader_epoch_assigned_before_the_log_is_read_survives_the_load(open_log, tmp_path, records,
-                                                                       read_file_first):
+                                                                       file_read):
     """A restarted broker becomes leader before its logs are read; the load's checks drop
     entries at the log's end, which is where the new epoch starts: it is assigned again after
     them, as Kafka assigns a new leader's epoch once the log is loaded."""
@@ -159,9 +159,11 @@ def test_a_leader_epoch_assigned_before_the_log_is_read_survives_the_load(open_l
         log.append(batch(records), leader_epoch=1)
     log.close()
     lazy = Log.lazy(tmp_path / "topic-0", LogConfig(), log_start_offset=0, log_end_offset=records)
+    if file_read == "before the assignment":
+        lazy.read_epoch_file()  # a follower's epoch file is read before it fetches
     lazy.assign_leader_epoch(4, records)
-    if read_file_first:
-        lazy.read_epoch_file()  # the background load reads the epoch file before the directory
+    if file_read == "after the assignment":
+        lazy.read_epoch_file()
     lazy.load()
     assert lazy.end_offset_for_epoch(4) == (4, records)
     assert lazy.leader_epoch_cache.entries[-1] == EpochEntry(4, records)

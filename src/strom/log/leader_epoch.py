@@ -77,8 +77,11 @@ class LeaderEpochCache:
         if not self._waits_for_data():
             self._hand_over()
 
+    def _log_is_empty(self) -> bool:
+        return self.holds_data is not None and not self.holds_data()
+
     def _waits_for_data(self) -> bool:
-        return not self.on_disk and self.holds_data is not None and not self.holds_data()
+        return not self.on_disk and self._log_is_empty()
 
     def data_arrived(self) -> None:
         """The log's first batch is in: an epoch assigned before it is written now."""
@@ -122,7 +125,7 @@ class LeaderEpochCache:
                     fsync_path(self.path.parent)
                 self._synced = version
                 return True
-            if not entries and self.holds_data is not None and not self.holds_data():
+            if not entries and self._log_is_empty():
                 # Nothing to say about a log without batches (a file from before it emptied, or
                 # from an older Strom that wrote one per new log): no file, and its next epochs
                 # wait for its first batch.

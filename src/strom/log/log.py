@@ -161,9 +161,9 @@ class Log:
         self._epoch_cache: LeaderEpochCache | None = None
         self._epoch_defer: Callable[[LeaderEpochCache], None] | None = None
         # Leader epochs assigned before the epoch file was read (see assign_leader_epoch), and
-        # those applied before the directory was read: the load's checks would drop them.
+        # all those assigned before the directory was read: the load's checks would drop them.
         self._pending_epochs: list[tuple[int, int]] = []
-        self._assigned_unloaded: list[tuple[int, int]] = []
+        self._unloaded_epochs: list[tuple[int, int]] = []
         self._new = False  # its directory was made just now: it has no epoch file to read
         # Made this run and never given a batch: its directory holds one empty segment file,
         # whose name a power cut may lose at no cost (opening the log makes it again), so a
@@ -239,8 +239,6 @@ class Log:
                                              holds_data=self._holds_data)
                     for epoch, start in self._pending_epochs:
                         cache.assign(epoch, start)
-                    if self._loaded_segments is None:
-                        self._assigned_unloaded += self._pending_epochs
                     self._pending_epochs = []
                     self._epoch_cache = cache
                 cache = self._epoch_cache
@@ -252,6 +250,8 @@ class Log:
         the background load), so a restarted broker becomes leader of 100,000 partitions
         without reading 100,000 files first."""
         with self._load_lock:
+            if self._loaded_segments is None:
+                self._unloaded_epochs.append((epoch, start_offset))  # for after the load's checks
             if self._epoch_cache is None:
                 self._pending_epochs.append((epoch, start_offset))
                 return
@@ -265,6 +265,7 @@ class Log:
                 self._epoch_cache = LeaderEpochCache(self.dir, self._epoch_defer, new=True,
                                                      holds_data=self._holds_data)
             self._pending_epochs = []
+            self._unloaded_epochs = []
         self._epoch_cache.close()
 
     def _holds_data(self) -> bool:
@@ -398,9 +399,7 @@ class Log:
         what the checks drop: it is assigned again after them, as Kafka assigns a new leader's
         epoch once the log is loaded."""
         with self._load_lock:
-            early, self._pending_epochs = self._pending_epochs, []
-            early += self._assigned_unloaded
-            self._assigned_unloaded = []
+            early, self._unloaded_epochs = self._unloaded_epochs, []
         cache = self.leader_epoch_cache
         if not cache.loaded and self._log_end_offset > self.log_start_offset:
             cache.rebuild(self._batch_epochs())

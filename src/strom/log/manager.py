@@ -193,7 +193,6 @@ class LogManager:
         # logs' layout, what the last complete high-watermark checkpoint was written at.
         self.high_watermarks_version: Callable[[], int] = lambda: -1
         self._layout = 0  # ticks when a log is added, removed or moved
-        self._hw_written_at: tuple | None = None
         self.new_logs_expected = True  # see get_or_create_log
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -206,7 +205,7 @@ class LogManager:
         self._checkpoint_locks: dict[str, threading.Lock] = {}
         self._checkpoint_warned: dict[Path, float] = {}
         self._last_written: dict[Path, dict] = {}  # each checkpoint file's entries, as last written
-        self._checkpointed_at: dict[str, tuple] = {}  # checkpoint name -> _offsets_at() when last written
+        self._checkpointed_at: dict[str, tuple] = {}  # checkpoint name -> what it was written at
         # After DeleteRecords: requests that arrive together share one write.
         self.log_start_offsets_checkpointed = CoalescedWrite(self.checkpoint_log_start_offsets)
         self.recovery_threads = recovery_threads  # num.recovery.threads.per.data.dir
@@ -865,20 +864,25 @@ class LogManager:
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
 
-    def _offsets_at(self) -> tuple:
-        """What the recovery-point, flushed-end and log-start checkpoints depend on besides
-        each log's offsets: read before a walk, so that a move during it shows next time."""
-        return Log.offsets_clock, self._layout, tuple(self.live_dirs)
+    def _unless_unmoved(self, name: str, clock: int, write: Callable[[], bool]) -> None:
+        """Run `write` (True once every file is written) unless `clock`, the layout and the
+        live dirs are as at the last complete write of checkpoint `name`: an idle broker
+        walks none of its 100,000 logs. They are read before the walk, so that a move during
+        it shows next time; a clock of -1 (unknown) always writes."""
+        at = (clock, self._layout, tuple(self.live_dirs))
+        if clock >= 0 and self._checkpointed_at.get(name) == at:
+            return
+        if write():
+            self._checkpointed_at[name] = at
 
     def checkpoint_recovery_points(self) -> None:
-        at = self._offsets_at()
-        if self._checkpointed_at.get(RECOVERY_POINT_CHECKPOINT) == at:
-            return  # nothing flushed, truncated or added since: 100,000 logs are not walked
-        # Flushed ends first: one that a crash leaves newer than the recovery points only
-        # names ends the recovery points do not match, which then recover as usual.
-        flushed_ends = self._write_flushed_ends()
-        if self.write_per_dir(RECOVERY_POINT_CHECKPOINT, lambda _k, lg: lg.recovery_point) and flushed_ends:
-            self._checkpointed_at[RECOVERY_POINT_CHECKPOINT] = at
+        def write() -> bool:
+            # Flushed ends first: one that a crash leaves newer than the recovery points only
+            # names ends the recovery points do not match, which then recover as usual.
+            flushed_ends = self._write_flushed_ends()
+            return self.write_per_dir(RECOVERY_POINT_CHECKPOINT, lambda _k, lg: lg.recovery_point) and flushed_ends
+
+        self._unless_unmoved(RECOVERY_POINT_CHECKPOINT, Log.offsets_clock, write)
 
     def _flushed_end(self, key: TopicPartition, lg: Log) -> tuple[int, int, int] | None:
         """(end offset, active segment base, its size) of a log flushed to its end, read so
@@ -916,24 +920,19 @@ class LogManager:
         return written
 
     def checkpoint_log_start_offsets(self) -> None:
-        at = self._offsets_at()
-        if self._checkpointed_at.get(LOG_START_OFFSET_CHECKPOINT) == at:
-            return
-        if self.write_per_dir(LOG_START_OFFSET_CHECKPOINT, lambda _k, lg: lg.log_start_offset):
-            self._checkpointed_at[LOG_START_OFFSET_CHECKPOINT] = at
+        self._unless_unmoved(LOG_START_OFFSET_CHECKPOINT, Log.offsets_clock, lambda: self.write_per_dir(
+            LOG_START_OFFSET_CHECKPOINT, lambda _k, lg: lg.log_start_offset))
 
     def checkpoint_high_watermarks(self) -> None:
         """replication-offset-checkpoint: the high watermark of each partition (Kafka's
         ReplicaManager writes it every replica.high.watermark.checkpoint.interval.ms)."""
         if self.high_watermarks is None:
             return
-        # Read before the high watermarks: a move while they are read shows next time.
-        at = (self.high_watermarks_version(), self._layout, tuple(self.live_dirs))
-        if at[0] >= 0 and at == self._hw_written_at:
-            return
-        hws = dict(self.high_watermarks())
-        if self.write_per_dir(HIGH_WATERMARK_CHECKPOINT, lambda key, _lg: hws.get(key)):
-            self._hw_written_at = at
+        def write() -> bool:
+            hws = dict(self.high_watermarks())
+            return self.write_per_dir(HIGH_WATERMARK_CHECKPOINT, lambda key, _lg: hws.get(key))
+
+        self._unless_unmoved(HIGH_WATERMARK_CHECKPOINT, self.high_watermarks_version(), write)
 
     def read_high_watermarks(self) -> dict[TopicPartition, int]:
         """The checkpointed high watermarks of every live dir (for start-up)."""
