@@ -5,6 +5,7 @@ controller catching up from a snapshot."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -12,6 +13,8 @@ import time
 import pytest
 from kafka.admin import KafkaAdminClient
 from kraft_support import (
+    BROKER_HEARTBEAT,
+    call_active,
     create_topics,
     image_state,
     metadata_dir,
@@ -209,3 +212,32 @@ def test_a_dedicated_broker_snapshots_its_copy_of_the_metadata_log(with_broker):
             return {t.name for t in body.topics if t.error_code == 0}
         wait_for(lambda: set(names) <= listed(), 30, what="every topic known after the restart")
     assert read_log(directory)[0] >= start
+
+
+def test_controllers_stopped_together_let_a_broker_finish_its_controlled_shutdown():
+    """Every node stopped at once (Ctrl-C on a local cluster): a broker half-way through its
+    controlled shutdown needs the quorum for its last step, so the controllers asked to stop keep
+    their vote until it is done, and then leave at once."""
+    with KRaftQuorum(3, overrides=OVERRIDES) as q:
+        leader = q.leader()
+        epoch = register_brokers(q, [1001])[1001]
+
+        def heartbeat():
+            return call_active(q, BROKER_HEARTBEAT, 1, {
+                "broker_id": 1001, "broker_epoch": epoch, "current_metadata_offset": 1 << 40,
+                "want_fence": False, "want_shut_down": True, "offline_log_dirs": []})
+
+        first = heartbeat()  # recorded: broker 1001 is in controlled shutdown
+        assert first.error_code == 0 and not first.should_shut_down and not first.is_fenced
+        wait_caught_up(q, [1, 2, 3])
+        time.sleep(0.5)  # the followers learn the new high watermark in their next fetch
+        others = [n for n in q.nodes if n != leader]
+        for n in others:
+            q.nodes[n].proc.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        assert all(q.nodes[n].proc.poll() is None for n in others), "a controller left before the broker was done"
+        last = heartbeat()  # the fence that lets it go: committed by the controllers still there
+        assert last.error_code == 0 and last.should_shut_down and last.is_fenced
+        for n in others:  # and now nothing holds them (the session timeout is 10 minutes)
+            assert q.nodes[n].proc.wait(30) == 0
+            assert "keeps its vote until broker(s) 1001 finish" in q.nodes[n].log_text()

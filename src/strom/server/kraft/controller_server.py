@@ -43,6 +43,9 @@ from strom.server.kraft.raft_transport import RaftTransport
 
 log = logging.getLogger(__name__)
 
+# How long a stopping controller watches for another broker that began to stop at the same time.
+SETTLE_S = 0.5
+
 
 def quorum_config(config: BrokerConfig, cluster_id: str | None) -> QuorumConfig:
     listener = config.controller_listener_names[0]
@@ -203,6 +206,7 @@ class ControllerServer:
             self.thread.stop()
 
     async def _shutdown(self) -> None:
+        await self._keep_vote_for_controlled_shutdowns()
         if self.socket_server is not None:
             await self.socket_server.stop_accepting()
         if self.controller is not None:
@@ -213,6 +217,32 @@ class ControllerServer:
             self.transport.close()
         if self.socket_server is not None:
             await self.socket_server.drain(timeout=2)
+
+    async def _keep_vote_for_controlled_shutdowns(self) -> None:
+        """Nodes stopped together (Ctrl-C on a local cluster, a fleet stopped at once): a broker
+        half-way through its controlled shutdown needs the quorum to commit its last step, and
+        a controller that left first could take the majority with it. So a controller asked to
+        stop keeps its vote while another broker is in controlled shutdown and not yet fenced,
+        as long as some controller leads, and at most broker.session.timeout.ms (by then the
+        broker is fenced anyway). While other brokers are live it first waits SETTLE_S for one
+        that began to stop a moment later: a rolling restart, where nobody else stops, pays
+        only that."""
+        if self.controller is None or self.driver is None or self.driver.core is None:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        settled, end = now + SETTLE_S, now + self.config["broker.session.timeout.ms"] / 1000
+        said = False
+        while loop.time() < end and self.driver.core.leader_id >= 0:
+            others = [b for b in self.controller.image.brokers.values() if b.id != self.node_id and not b.fenced]
+            stopping = sorted(b.id for b in others if b.in_controlled_shutdown)
+            if stopping and not said:
+                log.info("controller %d keeps its vote until broker(s) %s finish their controlled shutdown",
+                         self.node_id, ",".join(map(str, stopping)))
+                said = True
+            if not stopping and (not others or loop.time() >= settled):
+                return
+            await asyncio.sleep(0.05)
 
     async def _on_raft(self, e: Any) -> None:
         """The quorum controller applies each effect first; then this node's broker hears of
