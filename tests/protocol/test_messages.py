@@ -1,8 +1,10 @@
 import struct
+import uuid
 
 import pytest
 
 from strom.protocol import messages
+from strom.protocol.messages import RESPONSES, build
 
 
 def test_request_round_trip_flexible_header():
@@ -93,3 +95,39 @@ def test_truncated_produce_is_invalid(version):
         messages.parse_request(raw[:-3])
     with pytest.raises(messages.InvalidRequest):
         messages.parse_request(raw + b"\x00")
+
+
+def _by_constructor(cls: type, version: int, fields: dict):
+    """The codec's own way: every struct made by its class's constructor."""
+    kwargs = {}
+    for name, value in fields.items():
+        nested = cls._struct.fields[name]
+        if value is not None and nested.is_struct_array():
+            value = [_by_constructor(nested.data_class, version, v) for v in value]
+        elif value is not None and nested.is_struct():
+            value = _by_constructor(nested.data_class, version, value)
+        kwargs[name] = value
+    return cls(version=version, **kwargs)
+
+
+def test_build_makes_what_the_codecs_constructors_make():
+    """`build` makes elements from a plan, not through their constructors: the same objects,
+    down to the bytes, the tagged fields noted and the defaults of fields left out."""
+    partition = {"partition_index": 3, "error_code": 0, "high_watermark": 10, "last_stable_offset": 10,
+                 "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
+                 "records": b"", "diverging_epoch": {"epoch": 4, "end_offset": 7}}
+    fields = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [
+        {"topic_id": uuid.UUID(int=5), "partitions": [partition, {
+            **{k: v for k, v in partition.items() if k != "log_start_offset"}, "partition_index": 4}]}]}
+    response = RESPONSES[1]
+    for version in (12, 13, 16):
+        made, reference = build(response, version, fields), _by_constructor(response, version, fields)
+        assert made.encode(version=version) == reference.encode(version=version)
+        first, second = made.responses[0].partitions
+        assert first.tags == {"diverging_epoch"} == reference.responses[0].partitions[0].tags
+        assert first.diverging_epoch.epoch == 4 and first.log_start_offset == 0
+        assert second.log_start_offset == -1 == reference.responses[0].partitions[1].log_start_offset  # the default
+    with pytest.raises(ValueError, match="bogus"):
+        build(response, 12, {"responses": [{"partitions": [{"bogus": 1}]}]})
+    with pytest.raises(ValueError, match="version"):
+        build(response, 99, {})

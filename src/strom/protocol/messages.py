@@ -235,18 +235,89 @@ def response_header(header: RequestHeader) -> bytes:
 
 
 def build(cls: type, version: int, fields: dict[str, Any]) -> Any:
-    """Make the codec object of struct `cls` at `version` from plain (nested) dicts."""
-    struct_fields = cls._struct.fields
-    kwargs = {}
-    for name, value in fields.items():
-        field = struct_fields[name]
-        if value is not None and field.is_struct():
-            value = build(field.data_class, version, value)
-        elif value is not None and field.is_struct_array():
-            sub = field.data_class
-            value = [build(sub, version, v) if isinstance(v, dict) else v for v in value]
-        kwargs[name] = value
-    return cls(version=version, **kwargs)
+    """Make the codec object of struct `cls` at `version` from plain (nested) dicts.
+
+    A whole request or response is made by its class's constructor. Its elements, of which a
+    controller's LeaderAndIsr or a wide response holds 100,000, are made the way that
+    constructor makes them (each given field set, tagged ones noted, the version's other fields
+    at their defaults, unknown names refused), from a plan made once per struct and version."""
+    plan = _BUILD_PLANS.get((cls, version)) or _build_plan(cls, version)
+    if plan.message:
+        return cls(version=version, **{name: _nested(plan, name, value, version) for name, value in fields.items()})
+    obj = _new_object(cls)
+    obj._version, obj.tags, obj.unknown_tags = version, None, None
+    for name, tagged, default, nested in plan.fields:
+        if name in fields:
+            if tagged:
+                if obj.tags is None:
+                    obj.tags = set()
+                obj.tags.add(name)
+            setattr(obj, name, _nested(plan, name, fields[name], version) if nested else fields[name])
+        elif default is not _ABSENT:
+            setattr(obj, name, default.field.default if type(default) is _DefaultOf else default)
+    if len(fields) > len(plan.fields) or not fields.keys() <= plan.names:
+        raise ValueError(f"Unrecognized fields for type {cls._struct.name}: {sorted(fields.keys() - plan.names)}")
+    return obj
+
+
+def _nested(plan: _BuildPlan, name: str, value: Any, version: int) -> Any:
+    """`value` of field `name` with its nested dicts made into structs."""
+    sub = plan.structs.get(name)
+    if value is None or sub is None:
+        return value
+    if name in plan.arrays:
+        return [build(sub, version, v) if isinstance(v, dict) else v for v in value]
+    return build(sub, version, value)
+
+
+_ABSENT = object()  # a field outside the version: left unset, as the codec's constructor leaves it
+
+
+@dataclass(frozen=True)
+class _DefaultOf:
+    """A default the codec cannot give (a struct's): asked for only when the field is left
+    out, so that it fails then, as the codec's constructor does."""
+
+    field: Any
+_new_object = object.__new__
+
+
+@dataclass(frozen=True)
+class _BuildPlan:
+    message: bool  # an ApiMessage (a request or response), not one of its elements
+    fields: tuple[tuple[str, bool, Any, bool], ...]  # name, tagged, default (or _ABSENT), holds structs
+    names: frozenset[str]
+    structs: dict[str, type]  # the class of each field that holds a struct or an array of them
+    arrays: frozenset[str]
+
+
+_BUILD_PLANS: dict[tuple[type, int], _BuildPlan] = {}
+
+
+def _default(field: Any) -> Any:
+    try:
+        return field.default
+    except NotImplementedError:
+        return _DefaultOf(field)
+
+
+def _build_plan(cls: type, version: int) -> _BuildPlan:
+    struct_field = cls._struct
+    if not struct_field.min_version <= version <= struct_field.max_version:
+        raise ValueError(f"Invalid version: {version} (min={struct_field.min_version}, max={struct_field.max_version})")
+    fields, structs, arrays = [], {}, set()
+    for f in struct_field._fields:  # in the order the codec's constructor walks them
+        nested = struct_field.fields[f.name]  # where the codec keeps a nested struct's class
+        holds_structs = nested.is_struct() or nested.is_struct_array()
+        fields.append((f.name, f.tag is not None, _default(f) if f.for_version_q(version) else _ABSENT, holds_structs))
+        if holds_structs:
+            structs[f.name] = nested.data_class
+            if nested.is_struct_array():
+                arrays.add(f.name)
+    plan = _BuildPlan(issubclass(cls, ApiMessage), tuple(fields), frozenset(f[0] for f in fields), structs,
+                      frozenset(arrays))
+    _BUILD_PLANS[(cls, version)] = plan
+    return plan
 
 
 class StreamedResponse:
