@@ -443,7 +443,7 @@ class KRaftQuorum(_StartedInWith):
     active controller and follows the quorum as an observer."""
 
     def __init__(self, controllers: int = 3, *, dynamic: bool = False, brokers: int = 0, combined: bool = False,
-                 overrides: dict[str, str] | None = None) -> None:
+                 overrides: dict[str, str] | None = None, first_id: int = 1) -> None:
         from strom.metadata.storage import kafka_uuid
 
         self._tmp = tempfile.TemporaryDirectory(prefix="strom-kraft-")
@@ -455,10 +455,10 @@ class KRaftQuorum(_StartedInWith):
         self.ports: dict[int, int] = {}
         self.nodes: dict[int, BrokerProcess] = {}
         self.brokers: dict[int, BrokerProcess] = {}
-        for node_id, port in zip(range(1, controllers + 1), free_ports(controllers), strict=True):
+        for node_id, port in zip(range(first_id, first_id + controllers), free_ports(controllers), strict=True):
             self.ports[node_id] = port
         for node_id in self.ports:
-            self._new_controller(node_id, initial=not dynamic or node_id == 1)
+            self._new_controller(node_id, initial=not dynamic or node_id == first_id)
         for broker_id in range(100, 100 + brokers):
             self._new_broker(broker_id)
 

@@ -127,6 +127,12 @@ def test_build_makes_what_the_codecs_constructors_make():
         assert first.tags == {"diverging_epoch"} == reference.responses[0].partitions[0].tags
         assert first.diverging_epoch.epoch == 4 and first.log_start_offset == 0
         assert second.log_start_offset == -1 == reference.responses[0].partitions[1].log_start_offset  # the default
+    # One answer for every version: what a version does not have is left out, even a struct
+    # that cannot be made at it (FetchResponse's node endpoints came in v16).
+    endpoints = {"node_endpoints": [{"node_id": 1, "host": "h", "port": 9, "rack": None}]}
+    older = build(response, 13, {**fields, **endpoints})
+    assert older.encode(version=13) == build(response, 13, fields).encode(version=13)
+    assert build(response, 16, {**fields, **endpoints}).node_endpoints[0].port == 9
     with pytest.raises(ValueError, match="bogus"):
         build(response, 12, {"responses": [{"partitions": [{"bogus": 1}]}]})
     with pytest.raises(ValueError, match="version"):

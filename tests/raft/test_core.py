@@ -23,7 +23,11 @@ from strom.raft.core import (
     FENCED_LEADER_EPOCH,
     FETCH,
     FETCH_SNAPSHOT,
+    INCONSISTENT_VOTER_SET,
+    MAX_EPOCH,
+    MAX_OBSERVERS,
     METADATA_TOPIC_ID,
+    OBSERVER_EXPIRY_MS,
     VOTE,
     RaftCore,
     SafetyViolation,
@@ -292,3 +296,62 @@ def test_controller_quorum_voters_parse():
     cfg = QuorumConfig.from_props(1, {"controller.quorum.election.timeout.ms": "500",
                                       "controller.quorum.voters": "1@h:1"})
     assert cfg.election_timeout_ms == 500 and cfg.fetch_timeout_ms == 2000 and cfg.voters[0].voter_id == 1
+
+
+def begin(leader: int, epoch: int, voter: int = 1) -> dict:
+    return {"cluster_id": "c1", "voter_id": voter, "topics": [{"topic_name": "__cluster_metadata", "partitions": [
+        {"partition_index": 0, "voter_directory_id": None, "leader_id": leader, "leader_epoch": epoch}]}],
+        "leader_endpoints": []}
+
+
+def end(leader: int, epoch: int) -> dict:
+    return {"cluster_id": "c1", "topics": [{"topic_name": "__cluster_metadata", "partitions": [
+        {"partition_index": 0, "leader_id": leader, "leader_epoch": epoch, "preferred_candidates": []}]}],
+        "leader_endpoints": []}
+
+
+def test_a_static_quorum_takes_election_messages_from_its_voters_only():
+    """controller.quorum.voters names every voter for good: a Vote, BeginQuorumEpoch or
+    EndQuorumEpoch naming another node, or this one, as its sender is refused before it can move
+    the epoch (a stray or hostile client on the controller listener)."""
+    c = core()
+    for api, version, fields in ((VOTE, 2, vote(9, epoch=5)), (VOTE, 2, vote(1, epoch=5)),
+                                 (53, 1, begin(9, 5)), (53, 1, begin(1, 5)), (54, 1, end(9, 5)), (54, 1, end(1, 5))):
+        body, effects = call(c, api, version, fields)
+        assert part(body).error_code == INCONSISTENT_VOTER_SET, (api, fields)
+        assert c.epoch == 0 and not any(isinstance(e, fx.PersistElectionState) for e in effects)
+    body, _ = call(c, 53, 1, begin(2, 5))  # a voter: followed
+    assert part(body).error_code == 0 and c.role is Role.FOLLOWER and c.leader_id == 2 and c.epoch == 5
+
+
+def test_a_dynamic_quorum_hears_a_leader_its_voter_set_does_not_name():
+    """KIP-853: a voter's copy of the set may be older than the leader's, so, as in Kafka 4, a
+    dynamic quorum follows a BeginQuorumEpoch from a node it does not know as a voter."""
+    c = core()
+    c.kraft_version = 1
+    body, _ = call(c, 53, 1, begin(9, 5))
+    assert part(body).error_code == 0 and c.leader_id == 9 and c.epoch == 5
+
+
+def test_no_election_past_the_largest_epoch():
+    """Epochs are int32 on the wire: a node in the largest one does not stand for election (its
+    next epoch could not be sent), and keeps answering."""
+    c = core(election=ElectionState(MAX_EPOCH, -1, -1))
+    assert not c.may_campaign
+    c.tick(1_000_000)
+    assert c.epoch == MAX_EPOCH and c.role is not Role.CANDIDATE
+    body, _ = call(c, DESCRIBE_QUORUM, 1, {"topics": [{"topic_name": "__cluster_metadata",
+                                                      "partitions": [{"partition_index": 0}]}]}, now=1_000_001)
+    assert part(body).leader_epoch == MAX_EPOCH
+
+
+def test_observers_are_bounded_and_forgotten():
+    c = leader_of([1], epoch=2)
+    for replica in range(100, 100 + MAX_OBSERVERS):
+        c._replica(replica).last_fetch_ms = replica  # heard from in this order
+    call(c, FETCH, 17, fetch(7, epoch=2, offset=2, last_epoch=2), now=500)
+    assert len(c.observers) == MAX_OBSERVERS and 7 in c.observers and 100 not in c.observers  # the oldest went
+    later = 100 + MAX_OBSERVERS + OBSERVER_EXPIRY_MS  # every one above silent for longer than that
+    call(c, FETCH, 17, fetch(8, epoch=2, offset=2, last_epoch=2), now=later)
+    call(c, FETCH, 17, fetch(9, epoch=2, offset=2, last_epoch=2), now=later + 1)
+    assert set(c.observers) == {8, 9}  # the silent ones expired once room was needed

@@ -37,11 +37,12 @@ from fuzz_support import (
 
 from strom.protocol import messages
 from strom.protocol.frames import FrameDecoder, frame
-from strom.testing import BrokerProcess, RawClient, memory_mb, unique_name
+from strom.testing import BrokerProcess, KRaftQuorum, RawClient, memory_mb, unique_name, wait_for
 
 SECONDS = float(os.environ.get("STROM_FUZZ_SECONDS", "75"))
 WORKERS = int(os.environ.get("STROM_FUZZ_WORKERS", "3"))  # clients at once
 SEED = int(os.environ.get("STROM_FUZZ_SEED", "20261124"))
+CONTROLLER_SECONDS = float(os.environ.get("STROM_FUZZ_CONTROLLER_SECONDS", "30"))  # a KRaft node's controller listener
 # An idle broker holds ~50 MB; the fuzzer's requests are small, so anything near this bound
 # means some request made the broker allocate far more than it sent.
 PEAK_RSS_LIMIT_MB = 256
@@ -57,7 +58,7 @@ MIN_CASES_PER_VERSION = 20
 OVERRIDES = {"auto.create.topics.enable": "false", "group.initial.rebalance.delay.ms": "0",
              "max.broker.partitions": "2000"}
 
-pytestmark = pytest.mark.timeout(SECONDS + 180)
+pytestmark = pytest.mark.timeout(max(SECONDS, CONTROLLER_SECONDS) + 180)
 
 
 def _produce_and_consume(broker: BrokerProcess) -> list[bytes]:
@@ -105,19 +106,25 @@ def test_fuzzed_requests_do_not_hurt_the_broker():
 
 def _fuzz(broker: BrokerProcess) -> None:
     prepare_broker(broker.port)
-    targets = advertised_targets(broker.port)
-    print(f"fuzzing {len(targets)} (api key, version) pairs for {SECONDS:.0f} s from {WORKERS} "
+    _fuzz_listener(broker, broker.port, SECONDS, prepare_broker)
+
+
+def _fuzz_listener(node: BrokerProcess, port: int, seconds: float, prepare, settle=None) -> None:
+    """Fuzz the listener on `port` of `node`; then the node must be unhurt (see the module's
+    docstring) and, once `settle` returns, serve a producer and a consumer on its broker listener."""
+    targets = advertised_targets(port)
+    print(f"fuzzing {len(targets)} (api key, version) pairs for {seconds:.0f} s from {WORKERS} "
           f"clients at once, seed {SEED} (STROM_FUZZ_SEED)")
-    fuzzer = Fuzzer(broker.port, SEED, targets, broker.stderr_lines,
-                    alive=lambda: broker.proc.poll() is None, workers=WORKERS)
-    report = fuzzer.run(SECONDS)
+    fuzzer = Fuzzer(port, SEED, targets, node.stderr_lines, alive=lambda: node.proc.poll() is None,
+                    prepare=prepare, workers=WORKERS)
+    report = fuzzer.run(seconds)
     print(report.summary())
     for case in report.held:
         print("held:", case.describe())
 
     assert not report.died_after, "the broker died; the last cases:\n" + "\n".join(
         c.describe() for c in report.died_after)
-    assert broker.proc.poll() is None
+    assert node.proc.poll() is None
     findings = "\n\n".join(
         "\n".join(f.lines) + "\n  after one of:\n" + "\n".join("  " + c.describe() for c in f.suspects)
         for f in report.findings)
@@ -131,13 +138,51 @@ def _fuzz(broker: BrokerProcess) -> None:
     if WORKERS > 1:
         assert report.valid_outcomes["answered"] and any(m == "burst" for m, _ in report.by_mutation)
 
-    assert _produce_and_consume(broker) == [b"still-serving"]
-    peak = memory_mb(broker.proc.pid, "VmHWM")
+    if settle is not None:
+        settle()
+    assert _produce_and_consume(node) == [b"still-serving"]
+    peak = memory_mb(node.proc.pid, "VmHWM")
     print(f"broker peak RSS {peak:.0f} MB")
     assert peak < PEAK_RSS_LIMIT_MB
     time.sleep(0.5)  # the log arrives through a pipe
-    late = [line for line in broker.stderr_lines[fuzzer.seen_lines :] if bad_log_line(line)]
+    late = [line for line in node.stderr_lines[fuzzer.seen_lines :] if bad_log_line(line)]
     assert not late, late
+
+
+def _listed_brokers(node: BrokerProcess) -> list[int]:
+    """The brokers the node's Metadata names (in KRaft: the unfenced ones)."""
+    with RawClient(node) as client:
+        body = client.call(3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                   "include_topic_authorized_operations": False})
+    return sorted(b.node_id for b in body.brokers)
+
+
+NODE = 100  # the KRaft node's id: one the fuzzer's broker and replica ids (-1 to 2) never name
+
+
+def test_fuzzed_requests_do_not_hurt_a_kraft_controller():
+    """The same on a KRaft node's controller listener, which serves Raft (Vote, Fetch,
+    FetchSnapshot...) and the quorum controller's APIs to other nodes: a combined node of a
+    quorum of one, fuzzed there, keeps leading its quorum and serving clients on its broker
+    listener. Fuzzed Raft requests name other nodes and epochs; none may break it.
+
+    The node is node 100: the cases name brokers -1 to 2. Like Kafka's, this listener trusts
+    whoever reaches it with a broker's requests (secure it where that matters), and a valid
+    BrokerRegistration, heartbeat asking to shut down or UnregisterBroker naming the node's own
+    id would legitimately take its broker out of service. Those of brokers 0-2 register
+    brokers that never heartbeat, and are fenced."""
+    with KRaftQuorum(1, combined=True, overrides=OVERRIDES, first_id=NODE) as quorum:
+        node = quorum.nodes[NODE]
+
+        def still_led_and_unfenced() -> None:
+            assert quorum.leader(30) == NODE
+            wait_for(lambda: NODE in _listed_brokers(node), 60, interval=0.2, what=f"broker {NODE} listed")
+
+        try:
+            _fuzz_listener(node, quorum.ports[NODE], CONTROLLER_SECONDS, None, still_led_and_unfenced)
+        except BaseException:
+            _keep_log(node)
+            raise
 
 
 # --- what the fuzzer found, kept fixed ----------------------------------------------------------

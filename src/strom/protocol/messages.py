@@ -237,17 +237,20 @@ def response_header(header: RequestHeader) -> bytes:
 def build(cls: type, version: int, fields: dict[str, Any]) -> Any:
     """Make the codec object of struct `cls` at `version` from plain (nested) dicts.
 
+    A field that `version` does not have is left out, as the encoder would leave it out: one
+    answer serves every version (a struct that came later cannot even be made at an older one).
     A whole request or response is made by its class's constructor. Its elements, of which a
     controller's LeaderAndIsr or a wide response holds 100,000, are made the way that
     constructor makes them (each given field set, tagged ones noted, the version's other fields
     at their defaults, unknown names refused), from a plan made once per struct and version."""
     plan = _BUILD_PLANS.get((cls, version)) or _build_plan(cls, version)
     if plan.message:
-        return cls(version=version, **{name: _nested(plan, name, value, version) for name, value in fields.items()})
+        return cls(version=version, **{name: _nested(plan, name, value, version) for name, value in fields.items()
+                                       if name not in plan.outside})
     obj = _new_object(cls)
     obj._version, obj.tags, obj.unknown_tags = version, None, None
     for name, tagged, default, nested in plan.fields:
-        if name in fields:
+        if name in fields and name not in plan.outside:
             if tagged:
                 if obj.tags is None:
                     obj.tags = set()
@@ -289,6 +292,7 @@ class _BuildPlan:
     names: frozenset[str]
     structs: dict[str, type]  # the class of each field that holds a struct or an array of them
     arrays: frozenset[str]
+    outside: frozenset[str]  # fields the version does not have
 
 
 _BUILD_PLANS: dict[tuple[type, int], _BuildPlan] = {}
@@ -314,8 +318,9 @@ def _build_plan(cls: type, version: int) -> _BuildPlan:
             structs[f.name] = nested.data_class
             if nested.is_struct_array():
                 arrays.add(f.name)
+    outside = frozenset(f.name for f in struct_field._fields if not f.for_version_q(version))
     plan = _BuildPlan(issubclass(cls, ApiMessage), tuple(fields), frozenset(f[0] for f in fields), structs,
-                      frozenset(arrays))
+                      frozenset(arrays), outside)
     _BUILD_PLANS[(cls, version)] = plan
     return plan
 

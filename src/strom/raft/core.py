@@ -65,6 +65,11 @@ INCONSISTENT_CLUSTER_ID = 104
 DUPLICATE_VOTER = 126
 VOTER_NOT_FOUND = 127
 INVALID_REQUEST = 42
+MAX_EPOCH = (1 << 31) - 1  # an int32 on the wire: no election goes past it
+# A leader forgets an observer it has not heard from in five minutes (as Kafka's does), and
+# tracks at most MAX_OBSERVERS: a client naming a new replica id in each Fetch costs no more.
+OBSERVER_EXPIRY_MS = 300_000
+MAX_OBSERVERS = 10_000
 UNSUPPORTED_VERSION = 35
 
 
@@ -213,6 +218,8 @@ class RaftCore:
     def may_campaign(self) -> bool:
         """A voter stands for election; so does a node that an uncommitted VotersRecord removes
         (Raft thesis 4.2.2): the old set may still need it, or no one could commit the change."""
+        if self.epoch >= MAX_EPOCH:
+            return False  # no epoch left to stand in (only a forged message gets a quorum here)
         if self.is_voter:
             return True
         latest = self.history.latest_offset()
@@ -647,8 +654,9 @@ class RaftCore:
             return
         candidate, epoch = p["replica_id"], p["replica_epoch"]
         pre_vote = bool(p.get("pre_vote")) and version >= 2
-        if epoch < self.epoch:
-            out.append(Respond(ref, VOTE, version, self._vote_response(False)))
+        if epoch < self.epoch or self._not_a_peer(candidate):
+            error = INCONSISTENT_VOTER_SET if epoch >= self.epoch else 0
+            out.append(Respond(ref, VOTE, version, self._vote_response(False, error)))
             return
         if epoch > self.epoch and not pre_vote:
             self._become_unattached(epoch, out)
@@ -680,9 +688,9 @@ class RaftCore:
             self._reset_election_timer()
         out.append(Respond(ref, VOTE, version, self._vote_response(grant)))
 
-    def _vote_response(self, granted: bool) -> dict:
+    def _vote_response(self, granted: bool, error: int = 0) -> dict:
         return {"error_code": 0, "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{
-            "partition_index": 0, "error_code": 0, "leader_id": self.leader_id, "leader_epoch": self.epoch,
+            "partition_index": 0, "error_code": error, "leader_id": self.leader_id, "leader_epoch": self.epoch,
             "vote_granted": granted}]}], "node_endpoints": self._node_endpoints()}
 
     def _on_vote_response(self, rid: int, sent: _InFlight, body: dict, out: list[Effect]) -> None:
@@ -719,6 +727,15 @@ class RaftCore:
             "partition_index": 0, "error_code": error, "leader_id": self.leader_id,
             "leader_epoch": self.epoch}]}], "node_endpoints": self._node_endpoints()}
 
+    def _not_a_peer(self, node: int) -> bool:
+        """Whether an election message (Vote, BeginQuorumEpoch, EndQuorumEpoch) naming `node` as
+        its sender cannot come from a peer. A static quorum (controller.quorum.voters) knows every
+        voter for good, so another node or this one is refused before it moves the epoch, as
+        Kafka 3 refused it; a dynamic quorum (KIP-853) hears from voters its copy may not know
+        yet, and takes them as Kafka 4 does."""
+        return bool(self.config.voters) and self.kraft_version == 0 and (
+            node == self.node_id or node not in self.voters)
+
     def _on_begin_request(self, ref: Any, version: int, body: dict, out: list[Effect]) -> None:
         p = _partition(body)
         if p is None:
@@ -729,7 +746,7 @@ class RaftCore:
             out.append(Respond(ref, BEGIN_QUORUM_EPOCH, version, self._epoch_response(BEGIN_QUORUM_EPOCH,
                                                                                      FENCED_LEADER_EPOCH)))
             return
-        if epoch == self.epoch and self.election.leader_id not in (NO_ID, leader):
+        if self._not_a_peer(leader) or (epoch == self.epoch and self.election.leader_id not in (NO_ID, leader)):
             out.append(Respond(ref, BEGIN_QUORUM_EPOCH, version, self._epoch_response(BEGIN_QUORUM_EPOCH,
                                                                                      INCONSISTENT_VOTER_SET)))
             return
@@ -755,6 +772,10 @@ class RaftCore:
         if epoch < self.epoch:
             out.append(Respond(ref, END_QUORUM_EPOCH, version, self._epoch_response(END_QUORUM_EPOCH,
                                                                                    FENCED_LEADER_EPOCH)))
+            return
+        if self._not_a_peer(leader):
+            out.append(Respond(ref, END_QUORUM_EPOCH, version, self._epoch_response(END_QUORUM_EPOCH,
+                                                                                   INCONSISTENT_VOTER_SET)))
             return
         if epoch > self.epoch:
             self._become_unattached(epoch, out)
@@ -820,8 +841,7 @@ class RaftCore:
             out.append(Respond(ref, FETCH, version, resp))
             return
         if replica >= 0:
-            tracked = self.replicas if replica in self.voters else self.observers
-            rs = tracked.setdefault(replica, ReplicaState())
+            rs = self._replica(replica)
             rs.directory_id = p.get("replica_directory_id") or rs.directory_id
             rs.end_offset = fetch_offset
             rs.last_fetch_ms = self.now
@@ -840,8 +860,23 @@ class RaftCore:
         self._answer_fetch(ref, version, replica, b"".join(b.data for b in batches), out)
 
     def _replica(self, replica: int) -> ReplicaState:
-        tracked = self.replicas if replica in self.voters else self.observers
-        return tracked.setdefault(replica, ReplicaState())
+        if replica in self.voters:
+            return self.replicas.setdefault(replica, ReplicaState())
+        rs = self.observers.get(replica)
+        if rs is None:
+            if len(self.observers) >= MAX_OBSERVERS:
+                self._forget_observers()
+            rs = self.observers[replica] = ReplicaState(last_fetch_ms=self.now)
+        return rs
+
+    def _forget_observers(self) -> None:
+        """Room for one more observer: those silent for OBSERVER_EXPIRY_MS go, and if none
+        has, the one heard from longest ago."""
+        horizon = self.now - OBSERVER_EXPIRY_MS
+        for o in [o for o, rs in self.observers.items() if rs.last_fetch_ms < horizon]:
+            del self.observers[o]
+        if len(self.observers) >= MAX_OBSERVERS:
+            del self.observers[min(self.observers, key=lambda o: self.observers[o].last_fetch_ms)]
 
     def _answer_fetch(self, ref: Any, version: int, replica: int, records: bytes, out: list[Effect]) -> None:
         if replica >= 0:
