@@ -74,13 +74,13 @@ SLOW: tuple[str, ...] = (
     "tests/test_readme.py",                          # 110 (its PySpark section)
     "tests/integration/test_secure_walkthrough.py",  # 86 (its PySpark client)
     "tests/integration/test_partition_scale.py",     # 165
+    "tests/server/test_fuzz.py",                     # 112 (a broker, then a controller listener)
     "tests/cluster/test_replication.py",             # 113 (both modes)
     "tests/cluster/test_partition_scale_cluster.py", # 113
     "tests/raft/test_simulation.py",                 # 101
     "tests/cluster/test_nemesis.py",                 # 100
     "tests/cluster/test_failover.py",                # 95
     "tests/cluster/test_cluster.py",                 # 87
-    "tests/server/test_fuzz.py",                     # 80
     "tests/integration/test_tls_failures.py",        # 76
     "tests/cli/test_produce_consume_cli.py",         # 63
     "tests/server/test_hardening.py",                # 60

@@ -244,36 +244,39 @@ def build(cls: type, version: int, fields: dict[str, Any]) -> Any:
     constructor makes them (each given field set, tagged ones noted, the version's other fields
     at their defaults, unknown names refused), from a plan made once per struct and version."""
     plan = _BUILD_PLANS.get((cls, version)) or _build_plan(cls, version)
+    if not fields.keys() <= plan.names:
+        raise ValueError(f"Unrecognized fields for type {cls._struct.name}: {sorted(fields.keys() - plan.names)}")
     if plan.message:
-        return cls(version=version, **{name: _nested(plan, name, value, version) for name, value in fields.items()
-                                       if name not in plan.outside})
+        return cls(version=version, **{f.name: _nested(f, fields[f.name], version)
+                                       for f in plan.fields if f.name in fields})
     obj = _new_object(cls)
     obj._version, obj.tags, obj.unknown_tags = version, None, None
-    for name, tagged, default, nested in plan.fields:
-        if name in fields and name not in plan.outside:
-            if tagged:
+    for f in plan.fields:
+        if f.name in fields:
+            if f.tagged:
                 if obj.tags is None:
                     obj.tags = set()
-                obj.tags.add(name)
-            setattr(obj, name, _nested(plan, name, fields[name], version) if nested else fields[name])
-        elif default is not _ABSENT:
-            setattr(obj, name, default.field.default if type(default) is _DefaultOf else default)
-    if len(fields) > len(plan.fields) or not fields.keys() <= plan.names:
-        raise ValueError(f"Unrecognized fields for type {cls._struct.name}: {sorted(fields.keys() - plan.names)}")
+                obj.tags.add(f.name)
+            setattr(obj, f.name, _nested(f, fields[f.name], version) if f.struct is not None else fields[f.name])
+        else:
+            setattr(obj, f.name, f.default.field.default if type(f.default) is _DefaultOf else f.default)
     return obj
 
 
-def _nested(plan: _BuildPlan, name: str, value: Any, version: int) -> Any:
-    """`value` of field `name` with its nested dicts made into structs."""
-    sub = plan.structs.get(name)
-    if value is None or sub is None:
-        return value
-    if name in plan.arrays:
-        return [build(sub, version, v) if isinstance(v, dict) else v for v in value]
-    return build(sub, version, value)
+@dataclass(frozen=True, slots=True)
+class _PlannedField:
+    name: str
+    tagged: bool
+    default: Any  # or _DefaultOf
+    struct: type | None  # the class of the struct (or of the array's structs) it holds
+    array: bool
 
 
-_ABSENT = object()  # a field outside the version: left unset, as the codec's constructor leaves it
+@dataclass(frozen=True)
+class _BuildPlan:
+    message: bool  # an ApiMessage (a request or response), not one of its elements
+    fields: tuple[_PlannedField, ...]  # those the version has, in the codec's order
+    names: frozenset[str]  # every field of the struct, of any version
 
 
 @dataclass(frozen=True)
@@ -282,45 +285,38 @@ class _DefaultOf:
     out, so that it fails then, as the codec's constructor does."""
 
     field: Any
-_new_object = object.__new__
-
-
-@dataclass(frozen=True)
-class _BuildPlan:
-    message: bool  # an ApiMessage (a request or response), not one of its elements
-    fields: tuple[tuple[str, bool, Any, bool], ...]  # name, tagged, default (or _ABSENT), holds structs
-    names: frozenset[str]
-    structs: dict[str, type]  # the class of each field that holds a struct or an array of them
-    arrays: frozenset[str]
-    outside: frozenset[str]  # fields the version does not have
 
 
 _BUILD_PLANS: dict[tuple[type, int], _BuildPlan] = {}
+_new_object = object.__new__
 
 
-def _default(field: Any) -> Any:
-    try:
-        return field.default
-    except NotImplementedError:
-        return _DefaultOf(field)
+def _nested(f: _PlannedField, value: Any, version: int) -> Any:
+    """`value` of field `f` with its nested dicts made into structs."""
+    if value is None or f.struct is None:
+        return value
+    if f.array:
+        return [build(f.struct, version, v) if isinstance(v, dict) else v for v in value]
+    return build(f.struct, version, value)
 
 
 def _build_plan(cls: type, version: int) -> _BuildPlan:
     struct_field = cls._struct
     if not struct_field.min_version <= version <= struct_field.max_version:
         raise ValueError(f"Invalid version: {version} (min={struct_field.min_version}, max={struct_field.max_version})")
-    fields, structs, arrays = [], {}, set()
+    fields = []
     for f in struct_field._fields:  # in the order the codec's constructor walks them
+        if not f.for_version_q(version):
+            continue
         nested = struct_field.fields[f.name]  # where the codec keeps a nested struct's class
         holds_structs = nested.is_struct() or nested.is_struct_array()
-        fields.append((f.name, f.tag is not None, _default(f) if f.for_version_q(version) else _ABSENT, holds_structs))
-        if holds_structs:
-            structs[f.name] = nested.data_class
-            if nested.is_struct_array():
-                arrays.add(f.name)
-    outside = frozenset(f.name for f in struct_field._fields if not f.for_version_q(version))
-    plan = _BuildPlan(issubclass(cls, ApiMessage), tuple(fields), frozenset(f[0] for f in fields), structs,
-                      frozenset(arrays), outside)
+        try:
+            default = f.default
+        except NotImplementedError:
+            default = _DefaultOf(f)
+        fields.append(_PlannedField(f.name, f.tag is not None, default,
+                                    nested.data_class if holds_structs else None, nested.is_struct_array()))
+    plan = _BuildPlan(issubclass(cls, ApiMessage), tuple(fields), frozenset(f.name for f in struct_field._fields))
     _BUILD_PLANS[(cls, version)] = plan
     return plan
 
