@@ -185,3 +185,28 @@ def test_log_start_offset_moves_up_only_and_survives_restart(tmp_path, clock):
     mgr.startup(0)
     assert mgr.get_log("t", 0).log_start_offset == 13
     mgr.shutdown()
+
+
+def test_stable_items_survive_a_change_made_while_the_garbage_collector_runs():
+    """What a worker thread's walk of the loop's dicts meets: a collection in the middle of
+    copying the items runs Python code (callbacks, finalizers), and the loop's thread gets in
+    and changes the dict. Here a gc callback makes that change, deterministically."""
+    import gc
+
+    from strom.log.manager import stable_items
+
+    d = {i: i for i in range(50_000)}
+
+    def meddle(phase: str, _info: dict) -> None:
+        if phase == "start":
+            d[len(d) + 1_000_000] = 0
+
+    gc.callbacks.append(meddle)
+    try:
+        with pytest.raises(RuntimeError, match="changed size"):
+            list(d.items())  # what the walks did
+        before = len(d)
+        items = stable_items(d)
+    finally:
+        gc.callbacks.remove(meddle)
+    assert before <= len(items) <= len(d) and len(set(items)) == len(items)

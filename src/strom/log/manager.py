@@ -60,6 +60,14 @@ FUTURE_DIR_SUFFIX = "-future"  # a replica being moved to another log dir (Alter
 TopicPartition = tuple[str, int]
 
 
+def stable_items(d: dict) -> list:
+    """`d`'s items, read from a worker thread while the event loop may change `d`. The copy
+    runs no Python code; `list(d.items())` makes a tuple per item, which can start the garbage
+    collector, whose callbacks and finalizers are Python code that lets the loop's thread in
+    mid-walk ("dictionary changed size during iteration", seen at 30,000 partitions)."""
+    return list(d.copy().items())
+
+
 def new_cluster_id() -> str:
     """A random id in Kafka's Uuid text form: 16 bytes, url-safe base64, no padding."""
     while True:
@@ -661,7 +669,7 @@ class LogManager:
 
     def _set_refusal(self, d: Path) -> None:
         refusal = self._refusal(d)
-        for tp, dd in list(self._dir_of.items()):
+        for tp, dd in stable_items(self._dir_of):
             lg = self._logs.get(tp)
             if dd == d and lg is not None:
                 lg.write_refusal = refusal
@@ -681,7 +689,7 @@ class LogManager:
 
     def compacted_logs(self) -> list[tuple[TopicPartition, Log]]:
         """The logs whose cleanup.policy has compact: what the cleaner looks through."""
-        return list(self._compacted.items())
+        return stable_items(self._compacted)
 
     def _appended(self, lg: Log, nbytes: int) -> None:
         if lg.config.flush_ms < LONG_MAX:  # the default, never: no time check needs this log
@@ -721,7 +729,7 @@ class LogManager:
     def free_space(self, dirs: list[Path]) -> None:
         """On a low dir, unlink segments already deleted (retention, truncation) without waiting
         for file.delete.delay.ms: their space is what lets writes resume."""
-        for tp, d in list(self._dir_of.items()):
+        for tp, d in stable_items(self._dir_of):
             lg = self._logs.get(tp)
             if d in dirs and lg is not None and not (lg.offline or lg.closed):
                 try:
@@ -738,7 +746,7 @@ class LogManager:
             return
         reason = str(error) or type(error).__name__
         self.offline_dirs[d] = reason
-        affected = [tp for tp, dd in list(self._dir_of.items()) if dd == d]
+        affected = [tp for tp, dd in stable_items(self._dir_of) if dd == d]
         for tp in affected:
             lg = self._logs.get(tp)
             if lg is not None:
@@ -819,7 +827,7 @@ class LogManager:
             await asyncio.shield(self._remover)
 
     def logs(self) -> Iterator[tuple[TopicPartition, Log]]:
-        return iter(list(self._logs.items()))
+        return iter(stable_items(self._logs))
 
     def topics(self) -> set[str]:
         return {topic for topic, _ in self._logs}
@@ -835,7 +843,7 @@ class LogManager:
         run in a thread: it works on snapshots of the log tables."""
         lock = self._checkpoint_locks.setdefault(name, threading.Lock())
         with lock:
-            logs, dir_of = list(self._logs.items()), dict(self._dir_of)
+            logs, dir_of = stable_items(self._logs), dict(self._dir_of)
             live = [d for d in self.live_dirs if only_dir is None or d == only_dir]
             if len(live) == 1 and len(self.log_dirs) == 1:  # the common case, in one pass
                 by_dir = {live[0]: {key: v for key, lg in logs if (v := value(key, lg)) is not None}}
@@ -900,7 +908,7 @@ class LogManager:
         written = True
         lock = self._checkpoint_locks.setdefault(FLUSHED_END_CHECKPOINT, threading.Lock())
         with lock:
-            logs, dir_of = list(self._logs.items()), dict(self._dir_of)
+            logs, dir_of = stable_items(self._logs), dict(self._dir_of)
             by_dir: dict[Path, dict[TopicPartition, tuple[int, int, int]]] = {d: {} for d in self.live_dirs}
             for key, lg in logs:
                 entries = by_dir.get(dir_of.get(key))
@@ -949,7 +957,7 @@ class LogManager:
         the number of segments deleted."""
         now = self._now_ms() if now_ms is None else now_ms
         deleted = 0
-        for _, lg in list(self._logs.items()):
+        for _, lg in stable_items(self._logs):
             if lg.offline or lg.closed:
                 continue
             try:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from strom.config.broker import BrokerConfig
 from strom.config.dynamic import DEFAULT_ENTITY
 from strom.log.cleaner import LogCleaner
+from strom.log.manager import stable_items
 from strom.metrics.stats import Histogram
 from strom.server.scheduler import NEVER_MS
 
@@ -92,7 +93,7 @@ class LogServices:
         await asyncio.to_thread(self.log_manager.checkpoint_high_watermarks)
 
     def _high_watermarks(self) -> dict[TopicPartition, int]:
-        return {tp: p.high_watermark for tp, p in list(self.broker.replica_manager.partitions.items())}
+        return {tp: p.high_watermark for tp, p in stable_items(self.broker.replica_manager.partitions)}
 
     def _high_watermark(self, tp: TopicPartition) -> int | None:
         partition = self.broker.replica_manager.partitions.get(tp)
