@@ -8,7 +8,7 @@ which fences every older producer of the same transactional id.
 from __future__ import annotations
 
 from strom.coordinator import TRANSACTION_STATE_TOPIC
-from strom.protocol.errors import ErrorCode
+from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.authorizer import (
     CLUSTER,
     IDEMPOTENT_WRITE,
@@ -42,12 +42,15 @@ async def handle_init_producer_id(broker, ctx: RequestContext, request) -> dict:
                                                             request.transactional_id):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                 "producer_id": -1, "producer_epoch": -1}
-    if request.transactional_id is None:  # "" is a transactional id: INVALID_REQUEST
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
-                "producer_id": broker.producer_id_manager.generate(), "producer_epoch": 0}
     expected = (request.producer_id, request.producer_epoch) if version >= 3 else (-1, -1)
-    result = broker.txn_coordinator.init_producer_id(request.transactional_id,
-                                                     request.transaction_timeout_ms, *expected)
+    try:
+        if request.transactional_id is None:  # "" is a transactional id: INVALID_REQUEST
+            return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+                    "producer_id": broker.producer_id_manager.generate(), "producer_epoch": 0}
+        result = broker.txn_coordinator.init_producer_id(request.transactional_id,
+                                                         request.transaction_timeout_ms, *expected)
+    except KafkaError as e:  # no id to give yet (a KRaft broker's block has not come): retriable
+        return {"throttle_time_ms": 0, "error_code": e.code, "producer_id": -1, "producer_epoch": -1}
     error = result.error
     if error == ErrorCode.NONE:
         error = await broker.coordinators.await_internal_replication(TRANSACTION_STATE_TOPIC, request.transactional_id)
