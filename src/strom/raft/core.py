@@ -654,9 +654,11 @@ class RaftCore:
             return
         candidate, epoch = p["replica_id"], p["replica_epoch"]
         pre_vote = bool(p.get("pre_vote")) and version >= 2
-        if epoch < self.epoch or self._not_a_peer(candidate):
-            error = INCONSISTENT_VOTER_SET if epoch >= self.epoch else 0
-            out.append(Respond(ref, VOTE, version, self._vote_response(False, error)))
+        if epoch < self.epoch:
+            out.append(Respond(ref, VOTE, version, self._vote_response(False)))
+            return
+        if self._not_a_peer(candidate):
+            out.append(Respond(ref, VOTE, version, self._vote_response(False, INCONSISTENT_VOTER_SET)))
             return
         if epoch > self.epoch and not pre_vote:
             self._become_unattached(epoch, out)
