@@ -864,21 +864,24 @@ class RaftCore:
     def _replica(self, replica: int) -> ReplicaState:
         if replica in self.voters:
             return self.replicas.setdefault(replica, ReplicaState())
-        rs = self.observers.get(replica)
+        # Taken out and put back last: the dict runs from the observer heard from longest ago to
+        # the latest, so forgetting costs only what it forgets.
+        rs = self.observers.pop(replica, None)
         if rs is None:
-            if len(self.observers) >= MAX_OBSERVERS:
-                self._forget_observers()
-            rs = self.observers[replica] = ReplicaState(last_fetch_ms=self.now)
+            self._forget_observers()
+            rs = ReplicaState(last_fetch_ms=self.now)
+        self.observers[replica] = rs
         return rs
 
     def _forget_observers(self) -> None:
-        """Room for one more observer: those silent for OBSERVER_EXPIRY_MS go, and if none
-        has, the one heard from longest ago."""
+        """Room for one more observer: those silent for OBSERVER_EXPIRY_MS go, and while
+        MAX_OBSERVERS are still tracked, the one heard from longest ago."""
         horizon = self.now - OBSERVER_EXPIRY_MS
-        for o in [o for o, rs in self.observers.items() if rs.last_fetch_ms < horizon]:
-            del self.observers[o]
-        if len(self.observers) >= MAX_OBSERVERS:
-            del self.observers[min(self.observers, key=lambda o: self.observers[o].last_fetch_ms)]
+        while self.observers:
+            oldest = next(iter(self.observers))
+            if self.observers[oldest].last_fetch_ms >= horizon and len(self.observers) < MAX_OBSERVERS:
+                return
+            del self.observers[oldest]
 
     def _answer_fetch(self, ref: Any, version: int, replica: int, records: bytes, out: list[Effect]) -> None:
         if replica >= 0:
