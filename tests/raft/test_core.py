@@ -355,3 +355,27 @@ def test_observers_are_bounded_and_forgotten():
     call(c, FETCH, 17, fetch(8, epoch=2, offset=2, last_epoch=2), now=later)
     call(c, FETCH, 17, fetch(9, epoch=2, offset=2, last_epoch=2), now=later + 1)
     assert set(c.observers) == {8, 9}  # the silent ones expired once room was needed
+
+
+def test_leader_asks_a_silent_voter_again_and_steps_down_for_its_later_epoch():
+    """A voter that lost an election the others never heard of sits in a later epoch and
+    fetches from nobody (seed 3208 of the simulation). The leader sends BeginQuorumEpoch again
+    to a voter silent for half the fetch timeout; the answer names the later epoch, and the
+    leader leaves its own for a new election."""
+    c = leader_of([1], epoch=2)
+    half = c.config.fetch_timeout_ms // 2
+    c.on_flushed(c.log.end_offset, c.flush_generation, 5)
+    for rid in [r for r, f in c.inflight.items() if f.api_key == 53]:  # both take the new leader
+        c.handle_response(rid, {"error_code": 0, "topics": [{"topic_name": "__cluster_metadata", "partitions": [
+            {"partition_index": 0, "error_code": 0, "leader_id": 1, "leader_epoch": 2}]}]}, 5)
+    for voter in (2, 3):  # and fetch its epoch's first record
+        call(c, FETCH, 17, fetch(voter, epoch=2, offset=2, last_epoch=2), now=10)
+    call(c, FETCH, 17, fetch(3, epoch=2, offset=2, last_epoch=2), now=10 + half)  # then 2 falls silent
+    effects = c.tick(11 + half)
+    begins = [e for e in effects if isinstance(e, fx.Send) and e.api_key == 53]
+    assert [e.dest for e in begins] == [2]
+    assert not [e for e in c.tick(12 + half) if isinstance(e, fx.Send) and e.api_key == 53]  # not every tick
+    c.handle_response(begins[0].request_id, {"error_code": 0, "topics": [{"topic_name": "__cluster_metadata",
+        "partitions": [{"partition_index": 0, "error_code": FENCED_LEADER_EPOCH, "leader_id": -1,
+                        "leader_epoch": 4}]}]}, 13 + half)
+    assert c.role is not Role.LEADER and c.epoch == 4

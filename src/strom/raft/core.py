@@ -964,11 +964,17 @@ class RaftCore:
         if not self.is_voter and self.history.latest_offset() < self.high_watermark and self.pending_change is None:
             self._resign(out)  # its removal is committed: leave the quorum to its voters
             return
+        # BeginQuorumEpoch again to a voter that has not fetched for half the fetch timeout, as
+        # Kafka's leader does: one stuck in a later epoch (it lost an election the others never
+        # heard of) then answers with that epoch, and this leader steps down for a new election.
+        silent = now - self.config.fetch_timeout_ms // 2
         for v, rs in self.replicas.items():
-            if (not rs.begin_acked and rs.end_offset < self.epoch_start_offset + 1 and v in self.voters
-                    and not self._has_inflight(v, BEGIN_QUORUM_EPOCH)
-                    and now >= self.retry_at.get((v, BEGIN_QUORUM_EPOCH), 0)):
+            if (v in self.voters and not self._has_inflight(v, BEGIN_QUORUM_EPOCH)
+                    and now >= self.retry_at.get((v, BEGIN_QUORUM_EPOCH), 0)
+                    and ((not rs.begin_acked and rs.end_offset < self.epoch_start_offset + 1)
+                         or rs.last_fetch_ms < silent)):
                 self._send_begin(v, out)
+                self.retry_at[(v, BEGIN_QUORUM_EPOCH)] = now + self.config.fetch_timeout_ms // 2
 
     # --- Fetch: follower side --------------------------------------------------------------------
 
