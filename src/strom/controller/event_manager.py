@@ -32,9 +32,16 @@ class ControllerEventManager:
         self.task = self.loop.create_task(self._run(), name="controller-event-thread")
 
     def put(self, name: str, *args: Any) -> None:
-        """Queue an event; safe from any thread."""
+        """Queue an event; safe from any thread. A watch that fires while the controller
+        stops (its callback was on the way when the watch was cancelled) finds no one to take
+        its event: it is dropped, the loop may already be closed."""
         event = ControllerEvent(name, args)
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+        except RuntimeError:
+            if not self.loop.is_closed():
+                raise
+            log.debug("controller event %s after the controller stopped: dropped", name)
 
     async def call(self, name: str, *args: Any) -> Any:
         """Queue an event from the loop and wait until it has been processed."""
