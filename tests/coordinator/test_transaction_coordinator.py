@@ -9,7 +9,7 @@ import pytest
 from strom.coordinator.transaction import records
 from strom.coordinator.transaction.coordinator import TransactionCoordinator
 from strom.coordinator.transaction.records import TransactionLogValue, TxnState
-from strom.protocol.errors import ErrorCode
+from strom.protocol.errors import ErrorCode, KafkaError
 
 E = ErrorCode
 
@@ -293,3 +293,29 @@ def test_a_new_coordinator_keeps_tv2_rules(env):
     successor.startup(loaded)
     retry = successor.end_transaction("tx", pid, epoch, committed=True, transaction_version=2)
     assert (retry.error, retry.producer_id, retry.producer_epoch) == (E.NONE, pid, epoch + 1)
+
+
+def test_tv2_epoch_exhaustion_without_an_id_to_give_is_retriable(env):
+    """The new producer id for a spent epoch may not be there yet (a KRaft broker waiting for
+    its block from the controller): EndTxn answers the retriable error and changes nothing, and
+    a retry once ids are there ends the transaction."""
+    c, store, _, _ = env
+    init = c.init_producer_id("tx", 60_000)
+    pid = init.producer_id
+    c.txns["tx"] = replace(c.txns["tx"], producer_epoch=32766)
+    _tv2_transaction(c, pid, 32766)
+    before, written = c.txns["tx"], len(store.log)
+    ids_ready = False
+
+    def generate() -> int:
+        if not ids_ready:
+            raise KafkaError("no producer id block yet", E.COORDINATOR_LOAD_IN_PROGRESS)
+        return 555
+
+    c.generate_producer_id = generate
+    end = c.end_transaction("tx", pid, 32766, committed=True, transaction_version=2)
+    assert end.error == E.COORDINATOR_LOAD_IN_PROGRESS
+    assert c.txns["tx"] == before and len(store.log) == written
+    ids_ready = True
+    end = c.end_transaction("tx", pid, 32766, committed=True, transaction_version=2)
+    assert (end.error, end.producer_id, end.producer_epoch) == (E.NONE, 555, 0)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from strom.coordinator.transaction.records import TransactionLogValue, TxnState
-from strom.protocol.errors import ErrorCode
+from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +296,10 @@ class TransactionCoordinator:
         if bump:
             changes = {"producer_epoch": meta.producer_epoch + 1, "client_transaction_version": 2}
             if meta.producer_epoch + 1 >= MAX_EPOCH - 1:
-                changes["next_producer_id"] = self.generate_producer_id()
+                try:
+                    changes["next_producer_id"] = self.generate_producer_id()
+                except KafkaError as e:  # no id to give yet (a KRaft broker's block): retriable
+                    return e.code, meta
         prepared = replace(meta, state=TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT,
                            last_update_ms=self.now_ms(), **changes)
         error = self._persist(prepared)
