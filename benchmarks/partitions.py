@@ -276,22 +276,28 @@ def scenario(partitions: int, env: dict[str, str]) -> dict:
     return out
 
 
-def cluster_scenario(partitions: int) -> dict:
-    """Three brokers on a ZooKeeper, `partitions` partitions with RF=3 (topics of at most
-    10,000): creation until every broker's Metadata shows every leader; controller failover
-    (kill -9 of the controller until a survivor's Metadata names a live new controller and
-    every partition led by a live broker, and how much of that is past the session timeout); the
-    killed broker started again until it is back in the ISR of all its partitions; controlled
-    shutdown (SIGTERM) of a broker that leads about a third, until the process has exited."""
+def cluster_scenario(partitions: int, mode: str = "zookeeper") -> dict:
+    """Three brokers, `partitions` partitions with RF=3 (topics of at most 10,000), on a
+    ZooKeeper or (mode "kraft") on a KRaft quorum of the three as combined nodes: creation until
+    every broker's Metadata shows every leader; controller failover (kill -9 of the active
+    controller until a new one is known: a survivor's Metadata names it under ZooKeeper, the
+    quorum's DescribeQuorum names a new leader under KRaft, where Metadata's controller id is
+    any live broker; then until every partition is led by a live broker, and how much of that
+    is past the session timeout); the killed broker started again until it is back in the ISR
+    of all its partitions; controlled shutdown (SIGTERM) of a broker that leads about a third,
+    until the process has exited."""
+    from contextlib import nullcontext
+
     from cluster import metadata  # benchmarks/cluster.py: the cluster benchmark's helpers
-    from strom.testing import Cluster
+    from strom.testing import KRAFT, Cluster
     from strom.zookeeper_server import ZooKeeperServer
 
     topics = topic_names(partitions)
     session_ms = 4000
     overrides = {"max.broker.partitions": str(partitions + 1000), "num.partitions": "1",
                  "offsets.topic.num.partitions": "6", "transaction.state.log.num.partitions": "6"}
-    out: dict = {"partitions": partitions, "replication_factor": 3, "session_timeout_ms": session_ms}
+    out: dict = {"mode": mode, "partitions": partitions, "replication_factor": 3, "session_timeout_ms": session_ms}
+    kraft = mode == "kraft"
 
     def views(client) -> dict[str, dict[int, tuple[int, list[int], list[int]]]]:
         return {t.name: {p.partition_index: (p.leader_id, list(p.replica_nodes), list(p.isr_nodes))
@@ -303,8 +309,8 @@ def cluster_scenario(partitions: int) -> dict:
         return sum(len(x) for x in v.values()) == partitions and all(
             leader in alive for parts in v.values() for leader, _, _ in parts.values())
 
-    with ZooKeeperServer(fsync=False) as zk, Cluster(3, zookeeper=zk, overrides=overrides,
-                                                    session_timeout_ms=session_ms) as cluster:
+    with (nullcontext(KRAFT) if kraft else ZooKeeperServer(fsync=False)) as zk, \
+            Cluster(3, zookeeper=zk, overrides=overrides, session_timeout_ms=session_ms) as cluster:
         clients = {i: Connection("127.0.0.1", b.port, timeout_s=600) for i, b in cluster.brokers.items()}
         try:
             started = time.monotonic()
@@ -326,7 +332,11 @@ def cluster_scenario(partitions: int) -> dict:
             started = time.monotonic()
             cluster.brokers[old].kill()
             clients.pop(old).close()
-            first = wait_until(lambda: any(metadata(c, []).controller_id in survivors for c in survivors.values()), 600)
+            if kraft:
+                first = wait_until(lambda: cluster.controller_id() in survivors, 600)
+            else:
+                first = wait_until(lambda: any(metadata(c, []).controller_id in survivors
+                                               for c in survivors.values()), 600)
             led = wait_until(lambda: all(led_by(c, set(survivors)) for c in survivors.values()), 1800,
                              poll_interval(partitions))
             out["controller_failover"] = {"new_controller_s": round(first, 2),
@@ -398,6 +408,8 @@ def main() -> None:
     parser.add_argument("--table", action="store_true", help="also print a Markdown table")
     parser.add_argument("--cluster", type=int, nargs="*", default=[],
                         help="also run the three-broker scenario (RF=3) at these partition counts")
+    parser.add_argument("--cluster-modes", nargs="*", choices=["zookeeper", "kraft"], default=["zookeeper"],
+                        help="the metadata modes of the three-broker scenario, each in turn")
     args = parser.parse_args()
     runs = {"strom": {}}
     if args.baseline_src:
@@ -414,8 +426,9 @@ def main() -> None:
             runs[label][n] = scenario(n, env)
     clusters = {}
     for n in args.cluster:  # this checkout only: the three-broker run is long enough once
-        print(f"strom: cluster of {n} partitions", file=sys.stderr)
-        clusters[n] = cluster_scenario(n)
+        for mode in args.cluster_modes:
+            print(f"strom: {mode} cluster of {n} partitions", file=sys.stderr)
+            clusters.setdefault(mode, {})[n] = cluster_scenario(n, mode)
     result = {"cpus": os.cpu_count(), "load_at_start": round(load, 2), "python": sys.version.split()[0],
               "results": runs, "clusters": clusters}
     print(json.dumps(result, indent=1))
