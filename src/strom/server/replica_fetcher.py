@@ -93,7 +93,11 @@ class ReplicaFetcher:
         config = self.broker.config
         backoff = config["replica.fetch.backoff.ms"] / 1000
         failures = 0
-        while not self.stopped:
+        task = asyncio.current_task()
+        # A cancellation lost inside a call (see `stopped`) still counts as requested: without
+        # this check a fetcher nobody stopped (the event loop's own cancellation of what is left
+        # at exit) fetched on for ever, and the process never exited.
+        while not self.stopped and not task.cancelling():
             if not self.partitions:
                 self.changed.clear()
                 await self.changed.wait()
@@ -275,9 +279,14 @@ class ReplicaFetcherManager:
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self.assigned: dict[TopicPartition, tuple[int, int]] = {}
         self.quota = ReplicationQuota(lambda: broker.config["follower.replication.throttled.rate"])
+        self.closed = False
 
     def add_partition(self, partition) -> None:
-        """Fetch `partition` from its leader, first truncating to where the two logs agree."""
+        """Fetch `partition` from its leader, first truncating to where the two logs agree.
+        Once shut down, nothing more is fetched (a metadata change applied while the broker
+        stops may still make it a follower)."""
+        if self.closed:
+            return
         tp = (partition.topic, partition.index)
         self.remove_partition(tp)
         count = max(1, self.broker.config["num.replica.fetchers"])
@@ -300,6 +309,7 @@ class ReplicaFetcherManager:
                 del self.fetchers[key]
 
     def shutdown(self) -> None:
+        self.closed = True
         for fetcher in self.fetchers.values():
             fetcher.stop()
         self.fetchers.clear()
