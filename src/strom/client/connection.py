@@ -117,10 +117,14 @@ class AsyncConnection:
         self.correlation += 1
         self.writer.write(encode_request(api_key, version, fields, self.correlation, self.client_id))
         await self.writer.drain()
-        size = int.from_bytes(await asyncio.wait_for(self.reader.readexactly(4), timeout_s), "big")
+        # asyncio.timeout, not wait_for: in Python 3.11 wait_for returns an answer that arrives
+        # as the caller is cancelled, and the cancellation is lost.
+        async with asyncio.timeout(timeout_s):
+            size = int.from_bytes(await self.reader.readexactly(4), "big")
         if not 0 <= size <= MAX_FRAME:
             raise ConnectionError(f"response frame of {size} bytes")
-        payload = await asyncio.wait_for(self.reader.readexactly(size), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            payload = await self.reader.readexactly(size)
         correlation, body = decode_response(api_key, version, payload)
         if correlation != self.correlation:
             raise ConnectionError(f"response to request {correlation} where {self.correlation} was expected")

@@ -65,8 +65,8 @@ class ReplicaFetcher:
         self.changed = asyncio.Event()
         self.conn: AsyncConnection | None = None
         self.session = FetchSessionHandler()
-        # Set by stop(): a cancellation can be lost (asyncio.wait_for in Python 3.11 returns an
-        # answer that arrived as it was cancelled), so the loop also checks this after each call.
+        # Set by stop(), and checked after each call as well as the cancellation: a step that
+        # swallows a cancellation must not keep a stopped fetcher going.
         self.stopped = False
         self.task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
@@ -94,9 +94,9 @@ class ReplicaFetcher:
         backoff = config["replica.fetch.backoff.ms"] / 1000
         failures = 0
         task = asyncio.current_task()
-        # A cancellation lost inside a call (see `stopped`) still counts as requested: without
-        # this check a fetcher nobody stopped (the event loop's own cancellation of what is left
-        # at exit) fetched on for ever, and the process never exited.
+        # A cancellation swallowed inside a step still counts as requested: without this check
+        # a fetcher nobody stopped (the event loop's own cancellation of what is left at exit)
+        # fetched on for ever, and the process never exited.
         while not self.stopped and not task.cancelling():
             if not self.partitions:
                 self.changed.clear()
