@@ -309,6 +309,13 @@ class TopicAdmin:
             raise KafkaError(f"Topic '{name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS) from None
         return topic_id, replicas
 
+    def is_recorded(self, name: str) -> bool:
+        """Whether the store still holds a trace of the topic (its assignment, configs or
+        deletion request, any of which stops a creation of the name): the controller removes
+        them only once every replica's log is gone, after brokers' metadata has dropped it."""
+        paths = (znodes.topic_path(name), znodes.config_path("topics", name), f"{znodes.DELETE_TOPICS}/{name}")
+        return any(node is not None for node in self.store.get_many(list(paths)))
+
     def delete_topic(self, name: str) -> None:
         check_deletable(name)
         if self.store.get(znodes.topic_path(name)) is None:

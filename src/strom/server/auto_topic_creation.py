@@ -65,7 +65,7 @@ class AutoTopicCreationManager:
         broker = self.broker
         try:
             await broker.store_io(broker.admin.delete_topic, name)
-            await self.wait_for_deletion(name, max(1.0, deadline - asyncio.get_running_loop().time()))
+            await self._wait_until_forgotten(name, max(deadline, asyncio.get_running_loop().time() + 1.0))
         except KafkaError as e:
             log.warning("topic %s could not be deleted after its failed creation: %s", name, e)
         raise KafkaError(f"Topic {name} was not created: {why}", ErrorCode.KAFKA_STORAGE_ERROR)
@@ -116,6 +116,15 @@ class AutoTopicCreationManager:
         except (OSError, ConnectionError, TimeoutError, LookupError, asyncio.IncompleteReadError):
             return {}  # not reachable now: asked again
         return {p.partition_index: p.error_code for t in body.topics for p in t.partitions}
+
+    async def _wait_until_forgotten(self, name: str, deadline: float) -> None:
+        """Until the metadata store holds no trace of the topic, so that the same name can be
+        created again at once: brokers' metadata drops a deleted topic before the controller
+        has removed it from the store."""
+        loop = asyncio.get_running_loop()
+        await self.wait_for_deletion(name, deadline - loop.time())
+        while await self.broker.store_io(self.broker.admin.is_recorded, name) and loop.time() < deadline:
+            await asyncio.sleep(SERVED_CHECK_INTERVAL_S)
 
     async def wait_for_deletion(self, name: str, timeout_s: float) -> bool:
         return await self.metadata_cache.wait_for(lambda: name not in self.metadata_cache.topics, timeout_s)

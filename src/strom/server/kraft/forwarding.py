@@ -63,6 +63,11 @@ class ForwardingTopicAdmin:
         _raise_for(result.error_code, result.error_message)
         return result.topic_id, {i: [-1] * result.replication_factor for i in range(result.num_partitions)}
 
+    def is_recorded(self, name: str) -> bool:
+        """Whether this broker's image still holds the topic (the metadata log removes it in one
+        record, so the image and the controller agree once the record is replayed)."""
+        return name in self.image().topics
+
     def delete_topic(self, name: str) -> None:
         body = self._call(DELETE_TOPICS, 6, {"timeout_ms": int(TIMEOUT_S * 1000),
                                              "topics": [{"name": name, "topic_id": uuid.UUID(int=0)}]})
