@@ -67,6 +67,8 @@ class BrokerMetadataPublisher:
 
     async def publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
         broker = self.broker
+        if broker.stopping:
+            return  # as Kafka's broker closes its publishers once its shutdown begins (see below)
         self._publish_configs(image, delta)
         self._publish_security(image, delta)
         hosted = broker.replica_manager.partitions
@@ -94,6 +96,10 @@ class BrokerMetadataPublisher:
         # slices: a full delta of 100,000 partitions is never one long stretch on the loop.
         changed = self._every_partition(image) if delta.full else self._changed(image, delta)
         while piece := list(islice(changed, PUBLISH_SLICE)):
+            if broker.stopping:
+                # Past its controlled shutdown the broker acts on no change: the rest of a
+                # big one (every partition it leaves, at 100,000) would only slow its stop.
+                return
             batch = RequestBatch(self.broker_id, CONTROLLER_EPOCH)
             for topic, index, state in piece:
                 if self.broker_id in state.replicas:
