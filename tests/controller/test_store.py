@@ -151,6 +151,7 @@ def test_multi_applies_all_or_nothing(store: Any) -> None:
             store.multi(ops)
         assert store.get("/controller_epoch") == (2, 1), ops
         assert store.get("/x/y") is None, ops
+        assert store.get("/x") is None, ops  # nor the parent it would have made
         assert store.get("/admin/delete_topics") == (None, 0), ops
 
     store.multi([Delete("/brokers/topics/t/partitions/0/state"), Delete("/brokers/topics/t/partitions/0")])
@@ -340,6 +341,32 @@ def test_chroots_are_isolated(zk_server: ZooKeeperServer) -> None:
     finally:
         one.close()
         two.close()
+
+
+def test_a_parent_made_by_another_client_during_a_multi_is_taken_as_made(zk_server: ZooKeeperServer) -> None:
+    """The multi finds /t/p missing and makes it in its transaction; another client makes it
+    first, failing the transaction: it is sent again without it, not failed."""
+    store = ZooKeeperMetadataStore(f"{zk_server.connect}/race")
+    other = ZooKeeperMetadataStore(f"{zk_server.connect}/race")
+    found = store._missing_parents
+    raced: list[dict] = []
+
+    def missing_then_made(ops: list) -> dict:
+        parents = found(ops)
+        if not raced:
+            raced.append(parents)
+            other.create("/t/p", {"by": "other"})
+        return parents
+
+    store._missing_parents = missing_then_made
+    try:
+        store.multi([Create("/t/p/0/state", {"leader": 1}), Create("/t/p/1/state", {"leader": 2})])
+        assert raced == [{0: ["/t", "/t/p", "/t/p/0"], 1: ["/t/p/1"]}]
+        assert store.get("/t/p") == ({"by": "other"}, 0)
+        assert [store.get(f"/t/p/{i}/state")[0] for i in (0, 1)] == [{"leader": 1}, {"leader": 2}]
+    finally:
+        store.close()
+        other.close()
 
 
 def test_unreachable_zookeeper_is_a_clear_error() -> None:

@@ -51,7 +51,6 @@ from strom.controller.store import (
     check_path,
     decode,
     encode,
-    parent_of,
 )
 
 log = logging.getLogger(__name__)
@@ -84,6 +83,11 @@ def _mapped(path: str) -> Iterator[None]:
 
 
 GET_MANY_IN_FLIGHT = 1000  # reads sent before waiting for their answers
+MULTI_PARENT_RACES = 3  # times a multi is sent again after another client made a parent it made
+
+
+class _ParentMadeMeanwhile(Exception):
+    pass
 
 # What only the broker's own ZooKeeper user may read under zookeeper.set.acl (Kafka's
 # sensitive root paths: SCRAM credentials, dynamic broker configs with their passwords, tokens).
@@ -322,18 +326,52 @@ class ZooKeeperMetadataStore:
                 pass
 
     def multi(self, ops: list[Op]) -> None:
-        # ZooKeeper's multi does not make parents: make those missing first (not atomically),
-        # except the ones an earlier Create in this same multi makes.
-        made = set()
+        # ZooKeeper's multi does not make parents: the missing ones are made in the same
+        # transaction, before the nodes under them. Another client making one meanwhile fails
+        # the transaction; then it is sent again with the parents missing by then.
+        for attempt in range(MULTI_PARENT_RACES + 1):
+            try:
+                self._commit(ops, self._missing_parents(ops))
+                return
+            except _ParentMadeMeanwhile:
+                if attempt == MULTI_PARENT_RACES:
+                    raise NodeExists("a parent of a multi's node, made by another client each time") from None
+
+    def _missing_parents(self, ops: list[Op]) -> dict[int, list[str]]:
+        """For each Create of `ops` (by index), the ancestors that neither exist nor are made
+        earlier in `ops`, outermost first: asked in one pipelined round of exists, not a
+        round trip each (a new topic's 100,000 partition state nodes each need a parent)."""
+        made: set[str] = set()
+        wanted: dict[str, None] = {}
         for op in ops:
             if isinstance(op, Create):
-                missing = [p for p in ancestors(op.path) if p not in made]
-                if missing:
-                    with self._op(parent_of(op.path)):
-                        self._client.ensure_path(self._full(missing[-1]))
+                for path in ancestors(op.path):
+                    if path not in made:
+                        wanted[path] = None
                 made.add(op.path)
+        absent: set[str] = set()
+        paths = list(wanted)
+        for start in range(0, len(paths), GET_MANY_IN_FLIGHT):
+            chunk = paths[start:start + GET_MANY_IN_FLIGHT]
+            with self._op(chunk[0]):
+                pending = [self._client.exists_async(self._full(path)) for path in chunk]
+                absent.update(path for path, result in zip(chunk, pending, strict=True) if result.get() is None)
+        out: dict[int, list[str]] = {}
+        for i, op in enumerate(ops):
+            if isinstance(op, Create):
+                parents = [path for path in ancestors(op.path) if path in absent]
+                absent.difference_update(parents)
+                if parents:
+                    out[i] = parents
+        return out
+
+    def _commit(self, ops: list[Op], parents: dict[int, list[str]]) -> None:
         txn = self._client.transaction()
-        for op in ops:
+        sent: list[tuple[str, bool]] = []  # (path, made as a parent) of each op in the transaction
+        for i, op in enumerate(ops):
+            for path in parents.get(i, ()):
+                txn.create(self._full(path), b"")  # as ensure_path makes it: no data, default ACL
+                sent.append((path, True))
             full = self._full(op.path)
             if isinstance(op, Create):
                 txn.create(full, encode(op.data), ephemeral=op.ephemeral, acl=self._acl(op.path))
@@ -345,12 +383,15 @@ class ZooKeeperMetadataStore:
                 txn.check(full, op.version)
             else:
                 raise TypeError(f"not a multi op: {op!r}")
+            sent.append((op.path, False))
         with self._op("multi"):
             results = txn.commit()
-        for op, result in zip(ops, results, strict=False):
+        for (path, parent), result in zip(sent, results, strict=False):
             if isinstance(result, Exception) and not isinstance(
                     result, RolledBackError | RuntimeInconsistency):
-                with _mapped(op.path):
+                if parent and isinstance(result, NodeExistsError):
+                    raise _ParentMadeMeanwhile()
+                with _mapped(path):
                     raise result
 
     # --- watches and sessions ---
