@@ -22,8 +22,10 @@ JAVA_DIR = Path("/usr/share/java")
 ZOOKEEPER_JAR = JAVA_DIR / "zookeeper.jar"
 LOGGING_JARS = (JAVA_DIR / "slf4j-log4j12.jar", JAVA_DIR / "log4j-1.2.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
-# A small heap and the client compiler only: a test ZooKeeper holds little and must start fast.
-JVM_OPTIONS = ["-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+# A small starting heap and the client compiler only: a test ZooKeeper must start fast. The
+# heap may grow to 1 GB: 100,000 partitions' nodes and a controller's writes queued for the
+# transaction log ran 256 MB out of memory.
+JVM_OPTIONS = ["-Xms32m", "-Xmx1g", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                "-Djava.net.preferIPv4Stack=true", "-Dzookeeper.jmx.log4j.disable=true"]
 
 _LOG4J = """\
