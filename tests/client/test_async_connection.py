@@ -1,4 +1,5 @@
-"""A call on an AsyncConnection that is cancelled just as its answer arrives ends cancelled.
+"""A call on an AsyncConnection that is cancelled just as its answer arrives ends cancelled,
+and so does an open cancelled as it connects.
 With asyncio.wait_for (Python 3.11) the answer won and the cancellation was lost, so a loop
 of calls that nobody else stopped (a replica fetcher at the loop's exit) went on for ever."""
 
@@ -40,5 +41,30 @@ def test_a_cancellation_that_meets_the_answer_is_not_lost() -> None:
 
     outcomes = [asyncio.run(scenario(turns)) for turns in range(4)]
     assert outcomes[0] == (True, True)  # cancelled as the answer arrives
+    for turns, (accepted, cancelled) in enumerate(outcomes):
+        assert cancelled == accepted, f"cancel() after {turns} turns: accepted {accepted}, cancelled {cancelled}"
+
+
+def test_a_cancellation_that_meets_the_connection_is_not_lost() -> None:
+    """The same for opening a connection: cancelled at each turn of the loop while it connects
+    to a listening socket, an accepted cancellation ends the open cancelled."""
+
+    async def scenario(turns: int) -> tuple[bool, bool]:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            opening = asyncio.create_task(AsyncConnection.open("127.0.0.1", port, "t", timeout_s=5))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            accepted = opening.cancel()
+            try:
+                (await opening).close()
+            except asyncio.CancelledError:
+                return accepted, True
+            return accepted, False
+        finally:
+            server.close()
+
+    outcomes = [asyncio.run(scenario(turns)) for turns in range(8)]
     for turns, (accepted, cancelled) in enumerate(outcomes):
         assert cancelled == accepted, f"cancel() after {turns} turns: accepted {accepted}, cancelled {cancelled}"

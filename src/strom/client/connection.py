@@ -93,8 +93,9 @@ class AsyncConnection:
     async def open(cls, host: str, port: int, client_id: str = "strom", timeout_s: float = 10.0,
                    security: ClientSecurity | None = None) -> AsyncConnection:
         context = security.ssl if security is not None else None
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=context, server_hostname=host if context else None), timeout_s)
+        async with asyncio.timeout(timeout_s):  # not wait_for: see `call`
+            reader, writer = await asyncio.open_connection(host, port, ssl=context,
+                                                           server_hostname=host if context else None)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -240,8 +240,10 @@ class RaftDriver:
 
     async def _send(self, e: fx.Send) -> None:
         try:
-            body = await asyncio.wait_for(self._send_fn(e.dest, e.api_key, e.version, e.body),
-                                          self.config.request_timeout_ms / 1000)
+            # asyncio.timeout, not wait_for, which in Python 3.11 loses a cancellation that
+            # arrives with the answer
+            async with asyncio.timeout(self.config.request_timeout_ms / 1000):
+                body = await self._send_fn(e.dest, e.api_key, e.version, e.body)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
