@@ -12,7 +12,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -83,6 +83,7 @@ def _mapped(path: str) -> Iterator[None]:
 
 
 GET_MANY_IN_FLIGHT = 1000  # reads sent before waiting for their answers
+T = TypeVar("T")
 MULTI_PARENT_RACES = 3  # times a multi is sent again after another client made a parent it made
 
 
@@ -253,20 +254,25 @@ class ZooKeeperMetadataStore:
         return decode(raw), Stat(stat.version, stat.czxid, stat.ephemeralOwner)
 
     def get_many(self, paths: list[str]) -> list[tuple[Any, int] | None]:
-        """`get` of many nodes, pipelined: up to GET_MANY_IN_FLIGHT requests on the wire at
-        once instead of one round trip each (a failover reads 100,000 partition states)."""
-        out: list[tuple[Any, int] | None] = []
+        """`get` of many nodes, pipelined (a failover reads 100,000 partition states)."""
+        def read(result: Any) -> tuple[Any, int] | None:
+            try:
+                raw, stat = result.get()
+            except NoNodeError:
+                return None
+            return decode(raw), stat.version
+
+        return self._pipelined(paths, self._client.get_async, read)
+
+    def _pipelined(self, paths: list[str], send: Callable[[str], Any], read: Callable[[Any], T]) -> list[T]:
+        """read(send(path)) for each path, in order, with up to GET_MANY_IN_FLIGHT requests on
+        the wire at once instead of one round trip each."""
+        out: list[T] = []
         for start in range(0, len(paths), GET_MANY_IN_FLIGHT):
             chunk = paths[start:start + GET_MANY_IN_FLIGHT]
-            with self._op(chunk[0] if chunk else "/"):
-                pending = [self._client.get_async(self._full(path)) for path in chunk]
-                for result in pending:
-                    try:
-                        raw, stat = result.get()
-                    except NoNodeError:
-                        out.append(None)
-                        continue
-                    out.append((decode(raw), stat.version))
+            with self._op(chunk[0]):
+                pending = [send(self._full(path)) for path in chunk]
+                out.extend(read(result) for result in pending)
         return out
 
     def children(self, path: str) -> list[str]:
@@ -349,13 +355,9 @@ class ZooKeeperMetadataStore:
                     if path not in made:
                         wanted[path] = None
                 made.add(op.path)
-        absent: set[str] = set()
         paths = list(wanted)
-        for start in range(0, len(paths), GET_MANY_IN_FLIGHT):
-            chunk = paths[start:start + GET_MANY_IN_FLIGHT]
-            with self._op(chunk[0]):
-                pending = [self._client.exists_async(self._full(path)) for path in chunk]
-                absent.update(path for path, result in zip(chunk, pending, strict=True) if result.get() is None)
+        found = self._pipelined(paths, self._client.exists_async, lambda result: result.get() is not None)
+        absent = {path for path, here in zip(paths, found, strict=True) if not here}
         out: dict[int, list[str]] = {}
         for i, op in enumerate(ops):
             if isinstance(op, Create):
