@@ -37,7 +37,10 @@ def ongoing(controller) -> list:
 def test_reassignment_under_load_loses_nothing(cluster):
     topic = unique_name("move")
     create(cluster, topic, assignment=[[1, 2, 3]], configs={"min.insync.replicas": "2"})
-    cluster.add_broker(4)
+    new = cluster.add_broker(4)
+    # A broker new to the cluster knows the topics made before it (and a client asking it
+    # for them is not told to wait for a leader).
+    cluster.wait_for(lambda: partition_view(new, topic), 30, "the new broker to know the older topic")
     controller = cluster.brokers[cluster.controller_id()]
     stop = threading.Event()
     acked, failed = [], []

@@ -43,6 +43,33 @@ def test_a_failed_publish_is_done_again_whole(monkeypatch):
     assert loader.published.is_set()
 
 
+def test_the_offset_reported_as_caught_up_is_the_published_one(monkeypatch):
+    """A broker tells the controller it has caught up (and is unfenced for it) only once its
+    parts have acted on the metadata, not when the image has merely read it."""
+    monkeypatch.setattr(loader_module, "RETRY_S", 0.05)
+    failing = [True]
+    offsets = []
+
+    async def publisher(image, delta):
+        offsets.append((loader.offset, loader.published_offset))
+        if failing[0]:
+            raise RuntimeError("a handler failed")
+
+    async def run():
+        loader.publishers.append(publisher)
+        image = _image_with_topic("a")
+        image.end_offset = 7
+        await loader.load_image(image)
+        failed = (loader.offset, loader.published_offset)
+        failing[0] = False
+        await asyncio.sleep(0.3)  # the retry
+        return failed
+
+    loader = MetadataLoader()
+    assert asyncio.run(run()) == (7, 0)
+    assert offsets[0] == (7, 0) and loader.published_offset == 7
+
+
 def test_starting_again_from_an_image_names_the_topics_it_no_longer_has():
     seen = []
 

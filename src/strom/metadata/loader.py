@@ -64,6 +64,9 @@ class MetadataLoader:
         self.publishers: list[Publisher] = []
         self._delta = MetadataDelta(full=image is not None)
         self.published = asyncio.Event()  # set after the first publish
+        # The offset up to which every publisher has acted on the log: what a broker reports
+        # to the controller as caught up, as Kafka's loader's last applied offset.
+        self.published_offset = 0
         self._publishing = asyncio.Lock()
 
     @property
@@ -122,7 +125,11 @@ class MetadataLoader:
             await self._publish_delta()
 
     async def _publish_delta(self) -> None:
-        if self.image.transaction is not None or not self._delta:
+        if self.image.transaction is not None:
+            return
+        offset = self.image.end_offset  # the image may move on while the publishers work
+        if not self._delta:
+            self.published_offset = offset
             return
         delta, self._delta = self._delta, MetadataDelta()
         for publish in self.publishers:
@@ -135,4 +142,5 @@ class MetadataLoader:
                 self._delta.full = True
                 asyncio.get_running_loop().call_later(RETRY_S, lambda: asyncio.ensure_future(self._publish()))
                 return
+        self.published_offset = offset
         self.published.set()

@@ -208,7 +208,7 @@ class KRaftBroker(Broker):
             await self._observer.start()
         self.controller_channel = self._channel("alter-partition")
         self.lifecycle = BrokerLifecycleManager(self.config, self.cluster_id, self._channel("lifecycle"),
-                                                lambda: self.metadata_loader.offset, self._log_dir_ids())
+                                                lambda: self.metadata_loader.published_offset, self._log_dir_ids())
         await self.lifecycle.start(self.advertised)
         self.broker_epoch = self.lifecycle.broker_epoch
         ids = ControllerProducerIds(self._channel("producer-ids"), self.broker_id, lambda: self.lifecycle.broker_epoch)

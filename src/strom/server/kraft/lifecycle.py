@@ -2,8 +2,8 @@
 
 The broker registers with the active controller (its listeners, rack and supported features)
 and gets its broker epoch; it starts fenced. Every broker.heartbeat.interval.ms it heartbeats
-with the metadata offset it has applied; once that is past its registration the controller
-unfences it and it may lead partitions. A controller that hears nothing for
+with the metadata offset its parts have acted on (published, not only read); once that is past
+its registration the controller unfences it and it may lead partitions. A controller that hears nothing for
 broker.session.timeout.ms fences it. At shut-down it heartbeats with want_shut_down: the
 controller moves its leadership away and says when it may go (controlled shutdown). A
 heartbeat refused with STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED (the controller forgot

@@ -54,10 +54,19 @@ class _Collect:
 
 
 def live_brokers(image: MetadataImage, also: int | None = None) -> dict[int, BrokerInfo]:
-    """The unfenced brokers of the image (and broker `also`, if registered), as BrokerInfo."""
-    return {b.id: BrokerInfo(b.id, [EndPoint(e.listener, e.host, e.port, e.security_protocol) for e in b.endpoints],
+    """The unfenced brokers of the image, as BrokerInfo, and broker `also` however it stands.
+
+    `also` is the publishing broker: what it is told goes through the same requests as a
+    ZooKeeper broker's, addressed to live brokers only, and it must hear of every partition
+    even before its own registration is in the image. A new broker follows the log from its
+    start and replays the topics made before it joined ahead of that registration; without
+    itself here it would drop them, and never know those topics until they changed."""
+    live = {b.id: BrokerInfo(b.id, [EndPoint(e.listener, e.host, e.port, e.security_protocol) for e in b.endpoints],
                              b.rack, b.epoch)
             for b in image.brokers.values() if not b.fenced or b.id == also}
+    if also is not None and also not in live:
+        live[also] = BrokerInfo(also, [])  # not registered yet: fenced, so no client hears of it
+    return live
 
 
 class BrokerMetadataPublisher:
