@@ -39,6 +39,8 @@ from strom.server.replication_quota import ReplicationQuota
 
 log = logging.getLogger(__name__)
 
+LOAD_SLICE = 256  # lazily opened logs a request reads per turn of the loop (~50 ms)
+
 
 @dataclass(slots=True)
 class ProduceResult:
@@ -188,6 +190,22 @@ class ReplicaManager:
             chunk = pending[start:start + batch]
             await asyncio.to_thread(load, chunk)
             settle_after_bulk_change(len(chunk))
+
+    async def load_logs(self, tps: Iterable[TopicPartition]) -> None:
+        """Read the lazily opened logs among `tps` that the background load has not reached
+        yet, LOAD_SLICE at a time with the loop given back between slices: a wide Fetch or
+        Produce just after a restart would otherwise read thousands of directories in one
+        stretch while every other client waits. (On the loop rather than in a thread: the
+        reads are mostly parsing, and threads next to the background load's took twice as
+        long for a 20,000-partition Fetch.)"""
+        partitions = [p for tp in tps if (p := self.partitions.get(tp)) is not None and not p.log.loaded]
+        for start in range(0, len(partitions), LOAD_SLICE):
+            if start:
+                await asyncio.sleep(0)
+            for partition in partitions[start:start + LOAD_SLICE]:
+                if not (partition.log.loaded or partition.log.closed or partition.log.offline):
+                    partition.log.load()
+                    self._check_corrected_end(partition)
 
     def _check_corrected_end(self, partition: Partition) -> None:
         """A lazily opened log found to end elsewhere than checkpointed: its high watermark

@@ -129,6 +129,7 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
         if follower and context.incremental else None
     wanted = context.to_read(news)
     denied = {**_denied(broker, ctx, request, wanted), **names.unknown}
+    await rm.load_logs((topic, p.partition) for topic, ps in wanted for p in ps)
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
     keys = [(topic, p.partition) for topic, ps in wanted for p in ps if topic not in denied] if news is None else ()
     while True:

@@ -134,6 +134,7 @@ async def _append(broker, ctx: RequestContext, request, version: int) -> dict:
         results.update({tp: ProduceResult(error, message="the partition is not part of the transaction")
                         for tp, error in refused.items()})
         entries = [(tp, records) for tp, records in entries if tp not in refused]
+    await broker.replica_manager.load_logs(tp for tp, _ in entries)
     results.update(broker.replica_manager.append_records(acks, entries))
     return results
 
