@@ -295,3 +295,27 @@ def test_start_up_says_which_logs_it_found_intact(dirs, clock, spy_recover):
     m2.shutdown()
     for p in (0, 2):
         m.get_log("t", p).close()  # the crashed instance's descriptors
+
+
+def test_crash_opens_logs_made_since_the_checkpoints_and_never_written_without_recovery(
+        dirs, clock, spy_recover):
+    """kill -9 soon after a large creation: the new logs, empty and named by no checkpoint,
+    are not read one by one at the next start (nothing to recover), but nothing vouches for
+    them as intact; a new log that was written, or holds anything else, recovers."""
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    for p in range(4):
+        m.get_or_create_log("t", p)
+    m.get_log("t", 1).append(batch(2))  # written, never flushed nor checkpointed
+    (dirs[0] / "t-2" / "leader-epoch-checkpoint").write_text("0\n1\n0 0\n")  # something else
+    m2 = manager(dirs[:1], clock)  # no shutdown, no checkpoint: as after kill -9
+    m2.startup(0, None)
+    assert [m2.get_log("t", p).loaded for p in range(4)] == [False, True, True, False]
+    assert sorted(spy_recover) == [0, 0]  # t-1 and t-2
+    assert [m2.get_log("t", p).log_end_offset for p in range(4)] == [0, 2, 0, 0]
+    assert not any(m2.found_intact("t", p) for p in range(4))
+    info = m2.get_log("t", 3).append(batch(2))  # read when first used, and usable
+    assert info.first_offset == 0 and [r[0] for r in read_all(m2.get_log("t", 3))] == [0, 1]
+    m2.shutdown()
+    for p in range(4):
+        m.get_log("t", p).close()  # the crashed instance's descriptors

@@ -158,6 +158,20 @@ def _unchanged_end(path: Path, point: int | None, flushed: tuple[int, int, int] 
     return end
 
 
+def _never_written(path: Path) -> bool:
+    """After a crash: a log directory holding only an empty first segment, as a new log is
+    made (one created after the last flushed-end checkpoint). It has nothing to recover."""
+    try:
+        with os.scandir(path) as entries:
+            found = [(e.name, e.stat().st_size) for e in entries]
+    except OSError:
+        return False
+    return found == [(_FIRST_SEGMENT, 0)]
+
+
+_FIRST_SEGMENT = f"{0:020d}.log"
+
+
 def _remove_dirs(dirs: list[Path]) -> None:
     in_parallel(lambda d: shutil.rmtree(d, ignore_errors=True), dirs)  # unlinks of many dirs overlap
 
@@ -332,16 +346,21 @@ class LogManager:
                 raise ValueError(f"duplicate log directories for {topic}-{partition}: {path}")
             point = recovery_points.get(key)
             end = point if clean else _unchanged_end(path, point, flushed_ends.get(key))
-            if end is not None:
+            # A log made since the last checkpoints and never written (kill -9 soon after a
+            # large creation) opens lazily too; not counted intact, as nothing vouches for it.
+            new = end is None and not point and key not in flushed_ends and _never_written(path)
+            if end is not None or new:
                 # Flushed and checkpointed: its end is the recovery point, and its directory is
                 # read when first needed (or by load_in_background).
+                end = end or 0
                 opened = Log.lazy(path, config_for(topic), log_start_offset=min(start_offsets.get(key, 0), end),
                                   log_end_offset=end, now_ms=self._now_ms)
                 flushed = flushed_ends.get(key)
                 if flushed is not None and flushed[0] == end:
                     self._flushed_ends[key] = flushed
                 self._add(key, d, opened)
-                self._intact.add(key)
+                if not new:
+                    self._intact.add(key)
             else:
                 to_recover.append((key, path, config_for(topic), point or 0, start_offsets.get(key, 0)))
         self._recover_logs(d, to_recover, clean)
