@@ -327,6 +327,7 @@ class LogManager:
         with os.scandir(d) as entries:
             names = sorted(e.name for e in entries if e.is_dir())
         to_recover: list[tuple[TopicPartition, Path, LogConfig, int, int]] = []
+        lazily = 0
         for name in names:
             path = d / name
             if name.endswith(DELETE_DIR_SUFFIX):
@@ -359,6 +360,7 @@ class LogManager:
                 if flushed is not None and flushed[0] == end:
                     self._flushed_ends[key] = flushed
                 self._add(key, d, opened)
+                lazily += 1
                 if not new:
                     self._intact.add(key)
             else:
@@ -368,10 +370,10 @@ class LogManager:
             # From here on a crash must be noticed: the marker only exists between a clean
             # shutdown and the next start-up.
             marker.unlink()
-        elif to_recover:  # a new dir is no crash
+        elif to_recover or lazily:  # a new dir (no logs) is no crash
             log.info("%s: no clean shutdown marker, recovered unflushed segments of %d logs (%d "
-                     "unchanged since their last flush needed nothing)", d, len(to_recover),
-                     len(names) - len(to_recover))
+                     "needed nothing: unchanged since their last flush, or never written)", d,
+                     len(to_recover), lazily)
 
     def _recover_logs(self, d: Path, todo: list[tuple[TopicPartition, Path, LogConfig, int, int]],
                       clean: bool) -> None:
