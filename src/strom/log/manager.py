@@ -158,6 +158,9 @@ def _unchanged_end(path: Path, point: int | None, flushed: tuple[int, int, int] 
     return end
 
 
+_FIRST_SEGMENT = f"{0:020d}.log"
+
+
 def _never_written(path: Path) -> bool:
     """After a crash: a log directory holding only an empty first segment, as a new log is
     made (one created after the last flushed-end checkpoint). It has nothing to recover."""
@@ -167,9 +170,6 @@ def _never_written(path: Path) -> bool:
     except OSError:
         return False
     return found == [(_FIRST_SEGMENT, 0)]
-
-
-_FIRST_SEGMENT = f"{0:020d}.log"
 
 
 def _remove_dirs(dirs: list[Path]) -> None:
@@ -347,13 +347,14 @@ class LogManager:
                 raise ValueError(f"duplicate log directories for {topic}-{partition}: {path}")
             point = recovery_points.get(key)
             end = point if clean else _unchanged_end(path, point, flushed_ends.get(key))
-            # A log made since the last checkpoints and never written (kill -9 soon after a
-            # large creation) opens lazily too; not counted intact, as nothing vouches for it.
-            new = end is None and not point and key not in flushed_ends and _never_written(path)
-            if end is not None or new:
+            intact = end is not None
+            if end is None and not point and key not in flushed_ends and _never_written(path):
+                # Made since the last checkpoints and never written (kill -9 soon after a large
+                # creation): nothing to recover, but nothing vouches for it as intact either.
+                end = 0
+            if end is not None:
                 # Flushed and checkpointed: its end is the recovery point, and its directory is
                 # read when first needed (or by load_in_background).
-                end = end or 0
                 opened = Log.lazy(path, config_for(topic), log_start_offset=min(start_offsets.get(key, 0), end),
                                   log_end_offset=end, now_ms=self._now_ms)
                 flushed = flushed_ends.get(key)
@@ -361,7 +362,7 @@ class LogManager:
                     self._flushed_ends[key] = flushed
                 self._add(key, d, opened)
                 lazily += 1
-                if not new:
+                if intact:
                     self._intact.add(key)
             else:
                 to_recover.append((key, path, config_for(topic), point or 0, start_offsets.get(key, 0)))

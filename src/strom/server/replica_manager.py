@@ -71,6 +71,9 @@ class ReplicaManager:
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.partitions: dict[TopicPartition, Partition] = {}
+        # Until the background load has read them all, some logs may be lazily opened ones
+        # (a restart opens them so): requests check theirs first. Never true again after.
+        self._lazy_logs_left = True
         # Partitions a LeaderAndIsr named whose log could not be made (why): clients get
         # KAFKA_STORAGE_ERROR for them, not a partition that seems to be elsewhere.
         self.unmade: dict[TopicPartition, str] = {}
@@ -176,6 +179,7 @@ class ReplicaManager:
             self._check_corrected_end(partition)
             if i % 5000 == 4999:
                 await asyncio.sleep(0)
+        self._lazy_logs_left = False  # only a start-up opens logs lazily
         pending = [p for p in self.partitions.values() if not p.producer_state_loaded]
 
         def load(partitions: list[Partition]) -> None:
@@ -198,14 +202,22 @@ class ReplicaManager:
         stretch while every other client waits. (On the loop rather than in a thread: the
         reads are mostly parsing, and threads next to the background load's took twice as
         long for a 20,000-partition Fetch.)"""
+        if not self._lazy_logs_left:  # the usual case: no walk over the request's partitions
+            return
         partitions = [p for tp in tps if (p := self.partitions.get(tp)) is not None and not p.log.loaded]
         for start in range(0, len(partitions), LOAD_SLICE):
             if start:
                 await asyncio.sleep(0)
             for partition in partitions[start:start + LOAD_SLICE]:
-                if not (partition.log.loaded or partition.log.closed or partition.log.offline):
-                    partition.log.load()
-                    self._check_corrected_end(partition)
+                if not (partition.log.closed or partition.log.offline):
+                    self._read_lazily_opened(partition)
+
+    def _read_lazily_opened(self, partition: Partition) -> None:
+        """Read the directory of a lazily opened log that the background load has not reached
+        yet, before its end offset is used (it may correct it)."""
+        if not partition.log.loaded:
+            partition.log.load()
+            self._check_corrected_end(partition)
 
     def _check_corrected_end(self, partition: Partition) -> None:
         """A lazily opened log found to end elsewhere than checkpointed: its high watermark
@@ -427,10 +439,8 @@ class ReplicaManager:
         epoch_error = partition.check_leader_epoch(current_leader_epoch)
         if epoch_error != ErrorCode.NONE:
             return ReadResult(epoch_error)
+        self._read_lazily_opened(partition)  # the first read, before the background load
         log_ = partition.log
-        if not log_.loaded:  # the first read of a lazily opened log, before the background load
-            log_.load()
-            self._check_corrected_end(partition)
         if replica_id >= 0 and last_fetched_epoch >= 0:
             # KIP-320: the follower's last epoch ends earlier here, or is unknown: it must
             # truncate before it may append more.
