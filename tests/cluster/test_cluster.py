@@ -120,10 +120,19 @@ def test_one_controller_and_failover_after_kill(cluster):
     for broker_id in cluster.brokers:  # every node names the same controller
         cluster.wait_for(lambda b=broker_id: named_controller(cluster, b) == first, 10,
                          f"node {broker_id} naming the controller")
+    topic = unique_name("failover")
+    create(cluster, topic, 3, 3)  # the controller follows the partitions it does not lead
     cluster.brokers[first].kill()
     cluster.wait_for(lambda: cluster.controller_id() not in (-1, first), 30, "a new controller")
     second = cluster.controller_id()
     assert cluster.controller_epoch() > epoch
+    # The dead controller leaves every ISR, led by survivors, at the new controller's hands (a
+    # ZooKeeper controller at its failover: no broker change tells it of the death), well
+    # before its leaders would drop it themselves (replica.lag.time.max.ms, 30 s): acks=all
+    # producers stop waiting for it.
+    cluster.wait_for(lambda: all(first not in isr and leader not in (-1, first) for leader, _, isr
+                                 in partition_view(cluster.brokers[second], topic).values()), 20,
+                     "the dead controller out of every ISR")
     for broker_id, broker in cluster.brokers.items():
         if broker_id == first:
             continue

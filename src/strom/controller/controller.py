@@ -291,6 +291,13 @@ class KafkaController:
         if self.restarted:
             await self._new_epoch_for_restarted_leader()
         await self._elect_offline_and_new(batch, list(self._all_partitions()))
+        # Replicas on brokers that are not live leave the ISRs, as Kafka's replica state machine
+        # starts them offline: a broker that died with the last controller (or before this one
+        # was elected) had no broker change of its own, and acks=all would otherwise wait for
+        # it until its leaders dropped it after replica.lag.time.max.ms.
+        offline = {r for _, _, state in self._all_partitions() for r in state.isr} - live.keys()
+        if offline:
+            await self._drop_from_isrs(offline, list(self.ctx.partitions_on(offline)), batch)
         for topic, index, state in self._all_partitions():
             live_replicas = [r for r in state.replicas if r in live]
             batch.add_leader_and_isr(live_replicas, topic, index, state)
@@ -489,9 +496,15 @@ class KafkaController:
         them from the ISR (a new leader epoch, as Kafka's controller-driven shrink)."""
         affected = list(self.ctx.partitions_on(dead))
         await self._elect_offline_and_new(batch, [p for p in affected if p[2].leader in dead])
+        await self._drop_from_isrs(dead, affected, batch)
+        for topic, index, _state in affected:  # metadata shows the offline replicas
+            batch.add_update_metadata([], [(topic, index, topic.partitions[index])])
+
+    async def _drop_from_isrs(self, dead: set[int], partitions: list, batch: RequestBatch) -> None:
+        """Partitions with a live leader drop the dead brokers from their ISRs."""
         live = self.ctx.live_brokers
         updates = []
-        for topic, index, state in affected:
+        for topic, index, _state in partitions:
             state = topic.partitions[index]
             isr = elections.isr_after_failure(state, dead, live)
             if isr is not None:
@@ -501,8 +514,6 @@ class KafkaController:
         for topic, index, new in updates:
             topic.partitions[index] = new
             batch.add_leader_and_isr([r for r in new.replicas if r in live], topic, index, new)
-        for topic, index, _state in affected:  # metadata shows the offline replicas
-            batch.add_update_metadata([], [(topic, index, topic.partitions[index])])
 
     async def _on_brokers_started(self, new: set[int], batch: RequestBatch) -> None:
         """The new brokers get the whole metadata and their replicas; partitions that had no
