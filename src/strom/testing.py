@@ -221,6 +221,11 @@ class RawClient(Connection):
         super().__init__("127.0.0.1", broker.port)
 
 
+# A CreateTime base for tests that set their records' timestamps: an hour before the run. A
+# fixed date years back is past log.retention.ms (7 days by default), and a retention pass that
+# happens to run between a test's produce and its read deletes the records.
+TIMESTAMP_BASE_MS = (int(time.time()) - 3600) * 1000
+
 KRAFT = "kraft"  # Cluster(zookeeper=KRAFT): the same cluster on a KRaft quorum instead
 
 

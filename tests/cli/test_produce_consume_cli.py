@@ -13,7 +13,7 @@ from datetime import datetime
 import pytest
 from confluent_kafka import Producer
 
-from strom.testing import consume_all, create_topic, unique_name
+from strom.testing import TIMESTAMP_BASE_MS, consume_all, create_topic, unique_name
 
 from .conftest import fails, ok, strom
 
@@ -63,7 +63,7 @@ def test_json_lines_round_trip_and_copy(cli_broker):
     create_topic(bootstrap, topic, 2)
     create_topic(bootstrap, copy, 2)
     records = [
-        {"key": "k1", "value": "plain", "headers": {"trace": "1"}, "partition": 1, "timestamp": 1_700_000_000_000},
+        {"key": "k1", "value": "plain", "headers": {"trace": "1"}, "partition": 1, "timestamp": TIMESTAMP_BASE_MS},
         {"key": None, "value": {"base64": base64.b64encode(b"\x00\xffbin").decode()}, "partition": 0},
         {"key": "k3", "value": None, "headers": [["dup", "a"], ["dup", ""]], "partition": 1},
         {"key": "ünï", "value": "cödé", "partition": 0},
@@ -72,7 +72,7 @@ def test_json_lines_round_trip_and_copy(cli_broker):
        input="\n".join(json.dumps(r) for r in records) + "\n\n")
     by_value = {m.value(): m for m in consume_all(bootstrap, topic)}
     assert by_value[b"\x00\xffbin"].key() is None and by_value[b"\x00\xffbin"].partition() == 0
-    assert by_value[b"plain"].timestamp()[1] == 1_700_000_000_000
+    assert by_value[b"plain"].timestamp()[1] == TIMESTAMP_BASE_MS
     assert by_value[None].headers() == [("dup", b"a"), ("dup", b"")]
     assert by_value["cödé".encode()].key() == "ünï".encode()
 
@@ -82,7 +82,7 @@ def test_json_lines_round_trip_and_copy(cli_broker):
     assert {(r["partition"], r["offset"]) for r in rows} == {(0, 0), (0, 1), (1, 0), (1, 1)}
     plain = next(r for r in rows if r["value"] == "plain")
     assert (plain["key"], plain["headers"], plain["timestamp"], plain["timestamp_type"]) == \
-        ("k1", [["trace", "1"]], 1_700_000_000_000, "CreateTime")
+        ("k1", [["trace", "1"]], TIMESTAMP_BASE_MS, "CreateTime")
     assert next(r for r in rows if r["partition"] == 0 and r["offset"] == 0)["value"] == \
         {"base64": base64.b64encode(b"\x00\xffbin").decode()}
     # What consume prints in JSON, produce takes back as it is: a copy of the topic.
@@ -99,7 +99,7 @@ def test_where_reading_starts(cli_broker):
     bootstrap = cli_broker.bootstrap
     topic = unique_name("start")
     create_topic(bootstrap, topic, 1)
-    base = 1_700_000_000_000
+    base = TIMESTAMP_BASE_MS
     ok("produce", topic, "--bootstrap-server", bootstrap, "--format", "json",
        input="".join(json.dumps({"value": f"v{i}", "timestamp": base + 1000 * i}) + "\n" for i in range(10)))
 

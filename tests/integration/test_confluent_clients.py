@@ -12,7 +12,7 @@ from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import OffsetSpec
 
 from strom.protocol import compression, messages, records
-from strom.testing import BrokerProcess, create_topic, unique_name, wait_for
+from strom.testing import TIMESTAMP_BASE_MS, BrokerProcess, create_topic, unique_name, wait_for
 
 from .conftest import (
     Rec,
@@ -28,7 +28,7 @@ from .conftest import (
 
 pytestmark = pytest.mark.timeout(60)
 
-T0 = 1_700_000_000_000  # an explicit CreateTime base, ms
+T0 = TIMESTAMP_BASE_MS  # an explicit CreateTime base, ms
 # Tests that need their records in one batch: a linger far longer than the produce loop, even on
 # a loaded machine (200 ms was not always); the final flush() sends at once regardless.
 ONE_BATCH = {"linger.ms": 30_000}

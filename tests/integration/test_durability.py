@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Producer, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from strom.testing import consume_all, create_topic, wait_for
+from strom.testing import TIMESTAMP_BASE_MS, consume_all, create_topic, wait_for
 
 from .conftest import (
     Rec,
@@ -24,7 +24,7 @@ from .conftest import (
 
 pytestmark = pytest.mark.timeout(90)
 
-T0 = 1_600_000_000_000
+T0 = TIMESTAMP_BASE_MS
 # Records that must share one batch: a linger no produce loop outlasts; flush() sends at once.
 ONE_BATCH = {"linger.ms": 30_000}
 

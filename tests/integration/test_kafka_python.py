@@ -18,13 +18,13 @@ from kafka.errors import (
 )
 
 from strom.protocol import compression
-from strom.testing import unique_name
+from strom.testing import TIMESTAMP_BASE_MS, unique_name
 
 from .conftest import ck_consume, stored_batches, watermarks
 
 pytestmark = pytest.mark.timeout(60)
 
-T0 = 1_600_000_000_000
+T0 = TIMESTAMP_BASE_MS
 
 
 def produce(bootstrap: str, topic: str, n: int, partitions: int = 1, **conf) -> list:

@@ -31,7 +31,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from strom.protocol import records as rec
-from strom.testing import BrokerProcess, create_topic, unique_name, wait_for
+from strom.testing import TIMESTAMP_BASE_MS, BrokerProcess, create_topic, unique_name, wait_for
 
 from .conftest import (
     GROUP_OVERRIDES,
@@ -60,7 +60,7 @@ TXN_OVERRIDES = {
     "transaction.max.timeout.ms": "900000",
 }
 COMMIT, ABORT = 1, 0  # control record types (key: version i16, type i16)
-T_BASE = 1_700_000_000_000
+T_BASE = TIMESTAMP_BASE_MS
 CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # RecordBatch attributes
 
 

@@ -17,7 +17,7 @@ from strom.spark.fetch import (
 from strom.spark.options import source_options
 from strom.spark.ranges import Range
 from strom.spark.wire import PartitionClient
-from strom.testing import create_topic
+from strom.testing import TIMESTAMP_BASE_MS, create_topic
 
 from .conftest import produce
 from .test_stream import delete_records
@@ -66,14 +66,14 @@ def test_plain_brokers_are_read_raw_after_a_lost_connection(broker, topic, monke
 @PATHS
 def test_paths_read_the_same_rows(broker, topic, read):
     create_topic(broker.bootstrap, topic)
-    produce(broker.bootstrap, topic, [dict(value=b"v%d" % i, key=b"k" if i % 2 else None, timestamp=1_700_000_000_000 + i,
+    produce(broker.bootstrap, topic, [dict(value=b"v%d" % i, key=b"k" if i % 2 else None, timestamp=TIMESTAMP_BASE_MS + i,
                                            headers=[("h", b"%d" % i)] if i % 3 else None) for i in range(300)],
             **{"compression.type": "zstd", "batch.num.messages": 7})
     got = rows(read, broker.bootstrap, Range(topic, 0, 5, 250), includeheaders="true")
     assert [r["offset"] for r in got] == list(range(5, 250))
     assert [(r["key"], r["value"]) for r in got[:2]] == [(b"k", b"v5"), (None, b"v6")]
     assert got[0]["headers"] == [{"key": "h", "value": b"5"}] and got[1]["headers"] is None
-    assert got[0]["timestamp"].timestamp() == 1_700_000_000.005 and got[0]["timestampType"] == 0
+    assert got[0]["timestamp"].timestamp() == (TIMESTAMP_BASE_MS + 5) / 1000 and got[0]["timestampType"] == 0
 
 
 @PATHS

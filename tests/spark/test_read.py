@@ -8,7 +8,7 @@ import json
 import pytest
 from confluent_kafka import Producer
 
-from strom.testing import create_topic
+from strom.testing import TIMESTAMP_BASE_MS, create_topic
 
 from .conftest import produce, read
 
@@ -17,7 +17,7 @@ KAFKA_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "t
 
 def test_batch_read_equals_produced(spark, broker, topic):
     create_topic(broker.bootstrap, topic, partitions=3)
-    base = 1_700_000_000_000
+    base = TIMESTAMP_BASE_MS
     records = [dict(value=b"value-%d" % i, key=b"key-%d" % i if i % 3 else None, partition=i % 3,
                     timestamp=base + i, headers=[("h", b"%d" % i), ("k2", b"")] if i % 2 else None)
                for i in range(600)]
@@ -79,7 +79,7 @@ def test_min_partitions_splits_ranges(spark, broker, topic):
 
 def test_starting_timestamps(spark, broker, topic):
     create_topic(broker.bootstrap, topic, partitions=2)
-    base = 1_700_000_000_000
+    base = TIMESTAMP_BASE_MS
     produce(broker.bootstrap, topic, [dict(value=b"%d" % i, partition=i % 2, timestamp=base + i * 1000)
                                       for i in range(20)])
     # Partition 0 holds timestamps base+0, +2000, ...; partition 1 base+1000, +3000, ...
