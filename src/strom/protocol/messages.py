@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol import admin, consumer, data_container, metadata, producer, sasl  # noqa: F401  (registers APIs)
+from kafka.protocol import admin, consumer, metadata, producer, sasl  # noqa: F401  (registers APIs)
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.schemas.fields.array import ArrayField
 from kafka.protocol.schemas.fields.simple import SimpleField
