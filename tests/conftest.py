@@ -22,11 +22,16 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
+import importlib.util
 import os
+import shutil
 import signal
+import tempfile
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 
 import confluent_kafka
 import confluent_kafka.admin
@@ -44,6 +49,41 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # The client compiler alone and a serial collector cut the Spark modules' CPU by a quarter. Only
 # a test run's JVMs get this; a user's `spark-submit` or ZooKeeper keeps the JVM's defaults.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
+
+# --- PySpark's Python processes -------------------------------------------------------------------
+# Spark puts $SPARK_HOME/python/lib/pyspark.zip (and py4j's zip) first on the path of every
+# Python process it starts. A zip holds sources only, so each such process compiles PySpark
+# afresh (a streaming query's source runner, each kind of worker daemon: ~1 s of CPU apiece),
+# and each worker forked for a task re-reads the zip's 1,500-entry directory. That was a third
+# of the Spark modules' CPU. A test run's Spark uses a SPARK_HOME of links to the installed one
+# where those two "zips" are directories holding the same packages, which Python imports from
+# their compiled caches. The same PySpark and Spark run; a worker interpreter without PySpark
+# installed (tests/spark/test_install.py) still finds it there.
+def _spark_home_of_directories() -> str | None:
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        return None
+    real = Path(spec.origin).parent
+    home = Path(tempfile.mkdtemp(prefix="strom-test-spark-home-"))
+    atexit.register(shutil.rmtree, home, ignore_errors=True)  # removes the links, not their targets
+    for entry in real.iterdir():
+        if entry.name != "python":
+            (home / entry.name).symlink_to(entry)
+    lib = home / "python" / "lib"
+    lib.mkdir(parents=True)
+    for entry in (real / "python").iterdir():
+        if entry.name != "lib":
+            (home / "python" / entry.name).symlink_to(entry)
+    for archive in (real / "python" / "lib").glob("*.zip"):
+        package = "pyspark" if archive.name == "pyspark.zip" else archive.name.split("-", 1)[0]
+        (lib / archive.name).mkdir()
+        (lib / archive.name / package).symlink_to(Path(importlib.util.find_spec(package).origin).parent)
+    return str(home)
+
+
+if "SPARK_HOME" not in os.environ and (_home := _spark_home_of_directories()):
+    os.environ["SPARK_HOME"] = _home
 
 # --- clients left open ---------------------------------------------------------------------------
 _opened: weakref.WeakSet = weakref.WeakSet()  # weak: a test may drop a client on purpose

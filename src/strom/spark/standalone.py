@@ -32,6 +32,9 @@ _REGISTERED = "Successfully registered with master"
 
 
 def spark_home() -> Path:
+    """$SPARK_HOME when set, else the installed PySpark's: where PySpark's own launcher looks."""
+    if os.environ.get("SPARK_HOME"):
+        return Path(os.environ["SPARK_HOME"])
     import pyspark
 
     return Path(pyspark.__file__).parent
