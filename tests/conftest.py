@@ -44,11 +44,14 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # --- the JVMs tests start (Spark, ZooKeeper) ---------------------------------------------------
-# They live for a module or less, so most of their CPU is JIT compilation at full optimisation
-# and a parallel collector's threads; on two cores that CPU is taken from the brokers under test.
-# The client compiler alone and a serial collector cut the Spark modules' CPU by a quarter. Only
-# a test run's JVMs get this; a user's `spark-submit` or ZooKeeper keeps the JVM's defaults.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# They live for a module or less, so most of their CPU is JIT compilation at full optimisation,
+# a parallel collector's threads and verifying the bytecode of the jars they load; on two cores
+# that CPU is taken from the brokers under test. The client compiler alone and a serial collector
+# cut the Spark modules' CPU by a quarter; not verifying Spark's and ZooKeeper's own jars cuts a
+# Spark session's start by another eighth. Only a test run's JVMs get this; a user's
+# `spark-submit` or ZooKeeper keeps the JVM's defaults.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC "
+                      "-XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote")
 
 
 # --- PySpark's Python processes -------------------------------------------------------------------
