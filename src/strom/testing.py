@@ -373,8 +373,9 @@ class Cluster(_StartedInWith):
         logged = _REGISTERED.findall(self.brokers[broker_id].log_text())
         return int(logged[-1]) if logged else -1
 
-    def wait_for(self, predicate: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
-        return wait_for(predicate, timeout, what=what)
+    def wait_for(self, predicate: Callable[[], T], timeout: float = 30.0, what: str = "condition",
+                 interval: float = 0.05) -> T:
+        return wait_for(predicate, timeout, interval, what=what)
 
     def close(self) -> None:
         if self.kraft:
