@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
-from strom.metadata import records as r
 from strom.protocol.errors import ErrorCode, KafkaError
 
 
@@ -46,6 +45,10 @@ class TokenInformation:
                    rec.max_timestamp, rec.expiration_timestamp)
 
     def to_record(self) -> Any:
+        # Imported here: the record codecs are generated at import (~30 ms), which a broker that
+        # never writes a token to the metadata log (every broker but a KRaft one) need not pay.
+        from strom.metadata import records as r
+
         return r.DelegationTokenRecord(owner=self.owner, requester=self.requester, renewers=list(self.renewers),
                                        issue_timestamp=self.issue_ms, max_timestamp=self.max_ms,
                                        expiration_timestamp=self.expiry_ms, token_id=self.token_id)
