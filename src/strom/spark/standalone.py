@@ -33,8 +33,8 @@ _REGISTERED = "Successfully registered with master"
 
 def spark_home() -> Path:
     """$SPARK_HOME when set, else the installed PySpark's: where PySpark's own launcher looks."""
-    if os.environ.get("SPARK_HOME"):
-        return Path(os.environ["SPARK_HOME"])
+    if home := os.environ.get("SPARK_HOME"):
+        return Path(home)
     import pyspark
 
     return Path(pyspark.__file__).parent
