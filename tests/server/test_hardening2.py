@@ -391,16 +391,21 @@ def test_a_topic_whose_logs_cannot_all_be_made_is_not_created():
     import subprocess
 
     with BrokerProcess(overrides={"num.partitions": "1"}) as broker:
+        pid = broker.proc.pid
+        # The descriptors a broker holds for its whole life, opened first: numbers 0 to n-1. A
+        # limit of n leaves no free number for a new one, whatever connections and files above
+        # them open and close meanwhile (a limit of "all open now" did: a client's connection
+        # or a segment file closed just after it left a gap).
+        lifelong = len(os.listdir(f"/proc/{pid}/fd"))
         topic, ghost = unique_name("kept"), unique_name("ghost")
         produce_acked(broker.bootstrap, topic, [b"acked-%d" % i for i in range(10)])
-        pid = broker.proc.pid
         limit = subprocess.run(["prlimit", "--pid", str(pid), "--nofile", "--output=SOFT", "--noheadings"],
                                check=True, capture_output=True, text=True).stdout.strip()
         with RawClient(broker) as client:
             client.sock.settimeout(60)
+            client.call(18, 0, {})  # the broker has accepted this connection: it has its descriptor
             # Out of file descriptors (EMFILE) while the new topic's logs are made.
-            subprocess.run(["prlimit", "--pid", str(pid), f"--nofile={len(os.listdir(f'/proc/{pid}/fd'))}:"],
-                           check=True)
+            subprocess.run(["prlimit", "--pid", str(pid), f"--nofile={lifelong}:"], check=True)
             try:
                 created = client.call(19, 7, {"timeout_ms": 20_000, "validate_only": False, "topics": [{
                     "name": ghost, "num_partitions": 40, "replication_factor": 1, "assignments": [],
