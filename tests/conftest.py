@@ -37,11 +37,18 @@ import confluent_kafka
 import confluent_kafka.admin
 import pytest
 
-from strom.testing import close_client
+from strom.testing import close_client, fork_brokers
 
 # Handlers are reset to the default at exec; an ignored signal stays ignored.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# --- broker processes ---------------------------------------------------------------------------
+# The suite starts about 570 brokers; each would spend 0.2 s of CPU importing Strom. They are
+# forked from a process that has imported it (strom/testing_fork.py) and run the same entry point
+# as `python -m strom serve`. The README's and the CLI's tests still start `strom` as users do.
+fork_brokers()
+
 
 # --- the JVMs tests start (Spark, ZooKeeper) ---------------------------------------------------
 # They live for a module or less, so most of their CPU is JIT compilation at full optimisation,
