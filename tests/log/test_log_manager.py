@@ -319,3 +319,75 @@ def test_crash_opens_logs_made_since_the_checkpoints_and_never_written_without_r
     m2.shutdown()
     for p in range(4):
         m.get_log("t", p).close()  # the crashed instance's descriptors
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["syncfs", "fsync-each"])
+def test_clean_shutdown_by_one_syncfs_or_an_fsync_per_file(dirs, clock, spy_recover, monkeypatch, whole):
+    """Where the filesystem can be synced whole, a clean shutdown fsyncs no log file: one syncfs
+    (and one more after closing) makes everything durable, and the restart trusts it all as
+    after flushing each log. A small active segment is closed without index files either way;
+    the restart finds its end and max timestamp by the scan it makes of it anyway."""
+    import os
+
+    import strom.log.manager as manager_module
+
+    synced_whole: list = []
+    monkeypatch.setattr(manager_module, "can_sync_whole", lambda d: whole)
+    real_sync_whole = manager_module.sync_whole
+    monkeypatch.setattr(manager_module, "sync_whole", lambda d: synced_whole.append(d) or real_sync_whole(d))
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    small = m.get_or_create_log("small", 0, LogConfig())  # a 4096-byte index interval
+    small.append(batch(2, ts=1_000))
+    small.append(batch(1, ts=3_000))
+    large = m.get_or_create_log("large", 0)
+    for i in range(12):  # past SMALL's 100-byte index interval: index entries
+        large.append(batch(2, ts=2_000 + i))
+    fsynced: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: fsynced.append(os.readlink(f"/proc/self/fd/{fd}")) or real_fsync(fd))
+    m.shutdown()
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    log_files_fsynced = [f for f in fsynced if f.endswith(".log")]
+    if whole:
+        assert synced_whole == [dirs[0], dirs[0]] and log_files_fsynced == []
+    else:
+        assert synced_whole == [] and len(log_files_fsynced) >= 2
+    assert (dirs[0] / CLEAN_SHUTDOWN_FILE).exists()
+    assert read_checkpoint(dirs[0] / RECOVERY_POINT_CHECKPOINT) == {("small", 0): 3, ("large", 0): 24}
+    small_files = sorted(p.name for p in (dirs[0] / "small-0").iterdir())
+    assert not any(name.endswith((".index", ".timeindex")) for name in small_files), small_files
+    large_active = large.segments[-1]
+    assert large_active.offset_index.path.exists() and large_active.time_index.path.exists()
+
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    assert spy_recover == []  # nothing re-scanned as a recovery
+    small = m.get_log("small", 0)
+    assert small.log_end_offset == small.recovery_point == 3
+    assert [r[0] for r in read_all(small)] == [0, 1, 2]
+    assert small.active_segment.max_timestamp == 3_000  # found by the scan of the small segment
+    assert m.get_log("large", 0).log_end_offset == 24
+    m.shutdown()
+
+
+def test_a_dir_syncfs_fails_on_is_not_marked_clean(dirs, clock, spy_recover, monkeypatch):
+    import strom.log.manager as manager_module
+
+    def failing(d):
+        raise OSError(5, "Input/output error", str(d))
+
+    monkeypatch.setattr(manager_module, "can_sync_whole", lambda d: True)
+    monkeypatch.setattr(manager_module, "sync_whole", failing)
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    m.get_or_create_log("t", 0).append(batch(3))
+    m.shutdown()
+    assert not (dirs[0] / CLEAN_SHUTDOWN_FILE).exists()
+    assert read_checkpoint(dirs[0] / RECOVERY_POINT_CHECKPOINT) == {("t", 0): 0}  # nothing known durable
+    monkeypatch.setattr(manager_module, "can_sync_whole", lambda d: False)
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    assert spy_recover == [0]  # recovered, as after a crash
+    assert m.get_log("t", 0).log_end_offset == 3
+    m.shutdown()

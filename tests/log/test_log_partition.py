@@ -372,6 +372,32 @@ def test_damaged_index_rebuilt_on_clean_start(open_log):
     assert [r[0] for r in read_all(log)] == list(range(90))
 
 
+def test_only_the_last_small_segment_is_trusted_without_index_files(open_log, monkeypatch):
+    """A log's small active segment is closed without index files (nothing to index, and its
+    end is found by a scan at the next start anyway). An earlier segment without them is
+    rebuilt: its max timestamp, which retention reads, would otherwise be unknown."""
+    config = LogConfig(segment_bytes=300)  # segments far below the 4096-byte index interval
+    log = open_log(config)
+    append_batches(log, 12)
+    segments = log.segments
+    assert len(segments) >= 3
+    last_max_ts = segments[-1].max_timestamp
+    log.close()
+    last = segments[-1]
+    assert not last.offset_index.path.exists() and not last.time_index.path.exists()
+    first = segments[0]
+    assert first.offset_index.path.exists() and first.time_index.path.exists()  # sealed at its roll
+    first.offset_index.path.unlink()
+    first.time_index.path.unlink()
+    rebuilt: list[int] = []
+    real = LogSegment.recover
+    monkeypatch.setattr(LogSegment, "recover", lambda self, *a: rebuilt.append(self.base_offset) or real(self, *a))
+    log = open_log(config, clean_shutdown=True)
+    assert rebuilt == [first.base_offset]
+    assert log.segments[-1].max_timestamp == last_max_ts
+    assert [r[0] for r in read_all(log)] == list(range(36))
+
+
 def test_missing_indexes_rebuilt(open_log):
     log = open_log(SMALL)
     append_batches(log, 20)

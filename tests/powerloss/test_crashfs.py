@@ -191,3 +191,12 @@ def test_a_slow_fsync_cut_short_is_not_durable(crash_mount: CrashMount) -> None:
     syncer.join(10)
     crash_mount.mount()
     assert (root / "f").read_bytes() == b"first second"
+
+
+def test_a_clean_shutdown_fsyncs_each_file_on_crashfs(crash_mount: CrashMount) -> None:
+    """CrashFS sees each fsync, not a syncfs of the mount (FUSE passes that on only to servers
+    that ask for it): the log manager must not take syncfs for durability there, or every
+    power-cut test of a clean stop would test nothing."""
+    from strom.log.syncfs import can_sync_whole
+
+    assert not can_sync_whole(crash_mount.path)

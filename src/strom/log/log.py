@@ -749,6 +749,20 @@ class Log:
             self.recovery_point = target
         self.last_flush_ms = self._now_ms()
 
+    def prepare_sync_whole(self) -> None:
+        """Write, without an fsync, what flush() would make durable besides the segments (the
+        leader epoch file), before the whole filesystem is synced. Blocking: for a thread."""
+        if self._epoch_cache is not None and self.loaded:
+            self._epoch_cache.write()
+
+    def synced_whole(self) -> None:
+        """The filesystem holding this log was synced whole after prepare_sync_whole(): all
+        that flush() would have fsynced is durable, and the recovery point is the log's end."""
+        self._dir_dirty = self._parent_dirty = False
+        if self.loaded and self._log_end_offset > self.recovery_point:
+            self.recovery_point = self._log_end_offset
+        self.last_flush_ms = self._now_ms()
+
     def unflushed_messages(self) -> int:
         return self._log_end_offset - self.recovery_point
 
@@ -956,8 +970,9 @@ class Log:
                 segment._close_fd()
             self._pending_deletes = []
             return
-        for segment in self._segments:
-            segment.close()
+        segments = self._segments
+        for segment in segments:
+            segment.close(active=segment is segments[-1])
         for _, segment in self._pending_deletes:
             segment.purge()
         self._pending_deletes = []
@@ -1153,9 +1168,9 @@ def _recover_segments(
         unflushed = not clean_shutdown and (last or segments[i + 1].base_offset > recovery_point)
         if unflushed:
             truncated = segment.recover(config.max_message_bytes)
-        elif not segment.sanity_check(None if last else segments[i + 1].base_offset) or (
+        elif not segment.sanity_check(None if last else segments[i + 1].base_offset, last=last) or (
             # the active segment's end is found by a short scan, which also bounds its entries
-            last and not (segment.load_tail() and segment.sanity_check(segment.next_offset))
+            last and not (segment.load_tail() and segment.sanity_check(segment.next_offset, last=True))
         ):
             log.warning("%s: rebuilding the indexes of %s", dir.name, segment.log_path.name)
             truncated = segment.recover(config.max_message_bytes)

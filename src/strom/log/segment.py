@@ -181,19 +181,26 @@ class LogSegment:
         with self._file() as fd:
             return os.fstat(fd).st_mtime_ns // 1_000_000
 
+    def _small_unindexed(self) -> bool:
+        """Too small for an index entry, and no index file made yet."""
+        return (self.size <= self.config.index_interval_bytes and not self.offset_index.existed
+                and not self.time_index.existed)
+
     def index_full(self) -> bool:
         max_bytes = self.config.segment_index_bytes
         return self.offset_index.is_full(max_bytes) or self.time_index.is_full(max_bytes)
 
-    def sanity_check(self, next_base_offset: int | None = None) -> bool:
+    def sanity_check(self, next_base_offset: int | None = None, last: bool = False) -> bool:
         """Whether the loaded indexes can be trusted for this log file (no re-scan needed).
 
-        `next_base_offset` (the following segment's base) bounds the offsets entries may name.
+        `next_base_offset` (the following segment's base) bounds the offsets entries may name;
+        `last`: the log's last segment, whose end load_tail finds by scanning past the last
+        offset index entry.
         """
         if self.size == 0:
             return len(self.offset_index) == 0 and len(self.time_index) == 0
         if not (self.offset_index.existed and self.time_index.existed):
-            return False
+            return last and self._small_unindexed()  # closed so (see seal): load_tail scans it all
         if not (self.offset_index.sanity_check(self.size) and self.time_index.sanity_check(self.size)):
             return False
         index = self.offset_index
@@ -322,10 +329,19 @@ class LogSegment:
                     pass
                 raise StorageError(f"write to {self.log_path} failed: {e}") from e
 
-    def seal(self) -> None:
+    def seal(self, closing: bool = False) -> None:
         """Stop being the active segment: record the final max timestamp in the time index (so
-        a reload knows it without a scan) and release the index write descriptors."""
+        a reload knows it without a scan) and release the index write descriptors.
+
+        `closing`: the log's active segment, at the log's close. One too small for an index
+        entry that has no index files yet is left without them: the next start scans it whole
+        to find its end anyway (load_tail), which yields all the files would hold, and making
+        two files per log was most of a clean stop of 20,000 logs holding a record each."""
         if self.deleted or self.closed:
+            return
+        if closing and self._small_unindexed():
+            self.offset_index.close()
+            self.time_index.close()
             return
         if self.max_timestamp > self.time_index.last_entry[0]:
             self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
@@ -575,10 +591,10 @@ class LogSegment:
             except FileNotFoundError:
                 pass
 
-    def close(self) -> None:
+    def close(self, active: bool = False) -> None:
         if self.closed:
             return
-        self.seal()
+        self.seal(closing=active)
         self._close_fd()
 
     def _close_fd(self) -> None:
