@@ -490,7 +490,9 @@ class LocalMetadataStore:
         saved[_META_KEY] = {"zxid": self._zxid, "sequences": self._sequences}
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as f:
-            json.dump(saved, f, separators=(",", ":"))
+            # dumps, not dump: dump streams through the pure-Python encoder (100,000 partitions:
+            # 1.4 s of a clean stop), dumps runs the C one.
+            f.write(json.dumps(saved, separators=(",", ":")))
             f.flush()
             os.fsync(f.fileno())
             self._snapshot_bytes = f.tell()
