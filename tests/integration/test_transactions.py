@@ -635,6 +635,46 @@ def test_send_offsets_to_transaction_visible_only_on_commit(txn_broker, topic):
         assert values(out[p]) == [f"out-{p}-{i}" for i in range(2, 10)]
 
 
+def test_a_commit_with_offsets_found_prepared_at_start_is_finished(own_txn_broker, topic):
+    """A broker killed between a transaction's PREPARE_COMMIT and its COMPLETE_COMMIT finishes
+    it at start-up: markers on every partition, __consumer_offsets among them, whose offsets
+    the group coordinator then applies. It did not start: the markers were written before the
+    group coordinator was in place. The state log's last record (COMPLETE_COMMIT) is cut off
+    after the kill, which leaves the transaction as such a kill does."""
+    from strom.coordinator import TRANSACTION_STATE_TOPIC, partition_for
+    from strom.log import Log, LogConfig
+
+    broker = own_txn_broker
+    bs = broker.bootstrap
+    source, sink, group = topic + "-in", topic + "-out", unique_name("txn-group")
+    create_topic(bs, source, partitions=1)
+    create_topic(bs, sink, partitions=1)
+    tid = unique_name("txn-prepared")
+    reader = consumer(bs, **{"group.id": group})
+    producer = txn_producer(bs, tid)
+    try:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(sink, value=b"copied", partition=0)
+        producer.send_offsets_to_transaction([TopicPartition(source, 0, 5)], reader.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+    finally:
+        reader.close()
+    broker.kill()
+    state_partition = partition_for(tid, int(TXN_OVERRIDES["transaction.state.log.num.partitions"]))
+    state_log = Log.open(broker.data_dir / "logs" / f"{TRANSACTION_STATE_TOPIC}-{state_partition}", LogConfig())
+    state_log.truncate_to(state_log.log_end_offset - 1)  # the COMPLETE_COMMIT record
+    state_log.close()
+    broker.restart()
+    assert describe_txn(bs, tid).transaction_state == "CompleteCommit"
+    observer = consumer(bs, **{"group.id": group, "isolation.level": "read_uncommitted"})
+    try:
+        assert [tp.offset for tp in observer.committed([TopicPartition(source, 0)], timeout=10)] == [5]
+    finally:
+        observer.close()
+    assert values(read_to_end(bs, sink, [0], committed=True)[0]) == ["copied"]
+
+
 def test_transaction_timeout_aborts_and_lso_moves_on(txn_broker, topic):
     bs = txn_broker.bootstrap
     create_topic(bs, topic, partitions=1)

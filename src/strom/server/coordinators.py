@@ -34,6 +34,10 @@ class Coordinators:
         broker = self.broker
         group = create_group_coordinator(broker)
         group.startup(group.store.load())
+        # Finishing a transaction found prepared writes its markers, and one on a partition of
+        # __consumer_offsets applies its offsets through the group coordinator: it must be in
+        # place first (a kill -9 in the middle of a commit with offsets left one to finish).
+        broker.group_coordinator = group
         store = TransactionStateManager(broker.replica_manager,
                                         lambda: broker.auto_topics.internal_partitions(TRANSACTION_STATE_TOPIC))
         txn = TransactionCoordinator(store, broker.producer_id_manager.generate, broker.txn_markers.send,
