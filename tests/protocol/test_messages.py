@@ -137,3 +137,29 @@ def test_build_makes_what_the_codecs_constructors_make():
         build(response, 12, {"responses": [{"partitions": [{"bogus": 1}]}]})
     with pytest.raises(ValueError, match="version"):
         build(response, 99, {})
+
+
+def test_the_lazy_codec_table_names_each_apis_module():
+    """REQUESTS and RESPONSES import an API's module at its first lookup, from a table: it must
+    name every API the codec modules register, each under the module that registers it, so a
+    kafka-python upgrade that adds or moves one fails here and not as a closed connection."""
+    import importlib
+    import subprocess
+    import sys
+
+    for module in messages.CODEC_MODULES:
+        importlib.import_module(module)
+    requests, responses = messages.registered_codecs()
+    listed = {key: module for module, keys in messages.CODEC_MODULES.items() for key in keys}
+    assert sorted(requests) == sorted(responses) == sorted(listed)
+    for key, module in listed.items():
+        assert messages.REQUESTS[key] is requests[key] and messages.RESPONSES[key] is responses[key]
+        assert requests[key].__module__ == module or requests[key].__module__.startswith(module + "."), key
+    assert messages.REQUESTS.get(99) is None and 99 not in messages.RESPONSES
+    # A fresh process parses a request having imported only that API's module.
+    probe = ("import sys; from strom.protocol import messages as m; "
+             "raw = m.encode_request(3, 12, {'topics': None, 'allow_auto_topic_creation': False}); "
+             "m.parse_request(raw[4:]); "
+             "print(sorted(n for n in m.CODEC_MODULES if n in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout
+    assert loaded.strip() == "['kafka.protocol.metadata']", loaded

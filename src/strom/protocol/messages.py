@@ -14,28 +14,18 @@ needs from it passes through here:
 
 from __future__ import annotations
 
+import importlib
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol import admin, consumer, metadata, producer, sasl  # noqa: F401  (registers APIs)
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.schemas.fields.array import ArrayField
 from kafka.protocol.schemas.fields.simple import SimpleField
 from kafka.protocol.schemas.fields.struct import StructField
 from kafka.protocol.schemas.fields.struct_array import StructArrayField
 
-from strom.protocol import (
-    consumer_group_messages,  # noqa: F401  (registers KIP-848 APIs)
-    controller_messages,  # noqa: F401  (registers inter-broker APIs)
-    delegation_token_messages,  # noqa: F401  (registers the delegation token APIs)
-    kraft_messages,  # noqa: F401  (registers the broker-to-controller KRaft APIs)
-    raft_messages,  # noqa: F401  (registers the KRaft quorum APIs)
-    share_group_messages,  # noqa: F401  (registers KIP-932's share group APIs)
-    share_state_messages,  # noqa: F401  (registers KIP-932's share-state RPCs)
-    telemetry_messages,  # noqa: F401  (registers KIP-714's client telemetry APIs)
-)
 from strom.protocol.frames import frame
 from strom.protocol.list_offsets import parse_list_offsets_request
 from strom.protocol.metadata import parse_describe_topic_partitions_request, parse_metadata_request
@@ -52,6 +42,29 @@ LIST_OFFSETS_KEY = 2
 DESCRIBE_TOPIC_PARTITIONS_KEY = 75
 
 
+# The module whose import registers each API's codec classes. Generating the classes from
+# their schemas is most of what importing Strom costs (60-70 ms of a command's or a broker's
+# start) and a process uses a few APIs, so a module is imported when one of its APIs is first
+# looked up. tests/protocol/test_messages.py checks this table against everything registered.
+CODEC_MODULES: dict[str, tuple[int, ...]] = {
+    "kafka.protocol.producer": (0, 22, 24, 25, 26, 27, 28),
+    "kafka.protocol.consumer": (1, 2, 8, 9, 11, 12, 13, 14, 23, 47),
+    "kafka.protocol.metadata": (3, 10, 18),
+    "kafka.protocol.admin": (15, 16, 19, 20, 21, 29, 30, 31, 32, 33, 34, 35, 37, 42, 43, 44, 45,
+                             46, 48, 49, 50, 51, 55, 57, 60, 61, 65, 66, 74, 75),
+    "kafka.protocol.sasl": (17, 36),
+    "strom.protocol.controller_messages": (4, 5, 6, 7, 56),  # inter-broker (ZooKeeper mode)
+    "strom.protocol.delegation_token_messages": (38, 39, 40, 41),
+    "strom.protocol.raft_messages": (52, 53, 54, 59, 80, 81, 82),  # the KRaft quorum
+    "strom.protocol.kraft_messages": (58, 62, 63, 64, 67),  # broker to controller
+    "strom.protocol.consumer_group_messages": (68, 69),  # KIP-848
+    "strom.protocol.telemetry_messages": (71, 72),  # KIP-714
+    "strom.protocol.share_group_messages": (76, 77, 78, 79, 90, 91, 92),  # KIP-932
+    "strom.protocol.share_state_messages": (83, 84, 85, 86, 87),  # KIP-932's share-state RPCs
+}
+_MODULE_OF = {key: module for module, keys in CODEC_MODULES.items() for key in keys}
+
+
 def _all_subclasses(cls: type) -> list[type]:
     out = []
     for sub in cls.__subclasses__():
@@ -60,7 +73,8 @@ def _all_subclasses(cls: type) -> list[type]:
     return out
 
 
-def _codec_table() -> tuple[dict[int, type], dict[int, type]]:
+def registered_codecs() -> tuple[dict[int, type], dict[int, type]]:
+    """The request and response classes of every API whose module has been imported."""
     requests: dict[int, type] = {}
     responses: dict[int, type] = {}
     for cls in _all_subclasses(ApiMessage):
@@ -70,7 +84,34 @@ def _codec_table() -> tuple[dict[int, type], dict[int, type]]:
     return requests, responses
 
 
-REQUESTS, RESPONSES = _codec_table()
+class _Codecs(Mapping[int, type]):
+    """api key -> the codec class, importing the API's module at its first lookup."""
+
+    def __init__(self, requests: bool) -> None:
+        self._requests = requests
+        self._known: dict[int, type] = {}
+
+    def __getitem__(self, api_key: int) -> type:
+        cls = self._known.get(api_key)
+        if cls is None:
+            module = _MODULE_OF.get(api_key)
+            if module is None:
+                raise KeyError(api_key)
+            importlib.import_module(module)
+            requests, responses = registered_codecs()
+            self._known = requests if self._requests else responses
+            cls = self._known[api_key]
+        return cls
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(_MODULE_OF)
+
+    def __len__(self) -> int:
+        return len(_MODULE_OF)
+
+
+REQUESTS: Mapping[int, type] = _Codecs(requests=True)
+RESPONSES: Mapping[int, type] = _Codecs(requests=False)
 
 
 class UnsupportedRequest(Exception):
