@@ -41,8 +41,10 @@ def _fork_server():
 
 
 def _modules_to_preload() -> list[str]:
+    from strom.protocol.messages import CODEC_MODULES  # imported lazily by a broker: here at once
+
     root = Path(strom.__file__).parent
-    names = [__name__]
+    names = [__name__, *CODEC_MODULES]
     for part in _PRELOADED:
         name = f"strom.{part}"
         names.append(name)
