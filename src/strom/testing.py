@@ -54,7 +54,9 @@ _fork_brokers = False
 def fork_brokers(enabled: bool = True) -> None:
     """Start each BrokerProcess from now on forked from a server process that has imported
     Strom already (see strom.testing_fork): the same broker, 0.2 s less CPU to start. For test
-    suites that start many; a benchmark that times start-ups leaves it off."""
+    suites that start many; a benchmark that times start-ups leaves it off. A plain script
+    (not a pytest run) that turns it on needs an `if __name__ == "__main__":` guard:
+    multiprocessing re-runs a script's main module in each forked child."""
     global _fork_brokers
     _fork_brokers = enabled
 
