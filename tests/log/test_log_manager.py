@@ -5,6 +5,7 @@ from logtest_support import batch, read_all
 
 from strom.log import LogConfig, LogManager, LogSegment
 from strom.log.checkpoint import read_checkpoint
+from strom.log.leader_epoch import EpochEntry, LeaderEpochCache
 from strom.log.manager import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
@@ -332,14 +333,23 @@ def test_clean_shutdown_by_one_syncfs_or_an_fsync_per_file(dirs, clock, spy_reco
     import strom.log.manager as manager_module
 
     synced_whole: list = []
+    epochs_at_sync: list = []  # what the small log's epoch file said when each syncfs ran
     monkeypatch.setattr(manager_module, "can_sync_whole", lambda d: whole)
     real_sync_whole = manager_module.sync_whole
-    monkeypatch.setattr(manager_module, "sync_whole", lambda d: synced_whole.append(d) or real_sync_whole(d))
+
+    def sync_whole(d):
+        synced_whole.append(d)
+        epochs_at_sync.append(LeaderEpochCache(d / "small-0").entries)
+        real_sync_whole(d)
+
+    monkeypatch.setattr(manager_module, "sync_whole", sync_whole)
     m = manager(dirs[:1], clock)
     m.startup(0, None)
     small = m.get_or_create_log("small", 0, LogConfig())  # a 4096-byte index interval
-    small.append(batch(2, ts=1_000))
-    small.append(batch(1, ts=3_000))
+    small.defer_epoch_writes(lambda cache: None)  # as a broker's batched writer, which has not run
+    small.append(batch(2, ts=1_000), leader_epoch=3)
+    small.append(batch(1, ts=3_000), leader_epoch=3)
+    assert small.leader_epoch_cache.dirty  # the epoch file waits for the broker's batched writer
     large = m.get_or_create_log("large", 0)
     for i in range(12):  # past SMALL's 100-byte index interval: index entries
         large.append(batch(2, ts=2_000 + i))
@@ -351,6 +361,8 @@ def test_clean_shutdown_by_one_syncfs_or_an_fsync_per_file(dirs, clock, spy_reco
     log_files_fsynced = [f for f in fsynced if f.endswith(".log")]
     if whole:
         assert synced_whole == [dirs[0], dirs[0]] and log_files_fsynced == []
+        # The recovery point moves past epoch 3's batches at the first syncfs: its file first.
+        assert epochs_at_sync[0] == [EpochEntry(3, 0)]
     else:
         assert synced_whole == [] and len(log_files_fsynced) >= 2
     assert (dirs[0] / CLEAN_SHUTDOWN_FILE).exists()
@@ -367,6 +379,7 @@ def test_clean_shutdown_by_one_syncfs_or_an_fsync_per_file(dirs, clock, spy_reco
     assert small.log_end_offset == small.recovery_point == 3
     assert [r[0] for r in read_all(small)] == [0, 1, 2]
     assert small.active_segment.max_timestamp == 3_000  # found by the scan of the small segment
+    assert LeaderEpochCache(small.dir).entries == [EpochEntry(3, 0)]  # written before the sync
     assert m.get_log("large", 0).log_end_offset == 24
     m.shutdown()
 

@@ -749,6 +749,10 @@ class Log:
             self.recovery_point = target
         self.last_flush_ms = self._now_ms()
 
+    def epoch_file_behind(self) -> bool:
+        """Whether prepare_sync_whole() has anything to write."""
+        return self._epoch_cache is not None and self.loaded and self._epoch_cache.dirty
+
     def prepare_sync_whole(self) -> None:
         """Write, without an fsync, what flush() would make durable besides the segments (the
         leader epoch file), before the whole filesystem is synced. Blocking: for a thread."""

@@ -1038,7 +1038,7 @@ class LogManager:
         dir_of = {id(lg): self._dir_of.get(key) for key, lg in self._logs.items()}
         in_whole = [lg for lg in logs if dir_of[id(lg)] in whole and not (lg.offline or lg.closed)]
         self.flush_dirty(every=True, logs=[lg for lg in logs if dir_of[id(lg)] not in whole])
-        in_parallel(self._prepare_sync_whole, in_whole)
+        in_parallel(self._prepare_sync_whole, [lg for lg in in_whole if lg.epoch_file_behind()])
         unsynced = {d for d in whole if not self._sync_whole(d)}
         for lg in in_whole:
             if dir_of[id(lg)] not in unsynced and not lg.offline:
