@@ -1033,15 +1033,15 @@ class LogManager:
         filesystem can be synced whole (see syncfs.py) is flushed by one syncfs instead, once
         its logs have written what a flush would fsync, and once more after they are closed.
         Closing seals a log's active segment, which writes its index files."""
-        logs = list(self._logs.values())
+        placed = [(lg, self._dir_of.get(key)) for key, lg in self._logs.items()]
+        logs = [lg for lg, _ in placed]
         whole = {d for d in self.live_dirs if can_sync_whole(d)}
-        dir_of = {id(lg): self._dir_of.get(key) for key, lg in self._logs.items()}
-        in_whole = [lg for lg in logs if dir_of[id(lg)] in whole and not (lg.offline or lg.closed)]
-        self.flush_dirty(every=True, logs=[lg for lg in logs if dir_of[id(lg)] not in whole])
-        in_parallel(self._prepare_sync_whole, [lg for lg in in_whole if lg.epoch_file_behind()])
+        in_whole = [(lg, d) for lg, d in placed if d in whole and not (lg.offline or lg.closed)]
+        self.flush_dirty(every=True, logs=[lg for lg, d in placed if d not in whole])
+        in_parallel(self._prepare_sync_whole, [lg for lg, _ in in_whole if lg.epoch_file_behind()])
         unsynced = {d for d in whole if not self._sync_whole(d)}
-        for lg in in_whole:
-            if dir_of[id(lg)] not in unsynced and not lg.offline:
+        for lg, d in in_whole:
+            if d not in unsynced and not lg.offline:
                 lg.synced_whole()
         self.checkpoint()
         self.checkpoint_high_watermarks()

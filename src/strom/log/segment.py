@@ -339,15 +339,12 @@ class LogSegment:
         two files per log was most of a clean stop of 20,000 logs holding a record each."""
         if self.deleted or self.closed:
             return
-        if closing and self._small_unindexed():
-            self.offset_index.close()
-            self.time_index.close()
-            return
-        if self.max_timestamp > self.time_index.last_entry[0]:
-            self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
-        if self.size:
-            self.offset_index.ensure_file()
-            self.time_index.ensure_file()
+        if not (closing and self._small_unindexed()):
+            if self.max_timestamp > self.time_index.last_entry[0]:
+                self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
+            if self.size:
+                self.offset_index.ensure_file()
+                self.time_index.ensure_file()
         self.offset_index.close()
         self.time_index.close()
 
