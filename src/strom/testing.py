@@ -17,6 +17,7 @@ import json
 import os
 import random
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Self, TypeVar
 
 from strom.client import Connection
 from strom.testing_fork import ForkedProcess, can_fork
@@ -49,6 +50,42 @@ _LISTENER = re.compile(r"(?P<name>[A-Z_][A-Z0-9_]*)://\S+?:(?P<port>\d+)")
 
 
 _fork_brokers = False
+
+
+class _PipeLines:
+    """A child's stderr as lines, read by a thread and also on demand.
+
+    A test that has just seen a broker act (its answer, its exit) asks for the lines the broker
+    logged before acting; a reader thread alone may not have got to them yet. `read_available`
+    takes everything already in the pipe, under the lock the thread reads with; the thread waits
+    for data outside it."""
+
+    def __init__(self, stream: IO[str], lines: list[str]) -> None:
+        self._stream = stream  # kept open for the descriptor's sake
+        self._fd = stream.fileno()
+        os.set_blocking(self._fd, False)
+        self._lines = lines
+        self._partial = b""
+        self._lock = threading.Lock()
+        self.ended = False
+
+    def read_available(self) -> None:
+        with self._lock:
+            while not self.ended:
+                try:
+                    chunk = os.read(self._fd, 65536)
+                except BlockingIOError:
+                    return
+                if not chunk:
+                    self.ended = True
+                    chunk = b"\n" if self._partial else b""
+                *complete, self._partial = (self._partial + chunk).split(b"\n")
+                self._lines.extend(line.decode("utf-8", "replace").rstrip() for line in complete)
+
+    def follow(self) -> None:
+        while not self.ended:
+            select.select([self._fd], [], [])
+            self.read_available()
 
 
 def fork_brokers(enabled: bool = True) -> None:
@@ -128,10 +165,11 @@ class BrokerProcess(_StartedInWith):
         self.env = env
         self.proc: subprocess.Popen | ForkedProcess | None = None
         self._drainer: threading.Thread | None = None
+        self._stderr: _PipeLines | None = None
         self.port = 0
         self.metrics_url: str | None = None  # with metrics.port set: http://host:port/metrics
         self.ports: dict[str, int] = {}  # every listener's port, by listener name
-        self.stderr_lines: list[str] = []
+        self._stderr_lines: list[str] = []
         self.startup_seconds = 0.0
         self.paused = False
         _made_by_test.append(self)
@@ -158,7 +196,8 @@ class BrokerProcess(_StartedInWith):
         else:
             self.proc = subprocess.Popen([sys.executable, "-m", "strom", *args], stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True, env=env)
-        self._drainer = threading.Thread(target=self._drain_stderr, args=(self.proc,), daemon=True)
+        self._stderr = _PipeLines(self.proc.stderr, self._stderr_lines)
+        self._drainer = threading.Thread(target=self._stderr.follow, daemon=True)
         self._drainer.start()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -178,9 +217,12 @@ class BrokerProcess(_StartedInWith):
         self.proc.kill()
         raise RuntimeError("broker did not become ready:\n" + "\n".join(self.stderr_lines[-30:]))
 
-    def _drain_stderr(self, proc: subprocess.Popen | ForkedProcess) -> None:
-        for line in proc.stderr:
-            self.stderr_lines.append(line.rstrip())
+    @property
+    def stderr_lines(self) -> list[str]:
+        """Every line the broker has written to stderr so far, across restarts."""
+        if self._stderr is not None:
+            self._stderr.read_available()
+        return self._stderr_lines
 
     def _log_complete(self) -> None:
         # Once the process is gone, its last lines are still in the pipe: read them before
