@@ -104,6 +104,23 @@ def test_get_many_reads_every_node_in_order(store: Any) -> None:
     assert store.get_many([]) == []
 
 
+def test_get_many_reads_the_same_without_multi_read(zk_server: ZooKeeperServer) -> None:
+    """A ZooKeeper before 3.6 has no multiRead: the store falls back to one getData each."""
+    store = ZooKeeperMetadataStore(f"{zk_server.connect}/old-{uuid.uuid4().hex[:8]}")
+    try:
+        store.create("/n/big", "x" * 200_000)
+        store.create("/n/empty")
+        store.set("/n/twice", 1)
+        store.set("/n/twice", 2)
+        paths = ["/n/big", "/n/empty", "/n/none", "/n/twice"]
+        expected = [("x" * 200_000, 0), (None, 0), None, (2, 1)]
+        assert store.get_many(paths) == expected
+        store._multi_read = False
+        assert store.get_many(paths) == expected
+    finally:
+        store.close()
+
+
 def test_values_round_trip(store: Any) -> None:
     for i, value in enumerate([1, "text", [1, 2], {"a": {"b": None}}, True, 2.5, "ünïcode"]):
         store.set(f"/v/{i}", value)

@@ -27,6 +27,7 @@ from kazoo.exceptions import (
     RolledBackError,
     RuntimeInconsistency,
     SessionExpiredError,
+    UnimplementedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState
@@ -52,6 +53,7 @@ from strom.controller.store import (
     decode,
     encode,
 )
+from strom.controller.zk_multiread import MultiRead
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,10 @@ def _mapped(path: str) -> Iterator[None]:
 
 
 GET_MANY_IN_FLIGHT = 1000  # reads sent before waiting for their answers
+# A multiRead's answer must stay well below what ZooKeeper's clients accept in one packet
+# (jute.maxbuffer, 1 MiB by default) for the ~100-byte partition state nodes it reads most.
+MULTI_READ_PATHS = 1000
+MULTI_READS_IN_FLIGHT = 4
 T = TypeVar("T")
 MULTI_PARENT_RACES = 3  # times a multi is sent again after another client made a parent it made
 
@@ -188,6 +194,7 @@ class ZooKeeperMetadataStore:
                                    auth_data=[("digest", digest)] if digest else None,
                                    default_acl=self._public_acl)
         self._connection_timeout = connection_timeout_ms / 1000
+        self._multi_read = True  # until the server says it has none
         self._connected = threading.Event()
         self._closed = False
         self._session_listeners: list[Callable[[str], None]] = []
@@ -254,7 +261,16 @@ class ZooKeeperMetadataStore:
         return decode(raw), Stat(stat.version, stat.czxid, stat.ephemeralOwner)
 
     def get_many(self, paths: list[str]) -> list[tuple[Any, int] | None]:
-        """`get` of many nodes, pipelined (a failover reads 100,000 partition states)."""
+        """`get` of many nodes (a failover reads 100,000 partition states): multiRead requests
+        of MULTI_READ_PATHS each, or pipelined getData from a ZooKeeper older than 3.6."""
+        if self._multi_read:
+            try:
+                return self._read_many(paths)
+            except UnimplementedError:
+                log.info("ZooKeeper at %s has no multiRead (before 3.6): reading nodes one by one",
+                         self.connect)
+                self._multi_read = False
+
         def read(result: Any) -> tuple[Any, int] | None:
             try:
                 raw, stat = result.get()
@@ -263,6 +279,22 @@ class ZooKeeperMetadataStore:
             return decode(raw), stat.version
 
         return self._pipelined(paths, self._client.get_async, read)
+
+    def _read_many(self, paths: list[str]) -> list[tuple[Any, int] | None]:
+        out: list[tuple[Any, int] | None] = []
+        for start in range(0, len(paths), MULTI_READ_PATHS * MULTI_READS_IN_FLIGHT):
+            chunk = paths[start:start + MULTI_READ_PATHS * MULTI_READS_IN_FLIGHT]
+            with self._op(chunk[0]):
+                pending = []
+                for first in range(0, len(chunk), MULTI_READ_PATHS):
+                    result = self._client.handler.async_result()
+                    request = MultiRead([self._full(p) for p in chunk[first:first + MULTI_READ_PATHS]])
+                    self._client._call(request, result)  # kazoo sends any request object
+                    pending.append(result)
+                for result in pending:
+                    out.extend(None if node is None else (decode(node.data), node.version)
+                               for node in result.get())
+        return out
 
     def _pipelined(self, paths: list[str], send: Callable[[str], Any], read: Callable[[Any], T]) -> list[T]:
         """read(send(path)) for each path, in order, with up to GET_MANY_IN_FLIGHT requests on
