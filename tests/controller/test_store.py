@@ -175,6 +175,47 @@ def test_multi_applies_all_or_nothing(store: Any) -> None:
     assert store.children("/brokers/topics/t/partitions") == []
 
 
+def test_multi_many_applies_each_batch_as_its_own_multi(store: Any) -> None:
+    """Batches sent together (to ZooKeeper, pipelined): each all or nothing, in order, a failed
+    one leaving the others as they would be one after another."""
+    store.set("/controller_epoch", 1)
+    batches = [[Check("/controller_epoch", 0), Create(f"/brokers/topics/t/partitions/{i}/state", {"leader": i})]
+               for i in range(20)]
+    batches[7].append(SetData("/nothing/here", 1))  # fails: NoNode
+    batches[12] = [Check("/controller_epoch", 5), *batches[12][1:]]  # fails: BadVersion
+    # Needs the parents batch 0 makes (/brokers/topics/t/partitions), and batch 3's node.
+    batches.append([Create("/brokers/topics/t/partitions/3/state/extra", 1)])
+    outcomes = store.multi_many(batches)
+    assert [type(o).__name__ if o else None for o in outcomes] == [
+        *[None] * 7, "NoNode", *[None] * 4, "BadVersion", *[None] * 8]
+    made = sorted(int(i) for i in store.children("/brokers/topics/t/partitions"))
+    assert made == [i for i in range(20) if i not in (7, 12)]
+    assert store.get("/brokers/topics/t/partitions/3/state/extra") == (1, 0)
+    assert store.multi_many([]) == []
+
+
+def test_multi_many_takes_a_parent_made_meanwhile_as_made(zk_server: ZooKeeperServer) -> None:
+    store = ZooKeeperMetadataStore(f"{zk_server.connect}/race-many")
+    other = ZooKeeperMetadataStore(f"{zk_server.connect}/race-many")
+    found = store._missing_parents
+
+    def missing_then_made(ops: list) -> dict:
+        parents = found(ops)
+        if not other.get("/t/p"):
+            other.create("/t/p", {"by": "other"})
+        return parents
+
+    store._missing_parents = missing_then_made
+    try:
+        outcomes = store.multi_many([[Create(f"/t/p/{i}/state", {"leader": i})] for i in range(3)])
+        assert outcomes == [None, None, None]
+        assert store.get("/t/p") == ({"by": "other"}, 0)
+        assert [store.get(f"/t/p/{i}/state")[0] for i in range(3)] == [{"leader": i} for i in range(3)]
+    finally:
+        store.close()
+        other.close()
+
+
 def test_sequential_nodes(store: Any) -> None:
     first = store.create("/config/changes/config_change_", {"entity_path": "topics/a"}, sequential=True)
     second = store.create("/config/changes/config_change_", {"entity_path": "topics/b"}, sequential=True)

@@ -450,21 +450,31 @@ class KafkaController:
         ops: list = [(Create(znodes.partition_state_path(t.name, i), s.encode()), s, 0) for t, i, s in creates]
         ops += [(SetData(znodes.partition_state_path(t.name, i), s.encode(), s.zk_version), s, s.zk_version + 1)
                 for t, i, s in updates]
-        for start in range(0, len(ops), _MULTI_CHUNK):
-            chunk = ops[start:start + _MULTI_CHUNK]
-            await self._fenced_multi([op for op, _, _ in chunk])
-            for _, state, version in chunk:  # written: a later chunk's failure leaves these written
-                state.zk_version = version
+        chunks = [ops[start:start + _MULTI_CHUNK] for start in range(0, len(ops), _MULTI_CHUNK)]
+        fence = Check(znodes.CONTROLLER_EPOCH, self.ctx.epoch_zk_version)
+        outcomes = await self.io(self.store.multi_many, [[fence, *(op for op, _, _ in c)] for c in chunks])
+        for chunk, failure in zip(chunks, outcomes, strict=True):
+            if failure is None:  # written, whatever became of the other chunks
+                for _, state, version in chunk:
+                    state.zk_version = version
+        failure = next((f for f in outcomes if f is not None), None)
+        if failure is not None:
+            await self._fenced_failure(failure)
 
     async def _fenced_multi(self, ops: list) -> None:
         fence = Check(znodes.CONTROLLER_EPOCH, self.ctx.epoch_zk_version)
         try:
             await self.io(self.store.multi, [fence, *ops])
-        except (BadVersion, NoNode, NodeExists):
-            node = await self.io(self.store.get, znodes.CONTROLLER_EPOCH)
-            if node is None or node[1] != self.ctx.epoch_zk_version:
-                raise ControllerMoved() from None
-            raise
+        except (BadVersion, NoNode, NodeExists) as e:
+            await self._fenced_failure(e)
+
+    async def _fenced_failure(self, failure: Exception) -> None:
+        """A fenced write failed: because another controller took over (the epoch node moved
+        on), or for a reason of its own, raised as it is."""
+        node = await self.io(self.store.get, znodes.CONTROLLER_EPOCH)
+        if node is None or node[1] != self.ctx.epoch_zk_version:
+            raise ControllerMoved() from None
+        raise failure
 
     # -- brokers (BrokerChange: onBrokerStartup / onBrokerFailure) -----------------------------
 

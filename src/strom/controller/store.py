@@ -23,19 +23,23 @@ from typing import Any, Protocol
 log = logging.getLogger(__name__)
 
 
-class BadVersion(Exception):
+class NodeError(Exception):
+    """A call failed because of its nodes (not because the store is unreachable)."""
+
+
+class BadVersion(NodeError):
     pass
 
 
-class NodeExists(Exception):
+class NodeExists(NodeError):
     pass
 
 
-class NoNode(Exception):
+class NoNode(NodeError):
     pass
 
 
-class NotEmpty(Exception):
+class NotEmpty(NodeError):
     """A non-recursive delete (Delete in multi) of a node that has children."""
 
 
@@ -94,6 +98,7 @@ class MetadataStore(Protocol):
     def set(self, path: str, data: Any, expected_version: int = -1) -> int: ...
     def delete(self, path: str, expected_version: int = -1) -> None: ...
     def multi(self, ops: list[Op]) -> None: ...
+    def multi_many(self, batches: list[list[Op]]) -> list[NodeError | None]: ...
     def batch(self) -> AbstractContextManager[None]: ...
     def watch_children(self, path: str, callback: Callable[[list[str]], None]) -> Watch: ...
     def watch_data(self, path: str, callback: Callable[[Any, int], None]) -> Watch: ...
@@ -317,6 +322,17 @@ class LocalMetadataStore:
             self._delete(self._nodes, path, -1, changed, check_empty=False)
             self._persist(changed)
         self._fire(changed)
+
+    def multi_many(self, batches: list[list[Op]]) -> list[NodeError | None]:
+        """`multi` of each batch in turn; for each, None or what it raised."""
+        outcomes: list[NodeError | None] = []
+        for ops in batches:
+            try:
+                self.multi(ops)
+                outcomes.append(None)
+            except NodeError as e:
+                outcomes.append(e)
+        return outcomes
 
     def multi(self, ops: list[Op]) -> None:
         """All or nothing: the ops run against a copy of the tree (node dicts are replaced,
