@@ -184,18 +184,23 @@ class RequestBatch:
              stop_replica_callback: Callable[[int], Callback] | None = None) -> None:
         """Send LeaderAndIsr first, then UpdateMetadata (to every live broker when any partition
         changed), then StopReplica, as Kafka orders them."""
+        # A partition's entry, built once for all its replicas' requests (the state objects are
+        # held by the batch, so their ids stay theirs meanwhile).
+        built: dict[tuple[str, int, int, bool], dict] = {}
         for broker_id, entries in self.leader_and_isr.items():
             if broker_id not in live:
                 continue
             for chunk in _chunks(list(entries.items())):
                 topics: dict[str, dict] = {}
-                for (name, index), (topic, state, is_new) in chunk:
-                    entry = topics.setdefault(name, {"topic_name": name, "topic_id": topic.topic_id,
-                                                     "partition_states": []})
-                    entry["partition_states"].append({
-                        **_partition_state(state, index), "partition_epoch": state.zk_version,
-                        "adding_replicas": list(state.adding), "removing_replicas": list(state.removing),
-                        "is_new": is_new})
+                for key, (topic, state, is_new) in chunk:
+                    entry = topics.setdefault(key[0], {"topic_name": key[0], "topic_id": topic.topic_id,
+                                                       "partition_states": []})
+                    if (fields := built.get(shared := (*key, id(state), is_new))) is None:
+                        fields = built[shared] = {
+                            **_partition_state(state, key[1]), "partition_epoch": state.zk_version,
+                            "adding_replicas": list(state.adding), "removing_replicas": list(state.removing),
+                            "is_new": is_new}
+                    entry["partition_states"].append(fields)
                 leaders = {state.leader for _, (_, state, _) in chunk if state.leader in live}
                 channel.send(broker_id, LEADER_AND_ISR, {
                     "controller_id": self.controller_id, "controller_epoch": self.controller_epoch,
