@@ -16,7 +16,9 @@ For each partition count (default 1,000 and 10,000) on a fresh `strom serve`:
 - deletion: DeleteTopics of everything, until Metadata no longer lists it.
 
 `--baseline-src DIR` runs the same scenarios against another checkout's `src/` (say, the
-commit before a change), in the same invocation, so both columns see the same machine.
+commit before a change), in the same invocation, so both columns see the same machine; the
+three-broker scenario (`--cluster N ...`, see cluster_scenario) too, its baseline's brokers
+started with that `src/` first on their PYTHONPATH.
 
     python benchmarks/partitions.py --partitions 1000 10000
     python benchmarks/partitions.py --partitions 100000 --skip-baseline-above 10000 \
@@ -41,7 +43,7 @@ from pathlib import Path
 from strom.client import Connection
 from strom.testing import BrokerProcess
 
-CREATE_TOPICS, DELETE_TOPICS, METADATA, API_VERSIONS = 19, 20, 3, 18
+CREATE_TOPICS, DELETE_TOPICS, METADATA, API_VERSIONS, ELECT_LEADERS = 19, 20, 3, 18, 43
 TOPIC_SIZE = 10_000  # partitions per CreateTopics request
 PROBE_TOPIC = "probe"
 FILL_LIMIT = 20_000
@@ -178,6 +180,20 @@ def wait_until(predicate, timeout: float, interval: float = 0.05) -> float:
     return time.monotonic() - started
 
 
+def logged_between(lines: list[str], first: str, then: str) -> float | None:
+    """Seconds between the broker's log lines holding `first` and then `then` (their
+    timestamps, "2026-12-06 00:18:26,320 ..."), None if either is missing."""
+    def stamp(text: str) -> float | None:
+        line = next((line for line in lines if text in line), None)
+        if line is None:
+            return None
+        day, clock = line.split(" ", 2)[:2]
+        return time.mktime(time.strptime(f"{day} {clock[:8]}", "%Y-%m-%d %H:%M:%S")) + int(clock[9:12]) / 1000
+
+    begin, end = stamp(first), stamp(then)
+    return None if begin is None or end is None else round(end - begin, 2)
+
+
 def poll_interval(partitions: int) -> float:
     """How often to ask for the Metadata of every partition: its answer costs the broker
     about as much as a partition's creation, so asking too often would measure the asking."""
@@ -284,8 +300,10 @@ def cluster_scenario(partitions: int, mode: str = "zookeeper") -> dict:
     quorum's DescribeQuorum names a new leader under KRaft, where Metadata's controller id is
     any live broker; then until every partition is led by a live broker, and how much of that
     is past the session timeout); the killed broker started again until it is back in the ISR
-    of all its partitions; controlled shutdown (SIGTERM) of a broker that leads about a third,
-    until the process has exited."""
+    of all its partitions; a preferred leader election (ElectLeaders) until every partition's
+    first replica leads again; controlled shutdown (SIGTERM) of the broker that then leads the
+    most (about a third), until it is answered (the broker's log: from "shutting down" to
+    "controlled shutdown succeeded") and until the process has exited."""
     from contextlib import nullcontext
 
     from cluster import metadata  # benchmarks/cluster.py: the cluster benchmark's helpers
@@ -353,13 +371,28 @@ def cluster_scenario(partitions: int, mode: str = "zookeeper") -> dict:
             out["restart_rejoin"] = {"port_ready_s": round(ready, 2),
                                      "in_every_isr_s": round(time.monotonic() - started, 2)}
 
+            # The restarted broker leads nothing: a preferred election (as auto.leader.rebalance
+            # would make after its interval) gives each broker back about a third.
+            started = time.monotonic()
+            answer = clients[cluster.controller_id()].call(ELECT_LEADERS, 2, {
+                "election_type": 0, "topic_partitions": None, "timeout_ms": 600_000})
+            assert answer.error_code == 0, answer
+            moved = wait_until(lambda: all(
+                leader == replicas[0] for parts in views(some).values() for leader, replicas, _ in parts.values()),
+                1800, poll_interval(partitions))
+            out["preferred_election"] = {"all_preferred_s": round(moved, 2)}
+
             leaders = [leader for parts in views(some).values() for leader, _, _ in parts.values()]
             target = max((i for i in clients if i != cluster.controller_id()), key=leaders.count)
             out["controlled_shutdown"] = {"broker_led": leaders.count(target)}
             clients.pop(target).close()
+            broker = cluster.brokers[target]
+            logged = len(broker.stderr_lines)
             started = time.monotonic()
-            assert cluster.brokers[target].stop(timeout=900) == 0
+            assert broker.stop(timeout=900) == 0
             out["controlled_shutdown"]["stopped_s"] = round(time.monotonic() - started, 2)
+            out["controlled_shutdown"]["controlled_s"] = logged_between(
+                broker.stderr_lines[logged:], "strom: shutting down", "controlled shutdown succeeded")
         finally:
             for client in clients.values():
                 client.close()
@@ -396,6 +429,36 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def cluster_table(clusters: dict) -> str:
+    rows = [
+        ("creation until every broker shows every leader, s (partitions/s)",
+         lambda r: f'{r["create"]["all_brokers_s"]} ({r["create"]["partitions_per_s"]})'),
+        ("controller failover: new controller known, s (past the session timeout)",
+         lambda r: f'{r["controller_failover"]["new_controller_s"]} ({r["controller_failover"]["past_session_timeout_s"]})'),
+        ("controller failover: every partition led again, s", lambda r: r["controller_failover"]["all_led_again_s"]),
+        ("killed broker restarted: port / in every ISR, s",
+         lambda r: f'{r["restart_rejoin"]["port_ready_s"]} / {r["restart_rejoin"]["in_every_isr_s"]}'),
+        ("preferred election until every preferred replica leads, s",
+         lambda r: r["preferred_election"]["all_preferred_s"]),
+        ("controlled shutdown: partitions led", lambda r: r["controlled_shutdown"]["broker_led"]),
+        ("controlled shutdown: answered / exited, s",
+         lambda r: f'{r["controlled_shutdown"]["controlled_s"]} / {r["controlled_shutdown"]["stopped_s"]}'),
+        ("RSS per broker, MB", lambda r: ", ".join(str(v) for v in r["rss_mb"].values())),
+    ]
+    columns = [(f"{label} {mode} {int(n):,}", r) for label, modes in clusters.items()
+               for mode, runs in modes.items() for n, r in runs.items()]
+    lines = ["| | " + " | ".join(name for name, _ in columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for name, get in rows:
+        cells = []
+        for _, r in columns:
+            try:
+                cells.append(str(get(r)))
+            except (KeyError, TypeError):
+                cells.append("n/a")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--probe":
         probe_main(sys.argv[2], sys.argv[3])
@@ -424,16 +487,29 @@ def main() -> None:
                 env["PYTHONPATH"] = str(args.baseline_src.resolve())
             print(f"{label}: {n} partitions", file=sys.stderr)
             runs[label][n] = scenario(n, env)
-    clusters = {}
-    for n in args.cluster:  # this checkout only: the three-broker run is long enough once
+    clusters: dict = {}
+    for n in args.cluster:
         for mode in args.cluster_modes:
-            print(f"strom: {mode} cluster of {n} partitions", file=sys.stderr)
-            clusters.setdefault(mode, {})[n] = cluster_scenario(n, mode)
+            for label in runs:  # the baseline's brokers: its src/ first on their PYTHONPATH
+                print(f"{label}: {mode} cluster of {n} partitions", file=sys.stderr)
+                saved = os.environ.get("PYTHONPATH")
+                if label == "baseline":
+                    os.environ["PYTHONPATH"] = str(args.baseline_src.resolve())
+                try:
+                    clusters.setdefault(label, {}).setdefault(mode, {})[n] = cluster_scenario(n, mode)
+                finally:
+                    if saved is None:
+                        os.environ.pop("PYTHONPATH", None)
+                    else:
+                        os.environ["PYTHONPATH"] = saved
     result = {"cpus": os.cpu_count(), "load_at_start": round(load, 2), "python": sys.version.split()[0],
               "results": runs, "clusters": clusters}
     print(json.dumps(result, indent=1))
     if args.table:
-        print(table(runs))
+        if any(runs.values()):
+            print(table(runs))
+        if clusters:
+            print(cluster_table(clusters))
 
 
 if __name__ == "__main__":
