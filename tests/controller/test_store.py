@@ -121,6 +121,25 @@ def test_get_many_reads_the_same_without_multi_read(zk_server: ZooKeeperServer) 
         store.close()
 
 
+def test_a_multi_under_a_parent_it_may_not_read(zk_server: ZooKeeperServer) -> None:
+    """A multi's missing parents are found by reading many nodes at once; a parent this client
+    may create under but not read (another tool's ACL) is still found to exist."""
+    from kazoo.security import make_acl
+
+    chroot = f"/unreadable-{uuid.uuid4().hex[:8]}"
+    raw = KazooClient(hosts=zk_server.connect)
+    raw.start()
+    store = ZooKeeperMetadataStore(f"{zk_server.connect}{chroot}")
+    try:
+        raw.create(f"{chroot}/locked", b"secret", acl=[make_acl("world", "anyone", create=True)])
+        store.multi([Create("/locked/child", {"made": True})])
+        assert raw.get(f"{chroot}/locked/child")[0] == b'{"made":true}'
+    finally:
+        store.close()
+        raw.stop()
+        raw.close()
+
+
 def test_values_round_trip(store: Any) -> None:
     for i, value in enumerate([1, "text", [1, 2], {"a": {"b": None}}, True, 2.5, "ünïcode"]):
         store.set(f"/v/{i}", value)

@@ -21,6 +21,7 @@ from kazoo.exceptions import (
     ConnectionClosedError,
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -55,7 +56,7 @@ from strom.controller.store import (
     decode,
     encode,
 )
-from strom.controller.zk_multiread import MultiRead
+from strom.controller.zk_multiread import MultiRead, NodeData
 
 log = logging.getLogger(__name__)
 
@@ -266,13 +267,9 @@ class ZooKeeperMetadataStore:
     def get_many(self, paths: list[str]) -> list[tuple[Any, int] | None]:
         """`get` of many nodes (a failover reads 100,000 partition states): multiRead requests
         of MULTI_READ_PATHS each, or pipelined getData from a ZooKeeper older than 3.6."""
-        if self._multi_read:
-            try:
-                return self._read_many(paths)
-            except UnimplementedError:
-                log.info("ZooKeeper at %s has no multiRead (before 3.6): reading nodes one by one",
-                         self.connect)
-                self._multi_read = False
+        nodes = self._read_many(paths)
+        if nodes is not None:
+            return [None if node is None else (decode(node.data), node.version) for node in nodes]
 
         def read(result: Any) -> tuple[Any, int] | None:
             try:
@@ -283,20 +280,39 @@ class ZooKeeperMetadataStore:
 
         return self._pipelined(paths, self._client.get_async, read)
 
-    def _read_many(self, paths: list[str]) -> list[tuple[Any, int] | None]:
-        out: list[tuple[Any, int] | None] = []
-        for start in range(0, len(paths), MULTI_READ_PATHS * MULTI_READS_IN_FLIGHT):
-            chunk = paths[start:start + MULTI_READ_PATHS * MULTI_READS_IN_FLIGHT]
-            with self._op(chunk[0]):
-                pending = []
-                for first in range(0, len(chunk), MULTI_READ_PATHS):
-                    result = self._client.handler.async_result()
-                    request = MultiRead([self._full(p) for p in chunk[first:first + MULTI_READ_PATHS]])
-                    self._client._call(request, result)  # kazoo sends any request object
-                    pending.append(result)
-                for result in pending:
-                    out.extend(None if node is None else (decode(node.data), node.version)
-                               for node in result.get())
+    def _exist_many(self, paths: list[str]) -> list[bool]:
+        """Whether each node exists: read in multiRead requests where this client may read
+        them all, else asked one by one (pipelined; exists needs no read permission)."""
+        try:
+            nodes = self._read_many(paths)
+        except NoAuthError:
+            nodes = None
+        if nodes is not None:
+            return [node is not None for node in nodes]
+        return self._pipelined(paths, self._client.exists_async, lambda result: result.get() is not None)
+
+    def _read_many(self, paths: list[str]) -> list[NodeData | None] | None:
+        """The nodes at `paths` (None where none is) through multiRead; None if this ZooKeeper
+        has no multiRead (before 3.6), which is then not asked for it again."""
+        if not self._multi_read:
+            return None
+        out: list[NodeData | None] = []
+        try:
+            for start in range(0, len(paths), MULTI_READ_PATHS * MULTI_READS_IN_FLIGHT):
+                chunk = paths[start:start + MULTI_READ_PATHS * MULTI_READS_IN_FLIGHT]
+                with self._op(chunk[0]):
+                    pending = []
+                    for first in range(0, len(chunk), MULTI_READ_PATHS):
+                        result = self._client.handler.async_result()
+                        request = MultiRead([self._full(p) for p in chunk[first:first + MULTI_READ_PATHS]])
+                        self._client._call(request, result)  # kazoo sends any request object
+                        pending.append(result)
+                    for result in pending:
+                        out.extend(result.get())
+        except UnimplementedError:
+            log.info("ZooKeeper at %s has no multiRead (before 3.6): reading nodes one by one", self.connect)
+            self._multi_read = False
+            return None
         return out
 
     def _pipelined(self, paths: list[str], send: Callable[[str], Any], read: Callable[[Any], T]) -> list[T]:
@@ -391,7 +407,7 @@ class ZooKeeperMetadataStore:
                         wanted[path] = None
                 made.add(op.path)
         paths = list(wanted)
-        found = self._pipelined(paths, self._client.exists_async, lambda result: result.get() is not None)
+        found = self._exist_many(paths)
         absent = {path for path, here in zip(paths, found, strict=True) if not here}
         out: dict[int, list[str]] = {}
         for i, op in enumerate(ops):
