@@ -393,6 +393,11 @@ def cluster_scenario(partitions: int, mode: str = "zookeeper") -> dict:
             out["controlled_shutdown"]["stopped_s"] = round(time.monotonic() - started, 2)
             out["controlled_shutdown"]["controlled_s"] = logged_between(
                 broker.stderr_lines[logged:], "strom: shutting down", "controlled shutdown succeeded")
+            out["controlled_shutdown"]["attempts"] = sum(
+                "controlled shutdown" in line for line in broker.stderr_lines[logged:])
+            for line in broker.stderr_lines[logged:]:
+                if "controlled shutdown" in line:
+                    print(f"  broker {target}: {line}", file=sys.stderr)
         finally:
             for client in clients.values():
                 client.close()
