@@ -303,6 +303,8 @@ class FetchSessionHandler:
         if self.epoch == INITIAL_EPOCH:  # a full request: opens a session (closing ours, if any)
             return SessionRequest(self.session_id, INITIAL_EPOCH, list(wanted.items()), [], wanted)
         sent = self.sent
+        if wanted is sent:  # the very states the leader holds (the fetcher reused them)
+            return SessionRequest(self.session_id, self.epoch, [], [], wanted)
         named = [(tp, state) for tp, state in wanted.items() if sent.get(tp) != state]
         added = sum(1 for tp, _ in named if tp not in sent)
         # Partitions the session holds and this request leaves out exist only if the session

@@ -35,6 +35,10 @@ _LEADER_CATCHING_UP_S = 0.05
 # Whole-request errors after which the next request opens a new session at once.
 _SESSION_ERRORS = {ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH}
 _NOT_SENT = (-1,)
+# Fetches that may reuse the last fetch states unchanged (see ReplicaFetcher._reusable) before
+# they are built again from the logs: how many fetches late a change this fetcher did not make
+# itself is sent (the log start moved by the follower's own retention, a throttle set).
+REBUILD_EVERY = 10
 
 
 @dataclass(slots=True)
@@ -65,6 +69,12 @@ class ReplicaFetcher:
         self.changed = asyncio.Event()
         self.conn: AsyncConnection | None = None
         self.session = FetchSessionHandler()
+        # The fetch states of the last request, while nothing this fetcher does has changed
+        # them (None: build them again); an idle follower of 30,000 partitions would otherwise
+        # rebuild and compare 30,000 of them twice a second to send nothing new.
+        self._wanted: dict[TopicPartition, tuple[int, int, int, int, int]] | None = None
+        self._reused = 0
+        self._delays_end = 0.0  # until then some partition waits, and the states are rebuilt
         # Set by stop(), and checked after each call as well as the cancellation: a step that
         # swallows a cancellation must not keep a stopped fetcher going.
         self.stopped = False
@@ -72,10 +82,12 @@ class ReplicaFetcher:
 
     def add(self, partition) -> None:
         self.partitions[(partition.topic, partition.index)] = FetchState(partition)
+        self._wanted = None
         self.changed.set()
 
     def remove(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
+        self._wanted = None
 
     def stop(self) -> None:
         self.stopped = True
@@ -88,6 +100,7 @@ class ReplicaFetcher:
             self.conn = None
         # What the leader's session holds is unknown after a lost request: start a new one.
         self.session.reset()
+        self._wanted = None
 
     async def _run(self) -> None:
         config = self.broker.config
@@ -138,6 +151,8 @@ class ReplicaFetcher:
         backoff = _LEADER_CATCHING_UP_S if error in _LEADER_CATCHING_UP else \
             self.broker.config["replica.fetch.backoff.ms"] / 1000
         state.delayed_until = asyncio.get_running_loop().time() + backoff
+        self._delays_end = max(self._delays_end, state.delayed_until)
+        self._wanted = None
         log.debug("%s: %s-%d got %s", self.name, state.partition.topic, state.partition.index, error.name)
 
     # -- finding the divergence point -----------------------------------------------------------
@@ -146,6 +161,7 @@ class ReplicaFetcher:
         states = self._ready(truncating=True)
         if not states:
             return
+        self._wanted = None
         topics: dict[str, list[dict]] = {}
         for s in states:
             p = s.partition
@@ -187,23 +203,48 @@ class ReplicaFetcher:
 
     # -- fetching -------------------------------------------------------------------------
 
-    async def _fetch(self) -> None:
-        states = self._ready(truncating=False)
-        if not states:
-            await asyncio.sleep(0.05 if any(s.truncating for s in self.partitions.values()) else 0.2)
-            return
+    def _reusable(self) -> dict[TopicPartition, tuple[int, int, int, int, int]] | None:
+        """The last request's fetch states, if they are still every partition's: nothing was
+        added, removed, answered, delayed or truncated since (each of those drops them), and
+        they were reused fewer than REBUILD_EVERY times."""
+        if self._wanted is None or self._reused >= REBUILD_EVERY:
+            return None
+        self._reused += 1
+        return self._wanted
+
+    def _build_wanted(self) -> dict[TopicPartition, tuple[int, int, int, int, int]]:
+        """Each ready partition's fetch state, read from its log; kept for reuse unless a
+        throttle took part (the quota's budget changes by the second) or a delay runs."""
         config = self.broker.config
+        over_quota = self.manager.quota.exceeded()
         budget = self.manager.quota.available()
         max_bytes = config["replica.fetch.max.bytes"]
         wanted: dict[TopicPartition, tuple[int, int, int, int, int]] = {}
-        for s in states:
+        throttled = False
+        for s in self._ready(truncating=False):
             p = s.partition
             limit = max_bytes
             log_ = p.log
             if log_.config.follower_replication_throttled_replicas and self._throttled(p):
+                throttled = True
                 limit = max(1, min(limit, int(budget)))  # at least one batch comes anyway
             wanted[(p.topic, p.index)] = (log_.log_end_offset, p.leader_epoch,
                                           log_.leader_epoch_cache.latest_epoch(), log_.log_start_offset, limit)
+        # Not kept while a partition is left out for a time (delayed, or throttled over the
+        # quota): it must be back in the next states once its time is up.
+        waiting = asyncio.get_running_loop().time() < self._delays_end
+        self._wanted = None if throttled or over_quota or waiting else wanted
+        self._reused = 0
+        return wanted
+
+    async def _fetch(self) -> None:
+        wanted = self._reusable()
+        if wanted is None:
+            wanted = self._build_wanted()
+        if not wanted:
+            await asyncio.sleep(0.05 if any(s.truncating for s in self.partitions.values()) else 0.2)
+            return
+        config = self.broker.config
         request = self.session.build(wanted)
         wait_ms = config["replica.fetch.wait.max.ms"]
         response = await self.conn.call(FETCH, FETCH_VERSION, {
@@ -220,6 +261,8 @@ class ReplicaFetcher:
                 log.warning("%s: fetch from broker %d failed: %s", self.name, self.leader_id, error.name)
                 await asyncio.sleep(config["replica.fetch.backoff.ms"] / 1000)
             return
+        if response.responses:
+            self._wanted = None  # answered partitions change their states
         for t in response.responses:
             for answer in t.partitions:
                 tp = (t.topic, answer.partition_index)
