@@ -198,7 +198,9 @@ class ZooKeeperMetadataStore:
                                    auth_data=[("digest", digest)] if digest else None,
                                    default_acl=self._public_acl)
         self._connection_timeout = connection_timeout_ms / 1000
-        self._multi_read = True  # until the server says it has none
+        # multiRead goes through kazoo's request queue (KazooClient._call, what its own *_async
+        # methods use); until the server says it has none, or if a kazoo has no such queue.
+        self._multi_read = callable(getattr(self._client, "_call", None))
         self._connected = threading.Event()
         self._closed = False
         self._session_listeners: list[Callable[[str], None]] = []
