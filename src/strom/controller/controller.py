@@ -285,13 +285,11 @@ class KafkaController:
                 if state.zk_version < 0:
                     self.ctx.new_partitions.add((t.name, index))
         await self.io(self._finalize_default_features)
-        # As Kafka's failover: every live broker learns the new controller and the live brokers
-        # first, before the elections below and the LeaderAndIsr they make.
-        first = self._batch()
-        first.add_update_metadata(live, [])
-        self._send(first)
-        # Then every replica learns what it serves (and every broker every partition's state).
         batch = self._batch()
+        # Every live broker learns the whole cluster, and every replica what it serves, in one
+        # batch: a broker starting with this controller waits for its UpdateMetadata, which then
+        # comes after the LeaderAndIsr, so it serves knowing and hosting its partitions.
+        batch.add_update_metadata(live, [])
         if self.restarted:
             await self._new_epoch_for_restarted_leader()
         await self._elect_offline_and_new(batch, list(self._all_partitions()))
