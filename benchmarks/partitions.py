@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from strom.client import Connection
@@ -420,12 +421,17 @@ def table(results: dict) -> str:
         ("idle CPU, % of a core", lambda r: r["idle_cpu_pct"]),
         ("RSS, MB (per 1,000 partitions)", lambda r: f'{r["rss_mb"]} ({r["rss_mb_per_1000_partitions"]})'),
     ]
-    columns = [(label, n, r) for label, runs in results.items() for n, r in runs.items()]
-    lines = ["| | " + " | ".join(f"{label} {int(n):,}" for label, n, _ in columns) + " |",
-             "|---" * (len(columns) + 1) + "|"]
+    return markdown(rows, [(f"{label} {int(n):,}", r) for label, runs in results.items()
+                           for n, r in runs.items()])
+
+
+def markdown(rows: list[tuple[str, Callable[[dict], object]]], columns: list[tuple[str, dict]]) -> str:
+    """A table of one row per (name, value of a result) and one column per (title, result);
+    a value a result lacks shows as n/a."""
+    lines = ["| | " + " | ".join(title for title, _ in columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for name, get in rows:
         cells = []
-        for _, _, r in columns:
+        for _, r in columns:
             try:
                 cells.append(str(get(r)))
             except (KeyError, TypeError):
@@ -450,18 +456,8 @@ def cluster_table(clusters: dict) -> str:
          lambda r: f'{r["controlled_shutdown"]["controlled_s"]} / {r["controlled_shutdown"]["stopped_s"]}'),
         ("RSS per broker, MB", lambda r: ", ".join(str(v) for v in r["rss_mb"].values())),
     ]
-    columns = [(f"{label} {mode} {int(n):,}", r) for label, modes in clusters.items()
-               for mode, runs in modes.items() for n, r in runs.items()]
-    lines = ["| | " + " | ".join(name for name, _ in columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    for name, get in rows:
-        cells = []
-        for _, r in columns:
-            try:
-                cells.append(str(get(r)))
-            except (KeyError, TypeError):
-                cells.append("n/a")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return markdown(rows, [(f"{label} {mode} {int(n):,}", r) for label, modes in clusters.items()
+                           for mode, runs in modes.items() for n, r in runs.items()])
 
 
 def main() -> None:
