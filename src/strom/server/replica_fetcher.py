@@ -134,9 +134,10 @@ class ReplicaFetcher:
                 failures += 1
                 await asyncio.sleep(backoff)
 
-    def _ready(self, truncating: bool) -> list[FetchState]:
+    def _ready(self, truncating: bool, over_quota: bool = False) -> list[FetchState]:
+        """The partitions to truncate (or to fetch) now: not delayed, still led by this
+        fetcher's leader, and when `over_quota`, not throttled."""
         now = asyncio.get_running_loop().time()
-        over_quota = not truncating and self.manager.quota.exceeded()
         return [s for s in self.partitions.values()
                 if s.truncating == truncating and s.delayed_until <= now
                 and s.partition.leader_id == self.leader_id
@@ -221,7 +222,7 @@ class ReplicaFetcher:
         max_bytes = config["replica.fetch.max.bytes"]
         wanted: dict[TopicPartition, tuple[int, int, int, int, int]] = {}
         throttled = False
-        for s in self._ready(truncating=False):
+        for s in self._ready(truncating=False, over_quota=over_quota):
             p = s.partition
             limit = max_bytes
             log_ = p.log
