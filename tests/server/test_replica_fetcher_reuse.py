@@ -76,15 +76,20 @@ def run(scenario) -> None:
     asyncio.run(main())
 
 
+def add_fetching(fetcher: ReplicaFetcher, *indexes: int) -> None:
+    """Partitions whose divergence with the leader is settled: fetched from now on."""
+    for i in indexes:
+        fetcher.add(partition(i))
+        fetcher.partitions[("t", i)].truncating = False
+
+
 def reads(fetcher: ReplicaFetcher) -> int:
     return sum(s.partition.log.reads for s in fetcher.partitions.values())
 
 
 def test_idle_fetches_reuse_the_states_until_something_changes() -> None:
     async def scenario(fetcher: ReplicaFetcher, leader: FakeLeader) -> None:
-        for i in range(3):
-            fetcher.add(partition(i))
-            fetcher.partitions[("t", i)].truncating = False
+        add_fetching(fetcher, 0, 1, 2)
         await fetcher._fetch()
         assert leader.named() == [("t", 0), ("t", 1), ("t", 2)]  # the session's first, full request
         assert reads(fetcher) == 3
@@ -94,8 +99,7 @@ def test_idle_fetches_reuse_the_states_until_something_changes() -> None:
         assert reads(fetcher) == 3  # not read again: nothing changed
         assert [r["session_epoch"] for r in leader.requests] == [0, 1, 2, 3]
 
-        fetcher.add(partition(3))  # a change: read everything again, name only the new one
-        fetcher.partitions[("t", 3)].truncating = False
+        add_fetching(fetcher, 3)  # a change: read everything again, name only the new one
         await fetcher._fetch()
         assert leader.named() == [("t", 3)] and reads(fetcher) == 7
 
@@ -108,8 +112,7 @@ def test_idle_fetches_reuse_the_states_until_something_changes() -> None:
 
 def test_a_change_outside_the_fetcher_is_sent_within_rebuild_every_fetches() -> None:
     async def scenario(fetcher: ReplicaFetcher, leader: FakeLeader) -> None:
-        fetcher.add(partition(0))
-        fetcher.partitions[("t", 0)].truncating = False
+        add_fetching(fetcher, 0)
         await fetcher._fetch()
         fetcher.partitions[("t", 0)].partition.log.log_start_offset = 3  # its own retention
         named_at = None
@@ -126,9 +129,7 @@ def test_a_change_outside_the_fetcher_is_sent_within_rebuild_every_fetches() -> 
 
 def test_a_delayed_partition_is_fetched_again_once_its_delay_is_over() -> None:
     async def scenario(fetcher: ReplicaFetcher, leader: FakeLeader) -> None:
-        for i in range(2):
-            fetcher.add(partition(i))
-            fetcher.partitions[("t", i)].truncating = False
+        add_fetching(fetcher, 0, 1)
         await fetcher._fetch()
         fetcher._delay(fetcher.partitions[("t", 1)], ErrorCode.UNKNOWN_LEADER_EPOCH)  # 50 ms
         await fetcher._fetch()
