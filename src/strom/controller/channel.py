@@ -165,6 +165,8 @@ class RequestBatch:
     update_metadata_partitions: dict[tuple[str, int], tuple[TopicMetadata, PartitionState]] = field(
         default_factory=dict)
     stop_replica: dict[int, dict[tuple[str, int], tuple[int, bool]]] = field(default_factory=dict)
+    # Who gets the UpdateMetadata; None: every live broker when any partition changed.
+    update_metadata_only: set[int] | None = None
 
     def add_leader_and_isr(self, brokers: list[int], topic: TopicMetadata, index: int,
                            state: PartitionState, is_new: bool = False) -> None:
@@ -207,7 +209,7 @@ class RequestBatch:
                     "broker_epoch": live[broker_id].epoch, "request_type": 0,
                     "topic_states": list(topics.values()),
                     "live_leaders": [_live_leader(live[b], channel.listener) for b in sorted(leaders)]})
-        if self.update_metadata_partitions:
+        if self.update_metadata_partitions and self.update_metadata_only is None:
             self.update_metadata_brokers.update(live)
         if self.update_metadata_brokers:
             brokers = [_live_broker(b) for b in live.values()]

@@ -285,6 +285,16 @@ class KafkaController:
                 if state.zk_version < 0:
                     self.ctx.new_partitions.add((t.name, index))
         await self.io(self._finalize_default_features)
+        # As Kafka's failover: brokers already serving learn the new controller, the live
+        # brokers and every partition's state (the dead marked offline) before the elections,
+        # which at 100,000 partitions take seconds. Not this broker if it is starting: it serves
+        # once an UpdateMetadata names it, which must come after its LeaderAndIsr (below).
+        serving = {b for b in live if b != self.broker_id or not self.restarted}
+        if serving and self.ctx.topics:
+            first = self._batch()
+            first.update_metadata_only = serving
+            first.add_update_metadata(serving, list(self._all_partitions()))
+            self._send(first)
         batch = self._batch()
         # Every live broker learns the whole cluster, and every replica what it serves, in one
         # batch: a broker starting with this controller waits for its UpdateMetadata, which then
