@@ -16,6 +16,7 @@ from strom.protocol import messages
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import build_batch
 from strom.server.apis.fetch import handle_fetch
+from strom.server import fetch_session
 from strom.server.fetch_session import (
     INITIAL_EPOCH,
     INVALID_SESSION,
@@ -226,7 +227,7 @@ async def test_changes_on_the_leader_are_told_to_an_idle_session(leader):
     assert set(answered) == {(TOPIC, 3)} and answered[(TOPIC, 3)].error_code == ErrorCode.FENCED_LEADER_EPOCH
     # A follower out of the ISR is read every time, so that it can join again.
     partition = leader.rm.partitions[(TOPIC, 0)]
-    partition.isr = [LEADER]
+    leader.rm.isr_changed(partition, [LEADER], partition.partition_epoch + 1)
     await leader.fetch(handler, everything({0: 0, 1: 0, 2: 0}))  # 3 forgotten
     assert leader.reads == [(TOPIC, 0)]
     assert (TOPIC, 3) not in leader.broker.fetch_sessions.get(handler.session_id).partitions
@@ -268,3 +269,104 @@ async def test_follower_sessions_take_consumer_slots_when_the_cache_is_full(tmp_
         assert cache.create(False, {}) is None and cache.get(handler.session_id) is not None
     finally:
         leader.close()
+
+
+# -- quiet partitions: what an idle follower's fetch passes by ----------------------------------
+
+class CountingPartitions(dict):
+    """The leader's partitions, counting the lookups a fetch makes."""
+
+    lookups = 0
+
+    def get(self, key, default=None):
+        self.lookups += 1
+        return super().get(key, default)
+
+
+@in_loop
+async def test_partitions_a_follower_is_up_to_date_on_are_passed_by_until_they_change(leader):
+    handler = FetchSessionHandler()
+    wanted = everything({0: 0, 1: 0, 2: 0, 3: 0})
+    await leader.fetch(handler, wanted)
+    await leader.fetch(handler, wanted)  # the first incremental fetch looks at all four
+    session = leader.broker.fetch_sessions.get(handler.session_id)
+    assert set(session.quiet) == {(TOPIC, i) for i in range(4)} and not session.active
+    leader.rm.partitions = counting = CountingPartitions(leader.rm.partitions)
+    _, _, answered = await leader.fetch(handler, wanted)
+    assert answered == {} and counting.lookups == 0  # not one partition looked at
+
+    leader.append(2)  # told: only that partition is looked at, read and answered
+    _, _, answered = await leader.fetch(handler, wanted)
+    assert set(answered) == {(TOPIC, 2)} and leader.reads == [(TOPIC, 2)]
+    assert list(session.active) == [(TOPIC, 2)]  # until a fetch finds it up to date
+
+    # A change nobody announces (retention moving a log start does not): seen at the latest
+    # at the next full look, FULL_SCAN_EVERY fetches on.
+    leader.logs[1].increment_log_start_offset(0)  # nothing to move: still quiet
+    leader.append(1, count=2)
+    await leader.fetch(handler, everything({0: 0, 1: 0, 2: 1, 3: 0}))
+    await leader.fetch(handler, everything({0: 0, 1: 2, 2: 1, 3: 0}))
+    await leader.fetch(handler, everything({0: 0, 1: 2, 2: 1, 3: 0}))
+    assert (TOPIC, 1) in session.quiet
+    leader.logs[1].increment_log_start_offset(1)  # unannounced, as retention's
+    seen_after = None
+    for n in range(1, fetch_session.FULL_SCAN_EVERY + 2):
+        _, _, answered = await leader.fetch(handler, everything({0: 0, 1: 2, 2: 1, 3: 0}))
+        if (TOPIC, 1) in answered:
+            assert answered[(TOPIC, 1)].log_start_offset == 1
+            seen_after = n
+            break
+    assert seen_after is not None and seen_after > 1  # passed by first, then seen
+
+
+@in_loop
+async def test_a_quiet_follower_is_caught_up_as_of_each_fetch_and_no_longer_once_it_stops(leader):
+    handler = FetchSessionHandler()
+    wanted = everything({0: 0, 1: 0, 2: 0, 3: 0})
+    await leader.fetch(handler, wanted)
+    await leader.fetch(handler, wanted)
+    partition = leader.rm.partitions[(TOPIC, 0)]
+    state = partition.followers[FOLLOWER]
+    assert state.quiet_in is not None
+    first = state.caught_up_ms()
+    await asyncio.sleep(0.01)
+    await leader.fetch(handler, wanted)
+    later = state.caught_up_ms()
+    assert later > first  # each fetch counts, though it passed the partition by
+    assert partition.isr_to_shrink(later + 500, 1000) is None
+    assert partition.isr_to_shrink(later + 1500, 1000) == [LEADER]  # the follower went quiet
+
+    # Forgotten by the follower (delayed, moved to another fetcher): no longer caught up as of
+    # later fetches of the session.
+    await leader.fetch(handler, everything({1: 0, 2: 0, 3: 0}))
+    assert state.quiet_in is None and state.caught_up_ms() == later
+    await asyncio.sleep(0.01)
+    await leader.fetch(handler, everything({1: 0, 2: 0, 3: 0}))
+    assert state.caught_up_ms() == later
+    assert leader.rm.partitions[(TOPIC, 1)].followers[FOLLOWER].caught_up_ms() > later
+
+    # An append the follower has not fetched yet: caught up as of the fetch before it.
+    other = leader.rm.partitions[(TOPIC, 1)].followers[FOLLOWER]
+    before = other.caught_up_ms()
+    leader.append(1)
+    assert other.quiet_in is None and other.last_caught_up_ms == before
+    await asyncio.sleep(0.01)
+    await leader.fetch(handler, everything({1: 0, 2: 0, 3: 0}))  # still at 0, the log at 1
+    assert other.caught_up_ms() == before
+
+
+@in_loop
+async def test_a_new_session_of_the_follower_takes_its_partitions_from_the_old(leader):
+    old = FetchSessionHandler()
+    wanted = everything({0: 0, 1: 0, 2: 0, 3: 0})
+    await leader.fetch(old, wanted)
+    await leader.fetch(old, wanted)
+    stale = leader.broker.fetch_sessions.get(old.session_id)
+    assert len(stale.quiet) == 4
+    new = FetchSessionHandler()  # the follower restarted its fetcher: a full fetch, a new session
+    await leader.fetch(new, wanted)
+    states = [p.followers[FOLLOWER] for p in leader.rm.partitions.values()]
+    assert not stale.quiet and all(s.quiet_in is None for s in states)
+    await leader.fetch(new, wanted)
+    fresh = leader.broker.fetch_sessions.get(new.session_id)
+    assert all(s.quiet_in is fresh for s in states)

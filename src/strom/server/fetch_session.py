@@ -78,6 +78,12 @@ class CachedPartition:
         self.sent_log_start_offset = data.log_start_offset
 
 
+# A follower's session looks at every partition it holds at its first incremental fetch and
+# then every FULL_SCAN_EVERY fetches; between those only at what changed (see `wake`). What
+# changes without telling the session (a log start moved by retention) is seen that late.
+FULL_SCAN_EVERY = 10
+
+
 @dataclass
 class FetchSession:
     id: int
@@ -86,6 +92,35 @@ class FetchSession:
     epoch: int = 1  # the epoch the next incremental request must carry
     last_used: float = field(default_factory=time.monotonic)
     created: float = field(default_factory=time.monotonic)
+    # A follower's session on its leader: the partitions to look at next fetch (in order), those
+    # the follower is up to date on (their FollowerState: passed by until something changes),
+    # the time of its last fetch, and the fetches left until all are looked at again.
+    active: dict[tuple[str, int], None] = field(default_factory=dict)
+    quiet: dict[tuple[str, int], Any] = field(default_factory=dict)
+    fetched_ms: int = 0
+    until_full_scan: int = 0
+
+    def wake(self, tp: tuple[str, int]) -> None:
+        """`tp` changed on the leader (or the follower named it): looked at next fetch."""
+        state = self.quiet.pop(tp, None)
+        if state is not None:
+            state.caught_up_until(self.fetched_ms)
+        self.active[tp] = None
+
+    def make_quiet(self, tp: tuple[str, int], state: Any) -> None:
+        if state.quiet_in is not self:
+            if state.quiet_in is not None:
+                state.quiet_in.wake(tp)
+            state.quiet_in = self
+            self.quiet[tp] = state
+        self.active.pop(tp, None)
+
+    def forget(self, tp: tuple[str, int]) -> None:
+        self.partitions.pop(tp, None)
+        self.active.pop(tp, None)
+        state = self.quiet.pop(tp, None)
+        if state is not None:  # no longer fetched here: caught up until the last fetch
+            state.caught_up_until(self.fetched_ms)
 
 
 class FetchSessionCache:
@@ -173,7 +208,7 @@ class FetchContext:
             self._wanted = _grouped(self.session.partitions.items()) if self.session is not None else []
         return self._wanted
 
-    def to_read(self, news: Callable[[dict[tuple[str, int], CachedPartition], set[tuple[str, int]]],
+    def to_read(self, news: Callable[[FetchSession, set[tuple[str, int]]],
                                      list[tuple[tuple[str, int], CachedPartition]]] | None,
                 ) -> list[tuple[str, list[Any]]]:
         """What to read now: `wanted`, or for an incremental fetch what `news` picks of the
@@ -181,7 +216,7 @@ class FetchContext:
         those with nothing to read or tell)."""
         if news is None or not self.incremental:
             return self.wanted
-        return _grouped(news(self.session.partitions, self.named))
+        return _grouped(news(self.session, self.named))
 
     def respond(self, topics: list[tuple[str, list[Any]]]) -> list[tuple[str, list[Any]]]:
         """The response's topics: everything for a full fetch (the session remembering what was
@@ -193,9 +228,13 @@ class FetchContext:
         for topic, partitions in topics:
             if self.incremental:
                 kept = [p for p in partitions if cached[(topic, p.index)].must_respond(p)]
+                active = self.session.active
                 for p in kept:  # partitions that got records go to the back, for fairness
                     if p.records is not None:  # under the response size limit (as Kafka)
-                        cached[(topic, p.index)] = cached.pop((topic, p.index))
+                        tp = (topic, p.index)
+                        cached[tp] = cached.pop(tp)
+                        if tp in active:
+                            active[tp] = active.pop(tp)
             else:
                 for p in partitions:
                     cached[(topic, p.index)].remember(p)
@@ -233,12 +272,13 @@ def new_context(cache: FetchSessionCache, requested: list[tuple[tuple[str, int],
     if session.epoch != epoch:
         return FetchContext(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
     session.epoch = epoch + 1 if epoch < 2**31 - 1 else 1  # the epoch wraps to 1, never 0
+    session.until_full_scan -= 1
     cached = session.partitions
     if len(requested) > len(cached) and not cache.has_room(len(requested)):
         cache.remove(session_id)  # the client starts over with a full fetch, sessionless
         return FetchContext(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
     for tp in forgotten:
-        cached.pop(tp, None)
+        session.forget(tp)
     for tp, p in requested:
         if tp in cached:
             cached[tp].update(p)

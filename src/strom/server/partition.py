@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from strom.log.config import LONG_MAX, LogConfig
 from strom.log.log import AppendInfo, Log
@@ -37,6 +38,18 @@ class FollowerState:
     last_caught_up_ms: int = 0  # when it last had everything the leader had
     last_fetch_leader_leo: int = 0
     last_fetch_ms: int = 0
+    # The follower's fetch session while the follower is up to date here and its fetches pass
+    # this partition by (see ReplicaManager.follower_news): caught up at each of its fetches.
+    quiet_in: Any = None
+
+    def caught_up_ms(self) -> int:
+        return self.quiet_in.fetched_ms if self.quiet_in is not None else self.last_caught_up_ms
+
+    def caught_up_until(self, fetched_ms: int) -> None:
+        """No longer passed by: what each fetch since it was would have recorded, once."""
+        self.quiet_in = None
+        self.last_caught_up_ms = self.last_fetch_ms = fetched_ms
+        self.last_fetch_leader_leo = self.log_end_offset
 
 
 def now_ms() -> int:
@@ -145,6 +158,7 @@ class Partition:
         """Kafka's makeLeader: followers start as caught up now, so that none leaves the ISR
         before it had the chance to fetch from this new leader."""
         now = now_ms()
+        self.tell_followers()
         self.leader_id = self.broker_id
         self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
@@ -159,6 +173,7 @@ class Partition:
 
     def make_follower(self, leader: int, leader_epoch: int, replicas: list[int], isr: list[int],
                       partition_epoch: int = 0) -> None:
+        self.tell_followers()
         self.leader_id = leader
         self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
@@ -166,6 +181,13 @@ class Partition:
         self.isr = list(isr)
         self.pending_isr = None
         self.followers.clear()
+
+    def tell_followers(self) -> None:
+        """Something a follower's fetch session must see changed here (log end or start, high
+        watermark, leader, epoch, ISR): followers' sessions look at it again at their next fetch."""
+        for state in self.followers.values():
+            if state.quiet_in is not None:
+                state.quiet_in.wake((self.topic, self.index))
 
     def maybe_increment_high_watermark(self) -> bool:
         """HW = the smallest log end offset in the (maximal) ISR; it never goes back."""
@@ -188,6 +210,8 @@ class Partition:
         """A follower fetched from `fetch_offset` (its log end offset). Returns True when the
         high watermark moved."""
         state = self._follower(replica)
+        if state.quiet_in is not None:  # read after all (a full fetch, say: a new session)
+            state.quiet_in.wake((self.topic, self.index))
         leo = self.log.log_end_offset
         if fetch_offset >= leo:
             state.last_caught_up_ms = now_ms
@@ -212,7 +236,7 @@ class Partition:
         if self.pending_isr is not None or not self.is_leader:
             return None
         out = [r for r in self.isr if r != self.broker_id
-               and now_ms - self._follower(r).last_caught_up_ms > lag_ms]
+               and now_ms - self._follower(r).caught_up_ms() > lag_ms]
         return [r for r in self.isr if r not in out] if out else None
 
     def follower_high_watermark(self, leader_hw: int) -> None:

@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ from strom.metrics.stats import (
     remote_wait,
 )
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.server.fetch_session import FULL_SCAN_EVERY, FetchSession
 from strom.server.heap import settle_after_bulk_change
 from strom.server.partition import Partition, TopicPartition, now_ms
 from strom.server.purgatory import Purgatory
@@ -231,6 +232,10 @@ class ReplicaManager:
             self.high_watermark_moved((partition.topic, partition.index))
 
     def high_watermark_moved(self, tp: TopicPartition) -> None:
+        """Something moved in the partition (records, the high watermark, its leader or ISR):
+        long polls, acks=all and idle followers' sessions look again."""
+        if (partition := self.partitions.get(tp)) is not None:
+            partition.tell_followers()
         self.fetch_purgatory.wake(tp)
         self.produce_purgatory.wake(tp)
 
@@ -314,7 +319,8 @@ class ReplicaManager:
         as a partition (a replica of a topic deleted while this broker was away)."""
         self.unmade.pop((topic, index), None)
         self.hw_clock[0] += 1
-        if self.partitions.pop((topic, index), None) is not None:
+        if (partition := self.partitions.pop((topic, index), None)) is not None:
+            partition.tell_followers()
             self._hosted[topic] -= 1
             if not self._hosted[topic]:
                 del self._hosted[topic]
@@ -399,18 +405,31 @@ class ReplicaManager:
             except OSError as e:
                 result.error, result.message = ErrorCode.KAFKA_STORAGE_ERROR, str(e)
 
-    def follower_news(self, session: Mapping[TopicPartition, Any], named: Container[TopicPartition],
+    def follower_news(self, session: FetchSession, named: Container[TopicPartition],
                       replica_id: int) -> list[tuple[TopicPartition, Any]]:
         """The partitions of a follower's fetch session (their cached fetch states) to read:
         those its request named, and the others unless the follower is up to date on them:
         this broker leads in the epoch the follower names, the follower is in the ISR and has
         the whole log (as its last read recorded), and already has the high watermark and log
-        start offset. On those it is caught up as of now, which is all a read would have
-        recorded: an idle partition of a session costs a few comparisons, not a read."""
-        now = now_ms()
-        partitions, me = self.partitions, self.broker_id
+        start offset. Those become quiet: passed by at each fetch, the follower caught up as
+        of it, until the partition changes (Partition.tell_followers) or the follower names
+        it. So an idle fetch looks only at what changed, and at everything every
+        FULL_SCAN_EVERY fetches (what changes unannounced: a log start moved by retention)."""
+        for tp in named:  # caught up until the last fetch, then read
+            session.wake(tp)
+        now = session.fetched_ms = now_ms()
+        if session.until_full_scan <= 0:
+            session.until_full_scan = FULL_SCAN_EVERY
+            candidates: Iterable[TopicPartition] = list(session.partitions)
+        else:
+            candidates = list(session.active)
+        partitions, me, cache = self.partitions, self.broker_id, session.partitions
         out = []
-        for tp, cached in session.items():
+        for tp in candidates:
+            cached = cache.get(tp)
+            if cached is None:  # forgotten meanwhile
+                session.active.pop(tp, None)
+                continue
             if tp not in named:
                 partition = partitions.get(tp)
                 if (partition is not None and partition.leader_id == me
@@ -420,9 +439,12 @@ class ReplicaManager:
                             and cached.sent_log_start_offset == log_.log_start_offset and log_.loaded):
                         state = partition.followers.get(replica_id)
                         if state is not None and state.log_end_offset == offset and replica_id in partition.isr:
-                            state.last_caught_up_ms = state.last_fetch_ms = now
-                            state.last_fetch_leader_leo = offset
+                            if state.quiet_in is not session:
+                                state.last_caught_up_ms = state.last_fetch_ms = now
+                                state.last_fetch_leader_leo = offset
+                                session.make_quiet(tp, state)
                             continue
+            session.wake(tp)  # a full scan may find one quiet that changed unannounced
             out.append((tp, cached))
         return out
 

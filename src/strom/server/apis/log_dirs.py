@@ -31,6 +31,7 @@ def _delete_records(broker, topic: str, index: int, offset: int) -> tuple[ErrorC
         partition.log.increment_log_start_offset(target)
     except KafkaError as e:
         return e.code, -1
+    broker.replica_manager.high_watermark_moved((topic, index))  # followers learn the new start now
     return ErrorCode.NONE, partition.log.log_start_offset
 
 
