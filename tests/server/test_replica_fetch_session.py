@@ -15,8 +15,8 @@ from strom.log import Log, LogConfig
 from strom.protocol import messages
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import build_batch
-from strom.server.apis.fetch import handle_fetch
 from strom.server import fetch_session
+from strom.server.apis.fetch import handle_fetch
 from strom.server.fetch_session import (
     INITIAL_EPOCH,
     INVALID_SESSION,
