@@ -66,6 +66,7 @@ class ReplicaFetcher:
         self.leader_id = leader_id
         self.name = f"replica-fetcher-{leader_id}-{index}"
         self.partitions: dict[TopicPartition, FetchState] = {}
+        self.truncating: set[TopicPartition] = set()  # those of `partitions` still truncating
         self.changed = asyncio.Event()
         self.conn: AsyncConnection | None = None
         self.session = FetchSessionHandler()
@@ -81,12 +82,15 @@ class ReplicaFetcher:
         self.task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
     def add(self, partition) -> None:
-        self.partitions[(partition.topic, partition.index)] = FetchState(partition)
+        tp = (partition.topic, partition.index)
+        self.partitions[tp] = FetchState(partition)
+        self.truncating.add(tp)
         self._wanted = None
         self.changed.set()
 
     def remove(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
+        self.truncating.discard(tp)
         self._wanted = None
 
     def stop(self) -> None:
@@ -120,7 +124,7 @@ class ReplicaFetcher:
                     host, port = self.broker.broker_endpoint(self.leader_id)
                     self.conn = await AsyncConnection.open(host, port, f"broker-{self.broker.broker_id}-fetcher",
                                                            security=self.broker.inter_broker_security)
-                if any(s.truncating for s in self.partitions.values()):
+                if self.truncating:
                     await self._truncate()
                     if self.stopped:
                         return
@@ -185,6 +189,7 @@ class ReplicaFetcher:
                 continue
             self._truncate_partition(p, answer.leader_epoch, answer.end_offset)
             s.truncating = False
+            self.truncating.discard((p.topic, p.index))
 
     def _truncate_partition(self, partition, leader_epoch: int, leader_end: int) -> None:
         """KIP-279: keep what both logs have for the last epoch they share."""
@@ -243,7 +248,7 @@ class ReplicaFetcher:
         if wanted is None:
             wanted = self._build_wanted()
         if not wanted:
-            await asyncio.sleep(0.05 if any(s.truncating for s in self.partitions.values()) else 0.2)
+            await asyncio.sleep(0.05 if self.truncating else 0.2)
             return
         config = self.broker.config
         request = self.session.build(wanted)
@@ -285,6 +290,7 @@ class ReplicaFetcher:
                 p.producer_state.rebuild(p.log)
             else:
                 state.truncating = True  # ahead of the leader: find the divergence again
+                self.truncating.add((p.topic, p.index))
             return
         if error != ErrorCode.NONE:
             self._delay(state, error)
