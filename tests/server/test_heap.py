@@ -1,6 +1,6 @@
 """What a hosted partition is made of is freed by reference counting when the partition goes:
 none of it is cyclic garbage, which is what lets the broker freeze it out of the garbage
-collector's scans (strom/server/heap.py)."""
+collector's scans (strom/heap.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import asyncio
 import gc
 import uuid
 
+from strom import heap
 from strom.log import LogConfig, LogManager
 from strom.protocol.records import build_batch
-from strom.server import heap
 from strom.server.replica_manager import ReplicaManager
 
 
@@ -57,3 +57,33 @@ def test_only_bulk_changes_freeze(monkeypatch):
     assert frozen == [1]
     heap.settle_after_bulk_change(2000)  # one LeaderAndIsr chunk
     assert frozen == [1, 1]
+
+
+def test_collections_paused_nests_across_threads_and_restores_what_was():
+    import threading
+
+    assert gc.isenabled()
+    inner_entered, release = threading.Event(), threading.Event()
+
+    def other_thread():
+        with heap.collections_paused():
+            inner_entered.set()
+            release.wait(10)
+
+    with heap.collections_paused():
+        assert not gc.isenabled()
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        inner_entered.wait(10)
+    assert not gc.isenabled()  # the other thread's block still runs
+    release.set()
+    worker.join(10)
+    assert gc.isenabled()
+
+    gc.disable()  # paused by someone else (a command's start-up): left as it was
+    try:
+        with heap.collections_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

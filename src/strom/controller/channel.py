@@ -22,6 +22,7 @@ from typing import Any
 from strom.client import AsyncConnection, ClientSecurity
 from strom.controller import znodes
 from strom.controller.znodes import BrokerInfo, PartitionState, TopicMetadata
+from strom.heap import collections_paused
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +147,21 @@ class ControllerChannelManager:
             self.remove_broker(broker_id)
 
 
-def _partition_state(state: PartitionState, index: int) -> dict:
+def _partition_state(state: PartitionState, index: int, **more: Any) -> dict:
     return {"partition_index": index, "controller_epoch": state.controller_epoch,
             "leader": state.leader, "leader_epoch": state.leader_epoch, "isr": list(state.isr),
-            "replicas": list(state.replicas)}
+            "replicas": list(state.replicas), **more}
+
+
+def _topic_entry(topics: dict[str, dict], name: str, topic_id: Any) -> list[dict]:
+    """The partition list of `name`'s entry in a request's topics, made on first use (one
+    entry per topic, not one dict made and thrown away per partition)."""
+    entry = topics.get(name)
+    if entry is None:
+        entry = topics[name] = {"topic_name": name, "partition_states": []}
+        if topic_id is not None:
+            entry["topic_id"] = topic_id
+    return entry["partition_states"]
 
 
 @dataclass
@@ -186,6 +198,14 @@ class RequestBatch:
              stop_replica_callback: Callable[[int], Callback] | None = None) -> None:
         """Send LeaderAndIsr first, then UpdateMetadata (to every live broker when any partition
         changed), then StopReplica, as Kafka orders them."""
+        if len(self.update_metadata_partitions) + sum(map(len, self.stop_replica.values())) < MAX_PARTITIONS_PER_REQUEST:
+            self._send(channel, live, stop_replica_callback)
+            return
+        with collections_paused():  # a request object per partition and broker, all kept
+            self._send(channel, live, stop_replica_callback)
+
+    def _send(self, channel: ControllerChannelManager, live: dict[int, BrokerInfo],
+              stop_replica_callback: Callable[[int], Callback] | None) -> None:
         # A partition's entry, built once for all its replicas' requests (the state objects are
         # held by the batch, so their ids stay theirs meanwhile).
         built: dict[tuple[str, int, int, bool], dict] = {}
@@ -195,14 +215,11 @@ class RequestBatch:
             for chunk in _chunks(list(entries.items())):
                 topics: dict[str, dict] = {}
                 for key, (topic, state, is_new) in chunk:
-                    entry = topics.setdefault(key[0], {"topic_name": key[0], "topic_id": topic.topic_id,
-                                                       "partition_states": []})
                     if (fields := built.get(shared := (*key, id(state), is_new))) is None:
-                        fields = built[shared] = {
-                            **_partition_state(state, key[1]), "partition_epoch": state.zk_version,
-                            "adding_replicas": list(state.adding), "removing_replicas": list(state.removing),
-                            "is_new": is_new}
-                    entry["partition_states"].append(fields)
+                        fields = built[shared] = _partition_state(
+                            state, key[1], partition_epoch=state.zk_version, adding_replicas=list(state.adding),
+                            removing_replicas=list(state.removing), is_new=is_new)
+                    _topic_entry(topics, key[0], topic.topic_id).append(fields)
                 leaders = {state.leader for _, (_, state, _) in chunk if state.leader in live}
                 channel.send(broker_id, LEADER_AND_ISR, {
                     "controller_id": self.controller_id, "controller_epoch": self.controller_epoch,
@@ -217,11 +234,9 @@ class RequestBatch:
             for chunk in _chunks(list(self.update_metadata_partitions.items())) or [[]]:
                 topics = {}
                 for (name, index), (topic, state) in chunk:
-                    entry = topics.setdefault(name, {"topic_name": name, "topic_id": topic.topic_id,
-                                                     "partition_states": []})
-                    entry["partition_states"].append({
-                        **_partition_state(state, index), "zk_version": state.zk_version,
-                        "offline_replicas": [r for r in state.replicas if r not in live]})
+                    _topic_entry(topics, name, topic.topic_id).append(_partition_state(
+                        state, index, zk_version=state.zk_version,
+                        offline_replicas=[r for r in state.replicas if r not in live]))
                 requests.append(list(topics.values()))
             for broker_id in sorted(self.update_metadata_brokers):
                 if broker_id in live:
@@ -237,9 +252,8 @@ class RequestBatch:
             for chunk in _chunks(list(entries.items())):
                 topics = {}
                 for (name, index), (epoch, delete) in chunk:
-                    topics.setdefault(name, {"topic_name": name, "partition_states": []})[
-                        "partition_states"].append({"partition_index": index, "leader_epoch": epoch,
-                                                    "delete_partition": delete})
+                    _topic_entry(topics, name, None).append(
+                        {"partition_index": index, "leader_epoch": epoch, "delete_partition": delete})
                 channel.send(broker_id, STOP_REPLICA, {
                     "controller_id": self.controller_id, "controller_epoch": self.controller_epoch,
                     "broker_epoch": live[broker_id].epoch, "topic_states": list(topics.values())},

@@ -34,6 +34,7 @@ from strom.controller.store import (
     SetData,
 )
 from strom.controller.znodes import BrokerInfo, PartitionState, TopicMetadata
+from strom.heap import collections_paused
 from strom.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -423,6 +424,19 @@ class KafkaController:
         A partition whose ISR has no live member stays offline, its last ISR kept, unless
         unclean.leader.election.enable lets any live replica lead (seed 002's strategies)."""
         live = self.ctx.live_brokers
+        with collections_paused():  # a new state per partition: 100,000 at a failover
+            creates, updates = self._elected_states(partitions, controlled)
+        await self._write_states(creates, updates)
+        with collections_paused():
+            for topic, index, new in [*creates, *updates]:
+                self.ctx.new_partitions.discard((topic.name, index))
+                topic.partitions[index] = new
+                batch.add_leader_and_isr([r for r in new.replicas if r in live], topic, index, new,
+                                         is_new=new.zk_version == 0 and new.leader_epoch == 0)
+
+    def _elected_states(self, partitions, controlled: bool) -> tuple[list, list]:
+        """The new states of `_elect_offline_and_new`: (created, updated), to be written."""
+        live = self.ctx.live_brokers
         creates, updates = [], []
         for topic, index, state in partitions:
             if topic.name in self.ctx.topics_to_delete:
@@ -445,19 +459,15 @@ class KafkaController:
                             topic.name, index, state.isr)
             updates.append((topic, index, replace(state, leader=chosen.leader, leader_epoch=state.leader_epoch + 1,
                                                   isr=chosen.isr, controller_epoch=self.ctx.epoch)))
-        await self._write_states(creates, updates)
-        for topic, index, new in [*creates, *updates]:
-            self.ctx.new_partitions.discard((topic.name, index))
-            topic.partitions[index] = new
-            batch.add_leader_and_isr([r for r in new.replicas if r in live], topic, index, new,
-                                     is_new=new.zk_version == 0 and new.leader_epoch == 0)
+        return creates, updates
 
     async def _write_states(self, creates, updates) -> None:
         """Record new leader/ISR states, fenced by the controller epoch; updates are
         conditional on the state's version (partition epoch). Sets each new zk_version."""
-        ops: list = [(Create(znodes.partition_state_path(t.name, i), s.encode()), s, 0) for t, i, s in creates]
-        ops += [(SetData(znodes.partition_state_path(t.name, i), s.encode(), s.zk_version), s, s.zk_version + 1)
-                for t, i, s in updates]
+        with collections_paused():
+            ops: list = [(Create(znodes.partition_state_path(t.name, i), s.encode()), s, 0) for t, i, s in creates]
+            ops += [(SetData(znodes.partition_state_path(t.name, i), s.encode(), s.zk_version), s, s.zk_version + 1)
+                    for t, i, s in updates]
         chunks = [ops[start:start + _MULTI_CHUNK] for start in range(0, len(ops), _MULTI_CHUNK)]
         fence = Check(znodes.CONTROLLER_EPOCH, self.ctx.epoch_zk_version)
         outcomes = await self.io(self.store.multi_many, [[fence, *(op for op, _, _ in c)] for c in chunks])
@@ -731,19 +741,21 @@ class KafkaController:
                if p[2].leader == broker_id and len(p[2].replicas) > 1]
         await self._elect_offline_and_new(batch, led, controlled=True)
         updates = []
-        for topic, index, state in self.ctx.partitions_on({broker_id}):
-            state = topic.partitions[index]
-            isr = elections.isr_after_shutdown(state, broker_id)
-            if isr is not None:
-                updates.append((topic, index, replace(state, isr=isr, leader_epoch=state.leader_epoch + 1,
-                                                      controller_epoch=self.ctx.epoch)))
+        with collections_paused():
+            for topic, index, state in self.ctx.partitions_on({broker_id}):
+                state = topic.partitions[index]
+                isr = elections.isr_after_shutdown(state, broker_id)
+                if isr is not None:
+                    updates.append((topic, index, replace(state, isr=isr, leader_epoch=state.leader_epoch + 1,
+                                                          controller_epoch=self.ctx.epoch)))
         await self._write_states([], updates)
-        for topic, index, new in updates:
-            topic.partitions[index] = new
-            batch.add_leader_and_isr(self.ctx.eligible(new.replicas), topic, index, new)
-        for topic, index, _state in self.ctx.partitions_on({broker_id}):
-            if topic.partitions[index].leader != broker_id:
-                batch.add_stop_replica(broker_id, topic.name, index, -1, False)
+        with collections_paused():
+            for topic, index, new in updates:
+                topic.partitions[index] = new
+                batch.add_leader_and_isr(self.ctx.eligible(new.replicas), topic, index, new)
+            for topic, index, _state in self.ctx.partitions_on({broker_id}):
+                if topic.partitions[index].leader != broker_id:
+                    batch.add_stop_replica(broker_id, topic.name, index, -1, False)
         self._send(batch)
         # Only what another live broker could still take: what none can (every other replica
         # gone or stopping too) would hold the broker through all its retries for nothing, so it

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
+from strom import heap
 from strom.client import AsyncConnection, ClientSecurity
 from strom.config.broker import BrokerConfig, Listener
 from strom.config.dynamic import DEFAULT_ENTITY, DynamicBrokerConfig
@@ -54,7 +55,6 @@ from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, i
 from strom.security.authorizer import INTERNAL, Authorizer, authorizer_from_config
 from strom.security.delegation_tokens import DelegationTokens, TokenCache
 from strom.security.sasl import broker_security
-from strom.server import heap
 from strom.server.add_partitions_to_txn import AddPartitionsToTxnManager
 from strom.server.alter_partition import AlterPartitionManager
 from strom.server.apis import KafkaApis, load_all

@@ -17,6 +17,7 @@ from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from strom.heap import settle_after_bulk_change
 from strom.log.config import LogConfig
 from strom.log.index import READ_THREADS, in_parallel
 from strom.log.log import FetchSlice, Log
@@ -33,7 +34,6 @@ from strom.metrics.stats import (
 )
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.fetch_session import FULL_SCAN_EVERY, FetchSession
-from strom.server.heap import settle_after_bulk_change
 from strom.server.partition import Partition, TopicPartition, now_ms
 from strom.server.purgatory import Purgatory
 from strom.server.replication_quota import ReplicationQuota

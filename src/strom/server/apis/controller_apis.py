@@ -24,10 +24,10 @@ import logging
 import weakref
 
 from strom.controller import znodes
+from strom.heap import settle_after_bulk_change
 from strom.protocol.errors import ErrorCode, StorageError
 from strom.security.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, DESCRIBE, INTERNAL, allowed
 from strom.server.apis import RequestContext, api, by_topic
-from strom.server.heap import settle_after_bulk_change
 
 log = logging.getLogger(__name__)
 
