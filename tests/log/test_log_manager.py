@@ -273,6 +273,35 @@ def test_a_lazily_opened_log_reads_its_directory_before_appending(dirs, clock):
     m.shutdown()
 
 
+def test_a_stop_ends_the_background_load_and_leaves_unread_logs_as_they_were(dirs, clock):
+    import asyncio
+
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    for p in range(6):
+        m.get_or_create_log("t", p).append(batch(p + 1))
+    m.shutdown()
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    loaded_before_stop = []
+
+    def stop_after_first_batch(done: int) -> None:
+        loaded_before_stop.append(done)
+        m.background_load_stopped = True  # the broker began to stop
+
+    m.on_loaded = stop_after_first_batch
+    assert asyncio.run(m.load_in_background(batch=2)) == 2
+    assert loaded_before_stop == [2]
+    unread = [p for p in range(6) if not m.get_log("t", p).loaded]
+    assert len(unread) == 4
+    m.shutdown()  # the unread ones close without being read or written
+    m = manager(dirs[:1], clock)
+    m.startup(0, None)
+    for p in range(6):  # every log whole after the next start, read or not before
+        assert [r[0] for r in read_all(m.get_log("t", p))] == list(range(p + 1))
+    m.shutdown()
+
+
 def test_start_up_says_which_logs_it_found_intact(dirs, clock, spy_recover):
     """A restarted leader keeps its leader epoch only for logs that lost nothing: after a clean
     shutdown every log; after a crash those unchanged since their last flush."""

@@ -219,6 +219,9 @@ class LogManager:
         self.new_logs_expected = True  # see get_or_create_log
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
+        # Set when the broker begins to stop: logs not read yet stay unread (closing one costs
+        # nothing, and it is as the last clean shutdown left it).
+        self.background_load_stopped = False
         # Leader epoch checkpoints changed on the loop, written together from a thread.
         self._epoch_pending: dict[LeaderEpochCache, None] = {}
         self._epoch_writer: asyncio.Task | None = None
@@ -586,6 +589,8 @@ class LogManager:
             return sum(lg.fully_loaded for lg in todo)
 
         for start in range(0, len(pending), batch):
+            if self.background_load_stopped:
+                break
             done = await asyncio.to_thread(load, pending[start:start + batch])
             loaded += done
             self.on_loaded(done)

@@ -176,6 +176,8 @@ class ReplicaManager:
         in a worker thread, a batch at a time, before clients or timers need them."""
         self.log_manager.on_loaded = settle_after_bulk_change
         await self.log_manager.load_in_background(batch)
+        if self.log_manager.background_load_stopped:  # the broker is stopping
+            return
         for i, partition in enumerate(list(self.partitions.values())):
             self._check_corrected_end(partition)
             if i % 5000 == 4999:
