@@ -283,12 +283,19 @@ class CountingPartitions(dict):
         return super().get(key, default)
 
 
-@in_loop
-async def test_partitions_a_follower_is_up_to_date_on_are_passed_by_until_they_change(leader):
+async def settled_session(leader) -> tuple[FetchSessionHandler, dict]:
+    """A follower session of all four partitions, idle, after its first incremental fetch
+    (which looks at every partition and finds the follower up to date on each)."""
     handler = FetchSessionHandler()
     wanted = everything({0: 0, 1: 0, 2: 0, 3: 0})
     await leader.fetch(handler, wanted)
-    await leader.fetch(handler, wanted)  # the first incremental fetch looks at all four
+    await leader.fetch(handler, wanted)
+    return handler, wanted
+
+
+@in_loop
+async def test_partitions_a_follower_is_up_to_date_on_are_passed_by_until_they_change(leader):
+    handler, wanted = await settled_session(leader)
     session = leader.broker.fetch_sessions.get(handler.session_id)
     assert set(session.quiet) == {(TOPIC, i) for i in range(4)} and not session.active
     leader.rm.partitions = counting = CountingPartitions(leader.rm.partitions)
@@ -321,10 +328,7 @@ async def test_partitions_a_follower_is_up_to_date_on_are_passed_by_until_they_c
 
 @in_loop
 async def test_a_quiet_follower_is_caught_up_as_of_each_fetch_and_no_longer_once_it_stops(leader):
-    handler = FetchSessionHandler()
-    wanted = everything({0: 0, 1: 0, 2: 0, 3: 0})
-    await leader.fetch(handler, wanted)
-    await leader.fetch(handler, wanted)
+    handler, wanted = await settled_session(leader)
     partition = leader.rm.partitions[(TOPIC, 0)]
     state = partition.followers[FOLLOWER]
     assert state.quiet_in is not None
@@ -357,10 +361,7 @@ async def test_a_quiet_follower_is_caught_up_as_of_each_fetch_and_no_longer_once
 
 @in_loop
 async def test_a_new_session_of_the_follower_takes_its_partitions_from_the_old(leader):
-    old = FetchSessionHandler()
-    wanted = everything({0: 0, 1: 0, 2: 0, 3: 0})
-    await leader.fetch(old, wanted)
-    await leader.fetch(old, wanted)
+    old, wanted = await settled_session(leader)
     stale = leader.broker.fetch_sessions.get(old.session_id)
     assert len(stale.quiet) == 4
     new = FetchSessionHandler()  # the follower restarted its fetcher: a full fetch, a new session

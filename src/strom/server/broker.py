@@ -253,8 +253,7 @@ class Broker:
     async def shutdown(self) -> None:
         if self.state in (BrokerState.SHUTTING_DOWN, BrokerState.PENDING_CONTROLLED_SHUTDOWN):
             return
-        if self._logs_open:  # a stop soon after a start of 100,000 logs: no more reading them
-            self.log_manager.background_load_stopped = True
+        self.log_manager.background_load_stopped = True  # a stop soon after a start: no more reading logs
         if self.clustered and self.config["controlled.shutdown.enable"] and self.broker_epoch >= 0:
             await self._controlled_shutdown()
         # What the stop makes (100,000 logs closed, snapshots, checkpoints) is garbage by the end
