@@ -295,10 +295,14 @@ def test_create_topic_rf3_with_each_client(cluster, client):
         state = json.loads(zk.get(f"/brokers/topics/{topic}/partitions/0/state")[0])
         assert state["leader"] == views[0][0][0] and state["leader_epoch"] == 0
         assert state["controller_epoch"] == cluster.controller_epoch()
-    # Each replica has the partition's log on its own disk.
+    # Each replica has the partition's log on its own disk once the partition is written (a
+    # new log makes no files before): the leader's made by the produce, the followers' by the
+    # replicated batch.
+    fill(cluster, topic, 6, 6)
     for p, (_, replicas, _) in views[0].items():
         for broker_id in replicas:
-            assert (log_dir(cluster.brokers[broker_id]) / f"{topic}-{p}").is_dir()
+            made = log_dir(cluster.brokers[broker_id]) / f"{topic}-{p}"
+            cluster.wait_for(made.is_dir, 20, f"broker {broker_id}'s log of partition {p}")
 
 
 def test_requests_to_a_follower_get_not_leader_and_clients_recover(cluster):
@@ -372,8 +376,12 @@ def test_delete_topic_while_a_replica_is_down(cluster):
     assert partition_view(down, topic) == {}
     # The name is free again: a new topic of the same name starts empty on every broker.
     create(cluster, topic, 2, 3)
+    fill(cluster, topic, 2, 2)
     for broker in cluster.brokers.values():
         cluster.wait_for(lambda b=broker: len(topic_dirs(b, topic)) == 2, 20, "the new topic's logs")
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique_name("g")})
+    assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 1)
+    consumer.close()
 
 
 @pytest.mark.shares_cluster

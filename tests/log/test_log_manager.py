@@ -140,7 +140,9 @@ def test_delete_log(dirs, clock):
     m.startup(0, None)
     log = m.get_or_create_log("gone", 0)
     log.append(batch(3))
-    m.get_or_create_log("kept", 0)
+    m.get_or_create_log("kept", 0).append(batch(1))
+    never_written = m.get_or_create_log("unmade", 0)  # has no directory: nothing to remove
+    assert m.delete_log("unmade", 0) and never_written.closed
     assert m.delete_log("gone", 0)
     assert not m.delete_log("gone", 0)
     assert m.get_log("gone", 0) is None
@@ -181,8 +183,8 @@ def test_leftover_delete_dirs_removed_at_startup(dirs, clock):
 def test_config_for_topic(dirs, clock):
     m = manager(dirs[:1], clock)
     m.startup(0, None)
-    m.get_or_create_log("a", 0)
-    m.get_or_create_log("b", 0)
+    m.get_or_create_log("a", 0).append(batch(1))
+    m.get_or_create_log("b", 0).append(batch(1))
     m.shutdown()
     special = LogConfig(retention_ms=5)
     m = manager(dirs[:1], clock)
@@ -329,13 +331,14 @@ def test_start_up_says_which_logs_it_found_intact(dirs, clock, spy_recover):
 
 def test_crash_opens_logs_made_since_the_checkpoints_and_never_written_without_recovery(
         dirs, clock, spy_recover):
-    """kill -9 soon after a large creation: the new logs, empty and named by no checkpoint,
-    are not read one by one at the next start (nothing to recover), but nothing vouches for
-    them as intact; a new log that was written, or holds anything else, recovers."""
+    """kill -9 soon after the first produce to many new partitions made their files: the new
+    logs, empty and named by no checkpoint, are not read one by one at the next start (nothing
+    to recover), but nothing vouches for them as intact; a new log that was written, or holds
+    anything else, recovers."""
     m = manager(dirs[:1], clock)
     m.startup(0, None)
     for p in range(4):
-        m.get_or_create_log("t", p)
+        m.get_or_create_log("t", p).make_files()
     m.get_log("t", 1).append(batch(2))  # written, never flushed nor checkpointed
     (dirs[0] / "t-2" / "leader-epoch-checkpoint").write_text("0\n1\n0 0\n")  # something else
     m2 = manager(dirs[:1], clock)  # no shutdown, no checkpoint: as after kill -9

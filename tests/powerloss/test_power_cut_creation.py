@@ -1,8 +1,9 @@
-"""A power cut in the middle of a large topic creation: new logs are made in batches off the
-event loop with one directory fsync per batch, so a cut can leave some of the new partitions'
-directories and not others. Nothing acknowledged before is lost, the topic (recorded in the
-metadata store before any log was made) comes back whole, and what is acknowledged after the
-restart survives the next cut too.
+"""A power cut during a wide topic's creation and during the first writes to it. A new
+partition's log has no files until its first write (Log.create): the topic exists by its
+record in the metadata store, and the first produce to each partition makes its directory
+and segment file (in worker threads, a batch at a time). Nothing acknowledged before a cut
+is lost, the topic comes back whole, and what is acknowledged after a restart survives the
+next cut too.
 """
 
 from __future__ import annotations
@@ -61,13 +62,26 @@ def read(bootstrap: str, topic: str, partitions, count: int) -> dict[int, list[b
     return out
 
 
+def produce_until_cut(bootstrap: str, topic: str, partitions, tag: bytes, acked: dict[int, bytes]) -> None:
+    """One record per partition, acks=all, recording each acknowledged value in `acked` as it
+    comes; what the cut leaves unanswered times out."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                         "message.timeout.ms": 15000, "retries": 0})
+    for p in partitions:
+        value = tag + b"-%d" % p
+        producer.produce(topic, value, partition=p, on_delivery=lambda err, msg, v=value: (
+            None if err else acked.__setitem__(msg.partition(), v)))
+        producer.poll(0)
+    producer.flush(60)
+
+
 def test_a_power_cut_during_a_wide_creation_loses_nothing_acknowledged(power: Power) -> None:
     broker = power.broker(**{"log.flush.interval.messages": "1", "max.broker.partitions": str(WIDE + 1000)})
     before, wide = unique_name("before"), unique_name("wide")
     create_topic(broker.bootstrap, before, partitions=50)
     kept = produce_one_each(broker.bootstrap, before, range(50), b"kept")
 
-    # The creation of WIDE partitions is cut while the broker makes their logs.
+    # The creation is cut before its answer, or right after it: either way it made no files.
     def create() -> None:
         try:
             with RawClient(broker) as client:
@@ -80,18 +94,34 @@ def test_a_power_cut_during_a_wide_creation_loses_nothing_acknowledged(power: Po
 
     creating = threading.Thread(target=create, daemon=True)
     creating.start()
+    wait_for(lambda: led(broker, wide, WIDE), 120, interval=0.05)
     logs = broker.data_dir / "logs"
-    wait_for(lambda: len(list(logs.glob(f"{wide}-*"))) > WIDE // 10, 120, interval=0.02)
+    assert not list(logs.glob(f"{wide}-*"))
     power.cut()
     creating.join(30)
 
     broker.restart()
     wait_for(lambda: led(broker, wide, WIDE), 180, interval=0.2)
+    # The first writes to the new partitions make their files; the power goes meanwhile.
+    acked: dict[int, bytes] = {}
+    producing = threading.Thread(target=produce_until_cut, args=(broker.bootstrap, wide, WRITTEN, b"first", acked),
+                                 daemon=True)
+    producing.start()
+    wait_for(lambda: len(acked) > len(WRITTEN) // 10, 120, interval=0.01)
+    power.cut()
+    producing.join(90)
+    assert acked
+
+    broker.restart()
+    wait_for(lambda: led(broker, wide, WIDE), 180, interval=0.2)
     assert read(broker.bootstrap, before, range(50), 50) == {p: [v] for p, v in kept.items()}, power.logs()
+    survived = read(broker.bootstrap, wide, acked, len(acked))
+    assert all(v in survived[p] for p, v in acked.items()), power.logs()
     after = produce_one_each(broker.bootstrap, wide, WRITTEN, b"after")
 
     power.cut()
     broker.restart()
     wait_for(lambda: led(broker, wide, WIDE), 180, interval=0.2)
-    assert read(broker.bootstrap, wide, WRITTEN, len(WRITTEN)) == {p: [v] for p, v in after.items()}, power.logs()
+    got = read(broker.bootstrap, wide, WRITTEN, len(WRITTEN))
+    assert all(got[p][-1] == v for p, v in after.items()), power.logs()
     assert read(broker.bootstrap, before, range(50), 50) == {p: [v] for p, v in kept.items()}, power.logs()

@@ -3,6 +3,7 @@
 import socket
 
 import pytest
+from confluent_kafka import Producer
 
 from strom.protocol import messages
 from strom.testing import BrokerProcess, RawClient
@@ -65,6 +66,9 @@ def test_kill_9_start_says_it_recovered(tmp_path):
         client.call(19, 5, {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1,
                                         "assignments": [], "configs": []}], "timeout_ms": 5000})
         client.close()
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        producer.produce("t", b"written")  # a log never written has nothing on disk to recover
+        assert producer.flush(30) == 0
         broker.kill()
         broker.start()
         assert broker.log_text().count("no clean shutdown marker") == 1

@@ -135,7 +135,8 @@ def _segment_base(segment: LogSegment) -> int:
 
 
 class Log:
-    """A partition's segments, offsets and retention. Create with `Log.open`."""
+    """A partition's segments, offsets and retention. Open with `Log.open`; a new partition's
+    with `Log.create`."""
 
     # Moves whenever any log's recovery point or log start offset moves, or a log is truncated:
     # the periodic checkpoints skip their walk of 100,000 logs when it has not moved since.
@@ -180,6 +181,7 @@ class Log:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._dir_dirty = False  # a segment file was created since the last flush
         self._parent_dirty = False  # the partition directory itself is new
+        self._dir_made = True  # False for a log made by Log.create until its first write
         self.closed = False
         self.offline = False  # its log dir failed: every operation answers KAFKA_STORAGE_ERROR
         self.write_refusal: str | None = None  # its disk is (nearly) full: appends refused, reads served
@@ -289,6 +291,57 @@ class Log:
         100,000 partitions opens its port without reading 100,000 directories first."""
         return cls(dir, config, None, log_start_offset=log_start_offset,
                    log_end_offset=log_end_offset, recovery_point=log_end_offset, now_ms=now_ms)
+
+    @classmethod
+    def create(cls, dir: Path, config: LogConfig, *, now_ms: Callable[[], int] = wall_clock_ms) -> Log:
+        """A new, empty log that has no files yet: its directory and first segment file are
+        made with its first write (make_files). Creating a topic of 10,000 partitions costs
+        no file system work, and a partition never written never costs any: its existence is
+        in the cluster's metadata, and a restart makes the log again, as empty as it was."""
+        dir = Path(dir)
+        parse_log_dir_name(dir.name)
+        segment = LogSegment(dir, 0, config, now_ms=now_ms(), unmade=True)
+        segment.created_here = True
+        made = cls(dir, config, [segment], log_start_offset=0, log_end_offset=0, recovery_point=0,
+                   now_ms=now_ms)
+        made._new = made._untouched = True
+        made._dir_made = False
+        return made
+
+    @property
+    def dir_made(self) -> bool:
+        """Its directory exists (False for a log from Log.create before its first write)."""
+        return self._dir_made
+
+    def make_files(self) -> None:
+        """Make the directory and active segment file of a log from Log.create, if it has none
+        yet (blocking: the broker calls it in a worker thread before a write reaches the log,
+        so the loop does not make files; the write makes them itself otherwise). Their names
+        are fsynced by the log's next flush. A closed log gets none: it was deleted meanwhile."""
+        if self._made_dir():
+            with self._segments[-1]._file():
+                pass  # an unmade segment's first use creates its file
+
+    def _made_dir(self) -> bool:
+        """Make the directory of a log from Log.create if it has none; False if the log is
+        closed (deleted meanwhile: no directory may appear after its removal)."""
+        with self._load_lock:
+            if self.closed:
+                return False
+            if not self._dir_made:
+                self.dir.mkdir(exist_ok=True)
+                self._dir_made = True
+                self._dir_dirty = self._parent_dirty = True
+            return True
+
+    def close_unmade(self) -> bool:
+        """Close the log if it has no directory (nothing on disk to delete or move); True if it
+        had none."""
+        with self._load_lock:
+            if self._dir_made:
+                return False
+            self.close()
+            return True
 
     def load(self) -> None:
         """Read the directory and the leader epoch file of a lazily opened log now (a worker
@@ -494,6 +547,8 @@ class Log:
         """
         self._check_writable()
         self._ensure_loaded()
+        if not self._dir_made:
+            self._make_dir()
         config = self._config
         writable = isinstance(records, bytearray) or (
             isinstance(records, memoryview) and not records.readonly)
@@ -537,6 +592,8 @@ class Log:
         are kept, never assigned. The first batch may not start below the log end offset."""
         self._check_writable()
         self._ensure_loaded()
+        if not self._dir_made:
+            self._make_dir()
         config = self._config
         batches = _validate_replicated(records, config.max_message_bytes)
         first = batches[0][1].base_offset
@@ -939,6 +996,8 @@ class Log:
         """Drop every segment and restart the log empty at `offset`."""
         self._check_open()
         self._ensure_loaded()
+        if not self._dir_made:
+            self._make_dir()  # the new start must outlive a restart: its segment file says it
         now = self._now_ms()
         victims = self._segments
         self._segments = []
@@ -986,9 +1045,12 @@ class Log:
             cache.write()
             cache.close()
 
-    def parent_synced(self) -> None:
-        """The log dir was fsynced after this log's directory was made (a batch of new logs)."""
-        self._parent_dirty = False
+    def _make_dir(self) -> None:
+        """A write's own making of the directory (its segment file follows with the write)."""
+        try:
+            self._made_dir()
+        except OSError as e:
+            raise self._io_error(e) from e
 
     def delete(self, remove: bool = True) -> None:
         """Close the log and remove its directory (topic deletion); without `remove` the

@@ -456,10 +456,10 @@ class LogManager:
 
     async def get_or_create_logs(self, wanted: list[tuple[TopicPartition, LogConfig]],
                                  batch: int = 500) -> dict[TopicPartition, Log | StorageError]:
-        """`get_or_create_log` for many partitions (a LeaderAndIsr of a new topic): the files
-        are made in a worker thread, `batch` logs at a time, with one fsync of each log dir per
-        batch for the new directories' names; the loop serves other requests in between.
-        A partition whose log could not be made gets its StorageError."""
+        """`get_or_create_log` for many partitions (a LeaderAndIsr of a new topic): the logs
+        are made in a worker thread, `batch` at a time (a new log makes no files, but a
+        directory left behind is opened and may need recovery); the loop serves other
+        requests in between. A partition whose log could not be made gets its StorageError."""
         out: dict[TopicPartition, Log | StorageError] = {}
         todo: list[tuple[TopicPartition, Path, LogConfig]] = []
         for key, config in wanted:
@@ -518,9 +518,13 @@ class LogManager:
         return min(live, key=self._per_dir.__getitem__)
 
     def _create(self, d: Path, key: TopicPartition, config: LogConfig) -> Log | StorageError:
-        """Make a new log in `d` (any thread); the error to answer if it cannot be made."""
+        """Make a new log in `d` (any thread); the error to answer if it cannot be made. It has
+        no files until its first write (Log.create), unless its directory is there already
+        (left behind by a run that did not load it): then that is opened."""
         name = f"{key[0]}-{key[1]}"
         try:
+            if not os.path.lexists(d / name):
+                return Log.create(d / name, config, now_ms=self._now_ms)
             return Log.open(d / name, config, now_ms=self._now_ms)
         except OSError as e:
             if out_of_space(e) or out_of_descriptors(e):
@@ -529,19 +533,7 @@ class LogManager:
             return StorageError(f"cannot create log {name} in {d}: {e}")
 
     def _create_many(self, todo: list[tuple[TopicPartition, Path, LogConfig]]) -> list[Log | StorageError]:
-        made = [self._create(d, key, config) for key, d, config in todo]
-        for d in {d for _, d, _ in todo}:
-            if d in self.offline_dirs:
-                continue
-            try:
-                fsync_path(d)  # the new directories' names, once for the whole batch
-            except OSError as e:
-                self.dir_failed(d, e)
-                continue
-            for lg in made:
-                if isinstance(lg, Log) and lg.dir.parent == d:
-                    lg.parent_synced()
-        return made
+        return [self._create(d, key, config) for key, d, config in todo]
 
     def _add(self, key: TopicPartition, d: Path, lg: Log) -> None:
         lg.flush_hook = self.flusher.request
@@ -818,6 +810,8 @@ class LogManager:
         self._layout += 1
         self._intact.discard(key)
         target_log.close_epoch_cache()  # before the rename: a late write must not follow
+        if target_log.close_unmade():
+            return True  # never written: no directory to remove
         if d in self.offline_dirs:
             target_log.close()  # nothing can be removed from a failed dir; it stays behind
             return True

@@ -86,7 +86,8 @@ class LogSegment:
     """A `.log` file of whole batches and its two sparse indexes.
 
     `LogSegment(dir, base_offset, config)` opens the segment's files, creating missing ones
-    (`create=True` insists the log file is new). Loaded indexes are trusted only after
+    (`create=True` insists the log file is new; `unmade=True` is a new segment whose file is
+    made at its first use, see Log.create). Loaded indexes are trusted only after
     `sanity_check()`; otherwise call `recover()`.
     """
 
@@ -98,6 +99,7 @@ class LogSegment:
         *,
         now_ms: int | None = None,
         create: bool = False,
+        unmade: bool = False,
     ) -> None:
         self.dir = Path(dir)
         self.base_offset = base_offset
@@ -105,10 +107,14 @@ class LogSegment:
         stem = segment_name(base_offset)
         self.log_path = self.dir / (stem + LOG_SUFFIX)
         self._path = self.log_path  # where the file is now (`delete` renames it)
+        self._made = not unmade  # the log file exists
         flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if create else 0)
         try:
-            with OPEN_FILES.use(self, lambda: os.open(self.log_path, flags, 0o644)) as fd:
-                self.size = os.fstat(fd).st_size
+            if unmade:
+                self.size = 0
+            else:
+                with OPEN_FILES.use(self, lambda: os.open(self.log_path, flags, 0o644)) as fd:
+                    self.size = os.fstat(fd).st_size
             self.offset_index = OffsetIndex(self.dir / (stem + INDEX_SUFFIX), base_offset, new=create)
             self.time_index = TimeIndex(self.dir / (stem + TIME_INDEX_SUFFIX), base_offset, new=create)
             self.txn_index = TransactionIndex(self.dir / (stem + TXN_INDEX_SUFFIX))
@@ -136,7 +142,17 @@ class LogSegment:
     def _open(self) -> int:
         if self.closed:
             raise StorageError(f"segment {self._path} is closed")
-        return os.open(self._path, os.O_RDWR)
+        if self._made:
+            return os.open(self._path, os.O_RDWR)
+        # An unmade segment's first use: its log writes it (Log.make_files made the directory).
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._made = True
+        return fd
+
+    @property
+    def made(self) -> bool:
+        """Its log file exists (False for a new log's segment before its first batch)."""
+        return self._made
 
     def _file(self):
         """`with segment._file() as fd:` the log file, open (and kept open) for the block."""
@@ -178,6 +194,8 @@ class LogSegment:
 
     @property
     def last_modified_ms(self) -> int:
+        if not self._made:
+            return self.created_ms
         with self._file() as fd:
             return os.fstat(fd).st_mtime_ns // 1_000_000
 
@@ -350,7 +368,7 @@ class LogSegment:
 
     def flush(self) -> None:
         """fsync the log and both indexes (blocking; safe to run in a thread)."""
-        if self.closed:
+        if self.closed or not self._made:
             return
         with self._file() as fd:
             os.fsync(fd)
@@ -361,6 +379,8 @@ class LogSegment:
     # -- reading
 
     def _headers(self, start: int, end: int) -> Iterator[tuple[int, tuple]]:
+        if end - start < HEADER_SIZE:
+            return  # nothing to read (an empty segment's file is not even opened)
         with self._file() as fd:
             yield from scan_headers(fd, start, end)
 

@@ -61,6 +61,7 @@ class LogDirMover:
                 if partition is None:
                     raise LookupError("the replica went away")
                 end = partition.log.log_end_offset
+                await asyncio.to_thread(partition.log.make_files)  # a directory to copy
                 await asyncio.to_thread(copy_changed, partition.log.dir, future, copied)
                 if self.broker.replica_manager.get_partition(*tp) is partition and \
                         partition.log.log_end_offset == end:

@@ -269,6 +269,11 @@ class ReplicaFetcher:
             return
         if response.responses:
             self._wanted = None  # answered partitions change their states
+            await self.broker.replica_manager.make_files(
+                (t.topic, answer.partition_index) for t in response.responses for answer in t.partitions
+                if answer.records)
+            if self.stopped:
+                return
         for t in response.responses:
             for answer in t.partitions:
                 tp = (t.topic, answer.partition_index)

@@ -43,6 +43,13 @@ log = logging.getLogger(__name__)
 LOAD_SLICE = 256  # lazily opened logs a request reads per turn of the loop (~50 ms)
 
 
+def _make_files(lg: Log) -> None:
+    try:
+        lg.make_files()
+    except (OSError, KafkaError):
+        pass  # the write makes them itself and reports what fails
+
+
 @dataclass(slots=True)
 class ProduceResult:
     error: ErrorCode = ErrorCode.NONE
@@ -214,6 +221,15 @@ class ReplicaManager:
             for partition in partitions[start:start + LOAD_SLICE]:
                 if not (partition.log.closed or partition.log.offline):
                     self._read_lazily_opened(partition)
+
+    async def make_files(self, tps: Iterable[TopicPartition]) -> None:
+        """Before writing to `tps`: the logs among them that have no files yet (new partitions
+        never written, see Log.create) get their directory and segment file in worker threads,
+        so that a first produce to thousands of new partitions does not make them on the loop.
+        A failure is left for the write to meet again and report (KAFKA_STORAGE_ERROR)."""
+        fresh = [p.log for tp in tps if (p := self.partitions.get(tp)) is not None and not p.log.dir_made]
+        if fresh:
+            await asyncio.to_thread(in_parallel, _make_files, fresh, READ_THREADS)
 
     def _read_lazily_opened(self, partition: Partition) -> None:
         """Read the directory of a lazily opened log that the background load has not reached

@@ -135,6 +135,7 @@ async def _append(broker, ctx: RequestContext, request, version: int) -> dict:
                         for tp, error in refused.items()})
         entries = [(tp, records) for tp, records in entries if tp not in refused]
     await broker.replica_manager.load_logs(tp for tp, _ in entries)
+    await broker.replica_manager.make_files(tp for tp, _ in entries)
     results.update(broker.replica_manager.append_records(acks, entries))
     return results
 

@@ -1,0 +1,122 @@
+"""A new partition's log (Log.create) has no files until its first write."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from logtest_support import batch, read_all
+
+import strom.log.log as log_module
+from strom.log import Log, LogConfig, LogManager
+from strom.protocol.errors import StorageError
+
+
+@pytest.fixture
+def fsynced(monkeypatch) -> list:
+    """Every path the log fsyncs as a directory or file name (log.fsync_path)."""
+    calls: list = []
+    real = log_module.fsync_path
+
+    def spy(path):
+        calls.append(path)
+        real(path)
+
+    monkeypatch.setattr(log_module, "fsync_path", spy)
+    return calls
+
+
+def test_reads_flushes_and_closes_of_a_new_log_make_no_files(tmp_path, clock):
+    lg = Log.create(tmp_path / "t-0", LogConfig(), now_ms=clock)
+    assert not lg.dir_made and lg.log_end_offset == 0
+    assert lg.read(0, 1000).size == 0
+    assert lg.fetch_offset_by_timestamp(0) is None and lg.offset_of_max_timestamp() is None
+    assert not lg.truncate_to(0)
+    lg.assign_leader_epoch(3, 0)
+    lg.flush()
+    lg.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_first_write_makes_the_directory_and_a_flush_makes_its_name_durable(tmp_path, clock, fsynced):
+    """The directory's name (an fsync of the log dir) and the segment's (of the directory
+    itself) must survive a power cut once the first batch is flushed."""
+    lg = Log.create(tmp_path / "t-0", LogConfig(), now_ms=clock)
+    lg.assign_leader_epoch(1, 0)
+    lg.append(batch(3), leader_epoch=1)
+    assert "00000000000000000000.log" in {p.name for p in lg.dir.iterdir()}
+    lg.flush()
+    assert lg.dir in fsynced and tmp_path in fsynced
+    lg.close()
+    reopened = Log.open(tmp_path / "t-0", LogConfig(), clean_shutdown=True)
+    assert [r[0] for r in read_all(reopened)] == [0, 1, 2]
+    assert reopened.end_offset_for_epoch(1) == (1, 3)
+    reopened.close()
+
+
+def test_a_follower_restarting_a_new_log_elsewhere_keeps_that_start(tmp_path, clock):
+    """A new follower of a leader whose log starts at 500 starts its own there: the segment
+    file that says so is made at once, so a restart does not forget it."""
+    lg = Log.create(tmp_path / "t-0", LogConfig(), now_ms=clock)
+    lg.truncate_fully_and_start_at(500)
+    assert lg.dir_made
+    lg.close()
+    reopened = Log.open(tmp_path / "t-0", LogConfig(), log_start_offset=500)
+    assert reopened.log_end_offset == 500 and reopened.log_start_offset == 500
+    reopened.close()
+
+
+def test_make_files_prepares_the_write_and_makes_nothing_for_a_deleted_log(tmp_path, clock):
+    lg = Log.create(tmp_path / "t-0", LogConfig(), now_ms=clock)
+    lg.make_files()
+    assert sorted(p.name for p in lg.dir.iterdir()) == ["00000000000000000000.log"]
+    info = lg.append(batch(2))
+    assert info.first_offset == 0 and [r[0] for r in read_all(lg)] == [0, 1]
+    lg.close()
+    gone = Log.create(tmp_path / "t-1", LogConfig(), now_ms=clock)
+    assert gone.close_unmade()
+    gone.make_files()  # a worker thread late for a log deleted meanwhile
+    assert not gone.dir.exists()
+    with pytest.raises(StorageError):
+        gone.append(batch(1))
+
+
+def test_threads_making_the_files_of_one_log_race_harmlessly(tmp_path, clock):
+    lg = Log.create(tmp_path / "t-0", LogConfig(), now_ms=clock)
+    threads = [threading.Thread(target=lg.make_files) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lg.append(batch(1))
+    assert [r[0] for r in read_all(lg)] == [0]
+    lg.close()
+
+
+def test_the_log_manager_makes_new_logs_without_files_and_a_restart_makes_them_again(tmp_path, clock):
+    """Creating and deleting never-written partitions touches no directory; a restart finds
+    only the written ones on disk and makes the others again, empty as they were."""
+    import asyncio
+
+    d = tmp_path / "d"
+
+    async def run() -> None:
+        m = LogManager([d], LogConfig(), now_ms=clock)
+        m.startup(0)
+        logs = await m.get_or_create_logs([(("t", p), LogConfig()) for p in range(100)])
+        assert all(isinstance(lg, Log) and not lg.dir_made for lg in logs.values())
+        assert sorted(p.name for p in d.iterdir() if p.is_dir()) == []
+        logs[("t", 7)].append(batch(2))
+        for p in range(50, 100):
+            assert m.delete_log("t", p)
+        await m.wait_for_deletions()
+        m.shutdown()
+
+    asyncio.run(run())
+    assert sorted(p.name for p in d.iterdir() if p.is_dir()) == ["t-7"]
+    m = LogManager([d], LogConfig(), now_ms=clock)
+    m.startup(0)
+    assert [m.get_log("t", p) is not None for p in (6, 7)] == [False, True]
+    assert m.get_or_create_log("t", 6).log_end_offset == 0
+    assert [r[0] for r in read_all(m.get_log("t", 7))] == [0, 1]
+    m.shutdown()
