@@ -298,11 +298,9 @@ class Log:
         made with its first write (make_files). Creating a topic of 10,000 partitions costs
         no file system work, and a partition never written never costs any: its existence is
         in the cluster's metadata, and a restart makes the log again, as empty as it was."""
-        dir = Path(dir)
-        parse_log_dir_name(dir.name)
-        segment = LogSegment(dir, 0, config, now_ms=now_ms(), unmade=True)
-        segment.created_here = True
-        made = cls(dir, config, [segment], log_start_offset=0, log_end_offset=0, recovery_point=0,
+        # Its segment too is made when first needed (see _load_segments): a restart makes
+        # again the logs of the partitions never written, 100,000 of them before its port opens.
+        made = cls(dir, config, None, log_start_offset=0, log_end_offset=0, recovery_point=0,
                    now_ms=now_ms)
         made._new = made._untouched = True
         made._dir_made = False
@@ -364,6 +362,12 @@ class Log:
     def _load_segments(self) -> list[LogSegment]:
         with self._load_lock:
             if self._loaded_segments is not None:
+                return self._loaded_segments
+            if not self._dir_made:  # from Log.create: nothing to read
+                first = LogSegment(self.dir, 0, self._config, now_ms=self._now_ms(), unmade=True)
+                first.created_here = True
+                self._loaded_segments = [first]
+                self._check_epoch_cache(None)
                 return self._loaded_segments
             segments = _open_segments(self.dir, self._config, self._log_end_offset, True,
                                       self.log_start_offset, self._now_ms())

@@ -206,6 +206,8 @@ class LogManager:
         # Logs appended to since they were last seen flushed: what flush.ms looks at, instead
         # of every log every second.
         self._unflushed: dict[Log, None] = {}
+        # Logs without files yet (Log.create), by topic: made together on a first write.
+        self._unmade: dict[str, dict[TopicPartition, Log]] = {}
         self._compacted: dict[TopicPartition, Log] = {}  # cleanup.policy has compact: the cleaner's
         self._descriptors_warned = -10.0
         self.dir_failure_listeners: list[Callable[[Path, str], None]] = []
@@ -523,9 +525,10 @@ class LogManager:
         (left behind by a run that did not load it): then that is opened."""
         name = f"{key[0]}-{key[1]}"
         try:
-            if not os.path.lexists(d / name):
-                return Log.create(d / name, config, now_ms=self._now_ms)
-            return Log.open(d / name, config, now_ms=self._now_ms)
+            path = d / name
+            if not os.path.lexists(path):
+                return Log.create(path, config, now_ms=self._now_ms)
+            return Log.open(path, config, now_ms=self._now_ms)
         except OSError as e:
             if out_of_space(e) or out_of_descriptors(e):
                 shutil.rmtree(d / name, ignore_errors=True)  # a half-made log is not kept
@@ -534,6 +537,27 @@ class LogManager:
 
     def _create_many(self, todo: list[tuple[TopicPartition, Path, LogConfig]]) -> list[Log | StorageError]:
         return [self._create(d, key, config) for key, d, config in todo]
+
+    def unmade_alongside(self, logs: list[Log], limit: int) -> list[Log]:
+        """`logs` (about to be written, without files yet) and more never-written logs of their
+        topics, up to `limit` in all, for the caller to make the files of together: whoever
+        writes to one new partition of a topic (a producer, a follower) is about to write to
+        its others, and a few threads make many logs' files several times faster than one
+        produce request at a time (librdkafka sends one partition per request)."""
+        out = list(logs)
+        chosen = set(map(id, out))
+        for lg in logs:
+            if (waiting := self._unmade.get(lg.topic)) is not None:
+                waiting.pop((lg.topic, lg.partition), None)
+        for topic in {lg.topic for lg in logs}:
+            waiting = self._unmade.get(topic)
+            while waiting and len(out) < limit:
+                _, lg = waiting.popitem()
+                if not (lg.dir_made or lg.closed or id(lg) in chosen):
+                    out.append(lg)
+            if not waiting:
+                self._unmade.pop(topic, None)
+        return out
 
     def _add(self, key: TopicPartition, d: Path, lg: Log) -> None:
         lg.flush_hook = self.flusher.request
@@ -546,6 +570,8 @@ class LogManager:
         self._logs[key] = lg
         if lg.config.compact:
             self._compacted[key] = lg
+        if not lg.dir_made:
+            self._unmade.setdefault(key[0], {})[key] = lg
         self._dir_of[key] = d
         self._layout += 1
         self._per_dir[d] += 1
@@ -805,6 +831,8 @@ class LogManager:
         if target_log is None:
             return False
         self._compacted.pop(key, None)
+        if (waiting := self._unmade.get(topic)) is not None:
+            waiting.pop(key, None)
         d = self._dir_of.pop(key)
         self._per_dir[d] -= 1
         self._layout += 1
