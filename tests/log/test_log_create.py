@@ -120,3 +120,29 @@ def test_the_log_manager_makes_new_logs_without_files_and_a_restart_makes_them_a
     assert m.get_or_create_log("t", 6).log_end_offset == 0
     assert [r[0] for r in read_all(m.get_log("t", 7))] == [0, 1]
     m.shutdown()
+
+
+def test_the_log_manager_makes_many_logs_files_with_one_fsync_of_their_log_dir(tmp_path, clock, monkeypatch):
+    """A first write makes many new logs' files together (LogManager.make_files): the log dir
+    is fsynced once for all their directories' names, and their flushes do not do it again."""
+    import strom.log.manager as manager_module
+
+    calls: list = []
+    for module in (log_module, manager_module):
+        real = module.fsync_path
+        monkeypatch.setattr(module, "fsync_path", lambda path, real=real: (calls.append(path), real(path)))
+    d = tmp_path / "d"
+    m = LogManager([d], LogConfig(), now_ms=clock)
+    m.startup(0)
+    logs = [m.get_or_create_log("t", p) for p in range(20)]
+    alongside = m.unmade_alongside(logs[:1], 8)  # the one asked for, and more of its topic's
+    assert alongside[0] is logs[0] and len({id(lg) for lg in alongside}) == 8
+    assert all(lg in logs for lg in alongside)
+    calls.clear()
+    m.make_files(logs)
+    assert all(lg.dir_made and lg.dir.is_dir() for lg in logs) and calls == [d]
+    for lg in logs:
+        lg.append(batch(1))
+        lg.flush()
+    assert calls.count(d) == 1 and all(lg.dir in calls for lg in logs)
+    m.shutdown()

@@ -1049,6 +1049,12 @@ class Log:
             cache.write()
             cache.close()
 
+    def parent_synced(self) -> None:
+        """The log dir was fsynced after this log's directory was made (LogManager.make_files)."""
+        with self._load_lock:
+            if self._dir_made:
+                self._parent_dirty = False
+
     def _make_dir(self) -> None:
         """A write's own making of the directory (its segment file follows with the write)."""
         try:

@@ -538,6 +538,27 @@ class LogManager:
     def _create_many(self, todo: list[tuple[TopicPartition, Path, LogConfig]]) -> list[Log | StorageError]:
         return [self._create(d, key, config) for key, d, config in todo]
 
+    def make_files(self, logs: list[Log]) -> None:
+        """Make the files of logs without any yet (Log.make_files), a few threads at a time,
+        then fsync each log dir once for the new directories' names (a flush would otherwise
+        fsync it once per log). Blocking: for a worker thread. What fails is left for the
+        write, which makes the files itself and reports the error."""
+        def make(lg: Log) -> None:
+            try:
+                lg.make_files()
+            except (OSError, StorageError):
+                pass
+
+        in_parallel(make, logs, READ_THREADS)
+        for d in {lg.dir.parent for lg in logs}:
+            try:
+                fsync_path(d)
+            except OSError:
+                continue  # each log's flush fsyncs it, and meets the error there
+            for lg in logs:
+                if lg.dir.parent == d:
+                    lg.parent_synced()
+
     def unmade_alongside(self, logs: list[Log], limit: int) -> list[Log]:
         """`logs` (about to be written, without files yet) and more never-written logs of their
         topics, up to `limit` in all, for the caller to make the files of together: whoever

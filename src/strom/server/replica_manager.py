@@ -44,13 +44,6 @@ LOAD_SLICE = 256  # lazily opened logs a request reads per turn of the loop (~50
 MAKE_FILES_TOGETHER = 128  # new logs whose files a first write makes at once (~30-60 ms)
 
 
-def _make_files(lg: Log) -> None:
-    try:
-        lg.make_files()
-    except (OSError, KafkaError):
-        pass  # the write makes them itself and reports what fails
-
-
 @dataclass(slots=True)
 class ProduceResult:
     error: ErrorCode = ErrorCode.NONE
@@ -232,7 +225,7 @@ class ReplicaManager:
         fresh = [p.log for tp in tps if (p := self.partitions.get(tp)) is not None and not p.log.dir_made]
         if fresh:
             batch = self.log_manager.unmade_alongside(fresh, max(len(fresh), MAKE_FILES_TOGETHER))
-            await asyncio.to_thread(in_parallel, _make_files, batch, READ_THREADS)
+            await asyncio.to_thread(self.log_manager.make_files, batch)
 
     def _read_lazily_opened(self, partition: Partition) -> None:
         """Read the directory of a lazily opened log that the background load has not reached
