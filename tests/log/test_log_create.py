@@ -146,3 +146,24 @@ def test_the_log_manager_makes_many_logs_files_with_one_fsync_of_their_log_dir(t
         lg.flush()
     assert calls.count(d) == 1 and all(lg.dir in calls for lg in logs)
     m.shutdown()
+
+
+def test_a_never_written_log_counts_as_intact_after_a_clean_stop_only(tmp_path, clock):
+    """Its leader keeps its epoch after a clean stop (nothing can have been lost: the stop's
+    checkpoint names it at 0 and there is no directory); after a crash nothing vouches for it."""
+    d = tmp_path / "d"
+    m = LogManager([d], LogConfig(), now_ms=clock)
+    m.startup(0)
+    m.get_or_create_log("t", 0)
+    m.get_or_create_log("t", 1).append(batch(1))
+    m.shutdown()
+    m = LogManager([d], LogConfig(), now_ms=clock)
+    m.startup(0)
+    assert m.found_intact("t", 0) and m.found_intact("t", 1) and not m.found_intact("t", 2)
+    m.get_or_create_log("t", 0)
+    m.checkpoint()
+    crashed = LogManager([d], LogConfig(), now_ms=clock)  # no shutdown: as after kill -9
+    crashed.startup(0)
+    assert not crashed.found_intact("t", 0)
+    crashed.shutdown()
+    m.get_log("t", 1).close()

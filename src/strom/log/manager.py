@@ -374,6 +374,9 @@ class LogManager:
                 to_recover.append((key, path, config_for(topic), point or 0, start_offsets.get(key, 0)))
         self._recover_logs(d, to_recover, clean)
         if clean:
+            # A log the clean stop checkpointed at 0 without a directory was never written
+            # (Log.create): made again empty, it has lost nothing, so its leader keeps its epoch.
+            self._intact.update(key for key, point in recovery_points.items() if not point and key not in self._logs)
             # From here on a crash must be noticed: the marker only exists between a clean
             # shutdown and the next start-up.
             marker.unlink()
@@ -430,9 +433,10 @@ class LogManager:
 
     def found_intact(self, topic: str, partition: int) -> bool:
         """Did start-up find this log with every record it had before (so a leader that
-        restarted need not start a new leader epoch for it)? Safe from any thread."""
+        restarted need not start a new leader epoch for it)? Safe from any thread. A log
+        never written has none until the partition's LeaderAndIsr makes it again."""
         lg = self._logs.get((topic, partition))
-        return (topic, partition) in self._intact and lg is not None and not lg.offline
+        return (topic, partition) in self._intact and not (lg is not None and lg.offline)
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
