@@ -149,11 +149,6 @@ class LogSegment:
         self._made = True
         return fd
 
-    @property
-    def made(self) -> bool:
-        """Its log file exists (False for a new log's segment before its first batch)."""
-        return self._made
-
     def _file(self):
         """`with segment._file() as fd:` the log file, open (and kept open) for the block."""
         return OPEN_FILES.use(self, self._open)
