@@ -384,6 +384,29 @@ def test_delete_topic_while_a_replica_is_down(cluster):
     consumer.close()
 
 
+def test_a_partition_whose_only_replica_is_down_has_no_leader_in_metadata(cluster):
+    """As Kafka answers it: LEADER_NOT_AVAILABLE and leader -1, not the dead broker's id for
+    clients to go looking for; the leader is back once its broker is."""
+    topic = unique_name("orphan")
+    controller = cluster.controller_id()
+    down_id = next(i for i in cluster.brokers if i != controller)
+    create(cluster, topic, assignment=[[down_id]])
+    down = cluster.brokers[down_id]
+    down.kill()
+
+    def answers(broker) -> tuple[int, int]:
+        p = next(t for t in metadata(broker, [topic]).topics if t.name == topic).partitions[0]
+        return p.error_code, p.leader_id
+
+    for broker in live_brokers(cluster):
+        cluster.wait_for(lambda b=broker: answers(b) == (ErrorCode.LEADER_NOT_AVAILABLE, -1), 30,
+                         "no leader for the dead broker's partition")
+    down.start()
+    for broker in live_brokers(cluster):
+        cluster.wait_for(lambda b=broker: answers(b) == (ErrorCode.NONE, down_id), 30,
+                         "the restarted broker leading it again")
+
+
 @pytest.mark.shares_cluster
 def test_create_partitions_reach_every_broker(cluster):
     topic = unique_name("grow")

@@ -39,6 +39,15 @@ METADATA, DESCRIBE_CLUSTER, DESCRIBE_TOPIC_PARTITIONS = 3, 60, 75
 _YIELD_EVERY = 5000
 
 
+def _leader(leader: int, live) -> tuple[ErrorCode, int]:
+    """(error, leader id) as Kafka answers them: a leader that is not a live broker (dead, its
+    partition not re-elected yet or with no live replica to elect) is LEADER_NOT_AVAILABLE
+    with no leader id, so that clients do not go looking for it."""
+    if leader >= 0 and leader in live:
+        return ErrorCode.NONE, leader
+    return ErrorCode.LEADER_NOT_AVAILABLE, -1
+
+
 def _topic_entry(topic: TopicMetadata, live) -> dict:
     return {
         "error_code": ErrorCode.NONE,
@@ -47,23 +56,24 @@ def _topic_entry(topic: TopicMetadata, live) -> dict:
         "is_internal": topic.internal,
         "partitions": [
             {
-                "error_code": ErrorCode.NONE if state.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                "error_code": error,
                 "partition_index": index,
-                "leader_id": state.leader,
+                "leader_id": leader,
                 "leader_epoch": state.leader_epoch,
                 "replica_nodes": state.replicas,
                 "isr_nodes": state.isr,
                 "offline_replicas": [r for r in state.replicas if r not in live],
             }
             for index, state in sorted(topic.partitions.items())
+            for error, leader in [_leader(state.leader, live)]
         ],
     }
 
 
 def _partitions(topic: TopicMetadata, live) -> Iterator[PartitionEntry]:
     for index, state in sorted(topic.partitions.items()):
-        yield PartitionEntry(ErrorCode.NONE if state.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE, index,
-                             state.leader, state.leader_epoch, state.replicas, state.isr,
+        error, leader = _leader(state.leader, live)
+        yield PartitionEntry(error, index, leader, state.leader_epoch, state.replicas, state.isr,
                              [r for r in state.replicas if r not in live])
 
 
