@@ -570,15 +570,14 @@ class LogManager:
         its others, and a few threads make many logs' files several times faster than one
         produce request at a time (librdkafka sends one partition per request)."""
         out = list(logs)
-        chosen = set(map(id, out))
-        for lg in logs:
+        for lg in logs:  # out of the index first: what is popped below is another log
             if (waiting := self._unmade.get(lg.topic)) is not None:
                 waiting.pop((lg.topic, lg.partition), None)
         for topic in {lg.topic for lg in logs}:
             waiting = self._unmade.get(topic)
             while waiting and len(out) < limit:
                 _, lg = waiting.popitem()
-                if not (lg.dir_made or lg.closed or id(lg) in chosen):
+                if not (lg.dir_made or lg.closed):
                     out.append(lg)
             if not waiting:
                 self._unmade.pop(topic, None)
