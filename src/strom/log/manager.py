@@ -690,7 +690,11 @@ class LogManager:
         """An I/O error on `lg`: its whole log dir goes offline, unless the disk is only full
         (the write was undone; the dir refuses writes until space returns). Callable from any
         thread."""
-        d = next((d for tp, d in self._dir_of.items() if self._logs.get(tp) is lg), None)
+        try:
+            key: TopicPartition | None = parse_log_dir_name(lg.dir.name)
+        except ValueError:  # a moving log's future dir: its parent is the dir that failed
+            key = None
+        d = self._dir_of.get(key) if key is not None and self._logs.get(key) is lg else None
         self.dir_failed(lg.dir.parent if d is None else d, error)
 
     def dir_failed(self, d: Path, error: BaseException) -> None:
