@@ -1,5 +1,6 @@
-"""3,000 partitions on three brokers (more than one 2,000-partition chunk of each controller request): their leaders are elected again (a broker killed and
-brought back) and moved (every partition's replica order reversed, then a preferred election
+"""3,000 partitions on three brokers, in ZooKeeper and in KRaft mode (more than one 2,000-partition
+chunk of each controller request, and of the KRaft publisher's slices): their leaders are
+elected again (a broker killed and brought back) and moved (every partition's replica order reversed, then a preferred election
 of all of them) while an idempotent acks=all producer writes; not one acknowledged record is
 lost or reordered, none is written twice under one producer epoch, and every broker ends up
 agreeing on every leader."""
@@ -17,6 +18,8 @@ from strom.testing import Cluster, consume_all, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
 from .test_cluster import partition_view
+
+CLUSTER_MODES = ("zookeeper", "kraft")
 
 PARTITIONS = 3_000
 WRITTEN = range(0, PARTITIONS, 100)  # the partitions the producer writes to
