@@ -166,6 +166,38 @@ def test_the_controller_listener_authorizes_what_reaches_it(cluster):
     assert all(v.log_end_offset > 0 for v in quorum.current_voters)
 
 
+@pytest.mark.kraft_only("the controller listener is KRaft's")
+def test_a_token_authenticates_on_the_controller_listener(cluster):
+    """A delegation token made through a broker authenticates on every controller's listener as
+    its owner (Kafka's controllers keep the tokens of their image too): alice's token is refused
+    DescribeQuorum there for want of an ACL, not at authentication; once expired, it authenticates
+    nowhere."""
+    context = ClientSecurity(ssl=_client_ssl(cluster), sasl_mechanism="PLAIN", username="alice", password="alice-secret")
+    broker = next(iter(cluster.brokers.values()))
+    with Connection("127.0.0.1", broker.ports["SASL_SSL"], security=context) as alice:
+        token = alice.call(38, 3, {"owner_principal_type": None, "owner_principal_name": None, "renewers": [],
+                                   "max_lifetime_ms": -1})
+        assert token.error_code == 0
+    as_token = ClientSecurity(ssl=_client_ssl(cluster), sasl_mechanism="SCRAM-SHA-256", username=token.token_id,
+                              password=_b64(token.hmac), token=True)
+    describe_quorum = {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]}
+
+    def answer(node) -> int | None:
+        try:
+            with Connection("127.0.0.1", node.ports["CONTROLLER"], security=as_token) as conn:
+                return conn.call(55, 1, describe_quorum).error_code
+        except ConnectionError:
+            return None  # not authenticated (the token has not reached this controller, or is gone)
+
+    for node_id, node in cluster.brokers.items():
+        wait_for(lambda node=node: answer(node) == ErrorCode.CLUSTER_AUTHORIZATION_FAILED, timeout=15,
+                 what=f"the token authenticated on node {node_id}'s controller listener")
+    with Connection("127.0.0.1", broker.ports["SASL_SSL"], security=context) as alice:
+        assert alice.call(40, 2, {"hmac": token.hmac, "expiry_time_period_ms": -1}).error_code == 0
+    wait_for(lambda: all(answer(node) is None for node in cluster.brokers.values()), timeout=15,
+             what="the expired token refused on every controller listener")
+
+
 def _client_ssl(cluster) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(cluster.pki["ca"]))
 

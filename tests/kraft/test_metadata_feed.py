@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from types import SimpleNamespace
 
 from strom.controller.loop_thread import LoopThread
 from strom.metadata import records as r
@@ -60,6 +61,7 @@ def test_the_copy_reaches_the_broker_before_the_effects_after_it():
         thread = LoopThread("controller-test")
         server = ControllerServer.__new__(ControllerServer)
         server.thread, server.metadata_listeners, server.authorizer = thread, [], None
+        server.delegation_tokens, server._acls_of, server._tokens_of = SimpleNamespace(enabled=False), None, None
         server.controller = _Controller(image)
         image.server = server
         server._applying = await thread.call(_lock())

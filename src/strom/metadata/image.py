@@ -120,6 +120,7 @@ class MetadataImage:
         self.acls: dict[uuid.UUID, Any] = {}  # AccessControlEntryRecord by id
         self.acl_version = 0  # counts changes to `acls`, for who keeps a copy of them
         self.delegation_tokens: dict[str, Any] = {}  # DelegationTokenRecord by token id
+        self.token_version = 0  # counts changes to `delegation_tokens`, as acl_version
         self.next_producer_id = 0
         self.end_offset = 0  # the log offset the image has applied up to (exclusive)
         self.partition_count = 0
@@ -267,9 +268,11 @@ class MetadataImage:
 
     def _token(self, rec: Any) -> None:
         self.delegation_tokens[rec.token_id] = rec
+        self.token_version += 1
 
     def _remove_token(self, rec: Any) -> None:
         self.delegation_tokens.pop(rec.token_id, None)
+        self.token_version += 1
 
     def _controller(self, rec: Any) -> None:
         self.controllers[rec.controller_id] = rec

@@ -36,7 +36,7 @@ from strom.protocol.errors import ErrorCode, KafkaError
 from strom.raft.config import QuorumConfig, parse_bootstrap_servers, parse_voters
 from strom.raft.driver import RaftDriver
 from strom.security.authorizer import authorizer_from_config
-from strom.security.delegation_tokens import secret_of
+from strom.security.delegation_tokens import QuorumTokens, secret_of
 from strom.security.sasl import broker_security
 from strom.server.kraft.controller_apis import ControllerApis
 from strom.server.kraft.raft_transport import RaftTransport
@@ -103,11 +103,6 @@ class _ImageCredentials:
         return {mechanism: credential.encode() for _, mechanism, credential in controller.image.scram_credentials(name)}
 
 
-class _NoTokens:
-    def credential(self, _mechanism: str, _token_id: str) -> None:
-        return None
-
-
 class ControllerServer:
     def __init__(self, config: BrokerConfig, meta: MetaProperties) -> None:
         self.config = config
@@ -115,7 +110,9 @@ class ControllerServer:
         self.cluster_id = meta.cluster_id
         self.directory_id = parse_kafka_uuid(meta.directory_id) if meta.directory_id else uuid.uuid4()
         self.config_repository = _ImageCredentials(self)  # for the socket server's SASL/SCRAM
-        self.delegation_tokens = _NoTokens()
+        # SASL with a delegation token on this listener checks the image's tokens, as Kafka's
+        # controllers publish them to a token cache of their own.
+        self.delegation_tokens = QuorumTokens(config)
         # Controllers talk Raft on the controller listener; no broker user to exempt from the
         # socket server's SASL guess limit.
         self.inter_broker_security = None
@@ -123,7 +120,9 @@ class ControllerServer:
         # can grant nothing before the log is read, so the nodes' own principals (brokers' and
         # controllers' on the controller listener) belong in super.users, as in Kafka.
         self.authorizer = authorizer_from_config(config)
-        self._acls_of: tuple[Any, int] | None = None  # the image and acl_version last handed over
+        # The image and its acl_version / token_version last handed over.
+        self._acls_of: tuple[Any, int] | None = None
+        self._tokens_of: tuple[Any, int] | None = None
         self.thread: LoopThread | None = None
         self.driver: RaftDriver | None = None
         self.controller: QuorumController | None = None
@@ -249,17 +248,21 @@ class ControllerServer:
         it. Under a lock, so that a broker that attaches sees the image between two effects."""
         async with self._applying:
             await self.controller._on_raft(e)
-            self._refresh_acls()
+            self._refresh_from_image()
             for listener in self.metadata_listeners:
                 listener(e)
 
-    def _refresh_acls(self) -> None:
-        if self.authorizer is None:
-            return
-        image, seen = self.controller.image, self._acls_of
-        if seen is None or seen[0] is not image or seen[1] != image.acl_version:
+    def _refresh_from_image(self) -> None:
+        """What this listener checks clients against (ACLs, delegation tokens) is the image's:
+        handed over again when the image or its copy of them changed."""
+        image = self.controller.image
+        acls, tokens = (image, image.acl_version), (image, image.token_version)
+        if self.authorizer is not None and self._acls_of != acls:
             self.authorizer.replace_acls(image.acls.values())
-            self._acls_of = (image, image.acl_version)
+            self._acls_of = acls
+        if self.delegation_tokens.enabled and self._tokens_of != tokens:
+            self.delegation_tokens.publish(image.delegation_tokens.values())
+            self._tokens_of = tokens
 
     async def attach_broker(self, feed: Any) -> None:
         """A combined node's broker follows the metadata from here: `feed` (its MetadataFeed)
