@@ -167,3 +167,34 @@ def test_a_never_written_log_counts_as_intact_after_a_clean_stop_only(tmp_path, 
     assert not crashed.found_intact("t", 0)
     crashed.shutdown()
     m.get_log("t", 1).close()
+
+
+def test_a_directory_made_after_the_batch_fsync_is_synced_by_its_own_flush(tmp_path, clock, fsynced, monkeypatch):
+    """A log whose files the batch failed to make, then made by its write after the batch's
+    fsync of the log dir: that fsync does not cover its name, so its flush syncs the dir."""
+    import strom.log.manager as manager_module
+
+    d = tmp_path / "d"
+    m = LogManager([d], LogConfig(), now_ms=clock)
+    m.startup(0)
+    ok, failing = m.get_or_create_log("t", 0), m.get_or_create_log("t", 1)
+
+    def no_descriptors() -> None:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(failing, "make_files", no_descriptors)
+    real = manager_module.fsync_path
+
+    def fsync_then_write(path) -> None:
+        real(path)
+        failing.append(batch(1))  # its write makes the directory, after the fsync
+
+    monkeypatch.setattr(manager_module, "fsync_path", fsync_then_write)
+    m.make_files([ok, failing])
+    assert ok.dir_made and failing.dir_made
+    fsynced.clear()
+    ok.append(batch(1))
+    ok.flush()
+    failing.flush()
+    assert fsynced.count(d) == 1 and ok.dir in fsynced and failing.dir in fsynced
+    m.shutdown()

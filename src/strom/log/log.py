@@ -1050,10 +1050,10 @@ class Log:
             cache.close()
 
     def parent_synced(self) -> None:
-        """The log dir was fsynced after this log's directory was made (LogManager.make_files)."""
+        """The log dir was fsynced after this log's directory was made (LogManager.make_files
+        calls it only for directories made before its fsync)."""
         with self._load_lock:
-            if self._dir_made:
-                self._parent_dirty = False
+            self._parent_dirty = False
 
     def _make_dir(self) -> None:
         """A write's own making of the directory (its segment file follows with the write)."""

@@ -554,14 +554,19 @@ class LogManager:
                 pass
 
         in_parallel(make, logs, READ_THREADS)
-        for d in {lg.dir.parent for lg in logs}:
+        by_dir: dict[Path, list[Log]] = {}
+        for lg in logs:
+            by_dir.setdefault(lg.dir.parent, []).append(lg)
+        for d, group in by_dir.items():
+            # Only the directories made before the fsync: one whose making failed here may be
+            # made by its write meanwhile, after the fsync, and its own flush must sync for it.
+            made = [lg for lg in group if lg.dir_made]
             try:
                 fsync_path(d)
             except OSError:
                 continue  # each log's flush fsyncs it, and meets the error there
-            for lg in logs:
-                if lg.dir.parent == d:
-                    lg.parent_synced()
+            for lg in made:
+                lg.parent_synced()
 
     def unmade_alongside(self, logs: list[Log], limit: int) -> list[Log]:
         """`logs` (about to be written, without files yet) and more never-written logs of their
