@@ -33,6 +33,11 @@ def log_batches(cluster: Cluster, topic: str, partition: int, leader: int) -> li
     return out
 
 
+def values_of(log: list[tuple[tuple[int, int], int, list]]) -> list:
+    """The log's values in offset order (what a consumer reading it whole must get)."""
+    return [value for _, _, values in log for value in values]
+
+
 def written_once(partition: int, acknowledged: list[bytes], log: list[tuple[tuple[int, int], int, list]]) -> int:
     """What the broker owes an idempotent producer: under one producer epoch, each batch's
     sequence follows the last with no gap and no repeat (a retry is answered, not written), and

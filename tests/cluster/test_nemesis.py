@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from strom.testing import Cluster, consume_all, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
-from .idempotence import log_batches, written_once
+from .idempotence import log_batches, values_of, written_once
 from .test_cluster import create, live_brokers, partition_view
 
 CLUSTER_MODES = ("zookeeper", "kraft")
@@ -185,7 +185,7 @@ def test_nemesis(zookeeper):
             acked = [v for _, v in sorted(work.acked[p])]
             assert acked == sorted(acked), f"partition {p}: acknowledged out of the order produced"
             log_ = log_batches(cluster, topic, p, leaders[p])
-            assert [v for _, v in everything[p]] == [v for _, _, batch in log_ for v in batch], f"partition {p}"
+            assert [v for _, v in everything[p]] == values_of(log_), f"partition {p}"
             again += written_once(p, acked, log_)
         # Committed transactions whole, aborted ones invisible.
         visible = {v for vs in _read_all(cluster, txn_topic, "read_committed").values() for _, v in vs}

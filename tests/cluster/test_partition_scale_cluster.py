@@ -1,7 +1,7 @@
 """3,000 partitions on three brokers, in ZooKeeper and in KRaft mode (more than one 2,000-partition
 chunk of each controller request, and of the KRaft publisher's slices): their leaders are
-elected again (a broker killed and brought back) and moved (every partition's replica order reversed, then a preferred election
-of all of them) while an idempotent acks=all producer writes; not one acknowledged record is
+elected again (a broker killed and brought back) and moved (every partition's replica order
+reversed, then a preferred election of all of them) while an idempotent acks=all producer writes; not one acknowledged record is
 lost or reordered, none is written twice under one producer epoch, and every broker ends up
 agreeing on every leader."""
 
@@ -16,7 +16,7 @@ from strom.client import Connection
 from strom.testing import Cluster, consume_all, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
-from .idempotence import log_batches, written_once
+from .idempotence import log_batches, values_of, written_once
 from .test_cluster import partition_view
 
 CLUSTER_MODES = ("zookeeper", "kraft")
@@ -137,8 +137,8 @@ def test_thousands_of_partitions_elected_and_moved_under_load(cluster):
     leaders = view(cluster, cid, topic)
     logs = {p: log_batches(cluster, topic, p, leaders[p][0]) for p in WRITTEN}
     read: dict[int, list[bytes]] = {p: [] for p in WRITTEN}
-    for m in consume_all(cluster.bootstrap, topic, list(WRITTEN), count=sum(len(values) for log in logs.values() for _, _, values in log)):
+    for m in consume_all(cluster.bootstrap, topic, list(WRITTEN), count=sum(len(values_of(log)) for log in logs.values())):
         read[m.partition()].append(m.value())
     for p, values in acked.items():
-        assert read[p] == [v for _, _, batch in logs[p] for v in batch], f"partition {p}: a consumer reads otherwise"
+        assert read[p] == values_of(logs[p]), f"partition {p}: a consumer reads otherwise"
         written_once(p, values, logs[p])
