@@ -191,6 +191,10 @@ class BrokerProcess(_StartedInWith):
             args += ["--override", f"{key}={value}"]
         env = dict(os.environ, **(self.env or {}))
         begin = time.monotonic()
+        if self._stderr is not None:
+            # A run that ended by itself (not by stop or kill) may have lines still in its pipe:
+            # they go before the next run's.
+            self._stderr.read_available()
         if _fork_brokers and can_fork(self.env):
             self.proc = ForkedProcess(args, env)
         else:
@@ -264,6 +268,7 @@ class BrokerProcess(_StartedInWith):
         return self.start()
 
     def log_text(self) -> str:
+        """Everything the broker wrote to stderr before this call, across restarts."""
         return "\n".join(self.stderr_lines)
 
     def close(self) -> None:
