@@ -70,7 +70,7 @@ def _apis(*acls) -> tuple[ControllerApis, _Driver, _Controller]:
     image = MetadataImage()
     for acl in acls:
         image.replay(acl)
-    authorizer = Authorizer(None, None, "User:broker", allow_if_no_acl=False)
+    authorizer = Authorizer(None, "User:broker", allow_if_no_acl=False)
     authorizer.replace_acls(image.acls.values())
     server = SimpleNamespace(authorizer=authorizer, cluster_id="c")
     driver, controller = _Driver(), _Controller(image)

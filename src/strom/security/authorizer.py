@@ -1,32 +1,26 @@
-"""ACL authorization with Kafka's semantics (KIP-11, KIP-290 prefixed patterns), and the ACLs'
-place in the metadata store, as Kafka's AclAuthorizer keeps them in ZooKeeper mode.
+"""ACL authorization with Kafka's semantics (KIP-11, KIP-290 prefixed patterns).
 
-A resource's ACLs are one node, /kafka-acl/<Type>/<name> (literal patterns; "*" is every
-name) or /kafka-acl-extended/prefixed/<Type>/<prefix>, holding {"version": 1, "acls": [...]};
-each change is announced by a sequential node under /kafka-acl-changes (the resource as
-"Type:name") or /kafka-acl-extended-changes (JSON), which every broker follows. A decision:
-super users may do anything; a matching DENY wins; then a matching ALLOW, where READ, WRITE,
-DELETE and ALTER imply DESCRIBE and ALTER_CONFIGS implies DESCRIBE_CONFIGS; a resource no ACL
-matches is open only with allow.everyone.if.no.acl.found.
+The ACLs come from an AclStore (metadata/security_store.py: ZooKeeper or the embedded store,
+where every broker follows the announced changes) or, on a KRaft node, from the metadata image
+(`replace_acls`). A decision: super users may do anything; a matching DENY wins; then a
+matching ALLOW, where READ, WRITE, DELETE and ALTER imply DESCRIBE and ALTER_CONFIGS implies
+DESCRIBE_CONFIGS; a resource no ACL matches is open only with allow.everyone.if.no.acl.found.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from strom.config.repository import ChangeListener
-from strom.controller import znodes
-from strom.controller.store import BadVersion, MetadataStore, NodeExists
+from strom.metadata.security_store import AclResource, AclStore
 
 log = logging.getLogger("strom.authorizer")  # Kafka's kafka.authorizer.logger
 
 # Wire ids (Kafka's AclResourceType, PatternType, AclOperation, AclPermissionType) and the
-# names ZooKeeper nodes use.
+# names stored ACLs use.
 RESOURCE_NAMES = {2: "Topic", 3: "Group", 4: "Cluster", 5: "TransactionalId", 6: "DelegationToken", 7: "User"}
 RESOURCE_IDS = {name: rid for rid, name in RESOURCE_NAMES.items()}
 TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID, DELEGATION_TOKEN, USER = 2, 3, 4, 5, 6, 7
@@ -98,18 +92,15 @@ class AclFilter:
 
 
 class Authorizer:
-    """The decision, over ACLs kept in the metadata store (ZooKeeper mode: `store` and `io`
-    given) or handed over from a KRaft metadata image (`replace_acls`)."""
+    """The decision, over ACLs kept in an AclStore (ZooKeeper mode and the embedded broker) or
+    handed over from a KRaft metadata image (`replace_acls`; no store)."""
 
-    def __init__(self, store: MetadataStore | None, io: Callable[..., Awaitable[Any]] | None, super_users: str,
-                 allow_if_no_acl: bool) -> None:
-        self.store, self.io = store, io
+    def __init__(self, store: AclStore | None, super_users: str, allow_if_no_acl: bool) -> None:
+        self.store = store
         self.super_users = {u.strip() for u in super_users.split(";") if u.strip()}
         self.allow_if_no_acl = allow_if_no_acl
         self.acls: dict[Resource, frozenset[Acl]] = {}
-        self._listeners = [] if store is None else [
-            ChangeListener(store, io, znodes.ACL_CHANGES, "acl_changes_", self._literal_changed),
-            ChangeListener(store, io, znodes.ACL_EXTENDED_CHANGES, "acl_changes_", self._extended_changed)]
+        self._changes = None if store is None else store.acl_changes(self._changed)
         self._last_denial_log: dict[tuple, float] = {}
 
     def replace_acls(self, records: Iterable[Any]) -> None:
@@ -190,80 +181,62 @@ class Authorizer:
     # -- the store
 
     @staticmethod
-    def _path(resource: Resource) -> str:
+    def _stored(resource: Resource) -> AclResource:
         rtype, pattern, name = resource
-        root = znodes.ACL_LITERAL if pattern == LITERAL else znodes.ACL_PREFIXED
-        return f"{root}/{RESOURCE_NAMES[rtype]}/{name}"
+        return AclResource(RESOURCE_NAMES[rtype], pattern != LITERAL, name)
+
+    @staticmethod
+    def _resource(stored: AclResource) -> Resource | None:
+        """None for a resource type this broker does not know."""
+        if stored.resource_type not in RESOURCE_IDS:
+            return None
+        return RESOURCE_IDS[stored.resource_type], PREFIXED if stored.prefixed else LITERAL, stored.name
 
     def load(self) -> None:
         """Every ACL of the cluster (blocking; at start-up)."""
         if self.store is None:
             return
-        for listener in self._listeners:
-            listener.skip_existing()
-        for pattern, root in ((LITERAL, znodes.ACL_LITERAL), (PREFIXED, znodes.ACL_PREFIXED)):
-            for type_name in self.store.children(root):
-                if type_name not in RESOURCE_IDS:
-                    continue
-                for name in self.store.children(f"{root}/{type_name}"):
-                    self._reload((RESOURCE_IDS[type_name], pattern, name))
+        self._changes.skip_existing()
+        for stored in self.store.acl_resources():
+            if (resource := self._resource(stored)) is not None:
+                self._reload(resource)
+
+    def _read(self, resource: Resource) -> tuple[set[Acl], int | None]:
+        stored = self.store.read_acls(self._stored(resource))
+        return (set(), None) if stored is None else ({Acl.decode(a) for a in stored[0]}, stored[1])
 
     def _reload(self, resource: Resource) -> None:
-        node = self.store.get(self._path(resource))
-        acls = frozenset(Acl.decode(a) for a in node[0].get("acls", [])) if node and isinstance(node[0], dict) else frozenset()
+        acls = frozenset(self._read(resource)[0])
         if acls:
             self.acls[resource] = acls
         else:
             self.acls.pop(resource, None)
 
     async def start(self) -> None:
-        for listener in self._listeners:
-            await listener.start()
+        if self._changes is not None:
+            await self._changes.start()
 
     def stop(self) -> None:
-        for listener in self._listeners:
-            listener.stop()
+        if self._changes is not None:
+            self._changes.stop()
 
-    async def _literal_changed(self, data: Any) -> None:
-        type_name, _, name = str(data).partition(":")
-        if type_name in RESOURCE_IDS:
-            await self.io(self._reload, (RESOURCE_IDS[type_name], LITERAL, name))
-
-    async def _extended_changed(self, data: Any) -> None:
-        if isinstance(data, str):
-            data = json.loads(data)
-        if isinstance(data, dict) and data.get("resourceType") in RESOURCE_IDS:
-            pattern = PREFIXED if data.get("patternType") == "PREFIXED" else LITERAL
-            await self.io(self._reload, (RESOURCE_IDS[data["resourceType"]], pattern, data.get("name", "")))
+    async def _changed(self, stored: AclResource) -> None:
+        if (resource := self._resource(stored)) is not None:
+            await self.store.io(self._reload, resource)
 
     def change(self, resource: Resource, add: Iterable[Acl] = (), remove: Iterable[Acl] = ()) -> None:
-        """Add or remove ACLs of one resource (blocking): a conditional write of its node,
-        retried on a concurrent change, then the change notification."""
-        path = self._path(resource)
+        """Add or remove ACLs of one resource (blocking): a conditional write, retried on a
+        concurrent change, then the change announced."""
         while True:
-            node = self.store.get(path)
-            current = {Acl.decode(a) for a in node[0].get("acls", [])} if node and isinstance(node[0], dict) else set()
+            current, version = self._read(resource)
             wanted = (current | set(add)) - set(remove)
             if wanted == current:
                 return
-            data = {"version": 1, "acls": [a.encode() for a in sorted(wanted, key=_order)]}
-            try:
-                if node is None:
-                    self.store.create(path, data)
-                elif wanted:
-                    self.store.set(path, data, expected_version=node[1])
-                else:
-                    self.store.delete(path, expected_version=node[1])
+            if self.store.write_acls(self._stored(resource), [a.encode() for a in sorted(wanted, key=_order)],
+                                     version):
                 break
-            except (NodeExists, BadVersion):
-                continue  # someone else changed it meanwhile: read again
-        rtype, pattern, name = resource
-        if pattern == LITERAL:
-            self.store.create(f"{znodes.ACL_CHANGES}/acl_changes_", f"{RESOURCE_NAMES[rtype]}:{name}", sequential=True)
-        else:
-            self.store.create(f"{znodes.ACL_EXTENDED_CHANGES}/acl_changes_", {
-                "version": 1, "resourceType": RESOURCE_NAMES[rtype], "name": name, "patternType": "PREFIXED"},
-                sequential=True)
+            # someone else changed it meanwhile: read again
+        self.store.announce_acl_change(self._stored(resource))
         self._reload(resource)
 
 
@@ -281,8 +254,7 @@ def host_of(client: str) -> str:
 INTERNAL = "Broker:local"
 
 
-def authorizer_from_config(config: Any, store: MetadataStore | None = None,
-                           io: Callable[..., Awaitable[Any]] | None = None) -> Authorizer | None:
+def authorizer_from_config(config: Any, store: AclStore | None = None) -> Authorizer | None:
     """The authorizer authorizer.class.name asks for (None when it is empty)."""
     name = config["authorizer.class.name"].strip()
     if not name:
@@ -290,7 +262,7 @@ def authorizer_from_config(config: Any, store: MetadataStore | None = None,
     if name not in AUTHORIZERS:
         raise ValueError(f"authorizer.class.name={name} is not an authorizer Strom has; use one of "
                          f"{', '.join(sorted(AUTHORIZERS))} (all mean ACLs), or leave it empty")
-    return Authorizer(store, io, config["super.users"], config["allow.everyone.if.no.acl.found"])
+    return Authorizer(store, config["super.users"], config["allow.everyone.if.no.acl.found"])
 
 
 def allowed(broker: Any, ctx: Any, operation: int, resource_type: int, name: str = CLUSTER_NAME,

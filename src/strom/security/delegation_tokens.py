@@ -6,10 +6,10 @@ password base64(HMAC), and the `tokenauth=true` extension, and is then its token
 the token expires. TokenCache is one broker's view (Kafka's DelegationTokenCache); where the
 tokens come from depends on the mode:
 
-- ZooKeeper (DelegationTokens): a token is a node /delegation_token/tokens/<token id> (owner,
-  requester, renewers, issue, expiry and max timestamps; never the HMAC), each change announced
-  by a sequential /delegation_token/token_changes/token_change_<n> node holding the token id,
-  which every broker follows. The broker that takes a request writes the change.
+- ZooKeeper and the embedded broker (DelegationTokens): the tokens are a TokenStore's
+  (metadata/security_store.py: owner, requester, renewers, issue, expiry and max timestamps;
+  never the HMAC), each change announced to every broker, which follows the announcements. The
+  broker that takes a request writes the change.
 - KRaft (QuorumTokens): the tokens are the metadata image's DelegationTokenRecords; the active
   controller writes every change (controller/token_control.py) and removes expired tokens.
 """
@@ -20,14 +20,12 @@ import base64
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from strom.config.repository import ChangeListener
-from strom.controller import znodes
-from strom.controller.store import MetadataStore
 from strom.metadata.delegation_token import TokenError, TokenInformation, new_token_id, token_hmac
+from strom.metadata.security_store import TokenStore
 from strom.protocol.errors import ErrorCode
 from strom.protocol.scram import (
     MIN_ITERATIONS,
@@ -38,8 +36,6 @@ from strom.protocol.scram import (
 )
 
 log = logging.getLogger(__name__)
-
-TOKEN_CHANGE_PREFIX = "token_change_"
 
 
 @dataclass
@@ -117,25 +113,25 @@ class DelegationTokens(TokenCache):
     """A ZooKeeper broker's tokens and the writes that change them (Kafka's
     DelegationTokenManagerZk)."""
 
-    def __init__(self, store: MetadataStore, io: Callable[..., Awaitable[Any]], config: Any) -> None:
+    def __init__(self, store: TokenStore, config: Any) -> None:
         super().__init__(config)
-        self.store, self.io = store, io
-        self._changes = ChangeListener(store, io, znodes.TOKEN_CHANGES, TOKEN_CHANGE_PREFIX, self._changed)
+        self.store = store
+        self._changes = store.token_changes(self._changed)
 
     def load(self) -> None:
         """Every token (blocking; at start-up)."""
         if not self.enabled:
             return
         self._changes.skip_existing()
-        for token_id in self.store.children(znodes.TOKENS):
+        for token_id in self.store.token_ids():
             self._reload(token_id)
 
     def _reload(self, token_id: str) -> None:
-        node = self.store.get(f"{znodes.TOKENS}/{token_id}")
-        if node is None or not isinstance(node[0], dict):
+        info = self.store.read_token(token_id)
+        if info is None:
             self.forget(token_id)
         else:
-            self._cache(TokenInformation.decode(node[0]))
+            self._cache(info)
 
     async def start(self) -> None:
         if self.enabled:
@@ -144,24 +140,18 @@ class DelegationTokens(TokenCache):
     def stop(self) -> None:
         self._changes.stop()
 
-    async def _changed(self, token_id: Any) -> None:
-        await self.io(self._reload, str(token_id))
+    async def _changed(self, token_id: str) -> None:
+        await self.store.io(self._reload, token_id)
 
     # -- writes (blocking: run them through the store thread)
 
     def _write(self, info: TokenInformation | None, token_id: str) -> None:
-        path = f"{znodes.TOKENS}/{token_id}"
+        self.store.write_token(token_id, info)
         if info is None:
-            if self.store.get(path) is not None:
-                self.store.delete(path)
             self.forget(token_id)
         else:
-            if self.store.get(path) is None:
-                self.store.create(path, info.encode())
-            else:
-                self.store.set(path, info.encode())
             self._cache(info)
-        self.store.create(f"{znodes.TOKEN_CHANGES}/{TOKEN_CHANGE_PREFIX}", token_id, sequential=True)
+        self.store.announce_token_change(token_id)
 
     def create(self, owner: str, requester: str, renewers: list[str], max_lifetime_ms: int) -> tuple[TokenInformation, bytes]:
         if not self.enabled:

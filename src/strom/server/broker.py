@@ -39,6 +39,7 @@ from strom.controller.admin import TopicAdmin, read_configs
 from strom.controller.channel import ControllerChannelManager
 from strom.controller.controller import KafkaController
 from strom.controller.features import NONE_FINALIZED, FinalizedFeatures
+from strom.controller.security_store import StoreSecurityMetadata
 from strom.controller.store import LocalMetadataStore, MetadataStore, NodeExists, StoreUnavailable
 from strom.controller.znodes import BrokerInfo, EndPoint
 from strom.coordinator.group import GroupCoordinator
@@ -234,7 +235,7 @@ class Broker:
 
     def _delegation_tokens(self) -> TokenCache:
         """Where this broker's delegation tokens come from: the metadata store's nodes."""
-        return DelegationTokens(self.store, self.store_io, self.config)
+        return DelegationTokens(StoreSecurityMetadata(self.store, self.store_io), self.config)
 
     async def _start_controller(self) -> None:
         """This broker's candidate for controller of a ZooKeeper cluster (or the embedded
@@ -425,7 +426,7 @@ class Broker:
             loop.call_soon_threadsafe(lambda: loop.create_task(rejoin()))
 
     def _create_authorizer(self) -> Authorizer | None:
-        return authorizer_from_config(self.config, self.store, self.store_io)
+        return authorizer_from_config(self.config, StoreSecurityMetadata(self.store, self.store_io))
 
     def _protocol_of(self, listener: str) -> str:
         return self.config.protocol_of(listener)
