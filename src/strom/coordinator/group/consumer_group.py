@@ -37,16 +37,24 @@ from strom.coordinator.group.assignors import ASSIGNORS, MemberSubscription, Top
 from strom.coordinator.group.config import CONSUMER
 from strom.coordinator.group.consumer_protocol import PROTOCOL_TYPE, encode_assignment
 from strom.coordinator.group.coordinator import GroupSummary
+from strom.coordinator.group.epoch_group import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    Assignment,
+    EpochGroup,
+    EpochGroupCoordinator,
+    Heartbeat,
+    HeartbeatMember,
+    HeartbeatResponse,
+    SubscriptionMetadata,
+    invalid,
+)
 from strom.coordinator.group.metadata import Group, GroupMetadata, TopicPartition
 from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
 CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
-LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
-
-Assignment = dict[uuid.UUID, set[int]]
 
 
 class ConsumerGroupState(enum.Enum):
@@ -64,36 +72,25 @@ class MemberState(enum.Enum):
 
 
 @dataclass(eq=False, slots=True)
-class ConsumerGroupMember:
-    member_id: str
+class ConsumerGroupMember(HeartbeatMember):
     instance_id: str | None = None
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
     rebalance_timeout_ms: int = -1
-    subscribed_topic_names: list[str] = field(default_factory=list)
     subscribed_topic_regex: str | None = None
     server_assignor: str | None = None
-    member_epoch: int = 0
     previous_member_epoch: int = 0
     state: MemberState = MemberState.STABLE
-    assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
-    session_timer: Any = None
     rebalance_timer: Any = None
 
 
-class ConsumerGroup(Group):
+class ConsumerGroup(Group, EpochGroup):
     group_type = CONSUMER
+    members: dict[str, ConsumerGroupMember]
 
     def __init__(self, group_id: str, now_ms: int) -> None:
         super().__init__(group_id, now_ms)
-        self.group_epoch = 0
-        self.assignment_epoch = 0
-        self.members: dict[str, ConsumerGroupMember] = {}
+        self.init_epochs()
         self.static_members: dict[str, str] = {}
-        self.target: dict[str, Assignment] = {}
-        self.subscription_metadata: frozenset[tuple[uuid.UUID, str, int]] = frozenset()
         self.assignor_name = ""
         self.dead = False
 
@@ -164,31 +161,16 @@ def _new_member_id() -> str:
 
 
 @dataclass(slots=True)
-class HeartbeatRequest:
-    group_id: str
-    member_id: str
-    member_epoch: int
+class HeartbeatRequest(Heartbeat):
     instance_id: str | None = None
-    rack_id: str | None = None
     rebalance_timeout_ms: int = -1
-    subscribed_topic_names: list[str] | None = None
     subscribed_topic_regex: str | None = None
     server_assignor: str | None = None
     owned: list[tuple[uuid.UUID, list[int]]] | None = None
-    client_id: str = ""
-    client_host: str = ""
     version: int = 0
 
 
-@dataclass(slots=True)
-class HeartbeatResponse:
-    member_id: str | None
-    member_epoch: int
-    heartbeat_interval_ms: int
-    assignment: Assignment | None = None
-
-
-class ConsumerGroupCoordinator:
+class ConsumerGroupCoordinator(EpochGroupCoordinator):
     """The KIP-848 half of the group coordinator; shares its groups, timers and offsets."""
 
     def __init__(self, coordinator: Any, topics: Callable[[], Mapping[str, Any]]) -> None:
@@ -218,16 +200,7 @@ class ConsumerGroupCoordinator:
             raise KafkaError(f"the consumer group has reached its maximum capacity of "
                              f"{self.config.consumer_max_size} members", ErrorCode.GROUP_MAX_SIZE_REACHED)
         member = self._get_or_maybe_subscribe(group, req)
-        bump = self._update_member(group, member, req)
-        metadata = self._subscription_metadata(group)
-        if metadata != group.subscription_metadata:
-            group.subscription_metadata = metadata
-            bump = True
-        if bump:
-            group.group_epoch += 1
-            log.info("group %s: bumped group epoch to %d", group.group_id, group.group_epoch)
-        if group.group_epoch > group.assignment_epoch:
-            self._update_target_assignment(group)
+        self._advance_epoch(group, self._update_member(group, member, req))
         before = _copy(member.assigned)
         self._maybe_reconcile(group, member, req.owned)
         self._schedule_session_timeout(group, member)
@@ -239,9 +212,6 @@ class ConsumerGroupCoordinator:
                                  member.assigned if full or changed else None)
 
     def _validate(self, req: HeartbeatRequest) -> None:
-        def invalid(message: str) -> KafkaError:
-            return KafkaError(message, ErrorCode.INVALID_REQUEST)
-
         if not req.group_id:
             raise invalid("GroupId can't be empty.")
         if req.instance_id == "":
@@ -376,17 +346,12 @@ class ConsumerGroupCoordinator:
         """Apply the request's fields; True if the subscription changed (a new group epoch)."""
         if req.instance_id is not None:
             member.instance_id = req.instance_id
-        if req.rack_id is not None:
-            member.rack_id = req.rack_id
         if req.rebalance_timeout_ms != -1:
             member.rebalance_timeout_ms = req.rebalance_timeout_ms
         if req.server_assignor is not None:
             member.server_assignor = req.server_assignor
-        member.client_id, member.client_host = req.client_id, req.client_host
         changed = req.member_epoch == 0 and member.member_id not in group.target
-        if req.subscribed_topic_names is not None and \
-                sorted(req.subscribed_topic_names) != sorted(member.subscribed_topic_names):
-            member.subscribed_topic_names = list(req.subscribed_topic_names)
+        if member.update(req):
             changed = True
         if req.subscribed_topic_regex is not None and \
                 req.subscribed_topic_regex != (member.subscribed_topic_regex or ""):
@@ -394,7 +359,7 @@ class ConsumerGroupCoordinator:
             changed = True
         return changed
 
-    def _subscription_metadata(self, group: ConsumerGroup) -> frozenset[tuple[uuid.UUID, str, int]]:
+    def _subscription_metadata(self, group: ConsumerGroup) -> SubscriptionMetadata:
         topics = self.topics()
         out = set()
         for name, meta in topics.items():
@@ -402,7 +367,7 @@ class ConsumerGroupCoordinator:
                 out.add((meta.topic_id, name, len(meta.partitions)))
         return frozenset(out)
 
-    def _update_target_assignment(self, group: ConsumerGroup) -> None:
+    def _assign(self, group: ConsumerGroup) -> None:
         topics = {tid: TopicInfo(tid, name, n) for tid, name, n in group.subscription_metadata}
         by_name = {info.name: tid for tid, info in topics.items()}
         members = {}
@@ -520,21 +485,15 @@ class ConsumerGroupCoordinator:
         group.group_epoch += 1
         group.subscription_metadata = self._subscription_metadata(group)
         group.current_state_timestamp = self.coordinator.scheduler.now_ms()
-        self._update_target_assignment(group)
+        self._assign(group)
 
-    def _schedule_session_timeout(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
-        if member.session_timer is not None:
-            member.session_timer.cancel()
+    @property
+    def _session_timeout_ms(self) -> int:
+        return self.config.consumer_session_timeout_ms
 
-        def expire() -> None:
-            member.session_timer = None
-            if group.members.get(member.member_id) is member:
-                log.info("group %s: member %s fenced because its session expired", group.group_id,
-                         member.member_id)
-                self._fence(group, member)
-
-        member.session_timer = self.coordinator.scheduler.call_later(
-            self.config.consumer_session_timeout_ms, expire)
+    def _session_expired(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+        log.info("group %s: member %s fenced because its session expired", group.group_id, member.member_id)
+        self._fence(group, member)
 
     def _schedule_rebalance_timeout(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
         self._cancel_rebalance_timeout(member)

@@ -21,17 +21,28 @@ import enum
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from strom.coordinator.group.epoch_group import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    Assignment,
+    EpochGroup,
+    EpochGroupCoordinator,
+    HeartbeatMember,
+    SubscriptionMetadata,
+    invalid,
+)
+from strom.coordinator.group.epoch_group import Heartbeat as ShareHeartbeat
+from strom.coordinator.group.epoch_group import HeartbeatResponse as ShareHeartbeatResult
 from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
 SHARE = "share"
 SHARE_GROUP_HEARTBEAT = 76
-LEAVE_GROUP_MEMBER_EPOCH = -1
-Assignment = dict[uuid.UUID, set[int]]
+# A share member's heartbeat, and its answer, have only what every member's have: ShareHeartbeat
+# and ShareHeartbeatResult are epoch_group's Heartbeat and HeartbeatResponse.
 
 
 class ShareGroupState(enum.Enum):
@@ -40,28 +51,19 @@ class ShareGroupState(enum.Enum):
     DEAD = "Dead"
 
 
-@dataclass(eq=False, slots=True)
-class ShareGroupMember:
-    member_id: str
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    subscribed_topic_names: list[str] = field(default_factory=list)
-    member_epoch: int = 0
-    assigned: Assignment = field(default_factory=dict)
-    session_timer: Any = None
+class ShareGroupMember(HeartbeatMember):
+    """A share group member has only what every heartbeating member has."""
+
+    __slots__ = ()
 
 
-class ShareGroup:
+class ShareGroup(EpochGroup):
     group_type = SHARE
+    members: dict[str, ShareGroupMember]
 
     def __init__(self, group_id: str) -> None:
         self.group_id = group_id
-        self.group_epoch = 0
-        self.assignment_epoch = 0
-        self.members: dict[str, ShareGroupMember] = {}
-        self.target: dict[str, Assignment] = {}
-        self.subscription_metadata: frozenset[tuple[uuid.UUID, str, int]] = frozenset()
+        self.init_epochs()
 
     @property
     def state(self) -> ShareGroupState:
@@ -91,25 +93,6 @@ def simple_assign(members: Mapping[str, set[str]], topics: Mapping[str, tuple[uu
     return out
 
 
-@dataclass(slots=True)
-class ShareHeartbeat:
-    group_id: str
-    member_id: str
-    member_epoch: int
-    rack_id: str | None = None
-    subscribed_topic_names: list[str] | None = None
-    client_id: str = ""
-    client_host: str = ""
-
-
-@dataclass(slots=True)
-class ShareHeartbeatResult:
-    member_id: str
-    member_epoch: int
-    heartbeat_interval_ms: int
-    assignment: Assignment | None = None
-
-
 @dataclass(frozen=True, slots=True)
 class ShareGroupSettings:
     session_timeout_ms: int = 45000  # group.share.session.timeout.ms
@@ -123,7 +106,7 @@ class ShareGroupSettings:
                    config["group.share.max.size"], config["group.share.max.groups"])
 
 
-class ShareGroupCoordinator:
+class ShareGroupCoordinator(EpochGroupCoordinator):
     """The share-group half of the group coordinator: its own groups, the coordinator's timers
     and group id namespace."""
 
@@ -163,21 +146,9 @@ class ShareGroupCoordinator:
                                  f"coordinator knows {member.member_epoch}. It must rejoin.",
                                  ErrorCode.FENCED_MEMBER_EPOCH)
             bump = False
-        if req.rack_id is not None:
-            member.rack_id = req.rack_id
-        member.client_id, member.client_host = req.client_id, req.client_host
-        if req.subscribed_topic_names is not None and \
-                sorted(req.subscribed_topic_names) != sorted(member.subscribed_topic_names):
-            member.subscribed_topic_names = list(req.subscribed_topic_names)
+        if member.update(req):
             bump = True
-        metadata = self._subscription_metadata(group)
-        if metadata != group.subscription_metadata:
-            group.subscription_metadata = metadata
-            bump = True
-        if bump:
-            group.group_epoch += 1
-        if group.group_epoch > group.assignment_epoch:
-            self._assign(group)
+        self._advance_epoch(group, bump)
         before = member.assigned
         member.assigned = group.target.get(member.member_id, {})
         full = req.member_epoch == 0 or before != member.assigned or member.member_epoch != group.assignment_epoch
@@ -188,9 +159,6 @@ class ShareGroupCoordinator:
 
     @staticmethod
     def _validate(req: ShareHeartbeat) -> None:
-        def invalid(message: str) -> KafkaError:
-            return KafkaError(message, ErrorCode.INVALID_REQUEST)
-
         if not req.group_id:
             raise invalid("GroupId can't be empty.")
         if not req.member_id:
@@ -218,7 +186,7 @@ class ShareGroupCoordinator:
         group = self.groups[group_id] = ShareGroup(group_id)
         return group
 
-    def _subscription_metadata(self, group: ShareGroup) -> frozenset[tuple[uuid.UUID, str, int]]:
+    def _subscription_metadata(self, group: ShareGroup) -> SubscriptionMetadata:
         wanted = group.subscribed_topics()
         return frozenset((meta.topic_id, name, len(meta.partitions))
                          for name, meta in self.topics().items() if name in wanted)
@@ -250,16 +218,12 @@ class ShareGroupCoordinator:
         for listener in self.member_listeners:
             listener(group.group_id, member.member_id)
 
-    def _schedule_session_timeout(self, group: ShareGroup, member: ShareGroupMember) -> None:
-        if member.session_timer is not None:
-            member.session_timer.cancel()
+    @property
+    def _session_timeout_ms(self) -> int:
+        return self.settings.session_timeout_ms
 
-        def expire() -> None:
-            member.session_timer = None
-            if group.members.get(member.member_id) is member:
-                self._remove(group, member, "fenced: its session expired")
-
-        member.session_timer = self.coordinator.scheduler.call_later(self.settings.session_timeout_ms, expire)
+    def _session_expired(self, group: ShareGroup, member: ShareGroupMember) -> None:
+        self._remove(group, member, "fenced: its session expired")
 
     def is_member(self, group_id: str, member_id: str) -> bool:
         group = self.groups.get(group_id)
