@@ -17,6 +17,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 
 from strom.log.config import INT_MAX, LogConfig
@@ -134,6 +135,17 @@ def _segment_base(segment: LogSegment) -> int:
     return segment.base_offset
 
 
+def _clocked(attr: str) -> property:
+    """An offset of a Log kept in `attr`, whose every move moves Log.offsets_clock."""
+
+    def set_offset(log: Log, offset: int) -> None:
+        if offset != getattr(log, attr):
+            setattr(log, attr, offset)
+            Log.offsets_clock += 1
+
+    return property(attrgetter(attr), set_offset)
+
+
 class Log:
     """A partition's segments, offsets and retention. Open with `Log.open`; a new partition's
     with `Log.create`."""
@@ -192,25 +204,8 @@ class Log:
         self.flush_hook: FlushHook | None = None
         self.io_error_hook: IoErrorHook | None = None
 
-    @property
-    def log_start_offset(self) -> int:
-        return self._log_start_offset
-
-    @log_start_offset.setter
-    def log_start_offset(self, offset: int) -> None:
-        if offset != self._log_start_offset:
-            self._log_start_offset = offset
-            Log.offsets_clock += 1
-
-    @property
-    def recovery_point(self) -> int:
-        return self._recovery_point
-
-    @recovery_point.setter
-    def recovery_point(self, offset: int) -> None:
-        if offset != self._recovery_point:
-            self._recovery_point = offset
-            Log.offsets_clock += 1
+    log_start_offset = _clocked("_log_start_offset")
+    recovery_point = _clocked("_recovery_point")
 
     @property
     def _segments(self) -> list[LogSegment]:
@@ -549,11 +544,7 @@ class Log:
         `batches` is what `validate_batches` returned for this very buffer, when the caller
         already had to validate it (idempotent producers), so the CRCs are not checked twice.
         """
-        self._check_writable()
-        self._ensure_loaded()
-        if not self._dir_made:
-            self._make_dir()
-        config = self._config
+        config = self._open_for_append()
         writable = isinstance(records, bytearray) or (
             isinstance(records, memoryview) and not records.readonly)
         if not writable:
@@ -564,41 +555,18 @@ class Log:
         last = first + len(batches) - 1 + sum(h.last_offset_delta for _, h in batches)
         now = self._now_ms()
         append_time = now if config.log_append_time else None
-        try:
-            segment = self._maybe_roll(len(records), last, now)
-            assign_offsets(records, batches, first, leader_epoch, append_time)
-            _, max_ts, offset_of_max = segment.append(records, batches, first, append_time)
-        except (OSError, StorageError) as e:
-            raise self._io_error(e) from e
-        self._log_end_offset = last + 1
-        if self.append_hook is not None:
-            self.append_hook(self, len(records))
+        max_ts, offset_of_max = self._write(records, batches, first, last, now, leader_epoch, append_time)
         cache = self.leader_epoch_cache
         if leader_epoch > cache.latest_epoch():
             cache.assign(leader_epoch, first)
         elif first == self.log_start_offset:
             cache.data_arrived()
-        self._untouched = False
-        if self.flush_hook is not None and last + 1 - self.recovery_point >= config.flush_messages:
-            self.flush_hook(self, last + 1)  # flush.messages: Kafka's unflushedMessages check
-        return AppendInfo(
-            first_offset=first,
-            last_offset=last,
-            max_timestamp=max_ts,
-            offset_of_max_timestamp=offset_of_max,
-            log_append_time=-1 if append_time is None else append_time,
-            log_start_offset=self.log_start_offset,
-            valid_bytes=len(records),
-        )
+        return self._appended(config, len(records), first, last, max_ts, offset_of_max, append_time)
 
     def append_as_follower(self, records: bytearray | memoryview) -> AppendInfo:
         """Write batches exactly as the leader has them: offsets and partition leader epochs
         are kept, never assigned. The first batch may not start below the log end offset."""
-        self._check_writable()
-        self._ensure_loaded()
-        if not self._dir_made:
-            self._make_dir()
-        config = self._config
+        config = self._open_for_append()
         batches = _validate_replicated(records, config.max_message_bytes)
         first = batches[0][1].base_offset
         last = batches[-1][1].base_offset + batches[-1][1].last_offset_delta
@@ -606,27 +574,50 @@ class Log:
             raise OffsetOutOfRangeError(f"{self.name}: the leader's batch at offset {first} is below "
                                         f"this replica's log end offset {self._log_end_offset}")
         was_empty = self._log_end_offset == self.log_start_offset
-        now = self._now_ms()
-        try:
-            segment = self._maybe_roll(len(records), last, now)
-            _, max_ts, offset_of_max = segment.append(records, batches, first, keep_offsets=True)
-        except (OSError, StorageError) as e:
-            raise self._io_error(e) from e
-        self._log_end_offset = last + 1
-        if self.append_hook is not None:
-            self.append_hook(self, len(records))
+        max_ts, offset_of_max = self._write(records, batches, first, last, self._now_ms(), None, None)
         cache = self.leader_epoch_cache
         for _, header in batches:
             if header.partition_leader_epoch > cache.latest_epoch():
                 cache.assign(header.partition_leader_epoch, header.base_offset)
         if was_empty:
             cache.data_arrived()
+        return self._appended(config, len(records), first, last, max_ts, offset_of_max, None)
+
+    def _open_for_append(self) -> LogConfig:
+        """The config to append under, once the log may take writes (its directory made at
+        the first)."""
+        self._check_writable()
+        self._ensure_loaded()
+        if not self._dir_made:
+            self._make_dir()
+        return self._config
+
+    def _write(self, records: bytearray | memoryview, batches: list[tuple[int, BatchHeader]], first: int,
+               last: int, now: int, leader_epoch: int | None, append_time: int | None) -> tuple[int, int]:
+        """The batches into the active segment, rolled first if due: offsets assigned under
+        `leader_epoch` (a leader's append) or kept (None: a follower's). Returns the largest
+        timestamp and the offset of its batch."""
+        try:
+            segment = self._maybe_roll(len(records), last, now)
+            if leader_epoch is None:
+                _, max_ts, offset_of_max = segment.append(records, batches, first, keep_offsets=True)
+            else:
+                assign_offsets(records, batches, first, leader_epoch, append_time)
+                _, max_ts, offset_of_max = segment.append(records, batches, first, append_time)
+        except (OSError, StorageError) as e:
+            raise self._io_error(e) from e
+        self._log_end_offset = last + 1
+        if self.append_hook is not None:
+            self.append_hook(self, len(records))
+        return max_ts, offset_of_max
+
+    def _appended(self, config: LogConfig, size: int, first: int, last: int, max_ts: int, offset_of_max: int,
+                  append_time: int | None) -> AppendInfo:
         self._untouched = False
         if self.flush_hook is not None and last + 1 - self.recovery_point >= config.flush_messages:
-            self.flush_hook(self, last + 1)
-        return AppendInfo(first_offset=first, last_offset=last, max_timestamp=max_ts,
-                          offset_of_max_timestamp=offset_of_max, log_append_time=-1,
-                          log_start_offset=self.log_start_offset, valid_bytes=len(records))
+            self.flush_hook(self, last + 1)  # flush.messages: Kafka's unflushedMessages check
+        return AppendInfo(first, last, max_ts, offset_of_max, -1 if append_time is None else append_time,
+                          self.log_start_offset, size)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) as OffsetForLeaderEpoch answers (Kafka's endOffsetFor)."""
