@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from strom.log.checkpoint import (
     CoalescedWrite,
@@ -924,6 +925,11 @@ class LogManager:
         writer: what is written is computed under its lock, so the newest state lands last. A
         failed write leaves the previous file (see _checkpoint_failed); False then. Safe to
         run in a thread: it works on snapshots of the log tables."""
+        return self._write_dirs(name, value, only_dir, write_checkpoint)
+
+    def _write_dirs(self, name: str, value: Callable[[TopicPartition, Log], Any], only_dir: Path | None,
+                    write: Callable[[Path, dict[TopicPartition, Any]], None]) -> bool:
+        """write_per_dir for any file `write` writes from its entries."""
         lock = self._checkpoint_locks.setdefault(name, threading.Lock())
         with lock:
             logs, dir_of = stable_items(self._logs), dict(self._dir_of)
@@ -943,7 +949,7 @@ class LogManager:
                 if self._last_written.get(d / name) == entries:
                     continue  # unchanged: 100,000 partitions' lines are not rewritten for nothing
                 try:
-                    write_checkpoint(d / name, entries)
+                    write(d / name, entries)
                     self._last_written[d / name] = entries
                 except OSError as e:
                     written = False
@@ -988,27 +994,9 @@ class LogManager:
         return end, segment.base_offset, size
 
     def _write_flushed_ends(self) -> bool:
-        written = True
-        lock = self._checkpoint_locks.setdefault(FLUSHED_END_CHECKPOINT, threading.Lock())
-        with lock:
-            logs, dir_of = stable_items(self._logs), dict(self._dir_of)
-            by_dir: dict[Path, dict[TopicPartition, tuple[int, int, int]]] = {d: {} for d in self.live_dirs}
-            for key, lg in logs:
-                entries = by_dir.get(dir_of.get(key))
-                if entries is not None and not (lg.offline or lg.closed):
-                    value = self._flushed_end(key, lg)
-                    if value is not None:
-                        entries[key] = value
-            for d, entries in by_dir.items():
-                if self._last_written.get(d / FLUSHED_END_CHECKPOINT) == entries:
-                    continue
-                try:
-                    write_flushed_ends(d / FLUSHED_END_CHECKPOINT, entries)
-                    self._last_written[d / FLUSHED_END_CHECKPOINT] = entries
-                except OSError as e:
-                    written = False
-                    self._checkpoint_failed(d / FLUSHED_END_CHECKPOINT, e)
-        return written
+        return self._write_dirs(
+            FLUSHED_END_CHECKPOINT, lambda key, lg: None if lg.offline or lg.closed else self._flushed_end(key, lg),
+            None, write_flushed_ends)
 
     def checkpoint_log_start_offsets(self) -> None:
         self._unless_unmoved(LOG_START_OFFSET_CHECKPOINT, Log.offsets_clock, lambda: self.write_per_dir(
