@@ -8,6 +8,8 @@ key whose state partition this broker does not lead is NOT_COORDINATOR.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from strom.coordinator.share.coordinator import StateResult
 from strom.protocol.errors import ErrorCode
 from strom.security.authorizer import CLUSTER, CLUSTER_ACTION, allowed
@@ -23,35 +25,19 @@ from strom.server.share_coordinator import (
 )
 
 
-async def _serve(broker, ctx: RequestContext, request, api_key: int) -> dict:
-    items = request_items(api_key, request)
-    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
-        results = {k: StateResult(ErrorCode.CLUSTER_AUTHORIZATION_FAILED) for k in items}
-    else:
-        results = await broker.share_partitions.coordinator.call(api_key, items)
-    return response_fields(api_key, results)
+def _handler(api_key: int) -> Callable[..., Awaitable[dict]]:
+    """The handler of one share-state RPC: they differ only in what the coordinator does."""
+
+    async def serve(broker, ctx: RequestContext, request) -> dict:
+        items = request_items(api_key, request)
+        if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
+            results = {k: StateResult(ErrorCode.CLUSTER_AUTHORIZATION_FAILED) for k in items}
+        else:
+            results = await broker.share_partitions.coordinator.call(api_key, items)
+        return response_fields(api_key, results)
+
+    return serve
 
 
-@api(INITIALIZE, 0, 0)
-async def handle_initialize_share_group_state(broker, ctx: RequestContext, request) -> dict:
-    return await _serve(broker, ctx, request, INITIALIZE)
-
-
-@api(READ, 0, 0)
-async def handle_read_share_group_state(broker, ctx: RequestContext, request) -> dict:
-    return await _serve(broker, ctx, request, READ)
-
-
-@api(WRITE, 0, 0)
-async def handle_write_share_group_state(broker, ctx: RequestContext, request) -> dict:
-    return await _serve(broker, ctx, request, WRITE)
-
-
-@api(DELETE, 0, 0)
-async def handle_delete_share_group_state(broker, ctx: RequestContext, request) -> dict:
-    return await _serve(broker, ctx, request, DELETE)
-
-
-@api(READ_SUMMARY, 0, 0)
-async def handle_read_share_group_state_summary(broker, ctx: RequestContext, request) -> dict:
-    return await _serve(broker, ctx, request, READ_SUMMARY)
+for _key in (INITIALIZE, READ, WRITE, DELETE, READ_SUMMARY):
+    api(_key, 0, 0)(_handler(_key))
