@@ -331,64 +331,59 @@ class Dumper:
         with _mapped(log_path) as data:
             return scan_log(data)
 
-    def _open_index(self, path: Path, kind: type, empty: Callable[[int], tuple[int, int]]):
-        """(entries, empty trailing entries, scan of the log) of an index file, with a torn
-        tail reported; None when only the sanity check was asked for (and is done)."""
+    def _index(self, path: Path, kind: type, empty: Callable[[int], tuple[int, int]], names: tuple[str, str],
+               in_order: Callable[[tuple[int, int], tuple[int, int]], bool], out_of_order: str,
+               check: Callable[[Any, int, int], str | None]) -> None:
+        """An index file's entries (`names` say what the two numbers of one are), each after
+        the one before it by `in_order` and, where the log is there, `check`ed against it (the
+        problem found, or None); a torn tail and empty trailing entries are reported. With
+        the sanity check only, that check alone."""
         index = kind(path, _base_offset(path))
         entries, zeros = _trim_zero_entries(index.entries(), empty(index.base_offset))
         torn = path.stat().st_size % kind.entry_size
         if self.opts.sanity_only:
             self._sanity(path, torn, index.sanity_check(self._log_size(path)))
-            return None
+            return
         if torn:
             self.problem(path, f"ends with {torn} bytes of a torn entry")
-        return entries, zeros, self._log_scan_for(path)
+        scan = self._log_scan_for(path)
+        first, second = names
+        previous = None
+        for a, b in entries:
+            self.out(f"{first}: {a} {second}: {b}")
+            entry = f"entry ({first} {a}, {second} {b})"
+            if previous is not None and not in_order(previous, (a, b)):
+                self.problem(path, f"{entry} {out_of_order} {previous}")
+            previous = (a, b)
+            if scan is not None and (problem := check(scan, a, b)) is not None:
+                self.problem(path, f"{entry}: {problem}")
+        if zeros:
+            self.out(f"({zeros} empty entries at the end: preallocated space)")
 
     def offset_index(self, path: Path) -> None:
-        opened = self._open_index(path, OffsetIndex, lambda base: (base, 0))
-        if opened is None:
-            return
-        entries, zeros, scan = opened
-        previous = None
-        for offset, position in entries:
-            self.out(f"offset: {offset} position: {position}")
-            entry = f"entry (offset {offset}, position {position})"
-            if previous is not None and (offset <= previous[0] or position <= previous[1]):
-                self.problem(path, f"{entry} is not after the entry before it {previous}")
-            previous = (offset, position)
-            if scan is None:
-                continue
+        def check(scan: Any, offset: int, position: int) -> str | None:
             batch = scan.batch_at(position)
             if batch is None:
-                self.problem(path, f"{entry}: no batch starts at that position of the log")
-            elif not batch.header.base_offset <= offset <= batch.header.last_offset:
-                self.problem(path, f"{entry}: the batch there holds offsets "
-                                   f"{batch.header.base_offset}-{batch.header.last_offset}")
-        if zeros:
-            self.out(f"({zeros} empty entries at the end: preallocated space)")
+                return "no batch starts at that position of the log"
+            if not batch.header.base_offset <= offset <= batch.header.last_offset:
+                return f"the batch there holds offsets {batch.header.base_offset}-{batch.header.last_offset}"
+            return None
+
+        self._index(path, OffsetIndex, lambda base: (base, 0), ("offset", "position"),
+                    lambda prev, cur: cur[0] > prev[0] and cur[1] > prev[1], "is not after the entry before it", check)
 
     def time_index(self, path: Path) -> None:
-        opened = self._open_index(path, TimeIndex, lambda base: (0, base))
-        if opened is None:
-            return
-        entries, zeros, scan = opened
-        previous = None
-        for timestamp, offset in entries:
-            self.out(f"timestamp: {timestamp} offset: {offset}")
-            entry = f"entry (timestamp {timestamp}, offset {offset})"
-            if previous is not None and (timestamp <= previous[0] or offset < previous[1]):
-                self.problem(path, f"{entry} is out of order after {previous}")
-            previous = (timestamp, offset)
-            if scan is None:
-                continue
+        def check(scan: Any, timestamp: int, offset: int) -> str | None:
             batch = scan.batch_holding(offset)
             if batch is None:
-                self.problem(path, f"{entry}: no batch of the log holds that offset")
-            elif batch.header.max_timestamp != timestamp:
-                self.problem(path, f"{entry}: the batch holding it has max timestamp "
-                                   f"{batch.header.max_timestamp}")
-        if zeros:
-            self.out(f"({zeros} empty entries at the end: preallocated space)")
+                return "no batch of the log holds that offset"
+            if batch.header.max_timestamp != timestamp:
+                return f"the batch holding it has max timestamp {batch.header.max_timestamp}"
+            return None
+
+        # Timestamps grow strictly; offsets never go back.
+        self._index(path, TimeIndex, lambda base: (0, base), ("timestamp", "offset"),
+                    lambda prev, cur: cur[0] > prev[0] and cur[1] >= prev[1], "is out of order after", check)
 
     def _log_size(self, path: Path) -> int:
         log_path = path.with_suffix(LOG_SUFFIX)
