@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 FORMAT = "strom"
@@ -115,6 +116,40 @@ def _track_format(cls: type) -> None:
     cls.format = format
 
 
+def _wrapped_once(lookup: str, writer: bool = True) -> Callable[[Callable[[type], None]], Callable[[type], None]]:
+    """A wrapping of a PySpark reader or writer class, done once per class (install runs again
+    when Spark Connect's are loaded), after which `cls.lookup` (load, save, start) explains a
+    strom format Spark cannot find. A writer's format and options are remembered first."""
+
+    def decorate(wrap: Callable[[type], None]) -> Callable[[type], None]:
+        @functools.wraps(wrap)
+        def once(cls: type) -> None:
+            if getattr(cls, "_strom_modes", False):
+                return
+            if writer:
+                _track_format(cls)
+                _track_options(cls)
+            wrap(cls)
+            _explain_lookup(cls, lookup)
+            cls._strom_modes = True
+
+        return once
+
+    return decorate
+
+
+def _apply(writer: Any, format: str | None, set_mode: Callable[[str], Any], mode: str | None,  # noqa: A002
+           options: dict[str, Any]) -> None:
+    """What save() or start() was given, set as format(), mode() or outputMode(), and options()
+    would set it, so that the checks read it where they read those."""
+    if format is not None:
+        writer.format(format)
+    if mode is not None:
+        set_mode(mode)
+    if options:
+        writer.options(**options)
+
+
 def _in_foreach_batch(writer: Any) -> bool:
     """Whether this thread runs a streaming query's foreachBatch function (Spark sets the
     micro-batch's id on it). Where that cannot be asked (Spark Connect), the tasks decide."""
@@ -124,11 +159,8 @@ def _in_foreach_batch(writer: Any) -> bool:
         return True
 
 
+@_wrapped_once("save")
 def _wrap_writer(cls: type) -> None:
-    if getattr(cls, "_strom_modes", False):
-        return
-    _track_format(cls)
-    _track_options(cls)
     original_mode, original_save = cls.mode, cls.save
 
     @functools.wraps(original_mode)
@@ -140,12 +172,7 @@ def _wrap_writer(cls: type) -> None:
     @functools.wraps(original_save)
     def save(self: Any, path: str | None = None, format: str | None = None,  # noqa: A002
              mode: str | None = None, partitionBy: Any = None, **options: Any) -> Any:  # noqa: N803
-        if format is not None:
-            self.format(format)
-        if mode is not None:
-            self.mode(mode)
-        if options:
-            self.options(**options)
+        _apply(self, format, self.mode, mode, options)
         if getattr(self, "_strom_format", None) == FORMAT:
             chosen = getattr(self, "_strom_mode", None)
             if chosen == "ignore":
@@ -159,15 +186,10 @@ def _wrap_writer(cls: type) -> None:
         return original_save(self, path, None, None, partitionBy)
 
     cls.mode, cls.save = mode, save
-    _explain_lookup(cls, "save")
-    cls._strom_modes = True
 
 
+@_wrapped_once("start")
 def _wrap_stream_writer(cls: type) -> None:
-    if getattr(cls, "_strom_modes", False):
-        return
-    _track_format(cls)
-    _track_options(cls)
     original_output_mode, original_start = cls.outputMode, cls.start
 
     @functools.wraps(original_output_mode)
@@ -187,27 +209,18 @@ def _wrap_stream_writer(cls: type) -> None:
     def start(self: Any, path: str | None = None, format: str | None = None,  # noqa: A002
               outputMode: str | None = None, partitionBy: Any = None, queryName: str | None = None,  # noqa: N803
               **options: Any) -> Any:
-        if format is not None:
-            self.format(format)
-        if outputMode is not None:
-            self.outputMode(outputMode)
-        if options:
-            self.options(**options)
+        _apply(self, format, self.outputMode, outputMode, options)
         if getattr(self, "_strom_format", None) == FORMAT and getattr(self, "_strom_output_mode", None) == "update":
             raise ValueError(update_refused(getattr(self, "_strom_options", {})))
         return original_start(self, path, None, None, partitionBy, queryName)
 
     cls.outputMode, cls.start = outputMode, start
     cls.foreach, cls.foreachBatch = not_strom(cls.foreach), not_strom(cls.foreachBatch)
-    _explain_lookup(cls, "start")
-    cls._strom_modes = True
 
 
+@_wrapped_once("load", writer=False)
 def _wrap_reader(cls: type) -> None:
-    if getattr(cls, "_strom_modes", False):
-        return
-    _explain_lookup(cls, "load")
-    cls._strom_modes = True
+    """A reader needs only its lookup explained."""
 
 
 def install() -> None:
