@@ -238,41 +238,40 @@ def _finish(broker, session: ShareSession, epoch: int) -> None:
     manager.sessions.end(session, epoch)
 
 
-@api(SHARE_FETCH, 1, 1)
-async def handle_share_fetch(broker, ctx: RequestContext, request) -> dict:
-    session = _begin(broker, ctx, request, fetch=True)
+async def _exchange(broker, ctx: RequestContext, request, fetch: bool) -> dict:
+    """ShareFetch (fetch) or ShareAcknowledge: the session's acknowledgements applied, then a
+    ShareFetch not ending its session fetches, its acknowledged partitions joined to the
+    session and its forgotten ones left; what changed is persisted before the answer."""
+    session = _begin(broker, ctx, request, fetch=fetch)
     if isinstance(session, dict):
         return session
     epoch = request.share_session_epoch
     acks = _acknowledgements(request)
-    if epoch != FINAL_EPOCH:
+    fetching = fetch and epoch != FINAL_EPOCH
+    if fetching:
         session.partitions |= set(acks)
         for topic in request.forgotten_topics_data:
             for p in topic.partitions:
                 session.partitions.discard((topic.topic_id, p))
     exchange = _Exchange(broker, ctx, session)
     exchange.acknowledge(acks)
-    if epoch != FINAL_EPOCH:
+    if fetching:
         await exchange.fetch(request.max_records if request.max_records > 0 else 500,
                              request.max_bytes if request.max_bytes > 0 else 2**31 - 1, request.max_wait_ms)
     await exchange.persist()
     _finish(broker, session, epoch)
-    lock_ms = broker.share_partitions.lock_duration_ms(session.group_id)
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
-            "acquisition_lock_timeout_ms": lock_ms, "node_endpoints": [],
-            "responses": exchange.responses(set(acks), fetch=True)}
+    answer = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "node_endpoints": [],
+              "responses": exchange.responses(set(acks), fetch=fetch)}
+    if fetch:
+        answer["acquisition_lock_timeout_ms"] = broker.share_partitions.lock_duration_ms(session.group_id)
+    return answer
+
+
+@api(SHARE_FETCH, 1, 1)
+async def handle_share_fetch(broker, ctx: RequestContext, request) -> dict:
+    return await _exchange(broker, ctx, request, fetch=True)
 
 
 @api(SHARE_ACKNOWLEDGE, 1, 1)
 async def handle_share_acknowledge(broker, ctx: RequestContext, request) -> dict:
-    session = _begin(broker, ctx, request, fetch=False)
-    if isinstance(session, dict):
-        return session
-    epoch = request.share_session_epoch
-    acks = _acknowledgements(request)
-    exchange = _Exchange(broker, ctx, session)
-    exchange.acknowledge(acks)
-    await exchange.persist()
-    _finish(broker, session, epoch)
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "node_endpoints": [],
-            "responses": exchange.responses(set(acks), fetch=False)}
+    return await _exchange(broker, ctx, request, fetch=False)
