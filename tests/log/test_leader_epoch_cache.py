@@ -148,6 +148,20 @@ def test_leader_appends_record_their_epochs(open_log):
     assert log.leader_epoch_cache.entries == [EpochEntry(0, 0)]
 
 
+def test_a_truncation_to_the_log_end_drops_an_epoch_that_starts_there(open_log):
+    """A replica that led in epoch 1 and wrote nothing in it has (1, 4) at its log end; the
+    next leader never heard of epoch 1. Truncating to the end removes no record but must drop
+    that entry, or the follower's last fetched epoch stays 1 and every fetch diverges."""
+    log = open_log()
+    log.append(batch(4), leader_epoch=0)
+    log.assign_leader_epoch(1, 4)
+    assert log.leader_epoch_cache.entries == [EpochEntry(0, 0), EpochEntry(1, 4)]
+    assert log.truncate_to(4) is False
+    assert (log.leader_epoch_cache.entries, log.log_end_offset) == ([EpochEntry(0, 0)], 4)
+    assert log.truncate_to(9) is False  # past the end: nothing to drop either
+    assert log.leader_epoch_cache.entries == [EpochEntry(0, 0)]
+
+
 def test_follower_append_keeps_offsets_and_epochs(open_log):
     leader = open_log(name="leader-0")
     leader.append(batch(3), leader_epoch=1)

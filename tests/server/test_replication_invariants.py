@@ -333,6 +333,31 @@ def test_a_diverging_epoch_in_a_fetch_answer_truncates_and_appends_none_of_it(tm
         broker.close()
 
 
+def test_a_diverging_epoch_at_the_log_end_drops_the_epoch_the_leader_lacks(tmp_path):
+    """The follower led epoch 2 and wrote nothing in it before the leader took over again (a
+    preferred election after a restart); the leader's log has no epoch 2 and answers the
+    follower's fetch at its end with the epoch before it, ending right there. Nothing is to be
+    removed, yet the follower's next fetch must name epoch 1, or the leader answers the same
+    divergence at every fetch and the follower never again fetches or rejoins the ISR."""
+    broker = FollowerBroker(tmp_path)
+    try:
+        broker.write_epochs((1, 3))
+        log = broker.partition.log
+        log.assign_leader_epoch(2, 3)
+        diverging = SimpleNamespace(epoch=1, end_offset=3)
+        leader = AnsweringLeader(high_watermark=3, diverging_epoch=diverging)
+        fetch_once(broker, leader)
+        sent = leader.requests[0]["topics"][0]["partitions"][0]
+        assert (sent["fetch_offset"], sent["last_fetched_epoch"]) == (3, 2)
+        assert (log.log_end_offset, log.leader_epoch_cache.latest_epoch()) == (3, 1)
+        again = AnsweringLeader(high_watermark=3)
+        fetch_once(broker, again)
+        sent = again.requests[0]["topics"][0]["partitions"][0]
+        assert (sent["fetch_offset"], sent["last_fetched_epoch"]) == (3, 1)
+    finally:
+        broker.close()
+
+
 def test_the_leader_answers_a_diverged_follower_with_where_to_truncate(tmp_path):
     """The leader's side of the same (KIP-320): a follower whose last epoch ends earlier on the
     leader, or is not the leader's at all, gets the epoch and end offset to truncate to and

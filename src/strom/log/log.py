@@ -970,6 +970,11 @@ class Log:
         self._check_open()
         self._ensure_loaded()
         if offset >= self._log_end_offset:
+            # Nothing to remove, but an epoch this replica started as leader and wrote nothing
+            # in may sit at the log end, unknown to the leader that followed: kept, it would
+            # be this follower's last fetched epoch, which the leader answers with a diverging
+            # epoch that truncates nothing, at every fetch, for ever (Kafka trims it too).
+            self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
             return False
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)

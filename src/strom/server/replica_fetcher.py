@@ -202,7 +202,8 @@ class ReplicaFetcher:
             target = min(leader_end, end)
         else:
             target = min(leader_end, log_.end_offset_for_epoch(leader_epoch)[1])
-        if target < end and partition.truncate_to(target):
+        # Called even at the log end: the log still drops an epoch the leader does not have.
+        if partition.truncate_to(target):
             log.warning("%s-%d: truncated the log from %d to %d to match leader %d (epoch %d): "
                         "%d offsets the leader does not have were removed", partition.topic,
                         partition.index, end, target, self.leader_id, partition.leader_epoch, end - target)
