@@ -41,6 +41,13 @@ def test_replication_metrics_follow_a_stalled_follower_and_a_dead_broker(cluster
     create_topic(cluster.bootstrap, topic, replication_factor=3,
                  assignment=[[controller, stalled_id, doomed_id]])
     produce_acked(cluster.bootstrap, topic, [b"x" * 100] * 50, acks="all")
+    # A partition the stalled broker leads: its follower sees its own fetches stop.
+    behind = unique_name("behind")
+    create_topic(cluster.bootstrap, behind, replication_factor=2, assignment=[[stalled_id, doomed_id]])
+    produce_acked(cluster.bootstrap, behind, [b"y"] * 5, acks="all")
+
+    def stalled_on_doomed() -> float:
+        return metric_value(scrape(doomed.metrics_url), "strom_follower_stalled_partitions")
 
     def leader_metric(name: str, **labels: str) -> float:
         return metric_value(scrape(leader.metrics_url), name, **labels)
@@ -53,16 +60,22 @@ def test_replication_metrics_follow_a_stalled_follower_and_a_dead_broker(cluster
     assert leader_metric("strom_under_replicated_partitions") == 0
     shrinks, expands = leader_metric("strom_isr_shrinks_total"), leader_metric("strom_isr_expands_total")
 
+    wait_for(lambda: stalled_on_doomed() == 0, timeout=10, what="every followed partition fetched")
     stalled.proc.send_signal(signal.SIGSTOP)  # behind for replica.lag.time.max.ms: out of the ISR
     try:
         wait_for(lambda: leader_metric("strom_under_replicated_partitions") >= 1, timeout=15,
                  what="an under-replicated partition")
         assert leader_metric("strom_isr_shrinks_total") > shrinks
+        # The follower of `behind` counts and says that it cannot fetch from the stopped leader.
+        wait_for(lambda: stalled_on_doomed() >= 1, timeout=15, what="the follower's stall counted")
+        wait_for(lambda: f"not fetched from broker {stalled_id}" in doomed.log_text(), timeout=5,
+                 what="the follower's stall logged")
     finally:
         stalled.proc.send_signal(signal.SIGCONT)
     wait_for(lambda: leader_metric("strom_under_replicated_partitions") == 0, timeout=30,
              what="the follower back in the ISR")
     assert leader_metric("strom_isr_expands_total") > expands
+    wait_for(lambda: stalled_on_doomed() == 0, timeout=30, what="the follower fetching again")
 
     # A partition whose only replica dies has no leader: the controller counts it offline.
     lonely = unique_name("lonely")

@@ -228,7 +228,7 @@ class FollowerBroker:
     config = {"replica.fetch.backoff.ms": 1000, "num.replica.fetchers": 1,
               "follower.replication.throttled.rate": 2**63 - 1, "replica.fetch.max.bytes": 1 << 20,
               "replica.fetch.wait.max.ms": 0, "replica.fetch.min.bytes": 1,
-              "replica.fetch.response.max.bytes": 10 << 20}
+              "replica.fetch.response.max.bytes": 10 << 20, "replica.lag.time.max.ms": 30000}
 
     def __init__(self, directory, checkpointed_hw: int | None = None) -> None:
         self.log_manager = LogManager([directory], LogConfig())
@@ -374,6 +374,86 @@ def test_the_leader_answers_a_diverged_follower_with_where_to_truncate(tmp_path)
         assert result.diverging_epoch is None
     finally:
         close_logs(rm)
+
+
+# -- a follower that stops fetching a partition says so -----------------------------------------
+
+def test_a_partition_refused_for_longer_than_the_lag_time_is_stalled_and_logged(tmp_path, caplog):
+    """The follower's own view: a partition its leader keeps refusing (or answering with a
+    divergence) is not fetched; past replica.lag.time.max.ms it counts as stalled, the fetcher
+    logs it once, and the first answer without a problem ends it."""
+    broker = FollowerBroker(tmp_path)
+    broker.config = {**FollowerBroker.config, "replica.lag.time.max.ms": 20, "replica.fetch.backoff.ms": 0}
+    try:
+        broker.write_epochs((1, 3))
+
+        async def main():
+            manager = ReplicaFetcherManager(broker)
+            fetcher = ReplicaFetcher(manager, leader_id=LEADER, index=0)
+            fetcher.task.cancel()  # the test drives it
+            fetcher.add(broker.partition)
+            fetcher.partitions[TP].truncating = False
+            fetcher.truncating.clear()
+            manager.fetchers[(LEADER, 0)] = fetcher
+            assert TP in fetcher.unfetched and not fetcher.stalled()  # new: not yet fetched
+            for answer in ({"error_code": ErrorCode.NOT_LEADER_OR_FOLLOWER},
+                           {"diverging_epoch": SimpleNamespace(epoch=1, end_offset=3)}):
+                fetcher.unfetched.clear()
+                fetcher.conn = AnsweringLeader(high_watermark=3, **answer)
+                fetcher.partitions[TP].delayed_until = 0
+                await fetcher._fetch()
+                assert TP in fetcher.unfetched
+                await asyncio.sleep(0.03)
+                assert list(fetcher.stalled()) == [TP] and manager.stalled_partitions() == 1
+                fetcher.check_stalls()
+                fetcher._next_stall_warning = 0
+            warnings = [r.getMessage() for r in caplog.records if "not fetched from broker" in r.getMessage()]
+            assert len(warnings) == 2 and "t-0 (NOT_LEADER_OR_FOLLOWER)" in warnings[0], warnings
+            assert "t-0 (diverging epoch)" in warnings[1]
+            fetcher.conn = AnsweringLeader(high_watermark=3)
+            fetcher._wanted = None
+            await fetcher._fetch()  # carried and answered without a problem: fetched
+            assert not fetcher.unfetched and not fetcher.stalled() and manager.stalled_partitions() == 0
+            fetcher.conn = None
+            fetcher.stopped = True
+
+        asyncio.run(main())
+    finally:
+        broker.close()
+
+
+def test_a_partition_the_requests_leave_out_is_stalled(tmp_path):
+    """Whatever keeps a followed partition out of the fetches (a leader the partition no longer
+    names, a delay that never ends) shows as stalled once it lasts, and so does a leader that
+    stops answering at all."""
+    broker = FollowerBroker(tmp_path)
+    broker.config = {**FollowerBroker.config, "replica.lag.time.max.ms": 20}
+    try:
+        async def main():
+            fetcher = ReplicaFetcher(ReplicaFetcherManager(broker), leader_id=LEADER, index=0)
+            fetcher.task.cancel()
+            fetcher.add(broker.partition)
+            fetcher.partitions[TP].truncating = False
+            fetcher.truncating.clear()
+            fetcher.conn = AnsweringLeader(high_watermark=0)
+            await fetcher._fetch()
+            assert not fetcher.unfetched
+            broker.partition.leader_id = OTHER  # moved on without this fetcher being told
+            fetcher._wanted = None
+            await fetcher._fetch()
+            fetcher.check_stalls()
+            assert fetcher.unfetched[TP][1] == f"led by broker {OTHER}"
+            await asyncio.sleep(0.03)
+            assert fetcher.stalled() == {TP: f"led by broker {OTHER}"}
+            fetcher.unfetched.clear()
+            fetcher.last_answer -= 1  # nothing answered for a second
+            assert fetcher.stalled() == {TP: "no answer from the leader"}
+            fetcher.conn = None
+            fetcher.stopped = True
+
+        asyncio.run(main())
+    finally:
+        broker.close()
 
 
 # -- the controller's side: who may lead -------------------------------------------------------

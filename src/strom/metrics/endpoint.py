@@ -90,6 +90,9 @@ def broker_families(broker: Any) -> Iterator[Any]:
                  sum(len(p.isr) < p.log.config.min_insync_replicas for p in leaders))
     yield _gauge("strom_at_min_isr_partitions", "Led partitions with exactly min.insync.replicas in sync",
                  sum(len(p.isr) == p.log.config.min_insync_replicas for p in leaders))
+    yield _gauge("strom_follower_stalled_partitions",
+                 "Followed partitions not fetched from their leader for over replica.lag.time.max.ms",
+                 broker.replica_fetchers.stalled_partitions())
     yield _gauge("strom_offline_log_dirs", "Log dirs taken offline by an I/O error",
                  len(broker.log_manager.offline_dirs))
     yield CounterMetricFamily("strom_isr_shrinks", "ISR shrinks the controller accepted", value=rm.isr_shrinks)

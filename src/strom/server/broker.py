@@ -67,7 +67,7 @@ from strom.server.log_dir_mover import LogDirMover
 from strom.server.log_retention import DISK_SPACE_CHECK_MS, LogRetention
 from strom.server.log_services import LogServices
 from strom.server.producer_states import ProducerStates
-from strom.server.replica_fetcher import ReplicaFetcherManager
+from strom.server.replica_fetcher import STALL_CHECK_MS, ReplicaFetcherManager
 from strom.server.replica_manager import ReplicaManager
 from strom.server.replication_quota import ReplicationQuota
 from strom.server.scheduler import KafkaScheduler
@@ -481,6 +481,7 @@ class Broker:
                  self._auto_leader_rebalance)
         lag_ms = config["replica.lag.time.max.ms"]
         schedule("isr-expiration", max(lag_ms // 2, 1), lambda: self.replica_manager.maybe_shrink_isr(lag_ms))
+        schedule("follower-stall-check", STALL_CHECK_MS, self.replica_fetchers.check_stalls)
         schedule("producer-id-expiration", config["producer.id.expiration.check.interval.ms"],
                  self.producer_states.expire)
         if self.delegation_tokens.enabled and self.delegation_tokens.expires_locally:

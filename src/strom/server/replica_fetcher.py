@@ -39,6 +39,10 @@ _NOT_SENT = (-1,)
 # they are built again from the logs: how many fetches late a change this fetcher did not make
 # itself is sent (the log start moved by the follower's own retention, a throttle set).
 REBUILD_EVERY = 10
+# How often the broker looks for partitions not fetched for replica.lag.time.max.ms (see
+# ReplicaFetcherManager.check_stalls), and how often a fetcher says so again while they stay so.
+STALL_CHECK_MS = 1000
+STALL_WARN_EVERY_S = 60.0
 
 
 @dataclass(slots=True)
@@ -76,6 +80,17 @@ class ReplicaFetcher:
         self._wanted: dict[TopicPartition, tuple[int, int, int, int, int]] | None = None
         self._reused = 0
         self._delays_end = 0.0  # until then some partition waits, and the states are rebuilt
+        # Partitions not fetched since (monotonic time, why): newly added ones until their first
+        # fetch, those refused, delayed, diverging or left out of the requests. A partition
+        # leaves when a request that carried it is answered without a problem for it. What
+        # stays longer than replica.lag.time.max.ms is stalled: logged and counted (a follower
+        # that stops fetching a partition shows here before its leader drops it from the ISR).
+        self.unfetched: dict[TopicPartition, tuple[float, str]] = {}
+        self.last_answer = asyncio.get_running_loop().time()  # the last usable Fetch response
+        self._last_sent: dict[TopicPartition, tuple] = {}
+        self._scanned: dict[TopicPartition, tuple] | None = None  # the last states check_stalls saw
+        self.last_failure: str | None = None
+        self._next_stall_warning = 0.0
         # Set by stop(), and checked after each call as well as the cancellation: a step that
         # swallows a cancellation must not keep a stopped fetcher going.
         self.stopped = False
@@ -85,12 +100,14 @@ class ReplicaFetcher:
         tp = (partition.topic, partition.index)
         self.partitions[tp] = FetchState(partition)
         self.truncating.add(tp)
+        self._unfetched(tp, "new leader")
         self._wanted = None
         self.changed.set()
 
     def remove(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
         self.truncating.discard(tp)
+        self.unfetched.pop(tp, None)
         self._wanted = None
 
     def stop(self) -> None:
@@ -136,6 +153,7 @@ class ReplicaFetcher:
                     log.warning("%s: cannot fetch from broker %d (%s); retrying", self.name,
                                 self.leader_id, e or type(e).__name__)
                 failures += 1
+                self.last_failure = str(e) or type(e).__name__
                 await asyncio.sleep(backoff)
 
     def _ready(self, truncating: bool, over_quota: bool = False) -> list[FetchState]:
@@ -157,8 +175,49 @@ class ReplicaFetcher:
             self.broker.config["replica.fetch.backoff.ms"] / 1000
         state.delayed_until = asyncio.get_running_loop().time() + backoff
         self._delays_end = max(self._delays_end, state.delayed_until)
+        self._unfetched((state.partition.topic, state.partition.index), error.name)
         self._wanted = None
         log.debug("%s: %s-%d got %s", self.name, state.partition.topic, state.partition.index, error.name)
+
+    # -- partitions not fetched -------------------------------------------------------------
+
+    def _unfetched(self, tp: TopicPartition, why: str) -> None:
+        since = self.unfetched.get(tp)
+        self.unfetched[tp] = (asyncio.get_running_loop().time() if since is None else since[0], why)
+
+    def stalled(self, now: float | None = None) -> dict[TopicPartition, str]:
+        """The partitions not fetched for longer than replica.lag.time.max.ms, and why: all
+        of them when no response came for that long."""
+        now = asyncio.get_running_loop().time() if now is None else now
+        lag_s = self.broker.config["replica.lag.time.max.ms"] / 1000
+        stalled = {tp: why for tp, (since, why) in self.unfetched.items() if now - since > lag_s}
+        if now - self.last_answer > lag_s:
+            for tp in self.partitions:
+                stalled.setdefault(tp, "no answer from the leader")
+        return stalled
+
+    def check_stalls(self) -> None:
+        """Partitions the last usable request left out are unfetched from now (delayed, or led
+        by another broker than this fetcher's); those unfetched too long are logged, at most
+        once a minute. Run by the broker's scheduler: a fetch hung on a stopped leader must not
+        keep it from being said."""
+        now = asyncio.get_running_loop().time()
+        sent = self._last_sent
+        if sent is not self._scanned:  # an idle fetcher reuses its states: nothing new to look at
+            self._scanned = sent
+            for tp, state in self.partitions.items():
+                if tp not in sent and tp not in self.unfetched:
+                    leader = state.partition.leader_id
+                    self._unfetched(tp, "left out of the fetches" if leader == self.leader_id
+                                    else f"led by broker {leader}")
+        stalled = self.stalled(now)
+        if not stalled or now < self._next_stall_warning:
+            return
+        self._next_stall_warning = now + STALL_WARN_EVERY_S
+        shown = ", ".join(f"{t}-{i} ({why})" for (t, i), why in list(stalled.items())[:5])
+        log.warning("%s: %d partition(s) not fetched from broker %d for over replica.lag.time.max.ms: %s%s",
+                    self.name, len(stalled), self.leader_id, shown,
+                    f" (last failure: {self.last_failure})" if self.last_failure else "")
 
     # -- finding the divergence point -----------------------------------------------------------
 
@@ -249,6 +308,7 @@ class ReplicaFetcher:
         if wanted is None:
             wanted = self._build_wanted()
         if not wanted:
+            self._last_sent = wanted  # every partition is left out
             await asyncio.sleep(0.05 if self.truncating else 0.2)
             return
         config = self.broker.config
@@ -268,6 +328,15 @@ class ReplicaFetcher:
                 log.warning("%s: fetch from broker %d failed: %s", self.name, self.leader_id, error.name)
                 await asyncio.sleep(config["replica.fetch.backoff.ms"] / 1000)
             return
+        self.last_answer = asyncio.get_running_loop().time()
+        self.last_failure = None
+        self._last_sent = request.sent
+        if self.unfetched:  # carried by this request and not answered with a problem: fetched
+            problems = {(t.topic, a.partition_index) for t in response.responses for a in t.partitions
+                        if a.error_code != ErrorCode.NONE or (a.diverging_epoch is not None
+                                                              and a.diverging_epoch.end_offset >= 0)}
+            for tp in [tp for tp in self.unfetched if tp in request.sent and tp not in problems]:
+                del self.unfetched[tp]
         if response.responses:
             self._wanted = None  # answered partitions change their states
             await self.broker.replica_manager.make_files(
@@ -297,6 +366,7 @@ class ReplicaFetcher:
             else:
                 state.truncating = True  # ahead of the leader: find the divergence again
                 self.truncating.add((p.topic, p.index))
+                self._unfetched((p.topic, p.index), error.name)
             return
         if error != ErrorCode.NONE:
             self._delay(state, error)
@@ -307,6 +377,7 @@ class ReplicaFetcher:
         diverging = answer.diverging_epoch
         if diverging is not None and diverging.end_offset >= 0:  # absent: epoch and offset -1
             self._truncate_partition(p, diverging.epoch, diverging.end_offset)
+            self._unfetched((p.topic, p.index), "diverging epoch")
             return
         records = whole_batches(answer.records or b"")
         try:
@@ -363,6 +434,16 @@ class ReplicaFetcherManager:
             if not fetcher.partitions:
                 fetcher.stop()
                 del self.fetchers[key]
+
+    def check_stalls(self) -> None:
+        for fetcher in list(self.fetchers.values()):
+            fetcher.check_stalls()
+
+    def stalled_partitions(self) -> int:
+        """Followed partitions not fetched from their leader for longer than
+        replica.lag.time.max.ms (the follower's own view of under-replication)."""
+        now = asyncio.get_running_loop().time()
+        return sum(len(f.stalled(now)) for f in self.fetchers.values())
 
     def shutdown(self) -> None:
         self.closed = True
