@@ -6,12 +6,15 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import ElectionType, Producer
+from confluent_kafka import TopicPartition as Partition
+from confluent_kafka.admin import AdminClient
 
 from strom.protocol.errors import ErrorCode
 from strom.testing import Cluster, RawClient, consume_all, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
+from .replicas import wait_fully_replicated
 from .test_cluster import create, partition_view
 from .test_replication import isr_of, leader_of
 
@@ -151,3 +154,53 @@ def test_auto_leader_rebalance(zookeeper):
         cluster.brokers[preferred].start()
         cluster.wait_for(lambda: leader_of(cluster, topic) == preferred, 30,
                          "the periodic rebalance giving leadership back")
+
+
+def _write(bootstrap: str, topic: str, partitions: int, transactions: int) -> None:
+    """A record to each partition of `topic`, acks=all, and `transactions` transactional
+    producers committing one record each (so __transaction_state has data)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for p in range(partitions):
+        producer.produce(topic, b"plain", partition=p)
+    assert producer.flush(30) == 0
+    for n in range(transactions):
+        txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_name(f"txn-{n}")})
+        txn.init_transactions(30)
+        txn.begin_transaction()
+        txn.produce(topic, b"txn", partition=n % partitions)
+        txn.commit_transaction(30)
+
+
+def test_every_follower_fetches_again_after_a_restart_and_a_preferred_election(zookeeper):
+    """kill -9 of a broker that is not the controller, writes while it is down, its restart and
+    a preferred election that gives it its leaderships back: every partition, internal and
+    idle ones included, has every replica in sync again and every log end equal.
+
+    A partition that took no write while the broker was away reaches the restarted leader with
+    followers whose last epoch (the one they led in meanwhile, writing nothing) the leader never
+    had; they must drop it rather than fetch into the same divergence for ever."""
+    lag_ms = 4000
+    overrides = {**CLUSTER_OVERRIDES, "replica.lag.time.max.ms": str(lag_ms)}
+    with Cluster(3, zookeeper=zookeeper, overrides=overrides) as cluster:
+        busy, idle = unique_name("busy"), unique_name("idle")
+        create(cluster, busy, 12)
+        create(cluster, idle, 6)
+        _write(cluster.bootstrap, busy, 12, 20)
+        _write(cluster.bootstrap, idle, 6, 0)
+        controller = cluster.controller_id()
+        victim = next(b for b in cluster.brokers if b != controller)
+        cluster.brokers[victim].kill()
+        cluster.wait_for(lambda: victim not in partition_view(cluster.brokers[controller], busy)[0][2], 30,
+                         "the killed broker out of the ISR")
+        _write(cluster.bootstrap, busy, 12, 5)  # the idle topic takes nothing meanwhile
+        cluster.brokers[victim].start()
+        wait_fully_replicated(cluster, 60)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        topics = admin.list_topics(timeout=10).topics
+        wanted = [Partition(t, p) for t in topics for p in topics[t].partitions]
+        results = admin.elect_leaders(ElectionType.PREFERRED, wanted).result(30)
+        moved = [tp for tp, error in results.items() if error is None]
+        assert moved, results  # the restarted broker led something again
+        _write(cluster.bootstrap, busy, 12, 5)
+        time.sleep(lag_ms / 1000 + 2)  # a follower not fetching has left the ISR by now
+        wait_fully_replicated(cluster, 30)

@@ -3,8 +3,8 @@ group run while a nemesis kill -9s a random broker, SIGSTOPs one past its sessio
 restarts the controller and does a rolling restart. Afterwards every acknowledged record is
 there in order and once per producer epoch (the broker de-duplicates every retry; see
 idempotence.written_once for what only the client can repeat), committed transactions are
-wholly visible to read_committed and aborted ones invisible, and the group resumes from its
-committed offsets."""
+wholly visible to read_committed and aborted ones invisible, the group resumes from its
+committed offsets, and every partition is fully replicated again."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from strom.testing import Cluster, consume_all, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
 from .idempotence import log_batches, values_of, written_once
+from .replicas import wait_fully_replicated
 from .test_cluster import create, live_brokers, partition_view
 
 CLUSTER_MODES = ("zookeeper", "kraft")
@@ -200,6 +201,9 @@ def test_nemesis(zookeeper):
         finally:
             consumer.close()
         assert sum(max(tp.offset, 0) for tp in committed_offsets) > 0
+        # Healed: every partition of every topic, internal ones included, has all its replicas
+        # in sync again and their logs end where their leaders' do.
+        wait_fully_replicated(cluster, 60)
         total = sum(len(v) for v in work.acked.values())
         print(f"nemesis: {'; '.join(log)}")
         print(f"nemesis: {total} acknowledged records, all read back in order, {again} again under a later "
