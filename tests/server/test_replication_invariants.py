@@ -495,8 +495,6 @@ def test_an_isr_change_from_a_past_leader_epoch_is_fenced():
 
 # -- known gaps -----------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="the ISR expansion does not ask for the leader epoch's start "
-                   "offset (Kafka's isFollowerInSync, KAFKA-7128)")
 def test_a_follower_rejoins_only_once_it_has_the_leaders_epoch_start(tmp_path):
     """A new leader's high watermark may lag its log end (5 of 10 here: ISR member 2 has not
     fetched from it yet), and the previous leader may have acknowledged offsets up to 10. A

@@ -99,6 +99,7 @@ class Partition:
         # ISR additions asked of the controller and not yet confirmed: counted for the high
         # watermark at once (Kafka's maximal ISR), so acks=all never needs fewer replicas.
         self.pending_isr: list[int] | None = None
+        self.leader_epoch_start_offset = 0  # the log end when this replica last became leader
         self.followers: dict[int, FollowerState] = {}
         # Ticks when the high watermark moves; shared by every partition of a ReplicaManager,
         # so an idle broker's checkpoint sees at once that nothing moved (see ReplicaManager).
@@ -167,8 +168,10 @@ class Partition:
         self.pending_isr = None
         self.followers = {r: FollowerState(last_caught_up_ms=now if r in isr else 0)
                           for r in replicas if r != self.broker_id}
-        # The new epoch starts at the log end: what followers truncate against.
-        self.log.assign_leader_epoch(leader_epoch, self.log.log_end_offset)
+        # The new epoch starts at the log end: what followers truncate against, and what a
+        # follower must have before it may join the ISR.
+        self.leader_epoch_start_offset = self.log.log_end_offset
+        self.log.assign_leader_epoch(leader_epoch, self.leader_epoch_start_offset)
         self.maybe_increment_high_watermark()
 
     def make_follower(self, leader: int, leader_epoch: int, replicas: list[int], isr: list[int],
@@ -224,11 +227,16 @@ class Partition:
 
     def isr_to_expand(self, replica: int) -> list[int] | None:
         """The new ISR if `replica`, which just fetched, is outside it and has caught up to the
-        high watermark, else None. One change in flight at a time."""
+        high watermark and the start of this leader's epoch, else None. One change in flight
+        at a time."""
         if self.pending_isr is not None or not self.is_leader or replica in self.isr:
             return None
         state = self.followers.get(replica)
-        if replica not in self.replicas or state is None or state.log_end_offset < self.high_watermark:
+        # Kafka's isFollowerInSync (KAFKA-7128): the high watermark of a new leader may lag
+        # what the previous one acknowledged, up to where this epoch starts.
+        if replica not in self.replicas or state is None:
+            return None
+        if state.log_end_offset < self.high_watermark or state.log_end_offset < self.leader_epoch_start_offset:
             return None
         return [*self.isr, replica]
 
