@@ -125,6 +125,8 @@ def test_unclean_election_on_brings_the_partition_back(cluster):
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
     producer.produce(topic, b"back")
     assert producer.flush(30) == 0
+    cluster.brokers[leader].start()  # the old leader truncates to the unclean one's log and follows
+    wait_fully_replicated(cluster, 60)
 
 
 def test_preferred_leader_election_on_demand(cluster):

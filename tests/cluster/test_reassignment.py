@@ -13,6 +13,7 @@ from confluent_kafka import Producer
 from strom.protocol.errors import ErrorCode
 from strom.testing import RawClient, consume_all, unique_name
 
+from .replicas import wait_fully_replicated
 from .test_cluster import create, partition_view, topic_dirs
 from .test_replication import segment_bytes
 
@@ -81,6 +82,7 @@ def test_reassignment_under_load_loses_nothing(cluster):
     cluster.wait_for(lambda: topic_dirs(cluster.brokers[1], topic) == [], 30, "the old replica deleted")
     cluster.wait_for(lambda: len({segment_bytes(cluster.brokers[b], topic, 0) for b in (2, 3, 4)}) == 1, 30,
                      "the new replica identical")
+    wait_fully_replicated(cluster, 30)  # and every other partition, internal ones included
 
 
 def test_cancel_and_errors(cluster):
