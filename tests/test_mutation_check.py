@@ -30,8 +30,8 @@ def test_a_check_whose_text_moved_fails_before_anything_runs(monkeypatch, capsys
     monkeypatch.setitem(sys.modules, loader.name, module)  # its dataclass looks itself up there
     loader.exec_module(module)
     monkeypatch.setattr(module, "MUTANTS", [
-        module.Mutant("renamed-check", "server/partition.py", "a check no longer spelled so", "",
+        module.Mutant("renamed-check", "replication/partition.py", "a check no longer spelled so", "",
                       ("tests/no/such/test.py",))])
     assert module.main([]) == 1
     err = capsys.readouterr().err
-    assert "renamed-check" in err and "occurs 0 times in src/strom/server/partition.py" in err
+    assert "renamed-check" in err and "occurs 0 times in src/strom/replication/partition.py" in err

@@ -11,7 +11,7 @@ import uuid
 from strom import heap
 from strom.log import LogConfig, LogManager
 from strom.protocol.records import build_batch
-from strom.server.replica_manager import ReplicaManager
+from strom.replication.replica_manager import ReplicaManager
 
 
 def test_deleted_partitions_leave_no_cyclic_garbage(tmp_path):

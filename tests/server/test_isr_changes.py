@@ -12,9 +12,9 @@ import pytest
 from strom.log import Log, LogConfig
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import build_batch
-from strom.server.alter_partition import AlterPartitionManager
-from strom.server.partition import Partition
-from strom.server.replica_manager import ProduceResult, ReplicaManager
+from strom.replication.alter_partition import AlterPartitionManager
+from strom.replication.partition import Partition
+from strom.replication.replica_manager import ProduceResult, ReplicaManager
 
 LEADER, SHUTTING_DOWN, IN_SYNC = 0, 1, 2
 TP = ("t", 0)

@@ -5,7 +5,7 @@ after thousands of directory reads (a 20,000-partition Fetch held the loop for 5
 import asyncio
 from types import SimpleNamespace
 
-from strom.server.replica_manager import LOAD_SLICE, ReplicaManager
+from strom.replication.replica_manager import LOAD_SLICE, ReplicaManager
 
 
 class LazyLog:

@@ -9,8 +9,8 @@ import pytest
 from strom.log import Log, LogConfig
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import build_batch
-from strom.server.partition import Partition
-from strom.server.replica_manager import ReplicaManager
+from strom.replication.partition import Partition
+from strom.replication.replica_manager import ReplicaManager
 
 
 @pytest.fixture

@@ -15,16 +15,16 @@ from strom.log import Log, LogConfig
 from strom.protocol import messages
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import build_batch
-from strom.server import fetch_session
-from strom.server.apis.fetch import handle_fetch
-from strom.server.fetch_session import (
+from strom.replication import fetch_session
+from strom.replication.fetch_session import (
     INITIAL_EPOCH,
     INVALID_SESSION,
     FetchSessionCache,
     FetchSessionHandler,
 )
-from strom.server.partition import Partition
-from strom.server.replica_manager import ReplicaManager
+from strom.replication.partition import Partition
+from strom.replication.replica_manager import ReplicaManager
+from strom.server.apis.fetch import handle_fetch
 
 FETCH, VERSION = 1, 12
 LEADER, FOLLOWER, EPOCH = 0, 1, 3

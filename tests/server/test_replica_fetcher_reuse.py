@@ -9,7 +9,7 @@ import asyncio
 from types import SimpleNamespace
 
 from strom.protocol.errors import ErrorCode
-from strom.server.replica_fetcher import REBUILD_EVERY, ReplicaFetcher, ReplicaFetcherManager
+from strom.replication.replica_fetcher import REBUILD_EVERY, ReplicaFetcher, ReplicaFetcherManager
 
 LEADER = 1
 

@@ -4,7 +4,7 @@ and one whose cancellation was lost inside a call still ends (else the process n
 import asyncio
 from types import SimpleNamespace
 
-from strom.server.replica_fetcher import ReplicaFetcher, ReplicaFetcherManager
+from strom.replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherManager
 
 
 class FakeBroker:

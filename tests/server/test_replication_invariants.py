@@ -22,6 +22,10 @@ from strom.protocol import messages
 from strom.protocol.errors import ErrorCode
 from strom.protocol.fetch import FLEXIBLE_FROM, MAX_VERSION
 from strom.protocol.records import build_batch
+from strom.replication.fetch_session import FetchSessionCache
+from strom.replication.partition import Partition
+from strom.replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherManager
+from strom.replication.replica_manager import ProduceResult, ReplicaManager
 from strom.security.authorizer import (
     ALLOW,
     CLUSTER,
@@ -33,11 +37,7 @@ from strom.security.authorizer import (
     Authorizer,
 )
 from strom.server.apis.fetch import handle_fetch
-from strom.server.fetch_session import FetchSessionCache
 from strom.server.log_services import LogServices
-from strom.server.partition import Partition
-from strom.server.replica_fetcher import ReplicaFetcher, ReplicaFetcherManager
-from strom.server.replica_manager import ProduceResult, ReplicaManager
 
 LEADER, FOLLOWER, OTHER = 0, 1, 2
 EPOCH = 5

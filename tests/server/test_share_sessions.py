@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.server.share_partitions import ShareSessionCache
+from strom.share.partition_manager import ShareSessionCache
 
 
 def error_of(call) -> ErrorCode:

@@ -31,6 +31,7 @@ from functools import partial
 
 from strom import heap
 from strom.client import AsyncConnection, ClientSecurity
+from strom.client.inter_broker import BrokerConnections
 from strom.config.broker import BrokerConfig, Listener
 from strom.config.dynamic import DEFAULT_ENTITY, DynamicBrokerConfig
 from strom.config.repository import ConfigRepository
@@ -53,26 +54,25 @@ from strom.network.request import RequestContext
 from strom.network.socket_server import SocketServer
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.messages import REQUESTS, RESPONSES, RequestHeader, build, is_flexible
+from strom.replication.alter_partition import AlterPartitionManager
+from strom.replication.fetch_session import FetchSessionCache
+from strom.replication.log_dir_mover import LogDirMover
+from strom.replication.quota import ReplicationQuota
+from strom.replication.replica_fetcher import STALL_CHECK_MS, ReplicaFetcherManager
+from strom.replication.replica_manager import ReplicaManager
 from strom.security.authorizer import INTERNAL, Authorizer, authorizer_from_config
 from strom.security.delegation_tokens import DelegationTokens, TokenCache
 from strom.security.sasl import broker_security
 from strom.server.add_partitions_to_txn import AddPartitionsToTxnManager
-from strom.server.alter_partition import AlterPartitionManager
 from strom.server.apis import KafkaApis, load_all
 from strom.server.auto_topic_creation import AutoTopicCreationManager
 from strom.server.coordinators import Coordinators
-from strom.server.fetch_session import FetchSessionCache
-from strom.server.inter_broker import BrokerConnections
-from strom.server.log_dir_mover import LogDirMover
 from strom.server.log_retention import DISK_SPACE_CHECK_MS, LogRetention
 from strom.server.log_services import LogServices
 from strom.server.producer_states import ProducerStates
-from strom.server.replica_fetcher import STALL_CHECK_MS, ReplicaFetcherManager
-from strom.server.replica_manager import ReplicaManager
-from strom.server.replication_quota import ReplicationQuota
 from strom.server.scheduler import KafkaScheduler
-from strom.server.share_partitions import SharePartitionManager
 from strom.server.txn_marker_channel import TransactionMarkerChannelManager
+from strom.share.partition_manager import SharePartitionManager
 
 log = logging.getLogger(__name__)
 

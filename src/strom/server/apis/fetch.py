@@ -23,9 +23,9 @@ from strom.protocol.fetch import (
     PartitionData,
     encode_fetch_response,
 )
+from strom.replication.fetch_session import new_context
 from strom.security.authorizer import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed
 from strom.server.apis import RequestContext, api
-from strom.server.fetch_session import new_context
 
 FETCH = 1
 READ_COMMITTED = 1  # isolation_level: read up to the last stable offset, skip aborted data

@@ -11,6 +11,7 @@ from strom.controller.znodes import is_internal
 from strom.network.request import CloseConnection
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
+from strom.replication.replica_manager import ProduceResult
 from strom.security.authorizer import (
     CLUSTER,
     IDEMPOTENT_WRITE,
@@ -22,7 +23,6 @@ from strom.security.authorizer import (
 )
 from strom.server.apis import RequestContext, api, by_topic
 from strom.server.apis.transactions import check_answer
-from strom.server.replica_manager import ProduceResult
 
 PRODUCE = 0
 

@@ -1,6 +1,6 @@
 """KIP-932 share groups: ShareGroupHeartbeat and ShareGroupDescribe (the group coordinator's
 share groups), ShareFetch and ShareAcknowledge (share sessions and share partitions, in
-`server/share_partitions.py`).
+`share/partition_manager.py`).
 
 Only v1, Kafka 4.1's first stable version (v0 was 4.0's early access). The APIs are
 advertised always and answer UNSUPPORTED_VERSION while `share.version` is not finalized at 1
@@ -21,7 +21,7 @@ from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.authorizer import DESCRIBE, GROUP, READ, TOPIC, allowed, as_int32
 from strom.server.apis import RequestContext, api
 from strom.server.apis.groups import GROUP_DENIED, _operations, client_host
-from strom.server.share_partitions import FINAL_EPOCH, INITIAL_EPOCH, FetchedPartition, ShareSession
+from strom.share.partition_manager import FINAL_EPOCH, INITIAL_EPOCH, FetchedPartition, ShareSession
 
 SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 77, 78, 79
 _NOT_ENABLED = "Share groups are not enabled: share.version is not finalized at 1 or more."

@@ -14,7 +14,7 @@ from strom.coordinator.share.coordinator import StateResult
 from strom.protocol.errors import ErrorCode
 from strom.security.authorizer import CLUSTER, CLUSTER_ACTION, allowed
 from strom.server.apis import RequestContext, api
-from strom.server.share_coordinator import (
+from strom.share.coordinator_service import (
     DELETE,
     INITIALIZE,
     READ,

@@ -40,8 +40,8 @@ from strom.coordinator.share.share_partition import Acquired, LogBatch, SharePar
 from strom.coordinator.share.state_store import SharePartitionKey, ShareStateStore
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
-from strom.server.share_coordinator import ShareCoordinatorService
-from strom.server.share_persister import Persister
+from strom.share.coordinator_service import ShareCoordinatorService
+from strom.share.persister import Persister
 
 log = logging.getLogger(__name__)
 

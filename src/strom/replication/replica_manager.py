@@ -33,10 +33,10 @@ from strom.metrics.stats import (
     remote_wait,
 )
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.server.fetch_session import FULL_SCAN_EVERY, FetchSession
-from strom.server.partition import Partition, TopicPartition, now_ms
-from strom.server.purgatory import Purgatory
-from strom.server.replication_quota import ReplicationQuota
+from strom.replication.fetch_session import FULL_SCAN_EVERY, FetchSession
+from strom.replication.partition import Partition, TopicPartition, now_ms
+from strom.replication.purgatory import Purgatory
+from strom.replication.quota import ReplicationQuota
 
 log = logging.getLogger(__name__)
 

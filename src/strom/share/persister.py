@@ -22,12 +22,12 @@ import time
 from collections.abc import Awaitable
 from typing import Any
 
+from strom.client.inter_broker import ConnectionPool
 from strom.coordinator import SHARE_GROUP_STATE_TOPIC, partition_for
 from strom.coordinator.share.coordinator import Results, StateResult, WriteState
 from strom.coordinator.share.state_store import SharePartitionKey
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.server.inter_broker import ConnectionPool
-from strom.server.share_coordinator import (
+from strom.share.coordinator_service import (
     DELETE,
     INITIALIZE,
     READ,

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from strom.client import AsyncConnection
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
-from strom.server.fetch_session import FetchSessionHandler
-from strom.server.replication_quota import ReplicationQuota
+from strom.replication.fetch_session import FetchSessionHandler
+from strom.replication.quota import ReplicationQuota
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ STALL_WARN_EVERY_S = 60.0
 
 @dataclass(slots=True)
 class FetchState:
-    partition: object  # strom.server.replica_manager.Partition
+    partition: object  # strom.replication.replica_manager.Partition
     truncating: bool = True  # until the divergence with the leader is settled
     delayed_until: float = 0.0
 
