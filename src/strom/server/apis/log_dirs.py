@@ -16,12 +16,16 @@ HIGH_WATERMARK = -1  # DeleteRecords offset meaning "up to the high watermark"
 
 
 def _delete_records(broker, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
-    partition = broker.replica_manager.get_partition(topic, index)
-    if partition is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
+    # Only the leader moves a log start offset (its followers follow it): a follower, or a
+    # broker without a replica of a partition the cluster has, answers NOT_LEADER_OR_FOLLOWER.
+    partition, error = broker.replica_manager.leader_partition((topic, index))
+    if error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        return error, -1
     if is_internal(topic):
         # As Kafka: committed offsets and transaction states are not the client's to delete.
         return ErrorCode.INVALID_TOPIC_EXCEPTION, -1
+    if partition is None:
+        return error, -1
     hw = partition.high_watermark
     target = hw if offset == HIGH_WATERMARK else offset
     if target < 0 or target > hw:

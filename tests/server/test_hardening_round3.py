@@ -1,0 +1,71 @@
+"""What a hostile client still did to a broker, round 3: each case against a real broker (or
+KRaft cluster) process, checking the answer Kafka gives."""
+
+from __future__ import annotations
+
+import pytest
+
+from strom.testing import (
+    KRAFT,
+    Cluster,
+    RawClient,
+    create_topic,
+    produce_acked,
+    unique_name,
+    wait_for,
+)
+
+DELETE_RECORDS, LIST_OFFSETS, METADATA = 21, 2, 3
+NONE, NOT_LEADER_OR_FOLLOWER = 0, 6
+
+
+@pytest.fixture(scope="module")
+def kraft_cluster():
+    """Three combined KRaft nodes: a replica on two of them and none on the third."""
+    with Cluster(3, zookeeper=KRAFT, overrides={"num.partitions": "1"}) as cluster:
+        yield cluster
+
+
+def _log_start(broker, topic: str) -> int:
+    with RawClient(broker) as client:
+        body = client.call(LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -2}]}]})
+    answer = body.topics[0].partitions[0]
+    assert answer.error_code == NONE, answer
+    return answer.offset
+
+
+def _delete_records(broker, topic: str, offset: int) -> tuple[int, int]:
+    with RawClient(broker) as client:
+        body = client.call(DELETE_RECORDS, 2, {"timeout_ms": 10_000, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "offset": offset}]}]})
+    p = body.topics[0].partitions[0]
+    return p.error_code, p.low_watermark
+
+
+# --- item 1: DeleteRecords only on the leader ---------------------------------------------------
+def test_delete_records_is_for_the_leader_alone(kraft_cluster):
+    topic = unique_name("trim")
+    create_topic(kraft_cluster.bootstrap, topic, assignment=[[1, 2]])
+    leader, follower, outsider = (kraft_cluster.brokers[i] for i in (1, 2, 3))
+    wait_for(lambda: _known_everywhere(kraft_cluster, topic), what="the topic known to every node")
+    assert produce_acked(leader.bootstrap, topic, [b"r-%d" % i for i in range(10)], acks="all")[-1] == 9
+    # A follower, and a broker with no replica of a partition the cluster has, are not where
+    # records are deleted: the client is sent to the leader, and the replicas keep agreeing.
+    assert _delete_records(follower, topic, 5) == (NOT_LEADER_OR_FOLLOWER, -1)
+    assert _delete_records(outsider, topic, 5) == (NOT_LEADER_OR_FOLLOWER, -1)
+    assert _log_start(leader, topic) == 0
+    assert _delete_records(leader, topic, 5) == (NONE, 5)
+    assert _log_start(leader, topic) == 5
+
+
+def _known_everywhere(cluster: Cluster, topic: str) -> bool:
+    for broker in cluster.brokers.values():
+        with RawClient(broker) as client:
+            body = client.call(METADATA, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                              "allow_auto_topic_creation": False,
+                                              "include_topic_authorized_operations": False})
+        t = body.topics[0]
+        if t.error_code or not t.partitions or t.partitions[0].leader_id != 1:
+            return False
+    return True
