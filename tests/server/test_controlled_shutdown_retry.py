@@ -10,8 +10,8 @@ import time
 from types import SimpleNamespace
 
 from strom.protocol.errors import ErrorCode
-from strom.server import broker as broker_module
-from strom.server.broker import Broker
+from strom.server import store_lifecycle
+from strom.server.store_lifecycle import StoreLifecycle
 
 
 class _Cache:
@@ -46,14 +46,14 @@ def test_not_controller_sends_the_request_to_the_successor_at_once(monkeypatch, 
         asked.append("itself")
         return SimpleNamespace(error_code=ErrorCode.NONE, remaining_partitions=[])
 
-    monkeypatch.setattr(broker_module, "AsyncConnection", ResigningController)
+    monkeypatch.setattr(store_lifecycle, "AsyncConnection", ResigningController)
     fake = SimpleNamespace(
-        state=None, broker_id=2, broker_epoch=7, metadata_cache=cache, deliver_local=deliver_local,
+        broker_id=2, broker_epoch=7, metadata_cache=cache, deliver_local=deliver_local,
         broker_endpoint=lambda node: ("127.0.0.1", 1), inter_broker_security=None,
         config={"controlled.shutdown.max.retries": 3, "controlled.shutdown.retry.backoff.ms": 5000})
-    caplog.set_level(logging.INFO, logger="strom.server.broker")
+    caplog.set_level(logging.INFO, logger="strom.server.store_lifecycle")
     started = time.monotonic()
-    asyncio.run(Broker._controlled_shutdown(fake))
+    asyncio.run(StoreLifecycle(fake).controlled_shutdown())
     assert asked == ["broker 3", "itself"]
     assert time.monotonic() - started < 2  # not the 5 s backoff
     assert "still led here" not in caplog.text and "succeeded" in caplog.text

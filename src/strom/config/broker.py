@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,26 @@ def parse_listeners(text: str) -> list[Listener]:
     if len(set(names)) != len(names):
         raise ConfigError("each listener name may appear once")
     return listeners
+
+
+def advertised_listeners(configured: list[Listener] | None, listeners: list[Listener],
+                         bound: Mapping[str, tuple[str, int]]) -> list[Listener]:
+    """What a broker registers for each listener it serves: its advertised.listeners entry (port
+    0 there meaning the bound port), else the listener with the bound port, a wildcard host
+    replaced by this machine's name."""
+    by_name = {a.name: a for a in configured or []}
+    out = []
+    for listener in listeners:
+        _, bound_port = bound[listener.name]
+        chosen = by_name.get(listener.name)
+        if chosen is not None:
+            out.append(Listener(chosen.name, chosen.host, chosen.port or bound_port))
+            continue
+        host = listener.host
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.getfqdn()
+        out.append(Listener(listener.name, host, bound_port))
+    return out
 
 
 def _roles(text: str) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import socket
 import struct
 import time
@@ -18,6 +19,7 @@ from collections import Counter, deque
 from functools import partial
 from typing import Any
 
+from strom.log.open_files import OPEN_FILES
 from strom.metrics.stats import (
     CURRENT_REQUEST,
     LoopIdleSampler,
@@ -75,6 +77,7 @@ _TRIM_DELAY_S = 1.0
 _PRODUCE = 0
 _BEFORE_READY = frozenset({4, 5, 6, 7, 18, 56})
 _FETCH = 1
+FD_RESERVE = 256  # descriptors neither log files nor client connections may take
 
 
 def _libc_malloc_trim():
@@ -622,9 +625,28 @@ class SocketServer:
         self._trim_task: asyncio.Task | None = None
         self.guesses = GuessLimit(0, 1.0)  # configured at start()
         self.inter_broker_user: tuple[str, str] | None = None  # (listener, user) of brokers' own SASL
-        # Connections the open-file limit leaves room for after the log's share (the broker
-        # sets it at start-up): clients cannot take the descriptors segment rolls need.
+        # Connections the open-file limit leaves room for after the log's share (set at start-up
+        # by budget_file_descriptors): clients cannot take the descriptors segment rolls need.
         self.max_connections_by_fds = 2**31 - 1
+
+    def budget_file_descriptors(self) -> None:
+        """Raise the open-file limit to its hard maximum (as the JVM does for Kafka) and split it:
+        half for log files (a bounded cache: partitions are not capped by the limit), most of
+        the rest for client connections, and a reserve for everything else (checkpoints, the
+        cleaner, the metadata store), so clients can never starve the log of descriptors."""
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY:
+            hard = max(soft, 1 << 20)
+        if soft < hard:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+                soft = hard
+            except (ValueError, OSError) as e:
+                log.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, e)
+        OPEN_FILES.capacity = max(64, soft // 2)
+        self.max_connections_by_fds = max(16, soft - OPEN_FILES.capacity - FD_RESERVE)
+        log.info("open-file limit %d: log files keep at most %d open, clients at most %d connections",
+                 soft, OPEN_FILES.capacity, self.max_connections_by_fds)
 
     # --- connection quotas (max.connections, max.connections.per.ip, connections.max.idle.ms)
 

@@ -14,7 +14,9 @@ coordinators' internal-topic partitions), TransactionMarkerChannelManager
 (txn_marker_channel.py), AddPartitionsToTxnManager (add_partitions_to_txn.py), KafkaScheduler
 (scheduler.py), LogRetention (log_retention.py: retention and disk space) and ProducerStates
 (producer_states.py: producer expiry and snapshots). The controller's requests are applied by
-their handlers (server/apis/controller_apis.py).
+their handlers (server/apis/controller_apis.py). The metadata store's side (opening it on its
+own thread, the cluster id, registration under /brokers/ids, the /feature watch, the ZooKeeper-mode
+controller, controlled shutdown) is StoreLifecycle's (store_lifecycle.py).
 """
 
 from __future__ import annotations
@@ -22,33 +24,26 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import resource
-import socket
-import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Any
 
 from strom import heap
-from strom.client import AsyncConnection, ClientSecurity
+from strom.client import ClientSecurity
 from strom.client.inter_broker import BrokerConnections
-from strom.config.broker import BrokerConfig, Listener
+from strom.config.broker import BrokerConfig, Listener, advertised_listeners
 from strom.config.dynamic import DEFAULT_ENTITY, DynamicBrokerConfig
 from strom.config.repository import ConfigRepository
-from strom.controller import znodes
 from strom.controller.admin import TopicAdmin, read_configs
-from strom.controller.channel import ControllerChannelManager
 from strom.controller.controller import KafkaController
 from strom.controller.features import NONE_FINALIZED, FinalizedFeatures
 from strom.controller.security_store import StoreSecurityMetadata
-from strom.controller.store import LocalMetadataStore, MetadataStore, NodeExists, StoreUnavailable
-from strom.controller.znodes import BrokerInfo, EndPoint
+from strom.controller.store import MetadataStore
 from strom.coordinator.group import GroupCoordinator
 from strom.coordinator.transaction.coordinator import TransactionCoordinator
 from strom.coordinator.transaction.producer_id_manager import ProducerIdManager
 from strom.log.config import LogConfig
-from strom.log.manager import LogManager, new_cluster_id
-from strom.log.open_files import OPEN_FILES
+from strom.log.manager import LogManager
 from strom.metadata.cache import MetadataCache
 from strom.network.request import RequestContext
 from strom.network.socket_server import SocketServer
@@ -71,15 +66,13 @@ from strom.server.log_retention import DISK_SPACE_CHECK_MS, LogRetention
 from strom.server.log_services import LogServices
 from strom.server.producer_states import ProducerStates
 from strom.server.scheduler import KafkaScheduler
+from strom.server.store_lifecycle import StoreLifecycle
 from strom.server.txn_marker_channel import TransactionMarkerChannelManager
 from strom.share.partition_manager import SharePartitionManager
 
 log = logging.getLogger(__name__)
 
-METADATA_FILE = "strom-metadata.json"
 FIRST_METADATA_TIMEOUT_S = 30.0
-CONTROLLED_SHUTDOWN = 7
-FD_RESERVE = 256  # descriptors neither log files nor client connections may take
 
 
 class BrokerState(enum.Enum):
@@ -124,7 +117,7 @@ class Broker:
                                           config["queued.max.request.bytes"])
         self.clustered = bool(config["zookeeper.connect"])
         self.store: MetadataStore | None = None
-        self._store_thread: ThreadPoolExecutor | None = None
+        self.store_lifecycle = StoreLifecycle(self)  # its thread, registration, the ZooKeeper controller
         self.config_repository: ConfigRepository | None = None
         self.admin: TopicAdmin | None = None
         self.controller: KafkaController | None = None
@@ -155,32 +148,21 @@ class Broker:
         self.inter_broker_security: ClientSecurity | None = None
         self.authorizer: Authorizer | None = None  # authorizer.class.name set: ACLs decide
         self.finalized_features: FinalizedFeatures = NONE_FINALIZED  # /feature, as last seen
-        self._feature_watch = None
-
-    def _features_changed(self, data, version: int) -> None:
-        # The store's thread: one assignment of an immutable value, read by the event loop.
-        if data is None:
-            self.finalized_features = NONE_FINALIZED
-        elif version >= self.finalized_features.epoch:  # never back to an older read
-            self.finalized_features = FinalizedFeatures(znodes.decode_features(data), version)
 
     # --- lifecycle -----------------------------------------------------------------------
     async def startup(self) -> None:
         self.state = BrokerState.STARTING
-        self._loop = asyncio.get_running_loop()
         self.inter_broker_security = broker_security(self.config)  # before anything connects
         load_all()
-        self._budget_file_descriptors()
+        self.socket_server.budget_file_descriptors()
         self.log_manager.lock_dirs()  # before anything reads or writes them (metadata file too)
-        self.store = await asyncio.to_thread(self._open_store)
+        self.store = await self.store_lifecycle.open()
         self.config_repository = ConfigRepository(self.store, self.store_io, self._config_changed)
-        cluster_id = await self.store_io(self._stored_cluster_id)
-        if cluster_id is None and self.clustered:  # the first broker of a new cluster names it
-            cluster_id = await self.store_io(self._record_cluster_id, new_cluster_id())
+        cluster_id = await self.store_lifecycle.cluster_id()
         await self.store_io(self.config_repository.load)
         self.delegation_tokens = self._delegation_tokens()
         await self.store_io(self.delegation_tokens.load)
-        self.authorizer = self._create_authorizer()
+        self.authorizer = authorizer_from_config(self.config, StoreSecurityMetadata(self.store, self.store_io))
         if self.authorizer is not None:
             await self.store_io(self.authorizer.load)
         self.state = BrokerState.RECOVERY
@@ -196,7 +178,7 @@ class Broker:
         self.replica_manager.leader_quota = ReplicationQuota(
             lambda: self.config["leader.replication.throttled.rate"])
         if cluster_id is None:
-            await self.store_io(self._record_cluster_id, self.cluster_id)
+            await self.store_lifecycle.record_cluster_id(self.cluster_id)
         self.admin = TopicAdmin(self.store, self.metadata_cache.broker_racks, self._validate_topic_configs,
                                 self.metadata_cache.replica_counts,
                                 lambda: self.config["max.broker.partitions"])
@@ -204,7 +186,8 @@ class Broker:
         self.producer_id_manager = ProducerIdManager(self.store, self.broker_id)
         await self.socket_server.start(self.listeners, self.config["socket.send.buffer.bytes"],
                                        self.config["socket.receive.buffer.bytes"])
-        self.advertised = self._advertised_listeners()
+        self.advertised = advertised_listeners(self.config["advertised.listeners"], self.listeners,
+                                               self.socket_server.bound)
         if self.config["metrics.port"] >= 0:
             from strom.metrics.endpoint import MetricsServer  # loads prometheus-client
 
@@ -213,7 +196,7 @@ class Broker:
             self.metrics_server.start(self.config["metrics.host"], self.config["metrics.port"])
         await self.config_repository.start()
         await self.delegation_tokens.start()
-        self._feature_watch = await self.store_io(self.store.watch_data, znodes.FEATURE, self._features_changed)
+        await self.store_lifecycle.watch_features()
         if self.authorizer is not None:
             await self.authorizer.start()
         await self._register()
@@ -238,25 +221,16 @@ class Broker:
         return DelegationTokens(StoreSecurityMetadata(self.store, self.store_io), self.config)
 
     async def _start_controller(self) -> None:
-        """This broker's candidate for controller of a ZooKeeper cluster (or the embedded
-        broker's controller); it runs for election at once."""
-        self.store.add_session_listener(self._session_event)
-        self.controller = KafkaController(
-            self.store, self.store_io, self.broker_id,
-            lambda: ControllerChannelManager(self.broker_id, self.inter_broker_listener,
-                                             self._deliver_from_controller, self.inter_broker_security),
-            lambda topic: self.log_config_for(topic).unclean_leader_election_enable,
-            found_intact=self.log_manager.found_intact)
-        await self.controller.startup()
-        if (node := await self.store_io(self.store.get, znodes.FEATURE)) is not None:
-            self._features_changed(*node)  # made by this controller just now: known before serving
+        """This broker's candidate for controller of a ZooKeeper cluster (or the embedded broker's)."""
+        await self.store_lifecycle.start_controller()
 
     async def shutdown(self) -> None:
         if self.state in (BrokerState.SHUTTING_DOWN, BrokerState.PENDING_CONTROLLED_SHUTDOWN):
             return
         self.log_manager.background_load_stopped = True  # a stop soon after a start: no more reading logs
         if self.clustered and self.config["controlled.shutdown.enable"] and self.broker_epoch >= 0:
-            await self._controlled_shutdown()
+            self.state = BrokerState.PENDING_CONTROLLED_SHUTDOWN
+            await self.store_lifecycle.controlled_shutdown()
         # What the stop makes (100,000 logs closed, snapshots, checkpoints) is garbage by the end
         # of it: full collections walking it held a stop of 100,000 partitions twice.
         with heap.collections_paused():
@@ -282,8 +256,6 @@ class Broker:
         if self.config_repository is not None:
             self.config_repository.stop()
             self.delegation_tokens.stop()
-            if self._feature_watch is not None:
-                self._feature_watch.cancel()
             if self.authorizer is not None:
                 self.authorizer.stop()
         if self._logs_open:  # a start-up that failed before (say, on a locked dir) writes nothing
@@ -291,145 +263,21 @@ class Broker:
             await self.producer_states.snapshot(at_shutdown=True)
             await asyncio.to_thread(self.log_manager.shutdown)
         self.log_manager.unlock_dirs()
-        if self.store is not None:
-            await asyncio.to_thread(self.store.close)  # a clustered broker's znode goes at once
-        if self._store_thread is not None:
-            self._store_thread.shutdown(wait=False)
+        await self.store_lifecycle.close()  # the /feature watch, the store (a clustered broker's znode goes at once)
         self.state = BrokerState.NOT_RUNNING
 
-    async def _controlled_shutdown(self) -> None:
-        """Seed 001's controlled shutdown: ask the controller to move leadership off this broker
-        (and out of every ISR) while it still serves, so clients and followers move over
-        before it goes. Retried `controlled.shutdown.max.retries` times."""
-        self.state = BrokerState.PENDING_CONTROLLED_SHUTDOWN
-        retries = self.config["controlled.shutdown.max.retries"]
-        fields = {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch}
-        for attempt in range(retries + 1):
-            unreachable: int | None = None
-            try:
-                controller = self.metadata_cache.controller_id
-                if controller == self.broker_id:
-                    response = await self.deliver_local(CONTROLLED_SHUTDOWN, 3, fields)
-                else:
-                    host, port = self.broker_endpoint(controller)
-                    conn = await AsyncConnection.open(host, port, f"broker-{self.broker_id}-shutdown",
-                                                      security=self.inter_broker_security)
-                    try:
-                        response = await conn.call(CONTROLLED_SHUTDOWN, 3, fields)
-                    finally:
-                        conn.close()
-                if response.error_code == ErrorCode.NONE and not response.remaining_partitions:
-                    log.info("controlled shutdown succeeded: this broker leads nothing more")
-                    return
-                if response.error_code == ErrorCode.NOT_CONTROLLER:
-                    # It resigned meanwhile (stopping too, say): its successor is asked once known.
-                    log.info("controlled shutdown: broker %d is no longer the controller", controller)
-                    unreachable = controller
-                else:
-                    log.warning("controlled shutdown: %s, %d partitions still led here",
-                                ErrorCode(response.error_code).name, len(response.remaining_partitions))
-            except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError) as e:
-                log.warning("controlled shutdown request failed: %s", e or type(e).__name__)
-                unreachable = controller
-            if attempt < retries:
-                backoff = self.config["controlled.shutdown.retry.backoff.ms"] / 1000
-                if unreachable is None:
-                    await asyncio.sleep(backoff)
-                else:  # the controller is gone (stopping too, say): ask its successor once known
-                    await self.metadata_cache.wait_for(
-                        lambda gone=unreachable: self.metadata_cache.controller_id not in (gone, -1),
-                        backoff)
-        log.warning("controlled shutdown incomplete after %d retries; shutting down anyway", retries)
-
     # --- the metadata store ------------------------------------------------------------------
-    def _open_store(self) -> MetadataStore:
-        # Every store call runs on this thread: ZooKeeper round trips, and the local store's
-        # journal fsyncs, never on the event loop.
-        self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="metadata-io")
-        if not self.clustered:
-            return LocalMetadataStore(self.config.log_dirs[0] / METADATA_FILE)
-        from strom.controller.zk_store import ZooKeeperMetadataStore  # kazoo only when clustered
-
-        session_ms = self.config["zookeeper.session.timeout.ms"]
-        connect = self.config["zookeeper.connect"]
-        timeout_ms = self.config["zookeeper.connection.timeout.ms"] or session_ms
-        log.info("connecting to ZooKeeper at %s (up to %d ms: zookeeper.connection.timeout.ms)",
-                 connect, timeout_ms)
-        # kazoo logs every refused attempt (ten a second); the outcome is said in one line.
-        kazoo_log = logging.getLogger("kazoo.client")
-        kazoo_log.disabled = True
-        try:
-            store = ZooKeeperMetadataStore(connect, session_ms, timeout_ms,
-                                           self.config["zookeeper.digest.auth"],
-                                           self.config["zookeeper.set.acl"])
-            for path in znodes.PERSISTENT_PATHS:
-                try:
-                    store.create(path)
-                except NodeExists:
-                    pass
-        except StoreUnavailable as e:  # a start-up failure like any other: one line, exit 1
-            raise ConnectionError(str(e)) from None
-        kazoo_log.disabled = False  # a session lost later is worth its log lines
-        return store
-
-    async def store_io(self, fn: Callable, *args, **kwargs):
-        """Run a metadata-store call on the store's thread, so the calling loop keeps serving
-        (a ZooKeeper round trip; the local store's fsync)."""
-        return await asyncio.get_running_loop().run_in_executor(self._store_thread,
-                                                                partial(fn, *args, **kwargs))
-
-    def _stored_cluster_id(self) -> str | None:
-        node = self.store.get(znodes.CLUSTER_ID)
-        return node[0]["id"] if node and isinstance(node[0], dict) else None
-
-    def _record_cluster_id(self, cluster_id: str) -> str:
-        """Create /cluster/id unless another broker did first; the id that is stored."""
-        try:
-            self.store.create(znodes.CLUSTER_ID, {"version": "1", "id": cluster_id})
-        except NodeExists:
-            return self._stored_cluster_id()
-        return cluster_id
+    async def store_io(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        """Run a metadata-store call on the store's thread, so the calling loop keeps serving."""
+        return await self.store_lifecycle.io(fn, *args, **kwargs)
 
     async def _register(self) -> None:
-        """Create /brokers/ids/<id> (ephemeral); its creation zxid is this broker's epoch. After
-        a kill -9 the old registration lives until its session times out: wait for that."""
-        info = BrokerInfo(self.broker_id, [EndPoint(a.name, a.host, a.port, self._protocol_of(a.name))
-                                           for a in self.advertised], self.config["broker.rack"])
-        path = f"{znodes.BROKER_IDS}/{self.broker_id}"
-        deadline = time.monotonic() + self.config["zookeeper.session.timeout.ms"] / 1000 * 2 + 5
-        while True:
-            try:
-                await self.store_io(self.store.create, path, info.encode(), ephemeral=True)
-                break
-            except NodeExists:
-                if time.monotonic() > deadline:
-                    raise ValueError(f"broker id {self.broker_id} is already registered at {path} "
-                                     "by a running broker") from None
-                log.info("waiting for the previous registration of broker %d to expire", self.broker_id)
-                await asyncio.sleep(0.5)
-        node = await self.store_io(self.store.get_stat, path)
-        self.broker_epoch = node[1].czxid
-        log.info("registered broker %d at %s with broker epoch %d", self.broker_id, path, self.broker_epoch)
+        """Register under /brokers/ids; its creation zxid is this broker's epoch."""
+        await self.store_lifecycle.register()
 
-    def _session_event(self, event: str) -> None:
-        """From the store's thread: the ZooKeeper session expired (our ephemeral nodes are gone)
-        or a new one began (register again, run for controller again)."""
-        loop = self._loop
-        if event == "expired":
-            log.warning("ZooKeeper session expired")
-            loop.call_soon_threadsafe(self.controller.session_expired)
-        elif event == "reconnected":
-            async def rejoin() -> None:
-                await self._register()
-                self.controller.session_reconnected()
-
-            loop.call_soon_threadsafe(lambda: loop.create_task(rejoin()))
-
-    def _create_authorizer(self) -> Authorizer | None:
-        return authorizer_from_config(self.config, StoreSecurityMetadata(self.store, self.store_io))
-
-    def _protocol_of(self, listener: str) -> str:
-        return self.config.protocol_of(listener)
+    async def _delete_orphan_logs(self) -> None:
+        """The embedded broker: logs of partitions the metadata store no longer has."""
+        await self.store_lifecycle.delete_orphan_logs()
 
     def broker_endpoint(self, broker_id: int) -> tuple[str, int]:
         """Where another broker listens for inter-broker requests (LookupError if unknown)."""
@@ -448,21 +296,14 @@ class Broker:
     async def deliver_local(self, api_key: int, version: int, fields: dict):
         """Inter-broker requests between this broker and its own controller: the same
         handler as over the wire."""
-        return await self._handle_local(api_key, version, build(REQUESTS[api_key], version, fields))
+        return await self.handle_local(api_key, version, build(REQUESTS[api_key], version, fields))
 
-    async def _handle_local(self, api_key: int, version: int, body):
+    async def handle_local(self, api_key: int, version: int, body: Any) -> Any:
         header = RequestHeader(api_key, version, 0, f"controller-{self.broker_id}",
                                is_flexible(api_key, version))
         ctx = RequestContext(header, self.inter_broker_listener, "controller", INTERNAL)
         response = await self.apis.handle(ctx, body)
         return build(RESPONSES[api_key], version, response)
-
-    async def _deliver_from_controller(self, api_key: int, version: int, fields: dict):
-        """The controller's requests to this broker: built on the controller's loop (a
-        LeaderAndIsr of 10,000 partitions is not cheap), handled on this broker's."""
-        body = build(REQUESTS[api_key], version, fields)
-        future = asyncio.run_coroutine_threadsafe(self._handle_local(api_key, version, body), self._loop)
-        return await asyncio.wrap_future(future)
 
     def _schedule_jobs(self) -> None:
         """The periodic jobs (Kafka's KafkaScheduler tasks), started once the coordinators are."""
@@ -478,7 +319,7 @@ class Broker:
         schedule("transactional-id-expiration", config["transaction.remove.expired.transaction.cleanup.interval.ms"],
                  self.txn_coordinator.remove_expired)
         schedule("auto-leader-rebalance", config["leader.imbalance.check.interval.seconds"] * 1000,
-                 self._auto_leader_rebalance)
+                 self.store_lifecycle.auto_leader_rebalance)
         lag_ms = config["replica.lag.time.max.ms"]
         schedule("isr-expiration", max(lag_ms // 2, 1), lambda: self.replica_manager.maybe_shrink_isr(lag_ms))
         schedule("follower-stall-check", STALL_CHECK_MS, self.replica_fetchers.check_stalls)
@@ -487,52 +328,6 @@ class Broker:
         if self.delegation_tokens.enabled and self.delegation_tokens.expires_locally:
             schedule("delegation-token-expiration", config["delegation.token.expiry.check.interval.ms"],
                      partial(self.store_io, self.delegation_tokens.remove_expired))
-
-    def _auto_leader_rebalance(self) -> None:
-        if self.config["auto.leader.rebalance.enable"] and self.controller is not None and self.controller.is_active:
-            self.controller.events.put("auto_rebalance", self.config["leader.imbalance.per.broker.percentage"])
-
-    def _budget_file_descriptors(self) -> None:
-        """Raise the open-file limit to its hard maximum (as the JVM does for Kafka) and split it:
-        half for log files (a bounded cache: partitions are not capped by the limit), most of
-        the rest for client connections, and a reserve for everything else (checkpoints, the
-        cleaner, the metadata store), so clients can never starve the log of descriptors."""
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if hard == resource.RLIM_INFINITY:
-            hard = max(soft, 1 << 20)
-        if soft < hard:
-            try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-                soft = hard
-            except (ValueError, OSError) as e:
-                log.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, e)
-        OPEN_FILES.capacity = max(64, soft // 2)
-        self.socket_server.max_connections_by_fds = max(16, soft - OPEN_FILES.capacity - FD_RESERVE)
-        log.info("open-file limit %d: log files keep at most %d open, clients at most %d connections",
-                 soft, OPEN_FILES.capacity, self.socket_server.max_connections_by_fds)
-
-    async def _delete_orphan_logs(self) -> None:
-        """The embedded broker: logs on disk of partitions the metadata store no longer has (a deletion the broker
-        stopped in the middle of). Decided by the store, not by what is hosted yet: the
-        controller's LeaderAndIsr of a large topic arrives in chunks and may still be applying
-        when the first UpdateMetadata lets start-up go on (hosted-so-far once deleted the last
-        2,000 partitions of a 20,000-partition topic at a restart)."""
-        if self.clustered:
-            return
-        stored = await self.store_io(self._stored_partitions)
-        for tp, _ in list(self.log_manager.logs()):
-            if tp not in stored:
-                log.info("deleting log %s-%d of a topic that no longer exists", *tp)
-                self.log_manager.delete_log(*tp)
-
-    def _stored_partitions(self) -> set[tuple[str, int]]:
-        """Every partition of every topic in the metadata store (blocking: store_io)."""
-        names = self.store.children(znodes.TOPICS)
-        out: set[tuple[str, int]] = set()
-        for name, node in zip(names, self.store.get_many([znodes.topic_path(n) for n in names]), strict=True):
-            if node is not None:
-                out.update((name, index) for index in znodes.decode_assignment(node[0])[1])
-        return out
 
     # --- what handlers and the controller use -----------------------------------------------
     @property
@@ -543,22 +338,6 @@ class Broker:
     @property
     def controller_id(self) -> int:
         return self.metadata_cache.controller_id
-
-    def _advertised_listeners(self) -> list[Listener]:
-        configured = self.config["advertised.listeners"]
-        by_name = {a.name: a for a in configured or []}
-        out = []
-        for listener in self.listeners:
-            bound_host, bound_port = self.socket_server.bound[listener.name]
-            chosen = by_name.get(listener.name)
-            if chosen is not None:
-                out.append(Listener(chosen.name, chosen.host, chosen.port or bound_port))
-                continue
-            host = listener.host
-            if host in ("", "0.0.0.0", "::"):
-                host = socket.getfqdn()
-            out.append(Listener(listener.name, host, bound_port))
-        return out
 
     def endpoints(self, listener_name: str) -> list[dict]:
         """Live brokers reachable on `listener_name`, as the controller last said."""
