@@ -7,6 +7,7 @@ import pytest
 
 from strom.testing import (
     KRAFT,
+    BrokerProcess,
     Cluster,
     RawClient,
     create_topic,
@@ -69,3 +70,42 @@ def _known_everywhere(cluster: Cluster, topic: str) -> bool:
         if t.error_code or not t.partitions or t.partitions[0].leader_id != 1:
             return False
     return True
+
+
+# --- item 8: DescribeConfigs synonyms from the config's own name on ------------------------------
+DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, TOPIC_RESOURCE, BROKER_RESOURCE = 32, 44, 2, 4
+DYNAMIC_TOPIC, DYNAMIC_BROKER, STATIC_BROKER, DEFAULT = 1, 2, 4, 5
+
+
+def _synonyms(client, kind: int, name: str, key: str) -> tuple[int, list[tuple[str, str, int]]]:
+    body = client.call(DESCRIBE_CONFIGS, 4, {"resources": [
+        {"resource_type": kind, "resource_name": name, "configuration_keys": [key]}],
+        "include_synonyms": True, "include_documentation": False})
+    entry = body.results[0].configs[0]
+    return entry.config_source, [(s.name, s.value, s.source) for s in entry.synonyms]
+
+
+def test_describe_configs_lists_synonyms_from_the_configs_own_name_on():
+    # Kafka lists a topic config's broker synonyms in source order (dynamic broker, dynamic
+    # default, server.properties, default) and drops those before the first one with the
+    # topic config's own broker name (log.retention.ms), as kafka-configs --describe shows.
+    with BrokerProcess(overrides={"log.retention.minutes": "120", "log.retention.hours": "5"}) as broker:
+        topic = unique_name("synonyms")
+        create_topic(broker.bootstrap, topic, config={"retention.ms": "3600000"})
+        with RawClient(broker) as client:
+            assert _synonyms(client, TOPIC_RESOURCE, topic, "retention.ms") == (
+                DYNAMIC_TOPIC, [("retention.ms", "3600000", DYNAMIC_TOPIC)])
+            altered = client.call(INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+                {"resource_type": BROKER_RESOURCE, "resource_name": "0", "configs": [
+                    {"name": "log.retention.ms", "config_operation": 0, "value": "60000"}]}]})
+            assert altered.responses[0].error_code == NONE
+            broker_side = [("log.retention.ms", "60000", DYNAMIC_BROKER),
+                           ("log.retention.minutes", "120", STATIC_BROKER),
+                           ("log.retention.hours", "5", STATIC_BROKER),
+                           ("log.retention.hours", "168", DEFAULT)]
+            assert _synonyms(client, TOPIC_RESOURCE, topic, "retention.ms") == (
+                DYNAMIC_TOPIC, [("retention.ms", "3600000", DYNAMIC_TOPIC), *broker_side])
+            # The broker's own keys: the same rule, from the described name on.
+            assert _synonyms(client, BROKER_RESOURCE, "0", "log.retention.ms") == (DYNAMIC_BROKER, broker_side)
+            assert _synonyms(client, BROKER_RESOURCE, "0", "log.retention.hours") == (
+                STATIC_BROKER, broker_side[2:])

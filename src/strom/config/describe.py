@@ -97,21 +97,24 @@ class ConfigLayers:
         self.dynamic_default = dynamic_default
         self.dynamic_broker = dynamic_broker
 
-    def synonyms(self, names: Iterable[str], per_broker: bool = True) -> list[dict]:
-        """Kafka's configSynonyms: every set value of `names`, by source precedence."""
+    def synonyms(self, described: str, names: Iterable[str], per_broker: bool = True) -> list[dict]:
+        """Kafka's configSynonyms: every set value of `names` (a broker config's whole group:
+        log.retention.ms, .minutes, .hours), by source precedence, then those before the first
+        one named `described` dropped: a synonym that outranks the described name is not its
+        synonym (Kafka's dropWhile, which kafka-configs --describe shows)."""
         names = list(names)
-        out = []
+        out: list[dict] = []
         layers = [(self.dynamic_broker, DYNAMIC_BROKER_CONFIG),
                   (self.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
                   (self.static, STATIC_BROKER_CONFIG),
                   ({n: d for n, (_, d) in DEFINITIONS.items() if d is not None}, DEFAULT_CONFIG)]
         for layer, source in layers:
-            if not per_broker and source != DYNAMIC_DEFAULT_BROKER_CONFIG:
-                continue
             for name in names:
                 if name in layer:
                     out.append({"name": name, "value": str(layer[name]), "source": source})
-        return out
+        first = next((i for i, s in enumerate(out) if s["name"] == described), len(out))
+        # The cluster defaults' description keeps only their own layer, after the drop as Kafka's.
+        return [s for s in out[first:] if per_broker or s["source"] == DYNAMIC_DEFAULT_BROKER_CONFIG]
 
 
 def _entry(name: str, value: str | None, source: int, synonyms: list[dict], *, read_only: bool,
@@ -139,7 +142,8 @@ def describe_topic(defaults: LogConfig, overrides: Mapping[str, str], layers: Co
     wanted = sorted(effective) if keys is None else [k for k in keys if k in effective]
     out = []
     for name in wanted:
-        synonyms = layers.synonyms(BROKER_SYNONYMS.get(name, ()))
+        broker_names = BROKER_SYNONYMS.get(name, ())
+        synonyms = layers.synonyms(broker_names[0], broker_names) if broker_names else []
         if name in overrides:
             synonyms.insert(0, {"name": name, "value": str(overrides[name]), "source": DYNAMIC_TOPIC_CONFIG})
         source = synonyms[0]["source"] if synonyms else DEFAULT_CONFIG
@@ -157,10 +161,7 @@ def created_topic_configs(defaults: LogConfig, overrides: Mapping[str, str],
 
 
 def _broker_synonym_names(name: str) -> tuple[str, ...]:
-    for group in _BROKER_GROUPS:
-        if name in group:
-            return group[group.index(name):]
-    return (name,)
+    return next((group for group in _BROKER_GROUPS if name in group), (name,))
 
 
 def describe_broker(values: Mapping[str, Any], layers: ConfigLayers, keys: Iterable[str] | None = None,
@@ -176,7 +177,7 @@ def describe_broker(values: Mapping[str, Any], layers: ConfigLayers, keys: Itera
         names = [n for n in names if n in wanted]
     out = []
     for name in names:
-        synonyms = layers.synonyms(_broker_synonym_names(name), per_broker)
+        synonyms = layers.synonyms(name, _broker_synonym_names(name), per_broker)
         source = synonyms[0]["source"] if synonyms else DEFAULT_CONFIG
         if per_broker:
             raw = _raw_value(name, values, layers)
