@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from strom.client import Connection
+from strom.jaas import parse_jaas
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages import decode_response, encode_request
 from strom.testing import BrokerProcess, create_topic, unique_name, wait_for
@@ -400,3 +401,29 @@ def test_bad_sasl_settings_stop_the_start_with_one_line(pki, overrides, message)
         broker.start(timeout=20)
     broker.close()
     assert any(message in line for line in broker.stderr_lines), broker.stderr_lines[-5:]
+
+
+def test_a_bad_jaas_line_names_the_option_never_its_secret(pki):
+    """The start-up error of a JAAS line cut short names what is wrong and the option, not the
+    value: the value is a password, and the error goes to logs and terminals."""
+    base = sasl_overrides(pki)
+    base["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = PLAIN_JAAS.replace('"alice-secret"',
+                                                                                     '"alice-secret')
+    broker = BrokerProcess(overrides=base)
+    with pytest.raises(RuntimeError, match="did not become ready"):
+        broker.start(timeout=20)
+    broker.close()
+    errors = [line for line in broker.stderr_lines if "does not close" in line]
+    assert errors and all("'user_alice'" in line for line in errors), broker.stderr_lines[-5:]
+    assert not any("alice-secret" in line for line in broker.stderr_lines)
+
+
+@pytest.mark.parametrize("line", [
+    'M required user_alice="alice-secret;',  # the quote does not close
+    'M required user_alice=alice secret;',  # a bare value cut at its space
+    'M required user_alice="alice" "secret";',  # a value after a value
+])
+def test_jaas_errors_do_not_echo_values(line):
+    with pytest.raises(ValueError) as raised:
+        parse_jaas(line)
+    assert "user_alice" in str(raised.value) and "secret" not in str(raised.value).replace("user_alice", "")
