@@ -17,7 +17,7 @@ from strom.testing import (
 )
 
 DELETE_RECORDS, LIST_OFFSETS, METADATA = 21, 2, 3
-NONE, NOT_LEADER_OR_FOLLOWER = 0, 6
+NONE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER = 0, 3, 6
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +109,63 @@ def test_describe_configs_lists_synonyms_from_the_configs_own_name_on():
             assert _synonyms(client, BROKER_RESOURCE, "0", "log.retention.ms") == (DYNAMIC_BROKER, broker_side)
             assert _synonyms(client, BROKER_RESOURCE, "0", "log.retention.hours") == (
                 STATIC_BROKER, broker_side[2:])
+
+
+# --- item 10: authorization errors before the group's state -------------------------------------
+FIND_COORDINATOR, SHARE_GROUP_HEARTBEAT, DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS = 10, 76, 90, 91
+TOPIC_AUTHORIZATION_FAILED, NON_EMPTY_GROUP = 29, 68
+_USERS_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+               'user_admin="admin-secret" user_alice="alice-secret";')
+
+
+def test_share_group_offsets_answer_authorization_before_the_group_state():
+    from confluent_kafka import admin as ck
+
+    from strom.client import ClientSecurity, Connection
+
+    with BrokerProcess(overrides={
+            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": _USERS_JAAS,
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": "User:admin",
+            "allow.everyone.if.no.acl.found": "false", "offsets.topic.num.partitions": "1",
+            "share.coordinator.state.topic.num.partitions": "1"}) as broker:
+        port = broker.ports["SASL_PLAINTEXT"]
+
+        def connect(user: str) -> Connection:
+            return Connection("127.0.0.1", port, security=ClientSecurity(
+                sasl_mechanism="PLAIN", username=user, password=f"{user}-secret"))
+
+        topic, group = unique_name("hidden"), unique_name("share")
+        admin_conf = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+                      "sasl.mechanisms": "PLAIN", "sasl.username": "admin", "sasl.password": "admin-secret"}
+        admin = ck.AdminClient(admin_conf)
+        admin.create_topics([ck.NewTopic(topic, 1, 1)])[topic].result(30)
+        grants = [ck.AclBinding(ck.ResourceType.GROUP, group, ck.ResourcePatternType.LITERAL, "User:alice", "*",
+                                op, ck.AclPermissionType.ALLOW) for op in (ck.AclOperation.READ, ck.AclOperation.DESCRIBE)]
+        for future in admin.create_acls(grants).values():
+            future.result(30)
+        member = unique_name("member")
+        with connect("admin") as client:  # a member: the group is not empty
+            wait_for(lambda: client.call(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
+                     .coordinators[0].error_code == NONE, what="the group's coordinator")
+            wait_for(lambda: client.call(SHARE_GROUP_HEARTBEAT, 1, {
+                "group_id": group, "member_id": member, "member_epoch": 0, "rack_id": None,
+                "subscribed_topic_names": [topic]}).error_code == NONE, what="the member joined")
+        missing = unique_name("missing")
+        alter = {"group_id": group, "topics": [
+            {"topic_name": name, "partitions": [{"partition_index": 0, "start_offset": 0}]}
+            for name in (topic, missing)]}
+        with connect("alice") as client:
+            body = client.call(ALTER_SHARE_GROUP_OFFSETS, 0, alter)
+            # Neither whether the group has members nor whether a topic exists is told to a
+            # user who may not read the topic.
+            assert {t.topic_name: [p.error_code for p in t.partitions] for t in body.responses} == {
+                topic: [TOPIC_AUTHORIZATION_FAILED], missing: [TOPIC_AUTHORIZATION_FAILED]}
+            described = client.call(DESCRIBE_SHARE_GROUP_OFFSETS, 0, {"groups": [{"group_id": group, "topics": [
+                {"topic_name": name, "partitions": [0]} for name in (topic, missing)]}]})
+            assert {t.topic_name: [p.error_code for p in t.partitions] for t in described.groups[0].topics} == {
+                topic: [TOPIC_AUTHORIZATION_FAILED], missing: [TOPIC_AUTHORIZATION_FAILED]}
+        with connect("admin") as client:  # a user who may read it still hears the group is busy
+            body = client.call(ALTER_SHARE_GROUP_OFFSETS, 0, alter)
+            assert {t.topic_name: [p.error_code for p in t.partitions] for t in body.responses} == {
+                topic: [NON_EMPTY_GROUP], missing: [UNKNOWN_TOPIC_OR_PARTITION]}

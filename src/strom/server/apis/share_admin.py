@@ -75,10 +75,10 @@ async def handle_describe_share_group_offsets(broker, ctx: RequestContext, reque
             topic_id = meta.topic_id if meta is not None else _ZERO
             rows = []
             for p in partitions:
-                if meta is None or p not in meta.partitions:
-                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                elif not allowed(broker, ctx, DESCRIBE, TOPIC, name):
+                if not allowed(broker, ctx, DESCRIBE, TOPIC, name):  # before telling it exists
                     code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                elif meta is None or p not in meta.partitions:
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     code = ErrorCode.NONE
                 epoch = meta.partitions[p].leader_epoch if code == ErrorCode.NONE else -1
@@ -92,9 +92,12 @@ async def handle_describe_share_group_offsets(broker, ctx: RequestContext, reque
 async def handle_alter_share_group_offsets(broker, ctx: RequestContext, request) -> dict:
     group_id = request.group_id
     topics = broker.metadata_cache.topics
-    error = ErrorCode.GROUP_AUTHORIZATION_FAILED if not allowed(broker, ctx, READ, GROUP, group_id) \
-        else _group_error(broker, group_id, ALTER_SHARE_GROUP_OFFSETS)
-    if error is None and _has_members(broker, group_id):
+    # Kafka's order: the group's authorization, each topic's, whether the topic exists, and only
+    # then the group's state (whether it has members), which a user who may not read the topic
+    # does not learn.
+    group_denied = not allowed(broker, ctx, READ, GROUP, group_id)
+    error = None if group_denied else _group_error(broker, group_id, ALTER_SHARE_GROUP_OFFSETS)
+    if error is None and not group_denied and _has_members(broker, group_id):
         error = ErrorCode.NON_EMPTY_GROUP
     results: dict[tuple[str, int], ErrorCode] = {}
     starts: dict[SharePartitionKey, int] = {}
@@ -103,12 +106,14 @@ async def handle_alter_share_group_offsets(broker, ctx: RequestContext, request)
         meta = topics.get(t.topic_name)
         for p in t.partitions:
             tp = (t.topic_name, p.partition_index)
-            if error is not None:
-                results[tp] = error
-            elif meta is None or p.partition_index not in meta.partitions:
-                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if group_denied:
+                results[tp] = ErrorCode.GROUP_AUTHORIZATION_FAILED
             elif not allowed(broker, ctx, READ, TOPIC, t.topic_name):
                 results[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif meta is None or p.partition_index not in meta.partitions:
+                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif error is not None:
+                results[tp] = error
             elif p.start_offset < 0:
                 results[tp] = ErrorCode.INVALID_REQUEST
             else:
