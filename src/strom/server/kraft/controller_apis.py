@@ -50,10 +50,11 @@ from strom.security.authorizer import (
     USER,
     allowed,
 )
-from strom.server.apis import acls, by_topic, delegation_tokens, quotas, scram
+from strom.server.apis import acls, by_topic, delegation_tokens, features, quotas, scram
 from strom.server.apis.configs import authorize_config_resource
 from strom.server.apis.metadata import CONTROLLER_ENDPOINT, endpoint_type_error
 from strom.server.kraft import envelope
+from strom.server.kraft.forwarding import ENVELOPED
 
 log = logging.getLogger(__name__)
 
@@ -73,17 +74,16 @@ VERSIONS: dict[int, tuple[int, int]] = {
     DESCRIBE_QUORUM: (0, 2), ADD_RAFT_VOTER: (0, 0), REMOVE_RAFT_VOTER: (0, 0), UPDATE_RAFT_VOTER: (0, 0),
     API_VERSIONS: (0, 4), SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2),
     CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 6), CREATE_PARTITIONS: (0, 3), INCREMENTAL_ALTER_CONFIGS: (0, 1),
-    ELECT_LEADERS: (0, 2), ALTER_REASSIGNMENTS: (0, 0), LIST_REASSIGNMENTS: (0, 0), ALTER_PARTITION: (0, 3),
-    UPDATE_FEATURES: (0, 1), DESCRIBE_CLUSTER: (0, 2), BROKER_REGISTRATION: (0, 4), BROKER_HEARTBEAT: (0, 1),
+    ELECT_LEADERS: (0, 2), ALTER_REASSIGNMENTS: (0, 1), LIST_REASSIGNMENTS: (0, 0), ALTER_PARTITION: (0, 3),
+    UPDATE_FEATURES: (0, 2), DESCRIBE_CLUSTER: (0, 2), BROKER_REGISTRATION: (0, 4), BROKER_HEARTBEAT: (0, 1),
     UNREGISTER_BROKER: (0, 0), ALLOCATE_PRODUCER_IDS: (0, 0), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3),
     ALTER_CLIENT_QUOTAS: (0, 1), ALTER_USER_SCRAM_CREDENTIALS: (0, 0), ENVELOPE: (0, 0),
     CREATE_TOKEN: (1, 3), RENEW_TOKEN: (1, 2), EXPIRE_TOKEN: (1, 2),
 }
 # What an Envelope may carry: the requests that change metadata, not Raft's nor the broker
 # lifecycle's (a broker sends those as itself).
-FORWARDABLE = frozenset({CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, ELECT_LEADERS,
-                         ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, UPDATE_FEATURES, CREATE_ACLS, DELETE_ACLS,
-                         ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS, CREATE_TOKEN, RENEW_TOKEN, EXPIRE_TOKEN})
+FORWARDABLE = ENVELOPED | {CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS,
+                           CREATE_TOKEN, RENEW_TOKEN, EXPIRE_TOKEN}
 
 # What a request needs on the cluster resource when a controller takes it, as Kafka's
 # ControllerApis asks (Envelope and DescribeCluster check theirs in their handlers; requests
@@ -399,9 +399,8 @@ class ControllerApis:
         validate_only = version >= 1 and request.validate_only
 
         def response(error: int, message: str | None, results: dict | None = None) -> dict:
-            outcome = {u.feature: (results or {}).get(u.feature, (error, message)) for u in updates}
-            return {"throttle_time_ms": 0, "error_code": error, "error_message": message,
-                    "results": [{"feature": n, "error_code": c, "error_message": m} for n, (c, m) in outcome.items()]}
+            # v2 answers with the top-level error only, as the broker's own handler does.
+            return features._response(version, updates, error, message, results)
 
         if not updates:
             return response(ErrorCode.INVALID_REQUEST, "No feature updates were given.")

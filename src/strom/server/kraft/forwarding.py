@@ -1,7 +1,7 @@
 """What a KRaft broker asks of the active controller instead of writing a metadata store:
 topic admin (Kafka 4 brokers forward CreateTopics, DeleteTopics, CreatePartitions and config
-changes of topics, brokers and groups to the controller) and blocks of producer ids
-(AllocateProducerIds, KIP-730).
+changes of topics, brokers and groups to the controller), blocks of producer ids
+(AllocateProducerIds, KIP-730), and the table of requests passed whole in an Envelope (ENVELOPED).
 
 ForwardingTopicAdmin has TopicAdmin's methods and is called where TopicAdmin is, on the
 broker's metadata-io thread (the handlers' `store_io`), so the handlers and the auto topic
@@ -24,6 +24,14 @@ from strom.server.kraft.controller_channel import ControllerChannel, ControllerU
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 19, 20, 37, 44
 ALLOCATE_PRODUCER_IDS = 67
+ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, UPDATE_FEATURES = 43, 45, 46, 57
+CREATE_ACLS, DELETE_ACLS, ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS = 30, 31, 49, 51
+# What a KRaft broker passes whole to the active controller in an Envelope, authorized by the
+# controller as the client's. Every version the broker advertises for one of these is
+# forwarded (a handler's new version goes with it: no second list of versions to fall behind),
+# so the controller takes every such version too.
+ENVELOPED = frozenset({ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, UPDATE_FEATURES, CREATE_ACLS,
+                       DELETE_ACLS, ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS})
 PRODUCER_ID_BLOCK = 1000
 SET, DELETE = 0, 1
 TIMEOUT_S = 30.0
