@@ -173,10 +173,6 @@ def test_share_group_offsets_answer_authorization_before_the_group_state():
 
 # --- item 2: every advertised version of a forwarded API reaches the controller ----------------
 ALTER_PARTITION_REASSIGNMENTS, NOT_CONTROLLER = 45, 41
-_BROKER_PY_READS_ITS_OWN_TABLE = ("kraft/broker.py still forwards from its FORWARDED table (versions up to a "
-                                  "fixed maximum) rather than forwarding.ENVELOPED")
-
-
 def _advertised() -> dict[int, range]:
     """What a broker's ApiVersions lists: api key -> versions."""
     from types import SimpleNamespace
@@ -199,7 +195,6 @@ def test_the_controller_takes_every_version_a_broker_forwards():
         assert [v for v in advertised[key] if not lo <= v <= hi] == [], key
 
 
-@pytest.mark.xfail(strict=True, reason=_BROKER_PY_READS_ITS_OWN_TABLE)
 def test_a_kraft_broker_forwards_every_version_it_advertises():
     import asyncio
     import contextlib
@@ -227,7 +222,6 @@ def test_a_kraft_broker_forwards_every_version_it_advertises():
     assert forwarded == wanted
 
 
-@pytest.mark.xfail(strict=True, reason=_BROKER_PY_READS_ITS_OWN_TABLE)
 def test_alter_partition_reassignments_v1_on_a_kraft_broker(kraft_cluster):
     broker = kraft_cluster.brokers[2]
     with RawClient(broker) as client:

@@ -56,7 +56,13 @@ from strom.server.kraft import envelope
 from strom.server.kraft.controller_apis import CLUSTER_OPERATION, error_answer
 from strom.server.kraft.controller_channel import ControllerChannel, ControllerUnavailable
 from strom.server.kraft.controller_server import ControllerView
-from strom.server.kraft.forwarding import ControllerProducerIds, ForwardingTopicAdmin
+from strom.server.kraft.forwarding import (
+    CREATE_ACLS,
+    DELETE_ACLS,
+    ENVELOPED,
+    ControllerProducerIds,
+    ForwardingTopicAdmin,
+)
 from strom.server.kraft.lifecycle import BrokerLifecycleManager
 from strom.server.kraft.metadata_source import MetadataFeed, MetadataObserver
 from strom.server.kraft.publisher import BrokerMetadataPublisher
@@ -65,13 +71,6 @@ log = logging.getLogger(__name__)
 
 METADATA_KEY = (METADATA_TOPIC, METADATA_PARTITION)
 DESCRIBE_QUORUM_VERSIONS = (0, 2)
-# What a KRaft broker passes to the active controller in an Envelope (api key -> the highest version
-# the controller takes, and the cluster operation it needs here).
-ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, UPDATE_FEATURES = 43, 45, 46, 57
-CREATE_ACLS, DELETE_ACLS, ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS = 30, 31, 49, 51
-FORWARDED = {key: (version, CLUSTER_OPERATION[key]) for key, version in (
-    (ELECT_LEADERS, 2), (ALTER_REASSIGNMENTS, 0), (LIST_REASSIGNMENTS, 0), (UPDATE_FEATURES, 1), (CREATE_ACLS, 3),
-    (DELETE_ACLS, 3), (ALTER_CLIENT_QUOTAS, 1), (ALTER_USER_SCRAM_CREDENTIALS, 0))}
 _NEED_AUTHORIZER = (CREATE_ACLS, DELETE_ACLS)  # without one, the broker answers SECURITY_DISABLED
 
 
@@ -112,8 +111,7 @@ class KRaftBrokerApis(KafkaApis):
         key, version = ctx.header.api_key, ctx.header.api_version
         if key == DESCRIBE_QUORUM:
             return await self.broker.describe_quorum(version, to_fields(body))
-        forwarded = FORWARDED.get(key)
-        if (forwarded is not None and version <= forwarded[0] and allowed(self.broker, ctx, forwarded[1], CLUSTER)
+        if (key in ENVELOPED and allowed(self.broker, ctx, CLUSTER_OPERATION[key], CLUSTER)
                 and (key not in _NEED_AUTHORIZER or self.broker.authorizer is not None)):
             try:  # in an Envelope: the controller checks it as the client's, as Kafka's does
                 return await self.broker.forward(ctx, body)
