@@ -9,6 +9,12 @@ from strom.log.remote.metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
 )
+from strom.log.remote.records import (
+    RemoteLogMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+)
 from strom.log.remote.storage import (
     RemoteResourceNotFound,
     RemoteStorageError,
@@ -16,6 +22,8 @@ from strom.log.remote.storage import (
 )
 
 __all__ = [
-    "IndexType", "LogSegmentData", "RemoteLogSegmentId", "RemoteLogSegmentMetadata",
-    "RemoteLogSegmentState", "RemoteResourceNotFound", "RemoteStorageError", "RemoteStorageManager",
+    "IndexType", "LogSegmentData", "RemoteLogMetadata", "RemoteLogSegmentId",
+    "RemoteLogSegmentMetadata", "RemoteLogSegmentMetadataUpdate", "RemoteLogSegmentState",
+    "RemotePartitionDeleteMetadata", "RemotePartitionDeleteState", "RemoteResourceNotFound",
+    "RemoteStorageError", "RemoteStorageManager",
 ]
