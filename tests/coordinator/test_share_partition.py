@@ -76,6 +76,16 @@ def test_delivery_limit_archives():
     assert p.start_offset == 1 and not p.records  # archived after the second delivery
 
 
+def test_a_restored_record_at_its_delivery_limit_is_archived_not_delivered_again():
+    """State read back after a failover may hold a record AVAILABLE whose delivery count already
+    reached group.share.delivery.count.limit (its last delivery's lock was cut short by the
+    failover): it is archived at the next acquisition, never delivered a time too many."""
+    state = ShareState(0, [StateBatch(0, 0, AVAILABLE, 2), StateBatch(1, 1, AVAILABLE, 1)])
+    p = sp(limit=2, state=state)
+    assert p.acquire("m", batches((0, 1)), 100, 0, LOCK) == [Acquired(1, 1, 2)]
+    assert p.start_offset == 1 and 0 not in p.records  # archived, so done with
+
+
 def test_lock_expiry_makes_records_available_with_their_count():
     p = sp()
     p.acquire("m", batches((0, 1)), 100, now_ms=0, lock_ms=LOCK)
