@@ -9,6 +9,7 @@ from strom.log.remote.metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
 )
+from strom.log.remote.metadata_cache import RemoteLogMetadataCache, RemoteLogMetadataStateError
 from strom.log.remote.records import (
     RemoteLogMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -22,7 +23,8 @@ from strom.log.remote.storage import (
 )
 
 __all__ = [
-    "IndexType", "LogSegmentData", "RemoteLogMetadata", "RemoteLogSegmentId",
+    "IndexType", "LogSegmentData", "RemoteLogMetadata", "RemoteLogMetadataCache",
+    "RemoteLogMetadataStateError", "RemoteLogSegmentId",
     "RemoteLogSegmentMetadata", "RemoteLogSegmentMetadataUpdate", "RemoteLogSegmentState",
     "RemotePartitionDeleteMetadata", "RemotePartitionDeleteState", "RemoteResourceNotFound",
     "RemoteStorageError", "RemoteStorageManager",
