@@ -118,8 +118,8 @@ def test_pre_vote_neither_bumps_the_epoch_nor_persists():
     assert part(body).vote_granted
     assert c.epoch == 0 and not any(isinstance(e, fx.PersistElectionState) for e in effects)
     # Vote v1 has no PreVote field: the same request is a real vote there.
-    body, _ = call(c, VOTE, 1, vote(2, epoch=4))
-    assert part(body).vote_granted and c.epoch == 4
+    body, _ = call(c, VOTE, 1, vote(2, epoch=1))
+    assert part(body).vote_granted and c.epoch == 1
 
 
 def test_follower_that_hears_its_leader_refuses_pre_votes():
@@ -334,9 +334,14 @@ def test_a_dynamic_quorum_hears_a_leader_its_voter_set_does_not_name():
 
 
 def test_no_election_past_the_largest_epoch():
-    """Epochs are int32 on the wire: a node in the largest one does not stand for election (its
-    next epoch could not be sent), and keeps answering."""
+    """Epochs are int32 on the wire: a node in the largest one stands in it (not past it) while
+    it has voted for nobody else there; one that voted for another does not, and keeps answering."""
     c = core(election=ElectionState(MAX_EPOCH, -1, -1))
+    votes = [e for e in c.tick(1_000_000) if isinstance(e, fx.Send) and e.api_key == VOTE]
+    assert c.role is Role.PROSPECTIVE and {e.body["topics"][0]["partitions"][0]["replica_epoch"] for e in votes} == {MAX_EPOCH}
+    c._become_candidate([])
+    assert c.epoch == MAX_EPOCH and c.election.voted_id == 1
+    c = core(election=ElectionState(MAX_EPOCH, -1, 2))
     assert not c.may_campaign
     c.tick(1_000_000)
     assert c.epoch == MAX_EPOCH and c.role is not Role.CANDIDATE
@@ -379,3 +384,66 @@ def test_leader_asks_a_silent_voter_again_and_steps_down_for_its_later_epoch():
         "partitions": [{"partition_index": 0, "error_code": FENCED_LEADER_EPOCH, "leader_id": -1,
                         "leader_epoch": 4}]}]}, 13 + half)
     assert c.role is not Role.LEADER and c.epoch == 4
+
+
+def following(node_id: int = 3, leader: int = 1, epoch: int = 1) -> RaftCore:
+    """A voter that follows `leader` and has just fetched from it."""
+    c = core(node_id=node_id)
+    _, effects = call(c, 53, 1, begin(leader, epoch, voter=node_id))
+    send = next(e for e in effects if isinstance(e, fx.Send) and e.api_key == FETCH)
+    c.handle_response(send.request_id, {"error_code": 0, "responses": [{"topic_id": METADATA_TOPIC_ID, "partitions": [{
+        "partition_index": 0, "error_code": 0, "high_watermark": 0,
+        "current_leader": {"leader_id": leader, "leader_epoch": epoch}, "records": b""}]}]}, 12)
+    assert c.role is Role.FOLLOWER and c.fetched_from_leader
+    return c
+
+
+def test_a_voter_that_hears_a_live_leader_refuses_every_vote():
+    """KIP-996: a follower that fetched from its leader within the fetch timeout, and the leader
+    itself, refuse a Vote, pre-vote or standard, at any epoch, and keep their epoch: one forged
+    Vote at the largest epoch left every voter Unattached there for good."""
+    for c in (following(), leader_of([1], epoch=2)):
+        before = (c.role, c.epoch, c.leader_id)
+        for pre in (True, False):
+            for epoch in (c.epoch, c.epoch + 1, MAX_EPOCH):
+                body, effects = call(c, VOTE, 2, vote(2, epoch=epoch, last_epoch=5, last_offset=100, pre=pre), now=13)
+                assert not part(body).vote_granted, (c.role, pre, epoch)
+                assert not any(isinstance(e, fx.PersistElectionState) for e in effects)
+                assert (c.role, c.epoch, c.leader_id) == before
+    c = following()
+    later = c.fetch_deadline  # the leader went silent for the fetch timeout: the vote is granted
+    body, _ = call(c, VOTE, 2, vote(2, epoch=2, last_epoch=0, last_offset=0), now=later)
+    assert part(body).vote_granted and c.epoch == 2
+
+
+def test_a_standard_vote_more_than_one_epoch_ahead_is_refused():
+    """A real candidate stands in the epoch after the one it was in, and its pre-vote round told
+    it of the voters' epochs: a voter takes a standard Vote at most one epoch ahead of its own.
+    One that missed elections learns the later epoch from the answers to its own pre-vote."""
+    c = core(election=ElectionState(3, -1, -1))
+    for epoch in (5, MAX_EPOCH):
+        body, effects = call(c, VOTE, 2, vote(2, epoch=epoch))
+        assert not part(body).vote_granted and c.epoch == 3
+        assert not any(isinstance(e, fx.PersistElectionState) for e in effects)
+    body, _ = call(c, VOTE, 2, vote(2, epoch=5, pre=True))  # a pre-vote moves nothing: answered as before
+    assert part(body).vote_granted and c.epoch == 3
+    body, _ = call(c, VOTE, 2, vote(2, epoch=4))
+    assert part(body).vote_granted and c.epoch == 4
+
+
+def test_a_quorum_in_the_largest_epoch_elects_a_leader_in_it():
+    """Epochs are int32 on the wire: no election goes past the largest. A quorum already there
+    (quorum-state written by a forged Vote) still elects one leader in that epoch, under the
+    one-vote-per-epoch rule, instead of staying leaderless for good (Kafka's epoch + 1 wraps to a
+    negative epoch every voter fences)."""
+    from raft_sim import Simulation
+
+    sim = Simulation(7, voters=3)
+    for nid, node in sim.nodes.items():  # every voter but 2 voted for 2 in the largest epoch
+        node.election = ElectionState(MAX_EPOCH, -1, 2 if nid != 2 else -1)
+        sim._boot(node)
+    sim.check_liveness(30_000)
+    leader = next(n.core for n in sim.nodes.values() if n.core.role is Role.LEADER)
+    assert leader.epoch == MAX_EPOCH and leader.node_id == 2
+    c = core(election=ElectionState(MAX_EPOCH, 2, 2))  # it had a leader there: no second one
+    assert not c.may_campaign

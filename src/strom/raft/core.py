@@ -218,8 +218,12 @@ class RaftCore:
     def may_campaign(self) -> bool:
         """A voter stands for election; so does a node that an uncommitted VotersRecord removes
         (Raft thesis 4.2.2): the old set may still need it, or no one could commit the change."""
-        if self.epoch >= MAX_EPOCH:
-            return False  # no epoch left to stand in (only a forged message gets a quorum here)
+        if self.epoch >= MAX_EPOCH and (self.election.leader_id != NO_ID
+                                        or self.election.voted_id not in (NO_ID, self.node_id)):
+            # No epoch after the largest (int32 on the wire): a node stands in it, once no
+            # leader is known there and it has not voted for another, so that one vote per
+            # epoch still allows one leader in it. Kafka's epoch + 1 wraps to a fenced negative.
+            return False
         if self.is_voter:
             return True
         latest = self.history.latest_offset()
@@ -517,7 +521,8 @@ class RaftCore:
     def _become_candidate(self, out: list[Effect]) -> None:
         self._common_transition(out)
         self.role = Role.CANDIDATE
-        self._persist(ElectionState(self.epoch + 1, NO_ID, self.node_id, self.directory_id), out)
+        epoch = min(self.epoch + 1, MAX_EPOCH)  # may_campaign allows the largest only unvoted
+        self._persist(ElectionState(epoch, NO_ID, self.node_id, self.directory_id), out)
         out.append(LeaderChanged(NO_ID, self.epoch))
         self.granted = {self.node_id}
         self._reset_election_timer()
@@ -660,6 +665,13 @@ class RaftCore:
         if self._not_a_peer(candidate):
             out.append(Respond(ref, VOTE, version, self._vote_response(False, INCONSISTENT_VOTER_SET)))
             return
+        if (self._hears_leader() and candidate != self.leader_id) or (not pre_vote and epoch > self.epoch + 1):
+            # KIP-996: while a leader is alive no candidate is needed, whatever its epoch. And a
+            # real candidate stands in the epoch after its own, which its pre-vote round has
+            # made at least ours (a voter behind it learns the epoch from the answers to its own
+            # pre-vote): a larger jump is forged, and taking it could spend every epoch at once.
+            out.append(Respond(ref, VOTE, version, self._vote_response(False)))
+            return
         if epoch > self.epoch and not pre_vote:
             self._become_unattached(epoch, out)
         up_to_date = (p["last_offset_epoch"], p["last_offset"]) >= (self.log.last_epoch, self.log.end_offset)
@@ -667,15 +679,6 @@ class RaftCore:
         # name it or the candidate: that copy may be stale; the candidate counts against its own.
         grant = up_to_date and candidate != self.node_id
         if pre_vote:
-            # A follower that still hears from its leader refuses: that is the point of KIP-996.
-            if self.role is Role.LEADER and epoch <= self.epoch:
-                grant = False
-            elif self.role is Role.FOLLOWER and epoch <= self.epoch:
-                # Only a follower that has heard from its leader since it began following
-                # refuses (Kafka's rule): two followers of a dead leader cannot keep sending
-                # each other back to it.
-                grant = grant and (self.leader_resigned or not self.fetched_from_leader
-                                   or self.now >= self.fetch_deadline)
             out.append(Respond(ref, VOTE, version, self._vote_response(grant)))
             return
         # One vote per epoch, and none once the epoch has a leader.
@@ -689,6 +692,15 @@ class RaftCore:
                 self._become_unattached(self.epoch, out, persist=False)
             self._reset_election_timer()
         out.append(Respond(ref, VOTE, version, self._vote_response(grant)))
+
+    def _hears_leader(self) -> bool:
+        """Whether this node leads, or follows a leader it has fetched from since it began
+        following and within the fetch timeout (Kafka's rule): two followers of a dead leader
+        cannot keep sending each other back to it."""
+        if self.role is Role.LEADER:
+            return True  # check quorum deposes a leader the majority stopped fetching from
+        return (self.role is Role.FOLLOWER and self.fetched_from_leader and not self.leader_resigned
+                and self.now < self.fetch_deadline)
 
     def _vote_response(self, granted: bool, error: int = 0) -> dict:
         return {"error_code": 0, "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{
@@ -1033,7 +1045,12 @@ class RaftCore:
             self.next_fetch_at = self.now + self.config.retry_backoff_ms
             return
         leader = p.get("current_leader") or {}
-        if self._observe_epoch(leader.get("leader_epoch", -1), leader.get("leader_id", NO_ID), out):
+        leader_id = leader.get("leader_id", NO_ID)
+        if leader_id == NO_ID and not self.may_campaign:
+            # A node that only looks for the leader takes no leaderless later epoch from a peer:
+            # one stranded there (a removed voter still campaigning) would strand it too.
+            pass
+        elif self._observe_epoch(leader.get("leader_epoch", -1), leader_id, out):
             return
         if (self.role is Role.FOLLOWER and sent.dest == self.leader_id and p["error_code"]
                 and leader.get("leader_id", NO_ID) == NO_ID and leader.get("leader_epoch") == self.epoch):
