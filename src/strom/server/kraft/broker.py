@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from strom.client import AsyncConnection
+from strom.client import ConnectionCache
 from strom.config.broker import BrokerConfig
 from strom.log.manager import LogManager
 from strom.metadata.loader import MetadataLoader
@@ -47,7 +47,7 @@ from strom.raft.config import (
 )
 from strom.raft.core import DESCRIBE_QUORUM
 from strom.raft.driver import to_fields
-from strom.security.authorizer import CLUSTER, allowed
+from strom.security.authorizer import CLUSTER, DESCRIBE, allowed
 from strom.security.delegation_tokens import QuorumTokens
 from strom.security.sasl import broker_security
 from strom.server.apis import KafkaApis
@@ -110,6 +110,9 @@ class KRaftBrokerApis(KafkaApis):
     async def handle(self, ctx: RequestContext, body: Any) -> Any:
         key, version = ctx.header.api_key, ctx.header.api_version
         if key == DESCRIBE_QUORUM:
+            if not allowed(self.broker, ctx, DESCRIBE, CLUSTER):  # Kafka's check, on every node
+                return error_answer(key, version, body, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                    "Cluster authorization failed.")
             return await self.broker.describe_quorum(version, to_fields(body))
         if (key in ENVELOPED and allowed(self.broker, ctx, CLUSTER_OPERATION[key], CLUSTER)
                 and (key not in _NEED_AUTHORIZER or self.broker.authorizer is not None)):
@@ -149,6 +152,7 @@ class KRaftBroker(Broker):
         self.metadata_loader.publishers.append(BrokerMetadataPublisher(self).publish)
         self.lifecycle: BrokerLifecycleManager | None = None
         self.controller_channel: ControllerChannel | None = None  # AlterPartition's
+        self._describe_quorum_conns: ConnectionCache | None = None  # DescribeQuorum forwarded to the leader
         self._feed: MetadataFeed | None = None
         self._observer: MetadataObserver | None = None
         self.quorum_controller_view = QuorumControllerView(self)
@@ -277,7 +281,8 @@ class KRaftBroker(Broker):
         if self.lifecycle is not None:
             await self.lifecycle.close()
         for channel in (self.controller_channel, getattr(self.admin, "channel", None),
-                        getattr(getattr(self, "producer_id_manager", None), "channel", None)):
+                        getattr(getattr(self, "producer_id_manager", None), "channel", None),
+                        self._describe_quorum_conns):
             if channel is not None:
                 channel.close()
         if self._observer is not None:
@@ -294,14 +299,15 @@ class KRaftBroker(Broker):
             response = await server.call(server.driver.handle_request(DESCRIBE_QUORUM, version, fields))
             if _ok(response):
                 return response
-        for host, port in self._controller_addresses(response):
+        if self._describe_quorum_conns is None:  # authenticated as the node's other controller requests
+            self._describe_quorum_conns = ConnectionCache(f"broker-{self.broker_id}-describe-quorum",
+                                                          broker_security(ControllerView(self.config)), 2.0)
+        for address in self._controller_addresses(response):
+            host, port = address
             try:
-                conn = await AsyncConnection.open(host, port, f"broker-{self.broker_id}-describe-quorum", 2.0)
-                try:
-                    answer = to_fields(await conn.call(DESCRIBE_QUORUM, version, fields, timeout_s=5))
-                finally:
-                    conn.close()
-            except (OSError, ConnectionError, TimeoutError) as e:
+                answer = to_fields(await self._describe_quorum_conns.call(address, address, DESCRIBE_QUORUM, version,
+                                                                          fields, 5.0, 2.0))
+            except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError) as e:
                 log.debug("DescribeQuorum to %s:%d failed: %s", host, port, e)
                 continue
             if _ok(answer):
