@@ -21,7 +21,7 @@ from strom.protocol.raft_records import Endpoint, VoterEntry
 from strom.protocol.records import iter_records
 from strom.raft import effects as fx
 from strom.raft.config import QuorumConfig
-from strom.raft.core import ADD_RAFT_VOTER, REMOVE_RAFT_VOTER, NotLeader, RaftCore
+from strom.raft.core import ADD_RAFT_VOTER, API_VERSIONS, REMOVE_RAFT_VOTER, NotLeader, RaftCore
 from strom.raft.log import LogBatch, OffsetAndEpoch
 from strom.raft.snapshots import build_snapshot, read_snapshot
 from strom.raft.state import ElectionState, Role
@@ -290,6 +290,10 @@ class Simulation:
         if not node.alive or not self._connected(src, dst):
             return
         src_inc, rid, api_key, version, body = payload
+        if api_key == API_VERSIONS:  # a leader asking a voter to be added (its controller listener answers)
+            features = [{"name": "kraft.version", "min_version": 0, "max_version": 1}]
+            self._transmit(dst, src, "response", (src_inc, rid, {"error_code": 0, "supported_features": features}))
+            return
         self._apply(node, node.core.handle_request((src, src_inc, rid), src, api_key, version, body, self.now))
         self._schedule_tick(node)
 

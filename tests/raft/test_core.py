@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from strom.protocol.errors import ErrorCode
 from strom.protocol.messages import decode_response, encode_request, encode_response, parse_request
 from strom.protocol.raft_records import (
     LEADER_CHANGE,
@@ -19,6 +20,7 @@ from strom.protocol.raft_records import (
 from strom.raft import effects as fx
 from strom.raft.config import QuorumConfig, parse_voters
 from strom.raft.core import (
+    ADD_RAFT_VOTER,
     DESCRIBE_QUORUM,
     FENCED_LEADER_EPOCH,
     FETCH,
@@ -447,3 +449,68 @@ def test_a_quorum_in_the_largest_epoch_elects_a_leader_in_it():
     assert leader.epoch == MAX_EPOCH and leader.node_id == 2
     c = core(election=ElectionState(MAX_EPOCH, 2, 2))  # it had a leader there: no second one
     assert not c.may_campaign
+
+
+def dynamic_leader(voters: tuple = VOTERS[:1]) -> RaftCore:
+    """Node 1 leading a KIP-853 quorum of `voters`, its epoch committed."""
+    sid = OffsetAndEpoch(0, 0)
+    snapshot = (sid, build_snapshot(sid, [], kraft_version=1, voters=list(voters), last_contained_timestamp=0))
+    c = RaftCore(QuorumConfig(node_id=1, voters=(), cluster_id="c1"), rng=random.Random(0), snapshot=snapshot)
+    c.start(0)
+    if len(voters) > 1:
+        c._become_candidate([])
+        c.granted.update(v.voter_id for v in voters)
+        c._become_leader([])
+    for v in voters[1:]:
+        call(c, FETCH, 17, fetch(v.voter_id, epoch=c.epoch, offset=c.log.end_offset, last_epoch=c.epoch), now=5)
+    c.on_flushed(c.log.end_offset, c.flush_generation, 5)
+    assert c.role is Role.LEADER and c.high_watermark > c.epoch_start_offset
+    return c
+
+
+def add_voter(voter: int, port: int) -> dict:
+    return {"cluster_id": "c1", "timeout_ms": 5000, "voter_id": voter, "voter_directory_id": None,
+            "listeners": [{"name": "CONTROLLER", "host": "127.0.0.1", "port": port}]}
+
+
+def test_add_voter_asks_the_new_voter_for_api_versions_first():
+    """KIP-853: Kafka's leader sends ApiVersions to the new voter's endpoint and wants it caught
+    up before it appends the VotersRecord. A stranger that fetched as observer 77 and named a
+    dead port left a --standalone quorum of two voters, one of them nobody, without a leader."""
+    c = dynamic_leader()
+    for now in range(10, 30):  # a stranger fetching as observer 77, caught up
+        call(c, FETCH, 17, fetch(77, epoch=c.epoch, offset=c.log.end_offset, last_epoch=c.epoch), now=now)
+    _, effects = call(c, ADD_RAFT_VOTER, 0, add_voter(77, 1), now=30)
+    probe = [e for e in effects if isinstance(e, fx.Send)]
+    assert [(e.dest, e.api_key, e.address) for e in probe] == [(77, 18, ("127.0.0.1", 1))]
+    assert c.voters.ids == {1} and not any(isinstance(e, (fx.Respond, fx.AppendLog)) for e in effects)
+    answers = [e for e in c.request_failed(probe[0].request_id, 31, unreachable=True) if isinstance(e, fx.Respond)]
+    assert answers[0].body["error_code"] == int(ErrorCode.REQUEST_TIMED_OUT) and c.voters.ids == {1}
+    # one that answers without kraft.version 1 is refused too (Kafka: INVALID_REQUEST)
+    _, effects = call(c, ADD_RAFT_VOTER, 0, add_voter(77, 2), now=32)
+    rid = next(e.request_id for e in effects if isinstance(e, fx.Send))
+    answers = [e for e in c.handle_response(rid, {"error_code": 0, "supported_features": []}, 33)
+               if isinstance(e, fx.Respond)]
+    assert answers[0].body["error_code"] == 42 and c.voters.ids == {1}
+    # a reachable, caught-up controller is added
+    _, effects = call(c, ADD_RAFT_VOTER, 0, add_voter(77, 3), now=34)
+    rid = next(e.request_id for e in effects if isinstance(e, fx.Send))
+    features = [{"name": "kraft.version", "min_version": 0, "max_version": 1}]
+    c.handle_response(rid, {"error_code": 0, "supported_features": features}, 35)
+    assert c.voters.ids == {1, 77}
+
+
+def test_add_voter_refuses_a_lagging_observer_and_remove_voter_repairs_a_lost_voter():
+    c = dynamic_leader(VOTERS)
+    call(c, FETCH, 17, fetch(4, epoch=c.epoch, offset=0, last_epoch=0), now=6)  # far behind
+    body, effects = call(c, ADD_RAFT_VOTER, 0, add_voter(4, 9094), now=7)
+    assert body.error_code == int(ErrorCode.REQUEST_TIMED_OUT) and "lagging" in body.error_message
+    assert not any(isinstance(e, fx.Send) and e.api_key == 18 for e in effects)
+    # voter 3 is gone for good: the two left remove it and the quorum goes on without it
+    c.handle_request("remove", -1, 81, 0, {"cluster_id": "c1", "voter_id": 3, "voter_directory_id": None}, 8)
+    assert c.voters.ids == {1, 2}
+    c.on_flushed(c.log.end_offset, c.flush_generation, 9)
+    effects = c.handle_request("fetch", 2, FETCH, 17, fetch(2, epoch=c.epoch, offset=c.log.end_offset,
+                                                            last_epoch=c.epoch), 10)
+    removed = [e.body for e in effects if isinstance(e, fx.Respond) and e.api_key == 81]
+    assert removed and removed[0]["error_code"] == 0 and c.high_watermark == c.log.end_offset

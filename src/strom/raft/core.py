@@ -52,8 +52,9 @@ from strom.raft.voters import VoterSet, VoterSetHistory
 VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM = 52, 53, 54, 55
 FETCH, FETCH_SNAPSHOT = 1, 59
 ADD_RAFT_VOTER, REMOVE_RAFT_VOTER, UPDATE_RAFT_VOTER = 80, 81, 82
+API_VERSIONS = 18
 # The versions a Kafka 4.0/4.1 controller sends.
-VERSIONS = {VOTE: 2, BEGIN_QUORUM_EPOCH: 1, END_QUORUM_EPOCH: 1, FETCH: 17, FETCH_SNAPSHOT: 1}
+VERSIONS = {VOTE: 2, BEGIN_QUORUM_EPOCH: 1, END_QUORUM_EPOCH: 1, FETCH: 17, FETCH_SNAPSHOT: 1, API_VERSIONS: 3}
 METADATA_TOPIC_ID = uuid.UUID(int=METADATA_TOPIC_ID_INT)
 
 FENCED_LEADER_EPOCH = 74
@@ -129,6 +130,17 @@ class _PendingVoterChange:
 
 
 @dataclass(slots=True)
+class _AddVoterProbe:
+    """An AddRaftVoter waiting for the new voter's ApiVersions answer (KIP-853)."""
+
+    ref: Any
+    version: int
+    entry: VoterEntry
+    timeout_ms: int
+    request_id: int
+
+
+@dataclass(slots=True)
 class _SnapshotFetch:
     snapshot_id: OffsetAndEpoch
     data: bytearray = field(default_factory=bytearray)
@@ -167,6 +179,7 @@ class RaftCore:
         self.epoch_start_offset = -1
         self.parked: list[_ParkedFetch] = []
         self.pending_change: _PendingVoterChange | None = None
+        self.add_probe: _AddVoterProbe | None = None
         self.inflight: dict[int, _InFlight] = {}
         self._next_request_id = 1
         self.retry_at: dict[tuple[int, int], int] = {}
@@ -351,6 +364,7 @@ class RaftCore:
             END_QUORUM_EPOCH: self._on_end_response,
             FETCH: self._on_fetch_response,
             FETCH_SNAPSHOT: self._on_fetch_snapshot_response,
+            API_VERSIONS: self._on_api_versions_response,
         }[sent.api_key]
         handler(request_id, sent, body, out)
         self._maybe_fetch(out)
@@ -468,6 +482,8 @@ class RaftCore:
             out.append(Respond(self.pending_change.ref, self.pending_change.api_key, 0,
                                _voter_change_response(ErrorCode.NOT_LEADER_OR_FOLLOWER, "leader changed")))
             self.pending_change = None
+        if self.add_probe is not None:
+            self._answer_probe(ErrorCode.NOT_LEADER_OR_FOLLOWER, "leader changed", out)
 
     def _common_transition(self, out: list[Effect]) -> None:
         if self.role is Role.LEADER:
@@ -603,11 +619,12 @@ class RaftCore:
 
     # --- sending --------------------------------------------------------------------------------
 
-    def _send(self, dest: int, api_key: int, body: dict, out: list[Effect], context: Any = None) -> int:
+    def _send(self, dest: int, api_key: int, body: dict, out: list[Effect], context: Any = None,
+              address: tuple[str, int] | None = None) -> int:
         rid = self._next_request_id
         self._next_request_id += 1
         self.inflight[rid] = _InFlight(dest, api_key, self.now + self.config.request_timeout_ms, context)
-        out.append(Send(dest, api_key, VERSIONS[api_key], body, rid))
+        out.append(Send(dest, api_key, VERSIONS[api_key], body, rid, address))
         return rid
 
     def _has_inflight(self, dest: int, api_key: int) -> bool:
@@ -642,6 +659,10 @@ class RaftCore:
             self._fail_sent(request_id, sent, out)
 
     def _fail_sent(self, request_id: int, sent: _InFlight, out: list[Effect]) -> None:
+        if self.add_probe is not None and request_id == self.add_probe.request_id:
+            self._answer_probe(ErrorCode.REQUEST_TIMED_OUT,
+                               f"new voter {self.add_probe.entry.voter_id} is not ready to receive requests", out)
+            return
         self.retry_at[(sent.dest, sent.api_key)] = self.now + self.config.retry_backoff_ms
         if sent.api_key in (FETCH, FETCH_SNAPSHOT):
             if request_id == self.fetch_request:
@@ -1256,7 +1277,8 @@ class RaftCore:
             return UNSUPPORTED_VERSION, "the quorum has static voters (kraft.version 0)"
         if self.high_watermark <= self.epoch_start_offset:
             return ErrorCode.REQUEST_TIMED_OUT, "the leader has not committed its epoch yet"
-        if self.pending_change is not None or self.history.latest_offset() >= self.high_watermark:
+        if (self.pending_change is not None or self.add_probe is not None
+                or self.history.latest_offset() >= self.high_watermark):
             return ErrorCode.REQUEST_TIMED_OUT, "another voter change is in progress"
         return None
 
@@ -1275,18 +1297,64 @@ class RaftCore:
         voter_id = body["voter_id"]
         if problem is None and voter_id in self.voters:
             problem = DUPLICATE_VOTER, f"{voter_id} is already a voter"
-        obs = self.observers.get(voter_id)
-        if problem is None and (obs is None or obs.last_fetch_ms < self.now - self.config.fetch_timeout_ms):
-            problem = ErrorCode.REQUEST_TIMED_OUT, f"{voter_id} is not fetching from the leader"
+        problem = problem or self._lagging(voter_id)
+        entry = VoterEntry(voter_id, body.get("voter_directory_id"),
+                           tuple(_endpoints(body.get("listeners") or [])))
+        me = self.voters.get(self.node_id)
+        listener = me.endpoints[0].name if me is not None and me.endpoints else None
+        endpoint = next((e for e in entry.endpoints if e.name == listener), entry.endpoints[0] if entry.endpoints else None)
+        if problem is None and endpoint is None:
+            problem = INVALID_REQUEST, f"no listener given for {voter_id}"
         if problem is not None:
             out.append(Respond(ref, ADD_RAFT_VOTER, version, _voter_change_response(*problem)))
             return
-        entry = VoterEntry(voter_id, body.get("voter_directory_id"),
-                           tuple(_endpoints(body.get("listeners") or [])))
-        offset = self._append_voters(self.voters.adding(entry), out)
-        self.pending_change = _PendingVoterChange(ref, ADD_RAFT_VOTER, offset,
-                                                  self.now + max(body.get("timeout_ms") or 0,
-                                                                 self.config.request_timeout_ms))
+        # As Kafka's leader does (KIP-853): ask the new voter's endpoint for ApiVersions first.
+        # A voter nobody can reach, or that cannot follow the kraft.version, would take a place
+        # in every majority from the moment the VotersRecord is appended.
+        rid = self._send(voter_id, API_VERSIONS, {"client_software_name": "strom-raft",
+                                                  "client_software_version": "1"},
+                         out, address=(endpoint.host, endpoint.port))
+        self.add_probe = _AddVoterProbe(ref, version, entry, body.get("timeout_ms") or 0, rid)
+
+    def _lagging(self, voter_id: int) -> tuple[int, str] | None:
+        """Kafka's isReplicaCaughtUp for a voter to be added: fetching, and caught up lately."""
+        obs = self.observers.get(voter_id)
+        horizon = self.now - self.config.fetch_timeout_ms
+        if obs is None or obs.last_fetch_ms < horizon:
+            return ErrorCode.REQUEST_TIMED_OUT, f"{voter_id} is not fetching from the leader"
+        if obs.last_caught_up_ms < 0 or obs.last_caught_up_ms < horizon:
+            return ErrorCode.REQUEST_TIMED_OUT, f"{voter_id} is lagging behind"
+        return None
+
+    def _answer_probe(self, error: int, message: str, out: list[Effect]) -> None:
+        probe, self.add_probe = self.add_probe, None
+        self.inflight.pop(probe.request_id, None)
+        out.append(Respond(probe.ref, ADD_RAFT_VOTER, probe.version, _voter_change_response(error, message)))
+
+    def _on_api_versions_response(self, rid: int, sent: _InFlight, body: dict, out: list[Effect]) -> None:
+        probe = self.add_probe
+        if probe is None or rid != probe.request_id:
+            return
+        voter_id = probe.entry.voter_id
+        if body.get("error_code"):
+            self._answer_probe(ErrorCode.REQUEST_TIMED_OUT,
+                               f"ApiVersions of new voter {voter_id} answered error {body['error_code']}", out)
+            return
+        kraft = next((f for f in body.get("supported_features") or () if f.get("name") == "kraft.version"), None)
+        if kraft is None or not kraft["min_version"] <= self.kraft_version <= kraft["max_version"]:
+            self._answer_probe(INVALID_REQUEST, f"new voter {voter_id} does not support kraft.version "
+                                                f"{self.kraft_version}", out)
+            return
+        self.add_probe = None
+        problem = self._voter_change_check() or self._lagging(voter_id)
+        if problem is None and voter_id in self.voters:
+            problem = DUPLICATE_VOTER, f"{voter_id} is already a voter"
+        if problem is not None:
+            out.append(Respond(probe.ref, ADD_RAFT_VOTER, probe.version, _voter_change_response(*problem)))
+            return
+        offset = self._append_voters(self.voters.adding(probe.entry), out)
+        self.pending_change = _PendingVoterChange(probe.ref, ADD_RAFT_VOTER, offset,
+                                                  self.now + max(probe.timeout_ms, self.config.request_timeout_ms))
 
     def _on_remove_voter(self, ref: Any, version: int, body: dict, out: list[Effect]) -> None:
         problem = self._voter_change_check()

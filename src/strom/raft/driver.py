@@ -243,7 +243,10 @@ class RaftDriver:
             # asyncio.timeout, not wait_for, which in Python 3.11 loses a cancellation that
             # arrives with the answer
             async with asyncio.timeout(self.config.request_timeout_ms / 1000):
-                body = await self._send_fn(e.dest, e.api_key, e.version, e.body)
+                if e.address is None:
+                    body = await self._send_fn(e.dest, e.api_key, e.version, e.body)
+                else:
+                    body = await self._send_fn(e.dest, e.api_key, e.version, e.body, address=e.address)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

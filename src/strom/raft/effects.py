@@ -21,6 +21,7 @@ class Send:
     version: int
     body: dict[str, Any]
     request_id: int
+    address: tuple[str, int] | None = None  # where `dest` listens, when its id alone does not say
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,8 +180,11 @@ class ControllerApis:
         if ctx.header.api_version >= 3:
             levels = self.controller.image.features
             response |= {
+                # kraft.version too, as Kafka's controllers list it: a leader adding this node
+                # as a voter reads it from here (KIP-853)
                 "supported_features": [{"name": n, "min_version": f.min_level, "max_version": f.max_level}
-                                       for n, f in SUPPORTED.items()],
+                                       for n, f in SUPPORTED.items()]
+                + [{"name": "kraft.version", "min_version": 0, "max_version": 1}],
                 "finalized_features_epoch": self.controller.image.end_offset - 1,
                 "finalized_features": [{"name": n, "max_version_level": v, "min_version_level": v}
                                        for n, v in sorted(levels.items())],

@@ -141,6 +141,12 @@ class ControllerServer:
         self.thread = LoopThread(f"controller-{self.node_id}")
         await self.thread.call(self._startup())
 
+    async def _raft_send(self, node: int, api_key: int, version: int, fields: dict,
+                         address: tuple[str, int] | None = None) -> Any:
+        if address is not None:  # a voter being added: where its AddRaftVoter says it listens
+            self.transport.learned[node] = address
+        return await self.transport(node, api_key, version, fields)
+
     async def _startup(self) -> None:
         config = self.config
         self._applying = asyncio.Lock()
@@ -149,7 +155,7 @@ class ControllerServer:
         features, extra = read_bootstrap(config.metadata_log_dir)
         self.transport = RaftTransport(qc, config.controller_listener_names[0], lambda: self.driver.core.voters,
                                        security)
-        self.driver = RaftDriver(qc, self.metadata_dir, self.transport, rng=random.Random(),
+        self.driver = RaftDriver(qc, self.metadata_dir, self._raft_send, rng=random.Random(),
                                  directory_id=self.directory_id, segment_bytes=config["metadata.log.segment.bytes"])
         limits = Limits(default_partitions=config["num.partitions"],
                         default_replication_factor=config["default.replication.factor"],
