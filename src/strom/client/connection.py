@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from typing import Any
 
-from strom.client.security import ClientSecurity
+from strom.client.security import ClientSecurity, reauthentication_time
 from strom.protocol.frames import FrameDecoder
 from strom.protocol.messages import decode_response, encode_request
 
@@ -26,17 +27,28 @@ class Connection:
         self.decoder = FrameDecoder(MAX_FRAME, trusted=True)
         self.client_id = client_id
         self.correlation = 0
+        self.security = security
+        self.reauthenticate_at: float | None = None  # KIP-368: when the SASL session is renewed
         if security is not None:
-            steps = security.exchange()
-            try:
-                request = next(steps)
-                while True:
-                    request = steps.send(self.call(*request))
-            except StopIteration:
-                pass
+            self._authenticate()
+
+    def _authenticate(self) -> None:
+        steps = self.security.exchange()
+        try:
+            request = next(steps)
+            while True:
+                request = steps.send(self._call(*request))
+        except StopIteration as done:
+            self.reauthenticate_at = reauthentication_time(done.value)
 
     def call(self, api_key: int, version: int, fields: dict[str, Any]) -> Any:
-        """Send one request and return the decoded response body."""
+        """Send one request and return the decoded response body. A SASL session whose time has
+        come is renewed first, between requests, as Kafka's clients do (KIP-368)."""
+        if self.reauthenticate_at is not None and time.monotonic() >= self.reauthenticate_at:
+            self._authenticate()
+        return self._call(api_key, version, fields)
+
+    def _call(self, api_key: int, version: int, fields: dict[str, Any]) -> Any:
         self.correlation += 1
         self.send_raw(encode_request(api_key, version, fields, self.correlation, self.client_id))
         payload = self.read_frame()
@@ -83,11 +95,14 @@ class AsyncConnection:
     (later) a follower's fetcher use it. Not thread-safe; one user at a time."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 client_id: str) -> None:
+                 client_id: str, security: ClientSecurity | None = None, timeout_s: float = 10.0) -> None:
         self.reader = reader
         self.writer = writer
         self.client_id = client_id
         self.correlation = 0
+        self.security = security
+        self.timeout_s = timeout_s  # for each request of a (re-)authentication
+        self.reauthenticate_at: float | None = None  # KIP-368: when the SASL session is renewed
 
     @classmethod
     async def open(cls, host: str, port: int, client_id: str = "strom", timeout_s: float = 10.0,
@@ -99,22 +114,35 @@ class AsyncConnection:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = cls(reader, writer, client_id)
+        conn = cls(reader, writer, client_id, security, timeout_s)
         if security is not None:
-            steps = security.exchange()
             try:
-                request = next(steps)
-                while True:
-                    request = steps.send(await conn.call(*request, timeout_s=timeout_s))
-            except StopIteration:
-                pass
+                await conn._authenticate()
             except BaseException:
                 conn.close()
                 raise
         return conn
 
+    async def _authenticate(self) -> None:
+        steps = self.security.exchange()
+        try:
+            request = next(steps)
+            while True:
+                request = steps.send(await self._call(*request, timeout_s=self.timeout_s))
+        except StopIteration as done:
+            self.reauthenticate_at = reauthentication_time(done.value)
+
     async def call(self, api_key: int, version: int, fields: dict[str, Any],
                    timeout_s: float = 30.0) -> Any:
+        """Send one request and return the decoded response body. Requests go one at a time, so
+        a SASL session whose time has come is renewed here, before the next one and never
+        between a request and its answer (KIP-368): otherwise the broker closes the connection
+        at the first request after the session's end (connections.max.reauth.ms)."""
+        if self.reauthenticate_at is not None and time.monotonic() >= self.reauthenticate_at:
+            await self._authenticate()
+        return await self._call(api_key, version, fields, timeout_s)
+
+    async def _call(self, api_key: int, version: int, fields: dict[str, Any], timeout_s: float) -> Any:
         self.correlation += 1
         self.writer.write(encode_request(api_key, version, fields, self.correlation, self.client_id))
         await self.writer.drain()

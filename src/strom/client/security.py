@@ -4,7 +4,9 @@ blocking and the asyncio connection share it."""
 
 from __future__ import annotations
 
+import random
 import ssl
+import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -59,11 +61,13 @@ class ClientSecurity:
                    options.get("password", props.get("sasl.password", "")),
                    options.get("tokenauth", "").lower() == "true")
 
-    def exchange(self) -> Generator[tuple[int, int, dict], Any, None]:
+    def exchange(self) -> Generator[tuple[int, int, dict], Any, int]:
         """The SASL requests to send, each answered by the response sent back in (sans-I/O, so
-        the blocking and the asyncio connection share it)."""
+        the blocking and the asyncio connection share it). Returns the session's lifetime in ms
+        the broker set (KIP-368; 0: unlimited). Run again on an authenticated connection, it
+        re-authenticates it."""
         if self.sasl_mechanism is None:
-            return
+            return 0
         handshake = yield SASL_HANDSHAKE, 1, {"mechanism": self.sasl_mechanism}
         if handshake.error_code:
             raise AuthenticationError(f"SASL mechanism {self.sasl_mechanism} refused (error {handshake.error_code}); "
@@ -83,3 +87,14 @@ class ClientSecurity:
                 raise AuthenticationError("the broker's SCRAM signature is wrong: it does not know the password")
         if answer.error_code:
             raise AuthenticationError(answer.error_message or f"SASL authentication failed (error {answer.error_code})")
+        return answer.session_lifetime_ms
+
+
+def reauthentication_time(session_lifetime_ms: int) -> float | None:
+    """When (time.monotonic()) to re-authenticate a session of this lifetime that has just
+    begun (KIP-368): at a random point between 85% and 95% of it, as Kafka's clients do, which
+    leaves room for the round trip and spreads many connections' renewals apart. None: the
+    session does not end."""
+    if session_lifetime_ms <= 0:
+        return None
+    return time.monotonic() + session_lifetime_ms * random.uniform(0.85, 0.95) / 1000
