@@ -146,8 +146,8 @@ def test_other_refusals(broker, topic):
     append = incremental(broker.bootstrap, ResourceType.TOPIC, topic,
                          [op("retention.ms", "5", AlterConfigOpType.APPEND)])
     assert append.code() == KafkaError.INVALID_CONFIG
-    read_only = incremental(broker.bootstrap, ResourceType.BROKER, "0", [op("num.io.threads", "4")])
-    assert read_only.code() == KafkaError.INVALID_CONFIG and "dynamically" in read_only.str()
+    read_only = incremental(broker.bootstrap, ResourceType.BROKER, "0", [op("num.partitions", "4")])
+    assert read_only.code() == KafkaError.INVALID_REQUEST and "dynamically" in read_only.str()
 
 
 def test_retention_change_takes_effect_without_restart(retention_broker, topic):
@@ -213,7 +213,7 @@ def test_dynamic_broker_configs_apply_live_and_survive_restart(retention_broker,
     assert (broker0["message.max.bytes"].value, source(broker0["message.max.bytes"])) == \
         ("500000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
     assert source(broker0["log.retention.bytes"]) == ConfigSource.STATIC_BROKER_CONFIG
-    assert broker0["num.io.threads"].is_read_only and not broker0["log.retention.ms"].is_read_only
+    assert broker0["num.partitions"].is_read_only and not broker0["log.retention.ms"].is_read_only
     bad = incremental(bootstrap, ResourceType.BROKER, "0", [op("log.cleaner.min.cleanable.ratio", "2")])
     assert bad.code() == KafkaError.INVALID_CONFIG
     # Everything above is in the metadata store: a restart keeps it.

@@ -16,6 +16,7 @@ from typing import Any
 
 from strom.config import docs as config_docs
 from strom.config.broker import DEFINITIONS, SENSITIVE
+from strom.config.dynamic_modes import EFFECT, REFUSED
 from strom.config.synonyms import BROKER_SYNONYMS
 from strom.log.config import TOPIC_CONFIG_KEYS, TOPIC_CONFIG_TYPES, LogConfig
 
@@ -33,16 +34,9 @@ _BROKER_GROUPS = [
     ("log.roll.jitter.ms", "log.roll.jitter.hours"),
 ]
 
-# Broker configs that AlterConfigs may change at runtime; the rest are read-only, as in Kafka.
-# These are the topic defaults (the highest-precedence name of each: log.retention.ms, not
-# log.retention.hours) and the cleaner's settings.
-DYNAMIC_BROKER_CONFIGS = frozenset(
-    {names[0] for names in BROKER_SYNONYMS.values()}
-    | {"leader.replication.throttled.rate", "follower.replication.throttled.rate",
-       "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"}
-    | {"log.cleaner.threads", "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size",
-       "log.cleaner.io.buffer.load.factor"}
-)
+# Broker configs that AlterConfigs may change at runtime (Kafka 4.0's dynamic sets, less those
+# Strom cannot change while running); the rest are read-only, as in Kafka.
+DYNAMIC_BROKER_CONFIGS = frozenset(k for k, effect in EFFECT.items() if effect != REFUSED)
 
 LIST_CONFIGS = frozenset({"cleanup.policy", "log.cleanup.policy", "listeners", "advertised.listeners",
                           "leader.replication.throttled.replicas", "follower.replication.throttled.replicas",

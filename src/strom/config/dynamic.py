@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from strom.config.broker import DEFINITIONS, BrokerConfig, ConfigError
-from strom.config.describe import DYNAMIC_BROKER_CONFIGS, ConfigLayers
+from strom.config import dynamic_modes as modes
+from strom.config.broker import DEFINITIONS, BrokerConfig, ConfigError, is_kafka_broker_config
+from strom.config.describe import ConfigLayers
 from strom.protocol.errors import ErrorCode, KafkaError
 
 DEFAULT_ENTITY = "<default>"  # Kafka's ZooKeeper name for the cluster-wide default
@@ -64,6 +65,34 @@ def machine_bound_error(key: str, value: int | None) -> str | None:
     return None
 
 
+def check_dynamic(is_default: bool, configs: Mapping[str, str]) -> None:
+    """Kafka's checks of a dynamic broker config change (DynamicBrokerConfig.validateConfigs),
+    before any value is parsed: each key known, dynamic, at a scope that takes it, and of its
+    type. A key that may not be changed so is INVALID_REQUEST, as Kafka answers; a key no broker
+    knows, or a bad value, INVALID_CONFIG."""
+    def names(keys: list[str]) -> str:
+        return ", ".join(sorted(keys))
+
+    unknown = [k for k in configs if k not in DEFINITIONS and not is_kafka_broker_config(k)]
+    if unknown:
+        raise KafkaError(f"Unknown broker config: {names(unknown)}", ErrorCode.INVALID_CONFIG)
+    unprefixed = [k for k in configs if k in modes.LISTENER_PREFIX_ONLY]
+    if unprefixed:
+        raise KafkaError("These security configs can be dynamically updated only per-listener using the "
+                         f"listener prefix: {names(unprefixed)}", ErrorCode.INVALID_REQUEST)
+    static_only = [k for k in configs if modes.mode_of(k) is None or modes.effect_of(k) == modes.REFUSED]
+    if static_only:
+        raise KafkaError(f"Cannot update these configs dynamically: {names(static_only)}",
+                         ErrorCode.INVALID_REQUEST)
+    for key, value in sorted(configs.items()):
+        if (error := modes.value_error(key, value)) is not None:
+            raise KafkaError(error, ErrorCode.INVALID_CONFIG)
+    per_broker = [k for k in configs if modes.mode_of(k) == modes.PER_BROKER]
+    if is_default and per_broker:
+        raise KafkaError("Cannot update these configs at default cluster level, broker id must be "
+                         f"specified: {names(per_broker)}", ErrorCode.INVALID_REQUEST)
+
+
 class DynamicBrokerConfig:
     def __init__(self, static: BrokerConfig) -> None:
         self.static = static
@@ -86,13 +115,7 @@ class DynamicBrokerConfig:
         """The effective config if the entity's dynamic configs became `configs`; raises
         KafkaError(INVALID_CONFIG) naming the problem. `stepwise`: a change from the current
         config, to which Kafka's per-step rule applies (not so for what start-up loads)."""
-        unknown = sorted(k for k in configs if k not in DEFINITIONS)
-        if unknown:
-            raise KafkaError(f"Unknown broker config: {', '.join(unknown)}", ErrorCode.INVALID_CONFIG)
-        static_only = sorted(k for k in configs if k not in DYNAMIC_BROKER_CONFIGS)
-        if static_only:
-            raise KafkaError(f"Cannot update these configs dynamically: {', '.join(static_only)}",
-                             ErrorCode.INVALID_CONFIG)
+        check_dynamic(is_default, configs)
         default = configs if is_default else self.default
         per_broker = self.per_broker if is_default else configs
         try:
@@ -108,7 +131,7 @@ class DynamicBrokerConfig:
                              f"most a factor of 2 at a time (currently {current})",
                              ErrorCode.INVALID_CONFIG)
         for key in sorted(configs):
-            if (error := machine_bound_error(key, effective[key])) is not None:
+            if (error := machine_bound_error(key, effective.values.get(key))) is not None:
                 raise KafkaError(error, ErrorCode.INVALID_CONFIG)
         return effective
 

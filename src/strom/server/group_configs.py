@@ -4,7 +4,9 @@ IncrementalAlterConfigs, AlterConfigs and DescribeConfigs manage, stored at
 
 Strom applies the share group ones it uses: share.auto.offset.reset (where a share group
 starts reading a partition it never read), share.record.lock.duration.ms (bounded by
-group.share.min/max.record.lock.duration.ms) and share.isolation.level. The overrides live
+group.share.min/max.record.lock.duration.ms) and share.isolation.level. Kafka 4.0's session
+timeouts and heartbeat intervals (consumer.*, share.*) are validated against the broker's
+min/max bounds and stored; the coordinators do not read them yet. The overrides live
 in the ConfigRepository (`groups`): read at start-up, and followed on every broker through
 /config/changes like topic configs.
 """
@@ -27,7 +29,29 @@ GROUP_CONFIG_DOCS = {
     "share.record.lock.duration.ms": "How long a record acquired by a share group member stays locked to it "
                                      "before it becomes available to the group again.",
 }
+GROUP_CONFIG_DOCS.update({
+    "consumer.session.timeout.ms": "A consumer group's session timeout (KIP-848), within "
+                                   "group.consumer.min/max.session.timeout.ms. Accepted and stored; Strom's "
+                                   "coordinator still gives every group group.consumer.session.timeout.ms.",
+    "consumer.heartbeat.interval.ms": "A consumer group's heartbeat interval (KIP-848), within "
+                                      "group.consumer.min/max.heartbeat.interval.ms. Accepted and stored; Strom's "
+                                      "coordinator still gives every group group.consumer.heartbeat.interval.ms.",
+    "share.session.timeout.ms": "A share group's session timeout, within group.share.min/max.session.timeout.ms. "
+                                "Accepted and stored; Strom still uses group.share.session.timeout.ms.",
+    "share.heartbeat.interval.ms": "A share group's heartbeat interval, within "
+                                   "group.share.min/max.heartbeat.interval.ms. Accepted and stored; Strom still "
+                                   "uses group.share.heartbeat.interval.ms.",
+})
 DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted"}
+# Group configs bounded by a pair of broker configs (Kafka's GroupConfig validation), each
+# defaulting to the broker config of its own name.
+_BOUNDED = {
+    "share.record.lock.duration.ms": "group.share.{}.record.lock.duration.ms",
+    "consumer.session.timeout.ms": "group.consumer.{}.session.timeout.ms",
+    "consumer.heartbeat.interval.ms": "group.consumer.{}.heartbeat.interval.ms",
+    "share.session.timeout.ms": "group.share.{}.session.timeout.ms",
+    "share.heartbeat.interval.ms": "group.share.{}.heartbeat.interval.ms",
+}
 
 
 def _validate(broker: Any, name: str, value: str) -> None:
@@ -40,8 +64,8 @@ def _validate(broker: Any, name: str, value: str) -> None:
     elif name == "share.isolation.level":
         if value not in ("read_committed", "read_uncommitted"):
             raise bad("String must be one of: read_committed, read_uncommitted")
-    elif name == "share.record.lock.duration.ms":
-        low, high = (broker.config[f"group.share.{b}.record.lock.duration.ms"] for b in ("min", "max"))
+    elif name in _BOUNDED:
+        low, high = (broker.config[_BOUNDED[name].format(b)] for b in ("min", "max"))
         try:
             n = int(value)
         except ValueError:
@@ -53,7 +77,7 @@ def _validate(broker: Any, name: str, value: str) -> None:
 
 
 def defaults(broker: Any) -> dict[str, str]:
-    return {**DEFAULTS, "share.record.lock.duration.ms": str(broker.config["group.share.record.lock.duration.ms"])}
+    return {**DEFAULTS, **{name: str(broker.config["group." + name]) for name in _BOUNDED}}
 
 
 def describe(broker: Any, group_id: str, keys: Iterable[str] | None, include_docs: bool) -> list[dict]:
