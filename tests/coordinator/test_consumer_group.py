@@ -127,6 +127,21 @@ def test_session_expiry_and_leave_fence_members(env):
     assert group.target["a"] == {T1: {0, 1, 2, 3}}
 
 
+def test_a_groups_own_session_timeout_and_heartbeat_interval_replace_the_brokers(env):
+    """GROUP configs consumer.session.timeout.ms / consumer.heartbeat.interval.ms (KIP-848) for
+    this group replace the broker's group.consumer.* values; other groups keep those."""
+    coordinator, scheduler, _ = env
+    overrides = {G: {"consumer.session.timeout.ms": "8000", "consumer.heartbeat.interval.ms": "900"}}
+    coordinator.group_overrides = lambda group_id: overrides.get(group_id, {})
+    assert hb(coordinator, "a", 0).heartbeat_interval_ms == 900
+    scheduler.advance(5000)  # past the broker's 3000 ms, within the group's 8000
+    assert set(coordinator.groups[G].members) == {"a"}
+    scheduler.advance(3500)
+    assert G not in coordinator.groups or not coordinator.groups[G].members
+    overrides.clear()
+    assert hb(coordinator, "b", 0).heartbeat_interval_ms == 500
+
+
 def test_static_member_temporary_leave_and_rejoin_keeps_assignment(env):
     coordinator, scheduler, _ = env
     hb(coordinator, "a", 0, instance_id="i-a")

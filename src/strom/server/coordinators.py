@@ -33,6 +33,7 @@ class Coordinators:
         transaction coordinator finishes the transactions it finds prepared."""
         broker = self.broker
         group = create_group_coordinator(broker)
+        group.group_overrides = lambda group_id: broker.group_configs.get(group_id, {})
         group.startup(group.store.load())
         # Finishing a transaction found prepared writes its markers, and one on a partition of
         # __consumer_offsets applies its offsets through the group coordinator: it must be in

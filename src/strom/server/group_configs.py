@@ -31,16 +31,16 @@ GROUP_CONFIG_DOCS = {
 }
 GROUP_CONFIG_DOCS.update({
     "consumer.session.timeout.ms": "A consumer group's session timeout (KIP-848), within "
-                                   "group.consumer.min/max.session.timeout.ms. Accepted and stored; Strom's "
-                                   "coordinator still gives every group group.consumer.session.timeout.ms.",
+                                   "group.consumer.min/max.session.timeout.ms; replaces "
+                                   "group.consumer.session.timeout.ms for this group.",
     "consumer.heartbeat.interval.ms": "A consumer group's heartbeat interval (KIP-848), within "
-                                      "group.consumer.min/max.heartbeat.interval.ms. Accepted and stored; Strom's "
-                                      "coordinator still gives every group group.consumer.heartbeat.interval.ms.",
-    "share.session.timeout.ms": "A share group's session timeout, within group.share.min/max.session.timeout.ms. "
-                                "Accepted and stored; Strom still uses group.share.session.timeout.ms.",
+                                      "group.consumer.min/max.heartbeat.interval.ms; replaces "
+                                      "group.consumer.heartbeat.interval.ms for this group.",
+    "share.session.timeout.ms": "A share group's session timeout, within group.share.min/max.session.timeout.ms; "
+                                "replaces group.share.session.timeout.ms for this group.",
     "share.heartbeat.interval.ms": "A share group's heartbeat interval, within "
-                                   "group.share.min/max.heartbeat.interval.ms. Accepted and stored; Strom still "
-                                   "uses group.share.heartbeat.interval.ms.",
+                                   "group.share.min/max.heartbeat.interval.ms; replaces "
+                                   "group.share.heartbeat.interval.ms for this group.",
 })
 DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted"}
 # Group configs bounded by a pair of broker configs (Kafka's GroupConfig validation), each

@@ -207,8 +207,7 @@ class ConsumerGroupCoordinator(EpochGroupCoordinator):
         full = req.member_epoch == 0 or (req.rebalance_timeout_ms != -1 and req.owned is not None and (
             req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
         changed = before != member.assigned
-        return HeartbeatResponse(member.member_id, member.member_epoch,
-                                 self.config.consumer_heartbeat_interval_ms,
+        return HeartbeatResponse(member.member_id, member.member_epoch, self._heartbeat_interval_ms(group.group_id),
                                  member.assigned if full or changed else None)
 
     def _validate(self, req: HeartbeatRequest) -> None:
@@ -447,7 +446,7 @@ class ConsumerGroupCoordinator(EpochGroupCoordinator):
         group = self.coordinator.groups.get(req.group_id)
         if not isinstance(group, ConsumerGroup):
             raise KafkaError(f"Group {req.group_id} not found.", ErrorCode.GROUP_ID_NOT_FOUND)
-        interval = self.config.consumer_heartbeat_interval_ms
+        interval = self._heartbeat_interval_ms(group.group_id)
         if req.instance_id is None:
             member = group.members.get(req.member_id)
             if member is None:
@@ -487,9 +486,13 @@ class ConsumerGroupCoordinator(EpochGroupCoordinator):
         group.current_state_timestamp = self.coordinator.scheduler.now_ms()
         self._assign(group)
 
-    @property
-    def _session_timeout_ms(self) -> int:
-        return self.config.consumer_session_timeout_ms
+    def _session_timeout_ms(self, group: ConsumerGroup) -> int:
+        return self._group_setting(group.group_id, "consumer.session.timeout.ms",
+                                   self.config.consumer_session_timeout_ms)
+
+    def _heartbeat_interval_ms(self, group_id: str) -> int:
+        return self._group_setting(group_id, "consumer.heartbeat.interval.ms",
+                                   self.config.consumer_heartbeat_interval_ms)
 
     def _session_expired(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
         log.info("group %s: member %s fenced because its session expired", group.group_id, member.member_id)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -140,6 +140,9 @@ class GroupCoordinator:
         # Offsets committed inside open transactions: producer id -> group -> offsets.
         self.pending_txn_offsets: PendingTxnOffsets = {}
         self.active = False
+        # A group's GROUP config overrides (IncrementalAlterConfigs on the group resource):
+        # consumer.* and share.* timeouts there replace the broker's group.* defaults.
+        self.group_overrides: Callable[[str], Mapping[str, str]] = lambda _group_id: {}
         self.consumer_groups: Any = None  # the KIP-848 side, attached by `consumer_group.py`
         self.share_groups: Any = None  # KIP-932 share groups, attached by `share_group.py`
 

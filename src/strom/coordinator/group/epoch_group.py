@@ -97,9 +97,14 @@ class EpochGroupCoordinator:
         """A new target assignment for the group epoch."""
         raise NotImplementedError
 
-    @property
-    def _session_timeout_ms(self) -> int:
+    def _session_timeout_ms(self, group: Any) -> int:
         raise NotImplementedError
+
+    def _group_setting(self, group_id: str, name: str, default: int) -> int:
+        """The group's own value of a GROUP config (`consumer.session.timeout.ms`...), else the
+        broker's default; validated when it was set."""
+        value = self.coordinator.group_overrides(group_id).get(name)
+        return default if value is None else int(value)
 
     def _session_expired(self, group: Any, member: Any) -> None:
         raise NotImplementedError
@@ -126,4 +131,4 @@ class EpochGroupCoordinator:
             if group.members.get(member.member_id) is member:
                 self._session_expired(group, member)
 
-        member.session_timer = self.coordinator.scheduler.call_later(self._session_timeout_ms, expire)
+        member.session_timer = self.coordinator.scheduler.call_later(self._session_timeout_ms(group), expire)

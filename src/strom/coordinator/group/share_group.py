@@ -154,7 +154,9 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
         full = req.member_epoch == 0 or before != member.assigned or member.member_epoch != group.assignment_epoch
         member.member_epoch = group.assignment_epoch
         self._schedule_session_timeout(group, member)
-        return ShareHeartbeatResult(member.member_id, member.member_epoch, self.settings.heartbeat_interval_ms,
+        interval = self._group_setting(group.group_id, "share.heartbeat.interval.ms",
+                                       self.settings.heartbeat_interval_ms)
+        return ShareHeartbeatResult(member.member_id, member.member_epoch, interval,
                                     member.assigned if full else None)
 
     @staticmethod
@@ -218,9 +220,8 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
         for listener in self.member_listeners:
             listener(group.group_id, member.member_id)
 
-    @property
-    def _session_timeout_ms(self) -> int:
-        return self.settings.session_timeout_ms
+    def _session_timeout_ms(self, group: ShareGroup) -> int:
+        return self._group_setting(group.group_id, "share.session.timeout.ms", self.settings.session_timeout_ms)
 
     def _session_expired(self, group: ShareGroup, member: ShareGroupMember) -> None:
         self._remove(group, member, "fenced: its session expired")
