@@ -26,6 +26,7 @@ from strom.raft.core import (
     FETCH,
     FETCH_SNAPSHOT,
     INCONSISTENT_VOTER_SET,
+    INVALID_REQUEST,
     MAX_EPOCH,
     MAX_OBSERVERS,
     METADATA_TOPIC_ID,
@@ -322,8 +323,8 @@ def test_a_static_quorum_takes_election_messages_from_its_voters_only():
         body, effects = call(c, api, version, fields)
         assert part(body).error_code == INCONSISTENT_VOTER_SET, (api, fields)
         assert c.epoch == 0 and not any(isinstance(e, fx.PersistElectionState) for e in effects)
-    body, _ = call(c, 53, 1, begin(2, 5))  # a voter: followed
-    assert part(body).error_code == 0 and c.role is Role.FOLLOWER and c.leader_id == 2 and c.epoch == 5
+    body, _ = call(c, 53, 1, begin(2, 1))  # a voter: followed
+    assert part(body).error_code == 0 and c.role is Role.FOLLOWER and c.leader_id == 2 and c.epoch == 1
 
 
 def test_a_dynamic_quorum_hears_a_leader_its_voter_set_does_not_name():
@@ -331,8 +332,8 @@ def test_a_dynamic_quorum_hears_a_leader_its_voter_set_does_not_name():
     dynamic quorum follows a BeginQuorumEpoch from a node it does not know as a voter."""
     c = core()
     c.kraft_version = 1
-    body, _ = call(c, 53, 1, begin(9, 5))
-    assert part(body).error_code == 0 and c.leader_id == 9 and c.epoch == 5
+    body, _ = call(c, 53, 1, begin(9, 1))
+    assert part(body).error_code == 0 and c.leader_id == 9 and c.epoch == 1
 
 
 def test_no_election_past_the_largest_epoch():
@@ -449,6 +450,78 @@ def test_a_quorum_in_the_largest_epoch_elects_a_leader_in_it():
     assert leader.epoch == MAX_EPOCH and leader.node_id == 2
     c = core(election=ElectionState(MAX_EPOCH, 2, 2))  # it had a leader there: no second one
     assert not c.may_campaign
+
+
+def refused(c: RaftCore, api_key: int, fields: dict, now: int = 13) -> None:
+    """The request is refused (INVALID_REQUEST) and leaves the node as it was."""
+    before = (c.role, c.epoch, c.leader_id, c.election, c.leader_resigned, c.fetch_deadline)
+    body, effects = call(c, api_key, 1, fields, now=now)
+    assert part(body).error_code == INVALID_REQUEST, (api_key, fields)
+    assert (part(body).leader_id, part(body).leader_epoch) == (c.leader_id, c.epoch)
+    assert not any(isinstance(e, (fx.PersistElectionState, fx.LeaderChanged)) for e in effects)
+    assert (c.role, c.epoch, c.leader_id, c.election, c.leader_resigned, c.fetch_deadline) == before
+
+
+def test_a_forged_begin_quorum_epoch_moves_no_voter():
+    """A BeginQuorumEpoch comes from a leader that could have won its epoch: one epoch after the
+    voter's (or in it), and none while the voter hears a live leader (as KIP-996 refuses Votes).
+    One forged at the largest epoch left every voter following a leader that never was, with no
+    epoch left to elect a real one in."""
+    c = following()  # node 3, following 1 in epoch 1
+    for leader, epoch in ((2, MAX_EPOCH), (1, MAX_EPOCH), (2, 3), (2, 2)):
+        refused(c, 53, begin(leader, epoch, voter=3))
+    assert c.role is Role.FOLLOWER and c.leader_id == 1 and c.epoch == 1
+    leader = leader_of([1], epoch=2)
+    refused(leader, 53, begin(2, MAX_EPOCH))
+    refused(leader, 53, begin(2, 3))
+    assert leader.role is Role.LEADER and leader.epoch == 2
+    c = core(election=ElectionState(3, -1, -1))  # no leader known: one epoch ahead at most
+    for epoch in (5, MAX_EPOCH):
+        refused(c, 53, begin(2, epoch))
+    body, _ = call(c, 53, 1, begin(2, 4))
+    assert part(body).error_code == 0 and c.role is Role.FOLLOWER and (c.leader_id, c.epoch) == (2, 4)
+    c = core(election=ElectionState(5, -1, 2))  # the candidate it voted for won
+    body, _ = call(c, 53, 1, begin(2, 5))
+    assert part(body).error_code == 0 and (c.leader_id, c.epoch) == (2, 5)
+    c = following()
+    body, _ = call(c, 53, 1, begin(2, 2, voter=3), now=c.fetch_deadline)  # its leader went silent
+    assert part(body).error_code == 0 and c.role is Role.FOLLOWER and (c.leader_id, c.epoch) == (2, 2)
+
+
+def test_a_forged_end_quorum_epoch_changes_nothing():
+    """EndQuorumEpoch is the current leader resigning its current epoch: from anyone else, or
+    for another epoch, it is refused and changes nothing (a later epoch used to be taken)."""
+    c = following()  # node 3, following 1 in epoch 1
+    for leader, epoch in ((2, 1), (2, MAX_EPOCH), (1, MAX_EPOCH), (1, 2)):
+        refused(c, 54, end(leader, epoch))
+    leader = leader_of([1], epoch=2)
+    refused(leader, 54, end(2, 2))
+    refused(leader, 54, end(2, MAX_EPOCH))
+    c = core(election=ElectionState(3, -1, -1))
+    for leader, epoch in ((2, 3), (2, 4), (2, MAX_EPOCH)):
+        refused(c, 54, end(leader, epoch))
+    c = following()
+    deadline = c.fetch_deadline
+    body, _ = call(c, 54, 1, end(1, 1), now=13)  # its leader resigns: it stands soon
+    assert part(body).error_code == 0 and c.leader_resigned and c.fetch_deadline < deadline and c.epoch == 1
+
+
+def test_a_resigning_leader_is_succeeded_in_the_next_epoch():
+    """The checks on BeginQuorumEpoch and EndQuorumEpoch leave real elections alone: a leader
+    that resigns is succeeded in the next epoch, and every voter follows the new leader."""
+    from raft_sim import Simulation
+
+    sim = Simulation(11, voters=3)
+    sim.check_liveness(30_000)
+    for _ in range(2):
+        old = next(n for n in sim.nodes.values() if n.core.role is Role.LEADER)
+        epoch = old.core.epoch
+        sim._apply(old, old.core.resign(sim.now))
+        sim._schedule_tick(old)
+        sim.check_liveness(30_000)
+        new = next(n.core for n in sim.nodes.values() if n.core.role is Role.LEADER)
+        assert new.epoch == epoch + 1 and new.node_id != old.node_id
+        assert all(n.core.epoch == new.epoch and n.core.leader_id == new.node_id for n in sim.nodes.values())
 
 
 def dynamic_leader(voters: tuple = VOTERS[:1]) -> RaftCore:

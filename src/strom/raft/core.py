@@ -785,6 +785,15 @@ class RaftCore:
             out.append(Respond(ref, BEGIN_QUORUM_EPOCH, version, self._epoch_response(BEGIN_QUORUM_EPOCH,
                                                                                      INCONSISTENT_VOTER_SET)))
             return
+        if epoch > self.epoch and (epoch > self.epoch + 1 or self._hears_leader()):
+            # A leader's epoch is taken one past this voter's at most, as far as an election it
+            # could have voted in reaches (a vote it gave would have moved it there already); a
+            # voter further behind learns the epoch from the answers to its own pre-vote or fetch,
+            # and one that hears a live leader wants no other (KIP-996's rule for Vote). A forged
+            # one at the largest epoch left voters following a leader that never was, for good.
+            out.append(Respond(ref, BEGIN_QUORUM_EPOCH, version, self._epoch_response(BEGIN_QUORUM_EPOCH,
+                                                                                     INVALID_REQUEST)))
+            return
         if not (self.role is Role.FOLLOWER and epoch == self.epoch):
             self._become_follower(epoch, leader, out)
         out.append(Respond(ref, BEGIN_QUORUM_EPOCH, version, self._epoch_response(BEGIN_QUORUM_EPOCH, 0)))
@@ -812,19 +821,22 @@ class RaftCore:
             out.append(Respond(ref, END_QUORUM_EPOCH, version, self._epoch_response(END_QUORUM_EPOCH,
                                                                                    INCONSISTENT_VOTER_SET)))
             return
-        if epoch > self.epoch:
-            self._become_unattached(epoch, out)
-        elif self.role is Role.FOLLOWER and self.leader_id == leader:
-            # The leader is going away: stand for election soon, sooner the higher it ranked us.
-            self.leader_resigned = True
-            candidates = [c["candidate_id"] for c in p.get("preferred_candidates") or []]
-            candidates += list(p.get("preferred_successors") or [])
-            if self.node_id in candidates:
-                rank = candidates.index(self.node_id)
-                wait = min(self.config.retry_backoff_ms << min(rank, 20), self.config.election_backoff_max_ms)
-            else:
-                wait = self.config.election_backoff_max_ms + self.rng.randrange(max(1, self.config.election_timeout_ms))
-            self.fetch_deadline = min(self.fetch_deadline, self.now + wait)
+        if epoch != self.epoch or self.role is not Role.FOLLOWER or leader != self.leader_id:
+            # Only the leader this node follows ends its epoch: from anyone else, or for another
+            # epoch, it is forged (a later epoch taken from it moved voters where no one led).
+            out.append(Respond(ref, END_QUORUM_EPOCH, version, self._epoch_response(END_QUORUM_EPOCH,
+                                                                                   INVALID_REQUEST)))
+            return
+        # The leader is going away: stand for election soon, sooner the higher it ranked us.
+        self.leader_resigned = True
+        candidates = [c["candidate_id"] for c in p.get("preferred_candidates") or []]
+        candidates += list(p.get("preferred_successors") or [])
+        if self.node_id in candidates:
+            rank = candidates.index(self.node_id)
+            wait = min(self.config.retry_backoff_ms << min(rank, 20), self.config.election_backoff_max_ms)
+        else:
+            wait = self.config.election_backoff_max_ms + self.rng.randrange(max(1, self.config.election_timeout_ms))
+        self.fetch_deadline = min(self.fetch_deadline, self.now + wait)
         out.append(Respond(ref, END_QUORUM_EPOCH, version, self._epoch_response(END_QUORUM_EPOCH, 0)))
 
     def _on_end_response(self, rid: int, sent: _InFlight, body: dict, out: list[Effect]) -> None:
