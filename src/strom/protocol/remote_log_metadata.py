@@ -21,7 +21,7 @@ import struct
 import uuid
 from dataclasses import dataclass
 
-from strom.protocol.varint import VarintError, read_uvarint, skip_tagged_fields, write_uvarint
+from strom.protocol.record_schema import Reader, RecordFormatError, Writer
 
 FRAME_VERSION = 1
 SEGMENT_METADATA = 0
@@ -30,7 +30,6 @@ PARTITION_DELETE_METADATA = 2
 SEGMENT_METADATA_SNAPSHOT = 3
 VERSION = 0  # the only version of each; flexible from 0
 
-_I8, _I32, _I64 = struct.Struct(">b"), struct.Struct(">i"), struct.Struct(">q")
 _STRING_MAX = 0x7FFF  # Kafka's strings are at most Short.MAX_VALUE bytes
 
 
@@ -103,78 +102,39 @@ RemoteLogMetadataRecord = (RemoteLogSegmentMetadataRecord | RemoteLogSegmentMeta
 # --- encoding ---
 
 
-class _Writer:
-    __slots__ = ("out",)
+class _Writer(Writer):
+    """The flexible encoding of record_schema, with this topic's structs."""
 
     def __init__(self) -> None:
-        self.out = bytearray()
-
-    def uvarint(self, n: int) -> None:
-        self.out += write_uvarint(n)
+        super().__init__(flexible=True)
 
     def header(self, api_key: int) -> None:
-        self.uvarint(FRAME_VERSION)
-        self.uvarint(api_key)
-        self.uvarint(VERSION)
+        self.uvarint(FRAME_VERSION).uvarint(api_key).uvarint(VERSION)
 
-    def int8(self, n: int) -> None:
-        self.out += _I8.pack(n)
-
-    def int32(self, n: int) -> None:
-        self.out += _I32.pack(n)
-
-    def int64(self, n: int) -> None:
-        self.out += _I64.pack(n)
-
-    def uuid(self, u: uuid.UUID) -> None:
-        self.out += u.bytes
-
-    def string(self, s: str) -> None:
-        b = s.encode()
-        if len(b) > _STRING_MAX:
-            raise RemoteLogMetadataError(f"string of {len(b)} bytes is longer than {_STRING_MAX}")
-        self.uvarint(len(b) + 1)
-        self.out += b
-
-    def nullable_bytes(self, b: bytes | None) -> None:
-        if b is None:
-            self.uvarint(0)
-        else:
-            self.uvarint(len(b) + 1)
-            self.out += b
-
-    def no_tags(self) -> None:
-        self.uvarint(0)
+    def checked_string(self, s: str) -> None:
+        if len(s.encode()) > _STRING_MAX:
+            raise RemoteLogMetadataError(f"string of {len(s.encode())} bytes is longer than {_STRING_MAX}")
+        self.string(s)
 
     def topic_id_partition(self, tp: TopicIdPartition) -> None:
-        self.string(tp.name)
-        self.uuid(tp.topic_id)
-        self.int32(tp.partition)
-        self.no_tags()
+        self.checked_string(tp.name)
+        self.uuid(tp.topic_id).int32(tp.partition).tagged_fields()
 
     def segment_id(self, s: RemoteLogSegmentIdEntry) -> None:
         self.topic_id_partition(s.topic_id_partition)
-        self.uuid(s.id)
-        self.no_tags()
+        self.uuid(s.id).tagged_fields()
 
     def leader_epochs(self, epochs: tuple[tuple[int, int], ...]) -> None:
-        self.uvarint(len(epochs) + 1)
+        self.array_length(len(epochs))
         for epoch, offset in epochs:
-            self.int32(epoch)
-            self.int64(offset)
-            self.no_tags()
+            self.int32(epoch).int64(offset).tagged_fields()
 
     def segment_fields(self, record: RemoteLogSegmentMetadataRecord | RemoteLogSegmentMetadataSnapshotRecord) -> None:
         """What follows the segment's id, the same in a metadata record and a snapshot's."""
-        self.int64(record.start_offset)
-        self.int64(record.end_offset)
-        self.int32(record.broker_id)
-        self.int64(record.max_timestamp_ms)
-        self.int64(record.event_timestamp_ms)
+        self.int64(record.start_offset).int64(record.end_offset).int32(record.broker_id)
+        self.int64(record.max_timestamp_ms).int64(record.event_timestamp_ms)
         self.leader_epochs(record.segment_leader_epochs)
-        self.int32(record.segment_size_in_bytes)
-        self.nullable_bytes(record.custom_metadata)
-        self.int8(record.state)
+        self.int32(record.segment_size_in_bytes).bytes_(record.custom_metadata).int8(record.state)
 
 
 def encode(record: RemoteLogMetadataRecord) -> bytes:
@@ -188,16 +148,12 @@ def encode(record: RemoteLogMetadataRecord) -> bytes:
         elif isinstance(record, RemoteLogSegmentMetadataUpdateRecord):
             w.header(SEGMENT_METADATA_UPDATE)
             w.segment_id(record.segment_id)
-            w.int32(record.broker_id)
-            w.int64(record.event_timestamp_ms)
-            w.nullable_bytes(record.custom_metadata)
-            w.int8(record.state)
+            w.int32(record.broker_id).int64(record.event_timestamp_ms)
+            w.bytes_(record.custom_metadata).int8(record.state)
         elif isinstance(record, RemotePartitionDeleteMetadataRecord):
             w.header(PARTITION_DELETE_METADATA)
             w.topic_id_partition(record.topic_id_partition)
-            w.int32(record.broker_id)
-            w.int64(record.event_timestamp_ms)
-            w.int8(record.state)
+            w.int32(record.broker_id).int64(record.event_timestamp_ms).int8(record.state)
         elif isinstance(record, RemoteLogSegmentMetadataSnapshotRecord):
             w.header(SEGMENT_METADATA_SNAPSHOT)
             w.uuid(record.segment_id)
@@ -206,74 +162,44 @@ def encode(record: RemoteLogMetadataRecord) -> bytes:
             raise TypeError(f"not a remote log metadata record: {type(record).__name__}")
     except struct.error as e:  # a field out of its type's range
         raise RemoteLogMetadataError(f"{type(record).__name__}: {e}") from None
-    w.no_tags()  # the message's own tagged fields
-    return bytes(w.out)
+    w.tagged_fields()  # the message's own
+    return bytes(w.buf)
 
 
 # --- decoding ---
 
 
-class _Reader:
-    __slots__ = ("buf", "pos")
+class _Reader(Reader):
+    """The flexible decoding of record_schema, with this topic's structs and its stricter
+    strings (never null, UTF-8 or refused)."""
 
     def __init__(self, buf: bytes | bytearray | memoryview) -> None:
-        self.buf = memoryview(buf)
-        self.pos = 0
+        super().__init__(buf, flexible=True)
 
-    def take(self, n: int) -> memoryview:
-        if n < 0 or self.pos + n > len(self.buf):
-            raise RemoteLogMetadataError(f"record truncated at byte {self.pos} (wanted {n} more)")
-        view = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return view
-
-    def uvarint(self) -> int:
-        value, self.pos = read_uvarint(self.buf, self.pos)
-        return value
-
-    def int8(self) -> int:
-        return _I8.unpack(self.take(1))[0]
-
-    def int32(self) -> int:
-        return _I32.unpack(self.take(4))[0]
-
-    def int64(self) -> int:
-        return _I64.unpack(self.take(8))[0]
-
-    def uuid(self) -> uuid.UUID:
-        return uuid.UUID(bytes=bytes(self.take(16)))
-
-    def string(self, what: str) -> str:
+    def strict_string(self, what: str) -> str:
         n = self.uvarint() - 1
         if n < 0:
             raise RemoteLogMetadataError(f"null {what}, which the schema does not allow")
         try:
-            return str(self.take(n), "utf-8")
+            return str(self._take(n), "utf-8")
         except UnicodeDecodeError as e:
             raise RemoteLogMetadataError(f"{what} is not UTF-8: {e}") from None
 
-    def nullable_bytes(self) -> bytes | None:
-        n = self.uvarint() - 1
-        return None if n < 0 else bytes(self.take(n))
-
-    def tags(self) -> None:
-        self.pos = skip_tagged_fields(self.buf, self.pos)
-
     def topic_id_partition(self) -> TopicIdPartition:
-        name = self.string("topic name")
+        name = self.strict_string("topic name")
         topic_id = self.uuid()
         partition = self.int32()
-        self.tags()
+        self.tagged_fields()
         return TopicIdPartition(topic_id, name, partition)
 
     def segment_id(self) -> RemoteLogSegmentIdEntry:
         tp = self.topic_id_partition()
         segment = self.uuid()
-        self.tags()
+        self.tagged_fields()
         return RemoteLogSegmentIdEntry(tp, segment)
 
     def leader_epochs(self) -> tuple[tuple[int, int], ...]:
-        n = self.uvarint() - 1
+        n = self.array_length()
         if n < 0:
             raise RemoteLogMetadataError("null SegmentLeaderEpochs, which the schema does not allow")
         if n * 13 > len(self.buf) - self.pos:  # each entry takes 13 bytes at least
@@ -282,7 +208,7 @@ class _Reader:
         for _ in range(n):
             epoch = self.int32()
             offset = self.int64()
-            self.tags()
+            self.tagged_fields()
             epochs.append((epoch, offset))
         return tuple(epochs)
 
@@ -302,8 +228,8 @@ def decode(data: bytes | bytearray | memoryview) -> RemoteLogMetadataRecord:
         if version != VERSION:
             raise RemoteLogMetadataError(f"unsupported version {version} of api key {api_key}")
         record = _DECODERS[api_key](r)
-        r.tags()
-    except VarintError as e:
+        r.tagged_fields()
+    except RecordFormatError as e:
         raise RemoteLogMetadataError(f"record truncated or malformed at byte {r.pos}: {e}") from None
     if r.pos != len(r.buf):
         raise RemoteLogMetadataError(f"{len(r.buf) - r.pos} byte(s) after the record of api key {api_key}")
@@ -316,7 +242,7 @@ def _segment_fields(r: _Reader) -> dict:
     return {"start_offset": r.int64(), "end_offset": r.int64(), "broker_id": r.int32(),
             "max_timestamp_ms": r.int64(), "event_timestamp_ms": r.int64(),
             "segment_leader_epochs": r.leader_epochs(), "segment_size_in_bytes": r.int32(),
-            "custom_metadata": r.nullable_bytes(), "state": r.int8()}
+            "custom_metadata": r.bytes_(), "state": r.int8()}
 
 
 def _segment_metadata(r: _Reader) -> RemoteLogSegmentMetadataRecord:
@@ -326,7 +252,7 @@ def _segment_metadata(r: _Reader) -> RemoteLogSegmentMetadataRecord:
 def _segment_update(r: _Reader) -> RemoteLogSegmentMetadataUpdateRecord:
     return RemoteLogSegmentMetadataUpdateRecord(
         segment_id=r.segment_id(), broker_id=r.int32(), event_timestamp_ms=r.int64(),
-        custom_metadata=r.nullable_bytes(), state=r.int8())
+        custom_metadata=r.bytes_(), state=r.int8())
 
 
 def _partition_delete(r: _Reader) -> RemotePartitionDeleteMetadataRecord:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from strom.coordinator import GROUP_METADATA_TOPIC, log_store
 from strom.coordinator.group import records as schema
 from strom.coordinator.group.records import GroupMetadataValue, OffsetAndMetadata
-from strom.coordinator.schema import RecordFormatError
 from strom.protocol.errors import ErrorCode
+from strom.protocol.record_schema import RecordFormatError
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from strom.coordinator.schema import Reader, RecordFormatError, Writer
+from strom.protocol.record_schema import Reader, RecordFormatError, Writer
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2

@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from strom.coordinator import SHARE_GROUP_STATE_TOPIC, log_store
-from strom.coordinator.schema import Reader, RecordFormatError, Writer
 from strom.coordinator.share.share_partition import ShareState, StateBatch
 from strom.protocol.errors import ErrorCode
+from strom.protocol.record_schema import Reader, RecordFormatError, Writer
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 
 from strom.coordinator import TRANSACTION_STATE_TOPIC, log_store
-from strom.coordinator.schema import RecordFormatError
 from strom.coordinator.transaction import records
 from strom.coordinator.transaction.records import TransactionLogValue
 from strom.protocol.errors import ErrorCode
+from strom.protocol.record_schema import RecordFormatError
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from strom.coordinator.schema import Reader, RecordFormatError, Writer
+from strom.protocol.record_schema import Reader, RecordFormatError, Writer
 
 KEY_VERSION = 0
 VALUE_VERSION = 0

@@ -1,11 +1,12 @@
-"""Readers and writers of the key and value schemas that coordinators keep in their internal
-topics (`__consumer_offsets`, `__transaction_state`): Kafka's plain big-endian encoding, and
-its flexible versions (compact lengths, tagged fields).
+"""Readers and writers of the key and value schemas Kafka keeps in its internal topics
+(`__consumer_offsets`, `__transaction_state`, `__share_group_state`, `__remote_log_metadata`):
+Kafka's plain big-endian encoding, and its flexible versions (compact lengths, tagged fields).
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
 
 from strom.protocol.varint import VarintError, read_uvarint, write_uvarint
 
@@ -56,6 +57,14 @@ class Writer:
         self.buf += _I64.pack(v)
         return self
 
+    def uvarint(self, v: int) -> Writer:
+        self.buf += write_uvarint(v)
+        return self
+
+    def uuid(self, v: uuid.UUID) -> Writer:
+        self.buf += v.bytes
+        return self
+
     def string(self, v: str | None) -> Writer:
         data = None if v is None else v.encode()
         self._length(-1 if data is None else len(data), wide=False)
@@ -92,6 +101,9 @@ class Reader:
 
     def int64(self) -> int:
         return _I64.unpack(self._take(8))[0]
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=bytes(self._take(16)))
 
     def uvarint(self) -> int:
         try:
