@@ -82,7 +82,8 @@ class ReplicaFetcher:
         self._delays_end = 0.0  # until then some partition waits, and the states are rebuilt
         # Partitions not fetched since (monotonic time, why): newly added ones until their first
         # fetch, those refused, delayed, diverging or left out of the requests. A partition
-        # leaves when a request that carried it is answered without a problem for it. What
+        # leaves when its answer is applied, or a request that carried it is answered without
+        # it (nothing new). What
         # stays longer than replica.lag.time.max.ms is stalled: logged and counted (a follower
         # that stops fetching a partition shows here before its leader drops it from the ISR).
         self.unfetched: dict[TopicPartition, tuple[float, str]] = {}
@@ -331,11 +332,9 @@ class ReplicaFetcher:
         self.last_answer = asyncio.get_running_loop().time()
         self.last_failure = None
         self._last_sent = request.sent
-        if self.unfetched:  # carried by this request and not answered with a problem: fetched
-            problems = {(t.topic, a.partition_index) for t in response.responses for a in t.partitions
-                        if a.error_code != ErrorCode.NONE or (a.diverging_epoch is not None
-                                                              and a.diverging_epoch.end_offset >= 0)}
-            for tp in [tp for tp in self.unfetched if tp in request.sent and tp not in problems]:
+        if self.unfetched:  # carried by this request and not answered: nothing new, fetched
+            answered = {(t.topic, a.partition_index) for t in response.responses for a in t.partitions}
+            for tp in [tp for tp in self.unfetched if tp in request.sent and tp not in answered]:
                 del self.unfetched[tp]
         if response.responses:
             self._wanted = None  # answered partitions change their states
@@ -394,6 +393,7 @@ class ReplicaFetcher:
             log.error("%s-%d: cannot write the log: %s", p.topic, p.index, e)
             self._delay(state, ErrorCode.KAFKA_STORAGE_ERROR)
             return
+        self.unfetched.pop((p.topic, p.index), None)  # answered without a problem: fetched
         before = p.high_watermark
         p.follower_high_watermark(answer.high_watermark)
         if p.high_watermark != before:
