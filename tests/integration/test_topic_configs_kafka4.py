@@ -120,7 +120,7 @@ def test_types_deprecated_keys_and_tiered_storage(broker, topic):
     assert "topic config message.format.version=3.0-IV1 ignored" in broker.log_text()
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     name = topic + "-tiered"
-    with pytest.raises(KafkaException, match="tiered storage"):
+    with pytest.raises(KafkaException, match="Tiered Storage functionality is disabled in the broker"):
         admin.create_topics([NewTopic(name, 1, 1, config={"remote.storage.enable": "true"})])[name].result(15)
 
 

@@ -152,6 +152,35 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "log.preallocate": (_bool, "false"),
     "log.local.retention.ms": (int_in(-2), "-2"),
     "log.local.retention.bytes": (int_in(-2), "-2"),
+    # Tiered storage (KIP-405): the remote log manager's settings, under Kafka's names and defaults.
+    "remote.log.storage.system.enable": (_bool, "false"),
+    "remote.log.storage.manager.class.name": (_str, ""),
+    "remote.log.storage.manager.class.path": (_str, ""),
+    "remote.log.storage.manager.impl.prefix": (_str, "rsm.config."),
+    "remote.log.metadata.manager.class.name": (
+        _str, "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager"),
+    "remote.log.metadata.manager.class.path": (_str, ""),
+    "remote.log.metadata.manager.impl.prefix": (_str, "rlmm.config."),
+    "remote.log.metadata.manager.listener.name": (_str, ""),
+    "remote.log.metadata.custom.metadata.max.bytes": (int_in(0), "128"),
+    "remote.log.manager.task.interval.ms": (int_in(1), "30000"),
+    "remote.log.manager.task.retry.backoff.ms": (int_in(1), "500"),
+    "remote.log.manager.task.retry.backoff.max.ms": (int_in(1), "30000"),
+    "remote.log.manager.task.retry.jitter": (double_in(0.0, 0.5), "0.2"),
+    "remote.log.manager.thread.pool.size": (int_in(1), "2"),
+    "remote.log.manager.copier.thread.pool.size": (int_in(1), "10"),
+    "remote.log.manager.expiration.thread.pool.size": (int_in(1), "10"),
+    "remote.log.manager.copy.max.bytes.per.second": (int_in(1), str(LONG_MAX)),
+    "remote.log.manager.copy.quota.window.num": (int_in(1), "11"),
+    "remote.log.manager.copy.quota.window.size.seconds": (int_in(1), "1"),
+    "remote.log.manager.fetch.max.bytes.per.second": (int_in(1), str(LONG_MAX)),
+    "remote.log.manager.fetch.quota.window.num": (int_in(1), "11"),
+    "remote.log.manager.fetch.quota.window.size.seconds": (int_in(1), "1"),
+    "remote.log.reader.threads": (int_in(1), "10"),
+    "remote.log.reader.max.pending.tasks": (int_in(1), "100"),
+    "remote.log.index.file.cache.total.size.bytes": (int_in(1), "1073741824"),
+    "remote.fetch.max.wait.ms": (int_in(1), "500"),
+    "remote.list.offsets.request.timeout.ms": (int_in(1), "30000"),
     "log.flush.interval.messages": (int_in(1), str(LONG_MAX)),
     "log.flush.interval.ms": (_optional(int_in(0)), None),
     "log.flush.scheduler.interval.ms": (int_in(1), str(LONG_MAX)),
@@ -377,6 +406,13 @@ _KAFKA_INT = {
     "metadata.log.segment.bytes", "broker.session.timeout.ms", "broker.heartbeat.interval.ms",
 }
 _KAFKA_SHORT = {"offsets.topic.replication.factor", "transaction.state.log.replication.factor"}
+_PLUGIN_PREFIX_KEYS = ("remote.log.storage.manager.impl.prefix", "remote.log.metadata.manager.impl.prefix")
+# The remote log metadata topic's settings (rlmm.config.<key>): Kafka's default, and lowest value.
+REMOTE_METADATA_DEFAULTS = {
+    "remote.log.metadata.topic.num.partitions": (50, 1),
+    "remote.log.metadata.topic.replication.factor": (3, 1),
+    "remote.log.metadata.topic.retention.ms": (-1, -1),
+}
 
 
 def _at_most(parse: Callable[[str], Any], high: int) -> Callable[[str], Any]:
@@ -422,6 +458,10 @@ class BrokerConfig:
             match = _LISTENER_KEY.match(key)
             if match and (match["key"] in DEFINITIONS or _LISTENER_ONLY.match(match["key"])):
                 self.listener_props[(match["listener"].upper(), match["key"])] = props.pop(key)
+        # A remote store's and the remote log metadata manager's own keys (rsm.config.*,
+        # rlmm.config.*, or the prefixes configured): handed to them as they are.
+        prefixes = tuple(props.get(k, DEFINITIONS[k][1]).strip() for k in _PLUGIN_PREFIX_KEYS)
+        self.plugin_props = {k: props.pop(k) for k in list(props) if k.startswith(prefixes)}
         unused = sorted(k for k in props if k not in DEFINITIONS and is_kafka_broker_config(k))
         unknown = sorted(set(props) - set(DEFINITIONS) - set(unused))
         if unknown:
@@ -615,7 +655,26 @@ class BrokerConfig:
             preallocate=self.values["log.preallocate"],
             local_retention_ms=self.values["log.local.retention.ms"],
             local_retention_bytes=self.values["log.local.retention.bytes"],
+            remote_storage_system_enable=self.values["remote.log.storage.system.enable"],
         )
+
+    def remote_storage_props(self) -> dict[str, str]:
+        """The remote store's keys (under remote.log.storage.manager.impl.prefix, rsm.config.)."""
+        prefix = self.values["remote.log.storage.manager.impl.prefix"]
+        return {k: v for k, v in self.plugin_props.items() if k.startswith(prefix)}
+
+    def remote_metadata_setting(self, key: str) -> int:
+        """One of the remote log metadata topic's settings (under
+        remote.log.metadata.manager.impl.prefix, rlmm.config.): its number, or Kafka's default."""
+        prefix = self.values["remote.log.metadata.manager.impl.prefix"]
+        default, low = REMOTE_METADATA_DEFAULTS[key]
+        text = self.plugin_props.get(prefix + key)
+        if text is None:
+            return default
+        try:
+            return int_in(low)(text)
+        except ValueError as e:
+            raise ConfigError(f"invalid value for {prefix}{key}: {e}") from None
 
 
 def read_properties(path: Path) -> dict[str, str]:

@@ -63,13 +63,16 @@ class LogConfig:
     message_timestamp_after_max_ms: int = 3600000
     segment_jitter_ms: int = 0  # segment.jitter.ms: up to this much earlier roll by segment.ms
     preallocate: bool = False  # preallocate: accepted; segments grow as written
-    # Tiered storage (KIP-405) is not there: remote.storage.enable may only be false, and the
-    # local retention settings (-2: as retention.*) have nothing else to bound.
+    # Tiered storage (KIP-405): closed segments are copied to the remote store and the local
+    # copies kept only for local.retention.* (-2: as retention.*); retention.* bound the whole log.
     local_retention_ms: int = -2
     local_retention_bytes: int = -2
     remote_storage_enable: bool = False
-    remote_log_copy_disable: bool = False
+    remote_log_copy_disable: bool = False  # KIP-950: the remote data stays readable, nothing new is copied
     remote_log_delete_on_disable: bool = False
+    # Not a topic config: the broker's (and controller's) remote.log.storage.system.enable, which
+    # a topic must have to enable remote storage.
+    remote_storage_system_enable: bool = False
 
     def replication_throttled(self, follower: bool, partition: int, broker: int) -> bool:
         """Is this replica's replication throttled (asked per partition per fetch, so the list
@@ -89,6 +92,16 @@ class LogConfig:
         level = {c.GZIP: None if self.compression_gzip_level == -1 else self.compression_gzip_level,
                  c.LZ4: self.compression_lz4_level, c.ZSTD: self.compression_zstd_level}.get(codec)
         return codec, level
+
+    @property
+    def local_retention_ms_effective(self) -> int:
+        """How long a tiered log keeps a segment locally: local.retention.ms, or retention.ms
+        for -2."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def local_retention_bytes_effective(self) -> int:
+        return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
 
     @property
     def log_append_time(self) -> bool:
@@ -118,6 +131,7 @@ class LogConfig:
             except ValueError as e:
                 raise ValueError(f"{key}: {e}") from None
         result = dataclasses.replace(self, **changes)
+        _check_tiering(result, overrides)
         if result.min_compaction_lag_ms > result.max_compaction_lag_ms:
             # Kafka refuses the pair rather than either value on its own.
             key = "min.compaction.lag.ms" if "min.compaction.lag.ms" in overrides else "max.compaction.lag.ms"
@@ -255,7 +269,7 @@ TOPIC_CONFIG_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "preallocate": ("preallocate", parse_bool),
     "local.retention.ms": ("local_retention_ms", int_in(-2, LONG_MAX)),
     "local.retention.bytes": ("local_retention_bytes", int_in(-2, LONG_MAX)),
-    "remote.storage.enable": ("remote_storage_enable", lambda text: _no_tiering(parse_bool(text))),
+    "remote.storage.enable": ("remote_storage_enable", parse_bool),
     "remote.log.copy.disable": ("remote_log_copy_disable", parse_bool),
     "remote.log.delete.on.disable": ("remote_log_delete_on_disable", parse_bool),
 }
@@ -295,7 +309,21 @@ def _level(text: str, low: int, high: int, allow: tuple[int, ...] = ()) -> int:
     return value
 
 
-def _no_tiering(enabled: bool) -> bool:
-    if enabled:
-        raise ValueError("tiered storage is not available in Strom (remote.log.storage.system.enable is false)")
-    return enabled
+def _check_tiering(config: LogConfig, overrides: Mapping[str, str]) -> None:
+    """Kafka's checks of a tiered topic's configs (LogConfig.validate): the broker must have
+    remote storage, the topic must not be compacted, and local retention must not outlast the
+    whole log's."""
+    if not config.remote_storage_enable:
+        return
+    if "remote.storage.enable" in overrides and not config.remote_storage_system_enable:
+        raise ValueError("remote.storage.enable: Tiered Storage functionality is disabled in the broker. "
+                         "Topic cannot be configured with remote log storage "
+                         "(set remote.log.storage.system.enable=true)")
+    if config.compact:
+        key = "cleanup.policy" if "cleanup.policy" in overrides else "remote.storage.enable"
+        raise ValueError(f"{key}: Remote log storage only supported for topics with cleanup.policy=delete")
+    for local, whole, name in ((config.local_retention_ms, config.retention_ms, "ms"),
+                               (config.local_retention_bytes, config.retention_bytes, "bytes")):
+        if whole != -1 and local != -2 and (local == -1 or local > whole):
+            raise ValueError(f"local.retention.{name}: Value must not be more than retention.{name} "
+                             f"property value, but it is {local} (retention.{name} is {whole})")
