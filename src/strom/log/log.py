@@ -201,6 +201,9 @@ class Log:
         self.append_hook: Callable[[Log, int], None] | None = None
         self.config_hook: Callable[[Log], None] | None = None  # the log manager's indexes by config
         self.last_flush_ms = now_ms()  # for flush.ms (Kafka's lastFlushTime)
+        # A tiered log's last offset in remote storage (-1: none), kept by the remote log
+        # manager: local segments up to it may go by local retention.
+        self.highest_offset_in_remote_storage = -1
         self.flush_hook: FlushHook | None = None
         self.io_error_hook: IoErrorHook | None = None
 
@@ -215,6 +218,18 @@ class Log:
     @_segments.setter
     def _segments(self, segments: list[LogSegment]) -> None:
         self._loaded_segments = segments
+
+    @property
+    def tiered(self) -> bool:
+        """Its topic has remote storage (KIP-405): the log starts in the remote store, and its
+        local segments may begin later (at local_log_start_offset)."""
+        return self._config.remote_storage_enable
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """The first offset this replica holds on its own disk (Kafka's localLogStartOffset):
+        the log start offset, unless remote storage holds the offsets before its first segment."""
+        return min(max(self.log_start_offset, self._segments[0].base_offset), self._log_end_offset)
 
     @property
     def loaded(self) -> bool:
@@ -373,7 +388,7 @@ class Log:
                 self._log_end_offset = end
                 self.recovery_point = min(self.recovery_point, end)
                 self.end_corrected = True
-            self.log_start_offset = min(max(self.log_start_offset, segments[0].base_offset), end)
+            self.log_start_offset = _start_offset(self._config, self.log_start_offset, segments, end)
             self._loaded_segments = segments
             self._check_epoch_cache(None)
             return segments
@@ -411,7 +426,7 @@ class Log:
                                   new=new_dir)
         created = new_dir or segments[0].created_here
         log_end_offset = segments[-1].next_offset
-        start = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
+        start = _start_offset(config, log_start_offset, segments, log_end_offset)
         # Kafka's rule: only a clean shutdown lets the recovery point jump to the end; after a
         # recovery the segments are still unflushed.
         point = log_end_offset if clean_shutdown else min(recovery_point, log_end_offset)
@@ -478,7 +493,8 @@ class Log:
     def _batch_epochs(self, start: int | None = None):
         """(partition leader epoch, base offset) of every batch from `start` (default: the log
         start offset), reading headers only."""
-        offset = self.log_start_offset if start is None else max(start, self.log_start_offset)
+        first = self.local_log_start_offset
+        offset = first if start is None else max(start, first)
         while offset < self._log_end_offset:
             data = self.read(offset, 1 << 20, min_one_message=True).read_bytes()
             pos = 0
@@ -559,7 +575,7 @@ class Log:
         cache = self.leader_epoch_cache
         if leader_epoch > cache.latest_epoch():
             cache.assign(leader_epoch, first)
-        elif first == self.log_start_offset:
+        elif first == self.local_log_start_offset:
             cache.data_arrived()
         return self._appended(config, len(records), first, last, max_ts, offset_of_max, append_time)
 
@@ -573,7 +589,7 @@ class Log:
         if first < self._log_end_offset:
             raise OffsetOutOfRangeError(f"{self.name}: the leader's batch at offset {first} is below "
                                         f"this replica's log end offset {self._log_end_offset}")
-        was_empty = self._log_end_offset == self.log_start_offset
+        was_empty = self._log_end_offset == self.local_log_start_offset
         max_ts, offset_of_max = self._write(records, batches, first, last, self._now_ms(), None, None)
         cache = self.leader_epoch_cache
         for _, header in batches:
@@ -682,10 +698,9 @@ class Log:
         self._check_open()
         self._ensure_loaded()
         end = self._log_end_offset
-        if offset < self.log_start_offset or offset > end:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is outside [{self.log_start_offset}, {end}] of {self.name}"
-            )
+        start = self.local_log_start_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRangeError(f"offset {offset} is outside [{start}, {end}] of {self.name}")
         segments = self._segments
         if offset == end or (max_offset is not None and offset >= max_offset):
             return self._empty_slice()
@@ -751,7 +766,7 @@ class Log:
         self._check_open()
         for segment in list(self._segments):
             if segment.max_timestamp >= timestamp:
-                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                found = segment.find_offset_by_timestamp(timestamp, self.local_log_start_offset)
                 if found is not None:
                     return found
         return None
@@ -886,7 +901,11 @@ class Log:
     ) -> int:
         """Delete whole segments past retention.ms / retention.bytes, or wholly below the log
         start offset; return how many. Segments above `high_watermark` (default: the log end
-        offset) are kept, and the log is never left without an active segment."""
+        offset) are kept, and the log is never left without an active segment.
+
+        A tiered log's local segments go by local.retention.* instead, and only those whose
+        every offset is in remote storage (up to highest_offset_in_remote_storage); the log
+        start offset stays where it is (retention of the whole log is the remote log manager's)."""
         self._check_open()
         self._ensure_loaded()
         now = self._now_ms() if now_ms is None else now_ms
@@ -895,13 +914,17 @@ class Log:
         end = self._log_end_offset
         hw = end if high_watermark is None else high_watermark
 
-        def deletable(predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
+        tiered = config.remote_storage_enable
+        # a tiered log's segment goes by retention only once its last offset is in remote storage
+        uploaded_to = self.highest_offset_in_remote_storage + 1 if tiered else end
+
+        def deletable(predicate: Callable[[LogSegment, LogSegment | None], bool], bound: int = end) -> int:
             count = 0
             for i, segment in enumerate(segments):
                 nxt = segments[i + 1] if i + 1 < len(segments) else None
                 if nxt is None and segment.size == 0:
                     break
-                if (nxt.base_offset if nxt is not None else end) > hw:
+                if (nxt.base_offset if nxt is not None else end) > min(hw, bound):
                     break
                 if not predicate(segment, nxt):
                     break
@@ -909,12 +932,16 @@ class Log:
             return count
 
         n = deletable(lambda _s, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset)
+        if tiered:
+            retention_ms, retention_bytes = config.local_retention_ms_effective, config.local_retention_bytes_effective
+        else:
+            retention_ms, retention_bytes = config.retention_ms, config.retention_bytes
         if config.delete_enabled:
-            if config.retention_ms >= 0:
-                limit = config.retention_ms
-                n = max(n, deletable(lambda s, _n: now - s.largest_timestamp > limit))
-            if config.retention_bytes >= 0:
-                excess = self.size_in_bytes - config.retention_bytes
+            if retention_ms >= 0:
+                limit = retention_ms
+                n = max(n, deletable(lambda s, _n: now - s.largest_timestamp > limit, uploaded_to))
+            if retention_bytes >= 0:
+                excess = self.size_in_bytes - retention_bytes
 
                 def over_size(s: LogSegment, _n: LogSegment | None) -> bool:
                     nonlocal excess
@@ -923,23 +950,23 @@ class Log:
                         return True
                     return False
 
-                n = max(n, deletable(over_size))
+                n = max(n, deletable(over_size, uploaded_to))
         if n == 0:
             return 0
         if n == len(segments):
             self.roll(now)  # Kafka keeps an empty active segment rather than no segment at all
         victims = self._segments[:n]
         del self._segments[:n]
-        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
-        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        if not tiered:
+            self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        self.recovery_point = max(self.recovery_point, self.local_log_start_offset)
         # Deleted before the epoch checkpoint is rewritten: on a full disk that write fails,
         # and the segments, out of the log already, must still go to give the space back.
         self._schedule_delete(victims, now)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-        log.info(
-            "%s: deleted %d segment(s) by retention; log start offset now %d",
-            self.name, n, self.log_start_offset,
-        )
+        log.info("%s: deleted %d segment(s) by %sretention; log start offset now %d%s", self.name, n,
+                 "local " if tiered else "", self.log_start_offset,
+                 f" (local {self.local_log_start_offset})" if tiered else "")
         return n
 
     def _schedule_delete(self, segments: list[LogSegment], now: int) -> None:
@@ -992,8 +1019,10 @@ class Log:
         self.log_start_offset = min(self.log_start_offset, offset)
         return True
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Drop every segment and restart the log empty at `offset`."""
+    def truncate_fully_and_start_at(self, offset: int, log_start_offset: int | None = None) -> None:
+        """Drop every segment and restart the log empty at `offset`; a tiered follower that
+        builds its state from remote storage starts its local log there and keeps the leader's
+        `log_start_offset` (before it, in remote storage)."""
         self._check_open()
         self._ensure_loaded()
         if not self._dir_made:
@@ -1006,7 +1035,7 @@ class Log:
         self._dir_dirty = True
         self._untouched = False
         self._log_end_offset = offset
-        self.log_start_offset = offset
+        self.log_start_offset = offset if log_start_offset is None else min(log_start_offset, offset)
         self.recovery_point = offset
         self.leader_epoch_cache.clear()
 
@@ -1104,6 +1133,14 @@ class Log:
 
 def _leave_dirty(_cache: LeaderEpochCache) -> None:
     """An epoch cache change left for later (see Log.open)."""
+
+
+def _start_offset(config: LogConfig, checkpointed: int, segments: list[LogSegment], end: int) -> int:
+    """A log's start offset as opened: where its first segment begins, or later where
+    DeleteRecords moved it; a tiered log's may lie before its first segment, in remote storage."""
+    if config.remote_storage_enable:
+        return min(checkpointed, end)
+    return min(max(checkpointed, segments[0].base_offset), end)
 
 
 def _open_segments(dir: Path, config: LogConfig, recovery_point: int, clean_shutdown: bool,

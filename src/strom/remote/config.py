@@ -7,6 +7,7 @@ them, so that a Kafka operator's broker config carries over:
     rsm.config.storage.aws.access.key.id, rsm.config.storage.aws.secret.access.key
     rsm.config.storage.root            the directory store's root
     rsm.config.key.prefix              put before every object key
+    rsm.config.storage.s3.api.call.timeout, .api.call.attempt.timeout   (ms) bound a call
 
 Without a backend class, a bucket name means S3 and a root the directory store. Aiven's other
 keys (chunking, compression, encryption) have no use here and are ignored."""
@@ -42,7 +43,9 @@ def storage_from_config(config: Mapping[str, str], prefix: str = DEFAULT_PREFIX)
                          path_style=_flag(keys, "storage.s3.path.style.access.enabled", prefix),
                          access_key_id=keys.get("storage.aws.access.key.id") or None,
                          secret_access_key=keys.get("storage.aws.secret.access.key") or None,
-                         key_prefix=key_prefix)
+                         key_prefix=key_prefix,
+                         api_call_timeout_ms=_millis(keys, "storage.s3.api.call.timeout", prefix),
+                         attempt_timeout_ms=_millis(keys, "storage.s3.api.call.attempt.timeout", prefix))
     if directory:
         from strom.remote.directory import DirectoryStorage
 
@@ -53,6 +56,15 @@ def storage_from_config(config: Mapping[str, str], prefix: str = DEFAULT_PREFIX)
     raise RemoteStorageConfigError(
         f"no remote store configured: set {prefix}storage.backend.class (an S3 or filesystem storage class), "
         f"or {prefix}storage.s3.bucket.name, or {prefix}storage.root")
+
+
+def _millis(keys: Mapping[str, str], key: str, prefix: str) -> int | None:
+    value = keys.get(key)
+    if value is None:
+        return None
+    if not value.strip().isdigit() or int(value) <= 0:
+        raise RemoteStorageConfigError(f"{prefix}{key} must be a positive number of milliseconds, not {value!r}")
+    return int(value)
 
 
 def _flag(keys: Mapping[str, str], key: str, prefix: str) -> bool:

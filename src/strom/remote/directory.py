@@ -5,11 +5,12 @@ a crash leaves it whole or absent."""
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from pathlib import Path
 
 from strom.log.remote import RemoteResourceNotFound, RemoteStorageError
-from strom.remote.objects import ObjectStorage, read_content
+from strom.remote.objects import ObjectStorage
 
 
 class DirectoryStorage(ObjectStorage):
@@ -29,7 +30,11 @@ class DirectoryStorage(ObjectStorage):
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
             with open(tmp, "wb") as f:
-                f.write(read_content(content))
+                if isinstance(content, Path):
+                    with open(content, "rb") as source:
+                        shutil.copyfileobj(source, f, 1 << 20)
+                else:
+                    f.write(content)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)

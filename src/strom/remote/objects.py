@@ -83,8 +83,4 @@ class ObjectStorage(RemoteStorageManager):
             self.delete(self.key(metadata, suffix))
 
 
-def read_content(content: Path | bytes) -> bytes:
-    return content.read_bytes() if isinstance(content, Path) else bytes(content)
-
-
-__all__ = ["ObjectStorage", "RemoteResourceNotFound", "object_key", "read_content", "segment_parts"]
+__all__ = ["ObjectStorage", "RemoteResourceNotFound", "object_key", "segment_parts"]

@@ -4,17 +4,21 @@ ranged GETs; the client retries what S3 answers with a 5xx or a throttle, with b
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from strom.log.remote import RemoteResourceNotFound, RemoteStorageError
-from strom.remote.objects import ObjectStorage, read_content
+from strom.remote.objects import ObjectStorage
+
+PUT_PARTS_IN_FLIGHT = 4  # of obstore's 5 MiB parts: the memory one upload holds
 
 
 class S3Storage(ObjectStorage):
     def __init__(self, bucket: str, *, endpoint_url: str | None = None, region: str | None = None,
                  path_style: bool = False, access_key_id: str | None = None,
-                 secret_access_key: str | None = None, key_prefix: str = "") -> None:
+                 secret_access_key: str | None = None, key_prefix: str = "",
+                 api_call_timeout_ms: int | None = None, attempt_timeout_ms: int | None = None) -> None:
         super().__init__(key_prefix)
         try:
             from obstore.store import S3Store
@@ -29,15 +33,24 @@ class S3Storage(ObjectStorage):
             options["access_key_id"] = access_key_id
         if secret_access_key:
             options["secret_access_key"] = secret_access_key
-        client_options = {"allow_http": True} if endpoint_url and endpoint_url.startswith("http://") else {}
+        client_options: dict[str, Any] = {"allow_http": True} if endpoint_url and endpoint_url.startswith("http://") else {}
+        # Aiven's storage.s3.api.call.attempt.timeout bounds one attempt, api.call.timeout all
+        # attempts with their backoff: a store that stopped answering fails a call in bounded time.
+        if attempt_timeout_ms:
+            client_options["timeout"] = timedelta(milliseconds=attempt_timeout_ms)
+        retry: dict[str, Any] = {}
+        if api_call_timeout_ms:
+            retry["retry_timeout"] = timedelta(milliseconds=api_call_timeout_ms)
         self.bucket = bucket
-        self._store = S3Store(bucket, client_options=client_options, **options)
+        self._store = S3Store(bucket, client_options=client_options, retry_config=retry or None, **options)
 
     def put(self, key: str, content: Path | bytes) -> None:
         import obstore
 
         try:
-            obstore.put(self._store, key, read_content(content))
+            # a file streams in multipart chunks (a few in flight), never whole in memory
+            obstore.put(self._store, key, content if isinstance(content, Path) else bytes(content),
+                        max_concurrency=PUT_PARTS_IN_FLIGHT)
         except Exception as e:  # obstore raises its own error types for every failure
             raise RemoteStorageError(f"cannot write s3://{self.bucket}/{key}: {_short(e)}") from e
 

@@ -61,12 +61,12 @@ class RemoteLogSegmentMetadata:
 
 @dataclass(frozen=True, slots=True)
 class LogSegmentData:
-    """What a copy hands a store: a rolled segment's files on local disk, and the slice of the
-    leader epoch cache that covers it (as bytes: it has no file of its own)."""
+    """What a copy hands a store: a rolled segment's files on local disk, or the bytes of what
+    lives in memory (its indexes, the producer snapshot at its end, its leader epoch slice)."""
 
     log_segment: Path
-    offset_index: Path
-    time_index: Path
-    transaction_index: Path | None  # absent when the segment holds no aborted transaction
-    producer_snapshot: Path
+    offset_index: Path | bytes
+    time_index: Path | bytes
+    transaction_index: Path | bytes | None  # absent when the segment holds no aborted transaction
+    producer_snapshot: Path | bytes
     leader_epoch_index: bytes
