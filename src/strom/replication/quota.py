@@ -8,31 +8,8 @@ in the topic's `*.replication.throttled.replicas` count, so client traffic is ne
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
-BURST_S = 1.0  # the bucket holds one second of the rate
+from strom.throttle import TokenBucket
 
 
-class ReplicationQuota:
-    """A token bucket of bytes: it refills at the configured rate (read each time, as it is
-    a dynamic config) and a throttled transfer may use what is in it."""
-
-    def __init__(self, rate: Callable[[], int]) -> None:
-        self.rate = rate
-        self.tokens: float | None = None
-        self.last = time.monotonic()
-
-    def available(self) -> float:
-        now, rate = time.monotonic(), self.rate()
-        capacity = rate * BURST_S
-        self.tokens = capacity if self.tokens is None else min(capacity, self.tokens + (now - self.last) * rate)
-        self.last = now
-        return self.tokens
-
-    def exceeded(self) -> bool:
-        return self.available() <= 0
-
-    def record(self, size: int) -> None:
-        if size:
-            self.tokens = self.available() - size
+class ReplicationQuota(TokenBucket):
+    """The leader's or the follower's budget of throttled replication bytes."""
