@@ -60,15 +60,7 @@ class TransactionIndex:
         return True
 
     def collect(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
-        """Entries whose transaction overlaps [fetch_offset, upper_bound), up to and including
-        the first whose stable offset reached the bound."""
-        out = []
-        for t in self.entries:
-            if t.last_offset >= fetch_offset and t.first_offset < upper_bound:
-                out.append(t)
-                if t.last_stable_offset >= upper_bound:
-                    break
-        return out
+        return collect(self.entries, fetch_offset, upper_bound)
 
     def truncate_to(self, offset: int) -> None:
         """Forget transactions whose marker is at or after `offset` (the log was cut there)."""
@@ -89,12 +81,29 @@ class TransactionIndex:
             fsync_path(self.path)
 
 
+def collect(entries: list[AbortedTxn], fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+    """Entries whose transaction overlaps [fetch_offset, upper_bound), up to and including the
+    first whose stable offset reached the bound (a local index's, or a remote segment's)."""
+    out = []
+    for t in entries:
+        if t.last_offset >= fetch_offset and t.first_offset < upper_bound:
+            out.append(t)
+            if t.last_stable_offset >= upper_bound:
+                break
+    return out
+
+
 def _read(path: Path) -> list[AbortedTxn]:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return []
-    # A torn last entry (crash mid-write) is ignored; recovery re-adds it from the log.
+    return parse_entries(data)
+
+
+def parse_entries(data: bytes) -> list[AbortedTxn]:
+    """The entries of a `.txnindex` file's bytes; a torn last entry (crash mid-write) is
+    ignored, recovery re-adds it from the log."""
     out = []
     for pos in range(0, len(data) - ENTRY_SIZE + 1, ENTRY_SIZE):
         version, pid, first, last, lso = _ENTRY.unpack_from(data, pos)

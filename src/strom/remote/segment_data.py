@@ -1,0 +1,84 @@
+"""What a copy uploads for one rolled segment of a tiered log (Kafka's LogSegmentData): the
+segment file, its indexes as they are in memory (written to their files lazily), its
+transaction index, the producer state as of its end and the leader epochs up to its end."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from strom.log import Log, LogSegment
+from strom.log.producer_state import SNAPSHOT_SUFFIX, ProducerStateManager, read_snapshot
+from strom.log.remote import LogSegmentData
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+def epoch_entries(log: Log, start: int | None, end: int) -> tuple[tuple[int, int], ...]:
+    """The (epoch, start offset) entries of the log's epoch cache covering [start, end) (start
+    None: from the first), the first moved up to `start` (Kafka's epochEntriesInRange)."""
+    entries = [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries if e.start_offset < end]
+    if start is None:
+        return tuple(entries)
+    below = [e for e in entries if e[1] <= start]
+    inside = [e for e in entries if e[1] > start]
+    return tuple(([(below[-1][0], start)] if below else []) + inside)
+
+
+def epoch_checkpoint(entries: tuple[tuple[int, int], ...]) -> bytes:
+    """The entries in the leader-epoch-checkpoint file format (version 0)."""
+    lines = ["0", str(len(entries)), *(f"{epoch} {start}" for epoch, start in entries)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def parse_epoch_checkpoint(data: bytes) -> list[tuple[int, int]]:
+    lines = [line for line in data.decode().splitlines() if line.strip()]
+    if len(lines) < 2 or lines[0].strip() != "0" or int(lines[1]) != len(lines) - 2:
+        raise ValueError("not a version 0 leader epoch checkpoint")
+    return [(int(a), int(b)) for a, b in (line.split() for line in lines[2:])]
+
+
+class _NoAbortIndex:
+    """A replay for a snapshot indexes nothing: the log's own index has its aborts already."""
+
+    def add_aborted_txn(self, _txn: object) -> None:
+        pass
+
+
+def producer_snapshot_at(log: Log, end: int) -> bytes:
+    """The producer state as of offset `end` (the next segment's base): the newest snapshot
+    file at or below it, then the batch headers up to it. Blocking: a worker thread's."""
+    state = ProducerStateManager(log.dir)
+    offset = log.local_log_start_offset
+    for at in reversed([o for o in state.snapshot_offsets() if o <= end]):
+        try:
+            state.producers = read_snapshot(log.dir / f"{at:020d}{SNAPSHOT_SUFFIX}")
+        except (OSError, ValueError, struct.error):
+            continue
+        offset = max(at, offset)
+        break
+    ignore = _NoAbortIndex()
+    while offset < end:
+        data = log.read(offset, 1 << 20, max_offset=end, min_one_message=True).read_bytes()
+        after = state.apply_batches(data, ignore, offset)
+        if after == offset:
+            break
+        offset = after
+    return state.encode_snapshot()
+
+
+def segment_data(log: Log, segment: LogSegment, end: int) -> LogSegmentData:
+    """Blocking (reads the log for the producer snapshot): a worker thread's."""
+    base = segment.base_offset
+    offsets = b"".join(_OFFSET_ENTRY.pack(o - base, p) for o, p in segment.offset_index.entries())
+    times = b"".join(_TIME_ENTRY.pack(t, o - base) for t, o in segment.time_index.entries())
+    txn = segment.txn_index.path
+    return LogSegmentData(
+        log_segment=Path(segment.log_path),
+        offset_index=offsets,
+        time_index=times,
+        transaction_index=txn if segment.txn_index.entries else None,
+        producer_snapshot=producer_snapshot_at(log, end),
+        leader_epoch_index=epoch_checkpoint(epoch_entries(log, None, end)),
+    )
