@@ -62,6 +62,7 @@ class ErrorCode(IntEnum):
     NO_REASSIGNMENT_IN_PROGRESS = 85
     NEW_LEADER_ELECTED = 106
     INELIGIBLE_REPLICA = 107
+    OFFSET_MOVED_TO_TIERED_STORAGE = 109  # KIP-405: a follower fetched below the leader's local log start
     BROKER_NOT_AVAILABLE = 8
     REPLICA_NOT_AVAILABLE = 9
     INVALID_REQUEST = 42

@@ -26,7 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from strom.log.producer_state import ProducerStateManager
 from strom.log.remote import (
+    IndexType,
     RemoteLogMetadataCache,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -40,7 +42,7 @@ from strom.log.remote import (
 from strom.log.remote.metadata_cache import is_within_lineage
 from strom.log.txn_index import AbortedTxn
 from strom.remote.reader import IndexCache, RemoteReader
-from strom.remote.segment_data import epoch_entries, segment_data
+from strom.remote.segment_data import epoch_entries, parse_epoch_checkpoint, segment_data
 from strom.throttle import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -433,6 +435,44 @@ class RemoteLogManager:
         if segment is None or segment.end_offset + 1 >= log_.local_log_start_offset:
             aborted += log_.collect_aborted_txns(max(offset, log_.local_log_start_offset), upper_bound)
         return data, aborted
+
+    # --- followers ---
+
+    async def build_follower_state(self, p, leader_local_start: int, leader_log_start: int) -> None:
+        """KIP-405's follower: the leader keeps offsets below `leader_local_start` only in remote
+        storage, so this replica's log starts there, with the leader epochs and the producer
+        state as of that offset from the remote segment that ends just before it."""
+        key = (p.topic_id, p.topic, p.index)
+        if key not in self.tiered:
+            self.tiered[key] = PartitionTiering(key)
+            await self.metadata.assign([key])
+        cache = await self.metadata.wait_ready(*key, timeout_s=30.0)
+        before = leader_local_start - 1
+        candidates = [m for m in cache.all_segments()
+                      if m.state is _S.COPY_SEGMENT_FINISHED and m.start_offset <= before <= m.end_offset]
+        if not candidates:
+            raise RemoteStorageError(f"no remote segment holds offset {before}")
+        segment = max(candidates, key=lambda m: (m.segment_leader_epochs[-1][0], m.event_timestamp_ms))
+        loop = asyncio.get_running_loop()
+        epochs_data = await loop.run_in_executor(self._readers, self.storage.fetch_index, segment,
+                                                 IndexType.LEADER_EPOCH)
+        snapshot = await loop.run_in_executor(self._readers, self.storage.fetch_index, segment,
+                                              IndexType.PRODUCER_SNAPSHOT)
+        epochs = [(e, start) for e, start in parse_epoch_checkpoint(epochs_data) if start < leader_local_start]
+        log_ = p.log
+        if log_.log_end_offset >= leader_local_start:
+            return  # caught up meanwhile
+        log_.truncate_fully_and_start_at(leader_local_start, leader_log_start)
+        for epoch, start in epochs:
+            log_.leader_epoch_cache.assign(epoch, max(start, leader_log_start))
+        state = ProducerStateManager(log_.dir)
+        await loop.run_in_executor(self._readers, state.write_snapshot, leader_local_start, snapshot)
+        p.producer_state = state
+        await loop.run_in_executor(self._readers, state.rebuild, log_)
+        log_.highest_offset_in_remote_storage = max(log_.highest_offset_in_remote_storage, segment.end_offset)
+        log.info("%s-%d: log restarted at the leader's local log start %d (log start %d), with %d leader "
+                 "epoch(s) and the producer state of remote segment [%d, %d]", p.topic, p.index,
+                 leader_local_start, leader_log_start, len(epochs), segment.start_offset, segment.end_offset)
 
     # --- what operators see ---
 

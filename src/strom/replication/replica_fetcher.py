@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from strom.client import AsyncConnection
@@ -50,6 +51,7 @@ class FetchState:
     partition: object  # strom.replication.replica_manager.Partition
     truncating: bool = True  # until the divergence with the leader is settled
     delayed_until: float = 0.0
+    building: asyncio.Task | None = None  # its state from remote storage (KIP-405), under way
 
 
 def whole_batches(data: bytes) -> memoryview:
@@ -179,6 +181,32 @@ class ReplicaFetcher:
         self._unfetched((state.partition.topic, state.partition.index), error.name)
         self._wanted = None
         log.debug("%s: %s-%d got %s", self.name, state.partition.topic, state.partition.index, error.name)
+
+    def _build_from_remote(self, state: FetchState, leader_log_start: int) -> None:
+        """KIP-405: the leader keeps below its local log start only in remote storage: this
+        replica starts its log there, with the leader epochs and producer state the remote
+        segment before it carries. The partition waits until that is done (or failed)."""
+        p = state.partition
+        builder = self.manager.tiered_state_builder
+        self._delay(state, ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE)
+        if builder is None or (state.building is not None and not state.building.done()):
+            return
+        state.delayed_until = float("inf")
+
+        async def build() -> None:
+            loop = asyncio.get_running_loop()
+            try:
+                await builder(p, self.leader_id, leader_log_start)
+                state.delayed_until = 0.0
+            except Exception as e:
+                log.warning("%s-%d: cannot build the state below leader %d's local log from remote "
+                            "storage (%s); retrying", p.topic, p.index, self.leader_id, e)
+                state.delayed_until = loop.time() + self.broker.config["replica.fetch.backoff.ms"] / 1000
+                self._delays_end = max(self._delays_end, state.delayed_until)
+            self._wanted = None
+            self.changed.set()
+
+        state.building = asyncio.get_running_loop().create_task(build(), name=f"tiered state {p.topic}-{p.index}")
 
     # -- partitions not fetched -------------------------------------------------------------
 
@@ -367,6 +395,9 @@ class ReplicaFetcher:
                 self.truncating.add((p.topic, p.index))
                 self._unfetched((p.topic, p.index), error.name)
             return
+        if error == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
+            self._build_from_remote(state, answer.log_start_offset)
+            return
         if error != ErrorCode.NONE:
             self._delay(state, error)
             if error not in _WAIT_FOR_METADATA:
@@ -407,6 +438,9 @@ class ReplicaFetcherManager:
         self.assigned: dict[TopicPartition, tuple[int, int]] = {}
         self.quota = ReplicationQuota(lambda: broker.config["follower.replication.throttled.rate"])
         self.closed = False
+        # Tiered storage's builder of a follower's state from remote storage (partition, leader
+        # id, leader's log start offset); None without remote.log.storage.system.enable.
+        self.tiered_state_builder: Callable[[object, int, int], Awaitable[None]] | None = None
 
     def add_partition(self, partition) -> None:
         """Fetch `partition` from its leader, first truncating to where the two logs agree.

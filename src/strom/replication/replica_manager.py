@@ -65,6 +65,9 @@ class ReadResult:
     last_stable_offset: int = -1
     aborted: list[AbortedTxn] | None = None  # read_committed only
     diverging_epoch: tuple[int, int] | None = None  # a follower's log left the leader's here
+    # The offset lies in remote storage (tiered, below the local log start): the fetch reads it
+    # there, off the loop, (fetch offset, read_committed upper bound or None)
+    remote: tuple[int, int | None] | None = None
 
 
 class ReplicaManager:
@@ -485,6 +488,13 @@ class ReplicaManager:
                 return ReadResult(ErrorCode.NONE, partition.high_watermark, log_.log_start_offset,
                                   last_stable_offset=partition.last_stable_offset,
                                   diverging_epoch=(epoch, end))
+        if log_.tiered and log_.log_start_offset <= offset < log_.local_log_start_offset:
+            hw, lso = partition.high_watermark, partition.last_stable_offset
+            if replica_id >= 0:  # KIP-405: the follower builds what is below from remote storage
+                return ReadResult(ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE, hw, log_.log_start_offset,
+                                  last_stable_offset=lso)
+            return ReadResult(ErrorCode.NONE, hw, log_.log_start_offset, None, lso,
+                              remote=(offset, lso if read_committed else None))
         if replica_id >= 0:
             if partition.update_follower(replica_id, offset, now_ms()):
                 self.high_watermark_moved(tp)

@@ -26,7 +26,7 @@ import enum
 import logging
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strom import heap
 from strom.client import ClientSecurity
@@ -67,8 +67,12 @@ from strom.server.log_services import LogServices
 from strom.server.producer_states import ProducerStates
 from strom.server.scheduler import KafkaScheduler
 from strom.server.store_lifecycle import StoreLifecycle
+from strom.server.tiered_storage import start_remote_log_manager
 from strom.server.txn_marker_channel import TransactionMarkerChannelManager
 from strom.share.partition_manager import SharePartitionManager
+
+if TYPE_CHECKING:
+    from strom.remote.manager import RemoteLogManager
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +152,7 @@ class Broker:
         self.inter_broker_security: ClientSecurity | None = None
         self.authorizer: Authorizer | None = None  # authorizer.class.name set: ACLs decide
         self.finalized_features: FinalizedFeatures = NONE_FINALIZED  # /feature, as last seen
+        self.remote_log_manager: RemoteLogManager | None = None  # remote.log.storage.system.enable
 
     # --- lifecycle -----------------------------------------------------------------------
     async def startup(self) -> None:
@@ -208,6 +213,7 @@ class Broker:
         await self._delete_orphan_logs()
         self.group_configs = self.config_repository.groups  # kept current by /config/changes
         self.group_coordinator, self.txn_coordinator = self.coordinators.start()  # before serving
+        self.remote_log_manager = start_remote_log_manager(self)
         self._schedule_jobs()
         self.log_services.start()
         self.state = BrokerState.RUNNING
@@ -247,6 +253,8 @@ class Broker:
             self.replica_manager.fetch_purgatory.wake(key)  # long polls answer now
         await self.socket_server.drain(timeout=10)
         self.scheduler.shutdown()
+        if self.remote_log_manager is not None:
+            await self.remote_log_manager.close()
         self.connections.close()
         if self.replica_fetchers is not None:
             self.replica_fetchers.shutdown()

@@ -28,6 +28,7 @@ from strom.heap import settle_after_bulk_change
 from strom.protocol.errors import ErrorCode, StorageError
 from strom.security.authorizer import ALTER, CLUSTER, CLUSTER_ACTION, DESCRIBE, INTERNAL, allowed
 from strom.server.apis import RequestContext, api, by_topic
+from strom.server.tiered_storage import topic_deleted
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +201,8 @@ def _stop_replica(broker, topic: str, partition: int, delete: bool) -> ErrorCode
         broker.coordinators.unload(topic, partition)
     if current is not None and current.is_leader:
         broker.share_partitions.leadership_left(current.topic_id, partition)
+    if delete and current is not None:
+        topic_deleted(broker, current)
     try:
         broker.replica_manager.stop_replica(topic, partition, delete)
     except OSError as e:

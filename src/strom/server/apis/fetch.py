@@ -8,11 +8,16 @@ Record bytes are never copied into Python: the response carries file regions.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
+from strom.log import FetchSlice
+from strom.log.remote import RemoteStorageError
 from strom.metrics.stats import BYTES_OUT, FAILED_FETCH_REQUESTS, FETCH_REQUESTS, BrokerTopicStats
 from strom.network.request import RawResponse
 from strom.protocol.errors import ErrorCode
@@ -23,9 +28,12 @@ from strom.protocol.fetch import (
     PartitionData,
     encode_fetch_response,
 )
+from strom.remote.manager import RemoteFetchRefused
 from strom.replication.fetch_session import new_context
 from strom.security.authorizer import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed
 from strom.server.apis import RequestContext, api
+
+log = logging.getLogger(__name__)
 
 FETCH = 1
 READ_COMMITTED = 1  # isolation_level: read up to the last stable offset, skip aborted data
@@ -75,10 +83,24 @@ class TopicNames:
         return name
 
 
-def _read_all(broker, request, wanted, denied: dict[str, ErrorCode]) -> tuple[list[tuple[str, list[PartitionData]]], int, bool]:
+@dataclass(slots=True)
+class RemoteRead:
+    """The first partition of a fetch whose offset is in remote storage (one per request, as
+    Kafka reads it): read after the local ones, with what is left of the request's bytes."""
+
+    answer: PartitionData
+    tp: tuple[str, int]
+    offset: int
+    upper_bound: int | None
+    max_bytes: int
+    min_one_message: bool
+
+
+def _read_all(broker, request, wanted, denied: dict[str, ErrorCode]
+              ) -> tuple[list[tuple[str, list[PartitionData]]], int, bool, RemoteRead | None]:
     rm = broker.replica_manager
     remaining = request.max_bytes
-    topics, total, errors = [], 0, False
+    topics, total, errors, remote = [], 0, False, None
     read_committed = request.isolation_level == READ_COMMITTED
     follower_id = replica_id(request)
     for topic, partitions in wanted:
@@ -106,8 +128,10 @@ def _read_all(broker, request, wanted, denied: dict[str, ErrorCode]) -> tuple[li
             out.append(PartitionData(p.partition, result.error, result.high_watermark,
                                      result.last_stable_offset, result.log_start_offset, records,
                                      aborted, result.diverging_epoch))
+            if result.remote is not None and remote is None and broker.remote_log_manager is not None:
+                remote = RemoteRead(out[-1], tp, result.remote[0], result.remote[1], limit, total == 0)
         topics.append((topic, out))
-    return topics, total, errors
+    return topics, total, errors, remote
 
 
 @api(FETCH, 4, MAX_VERSION)
@@ -133,7 +157,10 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
     keys = [(topic, p.partition) for topic, ps in wanted for p in ps if topic not in denied] if news is None else ()
     while True:
-        topics, total, errors = _read_all(broker, request, wanted, denied)
+        topics, total, errors, remote = _read_all(broker, request, wanted, denied)
+        if remote is not None:  # answered once it is read (or remote.fetch.max.wait.ms passed)
+            await read_remote(broker, remote)
+            break
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or broker.stopping:
             break
@@ -156,6 +183,34 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
     parts, _ = encode_fetch_response(version, answer, session_id=context.session_id, topic_ids=names.ids,
                                      node_endpoints=endpoints)
     return RawResponse(parts)
+
+
+async def read_remote(broker, remote: RemoteRead) -> None:
+    """Fill the partition's answer from remote storage: its batches, or the error Kafka gives
+    (an offset in no remote segment: OFFSET_OUT_OF_RANGE; a failing store:
+    KAFKA_STORAGE_ERROR, which consumers retry). Too slow, too many reads waiting or the fetch
+    quota spent: nothing this time, the consumer asks again."""
+    rlm, answer = broker.remote_log_manager, remote.answer
+    partition = broker.replica_manager.get_partition(*remote.tp)
+    if partition is None or rlm.fetch_throttled():
+        return
+    wait_s = broker.config["remote.fetch.max.wait.ms"] / 1000
+    try:
+        data, aborted = await asyncio.wait_for(
+            rlm.read(partition, remote.offset, remote.max_bytes, remote.min_one_message, remote.upper_bound), wait_s)
+    except LookupError:
+        answer.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+        return
+    except (TimeoutError, RemoteFetchRefused):
+        return
+    except RemoteStorageError as e:
+        log.warning("remote fetch of %s-%d at %d failed: %s", *remote.tp, remote.offset, e)
+        answer.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+        return
+    if data:
+        answer.records = FetchSlice(-1, 0, len(data), data=data)
+        if remote.upper_bound is not None:
+            answer.aborted_transactions = [(t.producer_id, t.first_offset) for t in aborted or ()]
 
 
 def _current_leaders(broker, ctx: RequestContext, topics) -> list[tuple[int, str, int, str | None]]:

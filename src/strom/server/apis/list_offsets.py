@@ -39,11 +39,16 @@ def _lookup(partition, timestamp: int, read_committed: bool) -> tuple[int, int, 
     hw = partition.last_stable_offset if read_committed else partition.high_watermark
     if timestamp == LATEST:
         return -1, hw, partition.leader_epoch
-    if timestamp == LATEST_TIERED:  # (v9, KIP-1005) nothing is tiered: Kafka's answer without remote storage
-        return -1, -1, -1
+    if timestamp == LATEST_TIERED:  # (v9, KIP-1005) the last offset in remote storage; -1: none
+        highest = log.highest_offset_in_remote_storage if log.tiered else -1
+        return -1, highest, log.leader_epoch_cache.epoch_for(highest) if highest >= 0 else -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
-        start = log.log_start_offset
-        return -1, start, _epoch_of(partition, start) if start < hw else partition.leader_epoch
+        # a tiered log starts in remote storage; EARLIEST_LOCAL (KIP-405) is its first local offset
+        start = log.log_start_offset if timestamp == EARLIEST else log.local_log_start_offset
+        if start >= hw:
+            return -1, start, partition.leader_epoch
+        return -1, start, log.leader_epoch_cache.epoch_for(start) if start < log.local_log_start_offset \
+            else _epoch_of(partition, start)
     if timestamp == MAX_TIMESTAMP:
         found = log.offset_of_max_timestamp()
         if found is None or found[1] >= hw:
