@@ -125,6 +125,7 @@ class RemoteLogManager:
         await asyncio.gather(*tasks, return_exceptions=True)
         for pool in (self._copiers, self._expirers, self._readers):
             pool.shutdown(wait=False, cancel_futures=True)
+        await self.metadata.close()
         await asyncio.to_thread(self.storage.close)
 
     async def _run(self) -> None:

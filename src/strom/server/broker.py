@@ -245,6 +245,8 @@ class Broker:
     async def _stop(self) -> None:
         self.state = BrokerState.SHUTTING_DOWN
         self.stopping = True
+        if self.remote_log_manager is not None:  # first: its long polls to this broker would hold the drain
+            await self.remote_log_manager.close()
         if self.metrics_server is not None:
             await asyncio.to_thread(self.metrics_server.stop)
         await self.socket_server.stop_accepting()
@@ -253,8 +255,6 @@ class Broker:
             self.replica_manager.fetch_purgatory.wake(key)  # long polls answer now
         await self.socket_server.drain(timeout=10)
         self.scheduler.shutdown()
-        if self.remote_log_manager is not None:
-            await self.remote_log_manager.close()
         self.connections.close()
         if self.replica_fetchers is not None:
             self.replica_fetchers.shutdown()
