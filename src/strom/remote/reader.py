@@ -94,7 +94,8 @@ class RemoteReader:
                 chunk = self._get(metadata, pos, min(size, pos + max(max_bytes - len(out), HEADER_SIZE) + _LOOKAHEAD))
             header = read_header(chunk, pos - chunk_at)
             end = pos + header.size
-            if header.magic != MAGIC or header.size < HEADER_SIZE or end > size:
+            if header.magic != MAGIC or header.size < HEADER_SIZE or end > size or not (
+                    metadata.start_offset <= header.base_offset <= header.last_offset <= metadata.end_offset):
                 raise CorruptRemoteData(f"no record batch at position {pos} of remote segment "
                                         f"{metadata.segment_id.id} ({metadata.segment_id.topic}-{metadata.segment_id.partition})")
             if header.last_offset < offset:

@@ -1,0 +1,142 @@
+"""Tiered storage when the object store misbehaves, against real processes: a store that stops
+answering (SeaweedFS under SIGSTOP) holds back neither produce nor local reads, and no local
+segment is deleted before it is uploaded; copying resumes by itself. What the store returns is
+checked before it is served: a truncated or corrupted segment object is refused, never sent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from strom.log import Log, LogConfig
+from strom.log.remote import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata
+from strom.protocol.records import build_value_batch
+from strom.remote.directory import DirectoryStorage
+from strom.remote.objects import SEGMENT_SUFFIX
+from strom.remote.reader import CorruptRemoteData, IndexCache, RemoteReader
+from strom.s3_server import S3Server
+from strom.testing import BrokerProcess, free_ports, unique_name, wait_for
+
+EARLIEST_LOCAL, LATEST_TIERED = -4, -5
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with S3Server(ports=free_ports) as server:
+        yield server
+
+
+def offset_of(broker: BrokerProcess, topic: str, spec: int) -> int:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "offsets"})
+    try:
+        return consumer.offsets_for_times([TopicPartition(topic, 0, spec)], timeout=10)[0].offset
+    finally:
+        consumer.close()
+
+
+def produce(broker: BrokerProcess, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.size": 1024, "linger.ms": 0, "acks": "all"})
+    for i, value in enumerate(values):
+        producer.produce(topic, value)
+        if i % 10 == 9:
+            producer.flush(10)
+    assert producer.flush(15) == 0
+
+
+def read_values(broker: BrokerProcess, topic: str, expected: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": uuid.uuid4().hex,
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                out.append(message.value())
+    finally:
+        consumer.close()
+    return out
+
+
+def test_a_store_that_stops_answering_holds_back_nothing_and_loses_nothing(s3, tmp_path):
+    overrides = {"remote.log.storage.system.enable": "true",
+                 **s3.rsm_config(key_prefix=f"{uuid.uuid4().hex[:8]}/"),
+                 "rsm.config.storage.s3.api.call.attempt.timeout": "1000",
+                 "rsm.config.storage.s3.api.call.timeout": "2000",
+                 "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
+                 "log.segment.delete.delay.ms": "0", "rlmm.config.remote.log.metadata.topic.num.partitions": "1"}
+    with BrokerProcess(tmp_path, overrides) as broker:
+        topic = unique_name("stalled")
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1, config={
+            "remote.storage.enable": "true", "segment.bytes": "4096", "local.retention.ms": "1"})])[topic].result(15)
+        first = [b"before-%04d-" % i + b"c" * 200 for i in range(300)]
+        produce(broker, topic, first)
+        wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= 200, timeout=30)
+        os.kill(s3.proc.pid, signal.SIGSTOP)
+        try:
+            tiered = offset_of(broker, topic, LATEST_TIERED)
+            second = [b"during-%04d-" % i + b"d" * 200 for i in range(300)]
+            produce(broker, topic, second)  # acknowledged while the store is away
+            time.sleep(3)  # copy attempts fail by their timeouts meanwhile
+            # nothing more is in remote storage, so nothing more may leave the local disk
+            assert offset_of(broker, topic, LATEST_TIERED) == tiered
+            assert offset_of(broker, topic, EARLIEST_LOCAL) == tiered + 1
+            wait_for(lambda: "to remote storage" in broker.log_text() and "retried every" in broker.log_text(),
+                     timeout=20)
+        finally:
+            os.kill(s3.proc.pid, signal.SIGCONT)
+        # copying resumes by itself, and local retention follows
+        wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= len(first) + 200, timeout=60)
+        assert read_values(broker, topic, len(first) + len(second)) == first + second
+
+
+def remote_segment(tmp_path: Path) -> tuple[DirectoryStorage, RemoteLogSegmentMetadata, bytes]:
+    """A real segment of a Strom log (100 batches, one record each), copied to a directory store."""
+    log = Log.open(tmp_path / "clicks-0", LogConfig(segment_bytes=1 << 20, index_interval_bytes=256))
+    for i in range(100):
+        log.append(bytearray(build_value_batch([b"value-%03d-" % i + b"e" * 100])), leader_epoch=3)
+    log.roll()
+    segment = log.segments[0]
+    storage = DirectoryStorage(tmp_path / "remote")
+    metadata = RemoteLogSegmentMetadata(RemoteLogSegmentId(uuid.uuid4(), "clicks", 0), 0, 99, 0, 1, 0,
+                                        ((3, 0),), segment.size)
+    index = b"".join(o.to_bytes(4, "big") + p.to_bytes(4, "big") for o, p in segment.offset_index.entries())
+    storage.copy_log_segment_data(metadata, LogSegmentData(segment.log_path, index, b"", None, b"", b"0\n0\n"))
+    data = segment.log_path.read_bytes()
+    log.close()
+    return storage, metadata, data
+
+
+def test_remote_reads_return_whole_batches_and_refuse_damaged_objects(tmp_path):
+    storage, metadata, data = remote_segment(tmp_path)
+    reader = RemoteReader(storage, IndexCache(1 << 20))
+    # from an offset inside the segment: whole batches from the one holding it, as the local read
+    got = reader.read(metadata, 57, 1 << 20, True)
+    assert data.endswith(got) and len(got) == len(data) * 43 // 100
+    # max bytes short of one batch: one batch with min_one_message, none without
+    one = reader.read(metadata, 10, 10, True)
+    assert data.count(one) == 1 and len(one) == len(data) // 100
+    assert reader.read(metadata, 10, 10, False) == b""
+    key = storage._path(storage.key(metadata, SEGMENT_SUFFIX))
+    corrupted = bytearray(data)
+    corrupted[len(data) // 2 + 40] ^= 0xFF  # inside a batch's records
+    key.write_bytes(bytes(corrupted))
+    with pytest.raises(CorruptRemoteData, match="CRC"):
+        reader.read(metadata, 0, 1 << 20, True)
+    key.write_bytes(data[: len(data) // 2 + 7])  # truncated
+    with pytest.raises(CorruptRemoteData):
+        reader.read(metadata, 0, 1 << 20, True)
+    shifted = bytearray(data)
+    shifted[0] ^= 0x40  # the first batch's base offset, outside the segment's offsets
+    key.write_bytes(bytes(shifted))
+    with pytest.raises(CorruptRemoteData, match="no record batch"):
+        reader.read(metadata, 0, 1 << 20, True)
