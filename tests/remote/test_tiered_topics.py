@@ -212,3 +212,21 @@ def test_a_restarted_broker_serves_the_remote_history(broker):
     assert offset_of(broker, topic, EARLIEST) == 0
     got = read_all(broker, topic, len(values))
     assert [v for _, v in got] == values
+
+
+def test_timestamps_are_looked_up_in_remote_segments_first(broker):
+    topic = tiered_topic(broker)
+    base = int(time.time() * 1000) - 3_600_000
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.size": 1024, "linger.ms": 0})
+    for i in range(600):
+        producer.produce(topic, b"t-%04d-" % i + b"s" * 200, timestamp=base + 1000 * i)
+        if i % 10 == 9:
+            producer.flush(10)
+    assert producer.flush(15) == 0
+    wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= 400, timeout=30)
+    local_start = offset_of(broker, topic, EARLIEST_LOCAL)
+    for target in (0, 37, 123, local_start - 1, local_start + 5):
+        assert offset_of(broker, topic, base + 1000 * target) == target
+        assert offset_of(broker, topic, base + 1000 * target - 500) == target  # between two records
+    assert offset_of(broker, topic, base - 5000) == 0
+    assert offset_of(broker, topic, base + 1000 * 600) == -1  # later than every record

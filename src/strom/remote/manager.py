@@ -408,6 +408,24 @@ class RemoteLogManager:
         self.fetch_quota.record(len(data))
         return data, aborted
 
+    async def find_offset_by_timestamp(self, p, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record in remote storage with a timestamp >=
+        `timestamp` (ListOffsets; Kafka looks in remote storage before the local log), or None."""
+        cache = self.metadata.cache(p.topic_id, p.topic, p.index)
+        if cache is None:
+            return None
+        log_ = p.log
+        candidates = [m for m in served_segments(cache, lineage_of(log_), log_.log_end_offset)
+                      if m.max_timestamp_ms >= timestamp and m.end_offset >= log_.log_start_offset
+                      and m.start_offset < log_.local_log_start_offset]
+        start = log_.log_start_offset
+        for m in candidates:
+            found = await asyncio.get_running_loop().run_in_executor(
+                self._readers, self.reader.find_offset_by_timestamp, m, timestamp, start)
+            if found is not None:
+                return found
+        return None
+
     def fetch_throttled(self) -> bool:
         return self.fetch_quota.exceeded()
 

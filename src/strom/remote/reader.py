@@ -15,9 +15,10 @@ from strom.log.remote import (
     RemoteStorageError,
 )
 from strom.log.txn_index import AbortedTxn, collect, parse_entries
-from strom.protocol.records import HEADER_SIZE, crc_ok, read_header
+from strom.protocol.records import HEADER_SIZE, crc_ok, iter_records, read_header
 
 _OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
 READ_CAP = 8 << 20  # the most one remote read brings, whatever max bytes a fetch asks
 _LOOKAHEAD = 64 << 10  # read past max bytes to reach the batch holding the offset (index.interval.bytes)
 MAGIC = 2
@@ -120,6 +121,35 @@ class RemoteReader:
             raise CorruptRemoteData(f"remote segment {metadata.segment_id.id} returned {len(data)} bytes "
                                     f"for [{start}, {end})")
         return data
+
+    def find_offset_by_timestamp(self, metadata: RemoteLogSegmentMetadata, timestamp: int,
+                                 start_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the segment's first record at or after `start_offset` whose
+        timestamp is >= `timestamp`, or None: from the time index's last entry below the
+        timestamp, batch headers first, decoding only the batch that holds the answer."""
+        index = self.indexes.get(self.storage, metadata, IndexType.TIMESTAMP)
+        offset = max(start_offset, metadata.start_offset)
+        for i in range(len(index) // _TIME_ENTRY.size):
+            ts, relative = _TIME_ENTRY.unpack_from(index, i * _TIME_ENTRY.size)
+            if ts >= timestamp:
+                break
+            offset = max(offset, metadata.start_offset + relative)
+        while offset <= metadata.end_offset:
+            data = self.read(metadata, offset, READ_CAP, True)
+            if not data:
+                return None
+            pos = 0
+            while pos < len(data):
+                header = read_header(data, pos)
+                if header.last_offset >= start_offset and header.max_timestamp >= timestamp:
+                    if header.log_append_time:
+                        return max(header.base_offset, start_offset), header.max_timestamp
+                    for record in iter_records(data, pos):
+                        if record.offset >= start_offset and record.timestamp >= timestamp:
+                            return record.offset, record.timestamp
+                offset = header.last_offset + 1
+                pos += header.size
+        return None
 
     def aborted(self, metadata: RemoteLogSegmentMetadata, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         return collect(parse_entries(self.indexes.get(self.storage, metadata, IndexType.TRANSACTION)),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from array import array
 
+from strom.log.remote import RemoteStorageError
 from strom.network.request import RawResponse
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.list_offsets import ListOffsetsRequest, ListOffsetsResponseWriter
@@ -62,6 +63,24 @@ def _lookup(partition, timestamp: int, read_committed: bool) -> tuple[int, int, 
     return ts, offset, _epoch_of(partition, offset)
 
 
+async def _remote_lookup(broker, partition, timestamp: int, read_committed: bool) -> tuple[int, int, int] | None:
+    """A timestamp's first offset in a tiered log's remote segments (looked at before the local
+    log, as Kafka does), or None to look locally. Off the loop, in the remote reader threads."""
+    rlm, log = broker.remote_log_manager, partition.log
+    if timestamp < 0 or rlm is None or not log.tiered or log.log_start_offset >= log.local_log_start_offset:
+        return None
+    try:
+        found = await asyncio.wait_for(rlm.find_offset_by_timestamp(partition, timestamp),
+                                       broker.config["remote.list.offsets.request.timeout.ms"] / 1000)
+    except (TimeoutError, RemoteStorageError) as e:
+        raise KafkaError(f"remote storage did not answer the timestamp lookup: {e}", ErrorCode.REQUEST_TIMED_OUT) from e
+    if found is None:
+        return None
+    offset, ts = found
+    hw = partition.last_stable_offset if read_committed else partition.high_watermark
+    return (ts, offset, partition.log.leader_epoch_cache.epoch_for(offset)) if offset < hw else (-1, -1, -1)
+
+
 def _duplicates(request: ListOffsetsRequest) -> set[tuple[str, int]]:
     """The partitions a request names more than once (Kafka answers each INVALID_REQUEST),
     found with four bytes per partition named."""
@@ -103,6 +122,11 @@ async def handle_list_offsets(broker, ctx: RequestContext, request: ListOffsetsR
             elif (epoch_error := partition.check_leader_epoch(p.current_leader_epoch)) != ErrorCode.NONE:
                 out.partition(p.partition_index, epoch_error)
             else:
-                timestamp, offset, epoch = _lookup(partition, p.timestamp, read_committed)
+                try:
+                    found = await _remote_lookup(broker, partition, p.timestamp, read_committed)
+                except KafkaError as e:
+                    out.partition(p.partition_index, e.code)
+                    continue
+                timestamp, offset, epoch = found or _lookup(partition, p.timestamp, read_committed)
                 out.partition(p.partition_index, ErrorCode.NONE, timestamp, offset, epoch)
     return RawResponse(out.parts(), throttle_at=0 if ctx.header.api_version >= 2 else None)
