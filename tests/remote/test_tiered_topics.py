@@ -230,3 +230,39 @@ def test_timestamps_are_looked_up_in_remote_segments_first(broker):
         assert offset_of(broker, topic, base + 1000 * target - 500) == target  # between two records
     assert offset_of(broker, topic, base - 5000) == 0
     assert offset_of(broker, topic, base + 1000 * 600) == -1  # later than every record
+
+
+def alter(broker: BrokerProcess, topic: str, **configs: str) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource("TOPIC", topic, incremental_configs=[
+        ConfigEntry(key.replace("_", "."), value, incremental_operation=AlterConfigOpType.SET)
+        for key, value in configs.items()])
+    admin.incremental_alter_configs([resource])[resource].result(15)
+
+
+def test_copy_disable_keeps_remote_data_readable_and_turning_off_deletes_it(broker, s3):
+    topic = tiered_topic(broker)
+    values = [b"kip950-%04d-" % i + b"r" * 200 for i in range(400)]
+    produce(broker, topic, values)
+    wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= 200, timeout=30)
+    # KIP-950: copying stops, what is remote stays readable
+    alter(broker, topic, remote_log_copy_disable="true")
+    time.sleep(0.5)
+    tiered = offset_of(broker, topic, LATEST_TIERED)
+    more = [b"later-%04d-" % i + b"q" * 200 for i in range(200)]
+    produce(broker, topic, more)
+    time.sleep(1.5)  # several task intervals
+    assert offset_of(broker, topic, LATEST_TIERED) == tiered
+    assert [v for _, v in read_all(broker, topic, len(values) + len(more))] == values + more
+    # turning remote storage off is refused unless its data goes with it ...
+    with pytest.raises(KafkaException, match="remote storage can be turned off only with its data deleted"):
+        alter(broker, topic, remote_storage_enable="false")
+    # ... and with it, the remote objects are deleted and the log starts at its local start
+    alter(broker, topic, remote_storage_enable="false", remote_log_delete_on_disable="true")
+    wait_for(lambda: objects(s3, topic) == [], timeout=30)
+    local_start = offset_of(broker, topic, EARLIEST_LOCAL)
+    assert local_start > 0 and offset_of(broker, topic, EARLIEST) == local_start
+    got = read_all(broker, topic, len(values) + len(more) - local_start)
+    assert got[0][0] == local_start and [v for _, v in got] == (values + more)[local_start:]

@@ -26,6 +26,7 @@ from strom.controller.replication_control import (
     led_by,
     shutdown_changes,
 )
+from strom.log.config import check_remote_storage_change
 from strom.metadata import records as r
 from strom.metadata.image import (
     BROKER_RESOURCE,
@@ -308,6 +309,11 @@ def alter_configs(image: MetadataImage, resource_type: int, name: str, ops: list
         else:
             raise KafkaError(f"unknown config operation {op}", ErrorCode.INVALID_REQUEST)
     validate(resource_type, name, configs)
+    if resource_type == TOPIC_RESOURCE:
+        try:
+            check_remote_storage_change(current, configs)
+        except ValueError as e:
+            raise KafkaError(str(e), ErrorCode.INVALID_CONFIG) from None
     out = [r.ConfigRecord(resource_type=resource_type, resource_name=name, name=k, value=v)
            for k, v in configs.items() if current.get(k) != v]
     out += [r.ConfigRecord(resource_type=resource_type, resource_name=name, name=k, value=None)

@@ -309,6 +309,22 @@ def _level(text: str, low: int, high: int, allow: tuple[int, ...] = ()) -> int:
     return value
 
 
+def check_remote_storage_change(old: Mapping[str, str], new: Mapping[str, str]) -> None:
+    """KIP-950's rule for turning remote storage off on a topic: only together with deleting its
+    remote data and stopping copies (remote.log.delete.on.disable and remote.log.copy.disable
+    true); keeping the remote data read-only is remote.storage.enable=true with
+    remote.log.copy.disable=true. ValueError("<key>: <reason>") otherwise."""
+    def flag(configs: Mapping[str, str], key: str) -> bool:
+        return str(configs.get(key, "false")).strip().lower() == "true"
+
+    if flag(old, "remote.storage.enable") and not flag(new, "remote.storage.enable") and not (
+            flag(new, "remote.log.delete.on.disable") and flag(new, "remote.log.copy.disable")):
+        raise ValueError("remote.storage.enable: remote storage can be turned off only with its data deleted: "
+                         "set remote.log.copy.disable=true and remote.log.delete.on.disable=true with it; to "
+                         "keep the remote data readable instead, keep remote.storage.enable=true and set "
+                         "remote.log.copy.disable=true")
+
+
 def _check_tiering(config: LogConfig, overrides: Mapping[str, str]) -> None:
     """Kafka's checks of a tiered topic's configs (LogConfig.validate): the broker must have
     remote storage, the topic must not be compacted, and local retention must not outlast the

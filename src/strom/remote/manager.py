@@ -144,9 +144,12 @@ class RemoteLogManager:
         """Follow the tiered partitions hosted now; for each whose remote metadata is read,
         keep its highest remote offset, and as leader start its copy and expiration."""
         hosted: dict[Key, Any] = {}
+        every: dict[Key, Any] = {}
         for p in list(self.partitions()):
+            key = (p.topic_id, p.topic, p.index)
+            every[key] = p
             if p.log.tiered and not p.log.offline:
-                hosted[(p.topic_id, p.topic, p.index)] = p
+                hosted[key] = p
         new = [k for k in hosted if k not in self.tiered]
         gone = [k for k in self.tiered if k not in hosted]
         for k in new:
@@ -159,6 +162,9 @@ class RemoteLogManager:
                 for t in (state.copying, state.expiring):
                     if t is not None:
                         t.cancel()
+                p = every.get(k)
+                if p is not None and not p.log.offline and not p.log.tiered:
+                    self._tiering_disabled(p)
             self.metadata.unassign(gone)
         for key, p in hosted.items():
             cache = self.metadata.cache(*key)
@@ -324,15 +330,27 @@ class RemoteLogManager:
         log.info("%s-%d: deleted remote segment [%d, %d] (%s)", m.segment_id.topic, m.segment_id.partition,
                  m.start_offset, m.end_offset, current.state.name)
 
-    def partition_deleted(self, topic_id: uuid.UUID, topic: str, index: int) -> None:
-        """The partition's topic was deleted (or its remote data must go, KIP-950's
-        remote.log.delete.on.disable): delete its remote segments in the background."""
-        task = asyncio.get_running_loop().create_task(self._delete_partition((topic_id, topic, index)),
-                                                      name=f"remote delete {topic}-{index}")
+    def partition_deleted(self, topic_id: uuid.UUID, topic: str, index: int, whole_partition: bool = True) -> None:
+        """The partition's topic was deleted, or (not `whole_partition`) its remote storage
+        turned off with remote.log.delete.on.disable (KIP-950): delete its remote segments in
+        the background."""
+        task = asyncio.get_running_loop().create_task(
+            self._delete_partition((topic_id, topic, index), whole_partition), name=f"remote delete {topic}-{index}")
         self._deleting.add(task)
         task.add_done_callback(self._deleting.discard)
 
-    async def _delete_partition(self, key: Key) -> None:
+    def _tiering_disabled(self, p) -> None:
+        """remote.storage.enable turned off (KIP-950: only with its data deleted): the log starts
+        at its local start again, and its leader deletes what is in remote storage."""
+        log_ = p.log
+        if log_.local_log_start_offset > log_.log_start_offset:
+            log_.increment_log_start_offset(log_.local_log_start_offset)
+        log_.highest_offset_in_remote_storage = -1
+        if p.is_leader and log_.config.remote_log_delete_on_disable:
+            log.info("%s-%d: remote storage turned off; deleting its remote data", p.topic, p.index)
+            self.partition_deleted(p.topic_id, p.topic, p.index, whole_partition=False)
+
+    async def _delete_partition(self, key: Key, whole_partition: bool = True) -> None:
         topic_id, topic, index = key
         backoff = self.config["remote.log.manager.task.retry.backoff.ms"] / 1000
         await self.metadata.assign([key])
@@ -340,15 +358,17 @@ class RemoteLogManager:
             while not self.closed:
                 try:
                     cache = await self.metadata.wait_ready(*key, timeout_s=30.0)
-                    if not cache.all_segments() and cache.partition_delete_state is None:
-                        return  # never tiered
+                    if not cache.all_segments() and (cache.partition_delete_state is None or not whole_partition):
+                        return  # never tiered, or nothing left
                     for state in (RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
                                   RemotePartitionDeleteState.DELETE_PARTITION_STARTED):
-                        if cache.partition_delete_state is None or cache.partition_delete_state < state:
+                        if whole_partition and (cache.partition_delete_state is None
+                                                or cache.partition_delete_state < state):
                             await self.metadata.publish(self._partition_delete(key, state))
                     for m in cache.all_segments():
                         await self._delete_segment(cache, m)
-                    if cache.partition_delete_state != RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
+                    if whole_partition and cache.partition_delete_state != \
+                            RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
                         await self.metadata.publish(
                             self._partition_delete(key, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED))
                     log.info("%s-%d: remote data deleted", topic, index)

@@ -19,7 +19,7 @@ from strom.config import log_levels
 from strom.config.broker import DEFINITIONS
 from strom.config.describe import LIST_CONFIGS, describe_broker, describe_topic
 from strom.config.dynamic import DEFAULT_ENTITY
-from strom.log.config import TOPIC_CONFIG_KEYS
+from strom.log.config import TOPIC_CONFIG_KEYS, check_remote_storage_change
 from strom.metrics import client_telemetry
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security import authorizer as acl
@@ -144,7 +144,12 @@ async def _alter(broker, resource_type: int, name: str,
     """Apply `new_configs(current)` as the full override set of one resource: stored, announced
     to every broker through /config/changes, and applied here at once."""
     if resource_type == TOPIC:
-        configs = new_configs(_topic_configs(broker, name))
+        current = _topic_configs(broker, name)
+        configs = new_configs(dict(current))  # a copy: an incremental change edits what it is given
+        try:
+            check_remote_storage_change(current, configs)
+        except ValueError as e:
+            raise KafkaError(str(e), ErrorCode.INVALID_CONFIG) from None
         await broker.store_io(broker.admin.change_topic_config, name, configs, validate_only=validate_only)
         if not validate_only:
             broker.config_repository.topics[name] = configs
