@@ -28,7 +28,10 @@ SOURCE_OPTIONS = {
     "failondataloss", "includeheaders", "kafkaconsumer.polltimeoutms",
     "fetchoffset.numretries", "fetchoffset.retryintervalms", "groupidprefix",
     "latestbykey",  # Strom's own: a compacted topic read as a table
+    # Strom's own: tiered offsets read from the object store (remote.py), with rsm.config.* keys
+    "directremotereads", "remotereadchunkbytes",
 }
+STORE_PREFIX = "rsm.config."  # the broker's keys of the remote store, passed as options
 SINK_OPTIONS = {"topic", "transactionalidprefix", "includeheaders"}
 # One options dict often serves a job's source and sink: each ignores the other's options, as
 # Spark's connector does (a misspelling of either is still an error).
@@ -99,6 +102,9 @@ class SourceOptions:
     offset_retry_interval_ms: int = 1000
     group_id: str | None = None  # kafka.group.id, or groupIdPrefix + a unique suffix
     latest_by_key: bool = False
+    remote_storage: dict[str, str] = field(default_factory=dict)  # rsm.config.* options: a store to read
+    direct_remote_reads: bool = False  # tiered offsets from that store, not through the broker
+    remote_chunk_bytes: int = 4 << 20
 
     @property
     def client_id(self) -> str:
@@ -162,13 +168,14 @@ def _client(options: Mapping[str, str], role: str) -> ClientOptions:
 
 
 def _unknown(options: Mapping[str, str], allowed: set[str], role: str) -> None:
-    bad = sorted(k for k in options if not k.startswith("kafka.") and k not in ALL_OPTIONS | SPARK_OPTIONS)
+    bad = sorted(k for k in options if not k.startswith(("kafka.", STORE_PREFIX))
+                 and k not in ALL_OPTIONS | SPARK_OPTIONS)
     if bad:
         near = [f"{k} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(k, ALL_OPTIONS, 1)) else k
                 for k in bad]
         raise StromOptionError(
             f"Unknown option(s) for the strom {role}: {', '.join(near)}. Valid options: "
-            f"{', '.join(sorted(allowed))} and kafka.* client settings")
+            f"{', '.join(sorted(allowed))}, kafka.* client settings and rsm.config.* remote storage keys")
 
 
 def flag(options: Mapping[str, str], key: str, default: bool) -> bool:
@@ -304,6 +311,18 @@ def source_options(options: Mapping[str, str], batch: bool | None) -> SourceOpti
     isolation = client.conf.setdefault("isolation.level", "read_uncommitted")  # Java's default
     if isolation not in ("read_uncommitted", "read_committed"):
         raise StromOptionError("kafka.isolation.level must be read_uncommitted or read_committed")
+    store = {k: v for k, v in options.items() if k.startswith(STORE_PREFIX)}
+    direct = flag(options, "directremotereads", bool(store))
+    if direct and not store:
+        raise StromOptionError("directRemoteReads=true needs the remote store's rsm.config.* options (e.g. "
+                               "rsm.config.storage.s3.bucket.name, or rsm.config.storage.root)")
+    if direct and client.conf.get("security.protocol", "plaintext").lower() != "plaintext":
+        if options.get("directremotereads") is not None:
+            raise StromOptionError("directRemoteReads needs kafka.security.protocol PLAINTEXT (the raw client "
+                                   "that reads the remote log metadata speaks neither TLS nor SASL)")
+        log.warning("strom source: remote storage is read through the broker: direct reads need "
+                    "kafka.security.protocol PLAINTEXT")
+        direct = False
     group = client.conf.pop("group.id", None)
     if group is None and options.get("groupidprefix") is not None:
         group = f"{options['groupidprefix']}-{uuid.uuid4()}"
@@ -325,6 +344,9 @@ def source_options(options: Mapping[str, str], batch: bool | None) -> SourceOpti
         offset_retry_interval_ms=duration_ms(options, "fetchoffset.retryintervalms", 1000),
         group_id=group,
         latest_by_key=flag(options, "latestbykey", False),
+        remote_storage=store,
+        direct_remote_reads=direct,
+        remote_chunk_bytes=_positive_int(options, "remotereadchunkbytes") or 4 << 20,
     )
 
 

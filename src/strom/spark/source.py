@@ -82,9 +82,13 @@ class StromDataSource(DataSource):
 
 def _input_partitions(ranges: list[off.Range], opts: SourceOptions) -> list[InputPartition]:
     ranges = [r for r in ranges if r.size > 0]
-    if opts.latest_by_key:  # one task sees a whole partition: the latest of a key is in it
-        return [InputPartition(r) for r in ranges]
-    return [InputPartition(r) for r in off.split(ranges, opts.min_partitions, opts.max_records_per_partition)]
+    if not opts.latest_by_key:  # else one task sees a whole partition: the latest of a key is in it
+        ranges = off.split(ranges, opts.min_partitions, opts.max_records_per_partition)
+    if opts.remote_storage and opts.direct_remote_reads:
+        from strom.spark.remote import plan  # tiered offsets: which segments of the store hold them
+
+        return [InputPartition(r) for r in plan(opts, ranges)]
+    return [InputPartition(r) for r in ranges]
 
 
 def _read(opts: SourceOptions, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
@@ -93,10 +97,17 @@ def _read(opts: SourceOptions, partition: InputPartition | None) -> Iterator[pa.
     r = getattr(partition, "value", None)
     if r is None:  # with no partitions planned, Spark still reads one, empty
         return
-    if opts.latest_by_key:
-        yield from latest_by_key(read_range(opts, r), opts.include_headers)
+    if getattr(r, "segments", None) is not None:  # a TieredRange: the store first, then the broker
+        from strom.spark.fetch import Rows, batch_rows
+        from strom.spark.remote import read_tiered
+
+        batches = read_tiered(opts, r, lambda part: read_range(opts, part), Rows, batch_rows(opts))
     else:
-        yield from read_range(opts, r)
+        batches = read_range(opts, r)
+    if opts.latest_by_key:
+        yield from latest_by_key(batches, opts.include_headers)
+    else:
+        yield from batches
 
 
 def latest_by_key(batches: Iterator[pa.RecordBatch], include_headers: bool) -> Iterator[pa.RecordBatch]:
