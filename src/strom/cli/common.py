@@ -386,11 +386,12 @@ class Cluster:
                 raise CommandError(f"no controller accepted the request (controller id {controller})")
             time.sleep(0.5)
 
-    def list_offsets(self, wanted: Mapping[TopicPartition, int],
-                     read_committed: bool = False) -> dict[TopicPartition, ListedOffset]:
+    def list_offsets(self, wanted: Mapping[TopicPartition, int], read_committed: bool = False,
+                     version: int = 7) -> dict[TopicPartition, ListedOffset]:
         """ListOffsets at each partition's leader: `wanted` maps a partition to LATEST,
-        EARLIEST, MAX_TIMESTAMP or a timestamp in ms. Partitions whose leader moved are asked
-        again after fresh metadata, a few times."""
+        EARLIEST, MAX_TIMESTAMP or a timestamp in ms (and with version 8, EARLIEST_LOCAL: a
+        tiered log's first local offset). Partitions whose leader moved are asked again after
+        fresh metadata, a few times."""
         out: dict[TopicPartition, ListedOffset] = {}
         pending = dict(wanted)
         for attempt in range(5):
@@ -412,7 +413,7 @@ class Cluster:
                     by_leader.setdefault(leader, {}).setdefault(tp[0], []).append(
                         {"partition_index": tp[1], "current_leader_epoch": -1, "timestamp": timestamp})
             for leader, topics in by_leader.items():
-                body = self.broker(leader).call(LIST_OFFSETS, 7, {
+                body = self.broker(leader).call(LIST_OFFSETS, version, {
                     "replica_id": -1, "isolation_level": 1 if read_committed else 0,
                     "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
                 for t in body.topics:

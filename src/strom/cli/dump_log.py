@@ -7,6 +7,12 @@ time indexes (`.index`, `.timeindex`: entries checked against their log), transa
 checkpoint files of a log dir, the same files Kafka writes, so it works on Kafka's data as well
 as Strom's. It never writes.
 
+A tiered partition's remote segments (KIP-405) are dumped the same way: a directory store's
+objects are files named `<base offset>-<segment id>.log` (and `.index`, ...), given as paths;
+an object in any store is read through the store the broker's `rsm.config.*` keys name, with
+--remote-config (a properties file holding them, the broker's own say) and --override:
+`strom dump-log --remote-config server.properties <object key>`, or `s3://<bucket>/<key>`.
+
 A KRaft node's metadata log (`__cluster_metadata-0`) is decoded record by record: the segments'
 metadata records (TopicRecord, PartitionRecord, RegisterBrokerRecord, ...) with their fields,
 its control records (LeaderChange, the KIP-853 voter set), and its snapshots
@@ -166,7 +172,7 @@ class Dumper:
     """Dumps files to stdout and collects their problems."""
 
     opts: Options
-    problems: dict[Path, list[str]] = field(default_factory=dict)
+    problems: dict[Path | str, list[str]] = field(default_factory=dict)  # str: a remote object
     decoder: str | None = None  # the file's: the one asked for, or the metadata log's own
 
     @property
@@ -177,7 +183,7 @@ class Dumper:
     def print_data(self) -> bool:
         return self.opts.print_data or self.decoder is not None
 
-    def problem(self, path: Path, text: str) -> None:
+    def problem(self, path: Path | str, text: str) -> None:
         self.problems.setdefault(path, []).append(text)
 
     def out(self, text: str) -> None:
@@ -210,10 +216,20 @@ class Dumper:
         return True
 
     def log(self, path: Path) -> None:
-        base = _base_offset(path)
-        click.echo(f"Log starting offset: {base}")
         with _mapped(path) as data:
-            self._batches(path, data, scan_log(data, self.opts.max_bytes), base)
+            self.log_data(path, data)
+
+    def log_data(self, path: Path | str, data: Any) -> None:
+        """A segment log's bytes (a file's, or a remote object's), named after its base offset."""
+        base = _base_offset(Path(path))
+        click.echo(f"Log starting offset: {base}")
+        self._batches(path, data, scan_log(data, self.opts.max_bytes), base)
+
+    def remote_log(self, name: str, data: bytes) -> None:
+        """A segment log object fetched from a remote store, dumped as a local one is."""
+        self.decoder = self.opts.decoder
+        click.echo(f"Dumping {name}")
+        self.log_data(name, data)
 
     def metadata_snapshot(self, path: Path) -> None:
         """A KRaft snapshot: batches like a segment's, from offset 0, between a SnapshotHeader
@@ -247,7 +263,7 @@ class Dumper:
             return
         self.out(_compact_json(state))
 
-    def _batches(self, path: Path, data: Any, scan: LogScan, base: int) -> None:
+    def _batches(self, path: Path | str, data: Any, scan: LogScan, base: int) -> None:
         """Print and check the batches of a log or snapshot that start at offset `base`."""
         last = None
         for batch in scan.batches:
@@ -580,10 +596,18 @@ def _control_kinds(data: Any, batch: Batch) -> list[int]:
         return []
 
 
+# A segment's file name stem: its base offset, and in remote storage then its segment id
+# (`<base offset>-<Kafka uuid>`, strom.remote.objects).
+_SEGMENT_STEM = re.compile(r"(\d{20})(?:-[A-Za-z0-9_-]{22})?")
+
+
 def _base_offset(path: Path) -> int | None:
     """The base offset a segment file is named after (20 digits), or None."""
     stem = path.name.split(".")[0]
-    return int(stem) if stem.isdigit() else None
+    if stem.isdigit():
+        return int(stem)
+    match = _SEGMENT_STEM.fullmatch(stem)
+    return int(match[1]) if match else None
 
 
 def _trim_zero_entries(entries: list[tuple[int, int]], zero: tuple[int, int]) -> tuple[list, int]:
@@ -624,8 +648,7 @@ def _files(paths: tuple[Path, ...], listed: str | None) -> Iterator[Path]:
 
 
 @click.command("dump-log", cls=Command)
-@click.argument("paths", metavar="FILE|DIR...", nargs=-1,
-                type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", metavar="FILE|DIR|OBJECT...", nargs=-1)
 @click.option("--files", "listed", metavar="FILE,FILE", help="Files to dump, comma-separated "
               "(as kafka-dump-log; the arguments do the same).")
 @click.option("--deep-iteration", "deep", is_flag=True, help="Decode and check every record, "
@@ -644,9 +667,16 @@ def _files(paths: tuple[Path, ...], listed: str | None) -> Iterator[Path]:
 @click.option("--cluster-metadata-decoder", "decoder", flag_value=METADATA,
               help="Decode records as a KRaft metadata log's (implies --print-data-log; the "
                    "default for files of __cluster_metadata-0 and KRaft snapshots).")
-def dump_log(paths: tuple[Path, ...], listed: str | None, deep: bool, print_data: bool,
+@click.option("--remote-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A properties file with the remote store's rsm.config.* keys (the broker's "
+                   "server.properties will do): the arguments are then segment log objects of "
+                   "that store, by key or as s3://BUCKET/KEY.")
+@click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="A remote store key (rsm.config.*), over --remote-config's (repeatable); "
+                   "the arguments are then objects too.")
+def dump_log(paths: tuple[str, ...], listed: str | None, deep: bool, print_data: bool,
              verify_index_only: bool, sanity_only: bool, max_bytes: int | None,
-             decoder: str | None) -> None:
+             decoder: str | None, remote_config: Path | None, overrides: tuple[str, ...]) -> None:
     """Print and check a partition's files: segment logs, indexes, transaction indexes and
     checkpoints, and a KRaft metadata log's records and snapshots, read from disk (like
     kafka-dump-log, plus a consistency check). Problems go to stderr, and the exit code is 1
@@ -660,19 +690,19 @@ def dump_log(paths: tuple[Path, ...], listed: str | None, deep: bool, print_data
       strom dump-log strom-data/orders-0 --deep-iteration --verify-index-only
       strom dump-log strom-data/__consumer_offsets-7/00000000000000000000.log --offsets-decoder
       strom dump-log strom-cluster/node-1/logs/__cluster_metadata-0
+      strom dump-log --remote-config server.properties \\
+        'orders-<topic id>/0/00000000000000000000-<segment id>.log'
+      strom dump-log s3://tiered/orders-<topic id>/0/00000000000000000000-<segment id>.log \\
+        --override rsm.config.storage.s3.endpoint.url=http://127.0.0.1:8333
     """
-    files = list(_files(paths, listed))
-    if not files:
-        raise click.UsageError("name at least one file or directory")
-    missing = [f for f in files if not f.is_file()]
-    if missing:
-        raise click.BadParameter(f"no such file: {missing[0]}", param_hint="'--files'")
     print_data = print_data or decoder is not None
     dumper = Dumper(Options(deep or print_data, print_data, verify_index_only, sanity_only,
                             max_bytes, decoder))
-    for path in files:
-        if not dumper.dump(path):
-            click.echo(f"Ignoring {path}: not a file this tool reads", err=True)
+    if remote_config is not None or overrides:
+        _dump_remote(dumper, [*paths, *(p for p in (listed or "").split(",") if p.strip())],
+                     remote_config, overrides)
+    else:
+        _dump_files(dumper, _local_paths(paths), listed)
     for path, problems in dumper.problems.items():
         click.echo(f"Problems in {path}:", err=True)
         for text in problems:
@@ -680,3 +710,78 @@ def dump_log(paths: tuple[Path, ...], listed: str | None, deep: bool, print_data
     if dumper.problems:
         count = sum(map(len, dumper.problems.values()))
         raise CommandError(f"{count} problem(s) found in {len(dumper.problems)} file(s)")
+
+
+def _local_paths(paths: tuple[str, ...]) -> tuple[Path, ...]:
+    """The arguments as files that exist, refused as click refuses a click.Path."""
+    ctx = click.get_current_context()
+    param = next(p for p in ctx.command.params if p.name == "paths")
+    kind = click.Path(exists=True, path_type=Path)
+    return tuple(kind.convert(p, param, ctx) for p in paths)
+
+
+def _dump_files(dumper: Dumper, paths: tuple[Path, ...], listed: str | None) -> None:
+    files = list(_files(paths, listed))
+    if not files:
+        raise click.UsageError("name at least one file or directory")
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        raise click.BadParameter(f"no such file: {missing[0]}", param_hint="'--files'")
+    for path in files:
+        if not dumper.dump(path):
+            click.echo(f"Ignoring {path}: not a file this tool reads", err=True)
+
+
+def remote_store_config(remote_config: Path | None, overrides: tuple[str, ...]) -> tuple[dict[str, str], str]:
+    """The keys a store is made from (the properties file's, then the overrides) and their
+    prefix (remote.log.storage.manager.impl.prefix, rsm.config. by default)."""
+    from strom.cli.common import parse_key_values, read_properties
+    from strom.remote.config import DEFAULT_PREFIX
+
+    try:
+        keys = read_properties(remote_config) if remote_config is not None else {}
+    except click.BadParameter as e:
+        e.param_hint = "'--remote-config'"
+        raise
+    keys.update(parse_key_values(overrides, "--override"))
+    return keys, keys.get("remote.log.storage.manager.impl.prefix", DEFAULT_PREFIX)
+
+
+def _dump_remote(dumper: Dumper, objects: list[str], remote_config: Path | None,
+                 overrides: tuple[str, ...]) -> None:
+    """Segment log objects of a remote store, fetched whole and dumped as a local log is."""
+    from strom.log.remote import RemoteResourceNotFound, RemoteStorageError
+    from strom.remote.config import RemoteStorageConfigError, storage_from_config
+
+    if not objects:
+        raise click.UsageError("name at least one object")
+    keys, prefix = remote_store_config(remote_config, overrides)
+    by_bucket: dict[str | None, list[tuple[str, str]]] = {}
+    for name in objects:
+        bucket, key = None, name
+        if name.startswith("s3://"):
+            bucket, _, key = name.removeprefix("s3://").partition("/")
+            if not bucket or not key:
+                raise click.BadParameter(f"expected s3://BUCKET/KEY, got {name!r}")
+        if not key.endswith(LOG_SUFFIX) or _base_offset(Path(key)) is None:
+            raise click.BadParameter(f"{name}: not a segment log object (<base offset>-<segment id>.log)")
+        by_bucket.setdefault(bucket, []).append((name, key))
+    for bucket, wanted in by_bucket.items():
+        config = dict(keys)
+        if bucket is not None:
+            config[f"{prefix}storage.s3.bucket.name"] = bucket
+        try:
+            store = storage_from_config(config, prefix)
+        except (RemoteStorageConfigError, ImportError) as e:
+            raise CommandError(f"cannot make the remote store: {e}") from None
+        try:
+            for name, key in wanted:
+                try:
+                    data = store.get(key)
+                except RemoteResourceNotFound:
+                    raise CommandError(f"no object {key} in the remote store") from None
+                except RemoteStorageError as e:
+                    raise CommandError(f"cannot read {key} from the remote store: {e}") from None
+                dumper.remote_log(name, data)
+        finally:
+            store.close()

@@ -222,6 +222,10 @@ def describe(client: ClientSettings, arguments: tuple[str, ...], names: tuple[st
     With --under-replicated-partitions or --unavailable-partitions only the matching
     partitions are shown, without the topics' summary lines.
 
+    A tiered topic's partitions (remote.storage.enable=true) show their size on the leader's
+    disk (LocalSize), in remote storage (RemoteSize, RemoteSegments: the finished copies
+    `__remote_log_metadata` lists), the log start offset and the first offset kept locally.
+
     \b
     Example:
       strom topics describe --topic orders
@@ -242,6 +246,12 @@ def describe(client: ClientSettings, arguments: tuple[str, ...], names: tuple[st
                 found.append(t)
         filtered = under_replicated or unavailable
         configs = {} if filtered else _topic_configs(cluster, [t.name for t in found])
+        tiered_topics = [t for t in found if "remote.storage.enable=true" in configs.get(t.name, ())]
+        tiered = {}
+        if tiered_topics:  # only then loaded: strom.cli.tiered imports remote storage's modules
+            from strom.cli.tiered import tiered_partitions
+
+            tiered = tiered_partitions(cluster, tiered_topics)
     finally:
         cluster.close()
     live = set(cluster.brokers)
@@ -260,7 +270,8 @@ def describe(client: ClientSettings, arguments: tuple[str, ...], names: tuple[st
             leader = p.leader_id if p.leader_id >= 0 else "none"
             click.echo(f"\tTopic: {t.name}\tPartition: {p.partition_index}\tLeader: {leader}"
                        f"\tReplicas: {','.join(map(str, p.replica_nodes))}"
-                       f"\tIsr: {','.join(map(str, p.isr_nodes))}")
+                       f"\tIsr: {','.join(map(str, p.isr_nodes))}"
+                       + (sizes.describe() if (sizes := tiered.get((t.name, p.partition_index))) else ""))
 
 
 @topics.command()

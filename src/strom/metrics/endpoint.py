@@ -111,6 +111,7 @@ def broker_families(broker: Any) -> Iterator[Any]:
     # A KRaft node has no controller object on its broker: its view of the quorum's stands in.
     yield from _controller_families(broker.controller or getattr(broker, "quorum_controller_view", None))
     yield from _log_families(broker)
+    yield from remote_families(getattr(broker, "remote_log_manager", None), rm.partitions)
     yield from _group_families(broker)
     yield from _network_families(socket_server)
     yield from client_telemetry_families(getattr(broker, "client_telemetry", None))
@@ -157,6 +158,57 @@ def _log_families(broker: Any) -> Iterator[Any]:
                  time.monotonic() - cleaner.last_run if cleaner.last_run else 0)
     yield _gauge("strom_log_cleaner_uncleanable_partitions", "Logs the cleaner gave up on after an error",
                  len(cleaner.uncleanable))
+
+
+# Kafka's remote storage rates (BrokerTopicStats' Remote*PerSec), as counters: the attribute of
+# the RemoteLogManager's stats, the metric, its doc.
+REMOTE_COUNTERS = (
+    ("copy_bytes", "strom_remote_copy_bytes", "Bytes of segments copied to remote storage (RemoteCopyBytesPerSec)"),
+    ("copy_requests", "strom_remote_copy_requests", "Segments copied to remote storage (RemoteCopyRequestsPerSec)"),
+    ("copy_errors", "strom_remote_copy_errors", "Segment copies that failed (RemoteCopyErrorsPerSec)"),
+    ("fetch_bytes", "strom_remote_fetch_bytes", "Bytes read from remote storage for fetches (RemoteFetchBytesPerSec)"),
+    ("fetch_requests", "strom_remote_fetch_requests", "Fetch reads from remote storage (RemoteFetchRequestsPerSec)"),
+    ("fetch_errors", "strom_remote_fetch_errors", "Fetch reads from remote storage that failed (RemoteFetchErrorsPerSec)"),
+    ("delete_requests", "strom_remote_delete_requests", "Remote segments deleted (RemoteDeleteRequestsPerSec)"),
+    ("delete_errors", "strom_remote_delete_errors", "Remote segment deletions that failed (RemoteDeleteErrorsPerSec)"),
+)
+# Kafka's per-topic remote gauges: the attribute of a PartitionTiering, the metric, its doc.
+REMOTE_GAUGES = (
+    ("copy_lag_bytes", "remote_copy_lag_bytes",
+     "Bytes of rolled local segments not yet in remote storage (RemoteCopyLagBytes)"),
+    ("copy_lag_segments", "remote_copy_lag_segments",
+     "Rolled local segments not yet in remote storage (RemoteCopyLagSegments)"),
+    ("remote_size_bytes", "remote_log_size_bytes", "Bytes of the segments in remote storage (RemoteLogSizeBytes)"),
+    ("remote_segments", "remote_log_segments",
+     "Segments in remote storage, by their metadata (RemoteLogMetadataCount)"),
+)
+
+
+def remote_families(manager: Any, partitions: dict) -> Iterator[Any]:
+    """Tiered storage (KIP-405): the RemoteLogManager's counters, and per topic the copy lag and
+    remote size of the tiered partitions this broker leads (as Kafka, whose leader reports
+    them: summed over brokers they count each partition once). All 0, and no per-topic series,
+    without remote.log.storage.system.enable."""
+    stats = manager.stats if manager is not None else None
+    for attr, name, doc in REMOTE_COUNTERS:
+        yield CounterMetricFamily(name, doc, value=getattr(stats, attr) if stats is not None else 0)
+    yield _gauge("strom_remote_storage_unavailable",
+                 "1 after a remote store call failed, until a segment copy succeeds again",
+                 int(stats.store_unavailable) if stats is not None else 0)
+    per_topic: dict[str, list[int]] = {}
+    for (_, topic, index), state in (manager.tiered.items() if manager is not None else ()):
+        partition = partitions.get((topic, index))
+        if partition is None or not partition.is_leader:
+            continue
+        sums = per_topic.setdefault(topic, [0] * len(REMOTE_GAUGES))
+        for i, (attr, _, _) in enumerate(REMOTE_GAUGES):
+            sums[i] += getattr(state, attr)
+    for i, (_, name, doc) in enumerate(REMOTE_GAUGES):
+        family = GaugeMetricFamily(f"strom_topic_{name}", f"{doc}, per topic", labels=["topic"])
+        for topic, sums in sorted(per_topic.items()):
+            family.add_metric([topic], sums[i])
+        yield family
+        yield _gauge(f"strom_{name}", f"{doc}, all topics", sum(sums[i] for sums in per_topic.values()))
 
 
 def _group_families(broker: Any) -> Iterator[Any]:
