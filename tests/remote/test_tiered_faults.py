@@ -140,3 +140,87 @@ def test_remote_reads_return_whole_batches_and_refuse_damaged_objects(tmp_path):
     key.write_bytes(bytes(shifted))
     with pytest.raises(CorruptRemoteData, match="no record batch"):
         reader.read(metadata, 0, 1 << 20, True)
+
+
+def remote_metadata(broker: BrokerProcess, topic: str):
+    """The topic's partition 0 as `__remote_log_metadata` says, read as a consumer."""
+    from strom.log.remote import RemoteLogMetadataCache
+    from strom.log.remote.records import deserialize
+
+    cache = RemoteLogMetadataCache()
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": uuid.uuid4().hex,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    partitions = consumer.list_topics("__remote_log_metadata", timeout=10).topics["__remote_log_metadata"].partitions
+    consumer.assign([TopicPartition("__remote_log_metadata", i, 0) for i in partitions])
+    try:
+        idle = 0
+        while idle < 4:
+            message = consumer.poll(0.5)
+            if message is None:
+                idle += 1
+                continue
+            if message.error() is not None:
+                continue
+            record = deserialize(message.value())
+            name = record.segment_id.topic if hasattr(record, "segment_id") else record.topic
+            if name == topic:
+                cache.apply(record)
+    finally:
+        consumer.close()
+    return cache
+
+
+def stored_segment_ids(s3: S3Server, prefix: str, topic: str) -> set[str]:
+    import obstore
+
+    from strom.remote import storage_from_config
+
+    store = storage_from_config(s3.rsm_config())._store
+    keys = [o["path"] for batch in obstore.list(store, prefix=prefix.rstrip("/")) for o in batch
+            if o["path"].startswith(f"{prefix}{topic}-")]
+    return {key.rsplit("/", 1)[1].split("-", 1)[1].split(".", 1)[0] for key in keys}
+
+
+def test_kill_9_during_copies_and_deletions_leaves_no_object_served_or_kept(s3, tmp_path):
+    from strom.log.remote import RemoteLogSegmentState
+    from strom.metadata.storage import kafka_uuid
+
+    prefix = f"{uuid.uuid4().hex[:8]}/"
+    overrides = {"remote.log.storage.system.enable": "true", **s3.rsm_config(key_prefix=prefix),
+                 "remote.log.manager.task.interval.ms": "100", "log.retention.check.interval.ms": "200",
+                 "remote.log.manager.copy.max.bytes.per.second": "30000",  # copies spread over seconds
+                 "log.segment.delete.delay.ms": "0", "rlmm.config.remote.log.metadata.topic.num.partitions": "1"}
+    rng = __import__("random").Random(7)
+    with BrokerProcess(tmp_path, overrides) as broker:
+        topic = unique_name("killed")
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1, config={
+            "remote.storage.enable": "true", "segment.bytes": "4096", "local.retention.ms": "1"})])[topic].result(15)
+        values = [b"acked-%04d-" % i + b"k" * 200 for i in range(700)]
+        produce(broker, topic, values)
+        for _ in range(3):  # kill -9 while segments are being copied
+            time.sleep(rng.uniform(0.3, 1.2))
+            broker.kill()
+            broker.restart()
+        wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= 650, timeout=60)
+        assert read_values(broker, topic, len(values)) == values
+        # unfinished copies are cleaned: what the store holds is exactly what is served
+        def settled() -> bool:
+            cache = remote_metadata(broker, topic)
+            finished = {kafka_uuid(m.segment_id.id) for m in cache.all_segments()
+                        if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED}
+            return bool(finished) and stored_segment_ids(s3, prefix, topic) == finished and \
+                not cache.unreferenced_segments()
+        wait_for(settled, timeout=30)
+        # retention of the whole log deletes everything remote; kill -9 in the middle of it
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+        resource = ConfigResource("TOPIC", topic, incremental_configs=[
+            ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(15)
+        time.sleep(0.15)
+        broker.kill()
+        broker.restart()
+        wait_for(lambda: stored_segment_ids(s3, prefix, topic) == set(), timeout=60)
+        wait_for(lambda: remote_metadata(broker, topic).all_segments() == [], timeout=30)
+        assert offset_of(broker, topic, 0 - 2) >= offset_of(broker, topic, EARLIEST_LOCAL) - 1

@@ -252,7 +252,7 @@ class ProducerStateManager:
         """State of `log` (a strom.log.Log): the newest snapshot, then the batch headers
         written after it. Reads headers only; only transaction markers are decoded, and an
         abort found here is indexed again if the transaction index lost it."""
-        offset = max(self.load(log.log_end_offset), log.log_start_offset)
+        offset = max(self.load(log.log_end_offset), log.local_log_start_offset)
         while offset < log.log_end_offset:
             data = log.read(offset, 1 << 20, min_one_message=True).read_bytes()
             end = self.apply_batches(data, log, offset)

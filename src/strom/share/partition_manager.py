@@ -185,7 +185,8 @@ class SharePartitionManager:
                 state = read.state
                 break
             reset = self.group_config(key.group_id, "share.auto.offset.reset", LATEST)
-            start = partition.log.log_start_offset if reset == EARLIEST else partition.high_watermark
+            # share fetches read local logs only: a tiered log's earliest is its local start
+            start = partition.log.local_log_start_offset if reset == EARLIEST else partition.high_watermark
             init = (await self.persister.initialize({key: (0, start)}))[key]
             if init.error == ErrorCode.NONE:
                 log.info("share group %s: %s-%d starts at offset %d (share.auto.offset.reset=%s)", key.group_id,
@@ -213,8 +214,8 @@ class SharePartitionManager:
         partition, error = rm.leader_partition(tp)
         if partition is None:
             return FetchedPartition(error)
-        if sp.start_offset < partition.log.log_start_offset:
-            sp.move_start(partition.log.log_start_offset)
+        if sp.start_offset < partition.log.local_log_start_offset:
+            sp.move_start(partition.log.local_log_start_offset)
         offset = sp.fetch_offset()
         if offset is None or max_records <= 0:
             return FetchedPartition()
