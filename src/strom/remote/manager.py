@@ -326,6 +326,7 @@ class RemoteLogManager:
             await self.metadata.publish(self._update(m, _S.DELETE_SEGMENT_STARTED))
         await asyncio.get_running_loop().run_in_executor(self._expirers, self.storage.delete_log_segment_data, m)
         await self.metadata.publish(self._update(m, _S.DELETE_SEGMENT_FINISHED))
+        self.stats.store_unavailable = False
         self.stats.delete_requests += 1
         log.info("%s-%d: deleted remote segment [%d, %d] (%s)", m.segment_id.topic, m.segment_id.partition,
                  m.start_offset, m.end_offset, current.state.name)

@@ -17,6 +17,7 @@ from strom.log.remote import (
     LogSegmentData,
     RemoteLogSegmentMetadata,
     RemoteResourceNotFound,
+    RemoteStorageError,
     RemoteStorageManager,
 )
 from strom.metadata.storage import kafka_uuid
@@ -83,4 +84,4 @@ class ObjectStorage(RemoteStorageManager):
             self.delete(self.key(metadata, suffix))
 
 
-__all__ = ["ObjectStorage", "RemoteResourceNotFound", "object_key", "segment_parts"]
+__all__ = ["ObjectStorage", "RemoteResourceNotFound", "RemoteStorageError", "object_key", "segment_parts"]
