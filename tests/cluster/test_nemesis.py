@@ -18,7 +18,8 @@ from collections import defaultdict
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from strom.testing import Cluster, consume_all, unique_name
+from strom.s3_server import S3Server
+from strom.testing import Cluster, consume_all, free_ports, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
 from .idempotence import log_batches, values_of, written_once
@@ -153,12 +154,33 @@ def _nemesis(cluster: Cluster, rng: random.Random, log: list[str]) -> None:
 # message says what was missing, where pytest-timeout would only show where it was.
 @pytest.mark.timeout(900)
 def test_nemesis(zookeeper):
+    run_nemesis(zookeeper, {}, {})
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with S3Server(ports=free_ports) as server:
+        yield server
+
+
+@pytest.mark.timeout(900)
+def test_nemesis_with_tiered_storage(zookeeper, s3):
+    """The same run on tiered topics whose local copies go as soon as they are uploaded: what
+    is read back after the faults comes mostly from the object store, through the leaders."""
+    run_nemesis(zookeeper, {"remote.log.storage.system.enable": "true",
+                            **s3.rsm_config(key_prefix=f"{unique_name('nemesis')}/"),
+                            "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "500",
+                            "rlmm.config.remote.log.metadata.topic.num.partitions": "3"},
+                {"remote.storage.enable": "true", "segment.bytes": "65536", "local.retention.ms": "1"})
+
+
+def run_nemesis(zookeeper, extra_overrides: dict[str, str], topic_configs: dict[str, str]) -> None:
     overrides = {**CLUSTER_OVERRIDES, "replica.lag.time.max.ms": "5000",
-                 "controlled.shutdown.retry.backoff.ms": "500"}
+                 "controlled.shutdown.retry.backoff.ms": "500", **extra_overrides}
     with Cluster(3, zookeeper=zookeeper, overrides=overrides, session_timeout_ms=4000) as cluster:
         topic, txn_topic = unique_name("nemesis"), unique_name("nemesis-txn")
         for name in (topic, txn_topic):
-            create(cluster, name, PARTITIONS, configs={"min.insync.replicas": "2"})
+            create(cluster, name, PARTITIONS, configs={"min.insync.replicas": "2", **topic_configs})
         work = Workload(cluster, topic, txn_topic, unique_name("nemesis-group"))
         threads = [work.guarded(f) for f in (work.run_idempotent, work.run_transactional, work.run_consumer)]
         for t in threads:
@@ -204,6 +226,13 @@ def test_nemesis(zookeeper):
         # Healed: every partition of every topic, internal ones included, has all its replicas
         # in sync again and their logs end where their leaders' do.
         wait_fully_replicated(cluster, 60)
+        if topic_configs.get("remote.storage.enable") == "true":  # the reads above were remote ones
+            consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique_name("local")})
+            try:
+                local = consumer.offsets_for_times([TopicPartition(topic, p, -4) for p in range(PARTITIONS)], 30)
+            finally:
+                consumer.close()
+            assert all(tp.offset > 0 for tp in local), local
         total = sum(len(v) for v in work.acked.values())
         print(f"nemesis: {'; '.join(log)}")
         print(f"nemesis: {total} acknowledged records, all read back in order, {again} again under a later "

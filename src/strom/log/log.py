@@ -1004,7 +1004,9 @@ class Log:
             self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
             return False
         if offset < self._segments[0].base_offset:
-            self.truncate_fully_and_start_at(offset)
+            # A tiered log's offsets below its first segment are in remote storage (uploaded before
+            # they were deleted here): its log start and leader epochs there stay.
+            self.truncate_fully_and_start_at(offset, self.log_start_offset if self.tiered else None)
             return True
         now = self._now_ms()
         victims = [s for s in self._segments if s.base_offset > offset]
@@ -1020,9 +1022,9 @@ class Log:
         return True
 
     def truncate_fully_and_start_at(self, offset: int, log_start_offset: int | None = None) -> None:
-        """Drop every segment and restart the log empty at `offset`; a tiered follower that
-        builds its state from remote storage starts its local log there and keeps the leader's
-        `log_start_offset` (before it, in remote storage)."""
+        """Drop every segment and restart the log empty at `offset`. With `log_start_offset`
+        (a tiered log) the log goes on before `offset` in remote storage: it keeps that log
+        start and its leader epochs below `offset`."""
         self._check_open()
         self._ensure_loaded()
         if not self._dir_made:
@@ -1035,9 +1037,13 @@ class Log:
         self._dir_dirty = True
         self._untouched = False
         self._log_end_offset = offset
-        self.log_start_offset = offset if log_start_offset is None else min(log_start_offset, offset)
         self.recovery_point = offset
-        self.leader_epoch_cache.clear()
+        if log_start_offset is None:
+            self.log_start_offset = offset
+            self.leader_epoch_cache.clear()
+        else:  # the log goes on below `offset`, in remote storage, with its epochs
+            self.log_start_offset = min(log_start_offset, offset)
+            self.leader_epoch_cache.truncate_from_end(offset)
 
     # -- lifecycle
 

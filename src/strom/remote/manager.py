@@ -190,12 +190,6 @@ class RemoteLogManager:
         highest = highest_remote_offset(cache, lineage)
         if highest > log_.highest_offset_in_remote_storage:
             log_.highest_offset_in_remote_storage = highest
-        if p.is_leader and served:
-            # The log starts where its first remote segment does (Kafka's
-            # updateLogStartOffsetFromRemoteTier): after an expiration, or a checkpoint lost.
-            first = served[0].start_offset
-            if first > log_.log_start_offset and first <= log_.log_end_offset:
-                log_.increment_log_start_offset(first)
         segments = log_.segments
         lag = [s for s, nxt in zip(segments, segments[1:], strict=False) if nxt.base_offset - 1 > highest]
         state.copy_lag_segments = len(lag)
@@ -410,8 +404,21 @@ class RemoteLogManager:
         (read_committed: the last stable offset) the aborted transactions they overlap.
         Raises LookupError when no remote segment holds the offset, RemoteFetchRefused when
         too many reads wait, RemoteStorageError when the store fails."""
+        if self.metadata.cache(p.topic_id, p.topic, p.index) is None:
+            # a new leader still reading its remote log metadata: wait for it (within the fetch's
+            # remote.fetch.max.wait.ms), never answer OFFSET_OUT_OF_RANGE for what it is reading
+            key = (p.topic_id, p.topic, p.index)
+            if key not in self.tiered:
+                self.tiered[key] = PartitionTiering(key)
+                await self.metadata.assign([key])
+            try:
+                await self.metadata.wait_ready(*key, timeout_s=self.config["remote.fetch.max.wait.ms"] / 1000)
+            except RemoteStorageError:
+                raise TimeoutError(f"the remote log metadata of {p.topic}-{p.index} is not read yet") from None
         metadata = self.segment_for(p, offset)
         if metadata is None:
+            log.info("%s-%d: offset %d (log start %d, local log start %d) is in no remote segment",
+                     p.topic, p.index, offset, p.log.log_start_offset, p.log.local_log_start_offset)
             raise LookupError(f"offset {offset} of {p.topic}-{p.index} is in no remote segment")
         if self._pending_reads >= self.config["remote.log.reader.max.pending.tasks"]:
             raise RemoteFetchRefused("too many remote reads waiting")
@@ -503,6 +510,7 @@ class RemoteLogManager:
         if log_.log_end_offset >= leader_local_start:
             return  # caught up meanwhile
         log_.truncate_fully_and_start_at(leader_local_start, leader_log_start)
+        log_.leader_epoch_cache.clear()  # the leader's lineage replaces this replica's
         for epoch, start in epochs:
             log_.leader_epoch_cache.assign(epoch, max(start, leader_log_start))
         state = ProducerStateManager(log_.dir)
