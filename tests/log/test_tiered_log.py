@@ -57,3 +57,19 @@ def test_a_replica_restarts_at_the_leaders_local_start_with_its_log_start(tmp_pa
     reopened = Log.open(tmp_path / "events-0", LogConfig(remote_storage_enable=True), log_start_offset=40)
     assert (reopened.log_start_offset, reopened.local_log_start_offset) == (40, 100)
     reopened.close()
+
+
+def test_a_log_opened_before_its_topic_configs_starts_in_remote_storage_once_they_say_tiered(tmp_path):
+    """A KRaft broker opens its logs before the metadata image brings topic configs: a tiered
+    log opened as a plain one starts at its first segment, and must start at its checkpointed
+    log start again when its configs arrive, or expiration would delete what lies below."""
+    log = tiered_log(tmp_path)
+    log.highest_offset_in_remote_storage = log.segments[2].base_offset - 1
+    log.delete_retention_segments(now_ms=2**62)
+    local_start = log.local_log_start_offset
+    log.close()
+    plain = Log.open(tmp_path / "events-0", LogConfig(), log_start_offset=0)
+    assert plain.log_start_offset == local_start  # as a plain log: its first segment
+    plain.config = LogConfig(remote_storage_enable=True)
+    assert (plain.log_start_offset, plain.local_log_start_offset) == (0, local_start)
+    plain.close()

@@ -186,6 +186,10 @@ class Log:
         # whoever keeps a high watermark for it must look again.
         self.end_corrected = False
         self._log_start_offset = log_start_offset
+        # The log start as checkpointed, before opening raised it to the first segment: a log
+        # opened before its topic's configs arrived (a KRaft broker's start) that turns out
+        # tiered starts there again, in remote storage (see the config setter).
+        self._checkpointed_start = log_start_offset
         self._log_end_offset = log_end_offset
         self._recovery_point = recovery_point
         self._now_ms = now_ms
@@ -439,6 +443,7 @@ class Log:
             recovery_point=point,
             now_ms=now_ms,
         )
+        opened._checkpointed_start = min(log_start_offset, log_end_offset)
         opened._dir_dirty = created
         opened._parent_dirty = new_dir
         opened._new = opened._untouched = new_dir
@@ -516,6 +521,9 @@ class Log:
 
     @config.setter
     def config(self, config: LogConfig) -> None:
+        if config.remote_storage_enable and not self._config.remote_storage_enable \
+                and self._checkpointed_start < self.log_start_offset:
+            self.log_start_offset = self._checkpointed_start
         self._config = config
         for segment in self._loaded_segments or ():  # an unread log's segments get it when read
             segment.config = config
@@ -851,7 +859,7 @@ class Log:
             )
         if offset <= self.log_start_offset:
             return False
-        self.log_start_offset = offset
+        self.log_start_offset = self._checkpointed_start = offset
         self.leader_epoch_cache.truncate_from_start(offset)
         # Data below the log start needs no recovery (Kafka's updateLogStartOffset).
         self.recovery_point = max(self.recovery_point, offset)
@@ -958,7 +966,7 @@ class Log:
         victims = self._segments[:n]
         del self._segments[:n]
         if not tiered:
-            self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+            self.log_start_offset = self._checkpointed_start = max(self.log_start_offset, self._segments[0].base_offset)
         self.recovery_point = max(self.recovery_point, self.local_log_start_offset)
         # Deleted before the epoch checkpoint is rewritten: on a full disk that write fails,
         # and the segments, out of the log already, must still go to give the space back.
@@ -1019,6 +1027,7 @@ class Log:
         self.leader_epoch_cache.truncate_from_end(offset)
         self.recovery_point = min(self.recovery_point, offset)
         self.log_start_offset = min(self.log_start_offset, offset)
+        self._checkpointed_start = min(self._checkpointed_start, offset)
         return True
 
     def truncate_fully_and_start_at(self, offset: int, log_start_offset: int | None = None) -> None:
@@ -1039,10 +1048,10 @@ class Log:
         self._log_end_offset = offset
         self.recovery_point = offset
         if log_start_offset is None:
-            self.log_start_offset = offset
+            self.log_start_offset = self._checkpointed_start = offset
             self.leader_epoch_cache.clear()
         else:  # the log goes on below `offset`, in remote storage, with its epochs
-            self.log_start_offset = min(log_start_offset, offset)
+            self.log_start_offset = self._checkpointed_start = min(log_start_offset, offset)
             self.leader_epoch_cache.truncate_from_end(offset)
 
     # -- lifecycle

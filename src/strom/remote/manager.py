@@ -280,6 +280,7 @@ class RemoteLogManager:
         served = served_segments(cache, lineage, log_.log_end_offset)
         now = self.now_ms()
         expired: list[RemoteLogSegmentMetadata] = []
+        why: dict[uuid.UUID, str] = {}
         if config.delete_enabled:
             excess = -1
             if config.retention_bytes >= 0:
@@ -292,9 +293,12 @@ class RemoteLogManager:
                 if not (by_time or by_size or below_start):
                     break
                 expired.append(m)
+                why[m.segment_id.id] = ("retention.ms" if by_time else "retention.bytes" if by_size
+                                        else "below the log start")
                 excess -= m.size_bytes
         else:
             expired = [m for m in served if m.end_offset < log_.log_start_offset]
+            why.update((m.segment_id.id, "below the log start") for m in expired)
         if expired:
             # readers first: the log starts after what goes (Kafka moves it before deleting)
             new_start = expired[-1].end_offset + 1
@@ -306,13 +310,14 @@ class RemoteLogManager:
             if not self._still_leading(p, epoch):
                 return
             try:
-                await self._delete_segment(cache, m)
+                await self._delete_segment(cache, m, why.get(m.segment_id.id, "no epoch serves it"))
             except (RemoteStorageError, OSError) as e:
                 self.stats.delete_errors += 1
                 self._store_error(f"cannot delete remote segment {m.segment_id.id} of {p.topic}-{p.index}: {e}")
                 return
 
-    async def _delete_segment(self, cache: RemoteLogMetadataCache, m: RemoteLogSegmentMetadata) -> None:
+    async def _delete_segment(self, cache: RemoteLogMetadataCache, m: RemoteLogSegmentMetadata,
+                              why: str = "its partition is deleted") -> None:
         current = cache.segment(m.segment_id)
         if current is None:
             return
@@ -322,8 +327,9 @@ class RemoteLogManager:
         await self.metadata.publish(self._update(m, _S.DELETE_SEGMENT_FINISHED))
         self.stats.store_unavailable = False
         self.stats.delete_requests += 1
-        log.info("%s-%d: deleted remote segment [%d, %d] (%s)", m.segment_id.topic, m.segment_id.partition,
-                 m.start_offset, m.end_offset, current.state.name)
+        log.info("%s-%d: deleted remote segment [%d, %d] (%s, %s; max timestamp %d, epochs %s)",
+                 m.segment_id.topic, m.segment_id.partition, m.start_offset, m.end_offset, why,
+                 current.state.name, m.max_timestamp_ms, list(m.segment_leader_epochs))
 
     def partition_deleted(self, topic_id: uuid.UUID, topic: str, index: int, whole_partition: bool = True) -> None:
         """The partition's topic was deleted, or (not `whole_partition`) its remote storage
@@ -417,8 +423,8 @@ class RemoteLogManager:
                 raise TimeoutError(f"the remote log metadata of {p.topic}-{p.index} is not read yet") from None
         metadata = self.segment_for(p, offset)
         if metadata is None:
-            log.info("%s-%d: offset %d (log start %d, local log start %d) is in no remote segment",
-                     p.topic, p.index, offset, p.log.log_start_offset, p.log.local_log_start_offset)
+            log.debug("%s-%d: offset %d (log start %d, local log start %d) is in no remote segment",
+                      p.topic, p.index, offset, p.log.log_start_offset, p.log.local_log_start_offset)
             raise LookupError(f"offset {offset} of {p.topic}-{p.index} is in no remote segment")
         if self._pending_reads >= self.config["remote.log.reader.max.pending.tasks"]:
             raise RemoteFetchRefused("too many remote reads waiting")
