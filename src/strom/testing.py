@@ -673,6 +673,17 @@ class KRaftQuorum(_StartedInWith):
 
 # --- what tests share on the client side ------------------------------------------------------
 
+def acl_broker_overrides(users: Iterable[str], extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A PLAINTEXT and a SASL_PLAINTEXT listener, PLAIN users `<name>` / `<name>-secret`, and
+    the ACL authorizer with User:admin as super user; `extra` adds or replaces settings."""
+    jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+            + " ".join(f'user_{u}="{u}-secret"' for u in users) + ";")
+    return {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": "User:admin",
+            **(extra or {})}
+
+
 def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05,
              what: str = "condition") -> T:
     """Poll `predicate` until it returns something truthy, and return that; fail the test (an

@@ -33,18 +33,6 @@ from strom.testing import (
     wait_for,
 )
 
-
-def acl_broker_overrides(users: Sequence[str], extra: dict[str, str] | None = None) -> dict[str, str]:
-    """A PLAINTEXT and a SASL_PLAINTEXT listener, PLAIN users `<name>` / `<name>-secret`, and
-    the ACL authorizer with User:admin as super user; `extra` adds or replaces settings."""
-    jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-            + " ".join(f'user_{u}="{u}-secret"' for u in users) + ";")
-    return {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-            "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
-            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": "User:admin",
-            **(extra or {})}
-
-
 GROUP = "strom-it"  # librdkafka wants a group.id; with assign() and no commits it never needs the group
 
 

@@ -14,9 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.client import ClientSecurity, Connection
 from strom.protocol.errors import ErrorCode
-from strom.testing import BrokerProcess, unique_name, wait_for
-
-from .conftest import acl_broker_overrides
+from strom.testing import BrokerProcess, acl_broker_overrides, unique_name, wait_for
 
 USERS = ("admin", "alice", "bob", "carol")
 METADATA = {"topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}

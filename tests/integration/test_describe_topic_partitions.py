@@ -18,9 +18,7 @@ from confluent_kafka.admin import (
 
 from strom.client import ClientSecurity, Connection
 from strom.protocol.errors import ErrorCode
-from strom.testing import BrokerProcess, create_topic
-
-from .conftest import acl_broker_overrides
+from strom.testing import BrokerProcess, acl_broker_overrides, create_topic
 
 DESCRIBE_TOPIC_PARTITIONS = 75
 TOPIC_OPERATIONS = {AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,

@@ -15,9 +15,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 from strom.client import ClientSecurity, Connection
 from strom.protocol import messages
 from strom.protocol.errors import ErrorCode
-from strom.testing import BrokerProcess, Cluster, unique_name, wait_for
-
-from .conftest import acl_broker_overrides
+from strom.testing import BrokerProcess, Cluster, acl_broker_overrides, unique_name, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
