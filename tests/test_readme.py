@@ -279,3 +279,53 @@ def test_a_zookeeper_that_is_not_there_is_one_line(tmp_path):
     assert done.stderr.splitlines()[-1] == \
         f"strom: cannot start: cannot connect to ZooKeeper at 127.0.0.1:{port}/strom within 1000 ms"
     assert "Traceback" not in done.stderr and "kazoo" not in done.stderr, done.stderr
+
+
+@pytest.mark.timeout(300)
+def test_tiered_storage(tmp_path):
+    """"Tiered storage" as printed: the local S3 server with its properties file, a broker
+    started with them, a tiered topic written and described until its remote size shows, then
+    read whole from offset 0. Ports, /tmp paths and the broker's data dir are substituted, and
+    the client lines get the broker's address."""
+    text = section("Tiered storage")
+    setup, serve, topic = (code.strip() for lang, code, _ in blocks(text) if lang == "sh")
+    bootstrap, s3_line = setup.splitlines()
+    assert bootstrap == "scripts/bootstrap tiered" and "s3-server" in s3_line
+    assert "S3 ready at http://127.0.0.1:8333" in text
+    done = subprocess.run(["bash", "-c", bootstrap], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    s3_port, broker_port = free_port_run(1), free_port_run(1)
+
+    def local(line: str) -> str:
+        return re.sub(r"/tmp/([\w.-]+)", lambda m: str(tmp_path / m[1]), line)
+
+    s3 = subprocess.Popen(["bash", "-c", f"exec {local(s3_line)} --port {s3_port}"], cwd=ROOT,
+                          stdout=subprocess.DEVNULL, stderr=(tmp_path / "s3.err").open("w"))
+    broker = None
+    try:
+        wait_for(lambda: (tmp_path / "tiered.properties").exists(), 120, what="the S3 server's properties file")
+        assert f"http://127.0.0.1:{s3_port}" in (tmp_path / "tiered.properties").read_text()
+        broker, ready = start_node(f"{local(serve)} --override listeners=PLAINTEXT://127.0.0.1:{broker_port} "
+                                   f"--override log.dirs={tmp_path / 'strom-data'}", ROOT, "tiered-broker")
+        address = f"--bootstrap-server 127.0.0.1:{broker_port}"
+        create, produce, describe = (f"{line} {address}" for line in topic.splitlines())
+        for line in (create, produce):
+            done = subprocess.run(["bash", "-c", line], cwd=ROOT, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, f"{line}\n{done.stderr[-3000:]}"
+
+        def tiered() -> bool:
+            shown = subprocess.run(["bash", "-c", describe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+            remote = re.search(r"RemoteSize: (\d+)", shown.stdout)
+            local_start = re.search(r"LocalLogStartOffset: (\d+)", shown.stdout)
+            return bool(remote and local_start and int(remote[1]) > 0 and int(local_start[1]) > 0)
+
+        wait_for(tiered, 90, interval=1, what="the topic's remote size in describe")
+        consumed = subprocess.run(["bash", "-c", f".venv/bin/strom consume clicks --from-beginning --exit-at-end "
+                                   f"{address} | wc -l"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert consumed.stdout.strip() == "300000", consumed.stderr[-2000:]
+    finally:
+        if broker is not None:
+            broker.send_signal(signal.SIGTERM)
+            assert broker.wait(60) == 0
+        s3.send_signal(signal.SIGINT)
+        s3.wait(30)

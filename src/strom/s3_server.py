@@ -24,6 +24,14 @@ from pathlib import Path
 PORTS = 8  # master, volume, filer and S3: http and gRPC each
 
 
+def with_s3_port(port: int) -> Callable[[int], list[int]]:
+    """Ports for an S3Server whose S3 endpoint listens on `port` (the others chosen free)."""
+    def choose(count: int) -> list[int]:
+        chosen = [p for p in _ports(count) if p != port][: count - 1]
+        return [*chosen[:6], port, chosen[6]]
+    return choose
+
+
 def weed_binary() -> str | None:
     """The `weed` executable beside this Python (a venv's bin), else on PATH."""
     beside = Path(sys.executable).with_name("weed")
@@ -43,7 +51,7 @@ def _ports(count: int) -> list[int]:
 
 class S3Server:
     def __init__(self, data_dir: Path | None = None, *, bucket: str = "strom-tiered",
-                 ports: Callable[[int], list[int]] = _ports) -> None:
+                 ports: Callable[[int], list[int]] = _ports, secret_key: str | None = None) -> None:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="strom-s3-")
@@ -51,7 +59,7 @@ class S3Server:
         self.data_dir = Path(data_dir)
         self.bucket = bucket
         self.access_key = "strom"
-        self.secret_key = uuid.uuid4().hex
+        self.secret_key = secret_key or uuid.uuid4().hex
         self._choose_ports = ports
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None

@@ -32,7 +32,8 @@ class _LazyGroup(click.Group):
             "get-offsets": "strom.cli.offsets:get_offsets", "dump-log": "strom.cli.dump_log:dump_log",
             "acls": "strom.cli.acls:acls", "users": "strom.cli.users:users",
             "quotas": "strom.cli.quotas:quotas", "storage": "strom.cli.storage:storage",
-            "metadata-quorum": "strom.cli.metadata_quorum:metadata_quorum"}
+            "metadata-quorum": "strom.cli.metadata_quorum:metadata_quorum",
+            "s3-server": "strom.cli.s3_server:s3_server"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})

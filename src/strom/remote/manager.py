@@ -42,7 +42,12 @@ from strom.log.remote import (
 from strom.log.remote.metadata_cache import is_within_lineage
 from strom.log.txn_index import AbortedTxn
 from strom.remote.reader import IndexCache, RemoteReader
-from strom.remote.segment_data import epoch_entries, parse_epoch_checkpoint, segment_data
+from strom.remote.segment_data import (
+    ProducerReplay,
+    epoch_entries,
+    parse_epoch_checkpoint,
+    segment_data,
+)
 from strom.throttle import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -68,6 +73,8 @@ class PartitionTiering:
     copy_lag_segments: int = 0
     remote_size_bytes: int = 0
     remote_segments: int = 0
+    producer_replay: ProducerReplay | None = None  # carried from one copy to the next ...
+    replay_epoch: int = -1  # ... within one leader epoch (a new one may have truncated the log)
 
 
 @dataclass(slots=True)
@@ -205,6 +212,8 @@ class RemoteLogManager:
         if log_.config.remote_log_copy_disable:
             return
         epoch = p.leader_epoch
+        if state.replay_epoch != epoch:
+            state.producer_replay, state.replay_epoch = None, epoch
         copied = log_.highest_offset_in_remote_storage
         lso = p.last_stable_offset
         segments = log_.segments
@@ -229,7 +238,8 @@ class RemoteLogManager:
         log_ = p.log
         loop = asyncio.get_running_loop()
         async with self._copy_slots:
-            data = await loop.run_in_executor(self._copiers, segment_data, log_, segment, end)
+            data, state.producer_replay = await loop.run_in_executor(
+                self._copiers, segment_data, log_, segment, end, state.producer_replay)
             metadata = RemoteLogSegmentMetadata(
                 RemoteLogSegmentId(p.topic_id, p.topic, p.index), segment.base_offset, end - 1,
                 segment.max_timestamp, self.broker_id, self.now_ms(),

@@ -5,6 +5,7 @@ transaction index, the producer state as of its end and the leader epochs up to 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 from strom.log import Log, LogSegment
@@ -46,18 +47,32 @@ class _NoAbortIndex:
         pass
 
 
-def producer_snapshot_at(log: Log, end: int) -> bytes:
-    """The producer state as of offset `end` (the next segment's base): the newest snapshot
-    file at or below it, then the batch headers up to it. Blocking: a worker thread's."""
-    state = ProducerStateManager(log.dir)
-    offset = log.local_log_start_offset
-    for at in reversed([o for o in state.snapshot_offsets() if o <= end]):
-        try:
-            state.producers = read_snapshot(log.dir / f"{at:020d}{SNAPSHOT_SUFFIX}")
-        except (OSError, ValueError, struct.error):
-            continue
-        offset = max(at, offset)
-        break
+@dataclass(slots=True)
+class ProducerReplay:
+    """The producer state as of `offset`, carried from one copy to the next, so that each copy
+    replays only its own segment's batch headers (not the local log from its start again)."""
+
+    offset: int
+    state: ProducerStateManager
+
+
+def producer_snapshot_at(log: Log, end: int, carried: ProducerReplay | None = None) -> tuple[bytes, ProducerReplay]:
+    """The producer state as of offset `end` (the next segment's base), and the replay to carry
+    to the next copy: from `carried` when it is at or below `end` within the local log, else
+    from the newest snapshot file at or below `end`, then the batch headers up to it. Blocking:
+    a worker thread's."""
+    start = log.local_log_start_offset
+    if carried is not None and start <= carried.offset <= end:
+        state, offset = carried.state, carried.offset
+    else:
+        state, offset = ProducerStateManager(log.dir), start
+        for at in reversed([o for o in state.snapshot_offsets() if o <= end]):
+            try:
+                state.producers = read_snapshot(log.dir / f"{at:020d}{SNAPSHOT_SUFFIX}")
+            except (OSError, ValueError, struct.error):
+                continue
+            offset = max(at, offset)
+            break
     ignore = _NoAbortIndex()
     while offset < end:
         data = log.read(offset, 1 << 20, max_offset=end, min_one_message=True).read_bytes()
@@ -65,20 +80,23 @@ def producer_snapshot_at(log: Log, end: int) -> bytes:
         if after == offset:
             break
         offset = after
-    return state.encode_snapshot()
+    return state.encode_snapshot(), ProducerReplay(offset, state)
 
 
-def segment_data(log: Log, segment: LogSegment, end: int) -> LogSegmentData:
-    """Blocking (reads the log for the producer snapshot): a worker thread's."""
+def segment_data(log: Log, segment: LogSegment, end: int,
+                 carried: ProducerReplay | None = None) -> tuple[LogSegmentData, ProducerReplay]:
+    """What a copy of `segment` ([base, end)) uploads, and the producer replay to carry to the
+    next. Blocking (reads the segment's batch headers): a worker thread's."""
     base = segment.base_offset
     offsets = b"".join(_OFFSET_ENTRY.pack(o - base, p) for o, p in segment.offset_index.entries())
     times = b"".join(_TIME_ENTRY.pack(t, o - base) for t, o in segment.time_index.entries())
     txn = segment.txn_index.path
+    snapshot, replay = producer_snapshot_at(log, end, carried)
     return LogSegmentData(
         log_segment=Path(segment.log_path),
         offset_index=offsets,
         time_index=times,
         transaction_index=txn if segment.txn_index.entries else None,
-        producer_snapshot=producer_snapshot_at(log, end),
+        producer_snapshot=snapshot,
         leader_epoch_index=epoch_checkpoint(epoch_entries(log, None, end)),
-    )
+    ), replay
