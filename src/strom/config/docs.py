@@ -37,21 +37,24 @@ TOPIC_DOCS: dict[str, str] = {
         "Size in bytes a partition's log may reach (with the delete cleanup policy) before its "
         "oldest segments are deleted to bring it back under; -1 means no size limit.",
     "local.retention.ms":
-        "Accepted for compatibility: how long tiered storage keeps segments on local disk, which "
-        "has no meaning in Strom since it has no tiered storage. -2, the default, means the same "
-        "as retention.ms.",
+        "How long a tiered topic's segments stay on the broker's disk once they are copied to "
+        "remote storage (a segment is never deleted locally before it is copied); -2, the "
+        "default, means the same as retention.ms, which bounds the whole log, remote part included.",
     "local.retention.bytes":
-        "Accepted for compatibility: the local-disk size bound of tiered storage, which Strom does "
-        "not have. -2, the default, means the same as retention.bytes.",
+        "How many bytes of a tiered topic's partition stay on the broker's disk (only segments "
+        "already copied to remote storage are deleted for it); -2, the default, means the same "
+        "as retention.bytes.",
     "remote.storage.enable":
-        "Whether the topic's closed segments are copied to tiered (remote) storage. Strom has no "
-        "tiered storage, so only false is accepted.",
+        "Whether the topic's closed segments are copied to remote storage (tiered storage, "
+        "KIP-405) and read back from there once deleted locally. Needs "
+        "remote.log.storage.system.enable on the brokers; refused for compacted topics. Turning "
+        "it off again requires remote.log.copy.disable and remote.log.delete.on.disable.",
     "remote.log.copy.disable":
-        "Accepted for compatibility; with no tiered storage in Strom there is no copying to stop, "
-        "so the value has no effect.",
+        "Stop copying the topic's segments to remote storage while keeping what is there "
+        "readable (KIP-950): local segments then stay until retention.* deletes them.",
     "remote.log.delete.on.disable":
-        "Accepted for compatibility; with no tiered storage in Strom there is no remote data to "
-        "delete, so the value has no effect.",
+        "Delete the topic's remote data when remote.storage.enable is turned off (KIP-950); "
+        "turning it off is refused without it.",
     "max.message.bytes":
         "Largest record batch, in bytes as sent (after compression), the broker accepts for this "
         "topic; a produce with a bigger batch is refused.",
@@ -244,11 +247,68 @@ BROKER_DOCS: dict[str, str] = {
     "log.preallocate": _default_of(
         "preallocate", "Accepted for compatibility; Strom never preallocates segment files."),
     "log.local.retention.ms": _default_of(
-        "local.retention.ms", "Accepted for compatibility; Strom has no tiered storage, and -2 "
-        "means the same as the retention time."),
+        "local.retention.ms", "How long tiered topics keep copied segments on local disk; -2 means "
+        "the same as the retention time."),
     "log.local.retention.bytes": _default_of(
-        "local.retention.bytes", "Accepted for compatibility; Strom has no tiered storage, and -2 "
-        "means the same as the retention size."),
+        "local.retention.bytes", "How many bytes of a tiered partition stay on local disk; -2 means "
+        "the same as the retention size."),
+    # Tiered storage (KIP-405).
+    "remote.log.storage.system.enable":
+        "Whether this broker has tiered storage: topics may then set remote.storage.enable, and the "
+        "broker copies their closed segments to the store the rsm.config.* keys name.",
+    "remote.log.storage.manager.class.name":
+        "Accepted for compatibility (a Java class name): the store is the one the "
+        "rsm.config.storage.* keys describe (S3 or a directory).",
+    "remote.log.storage.manager.class.path": "Accepted for compatibility; nothing is loaded from it.",
+    "remote.log.storage.manager.impl.prefix":
+        "The prefix of the remote store's own keys (rsm.config.storage.s3.bucket.name and the rest).",
+    "remote.log.metadata.manager.class.name":
+        "Accepted for compatibility: remote segment metadata always lives in the "
+        "__remote_log_metadata topic, in Kafka's record format.",
+    "remote.log.metadata.manager.class.path": "Accepted for compatibility; nothing is loaded from it.",
+    "remote.log.metadata.manager.impl.prefix":
+        "The prefix of the metadata topic's settings (rlmm.config.remote.log.metadata.topic."
+        "num.partitions, .replication.factor, .retention.ms).",
+    "remote.log.metadata.manager.listener.name":
+        "Accepted for compatibility; the metadata topic is reached on the inter-broker listener.",
+    "remote.log.metadata.custom.metadata.max.bytes":
+        "Largest custom metadata a store may attach to a segment (Strom's stores attach none).",
+    "remote.log.manager.task.interval.ms":
+        "Milliseconds between two rounds of the remote log manager: copying closed segments, "
+        "expiring remote ones, cleaning unfinished copies.",
+    "remote.log.manager.task.retry.backoff.ms":
+        "First wait, in milliseconds, before a failed remote deletion is tried again.",
+    "remote.log.manager.task.retry.backoff.max.ms":
+        "Longest wait, in milliseconds, between retries of a failed remote deletion.",
+    "remote.log.manager.task.retry.jitter": "Accepted for compatibility (retries are not jittered).",
+    "remote.log.manager.thread.pool.size": "Accepted for compatibility (followers need no task of their own).",
+    "remote.log.manager.copier.thread.pool.size":
+        "Threads that copy segments to the remote store; also the most copies under way at once.",
+    "remote.log.manager.expiration.thread.pool.size": "Threads that delete remote segments.",
+    "remote.log.manager.copy.max.bytes.per.second":
+        "Bytes per second the broker copies to the remote store at most (a token bucket).",
+    "remote.log.manager.copy.quota.window.num":
+        "Accepted for compatibility (the copy quota is a token bucket of one second).",
+    "remote.log.manager.copy.quota.window.size.seconds":
+        "Accepted for compatibility (the copy quota is a token bucket of one second).",
+    "remote.log.manager.fetch.max.bytes.per.second":
+        "Bytes per second the broker reads from the remote store for fetches at most; over it, "
+        "remote fetches are answered empty until the budget refills.",
+    "remote.log.manager.fetch.quota.window.num":
+        "Accepted for compatibility (the fetch quota is a token bucket of one second).",
+    "remote.log.manager.fetch.quota.window.size.seconds":
+        "Accepted for compatibility (the fetch quota is a token bucket of one second).",
+    "remote.log.reader.threads": "Threads that read remote segments for fetches.",
+    "remote.log.reader.max.pending.tasks":
+        "Remote reads that may wait for a reader thread; beyond them a fetch gets no remote data "
+        "this time and asks again.",
+    "remote.log.index.file.cache.total.size.bytes":
+        "Bytes of remote segment indexes (offset, time, transaction) kept in memory.",
+    "remote.fetch.max.wait.ms":
+        "Longest a fetch waits for its remote read before it is answered without it.",
+    "remote.list.offsets.request.timeout.ms":
+        "Longest a timestamp lookup in remote segments may take (ListOffsets answers "
+        "REQUEST_TIMED_OUT after it).",
     "log.flush.interval.messages": _default_of(
         "flush.messages", f"Records appended before a log is fsynced; {_LONG_MAX} never forces "
         "a flush."),
