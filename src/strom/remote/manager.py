@@ -41,7 +41,7 @@ from strom.log.remote import (
 )
 from strom.log.remote.metadata_cache import is_within_lineage
 from strom.log.txn_index import AbortedTxn
-from strom.remote.reader import IndexCache, RemoteReader
+from strom.remote.reader import READ_CAP, IndexCache, RemoteReader
 from strom.remote.segment_data import (
     ProducerReplay,
     epoch_entries,
@@ -110,6 +110,8 @@ class RemoteLogManager:
         self._readers = ThreadPoolExecutor(config["remote.log.reader.threads"], "remote-read")
         self._copy_slots = asyncio.Semaphore(config["remote.log.manager.copier.thread.pool.size"])
         self._pending_reads = 0
+        self._prefetching = 0  # read-aheads under way (reader threads), at most half of them
+        self._max_prefetching = max(1, config["remote.log.reader.threads"] // 2)
         self.copy_quota = TokenBucket(lambda: self.config["remote.log.manager.copy.max.bytes.per.second"])
         self.fetch_quota = TokenBucket(lambda: self.config["remote.log.manager.fetch.max.bytes.per.second"])
         self.reader = RemoteReader(storage, IndexCache(config["remote.log.index.file.cache.total.size.bytes"]))
@@ -470,12 +472,25 @@ class RemoteLogManager:
                 return found
         return None
 
+    def _prefetch(self, metadata: RemoteLogSegmentMetadata, position: int, length: int) -> None:
+        try:
+            self.reader.prefetch(metadata, position, length)
+        except Exception as e:  # only an optimization: the read itself fetches and reports
+            log.debug("read-ahead of remote segment %s failed: %s", metadata.segment_id.id, e)
+        finally:
+            self._prefetching -= 1
+
     def fetch_throttled(self) -> bool:
         return self.fetch_quota.exceeded()
 
     def _read(self, p, metadata: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one_message: bool,
               upper_bound: int | None) -> tuple[bytes, list[AbortedTxn] | None]:
-        data = self.reader.read(metadata, offset, max_bytes, min_one_message)
+        read = self.reader.read_at(metadata, offset, max_bytes, min_one_message)
+        data = read.data
+        if data and read.next_position < metadata.size_bytes and self._prefetching < self._max_prefetching:
+            # a consumer reading on asks for what follows next: fetched while this is sent
+            self._prefetching += 1
+            self._readers.submit(self._prefetch, metadata, read.next_position, min(max_bytes, READ_CAP) + 65536)
         if upper_bound is None or not data:
             return data, None
         # Aborted transactions overlapping what was read: this segment's index and the later
