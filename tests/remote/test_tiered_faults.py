@@ -224,3 +224,28 @@ def test_kill_9_during_copies_and_deletions_leaves_no_object_served_or_kept(s3, 
         wait_for(lambda: stored_segment_ids(s3, prefix, topic) == set(), timeout=60)
         wait_for(lambda: remote_metadata(broker, topic).all_segments() == [], timeout=30)
         assert offset_of(broker, topic, 0 - 2) >= offset_of(broker, topic, EARLIEST_LOCAL) - 1
+
+
+def test_a_store_answering_errors_and_truncated_bodies_serves_nothing_wrong(s3, tmp_path):
+    """One request in four answered 503, one in ten cut short after half its body: copies and
+    reads are retried (the S3 client's backoff, then the next task or fetch), and every record
+    comes back once, in order, from offset 0."""
+    from faulty_s3 import FaultyS3Proxy
+
+    with FaultyS3Proxy(s3.endpoint_url, fail=0.25, truncate=0.1, seed=5) as proxy:
+        overrides = {"remote.log.storage.system.enable": "true",
+                     **s3.rsm_config(key_prefix=f"{uuid.uuid4().hex[:8]}/"),
+                     "rsm.config.storage.s3.endpoint.url": proxy.endpoint_url,
+                     "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
+                     "log.segment.delete.delay.ms": "0", "rlmm.config.remote.log.metadata.topic.num.partitions": "1"}
+        with BrokerProcess(tmp_path, overrides) as broker:
+            topic = unique_name("faulty")
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            admin.create_topics([NewTopic(topic, 1, 1, config={
+                "remote.storage.enable": "true", "segment.bytes": "4096", "local.retention.ms": "1"})])[topic].result(15)
+            values = [b"flaky-%04d-" % i + b"f" * 200 for i in range(400)]
+            produce(broker, topic, values)
+            wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= 300, timeout=90)
+            for _ in range(2):  # many ranged GETs through the proxy, some of them failing
+                assert read_values(broker, topic, len(values)) == values
+        assert proxy.counts["failed"] > 5 and proxy.counts["truncated"] > 2, proxy.counts
