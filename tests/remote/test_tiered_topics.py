@@ -266,3 +266,21 @@ def test_copy_disable_keeps_remote_data_readable_and_turning_off_deletes_it(brok
     assert local_start > 0 and offset_of(broker, topic, EARLIEST) == local_start
     got = read_all(broker, topic, len(values) + len(more) - local_start)
     assert got[0][0] == local_start and [v for _, v in got] == (values + more)[local_start:]
+
+
+def test_delete_records_below_the_local_log_deletes_remote_segments(broker, s3):
+    topic = tiered_topic(broker)
+    values = [b"dr-%04d-" % i + b"n" * 200 for i in range(500)]
+    produce(broker, topic, values)
+    wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= 400, timeout=30)
+    copied = {k for k in objects(s3, topic) if k.endswith(".log")}
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    target = 250  # inside the remote part
+    result = admin.delete_records([TopicPartition(topic, 0, target)])[TopicPartition(topic, 0, target)].result(15)
+    assert result.low_watermark == target
+    assert offset_of(broker, topic, EARLIEST) == target
+    # the segments wholly below it leave the store; the one holding it stays
+    below = {k for k in copied if int(k.rsplit("/", 1)[1].split("-", 1)[0]) < target}
+    wait_for(lambda: len(below - set(objects(s3, topic))) >= len(below) - 1, timeout=30)
+    got = read_all(broker, topic, len(values) - target, **{"auto.offset.reset": "earliest"})
+    assert got[0][0] == target and [v for _, v in got] == values[target:]
