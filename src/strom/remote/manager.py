@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 _S = RemoteLogSegmentState
 Key = tuple[uuid.UUID, str, int]  # topic id, topic, partition
 ERROR_LOG_INTERVAL_S = 60.0
+YIELD_EVERY = 4096  # partitions looked at between two turns of the event loop
+YIELD_EVERY_TIERED = 64  # tiered partitions whose remote segments are walked between two turns
 
 
 class RemoteFetchRefused(Exception):
@@ -153,10 +155,13 @@ class RemoteLogManager:
         """Follow the tiered partitions hosted now; for each whose remote metadata is read,
         keep its highest remote offset, and as leader start its copy and expiration."""
         hosted: dict[Key, Any] = {}
-        every: dict[Key, Any] = {}
-        for p in list(self.partitions()):
+        every: dict[Key, Any] = {}  # of the partitions followed so far: which are still here
+        for i, p in enumerate(list(self.partitions())):
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)  # 100,000 partitions are looked at in slices
             key = (p.topic_id, p.topic, p.index)
-            every[key] = p
+            if key in self.tiered:
+                every[key] = p
             if p.log.tiered and not p.log.offline:
                 hosted[key] = p
         new = [k for k in hosted if k not in self.tiered]
@@ -175,7 +180,11 @@ class RemoteLogManager:
                 if p is not None and not p.log.offline and not p.log.tiered:
                     self._tiering_disabled(p)
             self.metadata.unassign(gone)
-        for key, p in hosted.items():
+        for i, (key, p) in enumerate(hosted.items()):
+            if i % YIELD_EVERY_TIERED == YIELD_EVERY_TIERED - 1:
+                await asyncio.sleep(0)  # each costs a walk of its remote segments
+            if key not in self.tiered:
+                continue  # dropped while this tick yielded
             cache = self.metadata.cache(*key)
             if cache is None:
                 continue
