@@ -322,7 +322,7 @@ def test_tiered_storage(tmp_path):
         wait_for(tiered, 90, interval=1, what="the topic's remote size in describe")
         consumed = subprocess.run(["bash", "-c", f".venv/bin/strom consume clicks --from-beginning --exit-at-end "
                                    f"{address} | wc -l"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-        assert consumed.stdout.strip() == "300000", consumed.stderr[-2000:]
+        assert consumed.stdout.strip() == "100000", consumed.stderr[-2000:]
     finally:
         if broker is not None:
             broker.send_signal(signal.SIGTERM)

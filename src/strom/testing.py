@@ -684,6 +684,28 @@ def acl_broker_overrides(users: Iterable[str], extra: dict[str, str] | None = No
             **(extra or {})}
 
 
+def tiered_overrides(store: dict[str, str], **extra: str) -> dict[str, str]:
+    """Broker overrides for tiered storage in tests: the store's `rsm.config.*` keys (an
+    S3Server's rsm_config(), or a directory's), the remote log manager and the retention check
+    every 200 ms, deleted segments unlinked at once, a one-partition metadata topic."""
+    return {"remote.log.storage.system.enable": "true", **store,
+            "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
+            "log.segment.delete.delay.ms": "0", "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
+            **extra}
+
+
+def list_offset(bootstrap: str, topic: str, spec: int, partition: int = 0) -> int:
+    """ListOffsets of one partition for a timestamp or a spec (-1 latest, -2 earliest, -4
+    earliest local, -5 latest tiered) through librdkafka."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "strom-list-offsets"})
+    try:
+        return consumer.offsets_for_times([TopicPartition(topic, partition, spec)], timeout=10)[0].offset
+    finally:
+        consumer.close()
+
+
 def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05,
              what: str = "condition") -> T:
     """Poll `predicate` until it returns something truthy, and return that; fail the test (an

@@ -4,7 +4,9 @@ restarts the controller and does a rolling restart. Afterwards every acknowledge
 there in order and once per producer epoch (the broker de-duplicates every retry; see
 idempotence.written_once for what only the client can repeat), committed transactions are
 wholly visible to read_committed and aborted ones invisible, the group resumes from its
-committed offsets, and every partition is fully replicated again."""
+committed offsets, and every partition is fully replicated again. The idempotent producers'
+topic is tiered to a real S3 server (SeaweedFS) with its local copies deleted once uploaded, so
+its read-back goes through remote storage; the transactional one stays on the brokers' disks."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from strom.s3_server import S3Server
-from strom.testing import Cluster, consume_all, free_ports, unique_name
+from strom.testing import Cluster, consume_all, free_ports, tiered_overrides, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
 from .idempotence import log_batches, values_of, written_once
@@ -152,11 +154,6 @@ def _nemesis(cluster: Cluster, rng: random.Random, log: list[str]) -> None:
 
 # Longer than the waits below add up to (joins, two reads of 180 s): when one runs out, its
 # message says what was missing, where pytest-timeout would only show where it was.
-@pytest.mark.timeout(900)
-def test_nemesis(zookeeper):
-    run_nemesis(zookeeper, {}, {})
-
-
 @pytest.fixture(scope="module")
 def s3():
     with S3Server(ports=free_ports) as server:
@@ -164,23 +161,25 @@ def s3():
 
 
 @pytest.mark.timeout(900)
-def test_nemesis_with_tiered_storage(zookeeper, s3):
-    """The same run on tiered topics whose local copies go as soon as they are uploaded: what
-    is read back after the faults comes mostly from the object store, through the leaders."""
-    run_nemesis(zookeeper, {"remote.log.storage.system.enable": "true",
-                            **s3.rsm_config(key_prefix=f"{unique_name('nemesis')}/"),
-                            "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "500",
-                            "rlmm.config.remote.log.metadata.topic.num.partitions": "3"},
+def test_nemesis(zookeeper, s3):
+    """The idempotent producers' topic is tiered, its local copies gone as soon as they are
+    uploaded, so what is read back after the faults comes mostly from the object store; the
+    transactional one is not, and is read from the replicas' disks."""
+    run_nemesis(zookeeper, tiered_overrides(s3.rsm_config(key_prefix=f"{unique_name('nemesis')}/"), **{
+                    "log.retention.check.interval.ms": "500", "log.segment.delete.delay.ms": "60000",
+                    "rlmm.config.remote.log.metadata.topic.num.partitions": "3"}),
                 {"remote.storage.enable": "true", "segment.bytes": "65536", "local.retention.ms": "1"})
 
 
 def run_nemesis(zookeeper, extra_overrides: dict[str, str], topic_configs: dict[str, str]) -> None:
+    """The run on a fresh cluster with `extra_overrides`, the idempotent producers' topic made with
+    `topic_configs`."""
     overrides = {**CLUSTER_OVERRIDES, "replica.lag.time.max.ms": "5000",
                  "controlled.shutdown.retry.backoff.ms": "500", **extra_overrides}
     with Cluster(3, zookeeper=zookeeper, overrides=overrides, session_timeout_ms=4000) as cluster:
         topic, txn_topic = unique_name("nemesis"), unique_name("nemesis-txn")
-        for name in (topic, txn_topic):
-            create(cluster, name, PARTITIONS, configs={"min.insync.replicas": "2", **topic_configs})
+        create(cluster, topic, PARTITIONS, configs={"min.insync.replicas": "2", **topic_configs})
+        create(cluster, txn_topic, PARTITIONS, configs={"min.insync.replicas": "2"})
         work = Workload(cluster, topic, txn_topic, unique_name("nemesis-group"))
         threads = [work.guarded(f) for f in (work.run_idempotent, work.run_transactional, work.run_consumer)]
         for t in threads:

@@ -10,10 +10,18 @@ import shutil
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from strom.s3_server import S3Server
-from strom.testing import Cluster, consume_all, free_ports, unique_name, wait_for
+from strom.testing import (
+    Cluster,
+    consume_all,
+    free_ports,
+    list_offset,
+    tiered_overrides,
+    unique_name,
+    wait_for,
+)
 
 from .conftest import CLUSTER_OVERRIDES
 from .replicas import wait_fully_replicated
@@ -30,11 +38,8 @@ def s3():
 
 
 def tiered_cluster(zookeeper, s3: S3Server) -> Cluster:
-    return Cluster(3, zookeeper=zookeeper, overrides={
-        **CLUSTER_OVERRIDES, "remote.log.storage.system.enable": "true",
-        **s3.rsm_config(key_prefix=f"{uuid.uuid4().hex[:8]}/"),
-        "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
-        "log.segment.delete.delay.ms": "0", "rlmm.config.remote.log.metadata.topic.num.partitions": "3"})
+    return Cluster(3, zookeeper=zookeeper, overrides={**CLUSTER_OVERRIDES, **tiered_overrides(
+        s3.rsm_config(key_prefix=f"{uuid.uuid4().hex[:8]}/"), **{"rlmm.config.remote.log.metadata.topic.num.partitions": "3"})})
 
 
 def produce_acked(cluster: Cluster, topic: str, values: list[bytes]) -> None:
@@ -48,12 +53,6 @@ def produce_acked(cluster: Cluster, topic: str, values: list[bytes]) -> None:
     assert producer.flush(60) == 0 and not failed, failed
 
 
-def offset_of(cluster: Cluster, topic: str, spec: int) -> int:
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "offsets"})
-    try:
-        return consumer.offsets_for_times([TopicPartition(topic, 0, spec)], timeout=10)[0].offset
-    finally:
-        consumer.close()
 
 
 def test_leader_failover_and_a_lost_replica_rebuilt_from_remote_storage(zookeeper, s3):
@@ -64,7 +63,7 @@ def test_leader_failover_and_a_lost_replica_rebuilt_from_remote_storage(zookeepe
             "min.insync.replicas": "2"})
         first = [b"first-%04d-" % i + b"a" * 200 for i in range(500)]
         produce_acked(cluster, topic, first)
-        wait_for(lambda: offset_of(cluster, topic, EARLIEST_LOCAL) >= 300, timeout=60)
+        wait_for(lambda: list_offset(cluster.bootstrap, topic, EARLIEST_LOCAL) >= 300, timeout=60)
         # followers keep local segments by the same rule: none deleted before it is in remote storage
         cluster.brokers[1].kill()
         cluster.wait_for(lambda: partition_view(cluster.brokers[2], topic).get(0, (1,))[0] in (2, 3),
@@ -72,13 +71,13 @@ def test_leader_failover_and_a_lost_replica_rebuilt_from_remote_storage(zookeepe
         second = [b"second-%04d-" % i + b"b" * 200 for i in range(500)]
         produce_acked(cluster, topic, second)
         # the new leader copies on from where the remote log metadata says copying got to
-        wait_for(lambda: offset_of(cluster, topic, EARLIEST_LOCAL) >= len(first) + 300, timeout=60)
+        wait_for(lambda: list_offset(cluster.bootstrap, topic, EARLIEST_LOCAL) >= len(first) + 300, timeout=60)
         # broker 1 comes back without its replica: it rebuilds from remote storage
         shutil.rmtree(log_dir(cluster.brokers[1]) / f"{topic}-0")
         cluster.brokers[1].restart()
         wait_fully_replicated(cluster, timeout=90)
         assert "log restarted at the leader's local log start" in cluster.brokers[1].log_text()
-        assert offset_of(cluster, topic, EARLIEST) == 0
+        assert list_offset(cluster.bootstrap, topic, EARLIEST) == 0
         values = [m.value() for m in consume_all(cluster.bootstrap, topic, [0], start=0,
                                                  count=len(first) + len(second))]
         assert values == first + second

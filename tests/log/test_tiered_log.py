@@ -72,4 +72,6 @@ def test_a_log_opened_before_its_topic_configs_starts_in_remote_storage_once_the
     assert plain.log_start_offset == local_start  # as a plain log: its first segment
     plain.config = LogConfig(remote_storage_enable=True)
     assert (plain.log_start_offset, plain.local_log_start_offset) == (0, local_start)
+    # and the leader epochs of its remote part are still there (a remote segment is served by them)
+    assert [(e.epoch, e.start_offset) for e in plain.leader_epoch_cache.entries] == [(1, 0), (2, 15)]
     plain.close()

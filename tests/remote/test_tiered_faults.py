@@ -22,7 +22,14 @@ from strom.remote.directory import DirectoryStorage
 from strom.remote.objects import SEGMENT_SUFFIX
 from strom.remote.reader import CorruptRemoteData, IndexCache, RemoteReader
 from strom.s3_server import S3Server
-from strom.testing import BrokerProcess, free_ports, unique_name, wait_for
+from strom.testing import (
+    BrokerProcess,
+    free_ports,
+    list_offset,
+    tiered_overrides,
+    unique_name,
+    wait_for,
+)
 
 EARLIEST_LOCAL, LATEST_TIERED = -4, -5
 
@@ -33,12 +40,14 @@ def s3():
         yield server
 
 
-def offset_of(broker: BrokerProcess, topic: str, spec: int) -> int:
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "offsets"})
-    try:
-        return consumer.offsets_for_times([TopicPartition(topic, 0, spec)], timeout=10)[0].offset
-    finally:
-        consumer.close()
+
+
+def tiered_topic(broker: BrokerProcess, base: str) -> str:
+    topic = unique_name(base)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={
+        "remote.storage.enable": "true", "segment.bytes": "4096", "local.retention.ms": "1"})])[topic].result(15)
+    return topic
 
 
 def produce(broker: BrokerProcess, topic: str, values: list[bytes]) -> None:
@@ -67,35 +76,28 @@ def read_values(broker: BrokerProcess, topic: str, expected: int) -> list[bytes]
 
 
 def test_a_store_that_stops_answering_holds_back_nothing_and_loses_nothing(s3, tmp_path):
-    overrides = {"remote.log.storage.system.enable": "true",
-                 **s3.rsm_config(key_prefix=f"{uuid.uuid4().hex[:8]}/"),
-                 "rsm.config.storage.s3.api.call.attempt.timeout": "1000",
-                 "rsm.config.storage.s3.api.call.timeout": "2000",
-                 "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
-                 "log.segment.delete.delay.ms": "0", "rlmm.config.remote.log.metadata.topic.num.partitions": "1"}
+    overrides = tiered_overrides(s3.rsm_config(key_prefix=f"{uuid.uuid4().hex[:8]}/"), **{
+        "rsm.config.storage.s3.api.call.attempt.timeout": "1000", "rsm.config.storage.s3.api.call.timeout": "2000"})
     with BrokerProcess(tmp_path, overrides) as broker:
-        topic = unique_name("stalled")
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        admin.create_topics([NewTopic(topic, 1, 1, config={
-            "remote.storage.enable": "true", "segment.bytes": "4096", "local.retention.ms": "1"})])[topic].result(15)
+        topic = tiered_topic(broker, "stalled")
         first = [b"before-%04d-" % i + b"c" * 200 for i in range(300)]
         produce(broker, topic, first)
-        wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= 200, timeout=30)
+        wait_for(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) >= 200, timeout=30)
         os.kill(s3.proc.pid, signal.SIGSTOP)
         try:
-            tiered = offset_of(broker, topic, LATEST_TIERED)
+            tiered = list_offset(broker.bootstrap, topic, LATEST_TIERED)
             second = [b"during-%04d-" % i + b"d" * 200 for i in range(300)]
             produce(broker, topic, second)  # acknowledged while the store is away
             time.sleep(3)  # copy attempts fail by their timeouts meanwhile
             # nothing more is in remote storage, so nothing more may leave the local disk
-            assert offset_of(broker, topic, LATEST_TIERED) == tiered
-            assert offset_of(broker, topic, EARLIEST_LOCAL) == tiered + 1
+            assert list_offset(broker.bootstrap, topic, LATEST_TIERED) == tiered
+            assert list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) == tiered + 1
             wait_for(lambda: "to remote storage" in broker.log_text() and "retried every" in broker.log_text(),
                      timeout=20)
         finally:
             os.kill(s3.proc.pid, signal.SIGCONT)
         # copying resumes by itself, and local retention follows
-        wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= len(first) + 200, timeout=60)
+        wait_for(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) >= len(first) + 200, timeout=60)
         assert read_values(broker, topic, len(first) + len(second)) == first + second
 
 
@@ -186,23 +188,20 @@ def test_kill_9_during_copies_and_deletions_leaves_no_object_served_or_kept(s3, 
     from strom.metadata.storage import kafka_uuid
 
     prefix = f"{uuid.uuid4().hex[:8]}/"
-    overrides = {"remote.log.storage.system.enable": "true", **s3.rsm_config(key_prefix=prefix),
-                 "remote.log.manager.task.interval.ms": "100", "log.retention.check.interval.ms": "200",
-                 "remote.log.manager.copy.max.bytes.per.second": "30000",  # copies spread over seconds
-                 "log.segment.delete.delay.ms": "0", "rlmm.config.remote.log.metadata.topic.num.partitions": "1"}
+    overrides = tiered_overrides(s3.rsm_config(key_prefix=prefix), **{
+        "remote.log.manager.task.interval.ms": "100",
+        "remote.log.manager.copy.max.bytes.per.second": "30000"})  # copies spread over seconds
     rng = __import__("random").Random(7)
     with BrokerProcess(tmp_path, overrides) as broker:
-        topic = unique_name("killed")
+        topic = tiered_topic(broker, "killed")
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        admin.create_topics([NewTopic(topic, 1, 1, config={
-            "remote.storage.enable": "true", "segment.bytes": "4096", "local.retention.ms": "1"})])[topic].result(15)
         values = [b"acked-%04d-" % i + b"k" * 200 for i in range(700)]
         produce(broker, topic, values)
         for _ in range(3):  # kill -9 while segments are being copied
             time.sleep(rng.uniform(0.3, 1.2))
             broker.kill()
             broker.restart()
-        wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= 650, timeout=60)
+        wait_for(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) >= 650, timeout=60)
         assert read_values(broker, topic, len(values)) == values
         # unfinished copies are cleaned: what the store holds is exactly what is served
         def settled() -> bool:
@@ -223,7 +222,7 @@ def test_kill_9_during_copies_and_deletions_leaves_no_object_served_or_kept(s3, 
         broker.restart()
         wait_for(lambda: stored_segment_ids(s3, prefix, topic) == set(), timeout=60)
         wait_for(lambda: remote_metadata(broker, topic).all_segments() == [], timeout=30)
-        assert offset_of(broker, topic, 0 - 2) >= offset_of(broker, topic, EARLIEST_LOCAL) - 1
+        assert list_offset(broker.bootstrap, topic, 0 - 2) >= list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) - 1
 
 
 def test_a_store_answering_errors_and_truncated_bodies_serves_nothing_wrong(s3, tmp_path):
@@ -233,19 +232,13 @@ def test_a_store_answering_errors_and_truncated_bodies_serves_nothing_wrong(s3, 
     from faulty_s3 import FaultyS3Proxy
 
     with FaultyS3Proxy(s3.endpoint_url, fail=0.25, truncate=0.1, seed=5) as proxy:
-        overrides = {"remote.log.storage.system.enable": "true",
-                     **s3.rsm_config(key_prefix=f"{uuid.uuid4().hex[:8]}/"),
-                     "rsm.config.storage.s3.endpoint.url": proxy.endpoint_url,
-                     "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
-                     "log.segment.delete.delay.ms": "0", "rlmm.config.remote.log.metadata.topic.num.partitions": "1"}
+        overrides = tiered_overrides(s3.rsm_config(key_prefix=f"{uuid.uuid4().hex[:8]}/"),
+                                     **{"rsm.config.storage.s3.endpoint.url": proxy.endpoint_url})
         with BrokerProcess(tmp_path, overrides) as broker:
-            topic = unique_name("faulty")
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-            admin.create_topics([NewTopic(topic, 1, 1, config={
-                "remote.storage.enable": "true", "segment.bytes": "4096", "local.retention.ms": "1"})])[topic].result(15)
+            topic = tiered_topic(broker, "faulty")
             values = [b"flaky-%04d-" % i + b"f" * 200 for i in range(400)]
             produce(broker, topic, values)
-            wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= 300, timeout=90)
+            wait_for(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) >= 300, timeout=90)
             for _ in range(2):  # many ranged GETs through the proxy, some of them failing
                 assert read_values(broker, topic, len(values)) == values
         assert proxy.counts["failed"] > 5 and proxy.counts["truncated"] > 2, proxy.counts

@@ -15,7 +15,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.remote import storage_from_config
 from strom.s3_server import S3Server
-from strom.testing import BrokerProcess, free_ports, unique_name, wait_for
+from strom.testing import (
+    BrokerProcess,
+    free_ports,
+    list_offset,
+    tiered_overrides,
+    unique_name,
+    wait_for,
+)
 
 EARLIEST, EARLIEST_LOCAL, LATEST_TIERED = -2, -4, -5
 PREFIX = "tiered-test/"
@@ -29,10 +36,8 @@ def s3():
 
 @pytest.fixture(scope="module")
 def broker(s3, tmp_path_factory):
-    overrides = {"remote.log.storage.system.enable": "true", **s3.rsm_config(key_prefix=PREFIX),
-                 "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
-                 "log.segment.delete.delay.ms": "0",
-                 "rlmm.config.remote.log.metadata.topic.num.partitions": "3"}
+    overrides = tiered_overrides(s3.rsm_config(key_prefix=PREFIX),
+                                 **{"rlmm.config.remote.log.metadata.topic.num.partitions": "3"})
     with BrokerProcess(tmp_path_factory.mktemp("tiered"), overrides) as b:
         yield b
 
@@ -63,12 +68,6 @@ def produce(broker: BrokerProcess, topic: str, values: list[bytes], **conf) -> N
     assert producer.flush(15) == 0
 
 
-def offset_of(broker: BrokerProcess, topic: str, spec: int) -> int:
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "offsets"})
-    try:
-        return consumer.offsets_for_times([TopicPartition(topic, 0, spec)], timeout=10)[0].offset
-    finally:
-        consumer.close()
 
 
 def read_all(broker: BrokerProcess, topic: str, expected: int, **conf) -> list[tuple[int, bytes]]:
@@ -96,11 +95,11 @@ def test_history_below_the_local_log_is_read_from_the_object_store_by_every_clie
     values = [b"record-%05d-" % i + b"x" * 200 for i in range(1500)]
     produce(broker, topic, values)
     # local retention deletes what is copied: the local log starts well past 0 ...
-    wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= 1000, timeout=30)
-    local_start = offset_of(broker, topic, EARLIEST_LOCAL)
+    wait_for(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) >= 1000, timeout=30)
+    local_start = list_offset(broker.bootstrap, topic, EARLIEST_LOCAL)
     # ... while the log still starts at 0, in remote storage, copied up to the local start
-    assert offset_of(broker, topic, EARLIEST) == 0
-    assert offset_of(broker, topic, LATEST_TIERED) >= local_start - 1
+    assert list_offset(broker.bootstrap, topic, EARLIEST) == 0
+    assert list_offset(broker.bootstrap, topic, LATEST_TIERED) >= local_start - 1
     keys = objects(s3, topic)
     assert any(k.endswith(".log") for k in keys) and any(k.endswith(".index") for k in keys)
     assert any(k.endswith(".leader-epoch-checkpoint") for k in keys)
@@ -147,7 +146,7 @@ def test_read_committed_skips_transactions_aborted_in_remote_segments(broker):
             committed += batch
     produce(broker, topic, [b"tail-%03d" % i + b"z" * 200 for i in range(200)])
     end_of_transactions = len(committed) + len(aborted) + 6  # each transaction's marker
-    wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) > end_of_transactions, timeout=30)
+    wait_for(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) > end_of_transactions, timeout=30)
     # every offset of the transactions is in remote storage now
     got = read_all(broker, topic, len(committed) + 200, **{"isolation.level": "read_committed"})
     values = [v for _, v in got]
@@ -164,9 +163,9 @@ def test_retention_of_the_whole_log_deletes_remote_segments(broker, s3):
     wait_for(lambda: any(k.endswith(".log") for k in objects(s3, topic)), timeout=30)
     copied = {k for k in objects(s3, topic) if k.endswith(".log")}
     # past retention.ms the remote segments go and the log start moves past them
-    wait_for(lambda: offset_of(broker, topic, EARLIEST) > 0, timeout=30)
+    wait_for(lambda: list_offset(broker.bootstrap, topic, EARLIEST) > 0, timeout=30)
     wait_for(lambda: not copied & set(objects(s3, topic)), timeout=30)
-    start = offset_of(broker, topic, EARLIEST)
+    start = list_offset(broker.bootstrap, topic, EARLIEST)
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": uuid.uuid4().hex,
                          "auto.offset.reset": "earliest"})
     consumer.assign([TopicPartition(topic, 0, 0)])  # below the log start: reset to earliest
@@ -206,10 +205,10 @@ def test_a_restarted_broker_serves_the_remote_history(broker):
     topic = tiered_topic(broker)
     values = [b"kept-%04d-" % i + b"u" * 200 for i in range(500)]
     produce(broker, topic, values)
-    wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= 300, timeout=30)
+    wait_for(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) >= 300, timeout=30)
     assert broker.stop() == 0  # a clean stop with the remote log manager at work
     broker.restart()
-    assert offset_of(broker, topic, EARLIEST) == 0
+    assert list_offset(broker.bootstrap, topic, EARLIEST) == 0
     got = read_all(broker, topic, len(values))
     assert [v for _, v in got] == values
 
@@ -223,13 +222,13 @@ def test_timestamps_are_looked_up_in_remote_segments_first(broker):
         if i % 10 == 9:
             producer.flush(10)
     assert producer.flush(15) == 0
-    wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= 400, timeout=30)
-    local_start = offset_of(broker, topic, EARLIEST_LOCAL)
+    wait_for(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) >= 400, timeout=30)
+    local_start = list_offset(broker.bootstrap, topic, EARLIEST_LOCAL)
     for target in (0, 37, 123, local_start - 1, local_start + 5):
-        assert offset_of(broker, topic, base + 1000 * target) == target
-        assert offset_of(broker, topic, base + 1000 * target - 500) == target  # between two records
-    assert offset_of(broker, topic, base - 5000) == 0
-    assert offset_of(broker, topic, base + 1000 * 600) == -1  # later than every record
+        assert list_offset(broker.bootstrap, topic, base + 1000 * target) == target
+        assert list_offset(broker.bootstrap, topic, base + 1000 * target - 500) == target  # between two records
+    assert list_offset(broker.bootstrap, topic, base - 5000) == 0
+    assert list_offset(broker.bootstrap, topic, base + 1000 * 600) == -1  # later than every record
 
 
 def alter(broker: BrokerProcess, topic: str, **configs: str) -> None:
@@ -246,15 +245,15 @@ def test_copy_disable_keeps_remote_data_readable_and_turning_off_deletes_it(brok
     topic = tiered_topic(broker)
     values = [b"kip950-%04d-" % i + b"r" * 200 for i in range(400)]
     produce(broker, topic, values)
-    wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= 200, timeout=30)
+    wait_for(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) >= 200, timeout=30)
     # KIP-950: copying stops, what is remote stays readable
     alter(broker, topic, remote_log_copy_disable="true")
     time.sleep(0.5)
-    tiered = offset_of(broker, topic, LATEST_TIERED)
+    tiered = list_offset(broker.bootstrap, topic, LATEST_TIERED)
     more = [b"later-%04d-" % i + b"q" * 200 for i in range(200)]
     produce(broker, topic, more)
     time.sleep(1.5)  # several task intervals
-    assert offset_of(broker, topic, LATEST_TIERED) == tiered
+    assert list_offset(broker.bootstrap, topic, LATEST_TIERED) == tiered
     assert [v for _, v in read_all(broker, topic, len(values) + len(more))] == values + more
     # turning remote storage off is refused unless its data goes with it ...
     with pytest.raises(KafkaException, match="remote storage can be turned off only with its data deleted"):
@@ -262,8 +261,8 @@ def test_copy_disable_keeps_remote_data_readable_and_turning_off_deletes_it(brok
     # ... and with it, the remote objects are deleted and the log starts at its local start
     alter(broker, topic, remote_storage_enable="false", remote_log_delete_on_disable="true")
     wait_for(lambda: objects(s3, topic) == [], timeout=30)
-    local_start = offset_of(broker, topic, EARLIEST_LOCAL)
-    assert local_start > 0 and offset_of(broker, topic, EARLIEST) == local_start
+    local_start = list_offset(broker.bootstrap, topic, EARLIEST_LOCAL)
+    assert local_start > 0 and list_offset(broker.bootstrap, topic, EARLIEST) == local_start
     got = read_all(broker, topic, len(values) + len(more) - local_start)
     assert got[0][0] == local_start and [v for _, v in got] == (values + more)[local_start:]
 
@@ -272,13 +271,13 @@ def test_delete_records_below_the_local_log_deletes_remote_segments(broker, s3):
     topic = tiered_topic(broker)
     values = [b"dr-%04d-" % i + b"n" * 200 for i in range(500)]
     produce(broker, topic, values)
-    wait_for(lambda: offset_of(broker, topic, EARLIEST_LOCAL) >= 400, timeout=30)
+    wait_for(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) >= 400, timeout=30)
     copied = {k for k in objects(s3, topic) if k.endswith(".log")}
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     target = 250  # inside the remote part
     result = admin.delete_records([TopicPartition(topic, 0, target)])[TopicPartition(topic, 0, target)].result(15)
     assert result.low_watermark == target
-    assert offset_of(broker, topic, EARLIEST) == target
+    assert list_offset(broker.bootstrap, topic, EARLIEST) == target
     # the segments wholly below it leave the store; the one holding it stays
     below = {k for k in copied if int(k.rsplit("/", 1)[1].split("-", 1)[0]) < target}
     wait_for(lambda: len(below - set(objects(s3, topic))) >= len(below) - 1, timeout=30)

@@ -482,7 +482,10 @@ class Log:
 
     def _trim_epoch_cache(self, cache: LeaderEpochCache, recovered_from: int | None) -> None:
         cache.truncate_from_end(self._log_end_offset)
-        cache.truncate_from_start(self.log_start_offset)
+        # From the log start as checkpointed, not as raised to the first segment: a tiered log
+        # opened before its configs arrived keeps the epochs of its remote part (retention trims
+        # a plain log's soon enough).
+        cache.truncate_from_start(min(self.log_start_offset, self._checkpointed_start))
         if recovered_from is not None:
             latest, missed = cache.latest_epoch(), []
             for epoch, offset in self._batch_epochs(recovered_from):
