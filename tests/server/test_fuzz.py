@@ -43,6 +43,7 @@ SECONDS = float(os.environ.get("STROM_FUZZ_SECONDS", "75"))
 WORKERS = int(os.environ.get("STROM_FUZZ_WORKERS", "3"))  # clients at once
 SEED = int(os.environ.get("STROM_FUZZ_SEED", "20261124"))
 CONTROLLER_SECONDS = float(os.environ.get("STROM_FUZZ_CONTROLLER_SECONDS", "30"))  # a KRaft node's controller listener
+FORWARDED_SECONDS = float(os.environ.get("STROM_FUZZ_FORWARDED_SECONDS", "15"))  # what a KRaft broker forwards
 # An idle broker holds ~50 MB; the fuzzer's requests are small, so anything near this bound
 # means some request made the broker allocate far more than it sent.
 PEAK_RSS_LIMIT_MB = 256
@@ -109,10 +110,12 @@ def _fuzz(broker: BrokerProcess) -> None:
     _fuzz_listener(broker, broker.port, SECONDS, prepare_broker)
 
 
-def _fuzz_listener(node: BrokerProcess, port: int, seconds: float, prepare, settle=None) -> None:
-    """Fuzz the listener on `port` of `node`; then the node must be unhurt (see the module's
-    docstring) and, once `settle` returns, serve a producer and a consumer on its broker listener."""
-    targets = advertised_targets(port)
+def _fuzz_listener(node: BrokerProcess, port: int, seconds: float, prepare, settle=None,
+                   apis: frozenset[int] | None = None) -> None:
+    """Fuzz the listener on `port` of `node` (every version it advertises of `apis`, default all);
+    then the node must be unhurt (see the module's docstring) and, once `settle` returns, serve a
+    producer and a consumer on its broker listener."""
+    targets = [t for t in advertised_targets(port) if apis is None or t[0] in apis]
     print(f"fuzzing {len(targets)} (api key, version) pairs for {seconds:.0f} s from {WORKERS} "
           f"clients at once, seed {SEED} (STROM_FUZZ_SEED)")
     fuzzer = Fuzzer(port, SEED, targets, node.stderr_lines, alive=lambda: node.proc.poll() is None,
@@ -180,6 +183,33 @@ def test_fuzzed_requests_do_not_hurt_a_kraft_controller():
 
         try:
             _fuzz_listener(node, quorum.ports[NODE], CONTROLLER_SECONDS, None, still_led_and_unfenced)
+        except BaseException:
+            _keep_log(node)
+            raise
+
+
+def test_fuzzed_forwarded_requests_do_not_hurt_a_kraft_cluster():
+    """What a KRaft broker passes on to the active controller (topic and config changes, and the
+    Envelope's requests: elections, reassignments, features, ACLs, quotas, SCRAM users), fuzzed
+    on the broker listener of a combined node at every version it advertises: the forwarding,
+    the Envelope and the controller's handlers unhurt, the node still leading and serving."""
+    from strom.server.kraft.forwarding import (
+        CREATE_PARTITIONS,
+        CREATE_TOPICS,
+        DELETE_TOPICS,
+        ENVELOPED,
+        INCREMENTAL_ALTER_CONFIGS,
+    )
+
+    alter_configs = 33
+    forwarded = ENVELOPED | {CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS,
+                             alter_configs}
+    with KRaftQuorum(1, combined=True, overrides=OVERRIDES, first_id=NODE) as quorum:
+        node = quorum.nodes[NODE]
+        prepare_broker(node.port)
+        try:
+            _fuzz_listener(node, node.port, FORWARDED_SECONDS, prepare_broker,
+                           lambda: quorum.leader(30) == NODE, apis=forwarded)
         except BaseException:
             _keep_log(node)
             raise
