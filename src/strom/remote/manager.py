@@ -41,6 +41,7 @@ from strom.log.remote import (
 )
 from strom.log.remote.metadata_cache import is_within_lineage
 from strom.log.txn_index import AbortedTxn
+from strom.protocol.errors import KafkaError
 from strom.remote.reader import READ_CAP, IndexCache, RemoteReader
 from strom.remote.segment_data import (
     ProducerReplay,
@@ -192,12 +193,14 @@ class RemoteLogManager:
             self._update_remote_offsets(p, cache, state)
             if not p.is_leader:
                 continue
+            loop = asyncio.get_running_loop()
             if state.copying is None or state.copying.done():
-                state.copying = asyncio.get_running_loop().create_task(self._copy(p, cache, state),
-                                                                       name=f"remote copy {p.topic}-{p.index}")
+                state.copying = loop.create_task(self._copy(p, cache, state), name=f"remote copy {p.topic}-{p.index}")
+                state.copying.add_done_callback(_report_failure)
             if state.expiring is None or state.expiring.done():
-                state.expiring = asyncio.get_running_loop().create_task(self._expire(p, cache, state),
-                                                                        name=f"remote expire {p.topic}-{p.index}")
+                state.expiring = loop.create_task(self._expire(p, cache, state),
+                                                  name=f"remote expire {p.topic}-{p.index}")
+                state.expiring.add_done_callback(_report_failure)
 
     def _update_remote_offsets(self, p, cache: RemoteLogMetadataCache, state: PartitionTiering) -> None:
         log_ = p.log
@@ -241,6 +244,11 @@ class RemoteLogManager:
                 self._store_error(f"cannot copy segment {segment.base_offset} of {p.topic}-{p.index} "
                                   f"to remote storage: {e}")
                 return
+            except (KafkaError, ValueError) as e:  # the log changed under the copy (truncated, deleted)
+                self.stats.copy_errors += 1
+                log.info("%s-%d: copy of segment %d given up for now: %s", p.topic, p.index,
+                         segment.base_offset, e)
+                return
             self.stats.store_unavailable = False
             copied = end - 1
             self._update_remote_offsets(p, cache, state)
@@ -253,7 +261,7 @@ class RemoteLogManager:
                 self._copiers, segment_data, log_, segment, end, state.producer_replay)
             metadata = RemoteLogSegmentMetadata(
                 RemoteLogSegmentId(p.topic_id, p.topic, p.index), segment.base_offset, end - 1,
-                segment.max_timestamp, self.broker_id, self.now_ms(),
+                segment.largest_timestamp, self.broker_id, self.now_ms(),
                 epoch_entries(log_, segment.base_offset, end), segment.size)
             if not metadata.segment_leader_epochs:
                 raise RemoteStorageError(f"no leader epoch covers offset {segment.base_offset}")
@@ -570,6 +578,13 @@ class RemoteLogManager:
             if key[1] == topic and key[2] == index:
                 return state.remote_size_bytes, state.remote_segments
         return None
+
+
+def _report_failure(task: asyncio.Task) -> None:
+    """A copy or expiration that failed in a way it does not handle: logged (at most once a task
+    interval for a partition) and tried again at the next."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s failed: %r", task.get_name(), task.exception())
 
 
 def lineage_of(log_) -> list[tuple[int, int]]:
