@@ -305,8 +305,9 @@ def test_tiered_storage(tmp_path):
     try:
         wait_for(lambda: (tmp_path / "tiered.properties").exists(), 120, what="the S3 server's properties file")
         assert f"http://127.0.0.1:{s3_port}" in (tmp_path / "tiered.properties").read_text()
-        broker, ready = start_node(f"{local(serve)} --override listeners=PLAINTEXT://127.0.0.1:{broker_port} "
-                                   f"--override log.dirs={tmp_path / 'strom-data'}", ROOT, "tiered-broker")
+        # scripts/serve moves to the checkout itself: started from tmp_path, its error log stays there
+        broker, ready = start_node(f"{ROOT}/{local(serve)} --override listeners=PLAINTEXT://127.0.0.1:{broker_port} "
+                                   f"--override log.dirs={tmp_path / 'strom-data'}", tmp_path, "tiered-broker")
         address = f"--bootstrap-server 127.0.0.1:{broker_port}"
         create, produce, describe = (f"{line} {address}" for line in topic.splitlines())
         for line in (create, produce):
