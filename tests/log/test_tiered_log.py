@@ -70,6 +70,7 @@ def test_a_log_opened_before_its_topic_configs_starts_in_remote_storage_once_the
     log.close()
     plain = Log.open(tmp_path / "events-0", LogConfig(), log_start_offset=0)
     assert plain.log_start_offset == local_start  # as a plain log: its first segment
+    assert plain.checkpoint_start_offset == 0  # a crash now must not lose where it starts
     plain.config = LogConfig(remote_storage_enable=True)
     assert (plain.log_start_offset, plain.local_log_start_offset) == (0, local_start)
     # and the leader epochs of its remote part are still there (a remote segment is served by them)

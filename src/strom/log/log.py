@@ -236,6 +236,13 @@ class Log:
         return min(max(self.log_start_offset, self._segments[0].base_offset), self._log_end_offset)
 
     @property
+    def checkpoint_start_offset(self) -> int:
+        """What log-start-offset-checkpoint keeps: the log start, or lower the start it was opened
+        with while that is still in force (a tiered log opened before its configs arrived: a
+        crash then must not lose the remote part's start; a plain log raises it again on open)."""
+        return min(self.log_start_offset, self._checkpointed_start)
+
+    @property
     def loaded(self) -> bool:
         """False while a lazily opened log has not read its directory yet."""
         return self._loaded_segments is not None

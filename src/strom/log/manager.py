@@ -1000,7 +1000,7 @@ class LogManager:
 
     def checkpoint_log_start_offsets(self) -> None:
         self._unless_unmoved(LOG_START_OFFSET_CHECKPOINT, Log.offsets_clock, lambda: self.write_per_dir(
-            LOG_START_OFFSET_CHECKPOINT, lambda _k, lg: lg.log_start_offset))
+            LOG_START_OFFSET_CHECKPOINT, lambda _k, lg: lg.checkpoint_start_offset))
 
     def checkpoint_high_watermarks(self) -> None:
         """replication-offset-checkpoint: the high watermark of each partition (Kafka's
