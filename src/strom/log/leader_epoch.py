@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,8 +135,7 @@ class LeaderEpochCache:
                 if sync and sync_dir:
                     fsync_path(self.path.parent)
             else:
-                lines = ["0", str(len(entries)), *(f"{e.epoch} {e.start_offset}" for e in entries)]
-                write_atomically(self.path, "\n".join(lines) + "\n", sync=sync, own_lock=True,
+                write_atomically(self.path, format_checkpoint(entries), sync=sync, own_lock=True,
                                  sync_dir=sync_dir)
                 self.on_disk = True
                 self._file_entries, self._file_durable = entries, sync
@@ -233,8 +232,20 @@ class LeaderEpochCache:
         self.loaded = True
 
 
+def format_checkpoint(entries: Iterable[EpochEntry]) -> str:
+    """The leader-epoch-checkpoint text (version 0) of `entries`: the file, and what a remote
+    segment carries of its epochs."""
+    entries = list(entries)
+    lines = ["0", str(len(entries)), *(f"{e.epoch} {e.start_offset}" for e in entries)]
+    return "\n".join(lines) + "\n"
+
+
 def _read(path: Path) -> list[EpochEntry]:
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return parse_checkpoint(path.read_text(encoding="utf-8"))
+
+
+def parse_checkpoint(text: str) -> list[EpochEntry]:
+    lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) < 2 or lines[0].strip() != "0":
         raise ValueError("not a version 0 leader epoch checkpoint")
     count = int(lines[1])

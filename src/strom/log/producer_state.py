@@ -227,15 +227,17 @@ class ProducerStateManager:
                 (self.dir / f"{old:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
         return path
 
-    def load(self, log_end_offset: int) -> int:
+    def load(self, log_end_offset: int, drop_newer: bool = True) -> int:
         """Load the newest readable snapshot at or below `log_end_offset` (newer ones describe
-        data lost to truncation and are deleted); return its offset, or 0 when there is none.
-        The caller then replays the batches from that offset with `update`."""
+        data lost to truncation and are deleted, unless not `drop_newer`: a reader of the state
+        as of an earlier offset); return its offset, or 0 when there is none. The caller then
+        replays the batches from that offset (`replay`)."""
         self.producers, self.ongoing = {}, {}
         for offset in reversed(self.snapshot_offsets()):
             path = self.dir / f"{offset:020d}{SNAPSHOT_SUFFIX}"
             if offset > log_end_offset:
-                path.unlink(missing_ok=True)
+                if drop_newer:
+                    path.unlink(missing_ok=True)
                 continue
             try:
                 self.producers = read_snapshot(path)
@@ -252,13 +254,18 @@ class ProducerStateManager:
         """State of `log` (a strom.log.Log): the newest snapshot, then the batch headers
         written after it. Reads headers only; only transaction markers are decoded, and an
         abort found here is indexed again if the transaction index lost it."""
-        offset = max(self.load(log.log_end_offset), log.local_log_start_offset)
-        while offset < log.log_end_offset:
-            data = log.read(offset, 1 << 20, min_one_message=True).read_bytes()
-            end = self.apply_batches(data, log, offset)
-            if end == offset:
+        self.replay(log, max(self.load(log.log_end_offset), log.local_log_start_offset), log.log_end_offset)
+
+    def replay(self, log, offset: int, end: int, aborts=None) -> int:
+        """Take in the batch headers of `log` from `offset` up to `end` (`apply_batches`, aborts
+        indexed in `aborts`, default the log itself); return where it stopped."""
+        while offset < end:
+            data = log.read(offset, 1 << 20, max_offset=end, min_one_message=True).read_bytes()
+            after = self.apply_batches(data, log if aborts is None else aborts, offset)
+            if after == offset:
                 break  # nothing readable at this offset: stop rather than spin
-            offset = end
+            offset = after
+        return offset
 
     def apply_batches(self, data, log, from_offset: int = 0) -> int:
         """Take in whole batches already in `log` with their offsets (a replay, or what a

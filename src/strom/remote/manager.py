@@ -202,6 +202,14 @@ class RemoteLogManager:
                                                   name=f"remote expire {p.topic}-{p.index}")
                 state.expiring.add_done_callback(_report_failure)
 
+    async def _follow(self, p) -> Key:
+        """Follow a partition's remote log metadata now, before the next task interval would."""
+        key = (p.topic_id, p.topic, p.index)
+        if key not in self.tiered:
+            self.tiered[key] = PartitionTiering(key)
+            await self.metadata.assign([key])
+        return key
+
     def _update_remote_offsets(self, p, cache: RemoteLogMetadataCache, state: PartitionTiering) -> None:
         log_ = p.log
         lineage = lineage_of(log_)
@@ -442,10 +450,7 @@ class RemoteLogManager:
         if self.metadata.cache(p.topic_id, p.topic, p.index) is None:
             # a new leader still reading its remote log metadata: wait for it (within the fetch's
             # remote.fetch.max.wait.ms), never answer OFFSET_OUT_OF_RANGE for what it is reading
-            key = (p.topic_id, p.topic, p.index)
-            if key not in self.tiered:
-                self.tiered[key] = PartitionTiering(key)
-                await self.metadata.assign([key])
+            key = await self._follow(p)
             try:
                 await self.metadata.wait_ready(*key, timeout_s=self.config["remote.fetch.max.wait.ms"] / 1000)
             except RemoteStorageError:
@@ -537,10 +542,7 @@ class RemoteLogManager:
         """KIP-405's follower: the leader keeps offsets below `leader_local_start` only in remote
         storage, so this replica's log starts there, with the leader epochs and the producer
         state as of that offset from the remote segment that ends just before it."""
-        key = (p.topic_id, p.topic, p.index)
-        if key not in self.tiered:
-            self.tiered[key] = PartitionTiering(key)
-            await self.metadata.assign([key])
+        key = await self._follow(p)
         cache = await self.metadata.wait_ready(*key, timeout_s=30.0)
         before = leader_local_start - 1
         candidates = [m for m in cache.all_segments()

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strom.log import Log, LogSegment
-from strom.log.producer_state import SNAPSHOT_SUFFIX, ProducerStateManager, read_snapshot
+from strom.log.leader_epoch import EpochEntry, format_checkpoint, parse_checkpoint
+from strom.log.producer_state import ProducerStateManager
 from strom.log.remote import LogSegmentData
 
 _OFFSET_ENTRY = struct.Struct(">ii")
@@ -28,16 +29,12 @@ def epoch_entries(log: Log, start: int | None, end: int) -> tuple[tuple[int, int
 
 
 def epoch_checkpoint(entries: tuple[tuple[int, int], ...]) -> bytes:
-    """The entries in the leader-epoch-checkpoint file format (version 0)."""
-    lines = ["0", str(len(entries)), *(f"{epoch} {start}" for epoch, start in entries)]
-    return ("\n".join(lines) + "\n").encode()
+    """The entries as a leader-epoch-checkpoint file's bytes."""
+    return format_checkpoint(EpochEntry(epoch, start) for epoch, start in entries).encode()
 
 
 def parse_epoch_checkpoint(data: bytes) -> list[tuple[int, int]]:
-    lines = [line for line in data.decode().splitlines() if line.strip()]
-    if len(lines) < 2 or lines[0].strip() != "0" or int(lines[1]) != len(lines) - 2:
-        raise ValueError("not a version 0 leader epoch checkpoint")
-    return [(int(a), int(b)) for a, b in (line.split() for line in lines[2:])]
+    return [(e.epoch, e.start_offset) for e in parse_checkpoint(data.decode())]
 
 
 class _NoAbortIndex:
@@ -65,21 +62,9 @@ def producer_snapshot_at(log: Log, end: int, carried: ProducerReplay | None = No
     if carried is not None and start <= carried.offset <= end:
         state, offset = carried.state, carried.offset
     else:
-        state, offset = ProducerStateManager(log.dir), start
-        for at in reversed([o for o in state.snapshot_offsets() if o <= end]):
-            try:
-                state.producers = read_snapshot(log.dir / f"{at:020d}{SNAPSHOT_SUFFIX}")
-            except (OSError, ValueError, struct.error):
-                continue
-            offset = max(at, offset)
-            break
-    ignore = _NoAbortIndex()
-    while offset < end:
-        data = log.read(offset, 1 << 20, max_offset=end, min_one_message=True).read_bytes()
-        after = state.apply_batches(data, ignore, offset)
-        if after == offset:
-            break
-        offset = after
+        state = ProducerStateManager(log.dir)
+        offset = max(state.load(end, drop_newer=False), start)
+    offset = state.replay(log, offset, end, _NoAbortIndex())
     return state.encode_snapshot(), ProducerReplay(offset, state)
 
 
