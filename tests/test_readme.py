@@ -192,14 +192,15 @@ def test_run_a_cluster(tmp_path):
     text, code = section_blocks()
     start, fourth, inspect = (c.strip() for c in code[:3])
     assert start == "scripts/cluster --brokers 3"
-    base = free_port_run(7)  # brokers 1-4, then the three controllers: no run overlaps another
-    controllers = base + 4
-    ports = {9092 + n: base + n for n in range(4)} | {9192 + n: controllers + n for n in range(3)}
+    base = free_port_run(11)  # brokers 1-4, the three controllers, the inter-broker listeners 1-4
+    controllers, internal = base + 4, base + 7
+    ports = ({9092 + n: base + n for n in range(4)} | {9192 + n: controllers + n for n in range(3)}
+             | {9292 + n: internal + n for n in range(4)})
     data = tmp_path / "strom-cluster"
     localize = localizer(data, ports)
 
     cluster, errors = start_cluster(f"{start} --base-port {base} --controller-port {controllers} "
-                                    f"--data-dir {data}", tmp_path)
+                                    f"--internal-port {internal} --data-dir {data}", tmp_path)
     extra = None
     try:
         assert read_until(cluster, "cluster ready").strip() == localize(ready_lines(text)[0])
@@ -246,13 +247,14 @@ def test_run_a_cluster_in_zookeeper_mode(tmp_path):
     text, code = section_blocks()
     start, fourth = (c.strip() for c in code[3:])
     assert start == "scripts/cluster --brokers 3 --zookeeper"
-    base = free_port_run(5)
-    zk = base + 4
+    base = free_port_run(9)  # brokers 1-4, ZooKeeper, the inter-broker listeners 1-4
+    zk, internal = base + 4, base + 5
     data = tmp_path / "strom-cluster"
-    localize = localizer(data, {9092 + n: base + n for n in range(4)} | {2181: zk})
+    localize = localizer(data, {9092 + n: base + n for n in range(4)} | {2181: zk}
+                         | {9292 + n: internal + n for n in range(4)})
 
-    cluster, errors = start_cluster(f"{start} --base-port {base} --zookeeper-port {zk} --data-dir {data}",
-                                    tmp_path)
+    cluster, errors = start_cluster(f"{start} --base-port {base} --zookeeper-port {zk} --internal-port {internal} "
+                                    f"--data-dir {data}", tmp_path)
     extra = None
     try:
         assert read_until(cluster, "cluster ready").strip() == localize(ready_lines(text)[1])

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from strom.client import Connection
 from strom.metadata.storage import read_meta
+from strom.protocol.errors import ErrorCode
 from strom.protocol.raft_records import data_batch
 from strom.raft.snapshots import parse_filename
 from strom.testing import unique_name, wait_for
@@ -32,8 +34,9 @@ class LocalCluster:
 
     def __init__(self, data: Path) -> None:
         self.data = data
-        self.base = free_port_run(2 * NODES)  # brokers, then controllers: the runs cannot overlap
+        self.base = free_port_run(3 * NODES)  # brokers, controllers, inter-broker: no run overlaps another
         self.controller_base = self.base + NODES
+        self.internal_base = self.base + 2 * NODES
         self.proc: subprocess.Popen | None = None
         self.ready_line = ""
 
@@ -48,7 +51,7 @@ class LocalCluster:
     def start(self) -> None:
         args = [sys.executable, "-m", "strom", "cluster", "up", "--brokers", str(NODES),
                 "--base-port", str(self.base), "--controller-port", str(self.controller_base),
-                "--data-dir", str(self.data)]
+                "--internal-port", str(self.internal_base), "--data-dir", str(self.data)]
         for item in OVERRIDES:
             args += ["--override", item]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -64,6 +67,10 @@ class LocalCluster:
     def stop_now(self) -> str:
         self.proc.kill()
         return self.proc.communicate()[1][-3000:]
+
+    @property
+    def admin(self) -> tuple[str, str]:
+        return "--command-config", str(self.data / "admin.properties")
 
     def node_log(self, node_id: int) -> str:
         return (self.data / f"node-{node_id}" / "strom.log").read_text()
@@ -95,7 +102,8 @@ def topic(cluster) -> str:
 
 def test_three_combined_nodes_serve_as_one_cluster(cluster, topic):
     assert cluster.ready_line.strip() == (f"cluster ready: bootstrap {cluster.bootstrap} "
-                                          f"(kraft, controllers {cluster.controllers})")
+                                          f"(kraft, controllers {cluster.controllers}, "
+                                          f"secure: admin {cluster.data / 'admin.properties'})")
     config = (cluster.data / "node-2" / "server.properties").read_text()
     voters = ",".join(f"{n + 1}@127.0.0.1:{cluster.controller_base + n}" for n in range(NODES))
     assert "process.roles=broker,controller\n" in config and f"controller.quorum.voters={voters}\n" in config
@@ -119,7 +127,9 @@ def test_three_combined_nodes_serve_as_one_cluster(cluster, topic):
 @pytest.mark.parametrize("through", ["--bootstrap-server", "--bootstrap-controller"])
 def test_metadata_quorum_describe(cluster, through, tmp_path):
     servers = cluster.bootstrap if through == "--bootstrap-server" else cluster.controllers
-    status = ok("metadata-quorum", through, servers.split(",")[1], "describe", "--status")
+    # The controller listener is the nodes' (and the administrator's): SASL.
+    admin = () if through == "--bootstrap-server" else cluster.admin
+    status = ok("metadata-quorum", through, servers.split(",")[1], *admin, "describe", "--status")
     fields = dict(line.split(":", 1) for line in status.splitlines())
     fields = {k: v.strip() for k, v in fields.items()}
     assert fields["ClusterId"] == (cluster.data / "cluster-id").read_text().strip()
@@ -130,7 +140,7 @@ def test_metadata_quorum_describe(cluster, through, tmp_path):
     assert [(int(n), int(p)) for n, p in voters] == [(n + 1, cluster.controller_base + n) for n in range(NODES)]
     assert fields["CurrentObservers"] == "[]"  # every broker is a voter's own
 
-    replication = ok("metadata-quorum", through, servers, "describe", "--replication")
+    replication = ok("metadata-quorum", through, servers, *admin, "describe", "--replication")
     header, *rows = [line.split() for line in replication.splitlines()]
     assert header == ["NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp",
                       "LastCaughtUpTimestamp", "Status"]
@@ -144,6 +154,68 @@ def test_metadata_quorum_describe(cluster, through, tmp_path):
     props.write_text("security.protocol=SSL\nrequest.timeout.ms=5000\n")
     line = fails("metadata-quorum", through, servers, "--command-config", str(props), "describe", "--status")
     assert line.startswith("Error: "), line
+
+
+FETCH, VOTE = 1, 52
+
+
+def test_secure_by_default(cluster, topic):
+    """The nodes reach each other over SASL with credentials made for this cluster; a client of
+    the PLAINTEXT listener works with topics but cannot act as a node (a follower's fetch, a
+    quorum's Vote) nor grant itself more; the administrator can."""
+    for name in ("credentials.properties", "admin.properties", "node-security.properties",
+                 "node-1/server.properties"):
+        assert (cluster.data / name).stat().st_mode & 0o077 == 0, name  # passwords: the owner's only
+    config = (cluster.data / "node-1" / "server.properties").read_text()
+    assert "CONTROLLER:SASL_PLAINTEXT" in config and "inter.broker.listener.name=INTERNAL\n" in config
+    assert "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n" in config
+    password = re.search(r"node\.password=(\S+)", (cluster.data / "credentials.properties").read_text())[1]
+    assert len(password) >= 24 and f'password="{password}"' in config
+
+    # A forged follower's fetch needs ClusterAction on the cluster, which anonymous clients lack:
+    # each partition is refused.
+    body = {"replica_id": 2, "replica_state": {"replica_id": 2, "replica_epoch": -1}, "max_wait_ms": 0,
+            "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic": topic, "topic_id": b"\0" * 16, "partitions": [
+                {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+                 "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}
+    for port in range(cluster.base, cluster.base + NODES):
+        with Connection("127.0.0.1", port) as conn:
+            answer = conn.call(FETCH, 12, body).responses[0].partitions[0]
+            assert answer.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED and answer.records in (b"", None)
+    # The controller listener wants SASL first: a Vote without it ends the connection.
+    with Connection("127.0.0.1", cluster.controller_base) as conn, pytest.raises((ConnectionError, OSError)):
+        conn.call(VOTE, 1, {"cluster_id": None, "voter_id": 1, "topics": []})
+    # Nor may an anonymous client add the ACL that would make it a node.
+    line = fails("acls", "add", "--allow-principal", "User:ANONYMOUS", "--operation", "clusteraction",
+                 "--cluster", "--bootstrap-server", cluster.bootstrap)
+    assert "Cluster authorization failed" in line, line
+    # The administrator may, through the INTERNAL listeners its properties name.
+    admin_bootstrap = ",".join(f"127.0.0.1:{cluster.internal_base + i}" for i in range(NODES))
+    user = unique_name("ops")
+    ok("acls", "add", "--allow-principal", f"User:{user}", "--operation", "alter", "--cluster", *cluster.admin,
+       "--bootstrap-server", admin_bootstrap)
+    assert f"principal=User:{user}" in ok("acls", "list", *cluster.admin, "--bootstrap-server", admin_bootstrap)
+
+
+def test_insecure_keeps_plaintext_nodes(tmp_path):
+    base = free_port_run(2)
+    done = strom("cluster", "up", "--brokers", "1", "--base-port", str(base), "--controller-port", str(base + 1),
+                 "--insecure", "--internal-port", str(base + 5), "--data-dir", str(tmp_path / "c"))
+    assert done.returncode == 2 and "not with --insecure" in done.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "strom", "cluster", "up", "--brokers", "1", "--base-port", str(base),
+                             "--controller-port", str(base + 1), "--insecure", "--data-dir", str(tmp_path / "c")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready = proc.stdout.readline()
+        assert ready.strip().endswith(", insecure)"), ready
+        config = (tmp_path / "c" / "node-1" / "server.properties").read_text()
+        assert "CONTROLLER:PLAINTEXT" in config and "authorizer" not in config
+        assert not (tmp_path / "c" / "credentials.properties").exists()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
 
 
 def _payloads(out: str, kind: str) -> list[str]:
@@ -184,12 +256,15 @@ def test_dump_log_decodes_the_metadata_log(cluster, topic):
 
 def test_dump_log_decodes_snapshots(cluster, topic):
     def snapshots() -> list[Path]:
+        """The snapshots once the newest holds the topic (one taken before it was made may not)."""
         found = sorted(p for p in cluster.metadata_dir(2).glob("*.checkpoint") if parse_filename(p.name).offset > 0)
-        if not found:  # more records, until the log holds enough for a snapshot
-            ok("topics", "create", unique_name("more"), "--bootstrap-server", cluster.bootstrap)
-        return found
+        if found and f'"name":"{topic}"' in ok("dump-log", str(found[-1])):
+            return found
+        # more records, until the log holds enough for a snapshot
+        ok("topics", "create", unique_name("more"), "--bootstrap-server", cluster.bootstrap)
+        return []
 
-    snapshots = wait_for(snapshots, 120, interval=0.5, what="a snapshot of the metadata log")
+    snapshots = wait_for(snapshots, 120, interval=0.5, what="a snapshot of the metadata log with the topic")
     out = ok("dump-log", str(snapshots[-1]))
     snapshot_id = parse_filename(snapshots[-1].name)
     assert f"Snapshot end offset: {snapshot_id.offset}, epoch: {snapshot_id.epoch}" in out
@@ -230,7 +305,7 @@ def test_a_node_that_cannot_start_stops_the_others(tmp_path):
         taken.bind(("127.0.0.1", base + 1))  # node 2's broker port
         taken.listen()
         done = strom("cluster", "up", "--base-port", str(base), "--controller-port", str(controllers),
-                     "--data-dir", str(tmp_path / "c"), timeout=180)
+                     "--insecure", "--data-dir", str(tmp_path / "c"), timeout=180)
     assert done.returncode == 1, done
     assert f"strom: node 2 did not start (log: {tmp_path / 'c' / 'node-2' / 'strom.log'}):" in done.stderr
     assert "stopping the cluster" in done.stderr

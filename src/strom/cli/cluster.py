@@ -9,10 +9,23 @@ written to DIR/cluster-id, for the nodes a user adds). Neither Java nor ZooKeepe
 
 With --zookeeper (or --zookeeper-port) the brokers keep their metadata in ZooKeeper instead:
 one is started here unless --zookeeper names one.
+
+Secure unless --insecure: the nodes reach each other only over SASL listeners (PLAIN, with a
+password made for this cluster on its first start and kept in DIR/credentials.properties):
+the inter-broker listener INTERNAL on internal-port + N - 1 and, on KRaft, the controller
+listener. An authorizer is on with the nodes (and an admin user, DIR/admin.properties) as
+super users; clients of the PLAINTEXT listener may do what a development cluster needs (topics,
+groups, producing, consuming, describing), but not what only nodes or an administrator may:
+ClusterAction (followers' fetches, the controller's requests), ACLs, SCRAM users, elections,
+reassignments. In ZooKeeper mode the brokers also authenticate to ZooKeeper and keep their
+znodes to themselves (zookeeper.set.acl). DIR/node-security.properties holds the settings a
+node added by hand needs.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -32,7 +45,19 @@ from strom.zookeeper_server import ZooKeeperServer, zookeeper_available
 DEFAULT_CHROOT = "/strom"
 DEFAULT_ZOOKEEPER_PORT = 2181
 CONTROLLER_PORT_OFFSET = 100  # controller N listens on base-port + 100 + N - 1 by default
+INTERNAL_PORT_OFFSET = 200  # node N's inter-broker listener: base-port + 200 + N - 1 by default
 CLUSTER_ID_FILE = "cluster-id"
+CREDENTIALS_FILE = "credentials.properties"  # the passwords made on the first start (mode 0600)
+SECURITY_FILE = "node-security.properties"  # what every node of a secure cluster is configured with
+ADMIN_FILE = "admin.properties"  # a client's --command-config as the cluster's administrator
+NODE_USER, ADMIN_USER = "strom-node", "strom-admin"
+KRAFT_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+ZOOKEEPER_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
+# What anyone on the PLAINTEXT listener may do on the cluster resource. An ACL on it also takes
+# the cluster out of allow.everyone.if.no.acl.found, so ClusterAction (a forged follower's
+# fetch, a controller's request) and Alter (ACLs, elections, reassignments) are the nodes' and
+# the administrator's alone.
+OPEN_CLUSTER_OPERATIONS = ("describe", "describeconfigs", "create", "idempotentwrite")
 # --zookeeper given without a value: start a ZooKeeper here.
 _START_ZOOKEEPER = "here"
 
@@ -120,11 +145,17 @@ def _ports(first: int, count: int, option: str) -> list[int]:
 @click.option("--zookeeper-port", type=click.IntRange(0, 65535),
               help="ZooKeeper mode: the port of the ZooKeeper started here (0: any free port) "
                    f"[default: {DEFAULT_ZOOKEEPER_PORT}, ZooKeeper's own].")
+@click.option("--internal-port", type=click.IntRange(1, 65535),
+              help="Node N's inter-broker listener (SASL) is on this + N - 1 "
+                   f"[default: base-port + {INTERNAL_PORT_OFFSET}]; not with --insecure.")
+@click.option("--insecure", is_flag=True,
+              help="No credentials and no authorizer: the nodes reach each other over PLAINTEXT, "
+                   "and whoever reaches a node's ports may act as a node.")
 @click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
               callback=_parse_override, help="A broker config for every node (repeatable).")
 def up(brokers: int, base_port: int, controller_port: int | None, data_dir: Path,
-       zookeeper_connect: str | None, zookeeper_port: int | None,
-       overrides: tuple[str, ...]) -> None:
+       zookeeper_connect: str | None, zookeeper_port: int | None, internal_port: int | None,
+       insecure: bool, overrides: tuple[str, ...]) -> None:
     """Start the nodes (KRaft; with --zookeeper, ZooKeeper and brokers); stop them all on
     Ctrl-C or SIGTERM.
 
@@ -134,29 +165,119 @@ def up(brokers: int, base_port: int, controller_port: int | None, data_dir: Path
       strom cluster up --brokers 3 --base-port 19092 --data-dir /tmp/strom-cluster
       strom cluster up --brokers 3 --zookeeper
       strom cluster up --brokers 3 --zookeeper 127.0.0.1:2181/strom
+      strom cluster up --brokers 3 --insecure
     """
     ports = _ports(base_port, brokers, "--base-port")
     zookeeper_mode = zookeeper_connect is not None or zookeeper_port is not None
     if zookeeper_mode and controller_port is not None:
         raise click.UsageError("--controller-port is for KRaft nodes, not ZooKeeper mode")
+    if insecure and internal_port is not None:
+        raise click.UsageError("--internal-port is the secure inter-broker listener's: not with --insecure")
+    taken = set(ports)
+    controller_ports: list[int] = []
+    if not zookeeper_mode:
+        first = base_port + CONTROLLER_PORT_OFFSET if controller_port is None else controller_port
+        controller_ports = _ports(first, brokers, "--controller-port")
+        if set(controller_ports) & taken:
+            raise click.BadParameter("controller ports would overlap the broker ports",
+                                     param_hint="--controller-port")
+        taken |= set(controller_ports)
+    security = None
+    if not insecure:
+        first = base_port + INTERNAL_PORT_OFFSET if internal_port is None else internal_port
+        internal_ports = _ports(first, brokers, "--internal-port")
+        if set(internal_ports) & taken:
+            raise click.BadParameter("inter-broker ports would overlap the broker or controller ports",
+                                     param_hint="--internal-port")
+        data_dir.mkdir(parents=True, exist_ok=True)
+        security = _Security(data_dir, internal_ports, kraft=not zookeeper_mode)
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
     if zookeeper_mode:
-        _up_zookeeper(ports, data_dir, zookeeper_connect, zookeeper_port, overrides, stopping)
+        _up_zookeeper(ports, data_dir, zookeeper_connect, zookeeper_port, overrides, stopping, security)
     else:
-        first = base_port + CONTROLLER_PORT_OFFSET if controller_port is None else controller_port
-        controller_ports = _ports(first, brokers, "--controller-port")
-        if set(controller_ports) & set(ports):
-            raise click.BadParameter("controller ports would overlap the broker ports",
-                                     param_hint="--controller-port")
-        _up_kraft(ports, controller_ports, data_dir, overrides, stopping)
+        _up_kraft(ports, controller_ports, data_dir, overrides, stopping, security)
+
+
+# --- security -----------------------------------------------------------------------------------
+
+def _private_file(path: Path, text: str) -> None:
+    """`text` in a file only its owner may read (it holds passwords)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)  # an older file keeps its mode through O_CREAT
+
+
+class _Security:
+    """The credentials of a secure cluster and the settings they make: made on the first start,
+    kept in DIR/credentials.properties, the same on every later start."""
+
+    def __init__(self, data_dir: Path, internal_ports: list[int], kraft: bool) -> None:
+        self.data_dir, self.internal_ports, self.kraft = data_dir, internal_ports, kraft
+        path = data_dir / CREDENTIALS_FILE
+        known = broker_config.read_properties(path) if path.exists() else {}
+        self.node_password = known.get("node.password") or secrets.token_urlsafe(24)
+        self.admin_password = known.get("admin.password") or secrets.token_urlsafe(24)
+        if known.get("node.password") != self.node_password or known.get("admin.password") != self.admin_password:
+            _private_file(path, "# Passwords of this cluster's nodes and administrator, made by "
+                                "`strom cluster up`.\n"
+                                f"node.password={self.node_password}\nadmin.password={self.admin_password}\n")
+
+    def settings(self) -> dict[str, str]:
+        """What every node has (a node added by hand too, from DIR/node-security.properties)."""
+        jaas = (f'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                f'username="{NODE_USER}" password="{self.node_password}" '
+                f'user_{NODE_USER}="{self.node_password}" user_{ADMIN_USER}="{self.admin_password}";')
+        settings = {
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT"
+                                              + (",CONTROLLER:SASL_PLAINTEXT" if self.kraft else ""),
+            "inter.broker.listener.name": "INTERNAL",
+            "sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.internal.plain.sasl.jaas.config": jaas,
+            "authorizer.class.name": KRAFT_AUTHORIZER if self.kraft else ZOOKEEPER_AUTHORIZER,
+            "super.users": f"User:{NODE_USER};User:{ADMIN_USER}",
+            "allow.everyone.if.no.acl.found": "true",
+        }
+        if self.kraft:
+            settings |= {"sasl.mechanism.controller.protocol": "PLAIN",
+                         "listener.name.controller.plain.sasl.jaas.config": jaas}
+        else:  # the brokers' znodes: changed (and the secret ones read) by the nodes alone
+            settings |= {"zookeeper.set.acl": "true",
+                         "zookeeper.digest.auth": f"{NODE_USER}:{self.node_password}"}
+        return settings
+
+    def internal_bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.internal_ports)
+
+    def write_files(self) -> None:
+        settings = "".join(f"{k}={v}\n" for k, v in self.settings().items())
+        _private_file(self.data_dir / SECURITY_FILE,
+                      "# The security settings of every node of this cluster (`strom cluster up`): a node\n"
+                      "# added by hand takes them too, with an INTERNAL listener of its own.\n" + settings)
+        _private_file(self.data_dir / ADMIN_FILE,
+                      "# The cluster's administrator, for a client's --command-config (the INTERNAL listeners).\n"
+                      f"bootstrap.servers={self.internal_bootstrap()}\n"
+                      "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                      f"sasl.username={ADMIN_USER}\nsasl.password={self.admin_password}\n")
+
+    def open_cluster_to_clients(self) -> None:
+        """The cluster ACLs that let the PLAINTEXT listener's clients work (an ACL that exists
+        is added again as a no-op)."""
+        args = [sys.executable, "-m", "strom", "acls", "add", "--allow-principal", "User:*", "--cluster",
+                *(arg for op in OPEN_CLUSTER_OPERATIONS for arg in ("--operation", op)),
+                "--command-config", str(self.data_dir / ADMIN_FILE),
+                "--bootstrap-server", self.internal_bootstrap()]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise click.ClickException(f"cannot add the cluster's ACLs: {done.stderr.strip()[-500:]}")
 
 
 # --- KRaft --------------------------------------------------------------------------------------
 
 def _kraft_settings(node_id: int, port: int, voters: str, controller_port: int,
-                    directory: Path, count: int) -> dict[str, str]:
+                    directory: Path, count: int, security: _Security | None) -> dict[str, str]:
     settings = {
         "process.roles": "broker,controller", "node.id": str(node_id),
         "controller.quorum.voters": voters,
@@ -166,6 +287,11 @@ def _kraft_settings(node_id: int, port: int, voters: str, controller_port: int,
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs": str(directory.resolve() / "logs"),
     }
+    if security is not None:
+        internal = f"INTERNAL://127.0.0.1:{security.internal_ports[node_id - 1]}"
+        settings["listeners"] += "," + internal
+        settings["advertised.listeners"] += "," + internal
+        settings |= security.settings()
     if count < 3:  # the internal topics' default replication factor (3) needs three brokers
         settings.update({"offsets.topic.replication.factor": str(count),
                          "transaction.state.log.replication.factor": str(count),
@@ -178,7 +304,7 @@ def _kraft_settings(node_id: int, port: int, voters: str, controller_port: int,
 def _write_config(path: Path, settings: dict[str, str]) -> None:
     lines = ["# A combined KRaft node of `strom cluster up`, written at each start of the cluster.",
              *(f"{k}={v}" for k, v in settings.items())]
-    path.write_text("\n".join(lines) + "\n")
+    _private_file(path, "\n".join(lines) + "\n")  # a secure cluster's holds its password
 
 
 def _cluster_id(data_dir: Path, node_dirs: list[Path]) -> str:
@@ -211,7 +337,7 @@ def _format(config: Path, cluster_id: str, overrides: tuple[str, ...]) -> None:
 
 
 def _up_kraft(ports: list[int], controller_ports: list[int], data_dir: Path,
-              overrides: tuple[str, ...], stopping: threading.Event) -> None:
+              overrides: tuple[str, ...], stopping: threading.Event, security: _Security | None) -> None:
     ids = range(1, len(ports) + 1)
     dirs = [data_dir / f"node-{n}" for n in ids]
     voters = ",".join(f"{n}@127.0.0.1:{p}" for n, p in zip(ids, controller_ports, strict=True))
@@ -220,21 +346,23 @@ def _up_kraft(ports: list[int], controller_ports: list[int], data_dir: Path,
     for node_id, port, cport, d in zip(ids, ports, controller_ports, dirs, strict=True):
         d.mkdir(parents=True, exist_ok=True)
         config = d / "server.properties"
-        _write_config(config, _kraft_settings(node_id, port, voters, cport, d, len(ports)))
+        _write_config(config, _kraft_settings(node_id, port, voters, cport, d, len(ports), security))
         _format(config, cluster_id, overrides)
         configs.append(config)
     (data_dir / CLUSTER_ID_FILE).write_text(cluster_id + "\n")
+    if security is not None:
+        security.write_files()
     extra = [arg for value in overrides for arg in ("--override", value)]
     controllers = ",".join(f"127.0.0.1:{p}" for p in controller_ports)
     _run([lambda i=i: _Node("node", i + 1, ports[i], dirs[i], [str(configs[i]), *extra])
-          for i in range(len(ports))], f"kraft, controllers {controllers}", stopping)
+          for i in range(len(ports))], f"kraft, controllers {controllers}", stopping, security)
 
 
 # --- ZooKeeper mode -----------------------------------------------------------------------------
 
 def _up_zookeeper(ports: list[int], data_dir: Path, zookeeper_connect: str | None,
                   zookeeper_port: int | None, overrides: tuple[str, ...],
-                  stopping: threading.Event) -> None:
+                  stopping: threading.Event, security: _Security | None) -> None:
     zookeeper: ZooKeeperServer | None = None
     if zookeeper_connect in (None, _START_ZOOKEEPER):
         port = DEFAULT_ZOOKEEPER_PORT if zookeeper_port is None else zookeeper_port
@@ -259,17 +387,25 @@ def _up_zookeeper(ports: list[int], data_dir: Path, zookeeper_connect: str | Non
     elif "/" not in zookeeper_connect:
         zookeeper_connect += DEFAULT_CHROOT
 
+    config: list[str] = []
+    if security is not None:  # the passwords go in a file, not in the nodes' command lines
+        security.write_files()
+        config = [str(data_dir / SECURITY_FILE)]
+
     def broker(broker_id: int) -> _Node:
         directory = data_dir / f"broker-{broker_id}"
-        settings = [f"broker.id={broker_id}", f"listeners=PLAINTEXT://127.0.0.1:{ports[broker_id - 1]}",
+        listeners = f"PLAINTEXT://127.0.0.1:{ports[broker_id - 1]}"
+        if security is not None:
+            listeners += f",INTERNAL://127.0.0.1:{security.internal_ports[broker_id - 1]}"
+        settings = [f"broker.id={broker_id}", f"listeners={listeners}",
                     f"log.dirs={directory / 'logs'}", f"zookeeper.connect={zookeeper_connect}",
                     *overrides]
         args = [arg for setting in settings for arg in ("--override", setting)]
-        return _Node("broker", broker_id, ports[broker_id - 1], directory, args)
+        return _Node("broker", broker_id, ports[broker_id - 1], directory, config + args)
 
     try:
         _run([lambda n=n: broker(n) for n in range(1, len(ports) + 1)],
-             f"zookeeper {zookeeper_connect}", stopping)
+             f"zookeeper {zookeeper_connect}", stopping, security)
     finally:
         # The brokers need ZooKeeper while they shut down: it goes last.
         if zookeeper is not None:
@@ -278,7 +414,7 @@ def _up_zookeeper(ports: list[int], data_dir: Path, zookeeper_connect: str | Non
 
 # --- either mode --------------------------------------------------------------------------------
 
-def _run(starters: list, mode: str, stopping: threading.Event) -> None:
+def _run(starters: list, mode: str, stopping: threading.Event, security: _Security | None) -> None:
     """Start the nodes, say when they all serve, and stop them all on Ctrl-C or SIGTERM; exits
     1 when a node did not start."""
     started: list[_Node] = []
@@ -292,6 +428,11 @@ def _run(starters: list, mode: str, stopping: threading.Event) -> None:
             click.echo(f"strom: {failed.kind} {failed.node_id} did not start (log: {failed.log_path}):\n"
                        f"{failed.last_lines()}", err=True)
         elif not stopping.is_set():
+            if security is not None:
+                security.open_cluster_to_clients()
+                mode += f", secure: admin {security.data_dir / ADMIN_FILE}"
+            else:
+                mode += ", insecure"
             bootstrap = ",".join(f"127.0.0.1:{n.port}" for n in started)
             click.echo(f"cluster ready: bootstrap {bootstrap} ({mode})")
             sys.stdout.flush()
