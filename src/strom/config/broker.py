@@ -322,6 +322,19 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     # free port, named in the ready line); metrics.host is the address it binds.
     "metrics.port": (int_in(-1, 65535), "-1"),
     "metrics.host": (_str, "127.0.0.1"),
+    # The schema registry (strom/registry, docs/schema-registry.md): Confluent Schema Registry's
+    # config names behind "schema.registry."; off unless listeners are given.
+    "schema.registry.listeners": (_optional(_str), None),
+    "schema.registry.kafkastore.topic": (_str, "_schemas"),
+    "schema.registry.kafkastore.topic.replication.factor": (int_in(1), "3"),
+    "schema.registry.schema.compatibility.level": (
+        one_of("none", "backward", "backward_transitive", "forward", "forward_transitive", "full",
+               "full_transitive", "NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE",
+               "FULL", "FULL_TRANSITIVE"), "backward"),
+    "schema.registry.mode.mutability": (_bool, "true"),
+    "schema.registry.authentication.method": (one_of("NONE", "BASIC"), "NONE"),
+    "schema.registry.request.max.bytes": (int_in(1024), "4194304"),
+    "schema.registry.max.connections": (int_in(1), "1000"),
     # TLS for SSL listeners (security/tls.py), Kafka's names and defaults; stores must be PEM.
     "ssl.keystore.type": (_str, "JKS"),
     "ssl.keystore.location": (_optional(_str), None),

@@ -196,6 +196,29 @@ BROKER_DOCS: dict[str, str] = {
         "off; 0 picks a free port.",
     "metrics.host":
         "Strom's own: the address the Prometheus endpoint listens on when metrics.port is set.",
+    "schema.registry.listeners":
+        "Where the schema registry's REST API listens (http://host:port or https://host:port, the "
+        "latter with the broker's ssl.* keystore); unset, the default, turns the registry off.",
+    "schema.registry.kafkastore.topic":
+        "The compacted topic of one partition that holds the schema registry's schemas, configs and "
+        "modes in Confluent's record format.",
+    "schema.registry.kafkastore.topic.replication.factor":
+        "Replication factor of the schema registry's topic when it is made (at most the live brokers "
+        "then).",
+    "schema.registry.schema.compatibility.level":
+        "The schema registry's compatibility level while no global config is set: none, backward, "
+        "forward, full or their _transitive forms.",
+    "schema.registry.mode.mutability":
+        "Whether the schema registry's mode (READWRITE, READONLY, IMPORT) may be changed through "
+        "PUT /mode.",
+    "schema.registry.authentication.method":
+        "NONE, or BASIC: HTTP basic authentication against the broker's SASL users (PLAIN users of the "
+        "JAAS config, SCRAM users), with the broker's authorizer deciding when one is configured.",
+    "schema.registry.request.max.bytes":
+        "Strom's own: the largest request body the schema registry reads; a larger one gets 413.",
+    "schema.registry.max.connections":
+        "Strom's own: the most connections the schema registry keeps open; more are closed as they "
+        "arrive.",
     # Topic creation.
     "num.partitions":
         "Partition count of topics created without one, auto-created topics included.",

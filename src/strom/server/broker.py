@@ -66,6 +66,7 @@ from strom.server.log_retention import DISK_SPACE_CHECK_MS, LogRetention
 from strom.server.log_services import LogServices
 from strom.server.producer_states import ProducerStates
 from strom.server.scheduler import KafkaScheduler
+from strom.server.schema_registry import start_schema_registry, stop_schema_registry
 from strom.server.store_lifecycle import StoreLifecycle
 from strom.server.tiered_storage import start_remote_log_manager
 from strom.server.txn_marker_channel import TransactionMarkerChannelManager
@@ -214,6 +215,7 @@ class Broker:
         self.group_configs = self.config_repository.groups  # kept current by /config/changes
         self.group_coordinator, self.txn_coordinator = self.coordinators.start()  # before serving
         self.remote_log_manager = start_remote_log_manager(self)
+        self.schema_registry = await start_schema_registry(self)  # schema.registry.listeners set
         self._schedule_jobs()
         self.log_services.start()
         self.state = BrokerState.RUNNING
@@ -247,6 +249,7 @@ class Broker:
         self.stopping = True
         if self.remote_log_manager is not None:  # first: its long polls to this broker would hold the drain
             await self.remote_log_manager.close()
+        await stop_schema_registry(self)  # before the drain: its reader long-polls this broker
         if self.metrics_server is not None:
             await asyncio.to_thread(self.metrics_server.stop)
         await self.socket_server.stop_accepting()
