@@ -18,7 +18,12 @@ from strom.config import docs as config_docs
 from strom.config.broker import DEFINITIONS, SENSITIVE
 from strom.config.dynamic_modes import EFFECT, REFUSED
 from strom.config.synonyms import BROKER_SYNONYMS
-from strom.log.config import TOPIC_CONFIG_KEYS, TOPIC_CONFIG_TYPES, LogConfig
+from strom.log.config import (
+    EXTENSION_TOPIC_CONFIGS,
+    TOPIC_CONFIG_KEYS,
+    TOPIC_CONFIG_TYPES,
+    LogConfig,
+)
 
 # ConfigSource
 UNKNOWN, DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 0, 1, 2, 3
@@ -133,7 +138,10 @@ def describe_topic(defaults: LogConfig, overrides: Mapping[str, str], layers: Co
                    include_docs: bool = False) -> list[dict]:
     """Every config of a topic with `overrides` (or just `keys`), DescribeConfigs style."""
     effective = defaults.with_overrides(overrides).to_topic_configs()
-    wanted = sorted(effective) if keys is None else [k for k in keys if k in effective]
+    if keys is None:
+        wanted = sorted(k for k in effective if k not in EXTENSION_TOPIC_CONFIGS or k in overrides)
+    else:
+        wanted = [k for k in keys if k in effective]
     out = []
     for name in wanted:
         broker_names = BROKER_SYNONYMS.get(name, ())

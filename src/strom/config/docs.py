@@ -55,6 +55,19 @@ TOPIC_DOCS: dict[str, str] = {
     "remote.log.delete.on.disable":
         "Delete the topic's remote data when remote.storage.enable is turned off (KIP-950); "
         "turning it off is refused without it.",
+    "confluent.value.schema.validation":
+        "Refuse a produce whose records' values are not framed with a schema id (magic byte 0 and "
+        "a 4-byte id) registered in the broker's schema registry for the value's subject "
+        "(confluent.value.subject.name.strategy): INVALID_RECORD naming each record, nothing of "
+        "the batch written. Needs schema.registry.listeners on the brokers. Null values pass.",
+    "confluent.key.schema.validation":
+        "As confluent.value.schema.validation, for the records' keys. Null keys pass.",
+    "confluent.value.subject.name.strategy":
+        "The subject a value's schema id must be registered under: TopicNameStrategy "
+        "(<topic>-value, the default), RecordNameStrategy (the schema's record name) or "
+        "TopicRecordNameStrategy (<topic>-<record name>), by short or full class name.",
+    "confluent.key.subject.name.strategy":
+        "As confluent.value.subject.name.strategy, for keys (<topic>-key by default).",
     "max.message.bytes":
         "Largest record batch, in bytes as sent (after compression), the broker accepts for this "
         "topic; a produce with a bigger batch is refused.",

@@ -27,6 +27,13 @@ LOG_APPEND_TIME = "LogAppendTime"
 COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
 
+# How a record's subject is named (Confluent's serializers' strategies, by their class names).
+TOPIC_NAME_STRATEGY = "io.confluent.kafka.serializers.subject.TopicNameStrategy"
+RECORD_NAME_STRATEGY = "io.confluent.kafka.serializers.subject.RecordNameStrategy"
+TOPIC_RECORD_NAME_STRATEGY = "io.confluent.kafka.serializers.subject.TopicRecordNameStrategy"
+SUBJECT_NAME_STRATEGIES = (TOPIC_NAME_STRATEGY, RECORD_NAME_STRATEGY, TOPIC_RECORD_NAME_STRATEGY)
+
+
 @dataclass(slots=True)
 class LogConfig:
     segment_bytes: int = 1073741824  # segment.bytes (broker: log.segment.bytes)
@@ -73,6 +80,12 @@ class LogConfig:
     # Not a topic config: the broker's (and controller's) remote.log.storage.system.enable, which
     # a topic must have to enable remote storage.
     remote_storage_system_enable: bool = False
+    # Schema validation on produce (Confluent Server's names): every record's key / value must be
+    # framed with a schema id registered for its subject (strom.schemas, the broker's registry).
+    key_schema_validation: bool = False
+    value_schema_validation: bool = False
+    key_subject_name_strategy: str = TOPIC_NAME_STRATEGY
+    value_subject_name_strategy: str = TOPIC_NAME_STRATEGY
 
     def replication_throttled(self, follower: bool, partition: int, broker: int) -> bool:
         """Is this replica's replication throttled (asked per partition per fetch, so the list
@@ -272,7 +285,15 @@ TOPIC_CONFIG_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "remote.storage.enable": ("remote_storage_enable", parse_bool),
     "remote.log.copy.disable": ("remote_log_copy_disable", parse_bool),
     "remote.log.delete.on.disable": ("remote_log_delete_on_disable", parse_bool),
+    "confluent.key.schema.validation": ("key_schema_validation", parse_bool),
+    "confluent.value.schema.validation": ("value_schema_validation", parse_bool),
+    "confluent.key.subject.name.strategy": ("key_subject_name_strategy", lambda text: _strategy(text)),
+    "confluent.value.subject.name.strategy": ("value_subject_name_strategy", lambda text: _strategy(text)),
 }
+
+# Keys beyond Apache Kafka's (Confluent Server's schema validation): described only where a topic
+# sets them, so that a topic otherwise describes exactly Kafka's configs.
+EXTENSION_TOPIC_CONFIGS = frozenset(k for k in TOPIC_CONFIG_KEYS if k.startswith("confluent."))
 
 # Keys Kafka 3.x took and 4.0 dropped (message format v0/v1, down-conversion, the old
 # timestamp bound): accepted so that old scripts still work, with a warning, and ignored.
@@ -294,12 +315,22 @@ TOPIC_CONFIG_TYPES = {
                      "local.retention.ms", "local.retention.bytes"), "LONG"),
     **dict.fromkeys(("unclean.leader.election.enable", "preallocate", "remote.storage.enable",
                      "remote.log.copy.disable", "remote.log.delete.on.disable",
-                     "message.downconversion.enable"), "BOOLEAN"),
+                     "message.downconversion.enable", "confluent.key.schema.validation",
+                     "confluent.value.schema.validation"), "BOOLEAN"),
     **dict.fromkeys(("cleanup.policy", "leader.replication.throttled.replicas",
                      "follower.replication.throttled.replicas"), "LIST"),
     "min.cleanable.dirty.ratio": "DOUBLE",
-    **dict.fromkeys(("message.timestamp.type", "compression.type", "message.format.version"), "STRING"),
+    **dict.fromkeys(("message.timestamp.type", "compression.type", "message.format.version",
+                     "confluent.key.subject.name.strategy", "confluent.value.subject.name.strategy"), "STRING"),
 }
+
+
+def _strategy(text: str) -> str:
+    """A subject name strategy by its full class name or its short one (TopicNameStrategy)."""
+    for name in SUBJECT_NAME_STRATEGIES:
+        if text.strip() in (name, name.rsplit(".", 1)[1]):
+            return name
+    raise ValueError(f"must be one of {', '.join(SUBJECT_NAME_STRATEGIES)}, got {text!r}")
 
 
 def _level(text: str, low: int, high: int, allow: tuple[int, ...] = ()) -> int:
