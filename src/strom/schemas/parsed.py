@@ -8,6 +8,7 @@ whose message the registry hands back with error code 42201. Nothing here does I
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -111,15 +112,18 @@ def compatibility_errors(level: Compatibility, new: ParsedSchema,
     return errors
 
 
+# Each type's module imports this one (the contract); this one finds them by name when a
+# schema arrives, so the package has no import circle and loads a type's libraries on use.
+_KINDS = {AVRO: ("strom.schemas.avro", "AvroSchema"),
+          PROTOBUF: ("strom.schemas.protobuf", "ProtobufSchema"),
+          JSON: ("strom.schemas.json_schema", "JsonSchema")}
+
+
 def parse(schema_type: str, text: str, references: Sequence[ResolvedReference] = ()) -> ParsedSchema:
     """`text` parsed as a schema of `schema_type` (AVRO when empty, as Confluent defaults)."""
     schema_type = (schema_type or AVRO).upper()
-    if schema_type == AVRO:
-        from strom.schemas.avro import AvroSchema as kind
-    elif schema_type == PROTOBUF:
-        from strom.schemas.protobuf import ProtobufSchema as kind
-    elif schema_type == JSON:
-        from strom.schemas.json_schema import JsonSchema as kind
-    else:
+    if schema_type not in _KINDS:
         raise SchemaError(f"unknown schema type {schema_type}")
+    module, name = _KINDS[schema_type]
+    kind = getattr(importlib.import_module(module), name)
     return kind.parse(text, references)
