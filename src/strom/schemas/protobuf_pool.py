@@ -108,6 +108,8 @@ def _from_serialized(text: str, name: str) -> pb.FileDescriptorProto:
         raw = base64.b64decode("".join(text.split()), validate=True)
         fdp = pb.FileDescriptorProto.FromString(raw)
     except (binascii.Error, ValueError, DecodeError) as e:
+        if "MaxDepth" in str(e):
+            raise SchemaError(f"the schema nests deeper than {MAX_DEPTH} levels") from None
         raise SchemaError(f"neither .proto text nor a base64 FileDescriptorProto: {e}") from None
     fdp.name = name
     stack = [(m, 1) for m in fdp.message_type]

@@ -328,7 +328,7 @@ def _is_map(field) -> bool:
 def _compact(options: list[str]) -> str:
     if not options:
         return ""
-    if len(options) == 1 and "\n" not in options[0]:
+    if len(options) == 1:
         return f" [{options[0]}]"
     return " [\n" + _indent(",\n".join(options)) + "]"
 
