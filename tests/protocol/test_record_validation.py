@@ -147,3 +147,55 @@ def test_record_index_counts_across_batches() -> None:
     with pytest.raises(InvalidRecordError) as refused:
         validate_batches(bytearray(first + second), 1 << 20, check_records=True, require_keys=True)
     assert refused.value.record_index == 3
+
+
+# -- the schema registry's framing of keys and values (schema validation on produce)
+
+def _framed(schema_id: int, payload: bytes = b"payload") -> bytes:
+    return b"\0" + schema_id.to_bytes(4, "big") + payload
+
+
+SCHEMA_ID_CASES = [
+    # (records as (key, value), expected value answer, expected key answer)
+    ([(None, _framed(7)), (b"k", _framed(7)), (None, _framed(9))], ((7, 9), []), ((), [1])),
+    ([(_framed(3), None), (_framed(3), b"\1\0\0\0\1x"), (b"", b"ab")], ((), [1, 2]), ((3,), [2])),
+    ([(None, b"\0\0\0\0"), (None, _framed(0, b""))], ((0,), [0]), ((), [])),
+]
+
+
+@pytest.mark.parametrize("codec", [compression.NONE, compression.ZSTD])
+@pytest.mark.parametrize("rows, by_value, by_key", SCHEMA_ID_CASES)
+def test_schema_ids_of_values_and_keys(rows, by_value, by_key, codec) -> None:
+    batch = build_batch(rows, codec=codec)
+    header = read_header(batch, 0)
+    view = memoryview(batch)
+    assert records.batch_schema_ids(view, 0, header, True) == (by_value[0], by_value[1])
+    assert records.batch_schema_ids(view, 0, header, False) == (by_key[0], by_key[1])
+    for schema_id in by_value[0]:
+        named = records.batch_records_with_schema_id(view, 0, header, True, schema_id)
+        assert named == [i for i, (_, v) in enumerate(rows) if v is not None and v[:5] == _framed(schema_id, b"")]
+
+
+def test_schema_ids_compiled_and_python_agree_on_damage() -> None:
+    assert records._schema_ids is not None  # the set-up builds it
+    rng = random.Random(11)
+    for _ in range(300):
+        rows = [(None, _framed(rng.randrange(4)) if rng.random() < 0.8 else b"x") for _ in range(rng.randrange(1, 6))]
+        body = bytearray(build_batch(rows)[HEADER_SIZE:])
+        for _ in range(rng.randrange(3)):
+            body[rng.randrange(len(body))] = rng.randrange(256)
+        count = len(rows)
+        python = records.record_schema_ids(body, 0, len(body), count, True)
+        compiled = records._schema_ids(bytes(body), 0, len(body), count, True)
+        if python is None:
+            assert compiled is None
+        else:
+            assert compiled == (tuple(dict.fromkeys(i for i in python if i is not None and i >= 0)),
+                                [n for n, i in enumerate(python) if i == -1])
+
+
+def test_schema_ids_beyond_what_the_compiled_walk_keeps() -> None:
+    rows = [(None, _framed(n)) for n in range(100)]
+    batch = build_batch(rows)
+    ids, unframed = records.batch_schema_ids(memoryview(batch), 0, read_header(batch, 0), True)
+    assert ids == tuple(range(100)) and unframed == []

@@ -5,6 +5,12 @@
  * check_records(buf, start, end, count, require_keys) walks the `count` records of an
  * uncompressed RecordBatch v2 body buf[start:end] and returns None when every record is well
  * framed (and keyed, if asked), else (index of the first bad record, reason).
+ *
+ * schema_ids(buf, start, end, count, value) reads the schema registry's framing (magic byte 0,
+ * a 4-byte big-endian schema id) at the start of each record's value (or key), for schema
+ * validation on produce: (the distinct ids, in order of first use, the indexes of the records
+ * whose non-null field is not framed), or None when the records are malformed (the framing
+ * check refuses those) or use more distinct ids than it keeps.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -124,7 +130,112 @@ static PyObject *check_records(PyObject *self, PyObject *args)
     return Py_BuildValue("(ns)", index, error);
 }
 
+#define MAX_SCHEMA_IDS 64
+
+/* The key (value=0) or value (value=1) of the record at *pos: its offset and length (-1: null). */
+static int field_of(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end, int value,
+                    Py_ssize_t *field, int64_t *field_length)
+{
+    int64_t size, skip, length;
+    if (read_varint(p, end, pos, 5, &size) != VARINT_OK || size < 1 || size > end - *pos)
+        return -1;
+    Py_ssize_t record_end = *pos + size;
+    (*pos)++; /* attributes */
+    if (read_varint(p, record_end, pos, 10, &skip) != VARINT_OK ||
+        read_varint(p, record_end, pos, 5, &skip) != VARINT_OK)
+        return -1;
+    for (int which = 0; which <= value; which++) {
+        Py_ssize_t at;
+        if (read_varint(p, record_end, pos, 5, &length) != VARINT_OK)
+            return -1;
+        at = *pos;
+        if (length > 0) {
+            if (length > record_end - *pos)
+                return -1;
+            *pos += length;
+        }
+        *field = at;
+        *field_length = length;
+    }
+    *pos = record_end;
+    return 0;
+}
+
+static PyObject *schema_ids(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t start, end, count;
+    int value;
+    if (!PyArg_ParseTuple(args, "y*nnnp", &view, &start, &end, &count, &value))
+        return NULL;
+    if (start < 0 || end > view.len || start > end) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "range outside the buffer");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)view.buf;
+    uint32_t ids[MAX_SCHEMA_IDS];
+    int distinct = 0;
+    PyObject *unframed = PyList_New(0);
+    if (!unframed) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_ssize_t pos = start;
+    int malformed = 0;
+    for (Py_ssize_t index = 0; index < count && !malformed; index++) {
+        Py_ssize_t field;
+        int64_t length;
+        if (pos >= end || field_of(p, &pos, end, value, &field, &length) != 0) {
+            malformed = 1;
+            break;
+        }
+        if (length < 0)
+            continue; /* null: nothing to validate */
+        if (length < 5 || p[field] != 0) {
+            PyObject *i = PyLong_FromSsize_t(index);
+            if (!i || PyList_Append(unframed, i) != 0) {
+                Py_XDECREF(i);
+                Py_DECREF(unframed);
+                PyBuffer_Release(&view);
+                return NULL;
+            }
+            Py_DECREF(i);
+            continue;
+        }
+        uint32_t id = ((uint32_t)p[field + 1] << 24) | ((uint32_t)p[field + 2] << 16) |
+                      ((uint32_t)p[field + 3] << 8) | (uint32_t)p[field + 4];
+        int seen = 0;
+        for (int k = 0; k < distinct && !seen; k++)
+            seen = ids[k] == id;
+        if (!seen) {
+            if (distinct == MAX_SCHEMA_IDS) {
+                malformed = 1; /* too many to keep: the caller walks in Python */
+                break;
+            }
+            ids[distinct++] = id;
+        }
+    }
+    if (!malformed && pos != end)
+        malformed = 1;
+    PyBuffer_Release(&view);
+    if (malformed) {
+        Py_DECREF(unframed);
+        Py_RETURN_NONE;
+    }
+    PyObject *found = PyTuple_New(distinct);
+    if (!found) {
+        Py_DECREF(unframed);
+        return NULL;
+    }
+    for (int k = 0; k < distinct; k++)
+        PyTuple_SET_ITEM(found, k, PyLong_FromUnsignedLong(ids[k]));
+    return Py_BuildValue("(NN)", found, unframed);
+}
+
 static PyMethodDef methods[] = {
+    {"schema_ids", schema_ids, METH_VARARGS,
+     "schema_ids(buf, start, end, count, value) -> None | (ids, unframed indexes)"},
     {"check_records", check_records, METH_VARARGS,
      "check_records(buf, start, end, count, require_keys) -> None | (index, reason)"},
     {NULL, NULL, 0, NULL},

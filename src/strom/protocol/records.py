@@ -16,6 +16,7 @@ import functools
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from crc32c import crc32c
 
@@ -25,8 +26,9 @@ from strom.protocol.varint import VarintError, read_varint, write_varint
 
 try:  # the compiled record walk (built by the project's set-up); the Python one below otherwise
     from strom.protocol._records import check_records as _check_records
+    from strom.protocol._records import schema_ids as _schema_ids
 except ImportError:  # pragma: no cover - exercised by the tests directly
-    _check_records = None
+    _check_records = _schema_ids = None
 
 HEADER = struct.Struct(">qiiBIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -179,15 +181,7 @@ def check_batch_records(view: memoryview, pos: int, header: BatchHeader, require
     exactly `record_count` well-framed records filling the batch. Raises InvalidRecordError
     naming the refused records by their index in the record set (`record_errors`, KIP-467's
     batch_index)."""
-    start, end = pos + HEADER_SIZE, pos + header.size
-    if header.compression:
-        try:
-            body = compression.decompress(header.compression, view[start:end])
-        except Exception as e:  # each codec raises its own type on garbage
-            raise InvalidRecordError(f"cannot decompress the batch at offset delta 0: {e}") from None
-        start, end = 0, len(body)
-    else:
-        body = view
+    body, start, end = _body(view, pos, header)
     walk = _check_records or check_records_py
     bad = walk(body, start, end, header.record_count, require_keys)
     if bad is not None:
@@ -199,6 +193,81 @@ def check_batch_records(view: memoryview, pos: int, header: BatchHeader, require
             named = _keyless_records(body, start, end, header.record_count)
         raise InvalidRecordError(f"record {index} of the batch: {reason}", record_errors=[
             (first_index + i, f"record {i} of the batch: {reason}") for i in named])
+
+
+def batch_schema_ids(view: memoryview, pos: int, header: BatchHeader, value: bool
+                     ) -> tuple[tuple[int, ...], list[int]] | None:
+    """The schema ids the batch's record values (or keys) are framed with (the registry's magic
+    byte 0 and a 4-byte id), distinct, and the indexes in the batch of the records whose
+    non-null field is not framed so; None if the batch does not decompress or its records are
+    malformed (the framing checks refuse those)."""
+    try:
+        body, start, end = _body(view, pos, header)
+    except InvalidRecordError:
+        return None
+    found = _schema_ids(body, start, end, header.record_count, value) if _schema_ids else None
+    if found is None:  # not built, or more distinct ids than the C walk keeps
+        ids = record_schema_ids(body, start, end, header.record_count, value)
+        if ids is None:
+            return None
+        return tuple(dict.fromkeys(i for i in ids if i is not None and i >= 0)), \
+            [n for n, i in enumerate(ids) if i == -1]
+    return found
+
+
+def batch_records_with_schema_id(view: memoryview, pos: int, header: BatchHeader, value: bool,
+                                 schema_id: int) -> list[int]:
+    """Indexes in the batch of the records whose value (or key) is framed with `schema_id`."""
+    try:
+        body, start, end = _body(view, pos, header)
+    except InvalidRecordError:
+        return []
+    ids = record_schema_ids(body, start, end, header.record_count, value)
+    return [n for n, i in enumerate(ids or ()) if i == schema_id]
+
+
+def _body(view: memoryview, pos: int, header: BatchHeader) -> tuple[Any, int, int]:
+    """The batch's records, decompressed where they are, and where they lie in that buffer."""
+    start, end = pos + HEADER_SIZE, pos + header.size
+    if not header.compression:
+        return view, start, end
+    try:
+        body = compression.decompress(header.compression, view[start:end])
+    except Exception as e:  # each codec raises its own type on garbage
+        raise InvalidRecordError(f"cannot decompress the batch at offset delta 0: {e}") from None
+    return body, 0, len(body)
+
+
+def record_schema_ids(buf, start: int, end: int, count: int, value: bool) -> list[int | None] | None:
+    """Per record: the schema id its value (or key) is framed with, None if null, -1 if not
+    framed; None for malformed records. The rules of `_records.c`'s schema_ids, in Python."""
+    out: list[int | None] = []
+    pos = start
+    try:
+        for _ in range(count):
+            size, pos = _varint(buf, pos, end, 5)
+            if size < 1 or size > end - pos:
+                return None
+            record_end = pos + size
+            _, p = _varint(buf, pos + 1, record_end, 10)
+            _, p = _varint(buf, p, record_end, 5)
+            for _which in range(2 if value else 1):
+                length, p = _varint(buf, p, record_end, 5)
+                field = p
+                if length > 0:
+                    if length > record_end - p:
+                        return None
+                    p += length
+            if length < 0:
+                out.append(None)
+            elif length < 5 or buf[field] != 0:
+                out.append(-1)
+            else:
+                out.append(int.from_bytes(bytes(buf[field + 1:field + 5]), "big"))
+            pos = record_end
+    except VarintError:
+        return None
+    return out if pos == end else None
 
 
 def _keyless_records(buf, pos: int, end: int, count: int) -> list[int]:
