@@ -290,3 +290,18 @@ def test_avro_schema_is_what_parse_gives():
     assert isinstance(parse("", '"int"'), AvroSchema)
     assert avro(USER).name == "com.acme.User"
     assert avro('"int"').name is None
+
+
+def test_decode_reads_what_confluent_kafkas_avro_serializer_writes():
+    registry = pytest.importorskip("confluent_kafka.schema_registry")
+    serializers = pytest.importorskip("confluent_kafka.schema_registry.avro")
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = registry.SchemaRegistryClient.new_client({"url": "mock://strom-avro"})
+    serialize = serializers.AvroSerializer(client, json.dumps(USER))
+    framed = serialize(USER_VALUE, SerializationContext("users", MessageField.VALUE))
+    registered = client.get_latest_version("users-value").schema.schema_str
+    decoded = avro(registered).decode(payload_of(framed))
+    assert {k: decoded[k] for k in ("id", "name", "address", "kind")} == {
+        "id": 7, "name": "ada", "address": {"city": "Oslo"}, "kind": "ROBOT"}
+    assert avro(registered).canonical == avro(USER).canonical
