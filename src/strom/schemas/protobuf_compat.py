@@ -13,6 +13,8 @@ Paths are Confluent's: "#/" then message names, then the oneof name and field nu
 
 from __future__ import annotations
 
+from collections import deque
+
 from google.protobuf import descriptor_pb2 as pb
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescriptor
 
@@ -53,20 +55,56 @@ def describe(kind: str, path: str) -> str:
     return f"{{errorType:'{kind}', description:'{_DESCRIPTIONS[kind].format(path=path)}'}}"
 
 
+Key = tuple[str, str]  # (writer's full name, reader's full name) of a message pair
+
+
 class _Diff:
+    """Compares message pairs from a worklist, never by recursion: a schema's messages may
+    hold each other in chains as long as the schema is. A field whose message types pair up
+    depends on that pair; a pair with findings makes each field depending on it (and, in
+    turn, theirs) FIELD_NAMED_TYPE_CHANGED, as Confluent reports."""
+
     def __init__(self) -> None:
-        self.found: list[tuple[str, str]] = []
-        self.visiting: set[tuple[str, str]] = set()
+        self.found: dict[Key | None, list[tuple[str, str]]] = {None: []}
+        self.depends: dict[Key, list[tuple[str, Key]]] = {}  # field path -> the pair it holds
+        self.queue: deque[tuple[Key, Descriptor, Descriptor, str]] = deque()
+        self.current: Key | None = None
 
     def add(self, kind: str, path: str) -> None:
-        if (kind, path) not in self.found:
-            self.found.append((kind, path))
+        self.found[self.current].append((kind, path))
 
-    def files(self, writer: FileDescriptor, reader: FileDescriptor) -> None:
+    def pair(self, w: Descriptor, r: Descriptor, path: str) -> Key:
+        key = (w.full_name, r.full_name)
+        if key not in self.found:
+            self.found[key] = []
+            self.depends[key] = []
+            self.queue.append((key, w, r, path))
+        return key
+
+    def files(self, writer: FileDescriptor, reader: FileDescriptor) -> list[tuple[str, str]]:
         if writer.package != reader.package:
             self.add("PACKAGE_CHANGED", "#/")
         self.types(list(writer.message_types_by_name.values()),
                    list(reader.message_types_by_name.values()), "#")
+        while self.queue:
+            self.current, w, r, path = self.queue.popleft()
+            self._message(w, r, path)
+        broken = {key for key, found in self.found.items() if key is not None and found}
+        holders: dict[Key, list[Key]] = {}
+        for holder, deps in self.depends.items():
+            for _, key in deps:
+                holders.setdefault(key, []).append(holder)
+        spread = deque(broken)
+        while spread:
+            for holder in holders.get(spread.popleft(), ()):
+                if holder not in broken:
+                    broken.add(holder)
+                    spread.append(holder)
+        out: list[tuple[str, str]] = []
+        for key, found in self.found.items():
+            out += found
+            out += [("FIELD_NAMED_TYPE_CHANGED", path) for path, dep in self.depends.get(key, ()) if dep in broken]
+        return list(dict.fromkeys(out))
 
     def types(self, writer: list[Descriptor], reader: list[Descriptor], path: str) -> None:
         readers = {m.name: m for m in reader}
@@ -76,17 +114,7 @@ class _Diff:
                 if not w.GetOptions().map_entry:
                     self.add("MESSAGE_REMOVED", f"{path}/{w.name}")
             else:
-                self.message(w, r, f"{path}/{w.name}")
-
-    def message(self, w: Descriptor, r: Descriptor, path: str) -> None:
-        key = (w.full_name, r.full_name)
-        if key in self.visiting:  # a recursive type, already being compared
-            return
-        self.visiting.add(key)
-        try:
-            self._message(w, r, path)
-        finally:
-            self.visiting.discard(key)
+                self.pair(w, r, f"{path}/{w.name}")
 
     def _message(self, w: Descriptor, r: Descriptor, path: str) -> None:
         w_syn, r_syn = _synthetic_oneofs(w), _synthetic_oneofs(r)
@@ -155,13 +183,8 @@ class _Diff:
             if _local_name(wt) != _local_name(rt):
                 self.add("FIELD_NAMED_TYPE_CHANGED", path)
                 return
-            inner = _Diff()
-            inner.visiting = self.visiting
-            inner.message(wt, rt, "#/" + _local_name(wt).replace(".", "/"))
-            if inner.found:
-                for found in inner.found:
-                    self.add(*found)
-                self.add("FIELD_NAMED_TYPE_CHANGED", path)
+            dep = self.pair(wt, rt, "#/" + _local_name(wt).replace(".", "/"))
+            self.depends[self.current].append((path, dep))
 
 
 def _oneof(f: FieldDescriptor, synthetic: frozenset[str]):
@@ -189,6 +212,4 @@ def _local_name(message: Descriptor) -> str:
 
 def read_errors(writer: FileDescriptor, reader: FileDescriptor) -> list[str]:
     """Why `reader` cannot read what `writer` wrote, in Confluent's words (empty: it can)."""
-    diff = _Diff()
-    diff.files(writer, reader)
-    return [describe(kind, path) for kind, path in diff.found]
+    return [describe(kind, path) for kind, path in _Diff().files(writer, reader)]
