@@ -234,6 +234,9 @@ def test_imports_are_registered_as_references_and_resolved_through_them():
     assert [r.name for r in registered.references] == ["common/money.proto"]
     assert schema.decode(payload_of(value)) == {"total": {"cents": 999}, "due": None}
     assert "common.Money total = 1;" in schema.canonical
+    # the deserializer fetches the schema and its reference in serialized form and reads on
+    message = ProtobufDeserializer(invoice_class, CONF, registry)(value, CTX)
+    assert message.total.cents == 999
 
     with pytest.raises(SchemaError, match="common/money.proto"):
         ProtobufSchema.parse(registered.schema_str)  # its reference left out
@@ -411,6 +414,16 @@ def test_directional_rules_follow_the_level():
     assert any("REQUIRED_FIELD_ADDED" in e for e in errors("BACKWARD", required_v2, required_v1))
     assert any("REQUIRED_FIELD_REMOVED" in e for e in errors("FORWARD", required_v2, required_v1))
     assert errors("NONE", required_v2, required_v1) == []
+
+
+def test_long_chains_of_messages_are_compared_without_recursion():
+    n = 1500
+    chain = 'syntax = "proto3";' + "".join(f"message M{i} {{ M{i + 1} next = 1; }}" for i in range(n))
+    old = ProtobufSchema.parse(chain + f"message M{n} {{ string x = 1; }}")
+    new = ProtobufSchema.parse(chain + f"message M{n} {{ double x = 1; }}")
+    found = new.read_errors(old)
+    assert f"'#/M{n}/1'" in found[-1] and "FIELD_SCALAR_KIND_CHANGED" in found[-1]
+    assert sum("FIELD_NAMED_TYPE_CHANGED" in e for e in found) == n  # every holder up the chain
 
 
 def test_transitive_levels_check_every_earlier_version():
