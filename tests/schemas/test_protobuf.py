@@ -267,6 +267,31 @@ def test_text_and_serialized_forms_give_one_canonical_text():
     assert ProtobufSchema.parse(from_text.serialized()).canonical == ORDER_CANONICAL
 
 
+@pytest.mark.parametrize("module", ["descriptor_pb2", "struct_pb2", "type_pb2", "api_pb2"])
+def test_canonical_text_describes_the_same_file(module):
+    """protobuf's own files (proto2 and proto3, options, defaults, extension ranges, maps):
+    their canonical text parses back to the very descriptor (json_name aside, which protoc
+    derives when a file does not set it)."""
+    import importlib
+
+    descriptor = importlib.import_module(f"google.protobuf.{module}").DESCRIPTOR
+    schema = ProtobufSchema.parse(base64.b64encode(descriptor.serialized_pb).decode())
+    again = ProtobufSchema.parse(schema.canonical)
+    assert again.canonical == schema.canonical
+
+    def without_json_names(schema):
+        fdp = pb.FileDescriptorProto.FromString(base64.b64decode(schema.serialized()))
+        stack = list(fdp.message_type)
+        while stack:
+            message = stack.pop()
+            for field in message.field:
+                field.ClearField("json_name")
+            stack += message.nested_type
+        return fdp
+
+    assert without_json_names(again) == without_json_names(schema)
+
+
 def test_normalized_sorts_and_qualifies():
     a = ProtobufSchema.parse("""syntax = "proto3"; package p;
         import "google/protobuf/timestamp.proto"; import "google/protobuf/duration.proto";

@@ -42,7 +42,7 @@ def escape(text: str) -> str:
 
 
 def _indent(text: str) -> str:
-    return "".join("  " + line + "\n" for line in text.rstrip("\n").split("\n"))
+    return "".join(("  " + line if line else "") + "\n" for line in text.rstrip("\n").split("\n"))
 
 
 class Renderer:
@@ -271,7 +271,11 @@ class Renderer:
             if field.name == "map_entry" and not field.is_extension:
                 continue
             name = f"({field.full_name})" if field.is_extension else field.name
-            out.append(f"{name} = {self.value(field, value)}")
+            if field.is_repeated:  # .proto sets a repeated option once per element
+                items = value.items() if _is_map(field) else value
+                out += [f"{name} = {self._element(field, item)}" for item in items]
+            else:
+                out.append(f"{name} = {self.value(field, value)}")
         if sort and self.normalize:
             out.sort()
         return out
@@ -286,6 +290,13 @@ class Renderer:
             return options
         holder.ParseFromString(raw)
         return holder
+
+    def _element(self, field, item) -> str:
+        if not _is_map(field):
+            return self.value_one(field, item)
+        entry = field.message_type
+        return ("{ key: " + self.value_one(entry.fields_by_name["key"], item[0]) + ", value: "
+                + self.value_one(entry.fields_by_name["value"], item[1]) + " }")
 
     def value(self, field, value) -> str:
         if field.is_repeated and not _is_map(field):
