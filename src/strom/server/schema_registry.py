@@ -6,6 +6,7 @@ is what produce-time validation reads (is_registered, schema_by_id)."""
 from __future__ import annotations
 
 import logging
+import ssl
 from functools import partial
 from typing import Any
 
@@ -50,7 +51,10 @@ async def start_schema_registry(broker: Any) -> RunningRegistry | None:
         raise ConfigError(str(e)) from None
     get = partial(_ssl_setting, config)
     context = server_context(get, "SCHEMA_REGISTRY") if scheme == "https" else None
-    forward_ssl = client_context(get, "SCHEMA_REGISTRY") if scheme == "https" else None
+    forward_ssl = None
+    if scheme == "https":  # forwards to the writer check its certificate with the broker's truststore
+        trusted = get("ssl.truststore.location") or get("ssl.truststore.certificates")
+        forward_ssl = client_context(get, "SCHEMA_REGISTRY") if trusted else ssl.create_default_context()
     registry = SchemaRegistry(broker, RegistryConfig(
         topic=config["schema.registry.kafkastore.topic"],
         replication_factor=config["schema.registry.kafkastore.topic.replication.factor"],
