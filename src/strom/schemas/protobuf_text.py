@@ -63,7 +63,7 @@ def check_nesting(text: str) -> None:
             if depth > MAX_DEPTH:
                 raise SchemaError(f"the schema nests deeper than {MAX_DEPTH} levels")
         elif ch in "}>])":
-            depth -= 1
+            depth = max(depth - 1, 0)
 
 
 def parse_proto_text(text: str, name: str) -> tuple[pb.FileDescriptorProto, list[PendingOption]]:
