@@ -23,6 +23,7 @@ from strom.security.authorizer import (
 )
 from strom.server.apis import RequestContext, api, by_topic
 from strom.server.apis.transactions import check_answer
+from strom.server.schema_validation import refused_by_schemas
 
 PRODUCE = 0
 
@@ -135,6 +136,10 @@ async def _append(broker, ctx: RequestContext, request, version: int) -> dict:
                         for tp, error in refused.items()})
         entries = [(tp, records) for tp, records in entries if tp not in refused]
     await broker.replica_manager.load_logs(tp for tp, _ in entries)
+    refused = await refused_by_schemas(broker, entries)  # topics with schema validation only
+    if refused:
+        results.update(refused)
+        entries = [(tp, records) for tp, records in entries if tp not in refused]
     await broker.replica_manager.make_files(tp for tp, _ in entries)
     results.update(broker.replica_manager.append_records(acks, entries))
     return results
