@@ -5,6 +5,7 @@ restart that keeps everything and goes on with new ids."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 
@@ -300,6 +301,25 @@ def test_avro_serializer_round_trip_through_a_topic(broker, client):
             if message is not None and not message.error():
                 got.append(deserialize(message.value(), ctx))
     assert got == values
+
+
+def test_protobuf_serializer_round_trip_and_the_serialized_format(client, url):
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+    from google.protobuf import descriptor_pb2
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    topic = unique_name("proto-topic")
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    serialize = ProtobufSerializer(Timestamp, client, {"use.deprecated.format": False})
+    deserialize = ProtobufDeserializer(Timestamp, {"use.deprecated.format": False})
+    value = Timestamp(seconds=1_700_000_000, nanos=5)
+    assert deserialize(serialize(value, ctx), ctx) == value
+    latest = client.get_latest_version(f"{topic}-value")
+    assert latest.schema.schema_type == "PROTOBUF"
+    serialized = requests.get(f"{url}/schemas/ids/{latest.schema_id}?format=serialized").json()
+    descriptor = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(serialized["schema"]))
+    assert [m.name for m in descriptor.message_type] == ["Timestamp"]
+    assert serialized["schemaType"] == "PROTOBUF"
 
 
 def test_everything_is_there_after_a_restart_and_ids_go_on(broker, url, client):
