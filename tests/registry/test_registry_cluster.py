@@ -82,6 +82,8 @@ def test_one_writer_forwarding_and_failover(cluster):
         schema_id = register(urls[broker_id], subject, n)
         assert schema_id is not None
         acknowledged[subject] = schema_id
+        # read-your-writes at the broker asked: it answered once it had read the write too
+        assert ids_seen(urls[broker_id], [subject]) == {subject: schema_id}
     assert len(set(acknowledged.values())) == len(acknowledged)
     # every broker serves them from its own store
     for url in urls.values():

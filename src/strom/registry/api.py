@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 FORWARDED = "X-Strom-Forwarded"
+APPLIED = "X-Strom-Schemas-Offset"
+_CATCH_UP_S = 5.0
 DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_VERSION, BROKER_RESOURCE = 32, 1, 4
 LISTENERS_KEY = "schema.registry.listeners"
 _FORWARD_TIMEOUT_S = 60.0
@@ -106,7 +108,11 @@ class RegistryApi:
         body = await self._body(request) if with_body else None
         await self._ready()
         try:
-            return _json(await op(body))
+            answer = _json(await op(body))
+            # how far the writer's store had read when it answered: the forwarding broker waits
+            # to have read as far, so a client reads its own write at the broker it asked
+            answer.headers[APPLIED] = str(self.registry.topic.next_offset)
+            return answer
         except NotWriter as e:
             if request.headers.get(FORWARDED) or e.writer < 0:
                 raise RegistryError(err.UNKNOWN_LEADER, "The schema registry's writer is not known "
@@ -125,6 +131,10 @@ class RegistryApi:
                                              data=await request.read(), headers=headers,
                                              ssl=self._forward_ssl if url.startswith("https") else None) as answer:
                 data = await answer.read()
+                applied = answer.headers.get(APPLIED, "")
+                if applied.isdigit():
+                    topic = self.registry.topic
+                    await topic.wait(lambda: topic.next_offset >= int(applied), _CATCH_UP_S)
                 return web.Response(status=answer.status, body=data,
                                     content_type=answer.content_type or CONTENT_TYPE)
         except (ClientError, TimeoutError, OSError) as e:
