@@ -199,12 +199,12 @@ def test_a_10000_deep_schema_is_refused_without_recursion_error():
 
 def test_a_schema_of_a_few_megabytes_parses():
     fields = [{"name": f"field_{i}", "type": ["null", "string"], "default": None,
-               "doc": "d" * 40} for i in range(25_000)]
+               "doc": "d" * 150} for i in range(10_000)]
     big = json.dumps({"type": "record", "name": "Wide", "fields": fields})
     assert len(big) > 2_000_000
     wide = avro(big)
     assert avro(wide.canonical).canonical == wide.canonical
-    assert wide.decode(b"\x00" * 25_000)["field_24999"] is None
+    assert wide.decode(b"\x00" * 10_000)["field_9999"] is None
 
 
 # -- values --------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ import io
 import json
 import warnings
 from collections.abc import Iterator, Sequence
-from decimal import Decimal
 
 import fastavro
 
@@ -26,6 +25,7 @@ from strom.schemas.parsed import (
     ParsedSchema,
     ResolvedReference,
     SchemaError,
+    compact_json,
 )
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
@@ -440,29 +440,6 @@ def _expand(root: object, defs: dict[str, dict], ref_names: frozenset[str]) -> o
 
 # -- writing -------------------------------------------------------------------------------
 
-def _java_double(x: float) -> str:
-    """A double as Java's Double.toString writes it (Jackson writes defaults so)."""
-    if x != x or x in (float("inf"), float("-inf")):
-        return json.dumps(x)
-    if x == 0 or 1e-3 <= abs(x) < 1e7:
-        return repr(x)
-    sign, digits, exponent = Decimal(repr(x)).normalize().as_tuple()
-    text = "".join(map(str, digits))
-    power = exponent + len(text) - 1
-    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{power}"
-
-
-def _json(value: object) -> str:
-    """Compact JSON as Jackson writes a tree: key order kept, doubles in Java's form."""
-    if isinstance(value, float):
-        return _java_double(value)
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{_json(str(k))}:{_json(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(map(_json, value)) + "]"
-    return json.dumps(value, ensure_ascii=False)
-
-
 class _JavaWriter:
     """Avro Java's Schema.toString(): compact, its attribute order, a named type defined at
     its first use and named (short where the namespace allows) after it. Types in `known`
@@ -479,58 +456,58 @@ class _JavaWriter:
 
     def write(self, node: object, space: str | None) -> str:
         if isinstance(node, str):
-            return _json(node if node in PRIMITIVES else self._qualified(node, space))
+            return compact_json(node if node in PRIMITIVES else self._qualified(node, space))
         if isinstance(node, list):
             return "[" + ",".join(self.write(branch, space) for branch in node) + "]"
         kind = node["type"]
         if kind in NAMED:
             return self._named(node, kind, space)
-        parts = [f'"type":{_json(kind)}']
+        parts = [f'"type":{compact_json(kind)}']
         if kind in ("array", "map"):
             key = "items" if kind == "array" else "values"
             parts.append(f'"{key}":{self.write(node[key], space)}')
         elif len(node) == 1:
-            return _json(kind)
+            return compact_json(kind)
         parts += self._props(node, {"type", "items", "values"})
         return "{" + ",".join(parts) + "}"
 
     def _named(self, node: dict, kind: str, space: str | None) -> str:
         full = node["name"]
         if full in self.known:
-            return _json(self._qualified(full, space))
+            return compact_json(self._qualified(full, space))
         self.known.add(full)
         own, simple = _split(full)
-        parts = [f'"type":{_json(kind)}', f'"name":{_json(simple)}']
+        parts = [f'"type":{compact_json(kind)}', f'"name":{compact_json(simple)}']
         if own != space:
-            parts.append(f'"namespace":{_json(own or "")}')
+            parts.append(f'"namespace":{compact_json(own or "")}')
         if "doc" in node:
-            parts.append(f'"doc":{_json(node["doc"])}')
+            parts.append(f'"doc":{compact_json(node["doc"])}')
         if kind == "enum":
-            parts.append(f'"symbols":{_json(node["symbols"])}')
+            parts.append(f'"symbols":{compact_json(node["symbols"])}')
             if "default" in node:
-                parts.append(f'"default":{_json(node["default"])}')
+                parts.append(f'"default":{compact_json(node["default"])}')
         elif kind == "fixed":
-            parts.append(f'"size":{_json(node["size"])}')
+            parts.append(f'"size":{compact_json(node["size"])}')
         else:
             parts.append('"fields":[' + ",".join(self._field(f, own) for f in node["fields"])
                          + "]")
         parts += self._props(node, {"type", "name", "doc", "symbols", "default", "size",
                                     "fields", "aliases"})
         if node.get("aliases"):
-            parts.append('"aliases":' + _json([self._qualified(a, own) for a in node["aliases"]]))
+            parts.append('"aliases":' + compact_json([self._qualified(a, own) for a in node["aliases"]]))
         return "{" + ",".join(parts) + "}"
 
     def _field(self, field: dict, space: str | None) -> str:
-        parts = [f'"name":{_json(field["name"])}', f'"type":{self.write(field["type"], space)}']
+        parts = [f'"name":{compact_json(field["name"])}', f'"type":{self.write(field["type"], space)}']
         for key in ("doc", "default", "order", "aliases"):
             if key in field:
-                parts.append(f'"{key}":{_json(field[key])}')
+                parts.append(f'"{key}":{compact_json(field[key])}')
         parts += self._props(field, _FIELD_RESERVED)
         return "{" + ",".join(parts) + "}"
 
     @staticmethod
     def _props(node: dict, reserved: set[str] | frozenset[str]) -> list[str]:
-        return [f"{_json(k)}:{_json(v)}" for k, v in node.items() if k not in reserved]
+        return [f"{compact_json(k)}:{compact_json(v)}" for k, v in node.items() if k not in reserved]
 
 
 def _logical(node: dict, kind: str, defs: dict[str, dict]) -> dict | None:
@@ -557,63 +534,63 @@ class _NormalWriter:
 
     def write(self, node: object) -> str:
         if isinstance(node, str):
-            return _json(node)
+            return compact_json(node)
         if isinstance(node, list):
             return "[" + ",".join(map(self.write, node)) + "]"
         kind = node["type"]
         if kind in NAMED:
             return self._named(node, kind)
-        parts = [f'"type":{_json(kind)}']
+        parts = [f'"type":{compact_json(kind)}']
         if kind in ("array", "map"):
             key = "items" if kind == "array" else "values"
             parts.append(f'"{key}":{self.write(node[key])}')
             parts += self._sorted(node, {"type", key})
         else:
             logical = _logical(node, kind, self.defs) or {}
-            parts += [f"{_json(k)}:{_json(v)}" for k, v in logical.items()]
+            parts += [f"{compact_json(k)}:{compact_json(v)}" for k, v in logical.items()]
             parts += self._sorted(node, {"type", *logical})
-        return "{" + ",".join(parts) + "}" if len(parts) > 1 else _json(kind)
+        return "{" + ",".join(parts) + "}" if len(parts) > 1 else compact_json(kind)
 
     def _named(self, node: dict, kind: str) -> str:
         full = node["name"]
         if full in self.known:
-            return _json(full)
+            return compact_json(full)
         self.known.add(full)
-        parts = [f'"name":{_json(full)}', f'"type":{_json(kind)}']
+        parts = [f'"name":{compact_json(full)}', f'"type":{compact_json(kind)}']
         logical: dict = {}
         if kind == "enum":
-            parts.append(f'"symbols":{_json(node["symbols"])}')
+            parts.append(f'"symbols":{compact_json(node["symbols"])}')
         elif kind == "fixed":
-            parts.append(f'"size":{_json(node["size"])}')
+            parts.append(f'"size":{compact_json(node["size"])}')
             logical = _logical(node, kind, self.defs) or {}
-            parts += [f"{_json(k)}:{_json(v)}" for k, v in logical.items()]
+            parts += [f"{compact_json(k)}:{compact_json(v)}" for k, v in logical.items()]
         else:
             parts.append('"fields":[' + ",".join(map(self._field, node["fields"])) + "]")
         if node.get("doc"):
-            parts.append(f'"doc":{_json(node["doc"])}')
+            parts.append(f'"doc":{compact_json(node["doc"])}')
         if node.get("aliases"):
-            parts.append(f'"aliases":{_json(sorted(node["aliases"]))}')
+            parts.append(f'"aliases":{compact_json(sorted(node["aliases"]))}')
         if kind == "enum" and "default" in node:
-            parts.append(f'"default":{_json(node["default"])}')
+            parts.append(f'"default":{compact_json(node["default"])}')
         parts += self._sorted(node, {"type", "name", "doc", "symbols", "default", "size",
                                      "fields", "aliases", *logical})
         return "{" + ",".join(parts) + "}"
 
     def _field(self, field: dict) -> str:
-        parts = [f'"name":{_json(field["name"])}', f'"type":{self.write(field["type"])}',
-                 f'"order":{_json(field.get("order", "ascending"))}']
+        parts = [f'"name":{compact_json(field["name"])}', f'"type":{self.write(field["type"])}',
+                 f'"order":{compact_json(field.get("order", "ascending"))}']
         if "doc" in field:
-            parts.append(f'"doc":{_json(field["doc"])}')
+            parts.append(f'"doc":{compact_json(field["doc"])}')
         if field.get("aliases"):
-            parts.append(f'"aliases":{_json(sorted(field["aliases"]))}')
+            parts.append(f'"aliases":{compact_json(sorted(field["aliases"]))}')
         if "default" in field:
-            parts.append(f'"default":{_json(field["default"])}')
+            parts.append(f'"default":{compact_json(field["default"])}')
         parts += self._sorted(field, _FIELD_RESERVED)
         return "{" + ",".join(parts) + "}"
 
     @staticmethod
     def _sorted(node: dict, reserved: set[str] | frozenset[str]) -> list[str]:
-        return [f"{_json(k)}:{_json(node[k])}" for k in sorted(node) if k not in reserved]
+        return [f"{compact_json(k)}:{compact_json(node[k])}" for k in sorted(node) if k not in reserved]
 
 
 # -- compatibility -------------------------------------------------------------------------

@@ -9,9 +9,11 @@ whose message the registry hands back with error code 42201. Nothing here does I
 from __future__ import annotations
 
 import importlib
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
 
 AVRO = "AVRO"
@@ -23,6 +25,31 @@ SCHEMA_TYPES = (AVRO, PROTOBUF, JSON)
 # how many schemas one schema may pull in through its references, transitively.
 MAX_DEPTH = 64
 MAX_REFERENCES = 1000
+
+
+def _java_double(x: float) -> str:
+    """A double as Java's Double.toString writes it (and Jackson, in the texts Confluent
+    stores): scientific below 10^-3 and from 10^7, as 1.0E7."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return json.dumps(x)
+    if x == 0 or 1e-3 <= abs(x) < 1e7:
+        return repr(x)
+    sign, digits, exponent = Decimal(repr(x)).normalize().as_tuple()
+    text = "".join(map(str, digits))
+    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{exponent + len(text) - 1}"
+
+
+def compact_json(value: object) -> str:
+    """`value` as Jackson writes a JSON tree compactly: no whitespace, key order kept,
+    non-ASCII as is, doubles in Java's form. Recursive: callers bound the nesting."""
+    if isinstance(value, float):
+        return _java_double(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{compact_json(str(k))}:{compact_json(v)}"
+                              for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(map(compact_json, value)) + "]"
+    return json.dumps(value, ensure_ascii=False)
 
 
 class SchemaError(ValueError):
