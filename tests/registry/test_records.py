@@ -94,13 +94,13 @@ def test_a_duplicate_id_with_another_schema_is_skipped_as_confluent_does():
 
 
 def test_unreadable_records_are_skipped_and_reading_goes_on():
-    records = [(b"not json", b"{}"), (None, b"{}"), (key(keytype="SCHEMA", subject="s", version="x", magic=1), b"{}"),
+    records = [(b"not json", b"{}"), (None, b"{}"), (b"[" * 100_000 + b"]" * 100_000, b"{}"), (key(keytype="SCHEMA", subject="s", version="x", magic=1), b"{}"),
                (key(keytype="WHAT", magic=0), b"{}"),
                (key(keytype="SCHEMA", subject="s", version=1, magic=1), b"[1,2]"),
                (key(keytype="SCHEMA", subject="s", version=1, magic=1),
                 json.dumps({"subject": "s", "version": 1, "id": 7, "schema": '"int"'}).encode())]
     store = load(records)
-    assert store.next_offset == 6
+    assert store.next_offset == 7
     assert store.schema_by_id(7) == StoredSchema("AVRO", '"int"')
 
 

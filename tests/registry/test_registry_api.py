@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import time
 
 import pytest
@@ -42,7 +43,8 @@ def broker(tmp_path_factory):
     port = free_ports(1)[0]
     with BrokerProcess(tmp_path_factory.mktemp("registry"), {
             "schema.registry.listeners": f"http://127.0.0.1:{port}",
-            "schema.registry.request.max.bytes": str(1 << 20)}) as b:
+            "schema.registry.request.max.bytes": str(1 << 20),
+            "schema.registry.max.connections": "32"}) as b:
         b.registry_url = f"http://127.0.0.1:{port}"
         yield b
 
@@ -55,6 +57,13 @@ def url(broker):
 @pytest.fixture
 def client(url):
     return SchemaRegistryClient({"url": url})
+
+
+def serving(url: str) -> bool:
+    try:
+        return requests.get(f"{url}/subjects", timeout=5).status_code == 200
+    except requests.ConnectionError:  # a connection of the moment past the limit
+        return False
 
 
 def error_of(call) -> tuple[int, int]:
@@ -220,6 +229,7 @@ def test_a_reference_cycle_another_registry_wrote_is_refused(broker, url):
 
 @pytest.mark.parametrize("method, path, body, status, code", [
     ("post", "/subjects/{s}/versions", b"{not json", 400, 400),
+    ("post", "/subjects/{s}/versions", b"[" * 200_000 + b"]" * 200_000, 400, 400),
     ("post", "/subjects/{s}/versions", b"[1, 2]", 422, 422),
     ("post", "/subjects/{s}/versions", b"", 422, 422),
     ("post", "/subjects/{s}/versions", json.dumps({"schema": '{"type": "record"}'}).encode(), 422, 42201),
@@ -254,6 +264,29 @@ def test_a_huge_body_gets_413_and_the_registry_keeps_serving(url):
     assert answer.status_code == 413 and answer.json()["error_code"] == 413
     assert requests.get(f"{url}/subjects").status_code == 200
 
+
+
+def test_connections_past_the_limit_are_closed_and_the_registry_keeps_serving(url):
+    host, port = url.removeprefix("http://").split(":")
+    held = [socket.create_connection((host, int(port)), timeout=5) for _ in range(48)]  # the limit is 32
+    for sock in held:
+        sock.setblocking(False)
+
+    def closed(sock: socket.socket) -> bool:
+        try:
+            return sock.recv(1) == b""
+        except BlockingIOError:
+            return False
+        except ConnectionResetError:
+            return True
+
+    try:
+        wait_for(lambda: sum(map(closed, held)) >= 48 - 32, timeout=10, what="connections past the limit closed")
+        assert sum(not closed(sock) for sock in held) >= 16  # those within it stay open
+    finally:
+        for sock in held:
+            sock.close()
+    wait_for(lambda: serving(url), what="serving again")
 
 def test_modes_readonly_and_import(client, url):
     subject = unique_name("modes") + "-value"

@@ -94,6 +94,8 @@ class RegistryApi:
             return json.loads(data)
         except (ValueError, UnicodeDecodeError) as e:
             raise RegistryError(err.BAD_REQUEST, f"The body is not JSON: {e}") from None
+        except RecursionError:
+            raise RegistryError(err.BAD_REQUEST, "The body's JSON nests too deeply") from None
 
     def _allow(self, request: web.Request, operation: str, subject: str | None) -> None:
         if self.security is not None:

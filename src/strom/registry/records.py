@@ -126,6 +126,8 @@ def _load(data: bytes, what: str) -> dict:
         obj = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
         raise RecordError(f"{what} is not JSON: {e}") from None
+    except RecursionError:
+        raise RecordError(f"{what} nests too deeply") from None
     if not isinstance(obj, dict):
         raise RecordError(f"{what} is not a JSON object")
     return obj
