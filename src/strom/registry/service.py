@@ -257,6 +257,8 @@ class SchemaRegistry:
             raise err.invalid_schema(str(e) or type(e).__name__) from None
         except RecursionError:
             raise err.invalid_schema("the schema nests too deeply") from None
+        except ImportError as e:  # a schema type whose library this installation lacks
+            raise err.invalid_schema(f"{schema_type} schemas cannot be read here: {e}") from None
         return parsed, canonical
 
     async def parse_request(self, req: SchemaRequest, normalize: bool) -> tuple[ParsedSchema, StoredSchema]:
