@@ -15,6 +15,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
+from decimal import Decimal
 from urllib.parse import urljoin
 
 import jsonschema
@@ -22,6 +23,7 @@ import jsonschema.exceptions
 import referencing
 import referencing.exceptions
 import referencing.jsonschema
+from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 
 from strom.schemas.parsed import (
     JSON,
@@ -51,13 +53,14 @@ class JsonSchema(ParsedSchema):
 
     schema_type = JSON
 
-    def __init__(self, schema: dict | bool, draft: type, registry: referencing.Registry,
-                 references: Sequence[ResolvedReference]) -> None:
+    def __init__(self, schema: dict | bool, exact: dict | bool, draft: type,
+                 registry: referencing.Registry, references: Sequence[ResolvedReference]) -> None:
         self.schema = schema
+        self._exact = exact  # fractions as Decimal: their text as written
         self._draft = draft
         self._registry = registry
         self._references = tuple(references)
-        self._canonical = compact_json(schema)
+        self._canonical = compact_json(exact)
         self._validator = draft(schema, registry=registry)
 
     @classmethod
@@ -74,14 +77,15 @@ class JsonSchema(ParsedSchema):
         if base:  # a relative reference name resolves against the schema's own $id too
             resources += [(urljoin(base, name), resource) for name, resource in resources]
         # the schema itself under its $id (or "", for the "#/..." refs of one without)
-        registry = referencing.Registry().with_resources(
-            [*resources, (base, _resource(schema, draft))])
+        # the metaschemas resolve too, as in any validator; nothing else but what is given
+        registry = SPECIFICATIONS.with_resources([*resources, (base, _resource(schema, draft))])
         _check(schema, draft, "schema")
         try:
             registry = registry.crawl()
         except Exception as e:  # noqa: BLE001 - a malformed $id shows as anything
             raise SchemaError(f"invalid JSON Schema: {e}") from None
-        parsed = cls(schema, draft, registry, references)
+        exact = json.loads(text, parse_float=Decimal)  # (the text loaded already once)
+        parsed = cls(schema, exact, draft, registry, references)
         parsed._check_refs()
         return parsed
 
@@ -96,8 +100,8 @@ class JsonSchema(ParsedSchema):
         return title if isinstance(title, str) else None
 
     def normalized(self) -> JsonSchema:
-        # Confluent reads the schema back with its object keys ordered
-        return type(self).parse(json.dumps(self.schema, sort_keys=True), self._references)
+        # Confluent reads the schema back with its object keys ordered, numbers as written
+        return type(self).parse(compact_json(_sorted(self._exact)), self._references)
 
     def read_errors(self, writer: ParsedSchema) -> list[str]:
         if not isinstance(writer, JsonSchema):
@@ -198,6 +202,15 @@ def _load(text: str, what: str) -> dict | bool:
     return value
 
 
+def _sorted(value: object) -> object:
+    """`value` with the keys of every object in order (bounded: the schema's depth)."""
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
 def _id_of(schema: object) -> str:
     if isinstance(schema, dict):
         found = schema.get("$id", schema.get("id"))
@@ -210,10 +223,8 @@ def _draft_of(schema: object, default: type = _DEFAULT_DRAFT) -> type:
     if not isinstance(schema, dict) or "$schema" not in schema:
         return default
     named = schema["$schema"]
-    if not isinstance(named, str) or named.rstrip("#") not in _DRAFTS:
-        raise SchemaError(f"invalid JSON Schema: unknown $schema {json.dumps(named)[:100]} "
-                          f"(known: {', '.join(_DRAFTS)})")
-    return _DRAFTS[named.rstrip("#")]
+    # one Strom does not know is read as draft-07, as Confluent does
+    return _DRAFTS.get(named.rstrip("#"), default) if isinstance(named, str) else default
 
 
 def _resource(contents: object, draft: type) -> referencing.Resource:
@@ -293,7 +304,7 @@ _ANNOTATIONS = frozenset({"$schema", "$id", "id", "title", "description", "defau
                           "examples", "$comment", "definitions", "$defs", "readOnly",
                           "writeOnly", "deprecated", "$anchor", "$dynamicAnchor"})
 # Deeper than this (only $ref cycles through different pairs get so deep) the diff stops.
-_MAX_COMPARE_DEPTH = 4 * MAX_DEPTH
+_MAX_COMPARE_DEPTH = 2 * MAX_DEPTH
 
 
 class _Node:

@@ -41,9 +41,12 @@ def _java_double(x: float) -> str:
 
 def compact_json(value: object) -> str:
     """`value` as Jackson writes a JSON tree compactly: no whitespace, key order kept,
-    non-ASCII as is, doubles in Java's form. Recursive: callers bound the nesting."""
+    non-ASCII as is, floats in Java's double form, Decimals in BigDecimal's. Recursive:
+    callers bound the nesting."""
     if isinstance(value, float):
         return _java_double(value)
+    if isinstance(value, Decimal):  # a number kept as written: Java's BigDecimal text
+        return str(value)
     if isinstance(value, dict):
         return "{" + ",".join(f"{compact_json(str(k))}:{compact_json(v)}"
                               for k, v in value.items()) + "}"
