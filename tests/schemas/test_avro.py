@@ -81,6 +81,16 @@ def test_a_null_namespace_inside_a_named_one_is_written_as_empty():
     assert avro(canonical).canonical == canonical
 
 
+def test_what_avro_java_tolerates_is_tolerated_and_written_as_java_does():
+    schema = {"type": "record", "name": "R", "namespace": "com.my-company", "doc": 42,
+              "fields": [{"name": "a", "type": "int", "order": "DESCENDING"},
+                         {"name": "b", "type": "int", "order": "ascending"}]}
+    # the namespace is not checked, a doc that is not text is dropped, order's case ignored
+    assert avro(schema).canonical == (
+        '{"type":"record","name":"R","namespace":"com.my-company","fields":['
+        '{"name":"a","type":"int","order":"descending"},{"name":"b","type":"int"}]}')
+
+
 def test_defaults_are_written_as_jackson_writes_them():
     schema = {"type": "record", "name": "R", "fields": [
         {"name": "big", "type": "double", "default": 1e20},

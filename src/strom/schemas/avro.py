@@ -206,14 +206,14 @@ def _split(full: str) -> tuple[str | None, str]:
 
 
 def _check_name(name: object, what: str, dotted: bool = False) -> str:
-    """`name` if Avro Java accepts it: a letter or _ then letters, digits and _ (dotted:
-    parts like that joined by dots)."""
+    """`name` if Avro Java accepts it: a letter or _ then letters, digits and _ (dotted: the
+    part after the last dot so; like Java, the namespace before it is not checked)."""
     if not isinstance(name, str):
         raise _invalid(f"{what} {json.dumps(name)[:100]} is not a string")
-    for part in name.split(".") if dotted else (name,):
-        if not (part and (part[0].isalpha() or part[0] == "_")
-                and all(c.isalnum() or c == "_" for c in part)):
-            raise _invalid(f"{what} {name!r} is not a valid Avro name")
+    simple = name.rpartition(".")[2] if dotted else name
+    if not (simple and (simple[0].isalpha() or simple[0] == "_")
+            and all(c.isalnum() or c == "_" for c in simple)):
+        raise _invalid(f"{what} {name!r} is not a valid Avro name")
     return name
 
 
@@ -283,8 +283,6 @@ class _Resolver:
         namespace = node.get("namespace", space)
         if namespace is not None and not isinstance(namespace, str):
             raise _invalid(f"namespace {json.dumps(namespace)[:100]} is not a string")
-        if namespace and "." not in name:
-            _check_name(namespace, "namespace", dotted=True)
         full = self._full(name, namespace or None)
         own_space, simple = _split(full)
         if simple in PRIMITIVES:
@@ -293,7 +291,7 @@ class _Resolver:
             raise _invalid(f"type {full} is defined twice")
         out: dict = {"type": kind, "name": full}
         self.defs[full] = out  # before the fields: a record may contain itself
-        if "doc" in node:
+        if isinstance(node.get("doc"), str):  # Java keeps only a text doc
             out["doc"] = node["doc"]
         if kind == "enum":
             out["symbols"] = self._symbols(node.get("symbols"), full)
@@ -344,7 +342,7 @@ class _Resolver:
         if "type" not in node:
             raise _invalid(f"field {name} has no type")
         out = {"name": name, "type": self._type(node["type"], space, depth + 1)}
-        if "doc" in node:
+        if isinstance(node.get("doc"), str):  # Java keeps only a text doc
             out["doc"] = node["doc"]
         if "default" in node:
             if not _valid_default(out["type"], node["default"], self.defs):
@@ -352,6 +350,7 @@ class _Resolver:
                                f"{json.dumps(node['default'])[:200]}")
             out["default"] = node["default"]
         order = node.get("order", "ascending")
+        order = order.lower() if isinstance(order, str) else order  # Java ignores the case
         if order not in _ORDERS:
             raise _invalid(f"field {name} order {json.dumps(order)[:100]}")
         if order != "ascending":
@@ -798,6 +797,7 @@ class _Scanner:
         self.data = data
         self.pos = 0
         self.empty_items = 0
+        self.sizes: dict[int, int] = {}  # id(item type) -> its least encoded size
 
     def _fail(self, why: str) -> SchemaError:
         return SchemaError(f"payload does not match the Avro schema: {why}")
@@ -868,7 +868,10 @@ class _Scanner:
             if count < 0:
                 count = -count
                 self._long()  # the block's size in bytes
-            if _min_size(item, self.defs, set()) == 0:
+            size = self.sizes.get(id(item))
+            if size is None:
+                size = self.sizes[id(item)] = _min_size(item, self.defs, set())
+            if size == 0:
                 self.empty_items += count
                 if self.empty_items > MAX_EMPTY_ITEMS:
                     raise self._fail(f"more than {MAX_EMPTY_ITEMS} items that take no bytes")

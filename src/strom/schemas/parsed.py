@@ -125,6 +125,11 @@ class ParsedSchema(ABC):
         the message indexes) as Python data: a dict for a record or message, parsed JSON for
         JSON Schema. Raises SchemaError if the payload does not match."""
 
+    def encode(self, value: object) -> bytes:
+        """`value` (Python data as decode gives it) as a payload, without the framing: what a
+        sink writes. SchemaError if the value does not fit the schema."""
+        raise NotImplementedError(f"{self.schema_type} schemas do not encode values")
+
 
 def compatibility_errors(level: Compatibility, new: ParsedSchema,
                          previous: Sequence[ParsedSchema]) -> list[str]:
