@@ -355,6 +355,21 @@ def test_protobuf_serializer_round_trip_and_the_serialized_format(client, url):
     assert serialized["schemaType"] == "PROTOBUF"
 
 
+
+def test_json_schema_serializer_round_trip(client):
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+
+    topic = unique_name("json-topic")
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    schema = json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", "title": "Point", "type": "object",
+                         "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}, "required": ["x"]})
+    serialize = JSONSerializer(schema, client)
+    value = {"x": 1, "y": 2}
+    assert JSONDeserializer(schema)(serialize(value, ctx), ctx) == value
+    latest = client.get_latest_version(f"{topic}-value")
+    assert latest.schema.schema_type == "JSON"
+    assert client.lookup_schema(f"{topic}-value", Schema(schema, "JSON")).schema_id == latest.schema_id
+
 def test_everything_is_there_after_a_restart_and_ids_go_on(broker, url, client):
     subject = unique_name("restart") + "-value"
     first = client.register_schema(subject, Schema(avro("Keep", ("k", "int")), "AVRO"))
