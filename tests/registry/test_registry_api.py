@@ -309,6 +309,12 @@ def test_modes_readonly_and_import(client, url):
     assert taken.status_code == 422 and taken.json()["error_code"] == 42205
     client.delete_mode(subject)
     assert requests.get(f"{url}/mode/{subject}?defaultToGlobal=true").json() == {"mode": "READWRITE"}
+    # the global mode: READONLY refuses every registration until it is deleted (READWRITE again)
+    assert requests.put(f"{url}/mode", headers=CT, json={"mode": "READONLY"}).json() == {"mode": "READONLY"}
+    refused = requests.post(f"{url}/subjects/{unique_name('ro')}/versions", headers=CT, json={"schema": '"long"'})
+    assert refused.status_code == 422 and refused.json()["error_code"] == 42205
+    assert requests.delete(f"{url}/mode").json() == {"mode": "READONLY"}
+    assert requests.get(f"{url}/mode").json() == {"mode": "READWRITE"}
 
 
 def test_avro_serializer_round_trip_through_a_topic(broker, client):

@@ -360,6 +360,4 @@ class RegistryApi:
     async def delete_mode(self, request: web.Request) -> web.Response:
         subject = request.match_info.get("subject")
         self._allow(request, "write_config", subject)
-        if subject is None:
-            raise RegistryError(err.NOT_FOUND, "The global mode is set with PUT /mode, not deleted")
         return await self._write(request, lambda _: self.registry.delete_mode(subject), with_body=False)

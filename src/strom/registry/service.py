@@ -442,7 +442,9 @@ class SchemaRegistry:
             await self._write([rec.ModeRecord(subject, mode)])
         return {"mode": mode}
 
-    async def delete_mode(self, subject: str) -> dict:
+    async def delete_mode(self, subject: str | None) -> dict:
+        """The subject's mode removed (its mode is the global one again); the global mode removed
+        is READWRITE again."""
         async with self._write_lock:
             await self._begin_write()
             old = self.mode_of(subject)
