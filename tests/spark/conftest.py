@@ -19,14 +19,18 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql import SparkSession
 
 import strom.spark
-from strom.testing import BrokerProcess, report_broker_logs, unique_name
+from strom.testing import BrokerProcess, free_ports, report_broker_logs, unique_name
 
 pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(report_broker_logs)
 
 
 @pytest.fixture(scope="session")
 def broker():
-    with BrokerProcess(overrides={"auto.create.topics.enable": "true", "num.partitions": "2"}) as proc:
+    # With the schema registry on (typed columns, test_schema_registry.py): `registry_url`.
+    registry_url = f"http://127.0.0.1:{free_ports(1)[0]}"
+    with BrokerProcess(overrides={"auto.create.topics.enable": "true", "num.partitions": "2",
+                                  "schema.registry.listeners": registry_url}) as proc:
+        proc.registry_url = registry_url
         yield proc
 
 

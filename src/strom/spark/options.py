@@ -17,6 +17,9 @@ from strom.spark.client_conf import ClientConfError, for_role, translate
 
 log = logging.getLogger("strom.spark")
 
+# Options of both sides for registry-framed keys and values (formats.py).
+FORMAT_OPTIONS = {"keyformat", "valueformat", "keysubject", "valuesubject",
+                  "schema.registry.url", "schema.registry.basic.auth.user.info"}
 # Source options of Spark's Kafka source (lower-cased), with the ones Strom reads.
 SOURCE_OPTIONS = {
     "subscribe", "subscribepattern", "assign",
@@ -30,9 +33,11 @@ SOURCE_OPTIONS = {
     "latestbykey",  # Strom's own: a compacted topic read as a table
     # Strom's own: tiered offsets read from the object store (remote.py), with rsm.config.* keys
     "directremotereads", "remotereadchunkbytes",
+    # Strom's own: registry-framed keys and values as typed columns (formats.py)
+    *FORMAT_OPTIONS, "keyschemaversion", "valueschemaversion", "mode",
 }
 STORE_PREFIX = "rsm.config."  # the broker's keys of the remote store, passed as options
-SINK_OPTIONS = {"topic", "transactionalidprefix", "includeheaders"}
+SINK_OPTIONS = {"topic", "transactionalidprefix", "includeheaders", *FORMAT_OPTIONS}
 # One options dict often serves a job's source and sink: each ignores the other's options, as
 # Spark's connector does (a misspelling of either is still an error).
 ALL_OPTIONS = SOURCE_OPTIONS | SINK_OPTIONS
@@ -105,6 +110,7 @@ class SourceOptions:
     remote_storage: dict[str, str] = field(default_factory=dict)  # rsm.config.* options: a store to read
     direct_remote_reads: bool = False  # tiered offsets from that store, not through the broker
     remote_chunk_bytes: int = 4 << 20
+    formats: tuple = ()  # formats.ColumnFormat of key/value read as typed columns
 
     @property
     def client_id(self) -> str:
@@ -126,6 +132,7 @@ class SinkOptions:
     client: ClientOptions
     topic: str | None
     transactional_id_prefix: str | None = None  # exactly-once streaming writes when set
+    formats: tuple = ()  # formats.ColumnFormat of key/value written from typed columns
 
 
 def data_loss(opts: SourceOptions, what: str) -> None:
@@ -347,11 +354,19 @@ def source_options(options: Mapping[str, str], batch: bool | None) -> SourceOpti
         remote_storage=store,
         direct_remote_reads=direct,
         remote_chunk_bytes=_positive_int(options, "remotereadchunkbytes") or 4 << 20,
+        formats=_formats(options, subscribe or tuple(assign or ()), "source"),
     )
 
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:
     _unknown(options, SINK_OPTIONS, "sink")
     flag(options, "includeheaders", True)  # a 'headers' column is written whenever there is one
-    return SinkOptions(_client(options, "sink"), options.get("topic") or None,
-                       options.get("transactionalidprefix") or None)
+    topic = options.get("topic") or None
+    return SinkOptions(_client(options, "sink"), topic, options.get("transactionalidprefix") or None,
+                       _formats(options, (topic,) if topic else (), "sink"))
+
+
+def _formats(options: Mapping[str, str], topics: tuple[str, ...], role: str) -> tuple:
+    from strom.spark.formats import column_formats  # it builds on this module's errors
+
+    return column_formats(options, topics, role)

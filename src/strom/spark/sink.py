@@ -50,9 +50,11 @@ def check_schema(schema: StructType, opts: SinkOptions) -> None:
     types = {f.name: f.dataType for f in schema.fields}
     if "value" not in types:
         raise StromOptionError("Required attribute 'value' not found in the data written to the strom sink")
+    typed = {f.column for f in opts.formats}  # encoded from their own types (typed.py)
     rules = [
-        ("value", _is(types["value"], StringType(), BinaryType()), "string or binary"),
-        ("key", _is(types.get("key", BinaryType()), StringType(), BinaryType()), "string or binary"),
+        ("value", "value" in typed or _is(types["value"], StringType(), BinaryType()), "string or binary"),
+        ("key", "key" in typed or _is(types.get("key", BinaryType()), StringType(), BinaryType()),
+         "string or binary"),
         ("topic", _is(types.get("topic", StringType()), StringType()), "string"),
         ("partition", _is(types.get("partition", IntegerType()), IntegerType()), "int"),
         ("headers", _is(types.get("headers", HEADERS), HEADERS), HEADERS.simpleString()),
@@ -67,6 +69,9 @@ def check_schema(schema: StructType, opts: SinkOptions) -> None:
 
 def _driver_checks(opts: SinkOptions, schema: StructType) -> None:
     check_schema(schema, opts)
+    for f in opts.formats:
+        if f.column not in schema.fieldNames():
+            raise StromOptionError(f"{f.column}Format={f.kind} but the data written has no {f.column} column")
     if TaskContext.get() is None:  # on the driver (tasks build the writer too)
         Admin(opts.client).topics()  # an unreachable broker fails here, in bounded time
         producer(opts, Delivery(opts.client.bootstrap))  # librdkafka checks the settings here, not in each task
@@ -86,6 +91,26 @@ def foreach_batch(**options: str) -> Callable[[DataFrame, int], None]:
     return write
 
 
+def _sink_plans(opts: SinkOptions, schema: StructType) -> tuple:
+    """Typed columns' schemas (typed.SinkPlan), registered where they are not yet."""
+    if not opts.formats:
+        return ()
+    from strom.spark.typed import plan_sink
+
+    return plan_sink(opts.formats, schema)
+
+
+def _write(opts: SinkOptions, prefix: str | None, plans: tuple, schema: StructType,
+           iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+    if plans:
+        from strom.spark.typed import encode_batches
+
+        iterator = encode_batches(iterator, plans, schema)
+    if prefix:
+        return txn.write_task(opts, prefix, iterator)
+    return SinkCommit(write_task(opts, iterator))
+
+
 class BatchWriter(DataSourceArrowWriter):
     """df.write: at-least-once; with transactionalIdPrefix (within foreachBatch only), the
     micro-batch's exactly-once write."""
@@ -96,11 +121,10 @@ class BatchWriter(DataSourceArrowWriter):
         _driver_checks(opts, schema)
         self.opts = opts
         self.prefix = opts.transactional_id_prefix
+        self.schema, self.typed = schema, _sink_plans(opts, schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        if self.prefix:
-            return txn.write_task(self.opts, self.prefix, iterator)
-        return SinkCommit(write_task(self.opts, iterator))
+        return _write(self.opts, self.prefix, self.typed, self.schema, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.prefix:
@@ -120,11 +144,10 @@ class StreamWriter(DataSourceStreamArrowWriter):
         _driver_checks(opts, schema)
         self.opts = opts
         self.prefix = opts.transactional_id_prefix
+        self.schema, self.typed = schema, _sink_plans(opts, schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        if self.prefix:
-            return txn.write_task(self.opts, self.prefix, iterator)
-        return SinkCommit(write_task(self.opts, iterator))
+        return _write(self.opts, self.prefix, self.typed, self.schema, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.prefix:

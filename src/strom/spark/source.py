@@ -36,7 +36,6 @@ from strom.spark.options import (
     SourceOptions,
     StromOptionError,
     data_loss,
-    flag,
     sink_options,
     source_options,
 )
@@ -60,14 +59,21 @@ class StromDataSource(DataSource):
     def schema(self) -> StructType:
         # Spark asks for the schema when the DataFrame is defined (load()), reads only: the
         # time to refuse a bad option, before a stream starts.
-        source_options(self.options, batch=None)
-        return source_schema(flag(self.options, "includeheaders", False))
+        opts = source_options(self.options, batch=None)
+        base = source_schema(opts.include_headers)
+        if not opts.formats:
+            return base
+        from strom.spark.typed import plan, typed_schema  # the reader schemas, from the registry
+
+        return typed_schema(base, plan(opts.formats))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(source_options(self.options, batch=True))
+        opts = source_options(self.options, batch=True)
+        return BatchReader(opts, _typed(opts, schema), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(source_options(self.options, batch=False))
+        opts = source_options(self.options, batch=False)
+        return StreamReader(opts, _typed(opts, schema), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from strom.spark.sink import BatchWriter
@@ -78,6 +84,16 @@ class StromDataSource(DataSource):
         from strom.spark.sink import StreamWriter
 
         return StreamWriter(sink_options(self.options), schema)
+
+
+def _typed(opts: SourceOptions, schema: StructType) -> tuple:
+    """The typed columns' plans (typed.ColumnPlan), with the reader schemas the query's
+    columns were planned with."""
+    if not opts.formats:
+        return ()
+    from strom.spark.typed import plan
+
+    return plan(opts.formats, seen=schema)
 
 
 def _input_partitions(ranges: list[off.Range], opts: SourceOptions) -> list[InputPartition]:
@@ -91,7 +107,17 @@ def _input_partitions(ranges: list[off.Range], opts: SourceOptions) -> list[Inpu
     return [InputPartition(r) for r in ranges]
 
 
-def _read(opts: SourceOptions, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+def _read(opts: SourceOptions, partition: InputPartition | None, typed: tuple = (),
+          schema: StructType | None = None) -> Iterator[pa.RecordBatch]:
+    batches = _read_binary(opts, partition)
+    if typed:
+        from strom.spark.typed import decode_batches
+
+        batches = decode_batches(batches, typed, schema)
+    yield from batches
+
+
+def _read_binary(opts: SourceOptions, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
     from strom.spark.fetch import read_range
 
     r = getattr(partition, "value", None)
@@ -129,8 +155,9 @@ def latest_by_key(batches: Iterator[pa.RecordBatch], include_headers: bool) -> I
 
 
 class BatchReader(DataSourceReader):
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, typed: tuple = (), schema: StructType | None = None) -> None:
         self.opts = opts
+        self.typed, self.schema = typed, schema
 
     def partitions(self) -> Sequence[InputPartition]:
         from strom.spark.offsets import Admin
@@ -157,7 +184,7 @@ class BatchReader(DataSourceReader):
         return _input_partitions(ranges, opts)
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
-        yield from _read(self.opts, partition)
+        yield from _read(self.opts, partition, self.typed, self.schema)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -165,8 +192,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     this object lives in one driver-side Python process for the query's lifetime (the tasks
     build their own from the data source)."""
 
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, typed: tuple = (), schema: StructType | None = None) -> None:
         self.opts = opts
+        self.typed, self.schema = typed, schema
         self._admin: Admin | None = None
         self._target: off.Offsets | None = None  # Trigger.AvailableNow: read no further
         self._last_batch = time.monotonic()  # for minOffsetsPerTrigger's maxTriggerDelay
@@ -252,7 +280,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _input_partitions(ranges, self.opts)
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
-        yield from _read(self.opts, partition)
+        yield from _read(self.opts, partition, self.typed, self.schema)
 
     def commit(self, end: dict) -> None:
         pass  # progress lives in Spark's checkpoint; nothing is committed to Kafka
