@@ -176,19 +176,12 @@ def up(brokers: int, base_port: int, controller_port: int | None, data_dir: Path
     taken = set(ports)
     controller_ports: list[int] = []
     if not zookeeper_mode:
-        first = base_port + CONTROLLER_PORT_OFFSET if controller_port is None else controller_port
-        controller_ports = _ports(first, brokers, "--controller-port")
-        if set(controller_ports) & taken:
-            raise click.BadParameter("controller ports would overlap the broker ports",
-                                     param_hint="--controller-port")
-        taken |= set(controller_ports)
+        controller_ports = _more_ports(base_port + CONTROLLER_PORT_OFFSET, controller_port, brokers,
+                                       "--controller-port", "controller ports would overlap the broker ports", taken)
     security = None
     if not insecure:
-        first = base_port + INTERNAL_PORT_OFFSET if internal_port is None else internal_port
-        internal_ports = _ports(first, brokers, "--internal-port")
-        if set(internal_ports) & taken:
-            raise click.BadParameter("inter-broker ports would overlap the broker or controller ports",
-                                     param_hint="--internal-port")
+        internal_ports = _more_ports(base_port + INTERNAL_PORT_OFFSET, internal_port, brokers, "--internal-port",
+                                     "inter-broker ports would overlap the broker or controller ports", taken)
         data_dir.mkdir(parents=True, exist_ok=True)
         security = _Security(data_dir, internal_ports, kraft=not zookeeper_mode)
     stopping = threading.Event()
@@ -198,6 +191,15 @@ def up(brokers: int, base_port: int, controller_port: int | None, data_dir: Path
         _up_zookeeper(ports, data_dir, zookeeper_connect, zookeeper_port, overrides, stopping, security)
     else:
         _up_kraft(ports, controller_ports, data_dir, overrides, stopping, security)
+
+
+def _more_ports(default: int, given: int | None, count: int, option: str, overlap: str, taken: set[int]) -> list[int]:
+    """`count` ports from `given` (or `default`) that none of `taken` overlaps; added to it."""
+    ports = _ports(default if given is None else given, count, option)
+    if set(ports) & taken:
+        raise click.BadParameter(overlap, param_hint=option)
+    taken.update(ports)
+    return ports
 
 
 # --- security -----------------------------------------------------------------------------------

@@ -95,18 +95,27 @@ static const char *check_one(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t
     return NULL;
 }
 
+/* Both walks take (buf, start, end, count, flag); on failure the buffer is released. */
+static int walk_args(PyObject *args, Py_buffer *view, Py_ssize_t *start, Py_ssize_t *end,
+                     Py_ssize_t *count, int *flag)
+{
+    if (!PyArg_ParseTuple(args, "y*nnnp", view, start, end, count, flag))
+        return -1;
+    if (*start < 0 || *end > view->len || *start > *end) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "range outside the buffer");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *check_records(PyObject *self, PyObject *args)
 {
     Py_buffer view;
     Py_ssize_t start, end, count;
     int require_keys;
-    if (!PyArg_ParseTuple(args, "y*nnnp", &view, &start, &end, &count, &require_keys))
+    if (walk_args(args, &view, &start, &end, &count, &require_keys) != 0)
         return NULL;
-    if (start < 0 || end > view.len || start > end) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "range outside the buffer");
-        return NULL;
-    }
     const unsigned char *p = (const unsigned char *)view.buf;
     const char *error = NULL;
     Py_ssize_t pos = start, index = 0;
@@ -166,13 +175,8 @@ static PyObject *schema_ids(PyObject *self, PyObject *args)
     Py_buffer view;
     Py_ssize_t start, end, count;
     int value;
-    if (!PyArg_ParseTuple(args, "y*nnnp", &view, &start, &end, &count, &value))
+    if (walk_args(args, &view, &start, &end, &count, &value) != 0)
         return NULL;
-    if (start < 0 || end > view.len || start > end) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "range outside the buffer");
-        return NULL;
-    }
     const unsigned char *p = (const unsigned char *)view.buf;
     uint32_t ids[MAX_SCHEMA_IDS];
     int distinct = 0;
