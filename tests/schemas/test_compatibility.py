@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from strom.schemas import json_schema
 from strom.schemas.parsed import Compatibility, compatibility_errors, parse
 
 B, BT = Compatibility.BACKWARD, Compatibility.BACKWARD_TRANSITIVE
@@ -228,3 +229,17 @@ def test_json_transitive_levels_check_every_earlier_version():
     assert compatibility_errors(B, v3, [v1, v2]) == []
     [error] = compatibility_errors(BT, v3, [v1, v2])
     assert "REQUIRED_ATTRIBUTE_ADDED" in error
+
+
+def test_json_nested_combined_schemas_are_compared_within_a_bound(monkeypatch):
+    # every anyOf compares each pair of its branches: nested, the pairs multiply (a lower
+    # bound here keeps the test fast; the real one is hit the same way)
+    monkeypatch.setattr(json_schema, "_MAX_COMPARE_STEPS", 5_000)
+    def nested(depth, kind):
+        if depth == 0:
+            return {"type": kind}
+        return {"anyOf": [nested(depth - 1, kind) for _ in range(3)]}
+
+    errors = compatibility_errors(B, js(nested(6, "integer")), [js(nested(6, "string"))])
+    assert errors and "too complex" in errors[0]
+    assert compatibility_errors(B, js(nested(2, "string")), [js(nested(2, "string"))]) == []

@@ -109,8 +109,9 @@ class JsonSchema(ParsedSchema):
         diff = _Diff()
         try:
             diff.compare(writer._root(), self._root(), "#/", 0)
-        except RecursionError:  # bounded by depth checks; this is the last guard
-            return ['{errorType:"TYPE_CHANGED", description:"schemas too deep to compare"}']
+        except (_TooComplex, RecursionError):  # depth is bounded; this is the last guard
+            return ['{errorType:"TYPE_CHANGED", description:"The schemas are too complex to '
+                    f'compare (more than {_MAX_COMPARE_STEPS} steps)"}}']
         return [_describe(kind, path) for kind, path in dict.fromkeys(diff.found)
                 if kind not in COMPATIBLE_CHANGES]
 
@@ -305,6 +306,13 @@ _ANNOTATIONS = frozenset({"$schema", "$id", "id", "title", "description", "defau
                           "writeOnly", "deprecated", "$anchor", "$dynamicAnchor"})
 # Deeper than this (only $ref cycles through different pairs get so deep) the diff stops.
 _MAX_COMPARE_DEPTH = 2 * MAX_DEPTH
+# Subschemas compared at most in one check: combined schemas compare every pair of their
+# subschemas, so nested ones grow the work exponentially with their depth.
+_MAX_COMPARE_STEPS = 200_000
+
+
+class _TooComplex(Exception):
+    """The comparison took more than _MAX_COMPARE_STEPS steps."""
 
 
 class _Node:
@@ -389,6 +397,7 @@ class _Diff:
     def __init__(self) -> None:
         self.found: list[tuple[str, str]] = []
         self.visiting: set[tuple[int, int]] = set()
+        self.steps = 0
 
     def add(self, kind: str, path: str) -> None:
         self.found.append((kind, path))
@@ -413,6 +422,9 @@ class _Diff:
         if depth > _MAX_COMPARE_DEPTH:
             self.add("TYPE_CHANGED", path)
             return
+        self.steps += 1
+        if self.steps > _MAX_COMPARE_STEPS:
+            raise _TooComplex
         original, update = original.deref(), update.deref()
         okind, ukind = _kind(original.schema), _kind(update.schema)
         if okind != "combined" and ukind == "combined":
