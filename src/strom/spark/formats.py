@@ -68,10 +68,6 @@ def column_formats(options: Mapping[str, str], topics: tuple[str, ...], role: st
             subject = f"{topics[0]}-{column}"
         out.append(ColumnFormat(column, kind, subject, _version(options, column) if role == "source" else None,
                                 registry, _permissive(options) if role == "source" else False))
-    if role == "sink":
-        for f in out:
-            if f.kind != "avro":
-                raise StromOptionError(f"The strom sink encodes {f.column}Format=avro only, not {f.kind}")
     return tuple(out)
 
 

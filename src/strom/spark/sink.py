@@ -50,7 +50,7 @@ def check_schema(schema: StructType, opts: SinkOptions) -> None:
     types = {f.name: f.dataType for f in schema.fields}
     if "value" not in types:
         raise StromOptionError("Required attribute 'value' not found in the data written to the strom sink")
-    typed = {f.column for f in opts.formats}  # encoded from their own types (typed.py)
+    typed = {f.column for f in opts.formats}  # encoded from their own types (typed_sink.py)
     rules = [
         ("value", "value" in typed or _is(types["value"], StringType(), BinaryType()), "string or binary"),
         ("key", "key" in typed or _is(types.get("key", BinaryType()), StringType(), BinaryType()),
@@ -92,10 +92,10 @@ def foreach_batch(**options: str) -> Callable[[DataFrame, int], None]:
 
 
 def _sink_plans(opts: SinkOptions, schema: StructType) -> tuple:
-    """Typed columns' schemas (typed.SinkPlan), registered where they are not yet."""
+    """Typed columns' schemas (typed_sink.SinkPlan), registered where they are not yet."""
     if not opts.formats:
         return ()
-    from strom.spark.typed import plan_sink
+    from strom.spark.typed_sink import plan_sink
 
     return plan_sink(opts.formats, schema)
 
@@ -103,7 +103,7 @@ def _sink_plans(opts: SinkOptions, schema: StructType) -> tuple:
 def _write(opts: SinkOptions, prefix: str | None, plans: tuple, schema: StructType,
            iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
     if plans:
-        from strom.spark.typed import encode_batches
+        from strom.spark.typed_sink import encode_batches
 
         iterator = encode_batches(iterator, plans, schema)
     if prefix:

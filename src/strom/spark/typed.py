@@ -4,9 +4,7 @@ Planning (driver): the reader schema of each typed column is its subject's chose
 and the column's Spark type is that schema's. Reading (tasks): each record's framing names
 its writer schema; the payload is decoded with it and resolved to the reader's shape, and a
 batch's values become one Arrow array (one conversion per batch). Schemas are fetched once
-per id and process (registry.py). Writing: a struct column is encoded with an Avro schema
-registered under the subject (or the subject's latest, when it has the column's type), and
-framed with its id."""
+per id and process (registry.py). Writing: typed_sink.py."""
 
 from __future__ import annotations
 
@@ -16,10 +14,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
-from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
+from pyspark.sql.types import DataType, StructField, StructType
 
-from strom.schemas import NotFramed, frame, schema_id_of
-from strom.schemas.parsed import AVRO, SchemaError, parse
+from strom.schemas import NotFramed, schema_id_of
+from strom.schemas.parsed import SchemaError
 from strom.spark import registry
 from strom.spark.formats import ColumnFormat
 from strom.spark.registry import FetchedSchema, RegistryError
@@ -157,96 +155,3 @@ def _decode_error(f: ColumnFormat, batch: pa.RecordBatch, row: int, error: Excep
     return StromDecodeError(
         f"The {f.column} of {where} {what} ({f.column}Format={f.kind}, subject {f.subject!r}): {error}. "
         f"Set the option mode=PERMISSIVE to read such {f.column}s as null instead")
-
-
-# -- writing (Avro) ----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SinkPlan:
-    """A typed column of the sink: the schema its values are encoded with, and its id."""
-
-    format: ColumnFormat
-    schema_id: int
-    schema: str  # Avro schema text
-
-
-def plan_sink(formats: tuple[ColumnFormat, ...], schema: StructType) -> tuple[SinkPlan, ...]:
-    """Each typed column's Avro schema: the subject's latest if it has the column's type, else
-    one derived from the column's Spark type, registered under the subject."""
-    from strom.spark.typed_avro import avro_schema, spark_type
-
-    out = []
-    types = {f.name: f.dataType for f in schema.fields}
-    for f in formats:
-        data_type = types[f.column]
-        chosen = None
-        try:
-            _, latest = registry.by_version(f.registry, f.subject, None)
-            if latest.schema_type == AVRO and _same(spark_type(json.loads(parse(AVRO, latest.text,
-                                                                                 latest.references).resolved)),
-                                                    data_type):
-                chosen = SinkPlan(f, latest.schema_id, latest.text)
-        except (RegistryError, SchemaError):
-            pass  # no subject yet (or one of another shape): register the column's own
-        if chosen is None:
-            if not isinstance(data_type, StructType):
-                raise SchemaError(f"with {f.column}Format=avro the {f.column} column must be a struct, "
-                                  f"not {data_type.simpleString()}")
-            text = json.dumps(avro_schema(data_type))
-            chosen = SinkPlan(f, registry.register(f.registry, f.subject, AVRO, text), text)
-        out.append(chosen)
-    return tuple(out)
-
-
-def _same(a: DataType, b: DataType) -> bool:
-    """The same type, nullability aside."""
-    return a.simpleString() == b.simpleString()
-
-
-def encode_batches(batches: Iterator[pa.RecordBatch], plans: tuple[SinkPlan, ...],
-                   schema: StructType) -> Iterator[pa.RecordBatch]:
-    """Batches with each typed column replaced by its framed Avro binary; `schema`: the
-    written DataFrame's."""
-    import pyarrow as pa
-
-    encoders = [(p, _encoder(p, schema[p.format.column].dataType)) for p in plans]
-    for batch in batches:
-        for p, encode in encoders:
-            i = batch.schema.get_field_index(p.format.column)
-            values = [None if v is None else encode(v) for v in batch.column(i).to_pylist()]
-            batch = batch.set_column(i, pa.field(p.format.column, pa.binary()), pa.array(values, pa.binary()))
-        yield batch
-
-
-@cache
-def _parsed_avro(text: str):
-    return parse(AVRO, text)
-
-
-def _encoder(p: SinkPlan, data_type: DataType) -> Callable[[object], bytes]:
-    schema = _parsed_avro(p.schema)
-    header = frame(p.schema_id, b"")
-    fit = _for_avro(data_type)
-
-    def encode(value: object) -> bytes:
-        return header + schema.encode(fit(value) if fit else value)
-
-    return encode
-
-
-def _for_avro(data_type: DataType) -> Callable[[object], object] | None:
-    """What turns an Arrow value of `data_type` into what the Avro encoder takes (a map comes
-    from Arrow as (key, value) pairs, Avro takes a dict); None when nothing needs turning."""
-    if isinstance(data_type, MapType):
-        inner = _for_avro(data_type.valueType)
-        return lambda v: None if v is None else {k: (inner(x) if inner else x) for k, x in v}
-    if isinstance(data_type, ArrayType):
-        item = _for_avro(data_type.elementType)
-        return None if item is None else (lambda v: None if v is None else [item(x) for x in v])
-    if isinstance(data_type, StructType):
-        fields = {f.name: c for f in data_type.fields if (c := _for_avro(f.dataType)) is not None}
-        if not fields:
-            return None
-        return lambda v: None if v is None else {k: (fields[k](x) if k in fields else x) for k, x in v.items()}
-    return None
-
