@@ -33,7 +33,7 @@ from pyspark.sql.types import (
 )
 
 from strom.schemas import schema_id_of
-from strom.spark.options import StromOptionError
+from strom.spark.options import StromOptionError, source_options
 from strom.testing import consume_all, create_topic
 
 from .conftest import read
@@ -337,7 +337,7 @@ def test_bad_typed_options_are_refused_at_load(spark, broker, topic):
 
 
 def test_format_options_parse():
-    from strom.spark.formats import Registry, column_formats
+    from strom.spark.formats import FormatOptionError, Registry, column_formats
 
     got = column_formats({"valueformat": "Avro", "schema.registry.url": "http://r:8081/", "keyformat": "json",
                           "keysubject": "k", "valueschemaversion": "3", "mode": "permissive"}, ("t",), "source")
@@ -347,10 +347,12 @@ def test_format_options_parse():
     for bad in ({"valueformat": "xml"}, {"valueformat": "avro", "schema.registry.url": "r:8081"},
                 {"valueformat": "avro", "schema.registry.url": "http://r", "valueschemaversion": "0"},
                 {"valueformat": "avro", "schema.registry.url": "http://r", "mode": "dropmalformed"}):
-        with pytest.raises(StromOptionError):
+        with pytest.raises(FormatOptionError):
             column_formats(bad, ("t",), "source")
-    with pytest.raises(StromOptionError, match="valueSubject"):  # a sink writing a topic column
+    with pytest.raises(FormatOptionError, match="valueSubject"):  # a sink writing a topic column
         column_formats({"valueformat": "json", "schema.registry.url": "http://r"}, (), "sink")
+    with pytest.raises(StromOptionError, match="'valueFormat' must be one of"):  # as the source reports it
+        source_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "valueformat": "xml"}, batch=True)
 
 
 # -- the decoders alone (no Spark, no registry): bad schemas and payloads are clear errors ----------

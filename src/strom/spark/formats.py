@@ -9,7 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from strom.spark.options import StromOptionError
+
+class FormatOptionError(ValueError):
+    """A bad typed-column option (options.py reports it as a StromOptionError)."""
 
 BINARY = "binary"
 TYPED = ("avro", "protobuf", "json")
@@ -55,14 +57,14 @@ def column_formats(options: Mapping[str, str], topics: tuple[str, ...], role: st
         if kind == BINARY:
             continue
         if kind not in TYPED:
-            raise StromOptionError(f"Option '{column}Format' must be one of binary, {', '.join(TYPED)}, "
+            raise FormatOptionError(f"Option '{column}Format' must be one of binary, {', '.join(TYPED)}, "
                                    f"not {options[f'{column}format']!r}")
         if registry is None:
             registry = _registry(options, column)
         subject = options.get(f"{column}subject", "").strip()
         if not subject:
             if len(topics) != 1:
-                raise StromOptionError(
+                raise FormatOptionError(
                     f"{column}Format={kind} reads more than one topic (or a pattern): name the schema's "
                     f"subject with the option '{column}Subject'")
             subject = f"{topics[0]}-{column}"
@@ -74,13 +76,13 @@ def column_formats(options: Mapping[str, str], topics: tuple[str, ...], role: st
 def _registry(options: Mapping[str, str], column: str) -> Registry:
     url = options.get("schema.registry.url", "").strip()
     if not url:
-        raise StromOptionError(f"Option 'schema.registry.url' must be specified with {column}Format "
+        raise FormatOptionError(f"Option 'schema.registry.url' must be specified with {column}Format "
                                "(the registry's address, e.g. http://127.0.0.1:8081)")
     if not url.startswith(("http://", "https://")):
-        raise StromOptionError(f"Option 'schema.registry.url' must be an http(s):// URL, not {url!r}")
+        raise FormatOptionError(f"Option 'schema.registry.url' must be an http(s):// URL, not {url!r}")
     user_info = options.get("schema.registry.basic.auth.user.info")
     if user_info is not None and ":" not in user_info:
-        raise StromOptionError("Option 'schema.registry.basic.auth.user.info' must be user:password")
+        raise FormatOptionError("Option 'schema.registry.basic.auth.user.info' must be user:password")
     return Registry(url.rstrip("/"), user_info)
 
 
@@ -89,7 +91,7 @@ def _version(options: Mapping[str, str], column: str) -> int | None:
     if raw in ("latest", "-1"):
         return None
     if not raw.isdigit() or int(raw) < 1:
-        raise StromOptionError(f"Option '{column}SchemaVersion' must be 'latest' or a version number (1, 2, "
+        raise FormatOptionError(f"Option '{column}SchemaVersion' must be 'latest' or a version number (1, 2, "
                                f"...), not {options[f'{column}schemaversion']!r}")
     return int(raw)
 
@@ -97,5 +99,5 @@ def _version(options: Mapping[str, str], column: str) -> int | None:
 def _permissive(options: Mapping[str, str]) -> bool:
     mode = options.get("mode", "FAILFAST").strip().lower()
     if mode not in MODES:
-        raise StromOptionError(f"Option 'mode' must be FAILFAST or PERMISSIVE, not {options['mode']!r}")
+        raise FormatOptionError(f"Option 'mode' must be FAILFAST or PERMISSIVE, not {options['mode']!r}")
     return mode == "permissive"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strom.spark.client_conf import ClientConfError, for_role, translate
+from strom.spark.formats import FormatOptionError, column_formats
 
 log = logging.getLogger("strom.spark")
 
@@ -367,6 +368,7 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
 
 
 def _formats(options: Mapping[str, str], topics: tuple[str, ...], role: str) -> tuple:
-    from strom.spark.formats import column_formats  # it builds on this module's errors
-
-    return column_formats(options, topics, role)
+    try:
+        return column_formats(options, topics, role)
+    except FormatOptionError as e:
+        raise StromOptionError(str(e)) from None
