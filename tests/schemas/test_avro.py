@@ -287,11 +287,36 @@ def test_a_deeply_nested_payload_of_a_recursive_type_is_refused():
         avro(LIST).encode(value)
 
 
+def chain(length):
+    """A record whose fields hold records each holding the one before it, by name."""
+    fields = [{"name": "r0", "type": {"type": "record", "name": "R0", "fields": []}}]
+    for i in range(1, length):
+        fields.append({"name": f"r{i}", "type": {"type": "record", "name": f"R{i}", "fields": [
+            {"name": "previous", "type": f"R{i - 1}"}]}})
+    return {"type": "record", "name": "Chain", "fields": fields}
+
+
+def test_nesting_through_named_types_is_bounded():
+    # every value of a 3000-long chain nests 3000 deep: refused (in linear time) rather than
+    # left to overflow a reader
+    with pytest.raises(SchemaError, match="through named types"):
+        avro(chain(3000))
+    short = avro(chain(50))
+    value = short.decode(b"")  # every record is empty: no bytes at all
+    assert value["r49"]["previous"] == value["r48"]
+
+
 def test_items_that_take_no_bytes_are_bounded():
     nulls = avro('{"type": "array", "items": "null"}')
     assert nulls.decode(b"\x06\x00") == [None, None, None]
     with pytest.raises(SchemaError, match="no bytes"):
         nulls.decode(b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f\x00")  # 2**62 nulls
+    empty = avro('{"type": "array", "items": {"type": "record", "name": "E", "fields": ['
+                 '{"name": "n", "type": "null"}, {"name": "f", "type": '
+                 '{"type": "fixed", "name": "F", "size": 0}}]}}')
+    assert empty.decode(b"\x04\x00") == [{"n": None, "f": b""}] * 2
+    with pytest.raises(SchemaError, match="no bytes"):
+        empty.decode(b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f\x00")
     with pytest.raises(SchemaError, match="does not match"):
         avro('{"type": "array", "items": "int"}').decode(b"\xfe\xff\xff\xff\x0f\x02")
 

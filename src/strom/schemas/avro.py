@@ -72,7 +72,7 @@ class AvroSchema(ParsedSchema):
                 self._fast = fastavro.parse_schema(self._expanded)
         except Exception as e:  # fastavro raises several kinds for one cause: a bad schema
             raise SchemaError(f"invalid Avro schema: {e}") from None
-        self._guarded = _needs_guard(root, defs)
+        self._empty = _guard(root, defs)
 
     @classmethod
     def parse(cls, text: str, references: Sequence[ResolvedReference] = ()) -> AvroSchema:
@@ -115,8 +115,8 @@ class AvroSchema(ParsedSchema):
 
     def decode(self, payload: bytes | memoryview) -> object:
         data = bytes(payload)
-        if self._guarded:
-            _Scanner(self._defs, data).scan(self._root)
+        if self._empty is not None:
+            _Scanner(self._defs, self._empty, data).scan(self._root)
         stream = io.BytesIO(data)
         try:
             value = fastavro.schemaless_reader(stream, self._fast, None)
@@ -130,7 +130,7 @@ class AvroSchema(ParsedSchema):
     def encode(self, value: object) -> bytes:
         """`value` in Avro binary (the payload only, without framing); SchemaError if it does
         not fit the schema."""
-        if self._guarded:
+        if self._empty is not None:
             _check_value_depth(value)
         stream = io.BytesIO()
         try:
@@ -726,12 +726,22 @@ def _describe(kind: str, path: str, info: str) -> str:
 
 # -- hostile payloads ----------------------------------------------------------------------
 
-def _needs_guard(root: object, defs: dict[str, dict]) -> bool:
-    """Whether a payload could nest without bound (a recursive type) or hold items that take
-    no bytes: then it is scanned (iteratively, with bounds) before fastavro reads it."""
-    return any(_refers_to(d, d["name"], defs) for d in _named_in(root, defs)) or any(
-        _min_size(node[key], defs, set()) == 0
-        for node in _containers(root, defs) for key in ("items", "values") if key in node)
+def _guard(root: object, defs: dict[str, dict]) -> set[str] | None:
+    """The records that encode to no bytes, if a payload could nest without bound (a
+    recursive type) or hold items that take no bytes: then it is scanned (iteratively, with
+    bounds) before fastavro reads it. None: no scan needed. Linear in the schema's size."""
+    nodes = list(_walk(root, defs))
+    named = {n["name"]: n for n in nodes if isinstance(n, dict) and n["type"] in NAMED}
+    nesting = _nesting(root, named, defs)
+    if nesting > 2 * MAX_DEPTH:
+        raise _invalid(f"types nested {nesting} deep through named types (at most "
+                       f"{2 * MAX_DEPTH})")
+    empty = _empty_records(named, defs)
+    items = [n.get("items", n.get("values")) for n in nodes
+             if isinstance(n, dict) and n["type"] in ("array", "map")]
+    if _has_cycle(named, defs) or any(_takes_no_bytes(i, defs, empty) for i in items):
+        return empty
+    return None
 
 
 def _walk(root: object, defs: dict[str, dict]) -> Iterator[object]:
@@ -750,54 +760,136 @@ def _walk(root: object, defs: dict[str, dict]) -> Iterator[object]:
                 continue
             seen.add(node["name"])
         yield node
-        if isinstance(node, list):
-            pending += node
-        elif isinstance(node, dict):
-            pending += [f["type"] for f in node.get("fields", ())]
-            pending += [node[k] for k in ("items", "values") if k in node]
+        pending += _children(node)
 
 
-def _named_in(root: object, defs: dict[str, dict]) -> list[dict]:
-    return [n for n in _walk(root, defs) if isinstance(n, dict) and n["type"] in NAMED]
+def _children(node: object) -> list:
+    if isinstance(node, list):
+        return node
+    if isinstance(node, dict):
+        return [f["type"] for f in node.get("fields", ())] + [
+            node[k] for k in ("items", "values") if k in node]
+    return []
 
 
-def _containers(root: object, defs: dict[str, dict]) -> list[dict]:
-    return [n for n in _walk(root, defs) if isinstance(n, dict) and n["type"] in ("array", "map")]
+def _named_uses(node: dict) -> Iterator[str]:
+    """The named types a named type's definition uses directly (down to the next name)."""
+    pending = _children(node)
+    while pending:
+        child = pending.pop()
+        if isinstance(child, str):
+            if child not in PRIMITIVES:
+                yield child
+        elif isinstance(child, dict) and child["type"] in NAMED:
+            yield child["name"]
+        else:
+            pending += _children(child)
 
 
-def _refers_to(node: dict, name: str, defs: dict[str, dict]) -> bool:
-    return any(isinstance(n, dict) and n.get("name") == name
-               for field in node.get("fields", ()) for n in _walk(field["type"], defs))
+def _has_cycle(named: dict[str, dict], defs: dict[str, dict]) -> bool:
+    """Whether a named type contains itself (iterative depth-first search)."""
+    done: set[str] = set()
+    for start in named:
+        if start in done:
+            continue
+        path = {start}
+        stack = [(start, iter(_named_uses(defs[start])))]
+        while stack:
+            name, uses = stack[-1]
+            used = next(uses, None)
+            if used is None:
+                stack.pop()
+                path.discard(name)
+                done.add(name)
+            elif used in path:
+                return True
+            elif used not in done:
+                path.add(used)
+                stack.append((used, iter(_named_uses(defs[used]))))
+    return False
 
 
-def _min_size(node: object, defs: dict[str, dict], visiting: set[str]) -> int:
+def _nesting(root: object, named: dict[str, dict], defs: dict[str, dict]) -> int:
+    """How deep a value of `root` nests, following named types (a recursive use counts as
+    nothing: the scan bounds those), from the innermost named types out."""
+    height: dict[str, int] = {}
+    entered: set[str] = set()
+    for start in named:
+        stack = [(start, False)]
+        while stack:
+            name, inside_done = stack.pop()
+            if name in height:
+                continue
+            if not inside_done:
+                if name in entered:
+                    continue
+                entered.add(name)
+                stack.append((name, True))
+                stack += [(n, False) for n in _named_uses(defs[name]) if n not in height]
+                continue
+            height[name] = _height(defs[name], height, own=True)
+    return _height(root, height, own=False)
+
+
+def _height(node: object, height: dict[str, int], own: bool) -> int:
+    """The levels below and including `node`, taking named types' heights from `height`."""
+    deepest = 0
+    pending = [(node, 1)]
+    while pending:
+        child, depth = pending.pop()
+        name = child if isinstance(child, str) and child not in PRIMITIVES else (
+            child["name"] if isinstance(child, dict) and child["type"] in NAMED else None)
+        if name is not None and not (own and child is node):
+            deepest = max(deepest, depth - 1 + height.get(name, 1))
+            continue
+        deepest = max(deepest, depth)
+        pending += [(c, depth + 1) for c in _children(child)]
+    return deepest
+
+
+def _empty_records(named: dict[str, dict], defs: dict[str, dict]) -> set[str]:
+    """The records whose every field encodes to no bytes (null, fixed of size 0, such a
+    record), found from the inside out; a record inside itself is never empty."""
+    empty: set[str] = set()
+    decided: set[str] = set()
+    entered: set[str] = set()  # being decided: met again, it is inside itself
+    for start in named:
+        stack = [(start, False)]
+        while stack:
+            name, inside_done = stack.pop()
+            node = defs[name]
+            if name in decided or node["type"] not in ("record", "error"):
+                continue
+            if not inside_done:
+                if name in entered:
+                    continue
+                entered.add(name)
+                stack.append((name, True))
+                stack += [(n, False) for n in _named_uses(node) if n not in decided]
+                continue
+            decided.add(name)
+            if all(_takes_no_bytes(f["type"], defs, empty) for f in node["fields"]):
+                empty.add(name)
+    return empty
+
+
+def _takes_no_bytes(node: object, defs: dict[str, dict], empty: set[str]) -> bool:
     kind = _kind(node, defs)
     node = _deref(node, defs)
-    if kind == "null":
-        return 0
-    if kind == "fixed":
-        return node["size"]
-    if kind in ("record", "error"):
-        if node["name"] in visiting:
-            return 1  # a recursive record is reached through a union: an index byte
-        visiting.add(node["name"])
-        try:
-            return sum(_min_size(f["type"], defs, visiting) for f in node["fields"])
-        finally:
-            visiting.discard(node["name"])
-    return 1
+    return (kind == "null" or (kind == "fixed" and node["size"] == 0)
+            or (kind in ("record", "error") and node["name"] in empty))
 
 
 class _Scanner:
     """Walks a payload by the schema without building values, on an explicit stack, refusing
     nesting beyond MAX_VALUE_DEPTH and more than MAX_EMPTY_ITEMS items that take no bytes."""
 
-    def __init__(self, defs: dict[str, dict], data: bytes) -> None:
+    def __init__(self, defs: dict[str, dict], empty: set[str], data: bytes) -> None:
         self.defs = defs
+        self.empty = empty
         self.data = data
         self.pos = 0
         self.empty_items = 0
-        self.sizes: dict[int, int] = {}  # id(item type) -> its least encoded size
 
     def _fail(self, why: str) -> SchemaError:
         return SchemaError(f"payload does not match the Avro schema: {why}")
@@ -868,10 +960,7 @@ class _Scanner:
             if count < 0:
                 count = -count
                 self._long()  # the block's size in bytes
-            size = self.sizes.get(id(item))
-            if size is None:
-                size = self.sizes[id(item)] = _min_size(item, self.defs, set())
-            if size == 0:
+            if _takes_no_bytes(item, self.defs, self.empty):
                 self.empty_items += count
                 if self.empty_items > MAX_EMPTY_ITEMS:
                     raise self._fail(f"more than {MAX_EMPTY_ITEMS} items that take no bytes")
