@@ -65,6 +65,19 @@ def test_whitespace_and_spelling_do_not_change_the_canonical_text():
     assert avro(respelled).canonical == compact
 
 
+def test_unions_define_named_types_and_refuse_duplicates():
+    inline = {"type": "record", "name": "R", "fields": [{"name": "x", "type": [
+        "null", {"type": "record", "name": "A", "fields": []},
+        {"type": "enum", "name": "B", "symbols": ["S"]}]}]}
+    assert avro(inline).decode(b"\x04\x00") == {"x": "S"}
+    with pytest.raises(SchemaError, match="twice"):
+        avro('["int", {"type": "int", "x": 1}]')
+    with pytest.raises(SchemaError, match="twice"):
+        avro('[{"type": "fixed", "name": "F", "size": 1}, "F"]')
+    with pytest.raises(SchemaError, match="inside a union"):
+        avro('["int", ["null", "string"]]')
+
+
 def test_canonical_is_stable():
     once = avro(USER).canonical
     assert avro(once).canonical == once

@@ -77,14 +77,17 @@ class AvroSchema(ParsedSchema):
     @classmethod
     def parse(cls, text: str, references: Sequence[ResolvedReference] = ()) -> AvroSchema:
         defs: dict[str, dict] = {}
-        for ref in _dependencies_first(references):
-            try:
-                _Resolver(defs).resolve(_load(ref.schema, "schema"))
-            except SchemaError as e:
-                raise SchemaError(f"reference {ref.name}: {e}") from None
-        ref_names = frozenset(defs)
-        root = _Resolver(defs).resolve(_load(text, "schema"))
-        return cls(root, defs, ref_names, references)
+        try:
+            for ref in _dependencies_first(references):
+                try:
+                    _Resolver(defs).resolve(_load(ref.schema, "schema"))
+                except SchemaError as e:
+                    raise SchemaError(f"reference {ref.name}: {e}") from None
+            ref_names = frozenset(defs)
+            root = _Resolver(defs).resolve(_load(text, "schema"))
+            return cls(root, defs, ref_names, references)
+        except RecursionError:  # every walk is bounded; this is the last guard
+            raise _invalid("nested too deep") from None
 
     @property
     def canonical(self) -> str:
@@ -110,7 +113,10 @@ class AvroSchema(ParsedSchema):
         if not isinstance(writer, AvroSchema):
             return [f"Incompatible because of different schema type: {writer.schema_type}"]
         checker = _Checker(self._defs, writer._defs)
-        checker.check(self._root, writer._root, [])
+        try:
+            checker.check(self._root, writer._root, [])
+        except RecursionError:  # the depth is bounded; this is the last guard
+            return [_describe("TYPE_MISMATCH", "/", "schemas nested too deep to compare")]
         return [_describe(*found) for found in dict.fromkeys(checker.found)]
 
     def decode(self, payload: bytes | memoryview) -> object:
@@ -271,7 +277,9 @@ class _Resolver:
             if isinstance(branch, list):
                 raise _invalid("a union directly inside a union")
             kind = _kind(branch, self.defs)
-            key = branch if kind in NAMED else kind  # named types differ by name
+            key = kind  # named types differ by name
+            if kind in NAMED:
+                key = branch if isinstance(branch, str) else branch["name"]
             if key in seen:
                 raise _invalid(f"union has {key} twice")
             seen.add(key)
@@ -597,7 +605,7 @@ class _NormalWriter:
 _PROMOTIONS = {"long": {"int"}, "float": {"int", "long"}, "double": {"int", "long", "float"},
                "bytes": {"string"}, "string": {"bytes"}}
 # Deeper than this the checker stops and reports (only chains of named types get so deep).
-_MAX_CHECK_DEPTH = 4 * MAX_DEPTH
+_MAX_CHECK_DEPTH = 6 * MAX_DEPTH  # location steps: three a level, 2 * MAX_DEPTH levels
 
 
 class _Checker:
