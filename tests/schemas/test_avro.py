@@ -50,6 +50,54 @@ def test_canonical_is_avro_javas_compact_form():
         '{"name":"since","type":{"type":"long","logicalType":"timestamp-millis"}}]}')
 
 
+# Inputs with the text Avro Java (1.12) writes for them with Schema.toString().
+AVRO_JAVA_WRITES = [
+    ({"type": "record", "name": "User", "namespace": "com.acme", "doc": "d", "fields": [
+        {"name": "id", "type": "long", "doc": "the id", "default": 1, "order": "descending",
+         "aliases": ["i"], "x": 1},
+        {"name": "e", "type": {"type": "enum", "name": "E", "namespace": "x.y", "symbols": ["A"],
+                               "default": "A", "doc": "ed", "aliases": ["OldE", "q.Z"]}},
+        {"name": "e2", "type": "x.y.E"},
+        {"name": "f", "type": {"type": "fixed", "name": "F", "size": 16, "logicalType": "decimal",
+                               "precision": 10, "scale": 2}},
+        {"name": "d", "type": "double", "default": 0.0001}],
+      "aliases": ["com.old.User", "Legacy"], "extra": {"k": "v"}},
+     '{"type":"record","name":"User","namespace":"com.acme","doc":"d","fields":['
+     '{"name":"id","type":"long","doc":"the id","default":1,"order":"descending",'
+     '"aliases":["i"],"x":1},'
+     '{"name":"e","type":{"type":"enum","name":"E","namespace":"x.y","doc":"ed","symbols":["A"],'
+     '"default":"A","aliases":["OldE","q.Z"]}},{"name":"e2","type":"x.y.E"},'
+     '{"name":"f","type":{"type":"fixed","name":"F","size":16,"logicalType":"decimal",'
+     '"precision":10,"scale":2}},{"name":"d","type":"double","default":1.0E-4}],'
+     '"extra":{"k":"v"},"aliases":["com.old.User","Legacy"]}'),
+    ({"type": "record", "name": "Outer", "namespace": "a", "fields": [
+        {"name": "i", "type": {"type": "record", "name": "b.Inner", "fields": [
+            {"name": "j", "type": {"type": "record", "name": "J", "fields": []}}]}},
+        {"name": "k", "type": "b.J"}]},
+     '{"type":"record","name":"Outer","namespace":"a","fields":[{"name":"i","type":{"type":'
+     '"record","name":"Inner","namespace":"b","fields":[{"name":"j","type":{"type":"record",'
+     '"name":"J","fields":[]}}]}},{"name":"k","type":"b.J"}]}'),
+    ({"type": "record", "name": "R", "namespace": "n", "fields": [
+        {"name": "s", "type": {"type": "record", "name": "string", "fields": []}},
+        {"name": "t", "type": "n.string"}]},
+     '{"type":"record","name":"R","namespace":"n","fields":[{"name":"s","type":{"type":'
+     '"record","name":"string","fields":[]}},{"name":"t","type":"n.string"}]}'),
+    ({"type": "record", "name": "R", "fields": [
+        {"name": "x", "type": "double", "default": 12345678.0},
+        {"name": "y", "type": "float", "default": "NaN"},
+        {"name": "z", "type": ["null", "int"], "default": 1}]},
+     '{"type":"record","name":"R","fields":[{"name":"x","type":"double","default":1.2345678E7},'
+     '{"name":"y","type":"float","default":"NaN"},'
+     '{"name":"z","type":["null","int"],"default":1}]}'),
+]
+
+
+@pytest.mark.parametrize("schema, java", AVRO_JAVA_WRITES)
+def test_canonical_is_what_avro_java_writes(schema, java):
+    assert avro(schema).canonical == java
+    assert avro(java).canonical == java
+
+
 def test_whitespace_and_spelling_do_not_change_the_canonical_text():
     compact = avro(USER).canonical
     spaced = json.dumps(USER, indent=4)
@@ -95,12 +143,12 @@ def test_a_null_namespace_inside_a_named_one_is_written_as_empty():
 
 
 def test_what_avro_java_tolerates_is_tolerated_and_written_as_java_does():
-    schema = {"type": "record", "name": "R", "namespace": "com.my-company", "doc": 42,
+    schema = {"type": "record", "name": "R", "namespace": "com.acme", "doc": 42,
               "fields": [{"name": "a", "type": "int", "order": "DESCENDING"},
                          {"name": "b", "type": "int", "order": "ascending"}]}
-    # the namespace is not checked, a doc that is not text is dropped, order's case ignored
+    # a doc that is not text is dropped, order's case ignored
     assert avro(schema).canonical == (
-        '{"type":"record","name":"R","namespace":"com.my-company","fields":['
+        '{"type":"record","name":"R","namespace":"com.acme","fields":['
         '{"name":"a","type":"int","order":"descending"},{"name":"b","type":"int"}]}')
 
 

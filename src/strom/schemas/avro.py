@@ -212,14 +212,14 @@ def _split(full: str) -> tuple[str | None, str]:
 
 
 def _check_name(name: object, what: str, dotted: bool = False) -> str:
-    """`name` if Avro Java accepts it: a letter or _ then letters, digits and _ (dotted: the
-    part after the last dot so; like Java, the namespace before it is not checked)."""
+    """`name` if Avro Java accepts it: a letter or _ then letters, digits and _ (dotted:
+    parts like that joined by dots)."""
     if not isinstance(name, str):
         raise _invalid(f"{what} {json.dumps(name)[:100]} is not a string")
-    simple = name.rpartition(".")[2] if dotted else name
-    if not (simple and (simple[0].isalpha() or simple[0] == "_")
-            and all(c.isalnum() or c == "_" for c in simple)):
-        raise _invalid(f"{what} {name!r} is not a valid Avro name")
+    for part in name.split(".") if dotted else (name,):
+        if not (part and (part[0].isalpha() or part[0] == "_")
+                and all(c.isalnum() or c == "_" for c in part)):
+            raise _invalid(f"{what} {name!r} is not a valid Avro name")
     return name
 
 
@@ -291,9 +291,11 @@ class _Resolver:
         namespace = node.get("namespace", space)
         if namespace is not None and not isinstance(namespace, str):
             raise _invalid(f"namespace {json.dumps(namespace)[:100]} is not a string")
+        if namespace and "." not in name:
+            _check_name(namespace, "namespace", dotted=True)
         full = self._full(name, namespace or None)
         own_space, simple = _split(full)
-        if simple in PRIMITIVES:
+        if full in PRIMITIVES:  # in a namespace, n.string is a name like any other
             raise _invalid(f"a {kind} may not be named {simple}")
         if full in self.defs:
             raise _invalid(f"type {full} is defined twice")
@@ -396,7 +398,8 @@ def _valid_default(schema: object, value: object, defs: dict[str, dict]) -> bool
         return (isinstance(value, int) and not isinstance(value, bool)
                 and -(1 << bits) <= value < (1 << bits))
     if kind in ("float", "double"):
-        return isinstance(value, int | float) and not isinstance(value, bool)
+        return (isinstance(value, int | float) and not isinstance(value, bool)
+                or value in ("NaN", "Infinity", "-Infinity"))
     if kind in ("string", "bytes", "enum", "fixed"):
         return isinstance(value, str)
     if kind == "array":
@@ -660,8 +663,8 @@ class _Checker:
                 self._named(reader, writer, rkind, location)
             return
         if wkind == "union":
-            for branch in writer:
-                self.check(reader, branch, location)
+            for i, branch in enumerate(writer):
+                self.check(reader, branch, [*location, str(i)])
         elif rkind == "union":
             if not any(self._quiet(branch, writer, location) for branch in reader):
                 self._report("MISSING_UNION_BRANCH", location,
