@@ -51,7 +51,7 @@ def plan(formats: tuple[ColumnFormat, ...], seen: StructType | None = None) -> t
         try:
             version, fetched = registry.by_version(f.registry, f.subject, f.version)
             column = reader_column(f, fetched)
-            if seen is not None and f.version is None and column.data_type != seen[f.column].dataType:
+            if seen is not None and f.version is None and not _same(column.data_type, seen[f.column].dataType):
                 version, fetched, column = _planned_version(f, seen[f.column].dataType)
         except (RegistryError, SchemaError) as e:
             raise RegistryError(f"{f.column}Format={f.kind}: {e}") from None
@@ -63,10 +63,15 @@ def _planned_version(f: ColumnFormat, wanted: DataType) -> tuple[int, FetchedSch
     for version in sorted(registry.versions(f.registry, f.subject), reverse=True):
         v, fetched = registry.by_version(f.registry, f.subject, version)
         column = reader_column(f, fetched)
-        if column.data_type == wanted:
+        if _same(column.data_type, wanted):
             return v, fetched, column
     raise RegistryError(f"subject {f.subject!r} has no version of the {f.column} type the query was planned "
                         f"with ({wanted.simpleString()}): load() the DataFrame again")
+
+
+def _same(a: DataType, b: DataType) -> bool:
+    """The same type, nullability aside (Spark may hand a planned schema back relaxed)."""
+    return a.simpleString() == b.simpleString()
 
 
 def typed_schema(base: StructType, plans: tuple[ColumnPlan, ...]) -> StructType:
@@ -136,7 +141,11 @@ def decode_column(p: ColumnPlan, raw: pa.Array, batch: pa.RecordBatch, arrow_typ
             schema_id = schema_id_of(data)
             decode = decoders.get(schema_id)
             if decode is None:
-                decode = decoders[schema_id] = column.decoder(registry.by_id(f.registry, schema_id))
+                try:
+                    decode = column.decoder(registry.by_id(f.registry, schema_id))
+                except (SchemaError, RegistryError) as e:
+                    decode = _failing(e)  # asked once per batch, not once per record
+                decoders[schema_id] = decode
             append(decode(data[5:]))
         except (NotFramed, SchemaError, RegistryError) as e:
             if not f.permissive:
@@ -147,6 +156,15 @@ def decode_column(p: ColumnPlan, raw: pa.Array, batch: pa.RecordBatch, arrow_typ
     except (pa.ArrowException, TypeError, ValueError) as e:
         raise StromDecodeError(f"{f.column}Format={f.kind}: decoded values do not fit the column type "
                                f"{p.data_type.simpleString()}: {e}") from None
+
+
+def _failing(error: Exception) -> Callable[[bytes], object]:
+    kind, message = type(error), str(error)
+
+    def fail(_: bytes) -> object:
+        raise kind(message)  # a new one each time: a re-raised one would pile up tracebacks
+
+    return fail
 
 
 def _decode_error(f: ColumnFormat, batch: pa.RecordBatch, row: int, error: Exception) -> StromDecodeError:
