@@ -302,6 +302,20 @@ class SchemaRegistry:
                 return ["the schemas nest too deeply to compare"]
         return await self._off_loop(check)
 
+    async def record_name(self, schema_id: int) -> str | None:
+        """The record name of the schema an id stands for (the record name subject strategies
+        of produce validation); None for an unknown id or a schema without one."""
+        if self.store.schema_by_id(schema_id) is None:
+            return None
+        parsed = self._parsed.get(schema_id)
+        if parsed is None:
+            inputs = self._stored_inputs([Version("", 0, schema_id)])
+            try:
+                [parsed] = await self._off_loop(self._parsed_of, inputs)
+            except RegistryError:
+                return None
+        return parsed.record_name
+
     # --- writes ------------------------------------------------------------------------------
     async def register(self, subject: str, body: Any, normalize: bool) -> dict:
         req = SchemaRequest.of(body)

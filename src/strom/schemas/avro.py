@@ -100,6 +100,10 @@ class AvroSchema(ParsedSchema):
         return node["name"] if isinstance(node, dict) and node["type"] in NAMED else None
 
     @property
+    def record_name(self) -> str | None:
+        return self.name
+
+    @property
     def resolved(self) -> str:
         """The schema with its referenced types written in place (Confluent's RESOLVED
         format): what a client without the references needs to read the data."""

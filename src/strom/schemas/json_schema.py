@@ -63,6 +63,12 @@ class JsonSchema(ParsedSchema):
         self._canonical = compact_json(exact)
         self._validator = draft(schema, registry=registry)
 
+    @property
+    def record_name(self) -> str | None:
+        """The schema's title, as Confluent's JSON Schema serializers name a record."""
+        title = self.schema.get("title") if isinstance(self.schema, dict) else None
+        return title if isinstance(title, str) else None
+
     @classmethod
     def parse(cls, text: str, references: Sequence[ResolvedReference] = ()) -> JsonSchema:
         schema = _load(text, "schema")

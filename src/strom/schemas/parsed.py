@@ -130,6 +130,12 @@ class ParsedSchema(ABC):
         sink writes. SchemaError if the value does not fit the schema."""
         raise NotImplementedError(f"{self.schema_type} schemas do not encode values")
 
+    @property
+    def record_name(self) -> str | None:
+        """The name the record name subject strategies (RecordNameStrategy,
+        TopicRecordNameStrategy) give a record of this schema; None if it has none."""
+        return None
+
 
 def compatibility_errors(level: Compatibility, new: ParsedSchema,
                          previous: Sequence[ParsedSchema]) -> list[str]:

@@ -112,6 +112,12 @@ class ProtobufSchema(ParsedSchema):
         prefix = self._fdp.package + "." if self._fdp.package else ""
         return [prefix + m.name for m in self._fdp.message_type]
 
+    @property
+    def record_name(self) -> str | None:
+        """The first message's full name (what a serializer of message index [0] names)."""
+        names = self.message_names
+        return names[0] if names else None
+
     def message_descriptor(self, indexes: Sequence[int] = (0,)) -> Descriptor:
         """The message that message indexes name (the first top-level message for [0]);
         a caller maps its `fields` to columns."""
