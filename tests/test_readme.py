@@ -1,7 +1,7 @@
 """The README's code runs as printed: "Run a cluster" in both modes (KRaft: started, grown by a
 dedicated broker, looked at with its describe, metadata-quorum and dump-log lines, stopped with
 Ctrl-C; ZooKeeper: started, grown by a fourth broker, stopped), the install line and the client
-examples of "Connect your client", and every block of "PySpark" (the scripts as the files the
+examples of "Connect your client", "Schemas" (a broker with its registry), and every block of "PySpark" (the scripts as the files the
 text names, then the shell lines that run them), against real brokers. Only addresses and ports, the interpreter's path, data and
 /tmp checkpoint paths are substituted; a shell line's trailing `# comment` is output it must
 print."""
@@ -106,6 +106,24 @@ def test_pyspark(broker, tmp_path):
                 run_shell_line(line, tmp_path)
                 ran.append(line)
     assert any("clicks.py" in line for line in ran) and any("click_counts.py" in line for line in ran)
+
+
+def test_schemas(tmp_path):
+    """"Schemas" as printed, against a broker with its registry: the serializer's record goes in,
+    the unframed one is refused, the order comes back decoded."""
+    text = section("Schemas")
+    (lang, code, name), (shell_lang, shell, _) = blocks(text)
+    assert (lang, name, shell_lang) == ("python", "schemas.py", "sh")
+    port = free_port_run(1)
+    with BrokerProcess(overrides={"schema.registry.listeners": f"http://127.0.0.1:{port}"}) as registry_broker:
+        code = localize(code, registry_broker, tmp_path).replace("127.0.0.1:8081", f"127.0.0.1:{port}")
+        (tmp_path / name).write_text(code)
+        [line] = shell.splitlines()
+        command, _, expected = localize(line, registry_broker, tmp_path).partition("#")
+        done = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+        assert done.stdout.splitlines() == ["refused: INVALID_RECORD", expected.strip()], done.stdout
+        assert "It prints `refused: INVALID_RECORD`" in " ".join(text.split())
 
 
 def read_until(proc: subprocess.Popen, marker: str, timeout: float = 180) -> str:
