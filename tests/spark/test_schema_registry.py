@@ -278,6 +278,12 @@ def test_sink_writes_json_values_and_avro_keys(spark, broker, registry, topic):
     assert got == [({"id": i}, {"id": i, "name": f"n{i}", "at": expected_at[i], "tags": ["a"], "price": i / 4})
                    for i in range(3)]
 
+    # and back through the source: a typed key beside a typed value
+    back = typed(spark, broker, topic, keyFormat="avro", valueFormat="json")
+    assert back.schema["key"].dataType == StructType([StructField("id", LongType(), False)])
+    rows = sorted(back.select("key.id", "value.name", "value.price", "value.tags").collect())
+    assert [tuple(r) for r in rows] == [(i, f"n{i}", i / 4, ["a"]) for i in range(3)]
+
 
 def test_sink_encodes_protobuf_with_the_subjects_message(broker, registry, topic):
     import pyarrow as pa
