@@ -39,8 +39,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from strom.client import AsyncConnection
 from strom.client.inter_broker import ConnectionPool
+from strom.client.topic_io import (
+    FETCH_MAX_WAIT_MS,
+    PartitionTail,
+    create_or_await,
+    produce_acks_all,
+)
 from strom.log.remote import (
     RemoteLogMetadata,
     RemoteLogMetadataCache,
@@ -54,36 +59,16 @@ from strom.log.remote import (
 )
 from strom.protocol import remote_log_metadata as wire
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.protocol.records import (
-    HEADER_SIZE,
-    CorruptRecordError,
-    build_value_batch,
-    iter_records,
-    read_header,
-    scan_valid_prefix,
-)
+from strom.protocol.records import CorruptRecordError, build_value_batch, iter_records
 from strom.protocol.remote_log_metadata import RemoteLogMetadataError
 
 log = logging.getLogger(__name__)
 
 TOPIC = "__remote_log_metadata"
-PRODUCE, PRODUCE_VERSION = 0, 9
-FETCH, FETCH_VERSION = 1, 12
-FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_BYTES = 1 << 20
-_CONNECT_TIMEOUT_S = 10.0
-_FETCH_TIMEOUT_S = FETCH_MAX_WAIT_MS / 1000 + 30.0
-_BACKOFF_S, _MAX_BACKOFF_S = 0.05, 1.0
 _CREATE_WAIT_S = 30.0
 _CREATE_RETRY_S = 10.0
 _PRODUCE_CONNECTIONS = 2  # per leader: publishes are a few per copied segment
-_NETWORK_ERRORS = (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError)
-# Answers after which a write or a read is tried again, at the leader named then.
-_RETRIABLE = frozenset({
-    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT,
-    ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
-    ErrorCode.REPLICA_NOT_AVAILABLE})
 # A value's first bytes when it is one of the three records of a partition (frame version 1,
 # api key 0, 1 or 2, version 0): its TopicIdPartition follows (name, then the id's 16 bytes).
 _PARTITION_RECORD_HEADS = frozenset(bytes((wire.FRAME_VERSION, key, wire.VERSION)) for key in (
@@ -100,13 +85,6 @@ def key_of(metadata: RemoteLogMetadata) -> Key:
     if isinstance(metadata, RemotePartitionDeleteMetadata):
         return metadata.topic_id, metadata.topic, metadata.partition
     raise TypeError(f"not remote log metadata: {type(metadata).__name__}")
-
-
-def _code(number: int) -> ErrorCode:
-    try:
-        return ErrorCode(number)
-    except ValueError:
-        return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 def _peek_topic_id(value: bytes) -> uuid.UUID | None:
@@ -146,22 +124,16 @@ class _Assigned:
         return self.ready_at is not None and self.next_offset >= self.ready_at
 
 
-class _Follower:
+class _Follower(PartitionTail):
     """The reading of one metadata partition for the user partitions assigned to it."""
 
     def __init__(self, manager: RemoteLogMetadataManager, index: int) -> None:
+        super().__init__(manager.broker, TOPIC, index, f"broker-{manager.broker.broker_id}-rlmm",
+                         FETCH_MAX_BYTES, log)
         self.manager = manager
-        self.broker = manager.broker
         self.index = index
         self.assigned: dict[Key, _Assigned] = {}
         self.generation = 0  # of assignments: a fetch answers for those made before it was sent
-        self._progress = asyncio.Event()
-        self.conn: AsyncConnection | None = None
-        self.conn_leader = -1
-        self.task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"{TOPIC}-{self.index} tail")
 
     def assign(self, key: Key) -> None:
         if key not in self.assigned:
@@ -171,106 +143,36 @@ class _Follower:
     def stop(self) -> None:
         if self.task is not None:
             self.task.cancel()
-        self._close_conn()
-        self._moved()
-
-    def _moved(self) -> None:
-        """Wake whoever waits on this partition's reading."""
-        event, self._progress = self._progress, asyncio.Event()
-        event.set()
-
-    async def wait(self, until, deadline: float) -> bool:
-        """Until `until()` holds after some progress (or at once), False at the deadline."""
-        loop = asyncio.get_running_loop()
-        while not until():
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return False
-            try:
-                async with asyncio.timeout(remaining):
-                    await self._progress.wait()
-            except TimeoutError:
-                return until()
-        return True
-
-    def _close_conn(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn, self.conn_leader = None, -1
+        self.close_conn()
+        self.moved()
 
     # --- the tail --------------------------------------------------------------------------------
-    async def _run(self) -> None:
-        backoff = _BACKOFF_S
-        cache = self.broker.metadata_cache
-        try:
-            while self.assigned and not self.broker.stopping:
-                state = cache.partition(TOPIC, self.index)
-                if state is None or state.leader < 0:
-                    self.manager.create_topic_soon()
-                    await cache.wait_for(lambda: (s := cache.partition(TOPIC, self.index)) is not None
-                                         and s.leader >= 0, backoff)
-                    backoff = min(backoff * 2, _MAX_BACKOFF_S)
-                    continue
-                try:
-                    answer = await self._fetch(state.leader, state.leader_epoch)
-                except _NETWORK_ERRORS as e:
-                    log.info("%s-%d: fetch from broker %d failed: %s", TOPIC, self.index, state.leader,
-                             e or type(e).__name__)
-                    self._close_conn()
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, _MAX_BACKOFF_S)
-                    continue
-                except Exception:  # a reader that stopped would leave its caches behind for good
-                    log.exception("%s-%d: reading failed; trying again", TOPIC, self.index)
-                    self._close_conn()
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, _MAX_BACKOFF_S)
-                    continue
-                if answer:
-                    backoff = _BACKOFF_S
-                else:
-                    await cache.wait_for(lambda s=state: cache.partition(TOPIC, self.index) != s, backoff)
-                    backoff = min(backoff * 2, _MAX_BACKOFF_S)
-        finally:
-            self._close_conn()
+    def reading(self) -> bool:
+        return bool(self.assigned)
 
-    async def _fetch(self, leader: int, leader_epoch: int) -> bool:
-        """One Fetch from the leader and its answer applied; False when it asks for a backoff."""
-        if self.conn is None or self.conn_leader != leader:
-            self._close_conn()
-            host, port = self.broker.broker_endpoint(leader)
-            self.conn = await AsyncConnection.open(host, port, f"broker-{self.broker.broker_id}-rlmm",
-                                                   _CONNECT_TIMEOUT_S, security=self.broker.inter_broker_security)
-            self.conn_leader = leader
+    def leaderless(self) -> None:
+        self.manager.create_topic_soon()
+
+    async def refused(self, state: Any, backoff: float) -> None:
+        cache = self.broker.metadata_cache
+        await cache.wait_for(lambda: cache.partition(TOPIC, self.index) != state, backoff)
+
+    async def read_once(self, leader: int, leader_epoch: int) -> bool:
         position = min(a.next_offset for a in self.assigned.values())
         generation = self.generation
         # A partition waiting to be ready wants the log's end now, not after a long poll.
         waiting = any(a.ready_at is None for a in self.assigned.values())
-        body = await self.conn.call(FETCH, FETCH_VERSION, {
-            "replica_id": -1, "max_wait_ms": 0 if waiting else FETCH_MAX_WAIT_MS, "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES,
-            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-            "topics": [{"topic": TOPIC, "partitions": [{
-                "partition": self.index, "current_leader_epoch": leader_epoch, "fetch_offset": position,
-                "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": FETCH_MAX_BYTES}]}],
-            "forgotten_topics_data": [], "rack_id": ""}, _FETCH_TIMEOUT_S)
-        error = _code(body.error_code)
-        answer = next((p for t in body.responses if t.topic == TOPIC for p in t.partitions
-                       if p.partition_index == self.index), None)
-        if error == ErrorCode.NONE and answer is not None:
-            error = _code(answer.error_code)
-        if error == ErrorCode.NONE and answer is not None:
-            return self._apply(position, generation, answer.high_watermark, answer.records or b"")
-        if error == ErrorCode.OFFSET_OUT_OF_RANGE and answer is not None:
+        error, answer = await self.fetch(leader, leader_epoch, position, 0 if waiting else FETCH_MAX_WAIT_MS)
+        if answer is None:
+            return False
+        if error == ErrorCode.OFFSET_OUT_OF_RANGE:
             self._out_of_range(position, answer.log_start_offset, answer.high_watermark)
             return True
-        if error not in _RETRIABLE:
-            log.warning("%s-%d: fetch from broker %d answered %s", TOPIC, self.index, leader, error.name)
-        return False
+        return self._apply(position, generation, answer.high_watermark, answer.records or b"")
 
     def _apply(self, position: int, generation: int, high_watermark: int, data: bytes) -> bool:
-        batches, _ = scan_valid_prefix(data)
-        if not batches and len(data) >= HEADER_SIZE and read_header(data).size <= len(data):
-            log.warning("%s-%d: a corrupt batch at offset %d; fetching it again", TOPIC, self.index, position)
+        batches = self.batches(data, position)
+        if batches is None:
             return False
         # Those that have considered every record before `position` take this answer; one
         # assigned since has not, and is read from its own position next time.
@@ -287,7 +189,7 @@ class _Follower:
         for assigned in self.assigned.values():
             if assigned.ready_at is None and assigned.generation <= generation:
                 assigned.ready_at = high_watermark
-        self._moved()
+        self.moved()
         return True
 
     def _apply_batch(self, data: bytes, pos: int, base_offset: int, pending: dict[Key, _Assigned]) -> None:
@@ -333,7 +235,7 @@ class _Follower:
         for key in self.assigned:
             self.generation += 1
             self.assigned[key] = _Assigned(next_offset=max(log_start, 0), generation=self.generation)
-        self._moved()
+        self.moved()
 
 
 class RemoteLogMetadataManager:
@@ -389,7 +291,7 @@ class RemoteLogMetadataManager:
             follower = self._followers[index]
             del follower.assigned[key]
             if follower.assigned:
-                follower._moved()  # a publish waiting on the partition returns
+                follower.moved()  # a publish waiting on the partition returns
             else:
                 follower.stop()
                 del self._followers[index]
@@ -449,41 +351,9 @@ class RemoteLogMetadataManager:
 
     async def _produce(self, index: int, value: bytes, deadline: float) -> int:
         """The offset of the record once the metadata partition's leader has it acks=all."""
-        loop = asyncio.get_running_loop()
-        backoff, why = _BACKOFF_S, "no leader"
         batch = build_value_batch([value], timestamp=int(time.time() * 1000))
-        cache = self.broker.metadata_cache
-        while not self._closed and not self.broker.stopping:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            state = cache.partition(TOPIC, index)
-            if state is None or state.leader < 0:
-                why = "no leader"
-                await cache.wait_for(lambda: (s := cache.partition(TOPIC, index)) is not None and s.leader >= 0,
-                                     min(backoff, remaining))
-                backoff = min(backoff * 2, _MAX_BACKOFF_S)
-                continue
-            try:
-                body = await self._pool.call(state.leader, PRODUCE, PRODUCE_VERSION, {
-                    "transactional_id": None, "acks": -1, "timeout_ms": int(min(remaining, 30.0) * 1000),
-                    "topic_data": [{"name": TOPIC, "partition_data": [{"index": index, "records": batch}]}]},
-                    remaining + 1.0)
-            except _NETWORK_ERRORS as e:
-                why = f"broker {state.leader} not reached: {e or type(e).__name__}"
-            else:
-                answer = next((p for t in body.responses if t.name == TOPIC for p in t.partition_responses
-                               if p.index == index), None)
-                error = _code(answer.error_code) if answer is not None else ErrorCode.UNKNOWN_SERVER_ERROR
-                if error == ErrorCode.NONE:
-                    return answer.base_offset
-                why = f"broker {state.leader} answered {error.name}"
-                if error not in _RETRIABLE:
-                    raise RemoteStorageError(f"writing to {TOPIC}-{index}: {why}")
-            log.info("writing to %s-%d: %s; trying again", TOPIC, index, why)
-            await asyncio.sleep(min(backoff, max(deadline - loop.time(), 0)))
-            backoff = min(backoff * 2, _MAX_BACKOFF_S)
-        raise RemoteStorageError(f"writing to {TOPIC}-{index} did not succeed: {why}")
+        return await produce_acks_all(self.broker, self._pool, TOPIC, index, batch, deadline,
+                                      lambda: self._closed, RemoteStorageError, log, f"{TOPIC}-{index}")
 
     # --- the topic -------------------------------------------------------------------------------
     def create_topic_soon(self) -> None:
@@ -531,15 +401,8 @@ class RemoteLogMetadataManager:
             factor = max(live, 1)  # the embedded broker: its one broker holds it
         configs = {"cleanup.policy": "delete", "retention.ms": str(retention), "retention.bytes": "-1",
                    "min.insync.replicas": str(min(2, factor))}
-        try:
-            topic = await broker.auto_topics.create(TOPIC, partitions, factor, configs, _CREATE_WAIT_S)
+        if await create_or_await(broker, TOPIC, partitions, factor, configs, _CREATE_WAIT_S):
             log.info("created internal topic %s (%d partitions, replication factor %d)", TOPIC, partitions, factor)
-        except KafkaError as e:
-            if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                raise
-            topic = await broker.auto_topics.wait_for_topic(TOPIC, 1, _CREATE_WAIT_S)
-        if topic is None:
-            raise KafkaError(f"{TOPIC} has no leaders yet", ErrorCode.LEADER_NOT_AVAILABLE)
 
     async def close(self) -> None:
         self._closed = True
