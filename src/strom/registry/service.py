@@ -363,13 +363,24 @@ class SchemaRegistry:
             raise RegistryError(err.ID_DOES_NOT_MATCH, f"Overwrite new schema with id {wanted} is not permitted.")
         return wanted
 
+    async def _begin_delete(self, subject: str) -> list[Version]:
+        """Every version of the subject, soft-deleted ones too, once a delete may go ahead (under
+        the write lock)."""
+        await self._begin_write()
+        self._check_writable(subject)
+        every = self.store.versions(subject, deleted=True)
+        if not every:
+            raise err.subject_not_found(subject)
+        return every
+
+    def _check_unreferenced(self, subject: str, versions: Sequence[Version]) -> None:
+        for v in versions:
+            if self.store.referenced_by(subject, v.version):
+                raise _reference_exists(subject, v.version)
+
     async def delete_version(self, subject: str, version_text: str, permanent: bool) -> int:
         async with self._write_lock:
-            await self._begin_write()
-            self._check_writable(subject)
-            every = self.store.versions(subject, deleted=True)
-            if not every:
-                raise err.subject_not_found(subject)
+            every = await self._begin_delete(subject)
             number = parse_version(version_text)
             if number == -1:
                 candidates = every if permanent else [v for v in every if not v.deleted]
@@ -378,8 +389,7 @@ class SchemaRegistry:
                 v = self.store.version(subject, number)
             if v is None:
                 raise err.version_not_found(version_text)
-            if self.store.referenced_by(subject, v.version):
-                raise _reference_exists(subject, v.version)
+            self._check_unreferenced(subject, [v])
             if permanent:
                 if not v.deleted:
                     raise RegistryError(err.SCHEMA_VERSION_NOT_SOFT_DELETED, f"Subject '{subject}' Version "
@@ -396,15 +406,9 @@ class SchemaRegistry:
 
     async def delete_subject(self, subject: str, permanent: bool) -> list[int]:
         async with self._write_lock:
-            await self._begin_write()
-            self._check_writable(subject)
-            every = self.store.versions(subject, deleted=True)
-            if not every:
-                raise err.subject_not_found(subject)
+            every = await self._begin_delete(subject)
             live = [v for v in every if not v.deleted]
-            for v in live if not permanent else every:
-                if self.store.referenced_by(subject, v.version):
-                    raise _reference_exists(subject, v.version)
+            self._check_unreferenced(subject, every if permanent else live)
             if permanent:
                 if live:
                     raise RegistryError(err.SUBJECT_NOT_SOFT_DELETED, f"Subject '{subject}' was not deleted "
