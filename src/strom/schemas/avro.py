@@ -18,10 +18,10 @@ from collections.abc import Iterator, Sequence
 
 import fastavro
 
+from strom.schemas.loading import dependencies_first, load_json
 from strom.schemas.parsed import (
     AVRO,
     MAX_DEPTH,
-    MAX_REFERENCES,
     ParsedSchema,
     ResolvedReference,
     SchemaError,
@@ -78,7 +78,7 @@ class AvroSchema(ParsedSchema):
     def parse(cls, text: str, references: Sequence[ResolvedReference] = ()) -> AvroSchema:
         defs: dict[str, dict] = {}
         try:
-            for ref in _dependencies_first(references):
+            for ref in dependencies_first(references):
                 try:
                     _Resolver(defs).resolve(_load(ref.schema, "schema"))
                 except SchemaError as e:
@@ -164,48 +164,7 @@ def _invalid(why: str) -> SchemaError:
 
 
 def _load(text: str, what: str) -> object:
-    """`text` as JSON, refusing nesting beyond _MAX_JSON_DEPTH."""
-    if not isinstance(text, str):
-        raise SchemaError(f"{what}: an Avro schema is JSON text, not {type(text).__name__}")
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise SchemaError(f"{what}: nested deeper than {_MAX_JSON_DEPTH} levels") from None
-    except ValueError as e:
-        raise SchemaError(f"{what}: invalid JSON: {e}") from None
-    _check_json_depth(value, what)
-    return value
-
-
-def _check_json_depth(value: object, what: str) -> None:
-    pending = [(value, 1)]
-    while pending:
-        node, depth = pending.pop()
-        if depth > _MAX_JSON_DEPTH:
-            raise SchemaError(f"{what}: nested deeper than {_MAX_JSON_DEPTH} levels")
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-        pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-
-
-def _dependencies_first(references: Sequence[ResolvedReference]) -> list[ResolvedReference]:
-    """The references and theirs, each after those it references, each name once."""
-    ordered: dict[str, ResolvedReference] = {}
-    # iterative post-order: (reference, depth, children done)
-    pending = [(ref, 1, False) for ref in reversed(references)]
-    while pending:
-        ref, depth, expanded = pending.pop()
-        if ref.name in ordered:
-            continue
-        if expanded:
-            ordered[ref.name] = ref
-            if len(ordered) > MAX_REFERENCES:
-                raise SchemaError(f"more than {MAX_REFERENCES} referenced schemas")
-            continue
-        if depth > MAX_DEPTH:
-            raise SchemaError(f"references nested deeper than {MAX_DEPTH}")
-        pending.append((ref, depth, True))
-        pending.extend((child, depth + 1, False) for child in reversed(ref.references))
-    return list(ordered.values())
+    return load_json(text, what, "an Avro schema", _MAX_JSON_DEPTH)
 
 
 # -- resolving -----------------------------------------------------------------------------

@@ -25,10 +25,10 @@ import referencing.exceptions
 import referencing.jsonschema
 from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 
+from strom.schemas.loading import dependencies_first, load_json
 from strom.schemas.parsed import (
     JSON,
     MAX_DEPTH,
-    MAX_REFERENCES,
     ParsedSchema,
     ResolvedReference,
     SchemaError,
@@ -74,7 +74,7 @@ class JsonSchema(ParsedSchema):
         schema = _load(text, "schema")
         draft = _draft_of(schema)
         resources = []
-        for ref in _dependencies_first(references):
+        for ref in dependencies_first(references):
             contents = _load(ref.schema, f"reference {ref.name}")
             ref_draft = _draft_of(contents, draft)
             _check(contents, ref_draft, f"reference {ref.name}")
@@ -188,24 +188,10 @@ class JsonSchema(ParsedSchema):
 # -- loading -------------------------------------------------------------------------------
 
 def _load(text: str, what: str) -> dict | bool:
-    if not isinstance(text, str):
-        raise SchemaError(f"{what}: a JSON Schema is JSON text, not {type(text).__name__}")
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise SchemaError(f"{what}: nested deeper than {MAX_JSON_DEPTH} levels") from None
-    except ValueError as e:
-        raise SchemaError(f"{what}: invalid JSON: {e}") from None
+    value = load_json(text, what, "a JSON Schema", MAX_JSON_DEPTH)
     if not isinstance(value, dict | bool):
         raise SchemaError(f"{what}: a JSON Schema is an object or a boolean, not "
                           f"{type(value).__name__}")
-    pending = [(value, 1)]
-    while pending:
-        node, depth = pending.pop()
-        if depth > MAX_JSON_DEPTH:
-            raise SchemaError(f"{what}: nested deeper than {MAX_JSON_DEPTH} levels")
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-        pending += [(c, depth + 1) for c in children if isinstance(c, dict | list)]
     return value
 
 
@@ -247,26 +233,6 @@ def _check(schema: object, draft: type, what: str) -> None:
         raise SchemaError(f"{what}: invalid JSON Schema at '#/{where}': {e.message}") from None
     except RecursionError:
         raise SchemaError(f"{what}: nested too deep") from None
-
-
-def _dependencies_first(references: Sequence[ResolvedReference]) -> list[ResolvedReference]:
-    """The references and theirs, each after those it references, each name once."""
-    ordered: dict[str, ResolvedReference] = {}
-    pending = [(ref, 1, False) for ref in reversed(references)]
-    while pending:
-        ref, depth, expanded = pending.pop()
-        if ref.name in ordered:
-            continue
-        if expanded:
-            ordered[ref.name] = ref
-            if len(ordered) > MAX_REFERENCES:
-                raise SchemaError(f"more than {MAX_REFERENCES} referenced schemas")
-            continue
-        if depth > MAX_DEPTH:
-            raise SchemaError(f"references nested deeper than {MAX_DEPTH}")
-        pending.append((ref, depth, True))
-        pending += [(child, depth + 1, False) for child in reversed(ref.references)]
-    return list(ordered.values())
 
 
 # -- compatibility -------------------------------------------------------------------------
