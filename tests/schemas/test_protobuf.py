@@ -52,35 +52,12 @@ enum Kind {
 }
 """
 
-# What Strom renders for ORDER_PROTO, from either form.
-ORDER_CANONICAL = """syntax = "proto3";
-package shop;
-
-import "google/protobuf/timestamp.proto";
-
-message Order {
-  string id = 1;
-  int64 quantity = 2;
-  Order.Line line = 3;
-  google.protobuf.Timestamp at = 4;
-  map<string, int32> tags = 5;
-  Kind kind = 6;
-  optional string note = 7;
-
-  oneof payment {
-    string card = 8;
-    int32 cash = 9;
-  }
-
-  message Line {
-    string sku = 1;
-  }
-}
-enum Kind {
-  KIND_UNKNOWN = 0;
-  KIND_EXPRESS = 1;
-}
-"""
+# What Strom renders for ORDER_PROTO, from either form: the same text but for a nested type
+# named from the file's scope and a blank line before a oneof (as Confluent renders them).
+ORDER_CANONICAL = (ORDER_PROTO.lstrip("\n")
+                   .replace("  Line line = 3;", "  Order.Line line = 3;")
+                   .replace("\n  oneof payment", "\n\n  oneof payment"))
+assert ORDER_CANONICAL.count("Order.Line") == 1 and "\n\n  oneof" in ORDER_CANONICAL
 
 
 def order_file() -> pb.FileDescriptorProto:
