@@ -9,7 +9,8 @@ import fastavro
 import pytest
 
 from strom.schemas import frame, payload_of
-from strom.schemas.avro import MAX_VALUE_DEPTH, AvroSchema
+from strom.schemas.avro import AvroSchema
+from strom.schemas.avro_values import MAX_VALUE_DEPTH
 from strom.schemas.parsed import MAX_DEPTH, ResolvedReference, SchemaError, parse
 
 USER = {
