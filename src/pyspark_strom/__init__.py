@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 
-# What strom.spark imports beyond PySpark and Strom's own dependencies: the `spark` extra.
-NEEDS = ("pyarrow", "confluent_kafka", "aiokafka", "kafka")
+# The third-party packages strom.spark imports beyond PySpark: the `spark` extra and those of
+# Strom's own dependencies it uses (kafka-python's codecs; fastavro and protobuf, whose top
+# package is `google`, for typed columns).
+NEEDS = ("pyarrow", "confluent_kafka", "aiokafka", "kafka", "fastavro", "google")
 
 try:
     _missing = [name for name in NEEDS if find_spec(name) is None]

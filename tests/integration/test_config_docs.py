@@ -12,12 +12,15 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 from strom.config import docs as config_docs
 from strom.config.broker import DEFINITIONS
-from strom.log.config import TOPIC_CONFIG_KEYS
+from strom.log.config import EXTENSION_TOPIC_CONFIGS, TOPIC_CONFIG_KEYS
 from strom.testing import create_topic
 
 from .conftest import wire_call
 
 pytestmark = pytest.mark.timeout(90)
+
+# What a topic that sets none of the keys beyond Kafka's describes.
+KAFKA_TOPIC_KEYS = set(TOPIC_CONFIG_KEYS) - EXTENSION_TOPIC_CONFIGS
 
 DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, TOPIC, BROKER = 32, 44, 2, 4
 BROKER_ID = "0"  # BrokerProcess leaves broker.id at its default
@@ -35,7 +38,13 @@ def describe(bootstrap: str, version: int, resources: list[tuple[int, str, list[
 
 @pytest.mark.parametrize("version", [3, 4])
 def test_every_topic_and_broker_config_is_documented_when_asked(broker, topic, version):
-    create_topic(broker.bootstrap, topic, config={"retention.ms": "3600000", "cleanup.policy": "compact"})
+    # The keys beyond Kafka's are described where a topic sets them: this one sets them all.
+    extensions = {"confluent.key.schema.validation": "false", "confluent.value.schema.validation": "false",
+                  "confluent.key.subject.name.strategy": "TopicNameStrategy",
+                  "confluent.value.subject.name.strategy": "TopicNameStrategy"}
+    assert set(extensions) == EXTENSION_TOPIC_CONFIGS
+    create_topic(broker.bootstrap, topic, config={"retention.ms": "3600000", "cleanup.policy": "compact",
+                                                  **extensions})
     topic_result, broker_result = describe(broker.bootstrap, version, [
         (TOPIC, topic, None), (BROKER, BROKER_ID, None)], docs=True, synonyms=True)
     topic_docs = {c.name: c.documentation for c in topic_result.configs}
@@ -75,7 +84,7 @@ def test_documentation_is_null_unless_asked(broker, topic, version):
     results = describe(broker.bootstrap, version, [(TOPIC, topic, None), (BROKER, BROKER_ID, None)],
                        docs=False)
     entries = [c for r in results for c in r.configs]
-    assert len(entries) == len(TOPIC_CONFIG_KEYS) + len(DEFINITIONS)
+    assert len(entries) == len(KAFKA_TOPIC_KEYS) + len(DEFINITIONS)
     assert all(c.documentation is None for c in entries)
 
 
@@ -91,7 +100,7 @@ def test_a_client_that_does_not_ask_gets_no_documentation(broker, topic):
         client.close()
     topic_configs, broker_configs = described["topic"][topic], described["broker"][BROKER_ID]
     assert topic_configs["retention.ms"]["value"] == "60000"
-    assert len(topic_configs) == len(TOPIC_CONFIG_KEYS) and len(broker_configs) == len(DEFINITIONS)
+    assert set(topic_configs) == KAFKA_TOPIC_KEYS and len(broker_configs) == len(DEFINITIONS)
     # It speaks v3+ (config types are there) and leaves include_documentation unset.
     for config in [*topic_configs.values(), *broker_configs.values()]:
         assert config["config_type"] and "documentation" in config and config["documentation"] is None
