@@ -154,7 +154,7 @@ SLOW: tuple[str, ...] = (
     "tests/test_readme.py",                          # 110 (its PySpark section)
     "tests/integration/test_secure_walkthrough.py",  # 86 (its PySpark client)
     "tests/integration/test_partition_scale.py",     # 165
-    "tests/server/test_fuzz.py",                     # 112 (a broker, then a controller listener)
+    "tests/server/test_fuzz.py",                     # 85 (a broker, then a controller listener)
     "tests/cluster/test_replication.py",             # 113 (both modes)
     "tests/cluster/test_partition_scale_cluster.py", # 113
     "tests/raft/test_simulation.py",                 # 101
