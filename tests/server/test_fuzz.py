@@ -42,8 +42,8 @@ from strom.testing import BrokerProcess, KRaftQuorum, RawClient, memory_mb, uniq
 SECONDS = float(os.environ.get("STROM_FUZZ_SECONDS", "45"))  # 80,000+ cases: 300 per (api, version) pair
 WORKERS = int(os.environ.get("STROM_FUZZ_WORKERS", "3"))  # clients at once
 SEED = int(os.environ.get("STROM_FUZZ_SEED", "20261124"))
-CONTROLLER_SECONDS = float(os.environ.get("STROM_FUZZ_CONTROLLER_SECONDS", "20"))  # a KRaft node's controller listener
-FORWARDED_SECONDS = float(os.environ.get("STROM_FUZZ_FORWARDED_SECONDS", "15"))  # what a KRaft broker forwards
+CONTROLLER_SECONDS = float(os.environ.get("STROM_FUZZ_CONTROLLER_SECONDS", "15"))  # a KRaft node's controller listener
+FORWARDED_SECONDS = float(os.environ.get("STROM_FUZZ_FORWARDED_SECONDS", "10"))  # what a KRaft broker forwards
 # An idle broker holds ~50 MB; the fuzzer's requests are small, so anything near this bound
 # means some request made the broker allocate far more than it sent.
 PEAK_RSS_LIMIT_MB = 256
