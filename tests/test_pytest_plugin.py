@@ -81,3 +81,12 @@ def test_fixture_topics_and_configs(strom_broker):
         body = conn.call(3, 12, {"topics": [{"name": first}], "allow_auto_topic_creation": False,
                                  "include_topic_authorized_operations": False})
     assert body.topics[0].error_code == 0 and len(body.topics[0].partitions) == 2
+
+
+def test_the_extra_the_readme_names_brings_pytest():
+    import tomllib
+
+    section = README.read_text().split("## Testing your application", 1)[1].split("\n## ", 1)[0]
+    assert "pip install 'strom[pytest]'" in " ".join(section.split())
+    extras = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(re.match(r"pytest\b", requirement) for requirement in extras["pytest"])

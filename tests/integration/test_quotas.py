@@ -90,7 +90,7 @@ def test_quotas_are_described_and_checked(broker):
     server = ("--bootstrap-server", broker.bootstrap)
     assert strom("quotas", "set", "--user", "alice", "--client-id", "app", "producer_byte_rate=1024", *server).returncode == 0
     described = strom("quotas", "describe", "--user", "alice", *server)
-    assert "Quota configs for user=alice, client-id=app are producer_byte_rate=1024" in described.stdout
+    assert "Quota configs for user=alice, client-id=app are producer_byte_rate=1024.0" in described.stdout
     everything = strom("quotas", "describe", *server).stdout
     assert "client-id=slow-producer are producer_byte_rate=50000" in everything
     refused = strom("quotas", "set", "--user", "alice", "connection_creation_rate=5", *server)

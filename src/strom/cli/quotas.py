@@ -14,6 +14,7 @@ from strom.cli.common import (
     error_name,
 )
 from strom.cli.configs import parse_config_list
+from strom.java_text import java_double
 
 DESCRIBE, ALTER = 48, 49
 EXACT, DEFAULT, ANY = 0, 1, 2
@@ -128,5 +129,5 @@ def describe(client: ClientSettings, user: str | None, client_id: str | None, ip
         raise CommandError(body.error_message or error_name(body.error_code))
     for entry in body.entries:
         entity = [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]
-        values = ", ".join(f"{v.key}={v.value:g}" for v in entry.values)
+        values = ", ".join(f"{v.key}={java_double(v.value)}" for v in entry.values)  # as kafka-configs prints them
         click.echo(f"Quota configs for {_describe_entity(entity)} are {values}")

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 
+from strom.java_text import java_double
+
 AVRO = "AVRO"
 PROTOBUF = "PROTOBUF"
 JSON = "JSON"
@@ -27,24 +29,12 @@ MAX_DEPTH = 64
 MAX_REFERENCES = 1000
 
 
-def _java_double(x: float) -> str:
-    """A double as Java's Double.toString writes it (and Jackson, in the texts Confluent
-    stores): scientific below 10^-3 and from 10^7, as 1.0E7."""
-    if x != x or x in (float("inf"), float("-inf")):
-        return json.dumps(x)
-    if x == 0 or 1e-3 <= abs(x) < 1e7:
-        return repr(x)
-    sign, digits, exponent = Decimal(repr(x)).normalize().as_tuple()
-    text = "".join(map(str, digits))
-    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{exponent + len(text) - 1}"
-
-
 def compact_json(value: object) -> str:
     """`value` as Jackson writes a JSON tree compactly: no whitespace, key order kept,
     non-ASCII as is, floats in Java's double form, Decimals in BigDecimal's. Recursive:
     callers bound the nesting."""
     if isinstance(value, float):
-        return _java_double(value)
+        return java_double(value)
     if isinstance(value, Decimal):  # a number kept as written: Java's BigDecimal text
         return str(value)
     if isinstance(value, dict):
