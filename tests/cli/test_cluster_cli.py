@@ -344,3 +344,20 @@ def test_ctrl_c_stops_every_node_cleanly_and_a_restart_keeps_the_cluster(cluster
     out = ok("consume", topic, "--from-beginning", "--exit-at-end", "--bootstrap-server",
              f"127.0.0.1:{cluster.base + 1}", allow_stderr=True)
     assert "kept" in out.split()
+
+
+def test_a_brokers_configs_go_to_that_broker(cluster):
+    """As Kafka's kafka-configs: a broker's resource is described and altered at that broker,
+    whichever one the bootstrap server is."""
+    described = ok("configs", "describe", "--broker", "3", "--all", "--bootstrap-server", f"127.0.0.1:{cluster.base}")
+    assert described.startswith("All configs for broker 3 are:")
+    assert f"advertised.listeners=PLAINTEXT://127.0.0.1:{cluster.base + 2}," in described  # broker 3's own
+    admin_bootstrap = f"127.0.0.1:{cluster.internal_base}"
+    ok("configs", "alter", "--broker", "2", "--add-config", "log.cleaner.threads=2", *cluster.admin,
+       "--bootstrap-server", admin_bootstrap)
+    assert "log.cleaner.threads=2 " in ok("configs", "describe", "--broker", "2", "--bootstrap-server",
+                                          f"127.0.0.1:{cluster.base}")
+    ok("configs", "alter", "--broker", "2", "--delete-config", "log.cleaner.threads", *cluster.admin,
+       "--bootstrap-server", admin_bootstrap)
+    line = fails("configs", "describe", "--broker", "9", "--bootstrap-server", f"127.0.0.1:{cluster.base}")
+    assert line == "Error: broker 9 is not in the cluster (brokers: 1, 2, 3)"

@@ -206,3 +206,37 @@ def test_get_offsets(cli_broker, filled):
     assert "--topic-partitions" in fails("get-offsets", "--bootstrap-server", bootstrap, "--topic", topic,
                                          "--topic-partitions", topic, code=2)
     assert "date-time" in fails("get-offsets", "--bootstrap-server", bootstrap, "--time", "soon", code=2)
+
+
+def test_kafka_consumer_groups_command_lines(cli_broker, filled):
+    """kafka-consumer-groups.sh's lines with only the script's name changed: the action as a flag,
+    the group as --group, --all-groups, --offsets; and kafka-configs.sh's --entity-type lines."""
+    bootstrap = cli_broker.bootstrap
+    topic, _, _ = filled
+    group, other = unique_name("kafka-style"), unique_name("kafka-style-other")
+    for g in (group, other):
+        ok("groups", "--reset-offsets", "--group", g, "--topic", topic, "--to-earliest", "--execute",
+           "--bootstrap-server", bootstrap)
+    assert {group, other} <= set(ok("groups", "--list", "--bootstrap-server", bootstrap).split())
+    described = ok("groups", "--describe", "--group", group, "--offsets", "--bootstrap-server", bootstrap)
+    assert committed(bootstrap, group) == {(topic, 0): 0, (topic, 1): 0}
+    assert described == strom("groups", "describe", group, "--bootstrap-server", bootstrap).stdout
+    every = ok("groups", "--describe", "--all-groups", "--state", "--bootstrap-server", bootstrap)
+    assert group in every and other in every
+    assert "was successful" in ok("groups", "--delete", "--group", other, "--bootstrap-server", bootstrap)
+    assert other not in ok("groups", "--list", "--bootstrap-server", bootstrap).split()
+    ok("groups", "--delete-offsets", "--group", group, "--topic", topic, "--bootstrap-server", bootstrap)
+    assert committed(bootstrap, group) == {}
+    assert "or --all-groups" in fails("groups", "--describe", "--bootstrap-server", bootstrap, code=2)
+
+    ok("configs", "--alter", "--entity-type", "topics", "--entity-name", topic, "--add-config", "retention.ms=7200000",
+       "--bootstrap-server", bootstrap)
+    described = ok("configs", "--describe", "--entity-type", "topics", "--entity-name", topic,
+                   "--bootstrap-server", bootstrap)
+    assert described.startswith(f"Dynamic configs for topic {topic} are:") and "retention.ms=7200000" in described
+    assert "All configs for broker 0 are:" in ok("configs", "--describe", "--entity-type", "brokers", "--entity-name",
+                                                 "0", "--all", "--bootstrap-server", bootstrap)
+    assert "the default broker" in ok("configs", "--describe", "--entity-type", "brokers", "--entity-default",
+                                      "--bootstrap-server", bootstrap)
+    assert "strom quotas" in fails("configs", "--describe", "--entity-type", "users", "--entity-name", "alice",
+                                   "--bootstrap-server", bootstrap, code=2)

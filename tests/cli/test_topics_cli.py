@@ -160,7 +160,8 @@ def cluster(zookeeper):
 
 def test_replicas_isr_and_a_dead_broker(cluster):
     replicated, pinned = unique_name("rf3"), unique_name("pinned")
-    ok(cluster.bootstrap, "create", replicated, "--partitions", "3", "--replication-factor", "3")
+    ok(cluster.bootstrap, "create", replicated, "--partitions", "3", "--replication-factor", "3",
+       "--config", "min.insync.replicas=3")
     # RF 2 on chosen brokers: each broker holds two of the three partitions.
     ok(cluster.bootstrap, "create", pinned, "--replica-assignment", "1:2,2:3,3:1")
 
@@ -176,6 +177,17 @@ def test_replicas_isr_and_a_dead_broker(cluster):
     for row in partitions(ok(cluster.bootstrap, "describe", "--topic", replicated)).values():
         assert sorted(row["Replicas"].split(",")) == ["1", "2", "3"] == sorted(row["Isr"].split(","))
     assert ok(cluster.bootstrap, "describe", "--under-replicated-partitions") == ""
+    # kafka-topics' other filters: min ISR (the RF 3 topic wants all three), overrides, regexes.
+    assert set(partitions(ok(cluster.bootstrap, "describe", "--at-min-isr-partitions"))) == \
+        {(replicated, p) for p in range(3)}
+    assert ok(cluster.bootstrap, "describe", "--under-min-isr-partitions") == ""
+    overridden = ok(cluster.bootstrap, "describe", "--topics-with-overrides")
+    assert [fields(line)["Topic"] for line in overridden.splitlines()] == [replicated]
+    assert "Configs: min.insync.replicas=3" in overridden
+    matched = ok(cluster.bootstrap, "describe", "--topic", f"{replicated}|no-such-topic")
+    assert {t for t, _ in partitions(matched)} == {replicated}
+    assert fails(cluster.bootstrap, "describe", "--topic", "no-such-.*") == \
+        "Error: Topic 'no-such-.*' does not exist as expected"
 
     # kill -9 a broker other than the controller: its ZooKeeper session ends after 4 s and
     # the controller takes it out of every ISR and moves its leaderships.
@@ -193,3 +205,5 @@ def test_replicas_isr_and_a_dead_broker(cluster):
     assert all(str(victim) not in r["Isr"].split(",") and r["Leader"] != str(victim)
                for r in under.values())
     assert ok(cluster.bootstrap, "describe", "--unavailable-partitions") == ""
+    assert set(partitions(ok(cluster.bootstrap, "describe", "--under-min-isr-partitions"))) == \
+        {(replicated, p) for p in range(3)}

@@ -66,8 +66,8 @@ def test_brokers_authenticate_to_each_other(cluster):
     admin(cluster, "topics", "create", topic, "--replication-factor", "3")  # the controller reached every broker
     admin(cluster, "users", "scram-set", "bob", "--password", "bob-secret")
     # ACLs written through the last broker; the clients below go to the first.
-    admin(cluster, "acls", "add", "--allow-principal", "User:bob", "--producer", "--consumer", "--topic", topic)
-    admin(cluster, "acls", "add", "--allow-principal", "User:bob", "--consumer", "--group", group)
+    admin(cluster, "acls", "add", "--allow-principal", "User:bob", "--producer", "--consumer", "--topic", topic,
+          "--group", group)
     ssl_bootstrap = f"127.0.0.1:{brokers[0].ports['SASL_SSL']}"
     secured = {"bootstrap.servers": ssl_bootstrap, "security.protocol": "SASL_SSL",
                "ssl.ca.location": str(cluster.pki["ca"]), "sasl.mechanisms": "SCRAM-SHA-256",

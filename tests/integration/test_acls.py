@@ -110,7 +110,7 @@ def test_consumers_need_read_on_their_group(broker):
     topic, group = unique_name("consumed"), unique_name("readers")
     make_topic(broker, topic)
     assert produce(broker, "admin", topic) == [None]
-    assert acls(broker, "add", "--allow-principal", "User:carol", "--consumer", "--topic", topic).returncode == 0
+    assert acls(broker, "add", "--allow-principal", "User:carol", "--operation", "read", "--topic", topic).returncode == 0
     errors: list = []
     consumer = Consumer({**conf(broker, "carol"), "group.id": group, "auto.offset.reset": "earliest",
                          "error_cb": errors.append})
@@ -118,7 +118,7 @@ def test_consumers_need_read_on_their_group(broker):
     wait_for(lambda: [m for m in consumer.consume(1, 0.5) if m.error()] or errors, timeout=20,
              what="a group authorization error")
     consumer.close()
-    assert acls(broker, "add", "--allow-principal", "User:carol", "--consumer", "--group", group).returncode == 0
+    assert acls(broker, "add", "--allow-principal", "User:carol", "--operation", "read", "--group", group).returncode == 0
     consumer = Consumer({**conf(broker, "carol"), "group.id": group, "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     got: list = []
@@ -156,3 +156,43 @@ def test_an_unknown_authorizer_class_stops_the_start():
     broker.close()
     assert any("authorizer.class.name=com.example.MyAuthorizer is not an authorizer" in line
                for line in broker.stderr_lines)
+
+
+def test_remove_takes_only_the_acls_it_names_and_the_shortcuts_need_their_resources(broker):
+    topic = unique_name("narrow")
+    assert acls(broker, "add", "--allow-principal", "User:dave", "--operation", "read", "--operation", "write",
+                "--topic", topic).returncode == 0
+    assert acls(broker, "add", "--deny-principal", "User:dave", "--operation", "read", "--topic", topic,
+                "--deny-host", "10.0.0.1").returncode == 0
+
+    def listed() -> set[str]:
+        out = acls(broker, "list", "--topic", topic).stdout
+        return {line.split(" on ")[0] for line in out.splitlines() if line.startswith("(")}
+
+    removed = acls(broker, "remove", "--topic", topic, "--allow-principal", "User:dave", "--operation", "read")
+    assert removed.returncode == 0 and "Removed 1 ACL(s)." in removed.stdout, removed
+    assert listed() == {"(principal=User:dave, host=*, operation=WRITE, permissionType=ALLOW)",
+                        "(principal=User:dave, host=10.0.0.1, operation=READ, permissionType=DENY)"}
+    assert "Removed 0 ACL(s)." in acls(broker, "remove", "--topic", topic, "--deny-principal", "User:dave",
+                                       "--deny-host", "10.0.0.2").stdout
+    assert "Removed 1 ACL(s)." in acls(broker, "remove", "--topic", topic, "--deny-principal", "User:dave").stdout
+    assert listed() == {"(principal=User:dave, host=*, operation=WRITE, permissionType=ALLOW)"}
+
+    for args, why in ((("--consumer", "--topic", topic), "With --consumer you must specify a --topic and a --group"),
+                      (("--consumer", "--group", "g"), "With --consumer you must specify a --topic and a --group"),
+                      (("--producer", "--group", "g"), "With --producer you must specify a --topic"),
+                      (("--idempotent", "--topic", topic), "only available if --producer is set")):
+        refused = acls(broker, "add", "--allow-principal", "User:dave", *args)
+        assert refused.returncode == 2 and why in refused.stderr, refused
+
+
+def test_kafka_acls_command_lines(broker):
+    """kafka-acls.sh's --add / --list / --remove, the script's name changed only."""
+    topic = unique_name("kafka-style")
+    added = acls(broker, "--add", "--allow-principal", "User:erin", "--producer", "--topic", topic)
+    assert added.returncode == 0 and "Added 3 ACL(s)." in added.stdout, added
+    listed = acls(broker, "--list", "--topic", topic).stdout
+    assert "(principal=User:erin, host=*, operation=WRITE, permissionType=ALLOW)" in listed
+    removed = acls(broker, "--remove", "--allow-principal", "User:erin", "--producer", "--topic", topic)
+    assert "Removed 3 ACL(s)." in removed.stdout, removed
+    assert "No ACLs." in acls(broker, "--list", "--topic", topic).stdout

@@ -46,9 +46,11 @@ def test_the_admin_sets_up_users_a_topic_and_acls(walkthrough):
         assert f"Set SCRAM-SHA-512 credential for user {user}." in strom(
             work, "users", "scram-set", user, "--mechanism", "SCRAM-SHA-512", "--password", f"{user}-secret")
     assert "Created topic orders." in strom(work, "topics", "create", "orders", "--partitions", "3")
-    assert "Added 4 ACL(s)." in strom(work, "acls", "add", "--allow-principal", "User:alice", "--producer",
-                                       "--consumer", "--topic", "orders")
-    assert "Added 1 ACL(s)." in strom(work, "acls", "add", "--allow-principal", "User:alice", "--consumer",
+    assert "Added 3 ACL(s)." in strom(work, "acls", "add", "--allow-principal", "User:alice", "--producer",
+                                       "--topic", "orders")
+    assert "Added 2 ACL(s)." in strom(work, "acls", "add", "--allow-principal", "User:alice", "--operation", "read",
+                                       "--operation", "describe", "--topic", "orders")
+    assert "Added 1 ACL(s)." in strom(work, "acls", "add", "--allow-principal", "User:alice", "--operation", "read",
                                        "--group", "example-", "--resource-pattern-type", "prefixed")
     listed = strom(work, "acls", "list", "--topic", "orders")
     assert "(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW) on TOPIC:LITERAL:orders" in listed

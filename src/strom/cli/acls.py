@@ -10,7 +10,7 @@ from strom.cli.common import (
     ClientSettings,
     Cluster,
     CommandError,
-    Group,
+    KafkaToolGroup,
     client_options,
     error_name,
 )
@@ -27,7 +27,13 @@ OPERATION_LABELS = {v: k.upper() for k, v in OPERATIONS.items()}
 ALLOW, DENY, ANY = 3, 2, 1
 
 
-@click.group(cls=Group)
+class AclsGroup(KafkaToolGroup):
+    """`strom acls add|list|remove`, or kafka-acls.sh's `--add`, `--list`, `--remove`."""
+
+    action_flags = {"--add": "add", "--list": "list", "--remove": "remove"}
+
+
+@click.group(cls=AclsGroup)
 def acls() -> None:
     """Add, list and remove ACLs (like kafka-acls.sh); the brokers need authorizer.class.name."""
 
@@ -84,6 +90,7 @@ def add(client: ClientSettings, topics, groups, txn_ids, tokens, users, cluster,
     pattern_id = PATTERNS[(pattern or "literal").lower()]
     if pattern_id not in (PATTERNS["literal"], PATTERNS["prefixed"]):
         raise click.UsageError("ACLs are added with a literal or prefixed --resource-pattern-type")
+    _check_shortcuts(producer, consumer, idempotent, topics, groups, cluster, txn_ids)
     bindings = _bindings(_resources(topics, groups, txn_ids, tokens, users, cluster), operations, producer,
                          consumer, idempotent)
     principals = [(p, ALLOW, allow_hosts or ("*",)) for p in allow] + [(p, DENY, deny_hosts or ("*",)) for p in deny]
@@ -99,6 +106,18 @@ def add(client: ClientSettings, topics, groups, txn_ids, tokens, users, cluster,
     if failed:
         raise CommandError(f"adding ACLs failed: {failed[0].error_message or error_name(failed[0].error_code)}")
     click.echo(f"Added {len(creations)} ACL(s).")
+
+
+def _check_shortcuts(producer: bool, consumer: bool, idempotent: bool, topics, groups, cluster: bool,
+                     txn_ids) -> None:
+    """kafka-acls' rules for --producer, --consumer and --idempotent, with its messages."""
+    if producer and not topics:
+        raise click.UsageError("With --producer you must specify a --topic")
+    if idempotent and not producer:
+        raise click.UsageError("The --idempotent option is only available if --producer is set")
+    if consumer and (not topics or not groups or (not producer and (cluster or txn_ids))):
+        raise click.UsageError("With --consumer you must specify a --topic and a --group and no --cluster or "
+                               "--transactional-id option should be specified.")
 
 
 def _bindings(resources: list[tuple[int, str]], operations, producer: bool, consumer: bool,
@@ -164,22 +183,47 @@ def list_(client: ClientSettings, topics, groups, txn_ids, tokens, users, cluste
 @acls.command()
 @client_options()
 @resource_options
-@click.option("--principal", default=None, help="Only this principal's ACLs.")
+@click.option("--principal", default=None, help="Only this principal's ACLs (allow or deny).")
+@click.option("--allow-principal", "allow", multiple=True, metavar="User:NAME", help="Only this principal's ALLOW ACLs.")
+@click.option("--deny-principal", "deny", multiple=True, metavar="User:NAME", help="Only this principal's DENY ACLs.")
+@click.option("--allow-host", "allow_hosts", multiple=True, help="With --allow-principal: only for these hosts.")
+@click.option("--deny-host", "deny_hosts", multiple=True, help="With --deny-principal: only for these hosts.")
+@click.option("--operation", "operations", multiple=True, type=click.Choice(sorted(OPERATIONS), case_sensitive=False),
+              help="Only these operations (default: every one).")
+@click.option("--producer", is_flag=True, help="Only what --producer adds.")
+@click.option("--consumer", is_flag=True, help="Only what --consumer adds (needs --topic and --group).")
+@click.option("--idempotent", is_flag=True, help="With --producer: IDEMPOTENT_WRITE on the cluster too.")
 @click.option("--force", is_flag=True, help="Remove every ACL when no resource is named.")
-def remove(client: ClientSettings, topics, groups, txn_ids, tokens, users, cluster, pattern, principal,
-           force: bool) -> None:
-    """Remove ACLs of the named resources (and principal).
+def remove(client: ClientSettings, topics, groups, txn_ids, tokens, users, cluster, pattern, principal, allow, deny,
+           allow_hosts, deny_hosts, operations, producer, consumer, idempotent, force: bool) -> None:
+    """Remove ACLs of the named resources: all of them, or only those of a principal, a
+    permission, hosts and operations, as kafka-acls --remove narrows them.
 
     \b
     Examples:
       strom acls remove --topic orders --principal User:alice
+      strom acls remove --topic orders --allow-principal User:alice --operation read
+      strom acls remove --topic orders --group billing --allow-principal User:bob --consumer
       strom acls remove --force
     """
     resources = _resources(topics, groups, txn_ids, tokens, users, cluster)
     if not resources and not force:
         raise click.UsageError("name the resources whose ACLs to remove, or --force to remove all")
+    if principal and (allow or deny):
+        raise click.UsageError("--principal matches either permission: not with --allow-principal/--deny-principal")
+    _check_shortcuts(producer, consumer, idempotent, topics, groups, cluster, txn_ids)
+    if operations or producer or consumer:
+        targets = _bindings(resources, operations, producer, consumer, idempotent)
+    else:
+        targets = [(rtype, name, ANY) for rtype, name in resources or [(ANY, None)]]
+    who = [(p, ALLOW, allow_hosts or (None,)) for p in allow] + [(p, DENY, deny_hosts or (None,)) for p in deny]
+    filters = [{"resource_type_filter": rtype, "resource_name_filter": name,
+                "pattern_type_filter": PATTERNS[(pattern or "any").lower()], "principal_filter": p, "host_filter": host,
+                "operation": op, "permission_type": permission}
+               for rtype, name, op in targets
+               for p, permission, hosts in (who or [(principal, ANY, (None,))]) for host in hosts]
     with Cluster(client) as c:
-        body = c.call(DELETE_ACLS, 3, {"filters": _filters(resources, pattern, principal)})
+        body = c.call(DELETE_ACLS, 3, {"filters": filters})
     removed = 0
     for result in body.filter_results:
         if result.error_code:

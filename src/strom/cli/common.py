@@ -257,6 +257,44 @@ class Command(_OneLineErrors, click.Command):
     """A command that fails in one line."""
 
 
+class KafkaToolGroup(Group):
+    """A group whose subcommand may also be named as Kafka's own tool names its action: a flag
+    anywhere on the line (`strom topics --create --topic t`, `strom acls --add ...`), so that an
+    operator's kafka-*.sh lines work with only the script's name changed. `action_flags` maps
+    the flags to subcommands; `kafka_line` rewrites the rest of such a line into the
+    subcommand's own options where Kafka's differ."""
+
+    action_flags: dict[str, str] = {}
+
+    def kafka_line(self, command: str, args: list[str]) -> list[str]:
+        return args
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        flags = [a for a in args if a in self.action_flags]
+        if flags and not (args and args[0] in self.commands):
+            if len(flags) > 1:
+                raise click.UsageError(f"only one of {', '.join(self.action_flags)} may be given", ctx)
+            rest = list(args)
+            rest.remove(flags[0])
+            command = self.action_flags[flags[0]]
+            args = [command, *self.kafka_line(command, rest)]
+        return super().parse_args(ctx, args)
+
+
+def take_option(args: list[str], name: str) -> tuple[list[str], list[str]]:
+    """`args` without every `name VALUE` (or `name=VALUE`), and those values."""
+    rest, values = [], []
+    it = iter(args)
+    for arg in it:
+        if arg == name:
+            values.append(next(it, ""))
+        elif arg.startswith(name + "="):
+            values.append(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+    return rest, values
+
+
 # --- connections --------------------------------------------------------------------------------
 class BrokerConnection(Connection):
     """One connection to one broker whose failures are CommandErrors naming the broker."""

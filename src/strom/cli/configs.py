@@ -15,9 +15,10 @@ from strom.cli.common import (
     ClientSettings,
     Cluster,
     CommandError,
-    Group,
+    KafkaToolGroup,
     client_options,
     error_name,
+    take_option,
 )
 
 DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
@@ -29,8 +30,16 @@ SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
 DYNAMIC_SOURCES = {1, 2, 3, 6}
 
 
-def _call(client: ClientSettings, api_key: int, version: int, fields: dict):
+def _call(client: ClientSettings, api_key: int, version: int, fields: dict, rtype: int, name: str):
+    """The request, to the broker a broker's (or its loggers') resource names, as Kafka's admin
+    client sends it; anything else to the bootstrap server."""
     with Cluster(client) as cluster:
+        if rtype in (BROKER, BROKER_LOGGER) and name:
+            cluster.metadata([])
+            if int(name) not in cluster.brokers:
+                raise CommandError(f"broker {name} is not in the cluster (brokers: "
+                                   f"{', '.join(map(str, sorted(cluster.brokers)))})")
+            return cluster.broker(int(name)).call(api_key, version, fields)
         return cluster.call(api_key, version, fields)
 
 
@@ -82,7 +91,38 @@ def _with_entity_options(f):
     return f
 
 
-@click.group(cls=Group)
+# kafka-configs.sh's --entity-type (singular or plural) as the option Strom's commands take.
+ENTITY_OPTIONS = {"topics": "--topic", "topic": "--topic", "brokers": "--broker", "broker": "--broker",
+                  "broker-loggers": "--broker-logger", "broker-logger": "--broker-logger"}
+
+
+class ConfigsGroup(KafkaToolGroup):
+    """`strom configs describe|alter`, or kafka-configs.sh's `--describe` / `--alter` with
+    `--entity-type`, `--entity-name` and `--entity-default`."""
+
+    action_flags = {"--describe": "describe", "--alter": "alter"}
+
+    def kafka_line(self, command: str, args: list[str]) -> list[str]:
+        args, types = take_option(args, "--entity-type")
+        args, names = take_option(args, "--entity-name")
+        default = "--entity-default" in args
+        args = [a for a in args if a != "--entity-default"]
+        if not types:
+            return args
+        kind = types[-1]
+        if kind not in ENTITY_OPTIONS:
+            raise click.UsageError(f"--entity-type {kind}: Strom's `configs` takes topics, brokers and "
+                                   "broker-loggers (client quotas: `strom quotas`; SCRAM users: `strom users`)")
+        if default:
+            if ENTITY_OPTIONS[kind] != "--broker":
+                raise click.UsageError(f"--entity-default is for brokers, not {kind}")
+            return [*args, "--broker-defaults"]
+        if len(names) != 1:
+            raise click.UsageError("--entity-type needs one --entity-name (or --entity-default)")
+        return [*args, ENTITY_OPTIONS[kind], names[0]]
+
+
+@click.group(cls=ConfigsGroup)
 def configs() -> None:
     """Describe or change topic and broker configs (like kafka-configs.sh)."""
 
@@ -105,7 +145,7 @@ def describe(client: ClientSettings, topic: str | None, broker: int | None, brok
     body = _call(client, DESCRIBE_CONFIGS, 4, {
         "resources": [{"resource_type": rtype, "resource_name": name, "configuration_keys": None}],
         "include_synonyms": True, "include_documentation": False,
-    })
+    }, rtype, name)
     result = body.results[0]
     if result.error_code:
         raise CommandError(result.error_message or error_name(result.error_code))
@@ -143,7 +183,7 @@ def alter(client: ClientSettings, topic: str | None, broker: int | None, broker_
     body = _call(client, INCREMENTAL_ALTER_CONFIGS, 1, {
         "resources": [{"resource_type": rtype, "resource_name": name, "configs": entries}],
         "validate_only": False,
-    })
+    }, rtype, name)
     response = body.responses[0]
     if response.error_code:
         raise CommandError(f"altering the configs of {what} failed: "

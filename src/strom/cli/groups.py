@@ -28,7 +28,7 @@ from strom.cli.common import (
     ClientSettings,
     Cluster,
     CommandError,
-    Group,
+    KafkaToolGroup,
     TopicPartition,
     client_options,
     error_name,
@@ -37,6 +37,7 @@ from strom.cli.common import (
     parse_timestamp,
     resolve_partitions,
     table,
+    take_option,
 )
 from strom.coordinator.group.consumer_protocol import decode_assignment
 from strom.protocol.errors import ErrorCode
@@ -47,7 +48,20 @@ SHARE_GROUP_DESCRIBE, DESCRIBE_SHARE_GROUP_OFFSETS = 77, 90
 INACTIVE_STATES = ("Empty", "Dead")  # Dead: the group does not exist (yet)
 
 
-@click.group(cls=Group)
+class GroupsGroup(KafkaToolGroup):
+    """`strom groups SUBCOMMAND`, or kafka-consumer-groups.sh's `--list`, `--describe`,
+    `--delete`, `--reset-offsets`, `--delete-offsets` with `--group G` (the groups are the
+    subcommands' arguments; `--offsets`, describe's default view, is taken as said)."""
+
+    action_flags = {"--list": "list", "--describe": "describe", "--delete": "delete",
+                    "--reset-offsets": "reset-offsets", "--delete-offsets": "delete-offsets"}
+
+    def kafka_line(self, command: str, args: list[str]) -> list[str]:
+        args, groups_named = take_option(args, "--group")
+        return [*groups_named, *(a for a in args if a != "--offsets")]
+
+
+@click.group(cls=GroupsGroup)
 def groups() -> None:
     """List, describe and delete consumer groups; reset or delete their committed offsets
     (like kafka-consumer-groups.sh)."""
@@ -67,18 +81,24 @@ def list_groups(client: ClientSettings, states: tuple[str, ...]) -> None:
       strom groups list --state Stable --state Empty
     """
     with Cluster(client) as cluster:
-        found: dict[str, tuple[str, str]] = {}
-        for conn in cluster.all_brokers():
-            body = conn.call(LIST_GROUPS, 5, {"states_filter": list(states), "types_filter": []})
-            if body.error_code != ErrorCode.NONE:
-                raise CommandError(f"ListGroups failed: {error_name(body.error_code)}")
-            for g in body.groups:
-                found[g.group_id] = (g.group_state, g.group_type)
+        found = {group_id: (state, kind) for group_id, state, kind in _list_groups(cluster, states)}
     if not states:
         for group_id in sorted(found):
             click.echo(group_id)
     elif found:
         click.echo(table([["GROUP", "STATE", "TYPE"]] + [[g, *found[g]] for g in sorted(found)]))
+
+
+def _list_groups(cluster: Cluster, states: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """(group, state, type) of every group of the cluster (in `states`, if any), from every broker."""
+    found: dict[str, tuple[str, str, str]] = {}
+    for conn in cluster.all_brokers():
+        body = conn.call(LIST_GROUPS, 5, {"states_filter": list(states), "types_filter": []})
+        if body.error_code != ErrorCode.NONE:
+            raise CommandError(f"ListGroups failed: {error_name(body.error_code)}")
+        for g in body.groups:
+            found[g.group_id] = (g.group_id, g.group_state, g.group_type)
+    return list(found.values())
 
 
 def describe_group(cluster: Cluster, group: str) -> dict:
@@ -153,12 +173,21 @@ def committed_offsets(conn: Any, group: str) -> dict[TopicPartition, int]:
             for t in body.topics for p in t.partitions if p.committed_offset >= 0}
 
 
+def _chosen_groups(cluster: Cluster, group_ids: tuple[str, ...], all_groups: bool) -> list[str]:
+    if all_groups == bool(group_ids):
+        raise click.UsageError("name the groups (GROUP... or --group), or --all-groups")
+    if not all_groups:
+        return list(group_ids)
+    return sorted(g for g, _, _ in _list_groups(cluster, ()))
+
+
 @groups.command("describe")
 @client_options()
-@click.argument("group_ids", metavar="GROUP...", nargs=-1, required=True)
+@click.argument("group_ids", metavar="GROUP...", nargs=-1)
+@click.option("--all-groups", is_flag=True, help="Every group of the cluster.")
 @click.option("--members", "show", flag_value="members", help="Show members instead of offsets.")
 @click.option("--state", "show", flag_value="state", help="Show the group's state instead of offsets.")
-def describe_groups(client: ClientSettings, group_ids: tuple[str, ...], show: str | None) -> None:
+def describe_groups(client: ClientSettings, group_ids: tuple[str, ...], all_groups: bool, show: str | None) -> None:
     """Per partition: committed offset, log end offset, lag and the member consuming it.
 
     A group that does not exist is reported (exit code 1) and the others are still shown.
@@ -171,7 +200,7 @@ def describe_groups(client: ClientSettings, group_ids: tuple[str, ...], show: st
     """
     missing = False
     with Cluster(client) as cluster:
-        for i, group in enumerate(group_ids):
+        for i, group in enumerate(_chosen_groups(cluster, group_ids, all_groups)):
             info = describe_group(cluster, group)
             if i:
                 click.echo()
@@ -229,8 +258,9 @@ def _offsets_table(cluster: Cluster, info: dict) -> str:
 
 @groups.command("delete")
 @client_options()
-@click.argument("group_ids", metavar="GROUP...", nargs=-1, required=True)
-def delete_groups(client: ClientSettings, group_ids: tuple[str, ...]) -> None:
+@click.argument("group_ids", metavar="GROUP...", nargs=-1)
+@click.option("--all-groups", is_flag=True, help="Every group of the cluster.")
+def delete_groups(client: ClientSettings, group_ids: tuple[str, ...], all_groups: bool) -> None:
     """Delete groups that have no members, with their committed offsets.
 
     \b
@@ -239,7 +269,7 @@ def delete_groups(client: ClientSettings, group_ids: tuple[str, ...]) -> None:
     """
     failed = False
     with Cluster(client) as cluster:
-        for group in group_ids:
+        for group in _chosen_groups(cluster, group_ids, all_groups):
             _, conn = cluster.coordinator(group)
             (result,) = conn.call(DELETE_GROUPS, 2, {"groups_names": [group]}).results
             if result.error_code == ErrorCode.NONE:

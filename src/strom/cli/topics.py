@@ -10,6 +10,7 @@ again elsewhere on NOT_CONTROLLER, as Kafka's admin client does.
 from __future__ import annotations
 
 import base64
+import re
 import sys
 import uuid
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from strom.cli.common import (
     ClientSettings,
     Cluster,
     CommandError,
-    Group,
+    KafkaToolGroup,
     client_options,
     error_name,
     parse_key_values,
@@ -69,24 +70,12 @@ def _config_option(ctx: click.Context, param: click.Parameter,
     return {k: v.strip() for k, v in parse_key_values(values, "--config").items()}
 
 
-# kafka-topics.sh names its action with a flag anywhere on the line (`--create --topic orders`);
-# Strom's subcommands take the same options, so the flag just picks the subcommand.
-ACTION_FLAGS = {"--create": "create", "--list": "list", "--describe": "describe",
-                "--alter": "alter", "--delete": "delete"}
+class TopicsGroup(KafkaToolGroup):
+    """`strom topics SUBCOMMAND ...`, or kafka-topics.sh's `strom topics --ACTION ...`: Strom's
+    subcommands take kafka-topics' options, so the flag just picks the subcommand."""
 
-
-class TopicsGroup(Group):
-    """`strom topics SUBCOMMAND ...`, or kafka-topics.sh's `strom topics --ACTION ...`."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        flags = [a for a in args if a in ACTION_FLAGS]
-        if flags and not (args and args[0] in self.commands):
-            if len(flags) > 1:
-                raise click.UsageError(f"only one of {', '.join(ACTION_FLAGS)} may be given", ctx)
-            rest = list(args)
-            rest.remove(flags[0])
-            args = [ACTION_FLAGS[flags[0]], *rest]
-        return super().parse_args(ctx, args)
+    action_flags = {"--create": "create", "--list": "list", "--describe": "describe",
+                    "--alter": "alter", "--delete": "delete"}
 
 
 def one_topic(argument: str | None, option: tuple[str, ...]) -> str:
@@ -193,8 +182,21 @@ def format_topic_id(topic_id: uuid.UUID | None) -> str:
     return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
 
 
-def _topic_configs(cluster: Cluster, names: list[str]) -> dict[str, list[str]]:
-    """The configs set on each topic (DYNAMIC_TOPIC_CONFIG), as `k=v` strings."""
+def _is_pattern(name: str) -> bool:
+    return any(c in name for c in "*?+[]()|^$\\{},")
+
+
+def _topic_pattern(text: str) -> re.Pattern:
+    """kafka-topics' topic list: a regular expression, commas as alternatives."""
+    try:
+        return re.compile("|".join(part.strip() for part in text.split(",")))
+    except re.error as e:
+        raise click.BadParameter(f"{text!r} is not a regular expression: {e}", param_hint="'--topic'") from None
+
+
+def _topic_configs(cluster: Cluster, names: list[str], every: bool = False) -> dict[str, list[str]]:
+    """The configs set on each topic (DYNAMIC_TOPIC_CONFIG; with `every`, all of its effective
+    configs), as `k=v` strings."""
     if not names:
         return {}
     body = cluster.call(DESCRIBE_CONFIGS, 4, {
@@ -202,7 +204,7 @@ def _topic_configs(cluster: Cluster, names: list[str]) -> dict[str, list[str]]:
                       for n in names],
         "include_synonyms": False, "include_documentation": False})
     return {r.resource_name: [f"{c.name}={c.value}" for c in r.configs
-                              if c.config_source == DYNAMIC_TOPIC_CONFIG]
+                              if every or c.config_source == DYNAMIC_TOPIC_CONFIG]
             for r in body.results if r.error_code == ErrorCode.NONE}
 
 
@@ -215,12 +217,22 @@ def _topic_configs(cluster: Cluster, names: list[str]) -> dict[str, list[str]]:
               help="Only partitions whose ISR is smaller than their replica list.")
 @click.option("--unavailable-partitions", "unavailable", is_flag=True,
               help="Only partitions without a leader, or whose leader is not a live broker.")
+@click.option("--under-min-isr-partitions", "under_min_isr", is_flag=True,
+              help="Only partitions whose ISR is smaller than the topic's min.insync.replicas.")
+@click.option("--at-min-isr-partitions", "at_min_isr", is_flag=True,
+              help="Only partitions whose ISR is exactly the topic's min.insync.replicas.")
+@click.option("--topics-with-overrides", "with_overrides", is_flag=True,
+              help="Only the summary lines of topics with configs of their own.")
 def describe(client: ClientSettings, arguments: tuple[str, ...], names: tuple[str, ...],
-             exclude_internal: bool, under_replicated: bool, unavailable: bool) -> None:
+             exclude_internal: bool, under_replicated: bool, unavailable: bool, under_min_isr: bool,
+             at_min_isr: bool, with_overrides: bool) -> None:
     """Partitions, leaders, replicas and ISR of topics, in kafka-topics.sh's format.
 
-    With --under-replicated-partitions or --unavailable-partitions only the matching
-    partitions are shown, without the topics' summary lines.
+    A --topic is a regular expression, matched against whole names, as kafka-topics reads it
+    ("orders.*"; a comma separates alternatives). With --under-replicated-partitions,
+    --unavailable-partitions, --under-min-isr-partitions or --at-min-isr-partitions only the
+    matching partitions are shown, without the topics' summary lines; with
+    --topics-with-overrides only the summary lines of topics that set configs.
 
     A tiered topic's partitions (remote.storage.enable=true) show their size on the leader's
     disk (LocalSize), in remote storage (RemoteSize, RemoteSegments: the finished copies
@@ -232,11 +244,15 @@ def describe(client: ClientSettings, arguments: tuple[str, ...], names: tuple[st
       strom topics describe --under-replicated-partitions
     """
     names = (*arguments, *names)
+    patterns = [_topic_pattern(n) for n in names if _is_pattern(n)]
+    exact = sorted({n for n in names if not _is_pattern(n)})
     cluster = Cluster(client)
     try:
-        body = cluster.metadata(sorted(set(names)) if names else None)
+        body = cluster.metadata(None if patterns or not exact else exact)
         found = []
         for t in sorted(body.topics, key=lambda t: t.name):
+            if names and t.name not in exact and not any(p.fullmatch(t.name) for p in patterns):
+                continue
             if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 raise CommandError(f"Topic '{t.name}' does not exist.")
             if t.error_code != ErrorCode.NONE:
@@ -244,7 +260,10 @@ def describe(client: ClientSettings, arguments: tuple[str, ...], names: tuple[st
                                            f"{error_name(t.error_code)}")
             if not (exclude_internal and t.is_internal):
                 found.append(t)
-        filtered = under_replicated or unavailable
+        if patterns and not found and not exact:
+            raise CommandError(f"Topic '{','.join(names)}' does not exist as expected")
+        filtered = under_replicated or unavailable or under_min_isr or at_min_isr
+        every = _topic_configs(cluster, [t.name for t in found], every=True) if under_min_isr or at_min_isr else {}
         configs = {} if filtered else _topic_configs(cluster, [t.name for t in found])
         tiered_topics = [t for t in found if "remote.storage.enable=true" in configs.get(t.name, ())]
         tiered = {}
@@ -256,7 +275,10 @@ def describe(client: ClientSettings, arguments: tuple[str, ...], names: tuple[st
         cluster.close()
     live = set(cluster.brokers)
     for t in found:
+        if with_overrides and not configs.get(t.name):
+            continue
         partitions = sorted(t.partitions, key=lambda p: p.partition_index)
+        min_isr = int(dict(c.split("=", 1) for c in every.get(t.name, ())).get("min.insync.replicas", 1))
         if not filtered:
             factor = len(partitions[0].replica_nodes) if partitions else 0
             click.echo(f"Topic: {t.name}\tTopicId: {format_topic_id(t.topic_id)}"
@@ -265,7 +287,9 @@ def describe(client: ClientSettings, arguments: tuple[str, ...], names: tuple[st
         for p in partitions:
             is_under = len(p.isr_nodes) < len(p.replica_nodes)
             is_unavailable = p.leader_id < 0 or p.leader_id not in live
-            if (under_replicated and not is_under) or (unavailable and not is_unavailable):
+            if ((under_replicated and not is_under) or (unavailable and not is_unavailable)
+                    or (under_min_isr and not len(p.isr_nodes) < min_isr)
+                    or (at_min_isr and len(p.isr_nodes) != min_isr) or with_overrides):
                 continue
             leader = p.leader_id if p.leader_id >= 0 else "none"
             click.echo(f"\tTopic: {t.name}\tPartition: {p.partition_index}\tLeader: {leader}"
