@@ -10,6 +10,7 @@ import asyncio
 import re
 import socket
 import struct
+import subprocess
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -205,7 +206,8 @@ def test_old_protocols_in_ssl_enabled_protocols_are_dropped_with_one_warning(pki
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    ({"ssl.keystore.type": "JKS", "ssl.keystore.location": "/nonexistent.jks"}, "ssl.keystore.type=JKS is not supported"),
+    ({"ssl.keystore.type": "BCFKS", "ssl.keystore.location": "/nonexistent"}, "ssl.keystore.type=BCFKS is not supported"),
+    ({"ssl.keystore.type": "JKS", "ssl.keystore.location": "/nonexistent.jks"}, "cannot load its certificate and key"),
     ({"ssl.keystore.location": ""}, "has no certificate"),
     ({"ssl.client.auth": "required"}, "needs a truststore"),
     ({"ssl.enabled.protocols": "TLSv1.1"}, "ssl.enabled.protocols"),
@@ -220,3 +222,84 @@ def test_bad_tls_settings_stop_the_start_with_one_line(pki, overrides, message):
     broker.close()
     assert any(message in line for line in broker.stderr_lines), broker.stderr_lines[-5:]
 
+
+
+# --- Kafka's store types, made by Java's keytool as operators make them ----------------------------
+
+def keytool(*args: str) -> None:
+    done = subprocess.run(["keytool", *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def java_stores(pki, tmp_path_factory):
+    """The broker's key in a PKCS12 keystore and a JKS one (its key under a password of its own),
+    the CA in a JKS and a PKCS12 truststore."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    d = tmp_path_factory.mktemp("stores")
+    pem = pki["server"].read_bytes()
+    key = serialization.load_pem_private_key(pem, password=None)
+    cert, *chain = x509.load_pem_x509_certificates(pem)
+    (d / "server.p12").write_bytes(pkcs12.serialize_key_and_certificates(
+        b"broker", key, cert, chain, serialization.BestAvailableEncryption(b"p12-secret")))
+    keytool("-importkeystore", "-noprompt", "-srckeystore", str(d / "server.p12"), "-srcstoretype", "PKCS12",
+            "-srcstorepass", "p12-secret", "-destkeystore", str(d / "server.jks"), "-deststoretype", "JKS",
+            "-deststorepass", "jks-secret", "-destkeypass", "key-secret")
+    for kind, name in (("JKS", "ca.jks"), ("PKCS12", "ca.p12")):
+        keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki["ca"]), "-keystore", str(d / name),
+                "-storetype", kind, "-storepass", "trust-secret")
+    return d
+
+
+@pytest.mark.parametrize("keystore, truststore", [("JKS", "PKCS12"), ("PKCS12", "JKS")])
+def test_java_keystores_and_truststores(pki, java_stores, keystore, truststore):
+    """A broker configured as Kafka's are, with keytool's stores and their passwords, serves TLS
+    with client authentication: a client with a certificate from the CA in the truststore gets in."""
+    keys = {"JKS": {"ssl.keystore.location": str(java_stores / "server.jks"), "ssl.keystore.password": "jks-secret",
+                    "ssl.key.password": "key-secret"},
+            "PKCS12": {"ssl.keystore.location": str(java_stores / "server.p12"), "ssl.keystore.password": "p12-secret"}}
+    trust = {"JKS": "ca.jks", "PKCS12": "ca.p12"}
+    overrides = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0", "ssl.client.auth": "required",
+                 "ssl.keystore.type": keystore, **keys[keystore], "ssl.truststore.type": truststore,
+                 "ssl.truststore.location": str(java_stores / trust[truststore]), "ssl.truststore.password": "trust-secret"}
+    with BrokerProcess(overrides=overrides) as broker:
+        topic = unique_name("java-stores")
+        create_topic(broker.bootstrap, topic)
+        producer = Producer({"bootstrap.servers": tls_bootstrap(broker), **librdkafka_tls(pki)})
+        producer.produce(topic, value=b"over tls")
+        assert producer.flush(30) == 0
+        refused = Producer({"bootstrap.servers": tls_bootstrap(broker), "message.timeout.ms": 3000,
+                            **librdkafka_tls(pki, with_cert=False)})
+        reports = []
+        refused.produce(topic, value=b"no certificate", on_delivery=lambda err, _msg: reports.append(err))
+        refused.flush(10)
+        assert len(reports) == 1 and reports[0] is not None  # client authentication is required
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"ssl.keystore.type": "JKS", "ssl.keystore.password": "wrong", "ssl.key.password": "key-secret"},
+     "password is wrong"),
+    ({"ssl.keystore.type": "JKS", "ssl.keystore.password": "jks-secret", "ssl.key.password": "wrong"},
+     "key's password is wrong"),
+    ({"ssl.keystore.type": "PKCS12", "ssl.keystore.password": "jks-secret"}, "not a PKCS12 store"),
+])
+def test_a_store_that_cannot_be_read_is_one_line(java_stores, overrides, message):
+    broker = BrokerProcess(overrides={"listeners": "SSL://127.0.0.1:0",
+                                      "ssl.keystore.location": str(java_stores / "server.jks"), **overrides})
+    with pytest.raises(RuntimeError, match="did not become ready"):
+        broker.start(timeout=20)
+    broker.close()
+    assert any(message in line for line in broker.stderr_lines), broker.stderr_lines[-5:]
+    assert not any("Traceback" in line for line in broker.stderr_lines)
+
+
+def test_a_weak_signature_is_explained():
+    import ssl as ssl_module
+
+    from strom.security.tls import _explained
+
+    text = _explained(ssl_module.SSLError(1, "[SSL: CA_MD_TOO_WEAK] ca md too weak"))
+    assert "SHA-256" in text and "keytool -sigalg SHA256withRSA" in text

@@ -642,11 +642,11 @@ BROKER_DOCS: dict[str, str] = {
         "scheme), which Kafka takes from the JAAS file's Client section.",
     # TLS.
     "ssl.keystore.type":
-        "Format of the keystore. Strom reads PEM only, and refuses a keystore of another type "
-        "when the SSL listener starts.",
+        "Format of the keystore: JKS (the default), PKCS12 or PEM; another type is refused when "
+        "the SSL listener starts.",
     "ssl.keystore.location":
-        "Path of a PEM file with the broker's private key and certificate chain for SSL "
-        "listeners.",
+        "Path of the keystore (of ssl.keystore.type) with the broker's private key and "
+        "certificate chain for SSL listeners.",
     "ssl.keystore.password":
         "Password of the keystore's private key, used when ssl.key.password is not set.",
     "ssl.key.password":
@@ -657,11 +657,11 @@ BROKER_DOCS: dict[str, str] = {
     "ssl.keystore.key":
         "The broker's private key in PEM, given inline with ssl.keystore.certificate.chain.",
     "ssl.truststore.type":
-        "Format of the truststore. Strom reads PEM only, and refuses a truststore of another type "
+        "Format of the truststore: JKS (the default), PKCS12 or PEM; another type is refused "
         "when the SSL listener starts.",
     "ssl.truststore.location":
-        "Path of a PEM file of CA certificates that client certificates, and other brokers' "
-        "certificates, are verified against.",
+        "Path of the truststore (of ssl.truststore.type) of CA certificates that client "
+        "certificates, and other brokers' certificates, are verified against.",
     "ssl.truststore.password":
         "Accepted for compatibility; PEM truststores have no password, so Strom does not use it.",
     "ssl.truststore.certificates":

@@ -4,8 +4,10 @@ the principal a client certificate names.
 Keystores and truststores are PEM (`ssl.keystore.type=PEM`), as files
 (`ssl.keystore.location`: private key and certificate chain in one file;
 `ssl.truststore.location`: CA certificates) or inline (`ssl.keystore.certificate.chain` with
-`ssl.keystore.key`, `ssl.truststore.certificates`). `listener.name.<listener>.ssl.*` overrides
-the broker-wide value for one listener, as in Kafka.
+`ssl.keystore.key`, `ssl.truststore.certificates`), or Kafka's PKCS12 and JKS store files with
+their passwords (`ssl.keystore.password`, `ssl.key.password`, `ssl.truststore.password`), read
+into PEM in memory (strom.security.keystores). `listener.name.<listener>.ssl.*` overrides the
+broker-wide value for one listener, as in Kafka.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import ssl
 import tempfile
 from collections.abc import Callable
 from typing import Any
+
+from strom.security.keystores import STORE_TYPES, KeystoreError, read_keystore, read_truststore
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +44,11 @@ def server_context(get: Callable[[str], Any], listener: str) -> ssl.SSLContext:
     listener's override or the broker's value."""
     for kind, inline in (("keystore", "ssl.keystore.certificate.chain"), ("truststore", "ssl.truststore.certificates")):
         store_type = (get(f"ssl.{kind}.type") or "").upper()
-        if (get(f"ssl.{kind}.location") or get(inline)) and store_type != "PEM":
+        if get(inline) and store_type != "PEM":
+            raise TlsConfigError(f"listener {listener}: {inline} is PEM: set ssl.{kind}.type=PEM")
+        if get(f"ssl.{kind}.location") and store_type not in STORE_TYPES:
             raise TlsConfigError(f"listener {listener}: ssl.{kind}.type={store_type} is not supported; "
-                                 f"Strom reads PEM {kind}s (ssl.{kind}.type=PEM)")
+                                 f"Strom reads {', '.join(STORE_TYPES)} {kind}s")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _load_keystore(context, get, listener)
     _limit_versions(context, get("ssl.enabled.protocols"), listener)
@@ -81,16 +87,21 @@ def client_context(get: Callable[[str], Any], listener: str) -> ssl.SSLContext:
 def _load_keystore(context: ssl.SSLContext, get: Callable[[str], Any], listener: str) -> None:
     location, chain, key = get("ssl.keystore.location"), get("ssl.keystore.certificate.chain"), get("ssl.keystore.key")
     password = get("ssl.key.password") or get("ssl.keystore.password")
+    store_type = (get("ssl.keystore.type") or "PEM").upper()
     try:
-        if location:
+        if location and store_type != "PEM":
+            key_pem, chain_pem = read_keystore(location, store_type, get("ssl.keystore.password"),
+                                               get("ssl.key.password"))
+            _load_inline_chain(context, chain_pem, key_pem, None)
+        elif location:
             context.load_cert_chain(location, password=password)
         elif chain and key:
             _load_inline_chain(context, chain, key, password)
         else:
             raise TlsConfigError(f"listener {listener} is SSL but has no certificate: set "
                                  "ssl.keystore.location, or ssl.keystore.certificate.chain and ssl.keystore.key")
-    except (OSError, ssl.SSLError) as e:
-        raise TlsConfigError(f"listener {listener}: cannot load its certificate and key: {e}") from None
+    except (OSError, ssl.SSLError, KeystoreError) as e:
+        raise TlsConfigError(f"listener {listener}: cannot load its certificate and key: {_explained(e)}") from None
 
 
 def _load_inline_chain(context: ssl.SSLContext, chain: str, key: str, password: str | None) -> None:
@@ -106,16 +117,29 @@ def _load_inline_chain(context: ssl.SSLContext, chain: str, key: str, password: 
 
 def _load_truststore(context: ssl.SSLContext, get: Callable[[str], Any], listener: str) -> bool:
     location, inline = get("ssl.truststore.location"), get("ssl.truststore.certificates")
+    store_type = (get("ssl.truststore.type") or "PEM").upper()
     try:
-        if location:
+        if location and store_type != "PEM":
+            context.load_verify_locations(cadata=read_truststore(location, store_type, get("ssl.truststore.password")))
+        elif location:
             context.load_verify_locations(cafile=location)
         elif inline:
             context.load_verify_locations(cadata=_pem(inline))
         else:
             return False
-    except (OSError, ssl.SSLError) as e:
-        raise TlsConfigError(f"listener {listener}: cannot load its truststore: {e}") from None
+    except (OSError, ssl.SSLError, KeystoreError) as e:
+        raise TlsConfigError(f"listener {listener}: cannot load its truststore: {_explained(e)}") from None
     return True
+
+
+def _explained(e: Exception) -> str:
+    """OpenSSL's reason, with what to do where it is cryptic."""
+    text = str(e)
+    if "CA_MD_TOO_WEAK" in text or "EE_KEY_TOO_SMALL" in text or "CA_KEY_TOO_SMALL" in text:
+        text += (" (a certificate is signed with SHA-1 or MD5, or its key is too small, which OpenSSL refuses at "
+                 "its security level: re-issue it signed with SHA-256 and a 2048-bit or larger key, e.g. keytool "
+                 "-sigalg SHA256withRSA -keysize 2048, or openssl x509 -sha256)")
+    return text
 
 
 def _pem(text: str) -> str:
