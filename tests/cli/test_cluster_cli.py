@@ -1,14 +1,18 @@
 """`strom cluster up` in its default mode, KRaft, as a user runs it: three combined nodes formatted
 and started by the command, used through their brokers and controllers by `strom topics`,
 `strom metadata-quorum` (as kafka-metadata-quorum) and `strom dump-log` on the metadata log they
-wrote, stopped with Ctrl-C and started again on the same directories."""
+wrote, stopped with Ctrl-C and started again on the same directories; a node killed is started
+again, a node added by hand is started and stopped with the others."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -30,43 +34,69 @@ OVERRIDES = ("metadata.log.max.record.bytes.between.snapshots=2048",)
 
 
 class LocalCluster:
-    """One `strom cluster up` process and the directory it keeps its nodes in."""
+    """One `strom cluster up` process and the directory it keeps its nodes in (given to it
+    relative to `cwd` when there is one, as a user in that directory would)."""
 
-    def __init__(self, data: Path) -> None:
-        self.data = data
-        self.base = free_port_run(3 * NODES)  # brokers, controllers, inter-broker: no run overlaps another
-        self.controller_base = self.base + NODES
-        self.internal_base = self.base + 2 * NODES
+    def __init__(self, data: Path, nodes: int = NODES, cwd: Path | None = None) -> None:
+        self.data, self.nodes, self.cwd = data, nodes, cwd
+        self.base = free_port_run(3 * nodes)  # brokers, controllers, inter-broker: no run overlaps another
+        self.controller_base = self.base + nodes
+        self.internal_base = self.base + 2 * nodes
         self.proc: subprocess.Popen | None = None
         self.ready_line = ""
+        self.errors: list[str] = []  # its stderr so far, read as it comes
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{self.base + i}" for i in range(NODES))
+        return ",".join(f"127.0.0.1:{self.base + i}" for i in range(self.nodes))
 
     @property
     def controllers(self) -> str:
-        return ",".join(f"127.0.0.1:{self.controller_base + i}" for i in range(NODES))
+        return ",".join(f"127.0.0.1:{self.controller_base + i}" for i in range(self.nodes))
 
-    def start(self) -> None:
-        args = [sys.executable, "-m", "strom", "cluster", "up", "--brokers", str(NODES),
+    def start(self, *more: str) -> None:
+        data = self.data if self.cwd is None else self.data.relative_to(self.cwd)
+        args = [sys.executable, "-m", "strom", "cluster", "up", "--brokers", str(self.nodes),
                 "--base-port", str(self.base), "--controller-port", str(self.controller_base),
-                "--internal-port", str(self.internal_base), "--data-dir", str(self.data)]
+                "--internal-port", str(self.internal_base), "--data-dir", str(data), *more]
         for item in OVERRIDES:
             args += ["--override", item]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=self.cwd)
+        self.errors = []
+        self._reader = threading.Thread(target=self._read_errors, args=(self.proc.stderr,), daemon=True)
+        self._reader.start()
         self.ready_line = self.proc.stdout.readline()
         assert self.ready_line.startswith("cluster ready"), (self.ready_line, self.stop_now())
+
+    def _read_errors(self, stream) -> None:
+        for line in stream:
+            self.errors.append(line)
 
     def stop(self) -> tuple[int, str]:
         """Ctrl-C, as a user stops it: its exit code and stderr."""
         self.proc.send_signal(signal.SIGINT)
-        _, err = self.proc.communicate(timeout=120)
-        return self.proc.returncode, err
+        self.proc.wait(timeout=120)
+        self._reader.join(10)
+        return self.proc.returncode, "".join(self.errors)
 
     def stop_now(self) -> str:
         self.proc.kill()
-        return self.proc.communicate()[1][-3000:]
+        self.proc.wait()
+        self._reader.join(10)
+        return "".join(self.errors)[-3000:]
+
+    def node_pid(self, node_id: int) -> int | None:
+        """The pid of node `node_id`'s `strom serve`, a child of this `strom cluster up`."""
+        config = f"node-{node_id}/server.properties".encode()
+        for entry in Path("/proc").iterdir():
+            try:
+                args = (entry / "cmdline").read_bytes().split(b"\0")
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if parent == self.proc.pid and any(arg.endswith(config) for arg in args):
+                return int(entry.name)
+        return None
 
     @property
     def admin(self) -> tuple[str, str]:
@@ -361,3 +391,67 @@ def test_a_brokers_configs_go_to_that_broker(cluster):
        "--bootstrap-server", admin_bootstrap)
     line = fails("configs", "describe", "--broker", "9", "--bootstrap-server", f"127.0.0.1:{cluster.base}")
     assert line == "Error: broker 9 is not in the cluster (brokers: 1, 2, 3)"
+
+
+def test_a_node_that_dies_is_started_again(cluster, topic):
+    """kill -9 of a node: `strom cluster up` says so in one line and starts it again, and the
+    cluster serves through it."""
+    pid = cluster.node_pid(3)
+    readies = cluster.node_log(3).count(" ready on ")
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: cluster.node_log(3).count(" ready on ") > readies, 120, what="node 3 ready again")
+    assert cluster.node_pid(3) not in (None, pid)
+    assert "strom cluster up: node 3 exited with code -9, starting it again\n" in cluster.node_log(3)
+    line = (f"strom: node 3 exited with code -9 (SIGKILL) (log: {cluster.data / 'node-3' / 'strom.log'}); "
+            "starting it again in 1 s\n")
+    assert line in cluster.errors
+    ok("produce", topic, "--bootstrap-server", f"127.0.0.1:{cluster.base + 2}", "--sync", "--acks", "all",
+       input="after the restart\n")
+    out = ok("consume", topic, "--from-beginning", "--exit-at-end", "--bootstrap-server",
+             f"127.0.0.1:{cluster.base + 2}", allow_stderr=True)
+    assert "restart" in out.split()
+
+
+def test_no_restart_and_a_node_added_by_hand(tmp_path):
+    """With --no-restart a killed node is reported and stays down; a broker added by hand as the
+    README adds one (its properties, the cluster's security settings, `strom storage format`) is
+    started by the next `strom cluster up` on that directory, after the others, and stopped
+    before them."""
+    c = LocalCluster(tmp_path / "strom-cluster", nodes=1, cwd=tmp_path)
+    c.start("--no-restart")
+    try:
+        os.kill(c.node_pid(1), signal.SIGKILL)
+        line = "strom: node 1 exited with code -9 (SIGKILL) (log: strom-cluster/node-1/strom.log)\n"
+        wait_for(lambda: line in c.errors, 60, what="the report of node 1's exit")
+        time.sleep(2)  # longer than the first restart's backoff
+        assert c.node_pid(1) is None and c.node_log(1).count(" ready on ") == 1
+    finally:
+        code, err = c.stop()
+    assert code == 0, err
+    assert "starting it again" not in err + c.node_log(1)
+
+    broker_port, internal_port = free_port_run(1), free_port_run(1)
+    (tmp_path / "strom-cluster" / "node-2").mkdir()
+    config = tmp_path / "strom-cluster" / "node-2" / "server.properties"
+    config.write_text("process.roles=broker\nnode.id=2\n"
+                      f"listeners=PLAINTEXT://127.0.0.1:{broker_port},INTERNAL://127.0.0.1:{internal_port}\n"
+                      f"controller.listener.names=CONTROLLER\ncontroller.quorum.bootstrap.servers={c.controllers}\n"
+                      "log.dirs=strom-cluster/node-2/logs\n"
+                      + (tmp_path / "strom-cluster" / "node-security.properties").read_text())
+    cluster_id = (tmp_path / "strom-cluster" / "cluster-id").read_text().strip()
+    done = subprocess.run([sys.executable, "-m", "strom", "storage", "format", "-t", cluster_id, "-c",
+                           "strom-cluster/node-2/server.properties"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+
+    c.start()
+    try:
+        assert ", added by hand: node 2, secure: admin " in c.ready_line, c.ready_line
+        assert c.node_log(2).count(" ready on ") == 1 and c.node_pid(2) is not None
+        described = ok("configs", "describe", "--broker", "2", "--all", "--bootstrap-server", c.bootstrap)
+        assert f"\n  listeners=PLAINTEXT://127.0.0.1:{broker_port},INTERNAL://" in described
+    finally:
+        code, err = c.stop()
+    assert code == 0, err
+    log = c.node_log(2)
+    assert "controlled shutdown succeeded" in log[log.rindex("shutting down"):]  # the controller was still up

@@ -20,6 +20,13 @@ ClusterAction (followers' fetches, the controller's requests), ACLs, SCRAM users
 reassignments. In ZooKeeper mode the brokers also authenticate to ZooKeeper and keep their
 znodes to themselves (zookeeper.set.acl). DIR/node-security.properties holds the settings a
 node added by hand needs.
+
+The tool supervises the nodes: one that exits while the cluster runs is started again after
+1 s, 2 s, 4 s ... (at most 30 s; back to 1 s once it stayed up a minute), each time with one
+line on stderr; --no-restart only reports it. Nodes a user added by hand under DIR (KRaft: a
+broker's DIR/node-<id>/server.properties; ZooKeeper mode: DIR/broker-<id>) are started with the
+others on the next start, after them, and stopped before them: every replica the cluster holds
+comes back with it.
 """
 
 from __future__ import annotations
@@ -58,6 +65,11 @@ ZOOKEEPER_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
 # fetch, a controller's request) and Alter (ACLs, elections, reassignments) are the nodes' and
 # the administrator's alone.
 OPEN_CLUSTER_OPERATIONS = ("describe", "describeconfigs", "create", "idempotentwrite")
+# A node that exits is started again after 1 s, 2 s, 4 s ... up to this, and after 1 s again
+# once it stayed up STABLE_AFTER seconds.
+MAX_RESTART_DELAY = 30.0
+STABLE_AFTER = 60.0
+GENERATED_HEADER = "# A combined KRaft node of `strom cluster up`, written at each start of the cluster."
 # --zookeeper given without a value: start a ZooKeeper here.
 _START_ZOOKEEPER = "here"
 
@@ -68,28 +80,52 @@ def cluster() -> None:
 
 
 class _Node:
-    """One `strom serve` child: its stdout and stderr go to <dir>/strom.log; the ready line it
-    prints on stdout tells us it serves."""
+    """One `strom serve` child, started again when it exits if the cluster says so: its stdout
+    and stderr go to <dir>/strom.log; the ready line it prints on stdout tells us it serves."""
 
-    def __init__(self, kind: str, node_id: int, port: int, directory: Path, args: list[str]) -> None:
-        self.kind, self.node_id, self.port, self.directory = kind, node_id, port, directory
+    def __init__(self, kind: str, node_id: int, port: int | None, directory: Path, args: list[str]) -> None:
+        self.kind, self.node_id, self.port, self.directory, self.args = kind, node_id, port, directory, args
         directory.mkdir(parents=True, exist_ok=True)
         self.log_path = directory / "strom.log"
-        self.ready = threading.Event()
         self._log = open(self.log_path, "a")  # noqa: SIM115 - closed when the node is stopped
+        self.restarts = 0  # in a row, for the backoff
+        self.restart_at: float | None = None  # when it is due to start again
+        self.reported = False  # its exit was reported (--no-restart)
+        self._start()
+
+    def _start(self) -> None:
+        self.started_at = time.monotonic()
+        self.ready = threading.Event()  # this process's: a dead one's last lines cannot set it
         # A session of its own: Ctrl-C in the terminal reaches only us, and we decide how the
         # nodes stop.
-        self.proc = subprocess.Popen([sys.executable, "-m", "strom", "serve", *args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "strom", "serve", *self.args],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=self._log, text=True, start_new_session=True)
-        threading.Thread(target=self._copy_stdout, args=(self.proc.stdout,), daemon=True).start()
+        threading.Thread(target=self._copy_stdout, args=(self.proc.stdout, self.ready), daemon=True).start()
 
-    def _copy_stdout(self, stdout: IO[str]) -> None:
+    def _copy_stdout(self, stdout: IO[str], ready: threading.Event) -> None:
         for line in stdout:
-            self._log.write(line)
-            self._log.flush()
+            try:
+                self._log.write(line)
+                self._log.flush()
+            except ValueError:  # the log is closed: the node was stopped
+                return
             if " ready on " in line:
-                self.ready.set()
+                ready.set()
+
+    def next_delay(self) -> float:
+        """The wait before the next restart: doubling from 1 s, reset by a minute of service."""
+        if time.monotonic() - self.started_at >= STABLE_AFTER:
+            self.restarts = 0
+        delay = min(MAX_RESTART_DELAY, 2.0 ** self.restarts)
+        self.restarts += 1
+        return delay
+
+    def restart(self) -> None:
+        self._log.write(f"strom cluster up: {self.kind} {self.node_id} exited with code "
+                        f"{self.proc.returncode}, starting it again\n")
+        self._log.flush()
+        self._start()
 
     def last_lines(self, count: int = 5) -> str:
         try:
@@ -153,11 +189,14 @@ def _ports(first: int, count: int, option: str) -> list[int]:
                    "and whoever reaches a node's ports may act as a node.")
 @click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
               callback=_parse_override, help="A broker config for every node (repeatable).")
+@click.option("--no-restart", is_flag=True,
+              help="Report a node that exits, without starting it again (by default it is started "
+                   f"again after 1 s, 2 s, 4 s ... up to {MAX_RESTART_DELAY:g} s).")
 def up(brokers: int, base_port: int, controller_port: int | None, data_dir: Path,
        zookeeper_connect: str | None, zookeeper_port: int | None, internal_port: int | None,
-       insecure: bool, overrides: tuple[str, ...]) -> None:
-    """Start the nodes (KRaft; with --zookeeper, ZooKeeper and brokers); stop them all on
-    Ctrl-C or SIGTERM.
+       insecure: bool, overrides: tuple[str, ...], no_restart: bool) -> None:
+    """Start the nodes (KRaft; with --zookeeper, ZooKeeper and brokers) and the ones added by
+    hand under --data-dir, start again one that exits, stop them all on Ctrl-C or SIGTERM.
 
     \b
     Examples:
@@ -166,6 +205,7 @@ def up(brokers: int, base_port: int, controller_port: int | None, data_dir: Path
       strom cluster up --brokers 3 --zookeeper
       strom cluster up --brokers 3 --zookeeper 127.0.0.1:2181/strom
       strom cluster up --brokers 3 --insecure
+      strom cluster up --brokers 3 --no-restart
     """
     ports = _ports(base_port, brokers, "--base-port")
     zookeeper_mode = zookeeper_connect is not None or zookeeper_port is not None
@@ -188,9 +228,10 @@ def up(brokers: int, base_port: int, controller_port: int | None, data_dir: Path
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
     if zookeeper_mode:
-        _up_zookeeper(ports, data_dir, zookeeper_connect, zookeeper_port, overrides, stopping, security)
+        _up_zookeeper(ports, data_dir, zookeeper_connect, zookeeper_port, overrides, stopping, security,
+                      taken, not no_restart)
     else:
-        _up_kraft(ports, controller_ports, data_dir, overrides, stopping, security)
+        _up_kraft(ports, controller_ports, data_dir, overrides, stopping, security, not no_restart)
 
 
 def _more_ports(default: int, given: int | None, count: int, option: str, overlap: str, taken: set[int]) -> list[int]:
@@ -304,7 +345,7 @@ def _kraft_settings(node_id: int, port: int, voters: str, controller_port: int,
 
 
 def _write_config(path: Path, settings: dict[str, str]) -> None:
-    lines = ["# A combined KRaft node of `strom cluster up`, written at each start of the cluster.",
+    lines = [GENERATED_HEADER,
              *(f"{k}={v}" for k, v in settings.items())]
     _private_file(path, "\n".join(lines) + "\n")  # a secure cluster's holds its password
 
@@ -338,8 +379,8 @@ def _format(config: Path, cluster_id: str, overrides: tuple[str, ...]) -> None:
         raise click.ClickException(f"cannot format {config.parent}: {e}") from None
 
 
-def _up_kraft(ports: list[int], controller_ports: list[int], data_dir: Path,
-              overrides: tuple[str, ...], stopping: threading.Event, security: _Security | None) -> None:
+def _up_kraft(ports: list[int], controller_ports: list[int], data_dir: Path, overrides: tuple[str, ...],
+              stopping: threading.Event, security: _Security | None, restart: bool) -> None:
     ids = range(1, len(ports) + 1)
     dirs = [data_dir / f"node-{n}" for n in ids]
     voters = ",".join(f"{n}@127.0.0.1:{p}" for n, p in zip(ids, controller_ports, strict=True))
@@ -357,14 +398,56 @@ def _up_kraft(ports: list[int], controller_ports: list[int], data_dir: Path,
     extra = [arg for value in overrides for arg in ("--override", value)]
     controllers = ",".join(f"127.0.0.1:{p}" for p in controller_ports)
     _run([lambda i=i: _Node("node", i + 1, ports[i], dirs[i], [str(configs[i]), *extra])
-          for i in range(len(ports))], f"kraft, controllers {controllers}", stopping, security)
+          for i in range(len(ports))], _added_kraft_nodes(data_dir, len(ports), cluster_id, overrides),
+         f"kraft, controllers {controllers}", stopping, security, restart)
+
+
+def _numbered(data_dir: Path, prefix: str, count: int) -> list[tuple[int, Path]]:
+    """DIR/<prefix><id> for the ids the cluster does not make itself (1..count), by id."""
+    found = [(int(d.name[len(prefix):]), d) for d in data_dir.glob(prefix + "*")
+             if d.is_dir() and d.name[len(prefix):].isdigit()]
+    return sorted((n, d) for n, d in found if not 1 <= n <= count)
+
+
+def _skip(directory: Path, why: str) -> None:
+    click.echo(f"strom: not starting {directory}: {why}", err=True)
+
+
+def _added_kraft_nodes(data_dir: Path, count: int, cluster_id: str, overrides: tuple[str, ...]) -> list:
+    """Starters of the brokers added by hand (DIR/node-<id>/server.properties, as the README
+    adds node-4), each checked as far as can be without starting it."""
+    extra = [arg for value in overrides for arg in ("--override", value)]
+    starters = []
+    for node_id, d in _numbered(data_dir, "node-", count):
+        config = d / "server.properties"
+        if not config.is_file():
+            continue
+        if config.read_text(errors="replace").startswith(GENERATED_HEADER):
+            _skip(d, f"a combined node of an earlier, larger cluster (--brokers {node_id} or more)")
+            continue
+        try:
+            cfg = broker_config.load(config, list(overrides))
+            meta = read_meta(cfg.metadata_log_dir)
+        except (broker_config.ConfigError, StorageError) as e:
+            _skip(d, str(e))
+            continue
+        if cfg.process_roles != ("broker",):
+            _skip(d, "a node added by hand is started only if it is a broker (process.roles=broker)")
+        elif meta is None:
+            _skip(d, f"not formatted (strom storage format -t {cluster_id} -c {config})")
+        elif meta.cluster_id != cluster_id:
+            _skip(d, f"formatted for cluster {meta.cluster_id}, not this cluster's {cluster_id}")
+        else:
+            port = next((x.port for x in cfg.listeners if x.name == "PLAINTEXT"), None)
+            starters.append(lambda n=cfg.broker_id, p=port, d=d, c=config: _Node("node", n, p, d, [str(c), *extra]))
+    return starters
 
 
 # --- ZooKeeper mode -----------------------------------------------------------------------------
 
 def _up_zookeeper(ports: list[int], data_dir: Path, zookeeper_connect: str | None,
-                  zookeeper_port: int | None, overrides: tuple[str, ...],
-                  stopping: threading.Event, security: _Security | None) -> None:
+                  zookeeper_port: int | None, overrides: tuple[str, ...], stopping: threading.Event,
+                  security: _Security | None, taken: set[int], restart: bool) -> None:
     zookeeper: ZooKeeperServer | None = None
     if zookeeper_connect in (None, _START_ZOOKEEPER):
         port = DEFAULT_ZOOKEEPER_PORT if zookeeper_port is None else zookeeper_port
@@ -394,20 +477,43 @@ def _up_zookeeper(ports: list[int], data_dir: Path, zookeeper_connect: str | Non
         security.write_files()
         config = [str(data_dir / SECURITY_FILE)]
 
-    def broker(broker_id: int) -> _Node:
+    def broker(broker_id: int, port: int, internal: int | None) -> _Node:
         directory = data_dir / f"broker-{broker_id}"
-        listeners = f"PLAINTEXT://127.0.0.1:{ports[broker_id - 1]}"
-        if security is not None:
-            listeners += f",INTERNAL://127.0.0.1:{security.internal_ports[broker_id - 1]}"
+        listeners = f"PLAINTEXT://127.0.0.1:{port}"
+        if internal is not None:
+            listeners += f",INTERNAL://127.0.0.1:{internal}"
         settings = [f"broker.id={broker_id}", f"listeners={listeners}",
                     f"log.dirs={directory / 'logs'}", f"zookeeper.connect={zookeeper_connect}",
                     *overrides]
         args = [arg for setting in settings for arg in ("--override", setting)]
-        return _Node("broker", broker_id, ports[broker_id - 1], directory, config + args)
+        return _Node("broker", broker_id, port, directory, config + args)
+
+    def added(broker_id: int, directory: Path) -> _Node:
+        own = directory / "server.properties"
+        if own.is_file():  # as the user wrote it
+            args = [str(own), *(arg for value in overrides for arg in ("--override", value))]
+            return _Node("broker", broker_id, None, directory, args)
+        # As the README adds broker-4: the ports the cluster would give a broker of that id.
+        return broker(broker_id, ports[0] + broker_id - 1,
+                      None if security is None else security.internal_ports[0] + broker_id - 1)
+
+    hand = []
+    for broker_id, d in _numbered(data_dir, "broker-", len(ports)):
+        derived = [ports[0] + broker_id - 1] + ([] if security is None else [security.internal_ports[0] + broker_id - 1])
+        if (d / "server.properties").is_file():
+            hand.append(lambda n=broker_id, d=d: added(n, d))
+        elif not (d / "logs").is_dir():
+            continue
+        elif any(not 0 < p <= 65535 or p in taken for p in derived):
+            _skip(d, f"broker {broker_id}'s ports ({', '.join(map(str, derived))}) are out of range or "
+                     "the cluster's other ports")
+        else:
+            hand.append(lambda n=broker_id, d=d: added(n, d))
 
     try:
-        _run([lambda n=n: broker(n) for n in range(1, len(ports) + 1)],
-             f"zookeeper {zookeeper_connect}", stopping, security)
+        _run([lambda n=n: broker(n, ports[n - 1], None if security is None else security.internal_ports[n - 1])
+              for n in range(1, len(ports) + 1)], hand, f"zookeeper {zookeeper_connect}", stopping, security,
+             restart)
     finally:
         # The brokers need ZooKeeper while they shut down: it goes last.
         if zookeeper is not None:
@@ -416,20 +522,30 @@ def _up_zookeeper(ports: list[int], data_dir: Path, zookeeper_connect: str | Non
 
 # --- either mode --------------------------------------------------------------------------------
 
-def _run(starters: list, mode: str, stopping: threading.Event, security: _Security | None) -> None:
-    """Start the nodes, say when they all serve, and stop them all on Ctrl-C or SIGTERM; exits
-    1 when a node did not start."""
+def _run(starters: list, added: list, mode: str, stopping: threading.Event, security: _Security | None,
+         restart: bool) -> None:
+    """Start the nodes, then the ones added by hand, say when they all serve, supervise them,
+    and stop them all (the added ones first) on Ctrl-C or SIGTERM; exits 1 when a node did not
+    start."""
     started: list[_Node] = []
+    by_hand: list[_Node] = []
     code = 0
     try:
         for start in starters:
             started.append(start())
         failed = _wait_ready(started, stopping, timeout=120.0)
+        if failed is None and added and not stopping.is_set():
+            # Brokers: they join the quorum and the controllers the cluster made.
+            for start in added:
+                by_hand.append(start())
+            failed = _wait_ready(by_hand, stopping, timeout=120.0)
         if failed is not None:
             code = 1
             click.echo(f"strom: {failed.kind} {failed.node_id} did not start (log: {failed.log_path}):\n"
                        f"{failed.last_lines()}", err=True)
         elif not stopping.is_set():
+            if by_hand:
+                mode += ", added by hand: " + ", ".join(f"{n.kind} {n.node_id}" for n in by_hand)
             if security is not None:
                 security.open_cluster_to_clients()
                 mode += f", secure: admin {security.data_dir / ADMIN_FILE}"
@@ -438,9 +554,10 @@ def _run(starters: list, mode: str, stopping: threading.Event, security: _Securi
             bootstrap = ",".join(f"127.0.0.1:{n.port}" for n in started)
             click.echo(f"cluster ready: bootstrap {bootstrap} ({mode})")
             sys.stdout.flush()
-            _watch(started, stopping)
+            _watch(started + by_hand, stopping, restart)
     finally:
         click.echo("stopping the cluster", err=True)
+        _stop(by_hand)
         _stop(started)
     if code:
         sys.exit(code)
@@ -485,13 +602,29 @@ def _wait_ready(nodes: list[_Node], stopping: threading.Event, timeout: float) -
     return None
 
 
-def _watch(nodes: list[_Node], stopping: threading.Event) -> None:
-    """Wait for Ctrl-C or SIGTERM, saying so when a node exits by itself meanwhile."""
-    reported: set[int] = set()
+def _watch(nodes: list[_Node], stopping: threading.Event, restart: bool) -> None:
+    """Until Ctrl-C or SIGTERM: a node that exits is reported in one line and, if `restart`,
+    started again after its backoff."""
     while not stopping.wait(0.5):
+        now = time.monotonic()
         for node in nodes:
+            if node.restart_at is not None:
+                if now >= node.restart_at:
+                    node.restart_at = None
+                    node.restart()
+                continue
             code = node.proc.poll()
-            if code is not None and node.node_id not in reported:
-                reported.add(node.node_id)
-                click.echo(f"strom: {node.kind} {node.node_id} exited with code {code} "
-                           f"(log: {node.log_path})", err=True)
+            if code is None or node.reported:
+                continue
+            if code < 0:
+                code_text = f"{code} ({signal.Signals(-code).name})" if -code in signal.valid_signals() else str(code)
+            else:
+                code_text = str(code)
+            line = f"strom: {node.kind} {node.node_id} exited with code {code_text} (log: {node.log_path})"
+            if restart:
+                delay = node.next_delay()
+                node.restart_at = now + delay
+                line += f"; starting it again in {delay:g} s"
+            else:
+                node.reported = True
+            click.echo(line, err=True)
