@@ -29,7 +29,7 @@ from strom.client import Connection
 from strom.metadata.image import MetadataImage
 from strom.metadata.storage import METADATA_PARTITION_DIR
 from strom.raft.snapshots import read_snapshot
-from strom.testing import KRaftQuorum, unique_name, wait_for
+from strom.testing import KRaftQuorum, metric_value, scrape, unique_name, wait_for
 
 # Kafka's defaults, halved, so the module runs in seconds; snapshots every ~16 KB of records.
 OVERRIDES = {"controller.quorum.election.timeout.ms": "500", "controller.quorum.fetch.timeout.ms": "1000",
@@ -42,7 +42,7 @@ OVERRIDES = {"controller.quorum.election.timeout.ms": "500", "controller.quorum.
 def quorum():
     """Controllers only; brokers 1001-1003 are registrations made here (no processes), so that
     replica placement is known."""
-    with KRaftQuorum(3, overrides=OVERRIDES) as q:
+    with KRaftQuorum(3, overrides={**OVERRIDES, "metrics.port": "0"}) as q:
         q.leader()
         register_brokers(q, [1001, 1002, 1003])
         yield q
@@ -107,6 +107,32 @@ def test_create_topics_gives_every_controller_the_same_image(quorum):
         assert sorted(state.replicas) == [1001, 1002, 1003] and state.leader == state.replicas[0]
         assert state.isr == state.replicas and state.leader_epoch == 0
     assert images[1].topic_configs(names[0]) == {"retention.ms": "60000"}
+
+
+def test_dedicated_controllers_serve_their_metrics(quorum):
+    """process.roles=controller with metrics.port: each controller serves the quorum's raft
+    metrics, and the active one the cluster as its image has it (Grafana's active-controller panel
+    reads 1 on exactly one node)."""
+    name = unique_name("metered")
+    assert create_topics(quorum, [(name, 4, 3, {})])[0].error_code == 0
+    leader = quorum.leader()
+
+    def scraped() -> dict[int, dict] | None:
+        samples = {n: scrape(node.metrics_url) for n, node in quorum.nodes.items()}
+        ready = all(metric_value(s, "strom_raft_current_leader") == leader for s in samples.values()) and \
+            metric_value(samples[leader], "strom_global_partitions") >= 4
+        return samples if ready else None
+
+    samples = wait_for(scraped, 30, what="every controller's metrics naming the leader")
+    assert [n for n, s in samples.items() if metric_value(s, "strom_active_controller") == 1] == [leader]
+    for n, s in samples.items():
+        state = "Leader" if n == leader else "Follower"
+        assert metric_value(s, "strom_raft_current_state", state=state) == 1
+        assert metric_value(s, "strom_raft_voters") == 3
+        assert metric_value(s, "strom_raft_high_watermark") > 0
+        assert metric_value(s, "strom_raft_current_epoch") == metric_value(samples[leader], "strom_raft_current_epoch")
+    assert metric_value(samples[leader], "strom_offline_partitions") == 0  # brokers registered, none fenced yet
+    assert any(name == "strom_requests_total" for name, _ in samples[leader])
 
 
 def test_kill_of_the_leader_elects_another_that_commits(quorum):

@@ -117,6 +117,39 @@ def broker_families(broker: Any) -> Iterator[Any]:
     yield from client_telemetry_families(getattr(broker, "client_telemetry", None))
 
 
+def raft_families(driver: Any) -> Iterator[Any]:
+    """Kafka's raft-metrics of a controller node's quorum: its state, leader, epoch, offsets."""
+    core = getattr(driver, "core", None)
+    if core is None:
+        return
+    yield _gauge("strom_raft_current_leader", "The quorum's leader as this node knows it (-1: none)", core.leader_id)
+    yield _gauge("strom_raft_current_epoch", "The quorum's epoch as this node knows it", core.epoch)
+    yield _gauge("strom_raft_high_watermark", "The metadata log's high watermark on this node", core.high_watermark)
+    yield _gauge("strom_raft_log_end_offset", "The end of this node's metadata log", core.log.end_offset)
+    yield _gauge("strom_raft_voters", "Voters of the quorum", len(core.voters.ids))
+    state = GaugeMetricFamily("strom_raft_current_state", "1 for this node's state in the quorum", labels=["state"])
+    state.add_metric([core.role.value], 1)
+    yield state
+
+
+def controller_node_families(server: Any) -> Iterator[Any]:
+    """What a dedicated controller (process.roles=controller) serves: the quorum controller's view
+    of the cluster (from its own image, on its own loop) and the quorum's raft metrics."""
+    controller = server.controller
+    yield from _controller_families(_ImageController(controller) if controller is not None else None)
+    yield from raft_families(server.driver)
+
+
+class _ImageController:
+    """A quorum controller as _controller_families reads one: active, and the cluster its image holds."""
+
+    def __init__(self, controller: Any) -> None:
+        self.is_active = controller.active
+        self.ctx = self
+        self.topics = controller.image.topics
+        self.live_brokers = {b.id for b in controller.image.brokers.values() if not b.fenced}
+
+
 def _controller_families(controller: Any) -> Iterator[Any]:
     active = controller is not None and controller.is_active
     topics = controller.ctx.topics.values() if active else ()
@@ -300,10 +333,11 @@ def client_telemetry_families(telemetry: Any) -> Iterator[Any]:
 # --- the endpoint -------------------------------------------------------------------------
 
 class _LoopCollector(Collector):
-    """Builds a scrape's metrics on the broker's event loop, for the HTTP thread."""
+    """Builds a scrape's metrics on the event loop of what it measures (the broker's, or a
+    dedicated controller's), for the HTTP thread."""
 
-    def __init__(self, broker: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self.broker = broker
+    def __init__(self, sections: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.sections = sections  # () -> the iterators of metric families, called on the loop
         self.loop = loop
 
     def collect(self) -> Iterable[Any]:
@@ -320,12 +354,8 @@ class _LoopCollector(Collector):
         return self._snapshot()
 
     def _snapshot(self) -> list[Any]:
-        broker = self.broker
-        sections = [broker_families(broker), topic_families(broker.replica_manager.topic_stats)]
-        if broker.socket_server.request_metrics is not None:
-            sections.append(request_families(broker.socket_server.request_metrics))
         families: list[Any] = []
-        for section in sections:
+        for section in self.sections():
             try:
                 families.extend(section)
             except Exception as e:  # a scrape shows what it could build, the log says what not
@@ -333,17 +363,34 @@ class _LoopCollector(Collector):
         return families
 
 
-class MetricsServer:
-    """The Prometheus endpoint (`metrics.port`, on `metrics.host`): GET /metrics."""
+def broker_sections(broker: Any) -> list[Iterator[Any]]:
+    sections = [broker_families(broker), topic_families(broker.replica_manager.topic_stats)]
+    if broker.socket_server.request_metrics is not None:
+        sections.append(request_families(broker.socket_server.request_metrics))
+    return sections
 
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
+
+def controller_sections(server: Any) -> list[Iterator[Any]]:
+    sections = [controller_node_families(server)]
+    if server.socket_server.request_metrics is not None:
+        sections.append(request_families(server.socket_server.request_metrics))
+    return sections
+
+
+class MetricsServer:
+    """The Prometheus endpoint (`metrics.port`, on `metrics.host`): GET /metrics, of a broker
+    or, on a dedicated controller, of the controller (`sections` builds them)."""
+
+    def __init__(self, node: Any, sections: Any = broker_sections) -> None:
+        self.node = node
+        self.sections = sections
         self.registry = CollectorRegistry(auto_describe=False)
         self._httpd = None
         self.address: tuple[str, int] | None = None
 
     def start(self, host: str, port: int) -> None:
-        self.registry.register(_LoopCollector(self.broker, asyncio.get_running_loop()))
+        """Started on the loop of the node it measures."""
+        self.registry.register(_LoopCollector(lambda: self.sections(self.node), asyncio.get_running_loop()))
         self.registry.register(ProcessCollector(registry=None))
         self._httpd, _ = start_http_server(port, addr=host, registry=self.registry)
         self.address = self._httpd.server_address[:2]

@@ -110,6 +110,7 @@ class ControllerServer:
         self.cluster_id = meta.cluster_id
         self.directory_id = parse_kafka_uuid(meta.directory_id) if meta.directory_id else uuid.uuid4()
         self.config_repository = _ImageCredentials(self)  # for the socket server's SASL/SCRAM
+        self.metrics_server = None  # metrics.endpoint.MetricsServer of a dedicated controller
         # SASL with a delegation token on this listener checks the image's tokens, as Kafka's
         # controllers publish them to a token cache of their own.
         self.delegation_tokens = QuorumTokens(config)
@@ -177,8 +178,19 @@ class ControllerServer:
         listeners = [x for x in config.listeners if x.name in config.controller_listener_names]
         self.socket_server = SocketServer(self, ControllerApis(self, self.controller, self.driver),
                                           config["socket.request.max.bytes"], config["queued.max.request.bytes"])
+        serve_metrics = "broker" not in config.process_roles and config["metrics.port"] >= 0
+        if serve_metrics:  # a dedicated controller's own endpoint (a combined node's is its broker's)
+            self.socket_server.enable_metrics()
         await self.socket_server.start(listeners, config["socket.send.buffer.bytes"],
                                        config["socket.receive.buffer.bytes"])
+        if serve_metrics:
+            from strom.metrics.endpoint import (  # loads prometheus-client
+                MetricsServer,
+                controller_sections,
+            )
+
+            self.metrics_server = MetricsServer(self, controller_sections)
+            self.metrics_server.start(config["metrics.host"], config["metrics.port"])
         self.socket_server.ready.set()
         self.advertised = [Listener(x.name, x.host or "127.0.0.1", self.socket_server.bound[x.name][1])
                            for x in listeners]
@@ -211,6 +223,8 @@ class ControllerServer:
             self.thread.stop()
 
     async def _shutdown(self) -> None:
+        if self.metrics_server is not None:
+            await asyncio.to_thread(self.metrics_server.stop)
         await self._keep_vote_for_controlled_shutdowns()
         if self.socket_server is not None:
             await self.socket_server.stop_accepting()

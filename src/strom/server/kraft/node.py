@@ -47,7 +47,9 @@ class KafkaRaftServer:
 
     @property
     def metrics_server(self):
-        return self.broker.metrics_server if self.broker is not None else None
+        if self.broker is not None:
+            return self.broker.metrics_server
+        return self.controller.metrics_server if self.controller is not None else None
 
     async def startup(self) -> None:
         config = self.config
