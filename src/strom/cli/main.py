@@ -33,7 +33,11 @@ class _LazyGroup(click.Group):
             "acls": "strom.cli.acls:acls", "users": "strom.cli.users:users",
             "quotas": "strom.cli.quotas:quotas", "storage": "strom.cli.storage:storage",
             "metadata-quorum": "strom.cli.metadata_quorum:metadata_quorum",
-            "s3-server": "strom.cli.s3_server:s3_server"}
+            "s3-server": "strom.cli.s3_server:s3_server",
+            "leader-election": "strom.cli.leader_election:leader_election",
+            "log-dirs": "strom.cli.log_dirs:log_dirs", "delete-records": "strom.cli.log_dirs:delete_records",
+            "broker-api-versions": "strom.cli.api_versions:broker_api_versions",
+            "features": "strom.cli.api_versions:features", "transactions": "strom.cli.transactions:transactions"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
@@ -42,6 +46,11 @@ class _LazyGroup(click.Group):
         if name in self.lazy:
             module, attr = self.lazy[name].split(":")
             command = getattr(importlib.import_module(module), attr)
+            if name == "cluster":  # kafka-cluster.sh's commands join `cluster up`
+                from strom.cli.cluster_tool import cluster_id, unregister
+
+                command.add_command(cluster_id)
+                command.add_command(unregister)
             _started()
             return command
         return super().get_command(ctx, name)

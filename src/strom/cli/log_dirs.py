@@ -1,0 +1,179 @@
+"""`strom log-dirs --describe` and `strom delete-records`, in the manner of Kafka's
+kafka-log-dirs.sh (its JSON, with the same keys in the same order) and kafka-delete-records.sh
+(its offset JSON file and its lines): DescribeLogDirs to each broker, DeleteRecords to each
+partition's leader.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from strom.cli.common import (
+    ClientSettings,
+    Cluster,
+    Command,
+    CommandError,
+    TopicPartition,
+    client_options,
+    error_name,
+    error_text,
+)
+from strom.cli.leader_election import tp_name
+from strom.protocol.errors import ErrorCode
+
+DELETE_RECORDS, DESCRIBE_LOG_DIRS = 21, 35
+TIMEOUT_MS = 30_000
+# The exception Kafka's tool names for a log dir that failed; other errors by their code's name.
+_DIR_ERRORS = {ErrorCode.KAFKA_STORAGE_ERROR: "org.apache.kafka.common.errors.KafkaStorageException",
+               ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+                   "org.apache.kafka.common.errors.ClusterAuthorizationException"}
+
+
+def _id_list(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
+    try:
+        return sorted({int(x) for x in value.split(",") if x.strip()})
+    except ValueError:
+        raise click.BadParameter(f"expected broker ids such as 0,1,2, got {value!r}") from None
+
+
+def _dir_json(result: Any, topics: set[str]) -> dict:
+    """One log dir as Kafka prints it: its keys in the order Kafka's tool writes them."""
+    partitions = [{"partition": f"{t.name}-{p.partition_index}", "size": p.partition_size,
+                   "offsetLag": p.offset_lag, "isFuture": p.is_future_key}
+                  for t in sorted(result.topics, key=lambda t: t.name) if not topics or t.name in topics
+                  for p in sorted(t.partitions, key=lambda p: p.partition_index)]
+    error = None
+    if result.error_code != ErrorCode.NONE:
+        error = _DIR_ERRORS.get(result.error_code, error_name(result.error_code))
+    return {"partitions": partitions, "error": error, "logDir": result.log_dir}
+
+
+@click.command("log-dirs", cls=Command)
+@client_options()
+@click.option("--describe", is_flag=True, required=True, help="Describe the brokers' log directories (required).")
+@click.option("--broker-list", default="", callback=_id_list, metavar="ID,ID",
+              help="Brokers to ask (default: every broker).")
+@click.option("--topic-list", default="", metavar="TOPIC,TOPIC", help="Only these topics' partitions (default: all).")
+def log_dirs(client: ClientSettings, describe: bool, broker_list: list[int], topic_list: str) -> None:
+    """Each broker's log directories and the partitions in them, as kafka-log-dirs --describe
+    prints them (one line of JSON after two progress lines).
+
+    \b
+    Examples:
+      strom log-dirs --describe
+      strom log-dirs --describe --broker-list 1,2 --topic-list orders,payments
+    """
+    topics = {t.strip() for t in topic_list.split(",") if t.strip()}
+    with Cluster(client) as cluster:
+        cluster.metadata([])
+        known = sorted(cluster.brokers)
+        missing = sorted(set(broker_list) - set(known))
+        if missing:
+            raise CommandError(f"The given brokers do not exist from --broker-list: "
+                               f"{','.join(map(str, missing))}. Current existent brokers: "
+                               f"{','.join(map(str, known))}")
+        chosen = broker_list or known
+        click.echo("Querying brokers for log directories information")
+        brokers = []
+        for broker_id in chosen:
+            body = cluster.broker(broker_id).call(DESCRIBE_LOG_DIRS, 4, {"topics": None})
+            if body.error_code != ErrorCode.NONE:
+                raise CommandError(f"broker {broker_id}: {error_text(body.error_code)}")
+            brokers.append({"broker": broker_id, "logDirs": [_dir_json(r, topics) for r in body.results]})
+    click.echo(f"Received log directory information from brokers {','.join(map(str, chosen))}")
+    click.echo(json.dumps({"brokers": brokers, "version": 1}, separators=(",", ":")))
+
+
+def parse_offsets(data: Any, path: str) -> dict[TopicPartition, int]:
+    """`{"partitions": [{"topic": "t", "partition": 0, "offset": 10}], "version": 1}` (offset -1:
+    up to the high watermark); a partition listed twice is an error, as in Kafka."""
+    if not isinstance(data, dict):
+        raise CommandError(f"{path}: The input string is not a valid JSON object")
+    if data.get("version", 1) != 1:
+        raise CommandError(f"{path}: Not supported version field value {data['version']!r}")
+    items = data.get("partitions")
+    if not isinstance(items, list):
+        raise CommandError(f"{path}: Missing partitions field")
+    out: dict[TopicPartition, int] = {}
+    duplicates = set()
+    for item in items:
+        if not (isinstance(item, dict) and isinstance(item.get("topic"), str)
+                and all(isinstance(item.get(k), int) and not isinstance(item[k], bool) for k in ("partition", "offset"))):
+            raise CommandError(f'{path}: each partition needs "topic", "partition" and "offset", got {json.dumps(item)}')
+        tp = (item["topic"], item["partition"])
+        if tp in out:
+            duplicates.add(tp)
+        out[tp] = item["offset"]
+    if duplicates:
+        raise CommandError("Offset json file contains duplicate topic partitions: "
+                           + ",".join(map(tp_name, sorted(duplicates))))
+    return out
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise CommandError(f"cannot read {path}: {e.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CommandError(f"{path} is not valid JSON: {e}") from None
+
+
+def delete_at_leaders(cluster: Cluster, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
+    """DeleteRecords at each partition's leader: (error code, new low watermark) per partition."""
+    meta = cluster.metadata(sorted({t for t, _ in offsets}))
+    leaders = {(t.name, p.partition_index): p.leader_id for t in meta.topics if t.error_code == ErrorCode.NONE
+               for p in t.partitions}
+    out: dict[TopicPartition, tuple[int, int]] = {}
+    by_leader: dict[int, dict[str, list[dict]]] = {}
+    for tp, offset in sorted(offsets.items()):
+        leader = leaders.get(tp)
+        if leader is None:
+            out[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)
+        elif leader not in cluster.brokers:
+            out[tp] = (ErrorCode.LEADER_NOT_AVAILABLE, -1)
+        else:
+            by_leader.setdefault(leader, {}).setdefault(tp[0], []).append(
+                {"partition_index": tp[1], "offset": offset})
+    for leader, topics in by_leader.items():
+        body = cluster.broker(leader).call(DELETE_RECORDS, 2, {
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()], "timeout_ms": TIMEOUT_MS},
+            TIMEOUT_MS / 1000 + cluster.settings.timeout_s)
+        for t in body.topics:
+            for p in t.partitions:
+                out[(t.name, p.partition_index)] = (p.error_code, p.low_watermark)
+    return out
+
+
+@click.command("delete-records", cls=Command)
+@client_options()
+@click.option("--offset-json-file", required=True, metavar="FILE",
+              help='{"partitions": [{"topic": "foo", "partition": 1, "offset": 1}], "version": 1}: '
+                   "delete each partition's records below its offset (-1: below the high watermark).")
+def delete_records(client: ClientSettings, offset_json_file: str) -> None:
+    """Delete records below an offset (like kafka-delete-records): each partition's log start
+    moves up to it. A partition that failed is named on its own line and makes the command fail.
+
+    \b
+    Example:
+      strom delete-records --offset-json-file offsets.json
+    """
+    offsets = parse_offsets(_read_json(offset_json_file), offset_json_file)
+    if not offsets:
+        raise CommandError(f"{offset_json_file}: the partition list is empty")
+    with Cluster(client) as cluster:
+        click.echo("Executing records delete operation")
+        results = delete_at_leaders(cluster, offsets)
+    click.echo("Records delete operation completed:")
+    for tp, (code, low) in sorted(results.items()):
+        if code == ErrorCode.NONE:
+            click.echo(f"partition: {tp_name(tp)}\tlow_watermark: {low}")
+        else:
+            click.echo(f"partition: {tp_name(tp)}\terror: {error_text(code)}")
+    failed = sorted(tp for tp, (code, _) in results.items() if code != ErrorCode.NONE)
+    if failed:
+        raise CommandError(f"deleting records failed for {', '.join(map(tp_name, failed))}")
