@@ -192,7 +192,7 @@ def test_request_logging_turns_on_and_off_at_runtime(broker):
     refused = strom("configs", "alter", *server, "--broker-logger", "0", "--add-config", "strom.request=LOUD")
     assert refused.returncode == 1 and "not a log level" in refused.stderr
     wrong_broker = strom("configs", "describe", *server, "--broker-logger", "7")
-    assert wrong_broker.returncode == 1 and "Unexpected broker id" in wrong_broker.stderr
+    assert wrong_broker.returncode == 1 and "broker 7 is not in the cluster" in wrong_broker.stderr
 
 
 def test_log_level_spec_at_start_up():
@@ -234,7 +234,8 @@ def test_the_docs_and_the_dashboard_name_what_is_served(broker):
     documented = set(re.findall(r"`(strom_[a-z_]+)`", docs))
     histograms = {n.removesuffix("_bucket") for n in served if n.endswith("_bucket")}
     parts = {f"{h}{s}" for h in histograms for s in ("_bucket", "_count", "_sum")}
-    assert documented - served == set()
+    # the quorum's raft metrics are a dedicated controller's (tests/kraft/test_quorum.py scrapes them)
+    assert documented - served == {n for n in documented if n.startswith("strom_raft_")}
     assert served - parts - documented == set()
     dashboard = json.loads((REPO / "docs" / "grafana-dashboard.json").read_text())
     queried = {name for panel in dashboard["panels"] for target in panel["targets"]
