@@ -45,15 +45,17 @@ def api_versions(conn: Any) -> Any:
     return body
 
 
-def client_apis() -> dict[int, tuple[str, int, int]]:
-    """The APIs this client can speak, by key: Kafka's name and the versions it knows. Only the
-    client-facing ones (Kafka's own codecs), not the ones between brokers and controllers."""
+def client_apis() -> tuple[dict[int, tuple[str, int, int]], set[int]]:
+    """The APIs this client knows, by key (Kafka's name and the versions it speaks), and among
+    them the client-facing ones (Kafka's own codecs), which a broker lacking one is expected to
+    have: the others run between brokers and controllers."""
     for module in CODEC_MODULES:
-        if module.startswith("kafka."):
-            importlib.import_module(module)
+        importlib.import_module(module)
     requests, _ = registered_codecs()
-    return {key: (cls.__name__.removesuffix("Request"), cls.min_version, cls.max_version)
-            for key, cls in requests.items()}
+    known = {key: (cls.__name__.removesuffix("Request"), cls.min_version, cls.max_version)
+             for key, cls in requests.items()}
+    client_facing = {key for module, keys in CODEC_MODULES.items() if module.startswith("kafka.") for key in keys}
+    return known, client_facing & set(known)
 
 
 def api_line(key: int, low: int, high: int, known: dict[int, tuple[str, int, int]]) -> str:
@@ -71,10 +73,10 @@ def api_line(key: int, low: int, high: int, known: dict[int, tuple[str, int, int
     return f"{name}({key}): {span} {usable}"
 
 
-def describe_apis(body: Any, known: dict[int, tuple[str, int, int]]) -> str:
+def describe_apis(body: Any, known: dict[int, tuple[str, int, int]], expected: set[int]) -> str:
     lines = {a.api_key: api_line(a.api_key, a.min_version, a.max_version, known) for a in body.api_keys}
-    for key, (name, _, _) in known.items():
-        lines.setdefault(key, f"{name}({key}): UNSUPPORTED")
+    for key in expected:
+        lines.setdefault(key, f"{known[key][0]}({key}): UNSUPPORTED")
     return "(\n\t" + ",\n\t".join(lines[k] for k in sorted(lines)) + "\n)"
 
 
@@ -89,13 +91,13 @@ def broker_api_versions(client: ClientSettings) -> None:
     Example:
       strom broker-api-versions --bootstrap-server 127.0.0.1:9092
     """
-    known = client_apis()
+    known, expected = client_apis()
     with Cluster(client) as cluster:
         meta = cluster.metadata([])
         for b in sorted(meta.brokers, key=lambda b: b.node_id):
             node = f"{b.host}:{b.port} (id: {b.node_id} rack: {b.rack or 'null'})"
             try:
-                text = describe_apis(api_versions(cluster.broker(b.node_id)), known)
+                text = describe_apis(api_versions(cluster.broker(b.node_id)), known, expected)
             except CommandError as e:
                 text = f"ERROR: {e.message}"
             click.echo(f"{node} -> {text}")

@@ -1,0 +1,219 @@
+"""Kafka's admin tools as `strom` commands, run as subprocesses: leader-election and log-dirs
+against a 2-broker ZooKeeper cluster (a leader to move, log dirs on two brokers), the others
+(delete-records, broker-api-versions, features, cluster cluster-id/unregister, transactions)
+against the shared CLI broker."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from strom.testing import Cluster, unique_name
+
+from .conftest import fails, ok, strom
+
+pytestmark = pytest.mark.timeout(120)  # a hang guard
+
+
+def _leaders(bootstrap: str, topic: str) -> dict[int, tuple[str, str]]:
+    """partition -> (leader, isr) from `strom topics describe`."""
+    out = {}
+    for line in ok("topics", "describe", "--topic", topic, "--bootstrap-server", bootstrap).splitlines():
+        if line.startswith("\tTopic: "):
+            fields = dict(part.split(": ", 1) for part in line.strip("\t").split("\t"))
+            out[int(fields["Partition"])] = (fields["Leader"], fields["Isr"])
+    return out
+
+
+def _wait(predicate, what: str, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Cluster(2, overrides={"auto.leader.rebalance.enable": "false"}) as c:
+        yield c
+
+
+def test_log_dirs_and_leader_election_on_two_brokers(cluster, tmp_path):
+    bootstrap = cluster.bootstrap
+    topic = unique_name("elect")
+    ok("topics", "create", topic, "--replica-assignment", "1:2,2:1", "--bootstrap-server", bootstrap)
+    ok("produce", "--topic", topic, "--bootstrap-server", bootstrap, input="a\nb\nc\n", allow_stderr=True)
+
+    progress, received, document = ok("log-dirs", "--describe", "--topic-list", topic,
+                                      "--bootstrap-server", bootstrap).splitlines()
+    assert progress == "Querying brokers for log directories information"
+    assert received == "Received log directory information from brokers 1,2"
+    assert document.startswith('{"brokers":[{"broker":1,"logDirs":[{"partitions":[')  # Kafka's key order
+    described = json.loads(document)
+    assert described["version"] == 1 and [b["broker"] for b in described["brokers"]] == [1, 2]
+    for broker in described["brokers"]:
+        (log_dir,) = broker["logDirs"]
+        assert log_dir["error"] is None and log_dir["logDir"].startswith("/")
+        assert [p["partition"] for p in log_dir["partitions"]] == [f"{topic}-0", f"{topic}-1"]
+        assert list(log_dir["partitions"][0]) == ["partition", "size", "offsetLag", "isFuture"]
+    assert sum(p["size"] for p in described["brokers"][0]["logDirs"][0]["partitions"]) > 0
+    only_two = json.loads(ok("log-dirs", "--describe", "--broker-list", "2", "--topic-list", topic,
+                             "--bootstrap-server", bootstrap).splitlines()[-1])
+    assert [b["broker"] for b in only_two["brokers"]] == [2]
+    assert fails("log-dirs", "--describe", "--broker-list", "2,7", "--bootstrap-server", bootstrap) == (
+        "Error: The given brokers do not exist from --broker-list: 7. Current existent brokers: 1,2")
+    assert fails("log-dirs", "--bootstrap-server", bootstrap, code=2) == "Error: Missing option '--describe'."
+
+    # The preferred leaders lead already: nothing to do.
+    assert ok("leader-election", "--election-type", "PREFERRED", "--topic", topic, "--partition", "0",
+              "--bootstrap-server", bootstrap) == f"Valid replica already elected for partitions {topic}-0\n"
+
+    # Broker 1 goes away and comes back: broker 2 leads both partitions until an election.
+    cluster.brokers[1].stop()
+    _wait(lambda: _leaders(cluster.bootstrap, topic) == {0: ("2", "2"), 1: ("2", "2")}, "broker 2 to lead")
+    cluster.brokers[1].start()
+    _wait(lambda: all(isr in ("2,1", "1,2") for _, isr in _leaders(bootstrap, topic).values()), "broker 1 in the ISR")
+    assert _leaders(bootstrap, topic)[0][0] == "2"
+    spec = tmp_path / "partitions.json"
+    spec.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0}, {"topic": topic, "partition": 1}]}))
+    assert ok("leader-election", "--election-type", "preferred", "--path-to-json-file", str(spec),
+              "--bootstrap-server", bootstrap).splitlines() == [
+        f"Successfully completed leader election (PREFERRED) for partitions {topic}-0",
+        f"Valid replica already elected for partitions {topic}-1"]
+    assert _leaders(bootstrap, topic)[0][0] == "1"
+
+    missing = strom("leader-election", "--election-type", "PREFERRED", "--topic", "no-such-topic", "--partition", "0",
+                    "--bootstrap-server", bootstrap)
+    assert missing.returncode == 1
+    assert missing.stdout.startswith("Error completing leader election (PREFERRED) for partition: no-such-topic-0: ")
+    assert missing.stderr.strip() == "Error: 1 replica(s) could not be elected"
+    spec.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0}, {"topic": topic, "partition": 0}]}))
+    assert fails("leader-election", "--election-type", "PREFERRED", "--path-to-json-file", str(spec),
+                 "--bootstrap-server", bootstrap) == (
+        f"Error: Replica election data contains duplicate partitions: {topic}-0")
+    assert "exactly one of" in fails("leader-election", "--election-type", "PREFERRED", "--all-topic-partitions",
+                                     "--topic", topic, "--partition", "0", code=2)
+
+
+def test_delete_records(cli_broker, tmp_path):
+    bootstrap = cli_broker.bootstrap
+    topic = unique_name("delete-records")
+    ok("topics", "create", topic, "--partitions", "1", "--bootstrap-server", bootstrap)
+    ok("produce", "--topic", topic, "--bootstrap-server", bootstrap, input="1\n2\n3\n4\n5\n", allow_stderr=True)
+    offsets = tmp_path / "offsets.json"
+    offsets.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "offset": 3}]}))
+    assert ok("delete-records", "--offset-json-file", str(offsets), "--bootstrap-server", bootstrap) == (
+        "Executing records delete operation\nRecords delete operation completed:\n"
+        f"partition: {topic}-0\tlow_watermark: 3\n")
+    assert ok("get-offsets", "--topic", topic, "--time", "earliest", "--bootstrap-server", bootstrap) == f"{topic}:0:3\n"
+
+    # -1: everything below the high watermark; a partition that does not exist fails on its own line.
+    offsets.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0, "offset": -1},
+                                                  {"topic": topic, "partition": 9, "offset": 1}]}))
+    done = strom("delete-records", "--offset-json-file", str(offsets), "--bootstrap-server", bootstrap)
+    assert done.returncode == 1, done
+    assert done.stdout.splitlines()[2:] == [f"partition: {topic}-0\tlow_watermark: 5",
+                                            f"partition: {topic}-9\terror: UNKNOWN_TOPIC_OR_PARTITION: "
+                                            "This request is for a topic or partition that does not exist on this broker."]
+    assert done.stderr.strip() == f"Error: deleting records failed for {topic}-9"
+
+    offsets.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0, "offset": 1}] * 2}))
+    assert fails("delete-records", "--offset-json-file", str(offsets), "--bootstrap-server", bootstrap) == (
+        f"Error: Offset json file contains duplicate topic partitions: {topic}-0")
+    offsets.write_text('{"version": 2, "partitions": []}')
+    assert "Not supported version field value 2" in fails("delete-records", "--offset-json-file", str(offsets),
+                                                         "--bootstrap-server", bootstrap)
+    offsets.write_text("{not json")
+    assert "is not valid JSON" in fails("delete-records", "--offset-json-file", str(offsets))
+
+
+def test_broker_api_versions_features_and_cluster_id(cli_broker):
+    bootstrap = cli_broker.bootstrap
+    lines = ok("broker-api-versions", "--bootstrap-server", bootstrap).splitlines()
+    host, port = bootstrap.split(":")
+    assert lines[0] == f"{host}:{port} (id: 0 rack: null) -> ("
+    assert lines[-1] == ")"
+    apis = lines[1:-1]
+    assert all(re.fullmatch(r"\t\w+\(\d+\): (\d+( to \d+)? \[(usable: \d+|unusable: node too (old|new))\]"
+                            r"|UNSUPPORTED),?", line) for line in apis), apis
+    assert "\tApiVersions(18): 0 to 4 [usable: 4]," in apis
+    keys = [int(re.search(r"\((\d+)\)", line).group(1)) for line in apis]
+    assert keys == sorted(keys) and not apis[-1].endswith(",")
+
+    features = {line.split("\t")[0]: line for line in ok("features", "describe", "--bootstrap-server", bootstrap).splitlines()}
+    assert features["Feature: metadata.version"] == (
+        "Feature: metadata.version\tSupportedMinVersion: 3.3-IV3\tSupportedMaxVersion: 4.0-IV3\t"
+        "FinalizedVersionLevel: 4.0-IV3\tEpoch: 0")
+    assert re.fullmatch(r"Feature: transaction.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 2\t"
+                        r"FinalizedVersionLevel: \d\tEpoch: \d+", features["Feature: transaction.version"])
+    assert ok("features", "upgrade", "--feature", "transaction.version=2", "--dry-run",
+              "--bootstrap-server", bootstrap) == "transaction.version can be upgraded to 2.\n"
+    assert fails("features", "upgrade", "--feature", "no.such.feature=1", "--bootstrap-server", bootstrap) == (
+        "Error: 1 out of 1 operation(s) failed.")
+    assert "unknown metadata.version" in fails("features", "upgrade", "--metadata", "9.9-IV9", code=2)
+
+    cluster_id = ok("cluster", "cluster-id", "--bootstrap-server", bootstrap)
+    assert re.fullmatch(r"Cluster ID: [\w-]{22}\n", cluster_id)
+    meta = (cli_broker.data_dir / "logs" / "meta.properties").read_text()
+    assert f"cluster.id={cluster_id.split()[-1]}" in meta  # the id the broker keeps on disk
+    # A ZooKeeper-mode broker, as Kafka's, has no broker registrations to remove.
+    assert fails("cluster", "unregister", "--id", "3", "--bootstrap-server", bootstrap) == (
+        "Error: The target cluster does not support the broker unregistration API.")
+
+
+def _table(text: str) -> list[list[str]]:
+    """Kafka's transactions table: tab-terminated cells padded to their column's width."""
+    lines = text.splitlines()
+    assert all(line.endswith("\t") for line in lines), lines
+    return [[cell.strip() for cell in line.split("\t")[:-1]] for line in lines]
+
+
+def test_transactions_list_describe_find_hanging_abort(cli_broker):
+    from confluent_kafka import Producer
+
+    bootstrap = cli_broker.bootstrap
+    topic, txn_id = unique_name("txn-tool"), unique_name("txn-tool-id")
+    ok("topics", "create", topic, "--partitions", "1", "--bootstrap-server", bootstrap)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "transaction.timeout.ms": 60000})
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.produce(topic, b"open", partition=0)
+    producer.flush()
+
+    # Kafka's tool takes the connection options before the subcommand.
+    listed = _table(ok("transactions", "--bootstrap-server", bootstrap, "list"))
+    assert listed[0] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    (mine,) = [row for row in listed[1:] if row[0] == txn_id]
+    assert mine[1] == "0" and mine[3] == "Ongoing"
+    header, row = _table(ok("transactions", "describe", "--transactional-id", txn_id, "--bootstrap-server", bootstrap))
+    described = dict(zip(header, row, strict=True))
+    assert (described["TransactionalId"], described["ProducerId"], described["TransactionState"],
+            described["TransactionTimeoutMs"], described["TopicPartitions"]) == (txn_id, mine[2], "Ongoing", "60000",
+                                                                                  f"{topic}-0")
+    header, row = _table(ok("transactions", "--bootstrap-server", bootstrap, "describe-producers", "--topic", topic,
+                            "--partition", "0"))
+    producer_state = dict(zip(header, row, strict=True))
+    assert (producer_state["ProducerId"], producer_state["CurrentTransactionStartOffset"]) == (mine[2], "0")
+    # Open, but its coordinator counts the partition in it: not hanging.
+    assert _table(ok("transactions", "--bootstrap-server", bootstrap, "find-hanging", "--topic", topic,
+                     "--max-transaction-timeout", "0"))[1:] == []
+    assert "--topic or --broker-id" in fails("transactions", "find-hanging", code=2)
+
+    assert ok("get-offsets", "--topic", topic, "--isolation-level", "read_committed",
+              "--bootstrap-server", bootstrap) == f"{topic}:0:0\n"
+    assert ok("transactions", "--bootstrap-server", bootstrap, "abort", "--topic", topic, "--partition", "0",
+              "--start-offset", "0") == ""
+    # The abort marker ends the transaction on the partition: read_committed readers move on.
+    assert ok("get-offsets", "--topic", topic, "--isolation-level", "read_committed",
+              "--bootstrap-server", bootstrap) == f"{topic}:0:2\n"
+    assert fails("transactions", "--bootstrap-server", bootstrap, "abort", "--topic", topic, "--partition", "0",
+                 "--start-offset", "0") == (
+        f"Error: Could not find any open transactions starting at offset 0 on partition {topic}-0")
+    assert "TRANSACTIONAL_ID_NOT_FOUND" in fails("transactions", "describe", "--transactional-id", unique_name("none"),
+                                                 "--bootstrap-server", bootstrap)
+    producer.abort_transaction()
