@@ -145,7 +145,7 @@ def test_broker_api_versions_features_and_cluster_id(cli_broker):
     keys = [int(re.search(r"\((\d+)\)", line).group(1)) for line in apis]
     assert keys == sorted(keys) and not apis[-1].endswith(",")
 
-    features = {line.split("\t")[0]: line for line in ok("features", "describe", "--bootstrap-server", bootstrap).splitlines()}
+    features = {line.split("\t")[0]: line for line in ok("features", "--bootstrap-server", bootstrap, "describe").splitlines()}
     assert features["Feature: metadata.version"] == (
         "Feature: metadata.version\tSupportedMinVersion: 3.3-IV3\tSupportedMaxVersion: 4.0-IV3\t"
         "FinalizedVersionLevel: 4.0-IV3\tEpoch: 0")

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from strom.cli.admin_common import group_client
 from strom.cli.common import (
     ClientSettings,
     Cluster,
@@ -119,8 +120,13 @@ def metadata_level(release: str) -> int:
 
 
 @click.group(cls=Group)
-def features() -> None:
-    """The cluster's feature levels (like kafka-features): describe, upgrade, downgrade."""
+@client_options()
+@click.pass_context
+def features(ctx: click.Context, client: ClientSettings) -> None:
+    """The cluster's feature levels (like kafka-features): describe, upgrade, downgrade.
+    --bootstrap-server and --command-config may come before the subcommand, as Kafka's tool
+    takes them, or after it."""
+    ctx.obj = client
 
 
 @features.command(cls=Command)
@@ -133,7 +139,7 @@ def describe(client: ClientSettings) -> None:
     Example:
       strom features describe
     """
-    with Cluster(client) as cluster:
+    with Cluster(group_client(client)) as cluster:
         body = api_versions(cluster.bootstrap)
     finalized = {f.name: f.max_version_level for f in body.finalized_features}
     epoch = body.finalized_features_epoch if body.finalized_features_epoch >= 0 else "-"
@@ -158,7 +164,7 @@ def _updates(feature: tuple[str, ...], metadata: str | None) -> dict[str, int]:
 
 
 def _update(client: ClientSettings, verb: str, updates: dict[str, int], upgrade_type: int, dry_run: bool) -> None:
-    with Cluster(client) as cluster:
+    with Cluster(group_client(client)) as cluster:
         body = cluster.at_controller(UPDATE_FEATURES, 1, {
             "timeout_ms": 60_000, "validate_only": dry_run,
             "feature_updates": [{"feature": name, "max_version_level": level, "upgrade_type": upgrade_type}

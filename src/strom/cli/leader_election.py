@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from strom.cli.admin_common import read_json, tp_name
 from strom.cli.common import (
     ClientSettings,
     Cluster,
@@ -24,11 +25,6 @@ from strom.protocol.errors import ErrorCode
 ELECT_LEADERS = 43
 ELECTION_TYPES = {"PREFERRED": 0, "UNCLEAN": 1}
 TIMEOUT_MS = 30_000  # what Kafka's tool gives the election
-
-
-def tp_name(tp: TopicPartition) -> str:
-    """Kafka's TopicPartition.toString: `topic-partition`."""
-    return f"{tp[0]}-{tp[1]}"
 
 
 def parse_election_file(data: Any, path: str) -> list[TopicPartition]:
@@ -53,16 +49,6 @@ def parse_election_file(data: Any, path: str) -> list[TopicPartition]:
     if not out:
         raise CommandError(f"{path}: Replica election data is empty")
     return out
-
-
-def _read_json(path: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except OSError as e:
-        raise CommandError(f"cannot read {path}: {e.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CommandError(f"{path} is not valid JSON: {e}") from None
 
 
 def request_partitions(partitions: list[TopicPartition] | None) -> list[dict] | None:
@@ -125,7 +111,7 @@ def leader_election(client: ClientSettings, election_type: str, topic: str | Non
     election = election_type.upper()
     partitions: list[TopicPartition] | None = None
     if path_to_json_file is not None:
-        partitions = parse_election_file(_read_json(path_to_json_file), path_to_json_file)
+        partitions = parse_election_file(read_json(path_to_json_file), path_to_json_file)
     elif topic is not None:
         assert partition is not None
         partitions = [(topic, partition)]

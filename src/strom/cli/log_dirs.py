@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from strom.cli.admin_common import read_json, tp_name
 from strom.cli.common import (
     ClientSettings,
     Cluster,
@@ -21,7 +22,6 @@ from strom.cli.common import (
     error_name,
     error_text,
 )
-from strom.cli.leader_election import tp_name
 from strom.protocol.errors import ErrorCode
 
 DELETE_RECORDS, DESCRIBE_LOG_DIRS = 21, 35
@@ -113,16 +113,6 @@ def parse_offsets(data: Any, path: str) -> dict[TopicPartition, int]:
     return out
 
 
-def _read_json(path: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except OSError as e:
-        raise CommandError(f"cannot read {path}: {e.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CommandError(f"{path} is not valid JSON: {e}") from None
-
-
 def delete_at_leaders(cluster: Cluster, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
     """DeleteRecords at each partition's leader: (error code, new low watermark) per partition."""
     meta = cluster.metadata(sorted({t for t, _ in offsets}))
@@ -162,7 +152,7 @@ def delete_records(client: ClientSettings, offset_json_file: str) -> None:
     Example:
       strom delete-records --offset-json-file offsets.json
     """
-    offsets = parse_offsets(_read_json(offset_json_file), offset_json_file)
+    offsets = parse_offsets(read_json(offset_json_file), offset_json_file)
     if not offsets:
         raise CommandError(f"{offset_json_file}: the partition list is empty")
     with Cluster(client) as cluster:

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from strom.cli.admin_common import group_client, tp_name
 from strom.cli.common import (
     ClientSettings,
     Cluster,
@@ -25,7 +26,6 @@ from strom.cli.common import (
     client_options,
     error_text,
 )
-from strom.cli.leader_election import tp_name
 from strom.protocol.errors import ErrorCode
 
 FIND_COORDINATOR, WRITE_TXN_MARKERS = 10, 27
@@ -58,13 +58,6 @@ def transactions(ctx: click.Context, client: ClientSettings) -> None:
     ctx.obj = client
 
 
-def _client(client: ClientSettings) -> ClientSettings:
-    """The subcommand's own connection options, else the group's."""
-    ctx = click.get_current_context()
-    own = ctx.get_parameter_source("bootstrap") != click.core.ParameterSource.DEFAULT or ctx.params.get("command_config")
-    return client if own or not isinstance(ctx.obj, ClientSettings) else ctx.obj
-
-
 def _listings(cluster: Cluster, producer_ids: list[int] | None = None) -> list[tuple[int, Any]]:
     """(coordinator id, listing) of every transactional id, asking each broker."""
     out = []
@@ -82,7 +75,7 @@ def _listings(cluster: Cluster, producer_ids: list[int] | None = None) -> list[t
 @client_options()
 def list_(client: ClientSettings) -> None:
     """Every transactional id, its coordinator, producer id and state."""
-    with Cluster(_client(client)) as cluster:
+    with Cluster(group_client(client)) as cluster:
         rows = [[s.transactional_id, broker_id, s.producer_id, s.transaction_state]
                 for broker_id, s in _listings(cluster)]
     click.echo(pretty_table(["TransactionalId", "Coordinator", "ProducerId", "TransactionState"], rows))
@@ -104,7 +97,7 @@ def _describe(cluster: Cluster, transactional_id: str) -> tuple[int, Any]:
 @click.option("--transactional-id", required=True, help="The transactional id.")
 def describe(client: ClientSettings, transactional_id: str) -> None:
     """The state of one transactional id at its coordinator."""
-    with Cluster(_client(client)) as cluster:
+    with Cluster(group_client(client)) as cluster:
         coordinator, s = _describe(cluster, transactional_id)
     if s.error_code != ErrorCode.NONE:
         raise CommandError(f"Failed to describe transaction state of transactional-id `{transactional_id}`: "
@@ -152,7 +145,7 @@ def producers(cluster: Cluster, partitions: list[TopicPartition], broker_id: int
 @click.option("--broker-id", type=int, help="Ask this replica rather than the leader.")
 def describe_producers(client: ClientSettings, topic: str, partition: int, broker_id: int | None) -> None:
     """The producers a partition remembers: epochs, last sequence, open transaction."""
-    with Cluster(_client(client)) as cluster:
+    with Cluster(group_client(client)) as cluster:
         found = producers(cluster, [(topic, partition)], broker_id)[(topic, partition)]
     rows = [[p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence, p.last_timestamp,
              p.current_txn_start_offset if p.current_txn_start_offset >= 0 else "None"] for p in found]
@@ -175,7 +168,7 @@ def find_hanging(client: ClientSettings, broker_id: int | None, topic: str | Non
                                "scope of the search")
     if partition is not None and topic is None:
         raise click.UsageError("The --partition argument requires --topic to be provided")
-    with Cluster(_client(client)) as cluster:
+    with Cluster(group_client(client)) as cluster:
         if topic is not None and partition is not None:
             searched = [(topic, partition)]
         else:
@@ -223,7 +216,7 @@ def abort(client: ClientSettings, topic: str, partition: int, start_offset: int 
     if start_offset is None and producer_id is None:
         raise click.UsageError("The transaction to abort must be identified either with --start-offset or with "
                                "--producer-id, --producer-epoch, and --coordinator-epoch")
-    with Cluster(_client(client)) as cluster:
+    with Cluster(group_client(client)) as cluster:
         if start_offset is not None:
             found = [p for p in producers(cluster, [tp], None)[tp] if p.current_txn_start_offset == start_offset]
             if not found:
