@@ -497,18 +497,17 @@ def _up_zookeeper(ports: list[int], data_dir: Path, zookeeper_connect: str | Non
         return broker(broker_id, ports[0] + broker_id - 1,
                       None if security is None else security.internal_ports[0] + broker_id - 1)
 
-    hand = []
+    hand = []  # a broker-<id> with data (the README's) or a server.properties of its own
     for broker_id, d in _numbered(data_dir, "broker-", len(ports)):
         derived = [ports[0] + broker_id - 1] + ([] if security is None else [security.internal_ports[0] + broker_id - 1])
-        if (d / "server.properties").is_file():
-            hand.append(lambda n=broker_id, d=d: added(n, d))
-        elif not (d / "logs").is_dir():
-            continue
-        elif any(not 0 < p <= 65535 or p in taken for p in derived):
-            _skip(d, f"broker {broker_id}'s ports ({', '.join(map(str, derived))}) are out of range or "
-                     "the cluster's other ports")
-        else:
-            hand.append(lambda n=broker_id, d=d: added(n, d))
+        if not (d / "server.properties").is_file():
+            if not (d / "logs").is_dir():
+                continue
+            if any(not 0 < p <= 65535 or p in taken for p in derived):
+                _skip(d, f"broker {broker_id}'s ports ({', '.join(map(str, derived))}) are out of range or "
+                         "the cluster's other ports")
+                continue
+        hand.append(lambda n=broker_id, d=d: added(n, d))
 
     try:
         _run([lambda n=n: broker(n, ports[n - 1], None if security is None else security.internal_ports[n - 1])
