@@ -1,7 +1,7 @@
 """Kafka's admin tools as `strom` commands, run as subprocesses: leader-election and log-dirs
 against a 2-broker ZooKeeper cluster (a leader to move, log dirs on two brokers), the others
-(delete-records, broker-api-versions, features, cluster cluster-id/unregister, transactions)
-against the shared CLI broker."""
+(delete-records, broker-api-versions, features, cluster cluster-id, transactions) against the
+shared CLI broker, and cluster unregister against a KRaft controller with one broker."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from strom.testing import Cluster, unique_name
+from strom.testing import Cluster, KRaftQuorum, unique_name
 
 from .conftest import fails, ok, strom
 
@@ -130,6 +130,10 @@ def test_delete_records(cli_broker, tmp_path):
                                                          "--bootstrap-server", bootstrap)
     offsets.write_text("{not json")
     assert "is not valid JSON" in fails("delete-records", "--offset-json-file", str(offsets))
+    offsets.write_text("[" * 100_000)
+    assert fails("delete-records", "--offset-json-file", str(offsets)) == f"Error: {offsets}: JSON nested too deeply"
+    offsets.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0, "offset": 2**63}]}))
+    assert f'"offset" of {topic}-0 must be an offset' in fails("delete-records", "--offset-json-file", str(offsets))
 
 
 def test_broker_api_versions_features_and_cluster_id(cli_broker):
@@ -217,3 +221,20 @@ def test_transactions_list_describe_find_hanging_abort(cli_broker):
     assert "TRANSACTIONAL_ID_NOT_FOUND" in fails("transactions", "describe", "--transactional-id", unique_name("none"),
                                                  "--bootstrap-server", bootstrap)
     producer.abort_transaction()
+
+
+def test_unregister_a_retired_broker_at_the_controller():
+    with KRaftQuorum(1, brokers=1) as quorum:
+        controllers, (broker_id,) = quorum.bootstrap_controllers, list(quorum.brokers)
+        broker = quorum.brokers[broker_id]
+        by_broker = ok("cluster", "cluster-id", "--bootstrap-server", broker.bootstrap)
+        assert ok("cluster", "cluster-id", "--bootstrap-controller", controllers) == by_broker
+        assert fails("cluster", "unregister", "--id", "7", "--bootstrap-controller", controllers) == (
+            "Error: unregistering broker 7 failed: BROKER_ID_NOT_REGISTERED: Broker 7 is not registered.")
+        assert "give one of" in fails("cluster", "unregister", "--id", "7", "--bootstrap-controller", controllers,
+                                      "--bootstrap-server", broker.bootstrap, code=2)
+        broker.stop()
+        assert ok("cluster", "unregister", "--id", str(broker_id), "--bootstrap-controller", controllers) == (
+            f"Broker {broker_id} is no longer registered.\n")
+        assert "is not registered" in fails("cluster", "unregister", "--id", str(broker_id),
+                                            "--bootstrap-controller", controllers)

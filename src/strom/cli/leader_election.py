@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from strom.cli.admin_common import read_json, tp_name
+from strom.cli.admin_common import json_partition, read_json, topic_option, tp_name
 from strom.cli.common import (
     ClientSettings,
     Cluster,
@@ -37,11 +37,10 @@ def parse_election_file(data: Any, path: str) -> list[TopicPartition]:
         raise CommandError(f'{path}: "partitions" must be a list')
     out: list[TopicPartition] = []
     for item in items:
-        if not (isinstance(item, dict) and isinstance(item.get("topic"), str)
-                and isinstance(item.get("partition"), int) and not isinstance(item["partition"], bool)):
+        if not isinstance(item, dict):
             raise CommandError(f'{path}: each partition must be {{"topic": "<name>", "partition": <n>}}, '
-                               f"got {json.dumps(item)}")
-        out.append((item["topic"], item["partition"]))
+                               f"got {json.dumps(item)[:300]}")
+        out.append(json_partition(item, path))
     duplicates = sorted({tp for tp in out if out.count(tp) > 1})
     if duplicates:
         raise CommandError(f"Replica election data contains duplicate partitions: "
@@ -85,8 +84,8 @@ def report(election: str, results: dict[TopicPartition, tuple[int, str | None]])
               type=click.Choice(list(ELECTION_TYPES), case_sensitive=False),
               help="preferred: move leadership back to the first replica where it is in the ISR; "
                    "unclean: elect a replica outside the ISR where a partition has no leader.")
-@click.option("--topic", help="The topic of the one partition to elect (with --partition).")
-@click.option("--partition", type=click.IntRange(min=0), help="That partition's number.")
+@click.option("--topic", callback=topic_option, help="The topic of the one partition to elect (with --partition).")
+@click.option("--partition", type=click.IntRange(0, 2**31 - 1), help="That partition's number.")
 @click.option("--all-topic-partitions", is_flag=True, help="Every partition the election type applies to.")
 @click.option("--path-to-json-file", metavar="FILE",
               help='Partitions as {"partitions": [{"topic": "foo", "partition": 1}, ...]}.')

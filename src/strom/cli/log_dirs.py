@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from strom.cli.admin_common import read_json, tp_name
+from strom.cli.admin_common import INT64_MAX, is_int, json_partition, read_json, tp_name
 from strom.cli.common import (
     ClientSettings,
     Cluster,
@@ -100,13 +100,16 @@ def parse_offsets(data: Any, path: str) -> dict[TopicPartition, int]:
     out: dict[TopicPartition, int] = {}
     duplicates = set()
     for item in items:
-        if not (isinstance(item, dict) and isinstance(item.get("topic"), str)
-                and all(isinstance(item.get(k), int) and not isinstance(item[k], bool) for k in ("partition", "offset"))):
-            raise CommandError(f'{path}: each partition needs "topic", "partition" and "offset", got {json.dumps(item)}')
-        tp = (item["topic"], item["partition"])
+        if not isinstance(item, dict):
+            raise CommandError(f'{path}: each partition needs "topic", "partition" and "offset", '
+                               f"got {json.dumps(item)[:300]}")
+        tp = json_partition(item, path)
+        offset = item.get("offset")
+        if not is_int(offset) or not -1 <= offset <= INT64_MAX:
+            raise CommandError(f'{path}: "offset" of {tp_name(tp)} must be an offset (or -1), got {json.dumps(offset)}')
         if tp in out:
             duplicates.add(tp)
-        out[tp] = item["offset"]
+        out[tp] = offset
     if duplicates:
         raise CommandError("Offset json file contains duplicate topic partitions: "
                            + ",".join(map(tp_name, sorted(duplicates))))

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from strom.cli.admin_common import group_client, tp_name
+from strom.cli.admin_common import group_client, topic_option, tp_name
 from strom.cli.common import (
     ClientSettings,
     Cluster,
@@ -140,8 +140,8 @@ def producers(cluster: Cluster, partitions: list[TopicPartition], broker_id: int
 
 @transactions.command("describe-producers", cls=Command)
 @client_options()
-@click.option("--topic", required=True, help="Topic name.")
-@click.option("--partition", required=True, type=click.IntRange(min=0), help="Partition number.")
+@click.option("--topic", required=True, callback=topic_option, help="Topic name.")
+@click.option("--partition", required=True, type=click.IntRange(0, 2**31 - 1), help="Partition number.")
 @click.option("--broker-id", type=int, help="Ask this replica rather than the leader.")
 def describe_producers(client: ClientSettings, topic: str, partition: int, broker_id: int | None) -> None:
     """The producers a partition remembers: epochs, last sequence, open transaction."""
@@ -156,9 +156,9 @@ def describe_producers(client: ClientSettings, topic: str, partition: int, broke
 @transactions.command("find-hanging", cls=Command)
 @client_options()
 @click.option("--broker-id", type=int, help="Search the partitions this broker has a replica of.")
-@click.option("--topic", help="Search this topic's partitions.")
-@click.option("--partition", type=click.IntRange(min=0), help="Only this partition (with --topic).")
-@click.option("--max-transaction-timeout", type=click.IntRange(min=0), default=15, show_default=True,
+@click.option("--topic", callback=topic_option, help="Search this topic's partitions.")
+@click.option("--partition", type=click.IntRange(0, 2**31 - 1), help="Only this partition (with --topic).")
+@click.option("--max-transaction-timeout", type=click.IntRange(0, 2**31 - 1), default=15, show_default=True,
               help="The longest transaction timeout, in minutes: transactions open for longer are suspects.")
 def find_hanging(client: ClientSettings, broker_id: int | None, topic: str | None, partition: int | None,
                  max_transaction_timeout: int) -> None:
@@ -202,12 +202,12 @@ def find_hanging(client: ClientSettings, broker_id: int | None, topic: str | Non
 
 @transactions.command(cls=Command)
 @client_options()
-@click.option("--topic", required=True, help="Topic name.")
-@click.option("--partition", required=True, type=click.IntRange(min=0), help="Partition number.")
-@click.option("--start-offset", type=click.IntRange(min=0), help="The first offset of the transaction to abort.")
-@click.option("--producer-id", type=int, help="Instead of --start-offset: the producer id ...")
-@click.option("--producer-epoch", type=int, help="... its epoch ...")
-@click.option("--coordinator-epoch", type=int, help="... and the coordinator epoch.")
+@click.option("--topic", required=True, callback=topic_option, help="Topic name.")
+@click.option("--partition", required=True, type=click.IntRange(0, 2**31 - 1), help="Partition number.")
+@click.option("--start-offset", type=click.IntRange(0, 2**63 - 1), help="The first offset of the transaction to abort.")
+@click.option("--producer-id", type=click.IntRange(0, 2**63 - 1), help="Instead of --start-offset: the producer id ...")
+@click.option("--producer-epoch", type=click.IntRange(0, 2**15 - 1), help="... its epoch ...")
+@click.option("--coordinator-epoch", type=click.IntRange(-1, 2**31 - 1), help="... and the coordinator epoch.")
 def abort(client: ClientSettings, topic: str, partition: int, start_offset: int | None, producer_id: int | None,
           producer_epoch: int | None, coordinator_epoch: int | None) -> None:
     """Abort a hanging transaction on one partition: an abort marker is written there, so
