@@ -96,8 +96,11 @@ def test_log_dirs_and_leader_election_on_two_brokers(cluster, tmp_path):
     assert fails("leader-election", "--election-type", "PREFERRED", "--path-to-json-file", str(spec),
                  "--bootstrap-server", bootstrap) == (
         f"Error: Replica election data contains duplicate partitions: {topic}-0")
-    assert "exactly one of" in fails("leader-election", "--election-type", "PREFERRED", "--all-topic-partitions",
-                                     "--topic", topic, "--partition", "0", code=2)
+    assert "One and only one of the following options is required" in fails(
+        "leader-election", "--election-type", "PREFERRED", "--all-topic-partitions", "--topic", topic,
+        "--partition", "0", code=2)
+    assert fails("leader-election", "--election-type", "UNCLEAN", "--topic", topic, code=2) == (
+        "Error: Missing required option(s): --partition")
 
 
 def test_delete_records(cli_broker, tmp_path):

@@ -100,13 +100,14 @@ def leader_election(client: ClientSettings, election_type: str, topic: str | Non
       strom leader-election --election-type preferred --topic orders --partition 3
       strom leader-election --election-type UNCLEAN --path-to-json-file partitions.json
     """
-    chosen = [name for name, given in (("--topic", topic is not None), ("--all-topic-partitions", all_topic_partitions),
-                                       ("--path-to-json-file", path_to_json_file is not None)) if given]
-    if len(chosen) != 1:
-        raise click.UsageError("exactly one of --topic, --all-topic-partitions and --path-to-json-file is required"
-                               + (f" (got {', '.join(chosen)})" if chosen else ""))
-    if (topic is None) != (partition is None):
-        raise click.UsageError("--topic and --partition go together")
+    given = sum((topic is not None, all_topic_partitions, path_to_json_file is not None))
+    if given != 1:  # Kafka's wording for each of these mistakes
+        raise click.UsageError("One and only one of the following options is required: --topic, "
+                               "--all-topic-partitions, --path-to-json-file")
+    if topic is not None and partition is None:
+        raise click.UsageError("Missing required option(s): --partition")
+    if topic is None and partition is not None:
+        raise click.UsageError("Option --partition is only allowed if --topic is used")
     election = election_type.upper()
     partitions: list[TopicPartition] | None = None
     if path_to_json_file is not None:
