@@ -11,7 +11,6 @@ from typing import Any
 
 import click
 
-from strom.cli.api_versions import api_versions
 from strom.cli.common import (
     BrokerConnection,
     ClientSettings,
@@ -85,6 +84,9 @@ def cluster_id(client: ClientSettings, controllers: str | None) -> None:
 
 
 def _unregister(conn: BrokerConnection, broker_id: int) -> Any:
+    # Imported here: `strom cluster up` loads this module too, and needs none of it.
+    from strom.cli.api_versions import api_versions
+
     # A ZooKeeper-mode broker does not serve the API (nor does Kafka's): ask before sending.
     if not any(a.api_key == UNREGISTER_BROKER for a in api_versions(conn).api_keys):
         raise CommandError(UNSUPPORTED)
