@@ -197,6 +197,8 @@ def test_transactions_list_describe_find_hanging_abort(cli_broker):
     assert listed[0] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
     (mine,) = [row for row in listed[1:] if row[0] == txn_id]
     assert mine[1] == "0" and mine[3] == "Ongoing"
+    long_running = _table(ok("transactions", "--bootstrap-server", bootstrap, "list", "--duration-filter", "3600000"))
+    assert txn_id not in [row[0] for row in long_running[1:]]  # begun just now
     header, row = _table(ok("transactions", "describe", "--transactional-id", txn_id, "--bootstrap-server", bootstrap))
     described = dict(zip(header, row, strict=True))
     assert (described["TransactionalId"], described["ProducerId"], described["TransactionState"],

@@ -58,13 +58,15 @@ def transactions(ctx: click.Context, client: ClientSettings) -> None:
     ctx.obj = client
 
 
-def _listings(cluster: Cluster, producer_ids: list[int] | None = None) -> list[tuple[int, Any]]:
-    """(coordinator id, listing) of every transactional id, asking each broker."""
+def _listings(cluster: Cluster, producer_ids: list[int] | None = None, duration_ms: int = -1) -> list[tuple[int, Any]]:
+    """(coordinator id, listing) of every transactional id, asking each broker; `duration_ms`:
+    only transactions running for longer (v1, KIP-994)."""
     out = []
     cluster.metadata([])
     for broker_id in sorted(cluster.brokers):
-        body = cluster.broker(broker_id).call(LIST_TRANSACTIONS, 0, {
-            "state_filters": [], "producer_id_filters": producer_ids or []})
+        # v0 unless filtering by duration: brokers before Kafka 3.8 know only v0.
+        body = cluster.broker(broker_id).call(LIST_TRANSACTIONS, 0 if duration_ms < 0 else 1, {
+            "state_filters": [], "producer_id_filters": producer_ids or [], "duration_filter": duration_ms})
         if body.error_code != ErrorCode.NONE:
             raise CommandError(f"Failed to list transactions: {error_text(body.error_code)}")
         out.extend((broker_id, s) for s in sorted(body.transaction_states, key=lambda s: s.transactional_id))
@@ -73,11 +75,13 @@ def _listings(cluster: Cluster, producer_ids: list[int] | None = None) -> list[t
 
 @transactions.command("list", cls=Command)
 @client_options()
-def list_(client: ClientSettings) -> None:
+@click.option("--duration-filter", type=click.IntRange(0, 2**63 - 1), metavar="MS",
+              help="Only transactions running for longer than this many milliseconds.")
+def list_(client: ClientSettings, duration_filter: int | None) -> None:
     """Every transactional id, its coordinator, producer id and state."""
     with Cluster(group_client(client)) as cluster:
         rows = [[s.transactional_id, broker_id, s.producer_id, s.transaction_state]
-                for broker_id, s in _listings(cluster)]
+                for broker_id, s in _listings(cluster, duration_ms=-1 if duration_filter is None else duration_filter)]
     click.echo(pretty_table(["TransactionalId", "Coordinator", "ProducerId", "TransactionState"], rows))
 
 
