@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from strom.cli.admin_common import read_json, tp_name
 from strom.cli.common import (
     ClientSettings,
     Cluster,
@@ -34,20 +35,6 @@ METADATA_LAG_S = 3.0  # how long verify waits for metadata to catch up with a fi
 
 TopicPartition = tuple[str, int]
 Assignment = dict[TopicPartition, list[int]]
-
-
-def _name(tp: TopicPartition) -> str:
-    return f"{tp[0]}-{tp[1]}"
-
-
-def _read_json(path: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except OSError as e:
-        raise CommandError(f"cannot read {path}: {e.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CommandError(f"{path} is not valid JSON: {e}") from None
 
 
 def _version_1(data: Any, path: str, key: str) -> list:
@@ -86,17 +73,17 @@ def parse_reassignment(data: Any, path: str) -> Assignment:
                                        f'"replicas" (broker ids), got {json.dumps(item)}')
         tp, replicas = (item["topic"], item["partition"]), item["replicas"]
         if tp in out:
-            raise CommandError(f"{path}: partition {_name(tp)} is listed twice")
+            raise CommandError(f"{path}: partition {tp_name(tp)} is listed twice")
         if not replicas:
-            raise CommandError(f"{path}: the replica list of {_name(tp)} is empty")
+            raise CommandError(f"{path}: the replica list of {tp_name(tp)} is empty")
         if len(set(replicas)) != len(replicas):
-            raise CommandError(f"{path}: the replica list of {_name(tp)} lists a broker twice: {replicas}")
+            raise CommandError(f"{path}: the replica list of {tp_name(tp)} lists a broker twice: {replicas}")
         log_dirs = item.get("log_dirs", [ANY_LOG_DIR] * len(replicas))
         if not isinstance(log_dirs, list) or len(log_dirs) != len(replicas):
-            raise CommandError(f"{path}: the log_dirs of {_name(tp)} must be a list as long as "
+            raise CommandError(f"{path}: the log_dirs of {tp_name(tp)} must be a list as long as "
                                        f"its replicas {replicas}")
         if any(d != ANY_LOG_DIR for d in log_dirs):
-            raise CommandError(f'{path}: log_dirs other than "any" ({_name(tp)}) are not supported '
+            raise CommandError(f'{path}: log_dirs other than "any" ({tp_name(tp)}) are not supported '
                                        "by this tool yet")
         out[tp] = list(replicas)
     if not out:
@@ -133,7 +120,7 @@ def _current_of(cluster: Cluster, partitions: Iterable[TopicPartition]) -> Assig
     current = current_assignment(cluster, (t for t, _ in partitions))
     for tp in partitions:
         if tp not in current:
-            raise CommandError(f"Partition {_name(tp)} does not exist.")
+            raise CommandError(f"Partition {tp_name(tp)} does not exist.")
     return {tp: current[tp] for tp in partitions}
 
 
@@ -189,7 +176,7 @@ def ongoing(cluster: Cluster, partitions: Iterable[TopicPartition] | None = None
 
 def _failure(tp: TopicPartition, entry: Any) -> str:
     if entry.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-        return f"partition {_name(tp)} does not exist"
+        return f"partition {tp_name(tp)} does not exist"
     name = error_name(entry.error_code)
     return f"{name}: {entry.error_message}" if entry.error_message else name
 
@@ -263,9 +250,9 @@ def reassign(client: ClientSettings, generate: bool, execute: bool, verify: bool
     names: list[str] = []
     targets: Assignment = {}
     if topics_file is not None and action == "generate":
-        names = parse_topics_to_move(_read_json(topics_file), topics_file)
+        names = parse_topics_to_move(read_json(topics_file), topics_file)
     elif reassignment_file is not None and action != "list":
-        targets = parse_reassignment(_read_json(reassignment_file), reassignment_file)
+        targets = parse_reassignment(read_json(reassignment_file), reassignment_file)
     cluster = Cluster(client)
     try:
         if action == "generate":
@@ -311,10 +298,10 @@ def _execute(cluster: Cluster, targets: Assignment, additional: bool, throttle: 
     started = [tp for tp in sorted(targets) if results[tp].error_code == ErrorCode.NONE]
     if started:
         click.echo(f"Successfully started partition reassignment{'s' if len(started) > 1 else ''} "
-                   f"for {','.join(map(_name, started))}")
+                   f"for {','.join(map(tp_name, started))}")
     failed = [tp for tp in sorted(targets) if tp not in started]
     for tp in failed:
-        click.echo(f"Error reassigning partition {_name(tp)}: {_failure(tp, results[tp])}", err=True)
+        click.echo(f"Error reassigning partition {tp_name(tp)}: {_failure(tp, results[tp])}", err=True)
     if failed:
         sys.exit(1)
 
@@ -330,11 +317,11 @@ def _verify(cluster: Cluster, targets: Assignment) -> None:
     click.echo("Status of partition reassignment:")
     for tp, replicas in sorted(targets.items()):
         if tp in moving:
-            click.echo(f"Reassignment of partition {_name(tp)} is still in progress.")
+            click.echo(f"Reassignment of partition {tp_name(tp)} is still in progress.")
         elif current[tp] == replicas:
-            click.echo(f"Reassignment of partition {_name(tp)} is completed.")
+            click.echo(f"Reassignment of partition {tp_name(tp)} is completed.")
         else:
-            click.echo(f"There is no active reassignment of partition {_name(tp)}, but replica set is "
+            click.echo(f"There is no active reassignment of partition {tp_name(tp)}, but replica set is "
                        f"{','.join(map(str, current[tp]))} rather than {','.join(map(str, replicas))}.")
 
 
@@ -345,11 +332,11 @@ def _cancel(cluster: Cluster, targets: Assignment) -> None:
         ErrorCode.NONE, ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)]
     if cancelled:
         click.echo(f"Successfully cancelled partition reassignment{'s' if len(cancelled) > 1 else ''} "
-                   f"for: {','.join(map(_name, cancelled))}")
+                   f"for: {','.join(map(tp_name, cancelled))}")
     elif not failed:
         click.echo("None of the specified partition reassignments are active.")
     for tp in failed:
-        click.echo(f"Error cancelling the reassignment of partition {_name(tp)}: "
+        click.echo(f"Error cancelling the reassignment of partition {tp_name(tp)}: "
                    f"{_failure(tp, results[tp])}", err=True)
     if failed:
         sys.exit(1)
@@ -364,4 +351,4 @@ def _list(cluster: Cluster) -> None:
     for tp, entry in sorted(moving.items()):
         adding = f" adding: {','.join(map(str, entry.adding_replicas))}." if entry.adding_replicas else ""
         removing = f" removing: {','.join(map(str, entry.removing_replicas))}." if entry.removing_replicas else ""
-        click.echo(f"{_name(tp)}: replicas: {','.join(map(str, entry.replicas))}.{adding}{removing}")
+        click.echo(f"{tp_name(tp)}: replicas: {','.join(map(str, entry.replicas))}.{adding}{removing}")
