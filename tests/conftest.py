@@ -157,7 +157,7 @@ SLOW: tuple[str, ...] = (
     "tests/server/test_fuzz.py",                     # 85 (a broker, then a controller listener)
     "tests/cluster/test_replication.py",             # 113 (both modes)
     "tests/cluster/test_partition_scale_cluster.py", # 113
-    "tests/raft/test_simulation.py",                 # 101
+    "tests/raft/test_simulation.py",                 # 70
     "tests/cluster/test_nemesis.py",                 # 100
     "tests/cluster/test_failover.py",                # 95
     "tests/cluster/test_cluster.py",                 # 87
