@@ -1,4 +1,5 @@
-"""The "Securing Strom" walkthrough, step by step, as a user would run it: certificates from
+"""The "Securing Strom" walkthrough (its ACL lines as the README prints them), step by step, as a
+user would run it: certificates from
 examples/secure/make-certs (openssl), a broker from config/secure.properties, the admin's
 commands with examples/secure/admin.properties, a SCRAM user, and each client library through
 examples/secure/clients.py. Only the port and paths differ (ephemeral, temporary)."""
@@ -46,12 +47,12 @@ def test_the_admin_sets_up_users_a_topic_and_acls(walkthrough):
         assert f"Set SCRAM-SHA-512 credential for user {user}." in strom(
             work, "users", "scram-set", user, "--mechanism", "SCRAM-SHA-512", "--password", f"{user}-secret")
     assert "Created topic orders." in strom(work, "topics", "create", "orders", "--partitions", "3")
-    assert "Added 3 ACL(s)." in strom(work, "acls", "add", "--allow-principal", "User:alice", "--producer",
-                                       "--topic", "orders")
-    assert "Added 2 ACL(s)." in strom(work, "acls", "add", "--allow-principal", "User:alice", "--operation", "read",
-                                       "--operation", "describe", "--topic", "orders")
-    assert "Added 1 ACL(s)." in strom(work, "acls", "add", "--allow-principal", "User:alice", "--operation", "read",
-                                       "--group", "example-", "--resource-pattern-type", "prefixed")
+    # The README's ACL lines, as printed there (their $admin is this run's admin properties).
+    section = (REPO / "README.md").read_text().split("\n## Securing Strom\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line.split()[1:-1] for line in section.splitlines() if line.startswith(".venv/bin/strom acls add ")]
+    assert [line[-1] for line in lines] == ["orders", "orders", "prefixed"]
+    added = [strom(work, *line) for line in lines]
+    assert [a.strip() for a in added] == ["Added 3 ACL(s).", "Added 2 ACL(s).", "Added 1 ACL(s)."]
     listed = strom(work, "acls", "list", "--topic", "orders")
     assert "(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW) on TOPIC:LITERAL:orders" in listed
 
