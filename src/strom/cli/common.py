@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import kafka.errors
@@ -39,6 +39,7 @@ RETRIABLE = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
              ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
 
 TopicPartition = tuple[str, int]
+R = TypeVar("R")  # what Cluster.at_leaders gives per partition
 
 
 class CommandError(click.ClickException):
@@ -424,13 +425,15 @@ class Cluster:
                 raise CommandError(f"no controller accepted the request (controller id {controller})")
             time.sleep(0.5)
 
-    def list_offsets(self, wanted: Mapping[TopicPartition, int], read_committed: bool = False,
-                     version: int = 7) -> dict[TopicPartition, ListedOffset]:
-        """ListOffsets at each partition's leader: `wanted` maps a partition to LATEST,
-        EARLIEST, MAX_TIMESTAMP or a timestamp in ms (and with version 8, EARLIEST_LOCAL: a
-        tiered log's first local offset). Partitions whose leader moved are asked again after
-        fresh metadata, a few times."""
-        out: dict[TopicPartition, ListedOffset] = {}
+    def at_leaders(self, wanted: Mapping[TopicPartition, Any], entry: Callable[[TopicPartition, Any], dict],
+                   call: Callable[[BrokerConnection, list[dict]], Any], answer: Callable[[Any], R],
+                   failed: Callable[[int], R], error: Callable[[R], int]) -> dict[TopicPartition, R]:
+        """One request per leader for the partitions of `wanted`: each partition's fields from
+        `entry`, grouped by topic, sent by `call`; `answer` turns each partition of the responses
+        into a result (`failed(code)` where no request could be sent). Partitions whose leader
+        moved (a RETRIABLE `error`) are asked again after fresh metadata, a few times, as Kafka's
+        admin client does."""
+        out: dict[TopicPartition, R] = {}
         pending = dict(wanted)
         for attempt in range(5):
             if not pending:
@@ -441,24 +444,32 @@ class Cluster:
             leaders = {(t.name, p.partition_index): p.leader_id for t in meta.topics
                        for p in t.partitions if t.error_code == ErrorCode.NONE}
             by_leader: dict[int, dict[str, list[dict]]] = {}
-            for tp, timestamp in sorted(pending.items()):
+            for tp, value in sorted(pending.items()):
                 leader = leaders.get(tp)
                 if leader is None:
-                    out[tp] = ListedOffset(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    out[tp] = failed(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 elif leader not in self.brokers:
-                    out[tp] = ListedOffset(ErrorCode.LEADER_NOT_AVAILABLE)
+                    out[tp] = failed(ErrorCode.LEADER_NOT_AVAILABLE)
                 else:
-                    by_leader.setdefault(leader, {}).setdefault(tp[0], []).append(
-                        {"partition_index": tp[1], "current_leader_epoch": -1, "timestamp": timestamp})
+                    by_leader.setdefault(leader, {}).setdefault(tp[0], []).append(entry(tp, value))
             for leader, topics in by_leader.items():
-                body = self.broker(leader).call(LIST_OFFSETS, version, {
-                    "replica_id": -1, "isolation_level": 1 if read_committed else 0,
-                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+                body = call(self.broker(leader), [{"name": t, "partitions": ps} for t, ps in topics.items()])
                 for t in body.topics:
                     for p in t.partitions:
-                        out[(t.name, p.partition_index)] = ListedOffset(p.error_code, p.offset, p.timestamp)
-            pending = {tp: ts for tp, ts in pending.items() if out[tp].error_code in RETRIABLE}
+                        out[(t.name, p.partition_index)] = answer(p)
+            pending = {tp: v for tp, v in pending.items() if error(out[tp]) in RETRIABLE}
         return out
+
+    def list_offsets(self, wanted: Mapping[TopicPartition, int], read_committed: bool = False,
+                     version: int = 7) -> dict[TopicPartition, ListedOffset]:
+        """ListOffsets at each partition's leader: `wanted` maps a partition to LATEST,
+        EARLIEST, MAX_TIMESTAMP or a timestamp in ms (and with version 8, EARLIEST_LOCAL: a
+        tiered log's first local offset)."""
+        return self.at_leaders(
+            wanted, lambda tp, timestamp: {"partition_index": tp[1], "current_leader_epoch": -1, "timestamp": timestamp},
+            lambda conn, topics: conn.call(LIST_OFFSETS, version, {
+                "replica_id": -1, "isolation_level": 1 if read_committed else 0, "topics": topics}),
+            lambda p: ListedOffset(p.error_code, p.offset, p.timestamp), ListedOffset, lambda r: r.error_code)
 
     def close(self) -> None:
         for conn in self.connections.values():

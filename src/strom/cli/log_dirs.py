@@ -7,14 +7,12 @@ partition's leader.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import click
 
 from strom.cli.admin_common import INT64_MAX, is_int, json_partition, read_json, tp_name
 from strom.cli.common import (
-    RETRIABLE,
     ClientSettings,
     Cluster,
     Command,
@@ -119,38 +117,12 @@ def parse_offsets(data: Any, path: str) -> dict[TopicPartition, int]:
 
 
 def delete_at_leaders(cluster: Cluster, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
-    """DeleteRecords at each partition's leader: (error code, new low watermark) per partition.
-    A partition whose leader moved is asked again after fresh metadata, a few times, as Kafka's
-    admin client does."""
-    out: dict[TopicPartition, tuple[int, int]] = {}
-    pending = dict(offsets)
-    for attempt in range(5):
-        if not pending:
-            break
-        if attempt:
-            time.sleep(0.2 * attempt)
-        meta = cluster.metadata(sorted({t for t, _ in pending}))
-        leaders = {(t.name, p.partition_index): p.leader_id for t in meta.topics if t.error_code == ErrorCode.NONE
-                   for p in t.partitions}
-        by_leader: dict[int, dict[str, list[dict]]] = {}
-        for tp, offset in sorted(pending.items()):
-            leader = leaders.get(tp)
-            if leader is None:
-                out[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)
-            elif leader not in cluster.brokers:
-                out[tp] = (ErrorCode.LEADER_NOT_AVAILABLE, -1)
-            else:
-                by_leader.setdefault(leader, {}).setdefault(tp[0], []).append(
-                    {"partition_index": tp[1], "offset": offset})
-        for leader, topics in by_leader.items():
-            body = cluster.broker(leader).call(DELETE_RECORDS, 2, {
-                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()], "timeout_ms": TIMEOUT_MS},
-                TIMEOUT_MS / 1000 + cluster.settings.timeout_s)
-            for t in body.topics:
-                for p in t.partitions:
-                    out[(t.name, p.partition_index)] = (p.error_code, p.low_watermark)
-        pending = {tp: o for tp, o in pending.items() if out[tp][0] in RETRIABLE}
-    return out
+    """DeleteRecords at each partition's leader: (error code, new low watermark) per partition."""
+    return cluster.at_leaders(
+        offsets, lambda tp, offset: {"partition_index": tp[1], "offset": offset},
+        lambda conn, topics: conn.call(DELETE_RECORDS, 2, {"topics": topics, "timeout_ms": TIMEOUT_MS},
+                                       TIMEOUT_MS / 1000 + cluster.settings.timeout_s),
+        lambda p: (p.error_code, p.low_watermark), lambda code: (code, -1), lambda r: r[0])
 
 
 @click.command("delete-records", cls=Command)
