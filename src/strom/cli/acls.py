@@ -139,12 +139,20 @@ def _bindings(resources: list[tuple[int, str]], operations, producer: bool, cons
     return list(dict.fromkeys(out))
 
 
-def _filters(resources: list[tuple[int, str]], pattern: str | None, principal: str | None) -> list[dict]:
+def _filters(targets: list[tuple[int, str | None, int]], pattern: str | None,
+             who: list[tuple[str | None, int, tuple[str | None, ...]]]) -> list[dict]:
+    """ACL filters for DescribeAcls / DeleteAcls: each (resource type, name, operation) of
+    `targets` (name None and ANY: every one) for each (principal, permission, hosts) of `who`."""
     pattern_id = PATTERNS[(pattern or "any").lower()]
-    targets = resources or [(ANY, None)]
     return [{"resource_type_filter": rtype, "resource_name_filter": name, "pattern_type_filter": pattern_id,
-             "principal_filter": principal, "host_filter": None, "operation": ANY, "permission_type": ANY}
-            for rtype, name in targets]
+             "principal_filter": principal, "host_filter": host, "operation": op, "permission_type": permission}
+            for rtype, name, op in targets for principal, permission, hosts in who
+            for host in hosts]
+
+
+def _anyone(principal: str | None) -> list[tuple[str | None, int, tuple[str | None, ...]]]:
+    """`principal` (None: any), with either permission, from any host."""
+    return [(principal, ANY, (None,))]
 
 
 def _format(rtype: int, name: str, pattern: int, acl) -> str:
@@ -168,7 +176,8 @@ def list_(client: ClientSettings, topics, groups, txn_ids, tokens, users, cluste
     """
     printed = 0
     with Cluster(client) as c:
-        for f in _filters(_resources(topics, groups, txn_ids, tokens, users, cluster), pattern, principal):
+        resources = _resources(topics, groups, txn_ids, tokens, users, cluster) or [(ANY, None)]
+        for f in _filters([(rtype, name, ANY) for rtype, name in resources], pattern, _anyone(principal)):
             body = c.call(DESCRIBE_ACLS, 3, f)
             if body.error_code:
                 raise CommandError(body.error_message or error_name(body.error_code))
@@ -217,13 +226,8 @@ def remove(client: ClientSettings, topics, groups, txn_ids, tokens, users, clust
     else:
         targets = [(rtype, name, ANY) for rtype, name in resources or [(ANY, None)]]
     who = [(p, ALLOW, allow_hosts or (None,)) for p in allow] + [(p, DENY, deny_hosts or (None,)) for p in deny]
-    filters = [{"resource_type_filter": rtype, "resource_name_filter": name,
-                "pattern_type_filter": PATTERNS[(pattern or "any").lower()], "principal_filter": p, "host_filter": host,
-                "operation": op, "permission_type": permission}
-               for rtype, name, op in targets
-               for p, permission, hosts in (who or [(principal, ANY, (None,))]) for host in hosts]
     with Cluster(client) as c:
-        body = c.call(DELETE_ACLS, 3, {"filters": filters})
+        body = c.call(DELETE_ACLS, 3, {"filters": _filters(targets, pattern, who or _anyone(principal))})
     removed = 0
     for result in body.filter_results:
         if result.error_code:
