@@ -20,13 +20,15 @@ import click
 from strom.cli.common import CommandError, Group
 from strom.config import broker as broker_config
 from strom.controller.features import SUPPORTED
+from strom.log.manager import read_properties
 from strom.metadata.storage import (
+    META_PROPERTIES,
     InitialController,
     StorageError,
     format_storage,
     kafka_uuid,
     parse_initial_controllers,
-    read_meta,
+    parse_kafka_uuid,
     storage_dirs,
 )
 
@@ -146,20 +148,98 @@ def _this_controller(cfg: broker_config.BrokerConfig, listener: str) -> InitialC
 @storage.command("info")
 @click.option("--config", "-c", "config", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def info(config: Path) -> None:
-    """Show, per directory, whether it is formatted and for which node and cluster."""
+    """Print the log directories found, their meta.properties and any problem, as
+    kafka-storage.sh info prints them; the exit code is 1 when a problem is found.
+
+    \b
+    Found log directory:
+      /var/lib/strom
+
+    \b
+    Found metadata: {cluster.id=QW04la-GT-6IlGOw0CSKJQ, directory.id=..., node.id=1, version=1}
+    """
     cfg = _load(config, ())
-    problems = 0
-    for d in storage_dirs(cfg.log_dirs, cfg.metadata_log_dir):
-        try:
-            meta = read_meta(d)
-        except StorageError as e:
-            click.echo(f"{d}: {e}")
-            problems += 1
+    # Kafka's order: the distinct directories sorted as text.
+    dirs = sorted({str(d) for d in storage_dirs(cfg.log_dirs, cfg.metadata_log_dir)})
+    lines, code = info_lines(dirs)
+    for line in lines:
+        click.echo(line)
+    raise SystemExit(code)
+
+
+def info_lines(directories: list[str]) -> tuple[list[str], int]:
+    """kafka-storage.sh info's report on `directories` (a KRaft node's): its lines and exit code."""
+    if not directories:
+        return ["No directories specified."], 0
+    problems: list[str] = []
+    found: list[str] = []
+    first: dict[str, str] | None = None
+    for text in directories:
+        d = Path(text)
+        if not d.is_dir():
+            problems.append(f"{d} is not a directory" if d.exists() else f"{d} does not exist")
             continue
-        if meta is None:
-            click.echo(f"{d}: not formatted")
-            problems += 1
-        else:
-            click.echo(f"{d}: node.id={meta.node_id} cluster.id={meta.cluster_id} directory.id={meta.directory_id}")
+        found.append(str(d))
+        meta_path = d / META_PROPERTIES
+        if not meta_path.exists():
+            problems.append(f"{d} is not formatted.")
+            continue
+        try:
+            meta = _meta_properties(meta_path)
+        except (OSError, ValueError) as e:
+            problems.append(f"Error loading {meta_path}: {e}")
+            continue
+        if first is None:
+            first = meta
+        elif first.get("cluster.id") != meta.get("cluster.id"):
+            problems.append("Mismatched cluster IDs between storage directories.")
+        elif _node(first) != _node(meta):
+            problems.append("Mismatched node IDs between storage directories.")
+    if first is not None and first["version"] == "0":
+        problems.append("The kafka configuration file appears to be for a cluster in KRaft mode, but "
+                        "the directories are formatted for legacy mode.")
+    lines: list[str] = []
+    if found:
+        lines += ["Found log directory:" if len(found) == 1 else "Found log directories:",
+                  *(f"  {d}" for d in found), ""]
+    if first is not None:
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(first.items()))
+        lines += [f"Found metadata: {{{shown}}}", ""]
     if problems:
-        raise SystemExit(1)
+        lines += ["Found problem:" if len(problems) == 1 else "Found problems:", *(f"  {p}" for p in problems), ""]
+    return lines, 1 if problems else 0
+
+
+def _node(meta: dict[str, str]) -> str | None:
+    return meta.get("node.id", meta.get("broker.id"))
+
+
+def _meta_properties(path: Path) -> dict[str, str]:
+    """meta.properties checked as Kafka's MetaProperties reads it: version 0 (a ZooKeeper-mode
+    broker's: broker.id) or 1 (KRaft: node.id and cluster.id required), directory.id a Uuid.
+    Returns the properties Kafka would write back (unknown keys dropped). ValueError says why not."""
+    props = read_properties(path)
+    version = props.get("version", "0")
+    if version.strip() not in ("0", "1"):
+        raise ValueError(f"Unknown meta.properties version number {version}" if version.strip().lstrip("-").isdigit()
+                         else f"Invalid meta.properties version string '{version}'")
+    version = version.strip()
+    out = {"version": version}
+    id_key = "broker.id" if version == "0" else "node.id"
+    if id_key in props:
+        if not props[id_key].lstrip("-").isdigit():
+            raise ValueError(f"Unable to read {id_key} as a base-10 number.")
+        out[id_key] = str(int(props[id_key]))
+    elif version == "1":
+        raise ValueError(f"Failed to find {id_key}")
+    if "cluster.id" in props:
+        out["cluster.id"] = props["cluster.id"]
+    elif version == "1":
+        raise ValueError("cluster.id was not found.")
+    if "directory.id" in props:
+        try:
+            parse_kafka_uuid(props["directory.id"])
+        except StorageError as e:
+            raise ValueError(f"Unable to read directory.id as a Uuid: {e}") from None
+        out["directory.id"] = props["directory.id"]
+    return out
