@@ -213,3 +213,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if _slow_rank(item) < len(SLOW):
             item.add_marker(pytest.mark.slow)
     items.sort(key=_slow_rank)  # stable: within a rank, modules and tests keep their order
+
+
+# --- where the suite's CPU goes ------------------------------------------------------------------
+# On two cores the suite is bound by CPU, not by waiting: STROM_TEST_CPU_LOG=FILE appends, per
+# module, the CPU its tests took in the worker and in the processes it started and reaped
+# (brokers, ZooKeeper, CLI runs), one "seconds path" line each, to find what to make cheaper.
+_cpu_by_module: dict[str, float] = {}
+
+
+def _cpu_now() -> float:
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if not os.environ.get("STROM_TEST_CPU_LOG"):
+        return (yield)
+    start = _cpu_now()
+    try:
+        return (yield)
+    finally:
+        module = item.nodeid.split("::", 1)[0]
+        _cpu_by_module[module] = _cpu_by_module.get(module, 0.0) + _cpu_now() - start
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    path = os.environ.get("STROM_TEST_CPU_LOG")
+    if path and _cpu_by_module:
+        with open(path, "a") as out:
+            out.writelines(f"{cpu:8.1f} {module}\n" for module, cpu in _cpu_by_module.items())
