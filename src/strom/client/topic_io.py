@@ -2,10 +2,10 @@
 connections (authenticated as the broker), in every mode: the schema registry's `_schemas` and
 the remote log metadata manager's `__remote_log_metadata` both go through here.
 
-- PartitionTail: one task long-polling consumer Fetches (read_uncommitted) of one partition from
-  the leader the broker's metadata names, on a connection of its own, looked up again with a
-  growing backoff after NOT_LEADER, an unknown leader or a lost connection. A subclass says
-  where to read from and takes what comes.
+- PartitionTail: one task long-polling consumer Fetches (read_uncommitted, or read_committed
+  when asked: Iceberg topics) of one partition from the leader the broker's metadata names, on
+  a connection of its own, looked up again with a growing backoff after NOT_LEADER, an unknown
+  leader or a lost connection. A subclass says where to read from and takes what comes.
 - produce_acks_all: one batch to a partition's leader, acks=all, tried again at the leader
   named then until a deadline.
 - create_or_await: make a topic, or wait for the one someone else made.
@@ -24,7 +24,14 @@ from typing import Any
 from strom.client import AsyncConnection
 from strom.client.inter_broker import ConnectionPool
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.protocol.records import HEADER_SIZE, BatchHeader, read_header, scan_valid_prefix
+from strom.protocol.records import (
+    CONTROL_ABORT,
+    HEADER_SIZE,
+    BatchHeader,
+    control_type,
+    read_header,
+    scan_valid_prefix,
+)
 
 PRODUCE, PRODUCE_VERSION = 0, 9
 FETCH, FETCH_VERSION = 1, 12
@@ -32,6 +39,7 @@ FETCH_MAX_WAIT_MS = 500
 FETCH_TIMEOUT_S = FETCH_MAX_WAIT_MS / 1000 + 30.0
 CONNECT_TIMEOUT_S = 10.0
 BACKOFF_S, MAX_BACKOFF_S = 0.05, 1.0
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 NETWORK_ERRORS = (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError)
 # Answers after which a write or a read is tried again, at the leader named then.
 RETRIABLE = frozenset({
@@ -62,12 +70,13 @@ class PartitionTail:
     leaderless_wait_s = 0.0
 
     def __init__(self, broker: Any, topic: str, partition: int, client_id: str, max_bytes: int,
-                 logger: logging.Logger) -> None:
+                 logger: logging.Logger, *, isolation_level: int = READ_UNCOMMITTED) -> None:
         self.broker = broker
         self.topic = topic
         self.partition = partition
         self.client_id = client_id
         self.max_bytes = max_bytes
+        self.isolation_level = isolation_level
         self.log = logger
         self.label = f"{topic}-{partition}"
         self.conn: AsyncConnection | None = None
@@ -164,7 +173,7 @@ class PartitionTail:
             self.conn_leader = leader
         body = await self.conn.call(FETCH, FETCH_VERSION, {
             "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": self.max_bytes,
-            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "isolation_level": self.isolation_level, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": self.topic, "partitions": [{
                 "partition": self.partition, "current_leader_epoch": leader_epoch, "fetch_offset": position,
                 "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": self.max_bytes}]}],
@@ -188,6 +197,26 @@ class PartitionTail:
             self.log.warning("%s: a corrupt batch at offset %d; fetching it again", self.label, position)
             return None
         return batches
+
+    def committed_batches(self, data: bytes, position: int, answer: Any) -> list[tuple[int, BatchHeader]] | None:
+        """As `batches`, read_committed: without control batches and without the batches of the
+        aborted transactions the answer lists (KIP-98's consumer rule: a producer's transactional
+        batches are aborted from the listed first offset up to its abort marker)."""
+        batches = self.batches(data, position)
+        if batches is None:
+            return None
+        starts = sorted(((t.first_offset, t.producer_id) for t in answer.aborted_transactions or ()), reverse=True)
+        aborting: set[int] = set()
+        kept = []
+        for pos, header in batches:
+            while starts and starts[-1][0] <= header.base_offset:
+                aborting.add(starts.pop()[1])
+            if header.is_control:
+                if header.producer_id in aborting and control_type(data, pos) == CONTROL_ABORT:
+                    aborting.discard(header.producer_id)
+            elif not (header.is_transactional and header.producer_id in aborting):
+                kept.append((pos, header))
+        return kept
 
 
 async def produce_acks_all(broker: Any, pool: ConnectionPool, topic: str, partition: int, batch: bytes,

@@ -335,6 +335,15 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "schema.registry.authentication.method": (one_of("NONE", "BASIC"), "NONE"),
     "schema.registry.request.max.bytes": (int_in(1024), "4194304"),
     "schema.registry.max.connections": (int_in(1), "1000"),
+    # Iceberg topics (strom/tables, docs/iceberg-topics.md): off unless enabled. The catalog's
+    # uri and the warehouse default to places under the first log dir (iceberg_settings).
+    "iceberg.enabled": (_bool, "false"),
+    "iceberg.catalog.type": (one_of("sql", "rest"), "sql"),
+    "iceberg.catalog.uri": (_optional(_str), None),
+    "iceberg.catalog.name": (_str, "strom"),
+    "iceberg.namespace": (_str, "strom"),
+    "iceberg.warehouse": (_optional(_str), None),
+    "iceberg.commit.interval.ms": (int_in(1), "60000"),
     # TLS for SSL listeners (security/tls.py), Kafka's names and defaults; stores must be PEM.
     "ssl.keystore.type": (_str, "JKS"),
     "ssl.keystore.location": (_optional(_str), None),
@@ -475,6 +484,9 @@ class BrokerConfig:
         # rlmm.config.*, or the prefixes configured): handed to them as they are.
         prefixes = tuple(props.get(k, DEFINITIONS[k][1]).strip() for k in _PLUGIN_PREFIX_KEYS)
         self.plugin_props = {k: props.pop(k) for k in list(props) if k.startswith(prefixes)}
+        # iceberg.catalog.<property>: any other property of the Iceberg catalog, handed over as is.
+        self.iceberg_catalog_props = {k[len("iceberg.catalog."):]: props.pop(k) for k in list(props)
+                                      if k.startswith("iceberg.catalog.") and k not in DEFINITIONS}
         unused = sorted(k for k in props if k not in DEFINITIONS and is_kafka_broker_config(k))
         unknown = sorted(set(props) - set(DEFINITIONS) - set(unused))
         if unknown:
@@ -669,6 +681,7 @@ class BrokerConfig:
             local_retention_ms=self.values["log.local.retention.ms"],
             local_retention_bytes=self.values["log.local.retention.bytes"],
             remote_storage_system_enable=self.values["remote.log.storage.system.enable"],
+            iceberg_system_enable=self.values["iceberg.enabled"],
         )
 
     def remote_storage_props(self) -> dict[str, str]:

@@ -68,6 +68,18 @@ TOPIC_DOCS: dict[str, str] = {
         "TopicRecordNameStrategy (<topic>-<record name>), by short or full class name.",
     "confluent.key.subject.name.strategy":
         "As confluent.value.subject.name.strategy, for keys (<topic>-key by default).",
+    "iceberg.mode":
+        "How the topic's committed records become rows of the Iceberg table <iceberg.namespace>.<topic>: "
+        "disabled (the default), key_value (partition, offset, timestamp, timestamp_type, key, value, "
+        "headers). value_schema_id_prefix and value_schema_latest are not yet supported. Needs "
+        "iceberg.enabled on the brokers.",
+    "iceberg.partition.spec":
+        "The partition spec of the topic's Iceberg table when Strom creates it: a parenthesized list "
+        "of columns or year/month/day/hour(timestamp), such as (hour(timestamp)), the default, or () "
+        "for an unpartitioned table.",
+    "iceberg.table.properties":
+        "Extra properties of the topic's Iceberg table when Strom creates it, as k=v,k2=v2 (the "
+        "strom. prefix is Strom's own).",
     "max.message.bytes":
         "Largest record batch, in bytes as sent (after compression), the broker accepts for this "
         "topic; a produce with a bigger batch is refused.",
@@ -232,6 +244,25 @@ BROKER_DOCS: dict[str, str] = {
     "schema.registry.max.connections":
         "Strom's own: the most connections the schema registry keeps open; more are closed as they "
         "arrive.",
+    # Iceberg topics (docs/iceberg-topics.md).
+    "iceberg.enabled":
+        "Strom's own: whether this broker translates topics with an iceberg.mode into Iceberg tables; "
+        "a topic may set iceberg.mode only where it is true.",
+    "iceberg.catalog.type":
+        "Strom's own: the Iceberg catalog, sql (a SQL database, SQLite by default, for one broker or a "
+        "shared database) or rest (an Iceberg REST catalog). Other iceberg.catalog.<key> settings are "
+        "handed to the catalog as its properties.",
+    "iceberg.catalog.uri":
+        "Strom's own: the sql catalog's SQLAlchemy URL (default sqlite under the first log dir, "
+        "iceberg/catalog.db) or the rest catalog's endpoint.",
+    "iceberg.catalog.name": "Strom's own: the name of the Iceberg catalog the tables are in.",
+    "iceberg.namespace": "Strom's own: the Iceberg namespace of the topics' tables, each named after its topic.",
+    "iceberg.warehouse":
+        "Strom's own: where table files go, a file:// path (default iceberg/warehouse under the first "
+        "log dir) or an s3:// bucket reached with the rsm.config.storage.s3.* and storage.aws.* keys.",
+    "iceberg.commit.interval.ms":
+        "Strom's own: how often, in milliseconds, a partition leader commits the records it has "
+        "translated to the topic's Iceberg table (sooner when a batch grows large).",
     # Topic creation.
     "num.partitions":
         "Partition count of topics created without one, auto-created topics included.",

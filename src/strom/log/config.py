@@ -33,6 +33,14 @@ RECORD_NAME_STRATEGY = "io.confluent.kafka.serializers.subject.RecordNameStrateg
 TOPIC_RECORD_NAME_STRATEGY = "io.confluent.kafka.serializers.subject.TopicRecordNameStrategy"
 SUBJECT_NAME_STRATEGIES = (TOPIC_NAME_STRATEGY, RECORD_NAME_STRATEGY, TOPIC_RECORD_NAME_STRATEGY)
 
+# Iceberg topics (strom.tables): how a topic's records become table rows (Redpanda's mode names).
+ICEBERG_MODES = ("disabled", "key_value", "value_schema_id_prefix", "value_schema_latest")
+ICEBERG_MODES_BUILT = ("disabled", "key_value")
+# The columns of the key_value mode, which a partition spec may name.
+ICEBERG_KEY_VALUE_COLUMNS = ("partition", "offset", "timestamp", "timestamp_type", "key", "value")
+ICEBERG_TRANSFORMS = ("identity", "year", "month", "day", "hour")
+ICEBERG_TIME_TRANSFORMS = ("year", "month", "day", "hour")
+
 
 @dataclass(slots=True)
 class LogConfig:
@@ -86,6 +94,12 @@ class LogConfig:
     value_schema_validation: bool = False
     key_subject_name_strategy: str = TOPIC_NAME_STRATEGY
     value_subject_name_strategy: str = TOPIC_NAME_STRATEGY
+    # Iceberg topics (strom.tables): the leader translates committed records into a table.
+    iceberg_mode: str = "disabled"
+    iceberg_partition_spec: str = "(hour(timestamp))"
+    iceberg_table_properties: str = ""
+    # Not a topic config: the broker's iceberg.enabled, which a topic must have to set a mode.
+    iceberg_system_enable: bool = False
 
     def replication_throttled(self, follower: bool, partition: int, broker: int) -> bool:
         """Is this replica's replication throttled (asked per partition per fetch, so the list
@@ -145,6 +159,7 @@ class LogConfig:
                 raise ValueError(f"{key}: {e}") from None
         result = dataclasses.replace(self, **changes)
         _check_tiering(result, overrides)
+        _check_iceberg(result, overrides)
         if result.min_compaction_lag_ms > result.max_compaction_lag_ms:
             # Kafka refuses the pair rather than either value on its own.
             key = "min.compaction.lag.ms" if "min.compaction.lag.ms" in overrides else "max.compaction.lag.ms"
@@ -289,11 +304,14 @@ TOPIC_CONFIG_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "confluent.value.schema.validation": ("value_schema_validation", parse_bool),
     "confluent.key.subject.name.strategy": ("key_subject_name_strategy", lambda text: _strategy(text)),
     "confluent.value.subject.name.strategy": ("value_subject_name_strategy", lambda text: _strategy(text)),
+    "iceberg.mode": ("iceberg_mode", one_of(*ICEBERG_MODES)),
+    "iceberg.partition.spec": ("iceberg_partition_spec", lambda text: _partition_spec_text(text)),
+    "iceberg.table.properties": ("iceberg_table_properties", lambda text: _table_properties_text(text)),
 }
 
 # Keys beyond Apache Kafka's (Confluent Server's schema validation): described only where a topic
 # sets them, so that a topic otherwise describes exactly Kafka's configs.
-EXTENSION_TOPIC_CONFIGS = frozenset(k for k in TOPIC_CONFIG_KEYS if k.startswith("confluent."))
+EXTENSION_TOPIC_CONFIGS = frozenset(k for k in TOPIC_CONFIG_KEYS if k.startswith(("confluent.", "iceberg.")))
 
 # Keys Kafka 3.x took and 4.0 dropped (message format v0/v1, down-conversion, the old
 # timestamp bound): accepted so that old scripts still work, with a warning, and ignored.
@@ -321,7 +339,8 @@ TOPIC_CONFIG_TYPES = {
                      "follower.replication.throttled.replicas"), "LIST"),
     "min.cleanable.dirty.ratio": "DOUBLE",
     **dict.fromkeys(("message.timestamp.type", "compression.type", "message.format.version",
-                     "confluent.key.subject.name.strategy", "confluent.value.subject.name.strategy"), "STRING"),
+                     "confluent.key.subject.name.strategy", "confluent.value.subject.name.strategy",
+                     "iceberg.mode", "iceberg.partition.spec", "iceberg.table.properties"), "STRING"),
 }
 
 
@@ -374,3 +393,73 @@ def _check_tiering(config: LogConfig, overrides: Mapping[str, str]) -> None:
         if whole != -1 and local != -2 and (local == -1 or local > whole):
             raise ValueError(f"local.retention.{name}: Value must not be more than retention.{name} "
                              f"property value, but it is {local} (retention.{name} is {whole})")
+
+
+def parse_partition_spec(text: str) -> tuple[tuple[str, str], ...]:
+    """An Iceberg partition spec as iceberg.partition.spec writes it: "(hour(timestamp))",
+    "(day(timestamp), partition)", "()" for none; each field a column or transform(column). The
+    (transform, column) pairs; ValueError when it is not of that form."""
+    body = text.strip()
+    if not (body.startswith("(") and body.endswith(")")):
+        raise ValueError(f"expected a parenthesized list such as (hour(timestamp)) or (), got {text!r}")
+    body = body[1:-1].strip()
+    fields: list[tuple[str, str]] = []
+    for item in filter(None, (part.strip() for part in body.split(","))) if body else ():
+        if item.endswith(")") and "(" in item:
+            transform, _, column = item[:-1].partition("(")
+            transform, column = transform.strip(), column.strip()
+        else:
+            transform, column = "identity", item
+        if transform not in ICEBERG_TRANSFORMS:
+            raise ValueError(f"unknown transform {transform!r} (one of {', '.join(ICEBERG_TRANSFORMS)})")
+        if not column.isidentifier():
+            raise ValueError(f"{item!r} does not name a column")
+        fields.append((transform, column))
+    if body and not fields:
+        raise ValueError(f"expected a list of fields, got {text!r}")
+    if len(set(fields)) != len(fields):
+        raise ValueError(f"a field appears twice in {text!r}")
+    return tuple(fields)
+
+
+def _partition_spec_text(text: str) -> str:
+    fields = parse_partition_spec(text)
+    return "(" + ", ".join(c if t == "identity" else f"{t}({c})" for t, c in fields) + ")"
+
+
+def parse_table_properties(text: str) -> dict[str, str]:
+    """iceberg.table.properties: "k=v,k2=v2" as a dict; ValueError when a pair has no key."""
+    properties = {}
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected a list of key=value, got {pair!r}")
+        if key.strip().startswith("strom."):
+            raise ValueError(f"{key.strip()}: table properties under strom. are Strom's own")
+        properties[key.strip()] = value.strip()
+    return properties
+
+
+def _table_properties_text(text: str) -> str:
+    return ",".join(f"{k}={v}" for k, v in parse_table_properties(text).items())
+
+
+def _check_iceberg(config: LogConfig, overrides: Mapping[str, str]) -> None:
+    """A topic in an Iceberg mode needs iceberg.enabled on the brokers, a mode that is built,
+    and a partition spec over the mode's columns."""
+    if config.iceberg_mode == "disabled":
+        return
+    if "iceberg.mode" in overrides:
+        if not config.iceberg_system_enable:
+            raise ValueError("iceberg.mode: Iceberg topics are disabled in the broker "
+                             "(set iceberg.enabled=true)")
+        if config.iceberg_mode not in ICEBERG_MODES_BUILT:
+            raise ValueError(f"iceberg.mode: {config.iceberg_mode} is not yet supported "
+                             f"(one of {', '.join(ICEBERG_MODES_BUILT)})")
+    if config.iceberg_mode == "key_value":
+        for transform, column in parse_partition_spec(config.iceberg_partition_spec):
+            if column not in ICEBERG_KEY_VALUE_COLUMNS:
+                raise ValueError(f"iceberg.partition.spec: no column {column!r} in the key_value mode "
+                                 f"(one of {', '.join(ICEBERG_KEY_VALUE_COLUMNS)})")
+            if transform in ICEBERG_TIME_TRANSFORMS and column != "timestamp":
+                raise ValueError(f"iceberg.partition.spec: {transform}() applies to timestamp, not {column!r}")
