@@ -18,6 +18,7 @@ from strom.coordinator.share.share_partition import (
     SharePartition,
     ShareState,
     StateBatch,
+    valid_acknowledgements,
 )
 from strom.coordinator.share.state_store import (
     SharePartitionKey,
@@ -66,6 +67,22 @@ def test_acknowledgements_are_checked_whole():
     assert p.acknowledge("m", [(0, 2, [ACCEPT, ACCEPT])]) == ErrorCode.INVALID_REQUEST  # neither 1 nor 3 types
     assert p.acknowledge("m", [(0, 0, [9])]) == ErrorCode.INVALID_REQUEST
     assert p.start_offset == 0 and p.acquired_count() == 5  # nothing applied
+
+
+def test_acknowledgement_batches_must_be_ordered_apart_and_well_formed():
+    assert valid_acknowledgements([(0, 4, [ACCEPT]), (5, 6, [RELEASE, GAP]), (9, 9, [REJECT])])
+    assert not valid_acknowledgements([(0, 4, [ACCEPT])] * 2)  # repeated
+    assert not valid_acknowledgements([(0, 4, [ACCEPT]), (4, 6, [ACCEPT])])  # overlapping
+    assert not valid_acknowledgements([(5, 6, [ACCEPT]), (0, 4, [ACCEPT])])  # out of order
+    assert not valid_acknowledgements([(4, 3, [ACCEPT])])
+    assert not valid_acknowledgements([(0, 1, [])])
+    assert not valid_acknowledgements([(0, 2, [ACCEPT, ACCEPT])])
+    assert not valid_acknowledgements([(0, 0, [4])])  # RENEW is not one of v1's types
+    assert not valid_acknowledgements([(-2, 0, [ACCEPT])])
+    # What a member holds bounds the walk, not what a batch claims.
+    p = sp()
+    p.acquire("m", batches((0, 4)), 100, 0, LOCK)
+    assert p.acknowledge("m", [(0, 2**62, [ACCEPT])]) == ErrorCode.INVALID_RECORD_STATE
 
 
 def test_delivery_limit_archives():

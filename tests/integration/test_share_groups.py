@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
@@ -439,6 +440,96 @@ def test_strom_groups_cli_shows_share_groups(share_broker):
         rows = [line.split() for line in strom("describe", group).splitlines()]
         assert rows[0] == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LOG-END-OFFSET", "LAG", "#MEMBERS"]
         assert rows[1] == [group, topic, "0", "4", "10", "6", "1"]
+    finally:
+        c.close()
+
+
+def topic_id_of(broker: BrokerProcess, topic: str) -> uuid.UUID:
+    answer = call(broker, 3, 12, {"topics": [{"topic_id": uuid.UUID(int=0), "name": topic}],
+                                  "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+    (t,) = answer.topics
+    return t.topic_id
+
+
+def join(broker: BrokerProcess, group: str, topic: str) -> str:
+    member = str(uuid.uuid4())
+
+    def joined() -> bool:  # FindCoordinator makes __consumer_offsets, which then loads
+        call(broker, 10, 4, {"key_type": 0, "coordinator_keys": [group]})
+        answer = call(broker, SHARE_GROUP_HEARTBEAT, 1, {"group_id": group, "member_id": member, "member_epoch": 0,
+                                                         "rack_id": None, "subscribed_topic_names": [topic]})
+        assert answer.error_code in (0, 14, 15, 16), answer  # COORDINATOR_LOAD_IN_PROGRESS/_NOT_AVAILABLE, NOT_
+        return answer.error_code == 0
+
+    wait_for(joined, what="the member joined")
+    return member
+
+
+def share_fetch(broker: BrokerProcess, group: str, member: str, epoch: int, topic_id: uuid.UUID,
+                batches: list[dict] | None = None, **fields) -> Any:
+    return call(broker, 78, 1, {
+        "group_id": group, "member_id": member, "share_session_epoch": epoch, "max_wait_ms": 0, "min_bytes": 1,
+        "max_bytes": 1 << 20, "max_records": 5000, "batch_size": 5000, "forgotten_topics_data": [],
+        "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0,
+                                                          "acknowledgement_batches": batches or []}]}],
+        **fields})
+
+
+def share_acknowledge(broker: BrokerProcess, group: str, member: str, epoch: int, topic_id: uuid.UUID,
+                      batches: list[dict]) -> Any:
+    return call(broker, 79, 1, {"group_id": group, "member_id": member, "share_session_epoch": epoch, "topics": [
+        {"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": batches}]}]})
+
+
+def ack(first: int, last: int, *types: int) -> dict:
+    return {"first_offset": first, "last_offset": last, "acknowledge_types": list(types or [1])}
+
+
+def test_repeated_or_overlapping_acknowledgement_batches_are_refused_at_once(share_broker):
+    """20,000 copies of the batch that acknowledges 2,000 held records: INVALID_REQUEST for the
+    partition, as Kafka answers batches out of order or overlapping, nothing applied, and the
+    broker goes on serving everyone (no walk over the claimed offsets)."""
+    topic = unique_name("share-badack")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"b%d" % i for i in range(2000)], one_batch_each=False)
+    tid = topic_id_of(share_broker, topic)
+    member = join(share_broker, group, topic)
+    held: list[tuple[int, int]] = []
+    epoch = 0
+    while sum(b - a + 1 for a, b in held) < 2000:
+        fetched = share_fetch(share_broker, group, member, epoch, tid)
+        epoch += 1
+        (p,) = fetched.responses[0].partitions
+        assert p.error_code == 0, p
+        held += [(r.first_offset, r.last_offset) for r in p.acquired_records]
+    first, last = held[0][0], held[-1][1]
+    assert (first, last) == (0, 1999)
+    flood = [ack(first, last)] * 20_000
+    answer = share_acknowledge(share_broker, group, member, epoch, tid, flood)
+    assert answer.error_code == 0
+    assert answer.responses[0].partitions[0].error_code == 42  # INVALID_REQUEST
+    # Piggybacked on a ShareFetch alike: the acknowledgement error is the partition's.
+    overlapping = [ack(0, 10), ack(10, 20), ack(5, 1999)]
+    fetched = share_fetch(share_broker, group, member, epoch + 1, tid, overlapping)
+    assert fetched.responses[0].partitions[0].acknowledge_error_code == 42
+    for bad in ([ack(20, 10)], [ack(0, 2, 1, 1)], [ack(0, 0, 5)], [ack(5, 9), ack(0, 4)]):
+        answer = share_acknowledge(share_broker, group, member, epoch + 2, tid, bad)
+        assert answer.responses[0].partitions[0].error_code == 42, bad
+        epoch += 1
+    # Nothing was applied: the member still holds every record and accepts them once.
+    done = share_acknowledge(share_broker, group, member, epoch + 2, tid, [ack(0, 999), ack(1000, 1999)])
+    assert done.responses[0].partitions[0].error_code == 0
+    # Another member of another group is served as usual.
+    other_topic = unique_name("share-badack-other")
+    create_topic(share_broker.bootstrap, other_topic, 1)
+    other_group = new_group(share_broker)
+    produce(share_broker, other_topic, [b"o"])
+    c = consumer(share_broker, other_group, other_topic)
+    got: list[bytes] = []
+    try:
+        poll_until([c], lambda: bool(got), lambda _, m: got.append(m.value()))
+        assert got == [b"o"]
     finally:
         c.close()
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from strom.controller.features import SHARE_VERSION
 from strom.coordinator.group.share_group import ShareHeartbeat
-from strom.coordinator.share.share_partition import RELEASE
+from strom.coordinator.share.share_partition import RELEASE, AckBatch, valid_acknowledgements
 from strom.coordinator.share.state_store import SharePartitionKey
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.authorizer import DESCRIBE, GROUP, READ, TOPIC, allowed, as_int32
@@ -89,9 +89,9 @@ def _top_error(code: ErrorCode, message: str | None, fetch: bool) -> dict:
     return response
 
 
-def _acknowledgements(request) -> dict[tuple[uuid.UUID, int], list[tuple[int, int, list[int]]]]:
+def _acknowledgements(request) -> dict[tuple[uuid.UUID, int], list[AckBatch]]:
     """Per partition, the request's acknowledgement batches (a topic may come twice)."""
-    out: dict[tuple[uuid.UUID, int], list[tuple[int, int, list[int]]]] = {}
+    out: dict[tuple[uuid.UUID, int], list[AckBatch]] = {}
     for topic in request.topics:
         for p in topic.partitions:
             out.setdefault((topic.topic_id, p.partition_index), []).extend(
@@ -120,10 +120,13 @@ class _Exchange:
             return None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
         return name, ErrorCode.NONE
 
-    def acknowledge(self, acks: dict[tuple[uuid.UUID, int], list[tuple[int, int, list[int]]]]) -> None:
+    def acknowledge(self, acks: dict[tuple[uuid.UUID, int], list[AckBatch]]) -> None:
         group, member = self.session.group_id, self.session.member_id
         for (topic_id, p), batches in acks.items():
             if not batches:
+                continue
+            if not valid_acknowledgements(batches):  # first, as Kafka: whatever the partition
+                self.ack_errors[(topic_id, p)] = ErrorCode.INVALID_REQUEST
                 continue
             name, error = self._check_topic(topic_id)
             if name is None:
