@@ -55,9 +55,23 @@ def error_name(code: int) -> str:
         return getattr(cls, "message", None) or f"error {code}"
 
 
+# Kafka's own words (Errors.java) where kafka-python's description misleads: a lost controller
+# quorum answers NOT_LEADER_OR_FOLLOWER for __cluster_metadata, which is not "the client's
+# metadata is out of date", and a request a broker could not forward times out.
+DESCRIPTIONS = {
+    ErrorCode.LEADER_NOT_AVAILABLE: "There is no leader for this topic-partition as we are in the middle of a "
+                                    "leadership election.",
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: "For requests intended only for the leader, this error indicates that the "
+                                      "broker is not the current leader. For requests intended for any replica, this "
+                                      "error indicates that the broker is not a replica of the topic partition.",
+    ErrorCode.REQUEST_TIMED_OUT: "The request timed out.",
+    ErrorCode.BROKER_NOT_AVAILABLE: "The broker is not available.",
+}
+
+
 def error_text(code: int, message: str | None = None) -> str:
     """An error code as a person reads it: its name and what the broker or Kafka says of it."""
-    detail = message or getattr(kafka.errors.for_code(code), "description", "")
+    detail = message or DESCRIPTIONS.get(code) or getattr(kafka.errors.for_code(code), "description", "")
     return f"{error_name(code)}: {detail}" if detail else error_name(code)
 
 
@@ -422,7 +436,9 @@ class Cluster:
                 if entry.error_code != ErrorCode.NOT_CONTROLLER:
                     return entry
             if time.monotonic() > deadline:
-                raise CommandError(f"no controller accepted the request (controller id {controller})")
+                raise CommandError(f"no controller accepted the request in {CONTROLLER_WAIT_S:g} s (controller id "
+                                   f"{controller}): no broker is the controller now or, in a KRaft cluster, the "
+                                   "controller quorum has no leader (a majority of the controllers down?)")
             time.sleep(0.5)
 
     def at_leaders(self, wanted: Mapping[TopicPartition, Any], entry: Callable[[TopicPartition, Any], dict],

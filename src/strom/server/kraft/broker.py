@@ -118,10 +118,8 @@ class KRaftBrokerApis(KafkaApis):
                 and (key not in _NEED_AUTHORIZER or self.broker.authorizer is not None)):
             try:  # in an Envelope: the controller checks it as the client's, as Kafka's does
                 return await self.broker.forward(ctx, body)
-            except KafkaError as e:
-                if e.code != ErrorCode.REQUEST_TIMED_OUT:  # refused whole by the controller
-                    return error_answer(key, version, body, e.code, str(e))
-                # no controller answered: the handler below answers NOT_CONTROLLER
+            except KafkaError as e:  # refused whole, or REQUEST_TIMED_OUT: no controller answered
+                return error_answer(key, version, body, e.code, str(e))
         response = await super().handle(ctx, body)
         if ctx.header.api_key == API_VERSIONS and isinstance(response, dict):
             response["api_keys"] = _with_describe_quorum(response["api_keys"])

@@ -79,7 +79,9 @@ class ControllerChannel:
             if time.monotonic() >= deadline:
                 break
             await asyncio.sleep(RETRY_BACKOFF_S)
-        raise ControllerUnavailable(f"no active controller answered api {api_key} ({last})")
+        raise ControllerUnavailable(f"no active controller answered within {timeout_s:g} s: the controller quorum "
+                                    f"has no leader (a majority of the controllers down?) or this node cannot "
+                                    f"reach it ({last})")
 
     async def _call(self, address: tuple[str, int], api_key: int, version: int, fields: dict, timeout_s: float):
         return await self._conns.call(address, address, api_key, version, fields, timeout_s,

@@ -53,8 +53,8 @@ class ForwardingTopicAdmin:
         future = asyncio.run_coroutine_threadsafe(self.channel.call(api_key, version, fields, TIMEOUT_S), self.loop)
         try:
             return future.result(TIMEOUT_S + 5)
-        except ControllerUnavailable as e:
-            raise KafkaError(str(e), ErrorCode.NOT_CONTROLLER) from None
+        except ControllerUnavailable as e:  # Kafka's ForwardingManager times the request out
+            raise KafkaError(str(e), ErrorCode.REQUEST_TIMED_OUT) from None
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      assignment: Mapping[int, list[int]] | None, configs: Mapping[str, str], *,
