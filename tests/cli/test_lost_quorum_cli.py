@@ -8,13 +8,13 @@ import asyncio
 import threading
 
 import pytest
+from tests.cli.conftest import fails
 
 from strom.config.broker import BrokerConfig
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.server.kraft import forwarding
 from strom.server.kraft.controller_channel import ControllerChannel
 from strom.testing import KRaftQuorum, create_topic, produce_acked, read_values, unique_name
-from tests.cli.conftest import fails
 
 
 @pytest.fixture(scope="module")
