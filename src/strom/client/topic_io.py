@@ -198,13 +198,10 @@ class PartitionTail:
             return None
         return batches
 
-    def committed_batches(self, data: bytes, position: int, answer: Any) -> list[tuple[int, BatchHeader]] | None:
-        """As `batches`, read_committed: without control batches and without the batches of the
-        aborted transactions the answer lists (KIP-98's consumer rule: a producer's transactional
-        batches are aborted from the listed first offset up to its abort marker)."""
-        batches = self.batches(data, position)
-        if batches is None:
-            return None
+    def committed(self, data: bytes, batches: list[tuple[int, BatchHeader]], answer: Any) -> list[tuple[int, BatchHeader]]:
+        """Of the `batches` of a read_committed answer, those a consumer takes: no control batch,
+        none of an aborted transaction the answer lists (KIP-98's consumer rule: a producer's
+        transactional batches are aborted from the listed first offset up to its abort marker)."""
         starts = sorted(((t.first_offset, t.producer_id) for t in answer.aborted_transactions or ()), reverse=True)
         aborting: set[int] = set()
         kept = []

@@ -62,6 +62,7 @@ from strom.server.add_partitions_to_txn import AddPartitionsToTxnManager
 from strom.server.apis import KafkaApis, load_all
 from strom.server.auto_topic_creation import AutoTopicCreationManager
 from strom.server.coordinators import Coordinators
+from strom.server.iceberg_topics import IcebergTopics, start_iceberg_topics
 from strom.server.log_retention import DISK_SPACE_CHECK_MS, LogRetention
 from strom.server.log_services import LogServices
 from strom.server.producer_states import ProducerStates
@@ -154,6 +155,7 @@ class Broker:
         self.authorizer: Authorizer | None = None  # authorizer.class.name set: ACLs decide
         self.finalized_features: FinalizedFeatures = NONE_FINALIZED  # /feature, as last seen
         self.remote_log_manager: RemoteLogManager | None = None  # remote.log.storage.system.enable
+        self.iceberg_topics: IcebergTopics | None = None  # iceberg.enabled
 
     # --- lifecycle -----------------------------------------------------------------------
     async def startup(self) -> None:
@@ -215,6 +217,7 @@ class Broker:
         self.group_configs = self.config_repository.groups  # kept current by /config/changes
         self.group_coordinator, self.txn_coordinator = self.coordinators.start()  # before serving
         self.remote_log_manager = start_remote_log_manager(self)
+        self.iceberg_topics = start_iceberg_topics(self)
         self.schema_registry = await start_schema_registry(self)  # schema.registry.listeners set
         self._schedule_jobs()
         self.log_services.start()
@@ -249,6 +252,8 @@ class Broker:
         self.stopping = True
         if self.remote_log_manager is not None:  # first: its long polls to this broker would hold the drain
             await self.remote_log_manager.close()
+        if self.iceberg_topics is not None:  # its translators long-poll this broker too
+            await self.iceberg_topics.close()
         await stop_schema_registry(self)  # before the drain: its reader long-polls this broker
         if self.metrics_server is not None:
             await asyncio.to_thread(self.metrics_server.stop)

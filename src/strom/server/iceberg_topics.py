@@ -1,0 +1,77 @@
+"""Iceberg topics' place in the broker: with iceberg.enabled, a translator (strom.tables) on each
+partition this broker leads whose topic has an iceberg.mode, started when it becomes leader or
+the mode is set, stopped when it no longer leads or the mode goes back to disabled (the table
+stays). A look at the hosted partitions each second; nothing else of the broker waits on it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from strom.tables.settings import iceberg_settings
+from strom.tables.translator import PartitionTranslator, Translation
+
+log = logging.getLogger(__name__)
+
+TICK_S = 1.0
+YIELD_EVERY = 1000  # partitions looked at between two yields to the loop
+
+
+class IcebergTopics:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.translation = Translation(iceberg_settings(broker.config))
+        # (topic, partition) -> its translator, and what it was started with
+        self.translators: dict[tuple[str, int], tuple[PartitionTranslator, tuple]] = {}
+        self.task: asyncio.Task | None = None
+        self.closed = False
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run(), name="iceberg topics")
+
+    async def _run(self) -> None:
+        while not self.closed:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scheduling Iceberg translation failed")
+            await asyncio.sleep(TICK_S)
+
+    async def tick(self) -> None:
+        wanted: dict[tuple[str, int], tuple] = {}
+        for i, p in enumerate(list(self.broker.replica_manager.partitions.values())):
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)
+            config = p.log.config
+            if p.is_leader and config.iceberg_mode != "disabled" and not (p.log.offline or p.log.closed):
+                wanted[(p.topic, p.index)] = (str(p.topic_id), config.iceberg_mode, config.iceberg_partition_spec,
+                                              config.iceberg_table_properties)
+        for key, (translator, how) in list(self.translators.items()):
+            if wanted.get(key) != how:
+                del self.translators[key]
+                await translator.close()
+        for key, how in wanted.items():
+            if key not in self.translators and not self.closed:
+                translator = PartitionTranslator(self.broker, self.translation, key[0], key[1], *how)
+                translator.start()
+                self.translators[key] = (translator, how)
+
+    async def close(self) -> None:
+        self.closed = True
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+        await asyncio.gather(*(t.close() for t, _ in self.translators.values()), return_exceptions=True)
+        self.translators.clear()
+        self.translation.close()
+
+
+def start_iceberg_topics(broker: Any) -> IcebergTopics | None:
+    if not broker.config["iceberg.enabled"]:
+        return None
+    topics = IcebergTopics(broker)
+    topics.start()
+    return topics
