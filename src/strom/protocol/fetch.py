@@ -25,7 +25,7 @@ _ABORTED = struct.Struct(">qq")  # producer id, first offset
 # CurrentLeader (tag 1: leader id, leader epoch, no tags; 9 bytes).
 _DIVERGING = struct.Struct(">BBiqB")
 _CURRENT_LEADER = struct.Struct(">BBiiB")
-FLEXIBLE_FROM, TOPIC_IDS_FROM, LEADER_DISCOVERY_FROM, MAX_VERSION = 12, 13, 16, 17
+FLEXIBLE_FROM, TOPIC_IDS_FROM, LEADER_DISCOVERY_FROM, MAX_VERSION = 12, 13, 16, 18
 
 
 @dataclass(slots=True)

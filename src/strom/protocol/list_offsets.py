@@ -1,4 +1,4 @@
-"""ListOffsets requests read and responses written by hand (v1-v10), for the same reason as
+"""ListOffsets requests read and responses written by hand (v1-v11), for the same reason as
 metadata.py: a request may name a million partitions, and through the codec each became an
 object, then a dict, then an object again (600 MB for a 17 MB request). Here the request is
 checked where it lies in the frame and read one partition at a time; the answer is written
@@ -15,7 +15,7 @@ from strom.protocol.metadata import Buffer, run_to_end
 from strom.protocol.produce import MalformedRequest
 from strom.protocol.varint import VarintError, read_uvarint, skip_tagged_fields, write_uvarint
 
-MIN_VERSION, MAX_VERSION, FLEXIBLE_FROM = 1, 10, 6
+MIN_VERSION, MAX_VERSION, FLEXIBLE_FROM = 1, 11, 6
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 _HEAD = struct.Struct(">ib")  # replica id, isolation level (v2+)
 _PARTITION_V1 = struct.Struct(">iq")  # index, timestamp

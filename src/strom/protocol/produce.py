@@ -4,18 +4,21 @@ The codec tables would copy each record set into new `bytes`, and the log needs 
 buffer to assign offsets in place, which meant a second copy: two extra copies of every
 produced byte. Here each partition's `records` is a writable memoryview of the frame itself.
 Field names follow the schema (and the codec's objects), so handlers read either alike.
-Layout per Kafka's ProduceRequest v3-v12 (flexible from v9).
+Layout per Kafka's ProduceRequest v3-v13 (flexible from v9; from v13 a topic is named by
+its id, KIP-516, and `name` is left empty for the handler to fill in).
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass
 
 from strom.protocol.varint import VarintError, read_uvarint, skip_tagged_fields
 
 FLEXIBLE_FROM = 9
-MAX_VERSION = 12
+TOPIC_IDS_FROM = 13
+MAX_VERSION = 13
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -36,6 +39,7 @@ class PartitionProduceData:
 class TopicProduceData:
     name: str
     partition_data: list[PartitionProduceData]
+    topic_id: uuid.UUID | None = None  # v13+
 
 
 @dataclass(slots=True)
@@ -47,12 +51,13 @@ class ProduceRequest:
 
 
 class _Reader:
-    __slots__ = ("buf", "pos", "flexible")
+    __slots__ = ("buf", "pos", "flexible", "by_id")
 
-    def __init__(self, buf: memoryview, flexible: bool) -> None:
+    def __init__(self, buf: memoryview, flexible: bool, by_id: bool) -> None:
         self.buf = buf
         self.pos = 0
         self.flexible = flexible
+        self.by_id = by_id
 
     def need(self, n: int) -> None:
         if n < 0 or self.pos + n > len(self.buf):
@@ -86,6 +91,12 @@ class _Reader:
         self.pos += n
         return s
 
+    def uuid(self) -> uuid.UUID:
+        self.need(16)
+        value = uuid.UUID(bytes=bytes(self.buf[self.pos : self.pos + 16]))
+        self.pos += 16
+        return value
+
     def skip_tags(self) -> None:
         if self.flexible:
             self.pos = skip_tagged_fields(self.buf, self.pos)
@@ -94,7 +105,7 @@ class _Reader:
 def parse_produce_request(body: memoryview, version: int) -> ProduceRequest:
     """Parse a Produce request body (after the request header). Raises MalformedRequest."""
     try:
-        return _parse(_Reader(body, version >= FLEXIBLE_FROM), body)
+        return _parse(_Reader(body, version >= FLEXIBLE_FROM, version >= TOPIC_IDS_FROM), body)
     except VarintError as e:
         raise MalformedRequest(str(e)) from None
 
@@ -106,9 +117,13 @@ def _parse(r: _Reader, body: memoryview) -> ProduceRequest:
     r.pos += _ACKS_TIMEOUT.size
     topics = []
     for _ in range(max(0, r.length())):
-        name = r.string()
-        if name is None:
-            raise MalformedRequest("null topic name")
+        topic_id = None
+        if r.by_id:
+            name, topic_id = "", r.uuid()
+        else:
+            name = r.string()
+            if name is None:
+                raise MalformedRequest("null topic name")
         partitions = []
         for _ in range(max(0, r.length())):
             index = r.int32()
@@ -121,7 +136,7 @@ def _parse(r: _Reader, body: memoryview) -> ProduceRequest:
             r.skip_tags()
             partitions.append(PartitionProduceData(index, records))
         r.skip_tags()
-        topics.append(TopicProduceData(name, partitions))
+        topics.append(TopicProduceData(name, partitions, topic_id))
     r.skip_tags()
     if r.pos != len(body):
         raise MalformedRequest(f"{len(body) - r.pos} bytes left after the produce request")

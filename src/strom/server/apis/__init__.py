@@ -55,6 +55,13 @@ def supports(api_key: int, version: int) -> bool:
 
 PRODUCE = 0
 TELEMETRY_APIS = (71, 72)  # GetTelemetrySubscriptions, PushTelemetry
+KRAFT_ONLY_APIS = (64,)  # UnregisterBroker: forwarded to a quorum controller
+
+
+def served(broker, api_key: int) -> bool:
+    """Whether this broker serves an API it has a handler for: the KRaft-only ones on KRaft
+    brokers (those that forward admin requests to a controller)."""
+    return api_key not in KRAFT_ONLY_APIS or getattr(broker, "forwards_admin", False)
 
 
 def supported_versions(broker) -> list[dict]:
@@ -63,7 +70,7 @@ def supported_versions(broker) -> list[dict]:
     return [
         {"api_key": a.key, "min_version": 0 if a.key == PRODUCE else a.min_version, "max_version": a.max_version}
         for a in sorted(HANDLERS.values(), key=lambda a: a.key)
-        if telemetry or a.key not in TELEMETRY_APIS
+        if (telemetry or a.key not in TELEMETRY_APIS) and served(broker, a.key)
     ]
 
 
@@ -75,7 +82,7 @@ class KafkaApis:
         self.broker = broker
 
     def supports(self, api_key: int, version: int) -> bool:
-        return supports(api_key, version)
+        return supports(api_key, version) and served(self.broker, api_key)
 
     async def handle(self, ctx: RequestContext, body: Any) -> Any:
         return await HANDLERS[ctx.header.api_key].handler(self.broker, ctx, body)

@@ -1,7 +1,9 @@
-"""ApiVersions: advertise what the handler table implements, as a Kafka 4.0 broker does, and
-from v3 the features this broker supports and the levels the cluster has finalized (KIP-584).
+"""ApiVersions: advertise what the handler table implements, at the ranges a Kafka 4.2 broker
+advertises (tests/server/test_kafka_42.py keeps 4.2's table and names each API Strom leaves
+out), and from v3 the features this broker supports and the levels the cluster has finalized
+(KIP-584).
 
-Two exceptions, both Kafka 4.0's: Produce is advertised from v0 although only v3 and up are
+Two exceptions, both Kafka's since 4.0: Produce is advertised from v0 although only v3 and up are
 served (v0-v2 close the connection), because librdkafka releases from before the fix of its
 issue #4956 decide whether they may compress from that range and send gzip, snappy, lz4 and
 zstd batches uncompressed when v0 is missing (KAFKA-18659); and the client telemetry APIs are advertised only where pushed

@@ -3,7 +3,9 @@ offset, with the aborted transactions in range), long-polling through the purgat
 
 The first read happens at once; if it brings fewer than `min_bytes` and `max_wait_ms` allows,
 the request waits until an append to one of its partitions or the deadline, then reads again.
-Record bytes are never copied into Python: the response carries file regions.
+A follower's v18 fetch (KIP-1166) tells the high watermark it knows of each partition: where the
+leader's is further on, the answer goes at once, so that the follower learns it without waiting
+for new records. Record bytes are never copied into Python: the response carries file regions.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ log = logging.getLogger(__name__)
 
 FETCH = 1
 READ_COMMITTED = 1  # isolation_level: read up to the last stable offset, skip aborted data
+HIGH_WATERMARK_FROM = 18  # KIP-1166
+HIGH_WATERMARK_NOT_SENT = (1 << 63) - 1  # the field's default: a follower that does not say
 _UNKNOWN = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)
 _MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
@@ -156,6 +160,7 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
     await rm.load_logs((topic, p.partition) for topic, ps in wanted for p in ps)
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
     keys = [(topic, p.partition) for topic, ps in wanted for p in ps if topic not in denied] if news is None else ()
+    known = _follower_high_watermarks(requested) if follower and version >= HIGH_WATERMARK_FROM else None
     while True:
         topics, total, errors, remote = _read_all(broker, request, wanted, denied)
         if remote is not None:  # answered once it is read (or remote.fetch.max.wait.ms passed)
@@ -163,6 +168,8 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
             break
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or broker.stopping:
+            break
+        if known and _behind(known, topics):
             break
         if news is not None and context.session.partitions:
             woken = await rm.fetch_purgatory.wait_any_in(context.session.partitions, remaining)
@@ -183,6 +190,19 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
     parts, _ = encode_fetch_response(version, answer, session_id=context.session_id, topic_ids=names.ids,
                                      node_endpoints=endpoints)
     return RawResponse(parts)
+
+
+def _follower_high_watermarks(requested) -> dict[tuple[str, int], int]:
+    """The high watermark a v18 follower says it knows, per partition it says it for."""
+    return {tp: p.high_watermark for tp, p in requested
+            if getattr(p, "high_watermark", HIGH_WATERMARK_NOT_SENT) != HIGH_WATERMARK_NOT_SENT}
+
+
+def _behind(known: dict[tuple[str, int], int], topics: list[tuple[str, list[PartitionData]]]) -> bool:
+    """Whether the leader's high watermark of some partition is past the follower's (-1, one
+    the follower does not know, is behind any)."""
+    return any(p.error_code == ErrorCode.NONE and p.high_watermark > known.get((topic, p.index), p.high_watermark)
+               for topic, partitions in topics for p in partitions)
 
 
 async def read_remote(broker, remote: RemoteRead) -> None:

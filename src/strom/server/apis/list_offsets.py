@@ -1,5 +1,5 @@
-"""ListOffsets: earliest (local), latest, latest tiered, max timestamp, or the first offset at or
-after a timestamp.
+"""ListOffsets: earliest (local), latest, latest tiered, earliest pending upload, max timestamp,
+or the first offset at or after a timestamp.
 
 Offsets stop at the high watermark, or for read_committed (isolation_level 1) at the last
 stable offset, as in Kafka."""
@@ -19,6 +19,10 @@ from strom.server.apis import RequestContext, api
 
 LIST_OFFSETS = 2
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+EARLIEST_PENDING_UPLOAD = -6
+# KIP-1023's timestamp came with v11: an older request asking for it gets UNSUPPORTED_VERSION,
+# as Kafka answers. (The older special timestamps are served at any version, as Strom always has.)
+_SENTINEL_FROM = {EARLIEST_PENDING_UPLOAD: 11}
 _YIELD_EVERY = 5000  # partitions answered between two turns of the event loop
 
 
@@ -43,6 +47,8 @@ def _lookup(partition, timestamp: int, read_committed: bool) -> tuple[int, int, 
     if timestamp == LATEST_TIERED:  # (v9, KIP-1005) the last offset in remote storage; -1: none
         highest = log.highest_offset_in_remote_storage if log.tiered else -1
         return -1, highest, log.leader_epoch_cache.epoch_for(highest) if highest >= 0 else -1
+    if timestamp == EARLIEST_PENDING_UPLOAD:  # (v11, KIP-1023)
+        return _earliest_pending_upload(partition, read_committed)
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         # a tiered log starts in remote storage; EARLIEST_LOCAL (KIP-405) is its first local offset
         start = log.log_start_offset if timestamp == EARLIEST else log.local_log_start_offset
@@ -61,6 +67,23 @@ def _lookup(partition, timestamp: int, read_committed: bool) -> tuple[int, int, 
             return -1, -1, -1
         offset, ts = found
     return ts, offset, _epoch_of(partition, offset)
+
+
+def _earliest_pending_upload(partition, read_committed: bool) -> tuple[int, int, int]:
+    """The first offset not yet copied to remote storage: the one after the highest remote
+    offset; the log start while nothing was copied and no local segment was dropped for
+    being remote (else this leader has not learnt what was copied yet: -1); -1 for a topic
+    that is not tiered."""
+    log = partition.log
+    if not log.tiered:
+        return -1, -1, -1
+    highest = log.highest_offset_in_remote_storage
+    if highest < 0:
+        if log.local_log_start_offset != log.log_start_offset:
+            return -1, -1, -1
+        return _lookup(partition, EARLIEST, read_committed)
+    offset = max(highest + 1, log.log_start_offset)
+    return -1, offset, log.leader_epoch_cache.epoch_for(offset)
 
 
 async def _remote_lookup(broker, partition, timestamp: int, read_committed: bool) -> tuple[int, int, int] | None:
@@ -95,7 +118,7 @@ def _duplicates(request: ListOffsetsRequest) -> set[tuple[str, int]]:
     return duplicates
 
 
-@api(LIST_OFFSETS, 1, 10)
+@api(LIST_OFFSETS, 1, 11)
 async def handle_list_offsets(broker, ctx: RequestContext, request: ListOffsetsRequest) -> RawResponse:
     """Written partition by partition (protocol/list_offsets.py), a turn of the loop given
     back every few thousand partitions."""
@@ -115,6 +138,9 @@ async def handle_list_offsets(broker, ctx: RequestContext, request: ListOffsetsR
                 continue
             if (name, p.partition_index) in duplicates:
                 out.partition(p.partition_index, ErrorCode.INVALID_REQUEST)
+                continue
+            if _SENTINEL_FROM.get(p.timestamp, 0) > ctx.header.api_version:
+                out.partition(p.partition_index, ErrorCode.UNSUPPORTED_VERSION)
                 continue
             partition, error = broker.replica_manager.leader_partition((name, p.partition_index))
             if partition is None:

@@ -2,11 +2,17 @@
 
 The coordinator validates the group and member (generation for classic groups, member epoch
 for KIP-848 ones) and persists accepted offsets in `__consumer_offsets` before answering.
+From v10 OffsetCommit and OffsetFetch name topics by id (KIP-848): each id is read as the name
+the metadata has for it, and answered under its id; an id the metadata does not know gets
+UNKNOWN_TOPIC_ID.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
 
 from strom.coordinator import GROUP_METADATA_TOPIC
 from strom.coordinator.group.consumer_group import ConsumerGroup
@@ -28,6 +34,48 @@ from strom.server.apis.transactions import check_answer
 OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT, OFFSET_DELETE = 8, 9, 28, 47
 NO_METADATA = ""  # what OffsetFetch returns as metadata for a partition without a commit
 MAX_TIMESTAMP = (1 << 63) - 1  # an int64 on disk: a retention that long never expires
+TOPIC_IDS_FROM = 10  # OffsetCommit and OffsetFetch
+NO_TOPIC_ID = uuid.UUID(int=0)
+
+
+@dataclass(slots=True)
+class _ById:
+    """A v10 request topic read by name: the fields the handlers read of a named one."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: Any = None  # OffsetCommit's
+    partition_indexes: Any = None  # OffsetFetch's
+
+
+def _by_name(broker, topics) -> tuple[list[_ById], set[str]]:
+    """v10 topics under the names their ids have here, and the names standing for unknown ids
+    (an id's own text)."""
+    names = broker.metadata_cache.names_by_id
+    out, unknown = [], set()
+    for t in topics:
+        name = names.get(t.topic_id)
+        if name is None:
+            name = str(t.topic_id)
+            unknown.add(name)
+        out.append(_ById(name, t.topic_id, getattr(t, "partitions", None), getattr(t, "partition_indexes", None)))
+    return out, unknown
+
+
+def _with_ids(broker, topics: list[dict], asked: list[_ById] | None) -> list[dict]:
+    """Response topics (by name) with the topic_id v10 answers under: the one asked for, else
+    the metadata's; a topic the metadata no longer has cannot be named by id and is left out."""
+    ids = {t.name: t.topic_id for t in asked or ()}
+    out = []
+    for t in topics:
+        topic_id = ids.get(t["name"])
+        if topic_id is None:
+            meta = broker.metadata_cache.topics.get(t["name"])
+            if meta is None:
+                continue
+            topic_id = meta.topic_id
+        out.append({**t, "topic_id": topic_id})
+    return out
 
 
 def _partition_exists(broker, topic: str, partition: int) -> bool:
@@ -74,19 +122,29 @@ def _commit_response(topics, errors: dict[tuple[str, int], ErrorCode]) -> dict:
     return {"throttle_time_ms": 0, "topics": by_topic(ordered)}
 
 
-@api(OFFSET_COMMIT, 2, 9)
+@api(OFFSET_COMMIT, 2, 10)
 async def handle_offset_commit(broker, ctx: RequestContext, request) -> dict:
     version = ctx.header.api_version
     # v2-v4 may ask for a retention of their own; later versions use the broker's.
     retention = request.retention_time_ms if version <= 4 else -1
-    errors, commits = _requested_commits(broker, ctx, request.group_id, request.topics, version >= 6, retention)
+    topics, unknown = (_by_name(broker, request.topics) if version >= TOPIC_IDS_FROM
+                       else (request.topics, set()))
+    errors, commits = _requested_commits(broker, ctx, request.group_id, [t for t in topics if t.name not in unknown],
+                                         version >= 6, retention)
+    if unknown:
+        error = (ErrorCode.UNKNOWN_TOPIC_ID if allowed(broker, ctx, READ, GROUP, request.group_id)
+                 else ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        errors.update({(t.name, p.partition_index): error for t in topics if t.name in unknown for p in t.partitions})
     if commits:
         errors.update(broker.group_coordinator.commit_offsets(
             request.group_id, request.member_id,
             request.group_instance_id if version >= 7 else None,
             request.generation_id_or_member_epoch, commits))
         await _replicated(broker, request.group_id, errors)
-    return _commit_response(request.topics, errors)
+    response = _commit_response(topics, errors)
+    if version >= TOPIC_IDS_FROM:
+        response["topics"] = _with_ids(broker, response["topics"], topics)
+    return response
 
 
 async def _replicated(broker, group_id: str, errors: dict) -> None:
@@ -166,16 +224,21 @@ async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> dict
     return _commit_response(request.topics, errors)
 
 
-@api(OFFSET_FETCH, 1, 9)
+@api(OFFSET_FETCH, 1, 10)
 async def handle_offset_fetch(broker, ctx: RequestContext, request) -> dict:
     version = ctx.header.api_version
     if version >= 8:
         groups = []
         for g in request.groups:
-            error, topics = _fetch_group(broker, ctx, g.group_id, g.topics,
+            asked, unknown = g.topics, set()
+            if version >= TOPIC_IDS_FROM and asked is not None:
+                asked, unknown = _by_name(broker, asked)
+            error, topics = _fetch_group(broker, ctx, g.group_id, asked,
                                          g.member_id if version >= 9 else None,
                                          g.member_epoch if version >= 9 else -1, True,
                                          request.require_stable)
+            if version >= TOPIC_IDS_FROM:
+                topics = _with_ids(broker, _unknown_ids(topics, unknown), asked)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
         return {"throttle_time_ms": 0, "groups": groups}
     error, topics = _fetch_group(broker, ctx, request.group_id, request.topics, None, -1, version >= 5,
@@ -186,6 +249,14 @@ async def handle_offset_fetch(broker, ctx: RequestContext, request) -> dict:
             {"partition_index": p, "committed_offset": -1, "metadata": NO_METADATA,
              "error_code": error} for p in t.partition_indexes]} for t in request.topics or ()]
     return {"throttle_time_ms": 0, "topics": topics, "error_code": error}
+
+
+def _unknown_ids(topics: list[dict], unknown: set[str]) -> list[dict]:
+    """UNKNOWN_TOPIC_ID for each partition asked of a topic id the metadata does not know."""
+    if not unknown:
+        return topics
+    return [{**t, "partitions": [{**p, "error_code": ErrorCode.UNKNOWN_TOPIC_ID, "committed_offset": -1}
+                                 for p in t["partitions"]]} if t["name"] in unknown else t for t in topics]
 
 
 @api(OFFSET_DELETE, 0, 0)

@@ -1,7 +1,9 @@
 """Produce: append each partition's record set to its leader log; answer per acks.
 
 Record sets stay opaque: the log validates batch headers and CRCs and assigns offsets in
-place. acks=0 gets no response, as in Kafka.
+place. acks=0 gets no response, as in Kafka. From v13 topics are named by id (KIP-516): each
+is read under the name the metadata has for its id and answered under its id; an unknown id
+gets UNKNOWN_TOPIC_ID.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from strom.controller.admin import validate_topic_name
 from strom.controller.znodes import is_internal
 from strom.network.request import CloseConnection
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.produce import TOPIC_IDS_FROM
 from strom.protocol.records import HEADER_SIZE, read_header
 from strom.replication.replica_manager import ProduceResult
 from strom.security.authorizer import (
@@ -76,14 +79,30 @@ async def _check_transaction(broker, transactional_id: str | None, entries: list
     return refused
 
 
-@api(PRODUCE, 3, 12)
+def _name_topics(broker, request) -> set[str]:
+    """v13: give each topic the name its id has here; an id the metadata does not know is
+    named by its own text. Returns those names."""
+    names = broker.metadata_cache.names_by_id
+    unknown = set()
+    for t in request.topic_data:
+        name = names.get(t.topic_id)
+        if name is None:
+            name = str(t.topic_id)
+            unknown.add(name)
+        t.name = name
+    return unknown
+
+
+@api(PRODUCE, 3, 13)
 async def handle_produce(broker, ctx: RequestContext, request) -> dict | None:
     acks = request.acks
+    version = ctx.header.api_version
+    unknown = _name_topics(broker, request) if version >= TOPIC_IDS_FROM else set()
     refused = _refusal(broker, ctx, request)
     if refused is not None:
         results = {(t.name, p.index): ProduceResult(refused) for t in request.topic_data for p in t.partition_data}
     else:
-        results = await _append(broker, ctx, request, ctx.header.api_version)
+        results = await _append(broker, ctx, request, version, unknown)
     if acks == 0:
         failed = [f"{t}-{p}: {r.error.name}" for (t, p), r in results.items() if r.error]
         if failed:
@@ -91,7 +110,12 @@ async def handle_produce(broker, ctx: RequestContext, request) -> dict | None:
         return None
     await broker.replica_manager.await_flushes(results)
     await broker.replica_manager.await_replication(results, acks, request.timeout_ms / 1000)
-    return _response(results, ctx.header.api_version)
+    response = _response(results, version)
+    if version >= TOPIC_IDS_FROM:
+        ids = {t.name: t.topic_id for t in request.topic_data}
+        for topic in response["responses"]:
+            topic["topic_id"] = ids[topic["name"]]
+    return response
 
 
 def _refusal(broker, ctx: RequestContext, request) -> ErrorCode | None:
@@ -109,7 +133,7 @@ def _refusal(broker, ctx: RequestContext, request) -> ErrorCode | None:
     return None
 
 
-async def _append(broker, ctx: RequestContext, request, version: int) -> dict:
+async def _append(broker, ctx: RequestContext, request, version: int, unknown: set[str]) -> dict:
     acks = request.acks
     entries, results = [], {}
     for topic in request.topic_data:
@@ -117,6 +141,8 @@ async def _append(broker, ctx: RequestContext, request, version: int) -> dict:
             tp = (topic.name, p.index)
             if acks not in (0, 1, -1):
                 results[tp] = ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS)
+            elif topic.name in unknown:
+                results[tp] = ProduceResult(ErrorCode.UNKNOWN_TOPIC_ID)
             elif is_internal(topic.name):
                 # Only the coordinators write there (Kafka's internalTopicsAllowed): a client
                 # could otherwise forge committed offsets or transaction states.
@@ -142,7 +168,8 @@ async def _append(broker, ctx: RequestContext, request, version: int) -> dict:
         entries = [(tp, records) for tp, records in entries if tp not in refused]
     await broker.replica_manager.make_files(tp for tp, _ in entries)
     results.update(broker.replica_manager.append_records(acks, entries))
-    return results
+    # answered in the order asked, as Kafka does
+    return {tp: results[tp] for tp in ((t.name, p.index) for t in request.topic_data for p in t.partition_data)}
 
 
 def _has_idempotent_batch(request) -> bool:

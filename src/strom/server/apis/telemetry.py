@@ -1,5 +1,6 @@
-"""GetTelemetrySubscriptions (71), PushTelemetry (72) and ListClientMetricsResources (74):
-KIP-714's client metrics, as `strom.metrics.client_telemetry` keeps them.
+"""GetTelemetrySubscriptions (71), PushTelemetry (72) and ListConfigResources (74, v0 was
+ListClientMetricsResources): KIP-714's client metrics, as `strom.metrics.client_telemetry`
+keeps them, and from v1 (KIP-1142) the names of every kind of config resource.
 
 No ACL guards the first two (as in Kafka); listing the subscriptions takes DESCRIBE_CONFIGS on
 the cluster. A client's software name and version, which subscriptions
@@ -27,9 +28,11 @@ from strom.server.apis.api_versions import API_VERSIONS
 
 log = logging.getLogger("strom.metrics.client_telemetry")
 
-# Kafka 4.0's ListClientMetricsResources; kafka-python's codec calls key 74 ListConfigResources,
-# whose v1 (Kafka 4.1, KIP-1142) lists other resource types too. Only v0 is served, as Kafka 4.0.
-LIST_CLIENT_METRICS_RESOURCES = 74
+LIST_CONFIG_RESOURCES = 74
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32  # ConfigResource types
+# What v1 lists when asked for no type in particular, and the only types it may be asked for;
+# v0 lists client metrics alone.
+LISTED_TYPES = frozenset({TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP})
 
 
 @api(GET_TELEMETRY_SUBSCRIPTIONS, 0, 0)
@@ -72,17 +75,42 @@ async def handle_push_telemetry(broker, ctx: RequestContext, request) -> dict:
     return {"throttle_time_ms": 0, "error_code": 0}
 
 
-@api(LIST_CLIENT_METRICS_RESOURCES, 0, 0)
-async def handle_list_client_metrics_resources(broker, ctx: RequestContext, request) -> dict:
-    """The names of the CLIENT_METRICS config resources (the subscriptions), as Kafka lists them:
-    the broker's own view of them, which follows /config/client-metrics through the config
-    change notifications."""
+@api(LIST_CONFIG_RESOURCES, 0, 1)
+async def handle_list_config_resources(broker, ctx: RequestContext, request) -> dict:
+    """The config resources, as Kafka lists them: groups with configs, client metrics
+    subscriptions (this broker's view, which follows /config/client-metrics), each live broker
+    with an endpoint on this listener (as BROKER_LOGGER and as BROKER) and every topic. A type
+    outside KIP-1142's five fails the whole request with UNSUPPORTED_VERSION."""
+    def answer(error: ErrorCode, resources: list[dict]) -> dict:
+        return {"throttle_time_ms": 0, "error_code": error, "config_resources": resources}
+
     if not allowed(broker, ctx, DESCRIBE_CONFIGS, CLUSTER):
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "config_resources": []}
-    manager = client_telemetry.manager(broker)
-    await manager.start(broker)
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
-            "config_resources": [{"resource_name": name} for name in sorted(manager.subscriptions)]}
+        return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, [])
+    wanted = set(getattr(request, "resource_types", None) or ()) if ctx.header.api_version >= 1 else {CLIENT_METRICS}
+    if not wanted <= LISTED_TYPES:
+        return answer(ErrorCode.UNSUPPORTED_VERSION, [])
+    wanted = wanted or LISTED_TYPES
+    resources: list[dict] = []
+
+    def add(resource_type: int, names) -> None:
+        resources.extend({"resource_name": name, "resource_type": resource_type} for name in names)
+
+    if GROUP in wanted:
+        add(GROUP, sorted(group for group, configs in broker.group_configs.items() if configs))
+    if CLIENT_METRICS in wanted:
+        manager = client_telemetry.manager(broker)
+        await manager.start(broker)
+        add(CLIENT_METRICS, sorted(manager.subscriptions))
+    brokers = [str(b["node_id"]) for b in broker.metadata_cache.brokers(ctx.listener)]
+    if BROKER_LOGGER in wanted:
+        add(BROKER_LOGGER, brokers)
+    if BROKER in wanted:
+        add(BROKER, brokers)
+    if TOPIC in wanted:  # every topic: sorted and laid out off the loop
+        topics = list(broker.metadata_cache.topics)
+        resources += await asyncio.to_thread(
+            lambda: [{"resource_name": name, "resource_type": TOPIC} for name in sorted(topics)])
+    return answer(ErrorCode.NONE, resources)
 
 
 def _note_software(versions: Api) -> None:

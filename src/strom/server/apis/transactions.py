@@ -5,6 +5,7 @@ and DescribeProducers. Each hands its request to the transaction coordinator, wh
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from strom.coordinator import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
@@ -26,6 +27,7 @@ from strom.server.apis.producer_id import fenced_code
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS = 24, 25, 26, 27
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 PRODUCER_FENCED_FROM = 2  # these APIs report PRODUCER_FENCED from v2 on
+TRANSACTIONS_V2 = 2  # WriteTxnMarkers v2's TransactionVersion of a KIP-890 part 2 transaction
 
 TopicPartition = tuple[str, int]
 
@@ -138,18 +140,37 @@ async def handle_end_txn(broker, ctx: RequestContext, request) -> dict:
             "producer_id": result.producer_id if ok else -1, "producer_epoch": result.producer_epoch if ok else -1}
 
 
-@api(WRITE_TXN_MARKERS, 1, 1)
+@api(WRITE_TXN_MARKERS, 1, 2)
 async def handle_write_txn_markers(broker, ctx: RequestContext, request) -> dict:
     markers = []
     permitted = allowed(broker, ctx, CLUSTER_ACTION, CLUSTER)  # only brokers write markers
     for m in request.markers:
         wanted = [(t.name, p) for t in m.topics for p in t.partition_indexes]
-        errors = (broker.txn_markers.write(m.producer_id, m.producer_epoch, m.coordinator_epoch,
-                                           m.transaction_result, wanted) if permitted
-                  else dict.fromkeys(wanted, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+        if not permitted:
+            errors = dict.fromkeys(wanted, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        else:
+            errors = _stale_v2_markers(broker, m, wanted)
+            errors |= broker.txn_markers.write(m.producer_id, m.producer_epoch, m.coordinator_epoch,
+                                               m.transaction_result, [tp for tp in wanted if tp not in errors])
         markers.append({"producer_id": m.producer_id, "topics": by_topic(
-            {tp: {"partition_index": tp[1], "error_code": error} for tp, error in errors.items()})})
+            {tp: {"partition_index": tp[1], "error_code": errors[tp]} for tp in wanted})})
     return {"markers": markers}
+
+
+def _stale_v2_markers(broker, marker, wanted: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+    """KIP-1228: a transactions-version-2 coordinator bumps the producer epoch as it ends each
+    transaction, so its marker must be above the epoch the partition last saw from the
+    producer (a marker at that epoch is a late one, and would end the next transaction); a
+    marker of an older transaction version may equal it. The partitions refused here."""
+    if getattr(marker, "transaction_version", 0) < TRANSACTIONS_V2:
+        return {}
+    refused = {}
+    for tp in wanted:
+        partition = broker.replica_manager.get_partition(*tp)
+        entry = None if partition is None else partition.producer_state.producers.get(marker.producer_id)
+        if entry is not None and marker.producer_epoch <= entry.producer_epoch:
+            refused[tp] = ErrorCode.INVALID_PRODUCER_EPOCH
+    return refused
 
 
 @api(DESCRIBE_TRANSACTIONS, 0, 0)
@@ -171,12 +192,20 @@ async def handle_describe_transactions(broker, ctx: RequestContext, request) -> 
     return {"throttle_time_ms": 0, "transaction_states": states}
 
 
-@api(LIST_TRANSACTIONS, 0, 1)
+@api(LIST_TRANSACTIONS, 0, 2)
 async def handle_list_transactions(broker, ctx: RequestContext, request) -> dict:
-    duration = request.duration_filter if ctx.header.api_version >= 1 else -1
+    version = ctx.header.api_version
+    duration = request.duration_filter if version >= 1 else -1
+    pattern = request.transactional_id_pattern if version >= 2 else None
+    try:  # v2 (KIP-1152): ids the whole pattern matches; none or empty: every id
+        matches = re.compile(pattern).fullmatch if pattern else None
+    except (re.error, RecursionError, OverflowError):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REGULAR_EXPRESSION,
+                "unknown_state_filters": [], "transaction_states": []}
     found, unknown = broker.txn_coordinator.list(request.state_filters or (),
                                                  request.producer_id_filters or (), duration)
-    found = [m for m in found if allowed(broker, ctx, DESCRIBE, TRANSACTIONAL_ID, m.transactional_id)]
+    found = [m for m in found if (matches is None or matches(m.transactional_id))
+             and allowed(broker, ctx, DESCRIBE, TRANSACTIONAL_ID, m.transactional_id)]
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "unknown_state_filters": unknown,
             "transaction_states": [{"transactional_id": m.transactional_id, "producer_id": m.producer_id,
                                     "transaction_state": m.state.display} for m in found]}

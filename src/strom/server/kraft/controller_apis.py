@@ -81,9 +81,10 @@ VERSIONS: dict[int, tuple[int, int]] = {
     CREATE_TOKEN: (1, 3), RENEW_TOKEN: (1, 2), EXPIRE_TOKEN: (1, 2),
 }
 # What an Envelope may carry: the requests that change metadata, not Raft's nor the broker
-# lifecycle's (a broker sends those as itself).
+# lifecycle's (a broker sends those as itself), except UnregisterBroker, which an admin sends
+# to any broker and the broker forwards as the admin's.
 FORWARDABLE = ENVELOPED | {CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS,
-                           CREATE_TOKEN, RENEW_TOKEN, EXPIRE_TOKEN}
+                           CREATE_TOKEN, RENEW_TOKEN, EXPIRE_TOKEN, UNREGISTER_BROKER}
 
 # What a request needs on the cluster resource when a controller takes it, as Kafka's
 # ControllerApis asks (Envelope and DescribeCluster check theirs in their handlers; requests
