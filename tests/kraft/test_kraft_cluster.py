@@ -4,6 +4,8 @@ processes). The rest of the cluster behaviour runs in both modes in tests/cluste
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections import defaultdict
 
@@ -197,6 +199,25 @@ def test_token_requests_on_a_controller_listener(cluster):
     with RawClient(next(iter(cluster.brokers.values()))) as client:
         # PLAINTEXT on the broker: refused there, before any forwarding.
         assert client.call(38, 3, create).error_code == ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+
+
+def test_unregister_broker_through_a_broker(cluster):
+    """UnregisterBroker sent to a broker goes to the active controller (as Kafka's brokers
+    forward it): each broker advertises it, and an id no broker has is answered by the
+    controller; `strom cluster unregister` works against a broker too."""
+    for node in cluster.brokers.values():
+        with RawClient(node) as client:
+            keys = {k.api_key: (k.min_version, k.max_version) for k in client.call(18, 3, {
+                "client_software_name": "t", "client_software_version": "1"}).api_keys}
+            assert keys[64] == (0, 0)
+            body = client.call(64, 0, {"broker_id": 99})
+            assert (body.error_code, body.error_message) == (ErrorCode.BROKER_ID_NOT_REGISTERED,
+                                                             "Broker 99 is not registered.")
+    done = subprocess.run([sys.executable, "-m", "strom", "cluster", "unregister", "--id", "99",
+                           "--bootstrap-server", cluster.bootstrap.split(",")[0]],
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr.strip()) == (
+        1, "Error: unregistering broker 99 failed: BROKER_ID_NOT_REGISTERED: Broker 99 is not registered.")
 
 
 def test_killing_the_active_controller_loses_no_acknowledged_record(cluster):
