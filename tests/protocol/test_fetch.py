@@ -17,7 +17,7 @@ class Region:
         return len(self.data)
 
 
-@pytest.mark.parametrize("version", [4, 5, 7, 11, 12, 13, 15, 16, 17])
+@pytest.mark.parametrize("version", [4, 5, 7, 11, 12, 13, 15, 16, 17, 18])
 def test_hand_encoded_fetch_response_matches_the_schema(version):
     batch = build_batch([(b"k", b"v")], base_offset=3)
     topics = [("orders", [PartitionData(0, 0, 10, 10, 2, Region(batch)),
@@ -56,7 +56,7 @@ def test_current_leader_and_node_endpoints_from_v16():
     topic_id = uuid.uuid4()
     topics = [("orders", [PartitionData(0, 6, -1, -1, -1, None, current_leader=(2, 7)),
                           PartitionData(1, 0, 10, 10, 0, None, diverging_epoch=(3, 42), current_leader=(1, 1))])]
-    for version in (15, 16, 17):
+    for version in (15, 16, 17, 18):
         parts, size = encode_fetch_response(version, topics, topic_ids={"orders": topic_id},
                                             node_endpoints=[(2, "broker-2", 9093, None)])
         body = b"".join(parts)

@@ -10,7 +10,7 @@ from strom.protocol import messages
 from strom.protocol.list_offsets import ListOffsetsResponseWriter, parse_list_offsets_request
 from strom.protocol.produce import MalformedRequest
 
-VERSIONS = range(1, 11)
+VERSIONS = range(1, 12)
 
 
 def _topics(rng: random.Random) -> list[dict]:

@@ -68,27 +68,32 @@ def test_response_encode_decode_round_trip():
     assert correlation_id == 11 and body.responses[0].error_code == 3
 
 
+TOPIC_ID = uuid.UUID("6f1c4d5e-0a2b-4c3d-8e9f-112233445566")
+
+
 def _produce_request(version: int, records: bytes | None) -> bytes:
+    # a name up to v12, the topic id from v13 (KIP-516): the codec writes the one the version has
     return messages.encode_request(0, version, {
         "transactional_id": "tx" if version >= 3 else None, "acks": -1, "timeout_ms": 1500,
-        "topic_data": [{"name": "t", "partition_data": [{"index": 2, "records": records},
-                                                         {"index": 3, "records": None}]}]})[4:]
+        "topic_data": [{"name": "t", "topic_id": TOPIC_ID, "partition_data": [{"index": 2, "records": records},
+                                                                             {"index": 3, "records": None}]}]})[4:]
 
 
-@pytest.mark.parametrize("version", [3, 8, 9, 11])
+@pytest.mark.parametrize("version", [3, 8, 9, 11, 12, 13])
 def test_produce_records_are_writable_views_of_the_frame(version):
     frame = bytearray(_produce_request(version, b"\x01\x02\x03"))
     body = messages.parse_request(frame).body
     assert (body.transactional_id, body.acks, body.timeout_ms) == ("tx", -1, 1500)
     (topic,) = body.topic_data
     first, second = topic.partition_data
-    assert (topic.name, first.index, bytes(first.records)) == ("t", 2, b"\x01\x02\x03")
+    named = ("", TOPIC_ID) if version >= 13 else ("t", None)  # the handler names a v13 topic
+    assert (topic.name, topic.topic_id, first.index, bytes(first.records)) == (*named, 2, b"\x01\x02\x03")
     assert second.records is None
     first.records[0] = 9  # writes land in the frame: no copy was made
     assert b"\x09\x02\x03" in frame
 
 
-@pytest.mark.parametrize("version", [3, 9])
+@pytest.mark.parametrize("version", [3, 9, 13])
 def test_truncated_produce_is_invalid(version):
     raw = _produce_request(version, b"abc")
     with pytest.raises(messages.InvalidRequest):
