@@ -242,3 +242,36 @@ def test_write_txn_markers_v2_fences_a_transactions_v2_marker_at_the_same_epoch(
             assert marker(1, state.producer_epoch) == ErrorCode.NONE  # ends it, as transactions v1 may
     finally:
         close_client(producer)
+
+
+def test_fetch_v18_a_follower_behind_the_leaders_high_watermark_is_answered_at_once():
+    """KIP-1166: the high watermark a v18 follower sends (a tagged field of each partition) is
+    read from the frame, and a leader whose high watermark is further on answers without
+    waiting; a partition the follower did not say it for, or is level with, does not."""
+    from strom.protocol import messages
+    from strom.protocol.fetch import PartitionData
+    from strom.server.apis.fetch import _behind, _follower_high_watermarks
+
+    def partition(index: int, **more) -> dict:
+        return {"partition": index, "current_leader_epoch": 0, "fetch_offset": 5, "last_fetched_epoch": 0,
+                "log_start_offset": 0, "partition_max_bytes": 1024, **more}
+
+    topic_id = uuid.uuid4()
+    frame = messages.encode_request(FETCH, 18, {
+        "replica_state": {"replica_id": 2, "replica_epoch": 7}, "max_wait_ms": 500, "min_bytes": 1,
+        "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic_id": topic_id, "partitions": [partition(0, high_watermark=5), partition(1),
+                                                          partition(2, high_watermark=-1)]}],
+        "forgotten_topics_data": [], "rack_id": ""})[4:]
+    request = messages.parse_request(frame).body
+    requested = [(("t", p.partition), p) for t in request.topics for p in t.partitions]
+    known = _follower_high_watermarks(requested)
+    assert known == {("t", 0): 5, ("t", 2): -1}
+
+    def answer(hw0: int, hw1: int, hw2: int) -> list:
+        return [("t", [PartitionData(0, 0, hw0, hw0, 0), PartitionData(1, 0, hw1, hw1, 0),
+                       PartitionData(2, 0, hw2, hw2, 0)])]
+
+    assert not _behind({("t", 0): 5}, answer(5, 9, 9))  # level; partition 1 was not said
+    assert _behind({("t", 0): 5}, answer(6, 5, 5))
+    assert _behind(known, answer(5, 5, 0))  # -1: the follower does not know it
