@@ -8,20 +8,26 @@ the group coordinator survives it.
 - records of partitions led by different brokers are delivered exactly once across members;
 - kill -9 of a data partition's leader: nothing accepted comes again, everything acquired but
   not acknowledged comes again from the new leader with its delivery count + 1;
-- kill -9 of the share coordinator: the state is the new coordinator's, and writes go on.
+- kill -9 of the share coordinator: the state is the new coordinator's, and writes go on;
+- a group config in the store whose change notification has not reached the data leader yet
+  decides where the share partition starts: the leader reads the store when it initializes the
+  partition (ZooKeeper); a KRaft broker has a group config once its metadata log has it.
 """
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from collections.abc import Callable
 
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 
+from strom.config.repository import sanitize
 from strom.coordinator import partition_for
 from strom.coordinator.share.state_store import SharePartitionKey
-from strom.testing import Cluster, RawClient, unique_name
+from strom.testing import KRAFT, Cluster, RawClient, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
 from .test_cluster import create, live_brokers, metadata, partition_view
@@ -29,6 +35,7 @@ from .test_cluster import create, live_brokers, metadata, partition_view
 CLUSTER_MODES = ("zookeeper", "kraft")
 
 FIND_COORDINATOR, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_SHARE_GROUP_OFFSETS = 10, 44, 90
+DESCRIBE_CONFIGS, SHARE_GROUP_HEARTBEAT, SHARE_FETCH = 32, 76, 78
 COORDINATOR_NOT_AVAILABLE = 15
 GROUP_KEY, SHARE_KEY = 0, 2
 STATE_TOPIC, OFFSETS_TOPIC = "__share_group_state", "__consumer_offsets"
@@ -162,7 +169,7 @@ def poll_until(consumers: list[ShareConsumer], done: Callable[[], bool], on_mess
                     on_message(i, m)
 
 
-def test_partitions_led_by_different_brokers_are_delivered_once(cluster):
+def test_partitions_led_by_different_brokers_are_delivered_once(cluster, zookeeper):
     topic = unique_name("share-spread")
     create(cluster, topic, 3, 3, configs={"min.insync.replicas": "2"})
     leaders = {p: v[0] for p, v in partition_view(any_broker(cluster), topic).items()}
@@ -186,6 +193,44 @@ def test_partitions_led_by_different_brokers_are_delivered_once(cluster):
     finally:
         for c in consumers:
             c.close()
+    assert first_fetch_after_a_config_set_elsewhere(cluster, zookeeper == KRAFT, topic, where.tid,
+                                                    leaders[0])[:1] == [(0, 1)]  # from the log start
+
+
+def first_fetch_after_a_config_set_elsewhere(cluster: Cluster, kraft: bool, topic: str, tid, leader: int) -> list:
+    """A member of a new group joins, the group is set to `earliest`, and the member fetches
+    from the leader of partition 0 at once: what it acquires."""
+    group = unique_name("share-config")
+    member = str(uuid.uuid4())
+    with RawClient(cluster.brokers[group_coordinator(cluster, group)]) as client:
+        joined = client.call(SHARE_GROUP_HEARTBEAT, 1, {"group_id": group, "member_id": member, "member_epoch": 0,
+                                                        "rack_id": None, "subscribed_topic_names": [topic]})
+    assert joined.error_code == 0, joined
+    with RawClient(cluster.brokers[leader]) as at_leader:
+        if kraft:  # set at another broker; the leader has it once its metadata log has it
+            with RawClient(cluster.brokers[next(b for b in cluster.brokers if b != leader)]) as at_other:
+                response = at_other.call(INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [{
+                    "resource_type": 32, "resource_name": group, "configs": [
+                        {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}]})
+            assert response.responses[0].error_code == 0, response
+
+            def followed() -> bool:
+                (r,) = at_leader.call(DESCRIBE_CONFIGS, 4, {"resources": [{
+                    "resource_type": 32, "resource_name": group, "configuration_keys": ["share.auto.offset.reset"]}],
+                    "include_synonyms": False, "include_documentation": False}).results
+                return [c.value for c in r.configs] == ["earliest"]
+
+            cluster.wait_for(followed, 30, "the group config at the leader")
+        else:  # in the store, its /config/changes notification not yet at the leader (as when it comes late)
+            config = {"version": 1, "config": {"share.auto.offset.reset": "earliest"}}
+            cluster.zk().create(f"/config/groups/{sanitize(group)}", json.dumps(config).encode(), makepath=True)
+        fetched = at_leader.call(SHARE_FETCH, 1, {
+            "group_id": group, "member_id": member, "share_session_epoch": 0, "max_wait_ms": 0, "min_bytes": 1,
+            "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10, "forgotten_topics_data": [],
+            "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}]})
+    (p,) = fetched.responses[0].partitions
+    assert p.error_code == 0, p
+    return [(r.first_offset, r.delivery_count) for r in p.acquired_records]
 
 
 def test_kill_9_of_a_data_leader_redelivers_only_what_was_not_acknowledged(cluster):

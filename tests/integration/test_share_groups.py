@@ -33,8 +33,8 @@ SET = 0
 
 @pytest.fixture(scope="module")
 def share_broker():
-    # Every test makes share groups of its own: more than the default ten.
-    with BrokerProcess(overrides={"group.share.min.record.lock.duration.ms": "1000", "group.share.max.groups": "50",
+    # Every test makes share groups of its own, more than ten (no group.share.max.groups).
+    with BrokerProcess(overrides={"group.share.min.record.lock.duration.ms": "1000",
                                   "share.coordinator.state.topic.num.partitions": "3",
                                   "offsets.topic.num.partitions": "3"}) as proc:
         yield proc
@@ -532,6 +532,79 @@ def test_repeated_or_overlapping_acknowledgement_batches_are_refused_at_once(sha
         assert got == [b"o"]
     finally:
         c.close()
+
+
+def test_any_number_of_share_groups_and_empty_ones_stay(share_broker):
+    """No group.share.max.groups (Kafka 4.1 removed it): a dozen share groups, each left
+    empty by its member, and a dozen more after them, all join."""
+    topic = unique_name("share-many")
+    create_topic(share_broker.bootstrap, topic, 1)
+    groups = [unique_name("share-many") for _ in range(24)]
+    for group in groups:
+        member = join(share_broker, group, topic)
+        left = call(share_broker, SHARE_GROUP_HEARTBEAT, 1, {"group_id": group, "member_id": member,
+                                                             "member_epoch": -1, "rack_id": None,
+                                                             "subscribed_topic_names": None})
+        assert left.error_code == 0
+    listed = call(share_broker, LIST_GROUPS, 5, {"states_filter": ["Empty"], "types_filter": ["share"]})
+    assert set(groups) <= {g.group_id for g in listed.groups}
+
+
+def test_acknowledgements_sent_while_closing_count(share_broker):
+    """A consumer that acknowledges and closes: its leave heartbeat gives nothing back, so its
+    final ShareAcknowledge (epoch -1) accepts the records instead of INVALID_RECORD_STATE, and
+    they never come again; what it holds without acknowledging comes back at once."""
+    topic = unique_name("share-close")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"c%d" % i for i in range(6)], one_batch_each=False)
+    c = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
+    messages = []
+    poll_until([c], lambda: len(messages) >= 6, lambda _, m: messages.append(m))
+    for m in messages:
+        c.acknowledge(m, AcknowledgeType.ACCEPT)
+    c.close()
+    produce(share_broker, topic, [b"after"])
+    again = consumer(share_broker, group, topic)
+    got: list[bytes] = []
+    try:
+        poll_until([again], lambda: b"after" in got, lambda _, m: got.append(m.value()))
+        assert got == [b"after"]
+    finally:
+        again.close()
+    # The same with raw requests: leave first, then the final ShareAcknowledge.
+    topic = unique_name("share-close-raw")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    tid = topic_id_of(share_broker, topic)
+    produce(share_broker, topic, [b"r1", b"r2"], one_batch_each=False)
+    member = join(share_broker, group, topic)
+    (p,) = share_fetch(share_broker, group, member, 0, tid).responses[0].partitions
+    (held,) = p.acquired_records
+    left = call(share_broker, SHARE_GROUP_HEARTBEAT, 1, {"group_id": group, "member_id": member, "member_epoch": -1,
+                                                         "rack_id": None, "subscribed_topic_names": None})
+    assert left.error_code == 0
+    closing = share_acknowledge(share_broker, group, member, -1, tid,
+                                [ack(held.first_offset, held.first_offset)])
+    assert closing.responses[0].partitions[0].error_code == 0
+    # The other record went back with the session: a new member gets it, delivered twice.
+    member = join(share_broker, group, topic)
+    (p,) = share_fetch(share_broker, group, member, 0, tid).responses[0].partitions
+    assert [(r.first_offset, r.last_offset, r.delivery_count) for r in p.acquired_records] == [
+        (held.last_offset, held.last_offset, 2)]
+
+
+def test_max_bytes_zero_is_one_batch_not_unlimited(share_broker):
+    topic = unique_name("share-maxbytes")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"m%d" % i for i in range(5)])  # five batches
+    tid = topic_id_of(share_broker, topic)
+    member = join(share_broker, group, topic)
+    (p,) = share_fetch(share_broker, group, member, 0, tid, max_bytes=0).responses[0].partitions
+    assert [(r.first_offset, r.last_offset) for r in p.acquired_records] == [(0, 0)]
+    (p,) = share_fetch(share_broker, group, member, 1, tid).responses[0].partitions
+    assert [(r.first_offset, r.last_offset) for r in p.acquired_records] == [(1, 4)]
 
 
 def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_broker):

@@ -33,6 +33,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from strom.config.repository import sanitize
+from strom.controller.admin import read_configs
+from strom.controller.store import StoreUnavailable
 from strom.controller.znodes import is_internal
 from strom.coordinator import SHARE_GROUP_STATE_TOPIC
 from strom.coordinator.share.coordinator import WriteState
@@ -128,6 +131,9 @@ class SharePartitionManager:
         self._loading: dict[SharePartitionKey, asyncio.Task] = {}
         self._write_locks: weakref.WeakKeyDictionary[SharePartition, asyncio.Lock] = weakref.WeakKeyDictionary()
         self._timers: dict[SharePartitionKey, asyncio.TimerHandle] = {}
+        # The group configs a share partition was initialized under, read from the store then:
+        # its first acquisition uses them too (isolation level, lock duration).
+        self._first_configs: dict[SharePartitionKey, dict[str, str]] = {}
 
     @property
     def config(self):
@@ -141,15 +147,29 @@ class SharePartitionManager:
         return coordinator.share_groups.is_member(group_id, member_id)
 
     # --- group configs --------------------------------------------------------------------------
-    def group_config(self, group_id: str, name: str, default: str) -> str:
-        return self.broker.group_configs.get(group_id, {}).get(name, default)
+    def group_config(self, group_id: str, name: str, default: str, configs: dict[str, str] | None = None) -> str:
+        return (self.broker.group_configs.get(group_id, {}) if configs is None else configs).get(name, default)
 
-    def lock_duration_ms(self, group_id: str) -> int:
-        value = self.group_config(group_id, "share.record.lock.duration.ms", "")
+    def lock_duration_ms(self, group_id: str, configs: dict[str, str] | None = None) -> int:
+        value = self.group_config(group_id, "share.record.lock.duration.ms", "", configs)
         return int(value) if value else self.config["group.share.record.lock.duration.ms"]
 
-    def read_committed(self, group_id: str) -> bool:
-        return self.group_config(group_id, "share.isolation.level", "read_uncommitted") == "read_committed"
+    def read_committed(self, group_id: str, configs: dict[str, str] | None = None) -> bool:
+        return self.group_config(group_id, "share.isolation.level", "read_uncommitted", configs) == "read_committed"
+
+    async def current_group_configs(self, group_id: str) -> dict[str, str]:
+        """The group's configs as the metadata store has them now. The ones this broker follows
+        through /config/changes arrive some tens of milliseconds after a change made on another
+        broker: a group set to `earliest` just before its first fetch would otherwise start a
+        partition led here at `latest`, for good. A KRaft broker has no store to ask: its
+        configs are the metadata image's, as current as its last fetch of the metadata log."""
+        broker = self.broker
+        if getattr(broker, "forwards_admin", False) or getattr(broker, "store", None) is None:
+            return dict(broker.group_configs.get(group_id, {}))
+        try:
+            return await broker.store_io(read_configs, broker.store, "groups", sanitize(group_id))
+        except StoreUnavailable:
+            return dict(broker.group_configs.get(group_id, {}))
 
     # --- share partitions -----------------------------------------------------------------------
     def key(self, group_id: str, topic_id: uuid.UUID, partition: int) -> SharePartitionKey:
@@ -177,6 +197,7 @@ class SharePartitionManager:
             return None, error
         leader_epoch = partition.leader_epoch
         state = None
+        configs: dict[str, str] | None = None
         for _ in range(3):  # a concurrent initialization (FENCED_STATE_EPOCH) is read back
             read = (await self.persister.read({key: leader_epoch}))[key]
             if read.error != ErrorCode.NONE:
@@ -184,7 +205,9 @@ class SharePartitionManager:
             if read.state is not None:
                 state = read.state
                 break
-            reset = self.group_config(key.group_id, "share.auto.offset.reset", LATEST)
+            if configs is None:
+                configs = await self.current_group_configs(key.group_id)
+            reset = self.group_config(key.group_id, "share.auto.offset.reset", LATEST, configs)
             # share fetches read local logs only: a tiered log's earliest is its local start
             start = partition.log.local_log_start_offset if reset == EARLIEST else partition.high_watermark
             init = (await self.persister.initialize({key: (0, start)}))[key]
@@ -204,6 +227,8 @@ class SharePartitionManager:
                             max_in_flight=self.config["group.share.partition.max.record.locks"], state=state)
         sp.leader_epoch = leader_epoch
         self.partitions[key] = sp
+        if configs is not None:
+            self._first_configs[key] = configs
         return sp, ErrorCode.NONE
 
     def acquire(self, key: SharePartitionKey, sp: SharePartition, topic: str, member_id: str,
@@ -219,7 +244,10 @@ class SharePartitionManager:
         offset = sp.fetch_offset()
         if offset is None or max_records <= 0:
             return FetchedPartition()
-        read_committed = self.read_committed(key.group_id)
+        configs = self._first_configs.get(key)
+        if configs is not None and self.broker.group_configs.get(key.group_id, {}) == configs:
+            configs = self._first_configs.pop(key)  # followed here by now
+        read_committed = self.read_committed(key.group_id, configs)
         # One partition's read is bounded like a consumer's max.partition.fetch.bytes, so that
         # what the loop reads at once stays small whatever MaxBytes the client asked for.
         result = rm.read(tp, offset, min(max_bytes, _PARTITION_READ_BYTES), min_one_message=True,
@@ -242,9 +270,10 @@ class SharePartitionManager:
             batches.append(LogBatch(h.base_offset, h.last_offset, skip))
             ends.append((pos, pos + h.size))
             pos += h.size
-        acquired = sp.acquire(member_id, batches, max_records, now_ms(), self.lock_duration_ms(key.group_id))
+        acquired = sp.acquire(member_id, batches, max_records, now_ms(), self.lock_duration_ms(key.group_id, configs))
         if not acquired:
             return FetchedPartition()
+        self._first_configs.pop(key, None)
         self._schedule_expiry(key, sp)
         first, last = acquired[0].first_offset, acquired[-1].last_offset
         # Send the batches that hold acquired records; the client drops what was not acquired.
@@ -286,9 +315,11 @@ class SharePartitionManager:
 
     # --- members and persistence ---------------------------------------------------------------
     def member_left(self, group_id: str, member_id: str) -> None:
-        """Group coordinator listener: what a departed member holds goes back to the group.
-        Its share session stays for the final ShareAcknowledge a closing client may send
-        after its leave heartbeat; when the cache is full, such sessions make room first."""
+        """Group coordinator listener: what a fenced member (its session timed out) holds goes
+        back to the group. A member that left is not announced: its final ShareAcknowledge,
+        which a closing client sends after its leave heartbeat, acknowledges what it holds and
+        closes its share session (when the cache is full, sessions of departed members make
+        room first)."""
         for key, sp in self.partitions.items():
             if key.group_id == group_id and sp.release_member(member_id):
                 self.wake(key)
@@ -336,6 +367,7 @@ class SharePartitionManager:
         if current is None or (sp is not None and current is not sp):
             return
         del self.partitions[key]
+        self._first_configs.pop(key, None)
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()

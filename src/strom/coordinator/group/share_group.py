@@ -8,7 +8,13 @@ new assignment with its next heartbeat, its member epoch becoming the group epoc
 whose heartbeat carries another epoch is fenced (FENCED_MEMBER_EPOCH), an unknown member id is
 UNKNOWN_MEMBER_ID; both rejoin with epoch 0. Sessions expire after
 group.share.session.timeout.ms. Whoever listens (the broker's SharePartitionManager) hears of
-every member that leaves, so the records it holds go back to the group at once.
+every member fenced by its session timeout, so the records it holds go back to the group at
+once. A member that leaves (epoch -1) is not announced: a closing consumer acknowledges what it
+holds after its leave heartbeat (its final ShareAcknowledge, epoch -1, which also gives back
+the rest), as in Kafka, where the partition leaders never hear of a leave either.
+
+There is no bound on the number of share groups: Kafka 4.1 removed group.share.max.groups
+(4.0 only sized its share session cache with it), and an empty group stays until deleted.
 
 Share groups share the group id namespace with classic and consumer groups: a group id in use
 by another type answers GROUP_ID_NOT_FOUND, as Kafka does. Membership is kept in memory only;
@@ -98,12 +104,11 @@ class ShareGroupSettings:
     session_timeout_ms: int = 45000  # group.share.session.timeout.ms
     heartbeat_interval_ms: int = 5000  # group.share.heartbeat.interval.ms
     max_size: int = 200  # group.share.max.size
-    max_groups: int = 10  # group.share.max.groups
 
     @classmethod
     def from_broker_config(cls, config: Any) -> ShareGroupSettings:
         return cls(config["group.share.session.timeout.ms"], config["group.share.heartbeat.interval.ms"],
-                   config["group.share.max.size"], config["group.share.max.groups"])
+                   config["group.share.max.size"])
 
 
 class ShareGroupCoordinator(EpochGroupCoordinator):
@@ -116,7 +121,7 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
         self.topics = topics
         self.settings = settings
         self.groups: dict[str, ShareGroup] = {}
-        # Called with (group id, member id) when a member leaves or is fenced.
+        # Called with (group id, member id) when a member is fenced (its session timed out).
         self.member_listeners: list[Callable[[str, str], None]] = []
 
     # --- ShareGroupHeartbeat --------------------------------------------------------------------
@@ -182,9 +187,6 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
             raise KafkaError(f"Group {group_id} is not a share group.", ErrorCode.GROUP_ID_NOT_FOUND)
         if member_epoch != 0:
             raise KafkaError(f"Share group {group_id} has no member with this id.", ErrorCode.UNKNOWN_MEMBER_ID)
-        if len(self.groups) >= self.settings.max_groups:
-            raise KafkaError(f"The maximum number of share groups ({self.settings.max_groups}) is "
-                             "reached.", ErrorCode.GROUP_MAX_SIZE_REACHED)
         group = self.groups[group_id] = ShareGroup(group_id)
         return group
 
@@ -206,10 +208,10 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
         if group is None or member is None:
             raise KafkaError(f"Member {req.member_id} is not a member of group {req.group_id}.",
                              ErrorCode.UNKNOWN_MEMBER_ID)
-        self._remove(group, member, "left")
+        self._remove(group, member, "left", announce=False)
         return ShareHeartbeatResult(req.member_id, LEAVE_GROUP_MEMBER_EPOCH, 0)
 
-    def _remove(self, group: ShareGroup, member: ShareGroupMember, why: str) -> None:
+    def _remove(self, group: ShareGroup, member: ShareGroupMember, why: str, announce: bool = True) -> None:
         if member.session_timer is not None:
             member.session_timer.cancel()
             member.session_timer = None
@@ -217,6 +219,8 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
         group.target.pop(member.member_id, None)
         group.group_epoch += 1
         log.info("share group %s: member %s %s", group.group_id, member.member_id, why)
+        if not announce:
+            return
         for listener in self.member_listeners:
             listener(group.group_id, member.member_id)
 

@@ -164,7 +164,9 @@ class _Exchange:
                 if sp.dirty:
                     self.touched.add(key)
                 wait_on.append((name, topic_id, p))
-                if remaining_records <= 0 or remaining_bytes <= 0:
+                # MaxBytes is a soft limit, as Fetch's: the first batch found goes out whatever
+                # its size (MaxBytes 0 asks for one batch), the partitions after it get the rest.
+                if remaining_records <= 0 or (remaining_bytes <= 0 and remaining_bytes < max_bytes):
                     continue
                 got = self.manager.acquire(key, sp, name, member, remaining_records, remaining_bytes)
                 if got.acquired or got.error != ErrorCode.NONE:
@@ -259,8 +261,8 @@ async def _exchange(broker, ctx: RequestContext, request, fetch: bool) -> dict:
     exchange = _Exchange(broker, ctx, session)
     exchange.acknowledge(acks)
     if fetching:
-        await exchange.fetch(request.max_records if request.max_records > 0 else 500,
-                             request.max_bytes if request.max_bytes > 0 else 2**31 - 1, request.max_wait_ms)
+        await exchange.fetch(request.max_records if request.max_records > 0 else 500, max(request.max_bytes, 0),
+                             request.max_wait_ms)
     await exchange.persist()
     _finish(broker, session, epoch)
     answer = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "node_endpoints": [],
