@@ -2,8 +2,8 @@
 taking it for 4.2, and each version 4.2 added over 4.0 that Strom serves, through a real client
 where one speaks it (kafka-python's admin client: ListConfigResources v1, ListTransactions v2)
 and by hand on the wire otherwise (kafka-python's producer and consumer stop at Produce v9,
-Fetch v12, OffsetCommit/OffsetFetch v8; librdkafka 2.16 below these too). One broker for the
-module."""
+Fetch v12, OffsetCommit/OffsetFetch v8; librdkafka 2.16 at Produce v10, Fetch v16,
+OffsetCommit/OffsetFetch v9, ListOffsets v7). One broker for the module."""
 
 from __future__ import annotations
 
