@@ -24,6 +24,8 @@ from strom.testing import (
     BrokerProcess,
     consume_all,
     create_topic,
+    free_ports,
+    produce_acked,
     report_broker_logs,
     unique_name,
     wait_for,
@@ -193,3 +195,19 @@ def test_a_table_not_made_by_strom_is_left_alone(broker, catalog):
     table = catalog.load_table(("strom", topic))
     assert table.current_snapshot() is None and table.metadata_location == theirs.metadata_location
     assert broker.log_text().count(line) == 1
+
+
+def test_a_catalog_that_is_down_stops_translation_not_produce():
+    """A REST catalog nobody listens on: produce and consume go on, translation waits, and the
+    outage is one log line however many tries it takes."""
+    port = free_ports(1)[0]
+    with BrokerProcess(overrides={**OVERRIDES, "iceberg.catalog.type": "rest",
+                                  "iceberg.catalog.uri": f"http://127.0.0.1:{port}"}) as down:
+        topic = unique_name("down")
+        create_topic(down.bootstrap, topic, 1, config=KEY_VALUE)
+        produce_acked(down.bootstrap, topic, [b"v%d" % i for i in range(20)])
+        wait_for(lambda: "Iceberg catalog unavailable" in down.log_text(), 30, what="the outage logged")
+        time.sleep(1.0)  # tries go on meanwhile, a second apart at most
+        assert produce_acked(down.bootstrap, topic, [b"w"] * 5) == [20, 21, 22, 23, 24]
+        assert len(consume_all(down.bootstrap, topic)) == 25
+        assert down.log_text().count("Iceberg catalog unavailable") == 1

@@ -18,25 +18,29 @@ class IcebergSettings:
     catalog_properties: dict[str, str]
     namespace: str
     commit_interval_s: float
-    warehouse: str
+    warehouse: str | None
     commit_max_bytes: int = COMMIT_MAX_BYTES
 
 
 def iceberg_settings(config: Any) -> IcebergSettings:
     """From a BrokerConfig: the catalog's properties (sql: the SQLAlchemy URL, by default SQLite
-    under the first log dir; rest: the endpoint), the warehouse (by default a directory under
-    the first log dir; an s3:// one reached as tiered storage reaches its bucket), and the
-    iceberg.catalog.<key> pass-through."""
+    under the first log dir; rest: the endpoint), the warehouse (sql: by default a directory
+    under the first log dir; rest: the catalog's unless set; an s3:// one reached as tiered
+    storage reaches its bucket), and the iceberg.catalog.<key> pass-through."""
     base: Path = Path(config.log_dirs[0]).absolute() / "iceberg"
     kind = config["iceberg.catalog.type"]
     uri = config["iceberg.catalog.uri"]
     if uri is None and kind == "sql":
         uri = f"sqlite:///{base / 'catalog.db'}"
-    warehouse = config["iceberg.warehouse"] or (base / "warehouse").as_uri()
-    props: dict[str, str] = {"type": kind, "warehouse": warehouse}
+    warehouse = config["iceberg.warehouse"]
+    if warehouse is None and kind == "sql":  # a REST catalog knows its own warehouse
+        warehouse = (base / "warehouse").as_uri()
+    props: dict[str, str] = {"type": kind}
+    if warehouse:
+        props["warehouse"] = warehouse
     if uri is not None:
         props["uri"] = uri
-    if warehouse.startswith(("s3://", "s3a://")):
+    if warehouse and warehouse.startswith(("s3://", "s3a://")):
         props.update(_s3_properties(config.remote_storage_props(), config["remote.log.storage.manager.impl.prefix"]))
     props.update(config.iceberg_catalog_props)
     return IcebergSettings(config["iceberg.catalog.name"], props, config["iceberg.namespace"],
