@@ -16,7 +16,16 @@ from kafka import KafkaAdminClient
 from strom.client import Connection
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import build_batch, iter_records
-from strom.testing import BrokerProcess, close_client, create_topic, unique_name, wait_for
+from strom.testing import (
+    TIMESTAMP_BASE_MS,
+    BrokerProcess,
+    close_client,
+    create_topic,
+    produce_acked,
+    tiered_overrides,
+    unique_name,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -55,9 +64,12 @@ ZOOKEEPER_MODE = {4: (7, 7), 5: (4, 4), 6: (8, 8), 7: (3, 3), 56: (0, 1)}
 
 
 @pytest.fixture(scope="module")
-def broker():
-    with BrokerProcess(overrides={"transaction.state.log.num.partitions": "1", "offsets.topic.num.partitions": "1",
-                                  "group.initial.rebalance.delay.ms": "0"}) as b:
+def broker(tmp_path_factory):
+    """With tiered storage to a directory, for ListOffsets' earliest pending upload."""
+    store = {"rsm.config.storage.root": str(tmp_path_factory.mktemp("remote"))}
+    with BrokerProcess(overrides=tiered_overrides(store, **{
+            "transaction.state.log.num.partitions": "1", "offsets.topic.num.partitions": "1",
+            "group.initial.rebalance.delay.ms": "0"})) as b:
         yield b
 
 
@@ -102,7 +114,7 @@ def test_kafka_python_takes_strom_for_kafka_4_2(broker):
 def test_produce_v13_and_fetch_v18_name_topics_by_id(broker, topic):
     name, topic_id = topic
     unknown = uuid.uuid4()
-    batch = build_batch([(b"k", b"by-id")])
+    batch = build_batch([(b"k", b"by-id")], timestamp=TIMESTAMP_BASE_MS)  # not one retention deletes
     with Connection("127.0.0.1", broker.port) as conn:
         body = conn.call(PRODUCE, 13, {"transactional_id": None, "acks": -1, "timeout_ms": 10000, "topic_data": [
             {"topic_id": topic_id, "partition_data": [{"index": 1, "records": batch}]},
@@ -167,13 +179,20 @@ def list_offsets(conn: Connection, name: str, version: int, timestamp: int) -> t
 
 
 def test_list_offsets_v11_earliest_pending_upload(broker, topic):
+    """KIP-1023: the first offset not yet in remote storage. -1 for a topic that is not tiered;
+    a tiered one's log start while nothing was copied, then the offset after the last copied."""
     name, _ = topic
+    tiered = unique_name("kafka42-tiered")
+    create_topic(broker.bootstrap, tiered, config={"remote.storage.enable": "true", "segment.bytes": "4096"})
     with Connection("127.0.0.1", broker.port) as conn:
-        # Not tiered: nothing is pending upload, as Kafka answers (-1).
         assert list_offsets(conn, name, 11, -6) == (ErrorCode.NONE, -1)
-        assert list_offsets(conn, name, 11, -1)[0] == ErrorCode.NONE
+        assert list_offsets(conn, tiered, 11, -6) == (ErrorCode.NONE, 0)  # empty: its log start
         # Before v11 the timestamp is not one a client may ask for.
-        assert list_offsets(conn, name, 10, -6)[0] == ErrorCode.UNSUPPORTED_VERSION
+        assert list_offsets(conn, tiered, 10, -6)[0] == ErrorCode.UNSUPPORTED_VERSION
+        produce_acked(broker.bootstrap, tiered, [bytes(1000)] * 20, batch_each=True)  # segments rolled at 4 KB
+        wait_for(lambda: list_offsets(conn, tiered, 11, -5)[1] >= 0, what="a segment copied to remote storage")
+        last_copied = list_offsets(conn, tiered, 11, -5)[1]
+        assert list_offsets(conn, tiered, 11, -6) == (ErrorCode.NONE, last_copied + 1)
 
 
 def test_list_config_resources_v1_through_kafka_python(broker, topic):
