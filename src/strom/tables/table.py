@@ -44,7 +44,8 @@ OFFSETS = "strom.offsets"  # snapshot summary: {"<partition>": next offset, ...}
 TOPIC_ID = "strom.topic.id"  # table property: the topic the table was made for
 MODE = "strom.mode"  # table property: how its rows were made (iceberg.mode)
 NUM_RETRIES = "commit.retry.num-retries"
-COMMIT_ATTEMPTS = 20  # commits of a topic's partitions racing each other: refresh and try again
+COMMIT_ATTEMPTS = 20
+REST_TIMEOUT_S = 30.0  # a REST catalog call without an answer by then has failed  # commits of a topic's partitions racing each other: refresh and try again
 _TRANSFORMS = {"identity": IdentityTransform, "year": YearTransform, "month": MonthTransform,
                "day": DayTransform, "hour": HourTransform}
 
@@ -61,7 +62,22 @@ def open_catalog(settings: IcebergSettings) -> Catalog:
         return SqlCatalog(settings.catalog_name, **props)
     from pyiceberg.catalog.rest import RestCatalog
 
-    return RestCatalog(settings.catalog_name, **props)
+    class TimedRestCatalog(RestCatalog):
+        """pyiceberg's REST client waits for an answer without a bound: a catalog that never
+        answers would hold the executor's threads (and the broker's exit) for good."""
+
+        def _create_session(self) -> Any:
+            session = super()._create_session()
+            request = session.request
+
+            def timed(method: str, url: str, **kwargs: Any) -> Any:
+                kwargs.setdefault("timeout", REST_TIMEOUT_S)
+                return request(method, url, **kwargs)
+
+            session.request = timed
+            return session
+
+    return TimedRestCatalog(settings.catalog_name, **props)
 
 
 def partition_spec(schema: Schema, text: str) -> PartitionSpec:
