@@ -7,12 +7,14 @@ import uuid
 
 from strom.coordinator.share.share_partition import (
     ACCEPT,
+    ACKNOWLEDGE_TYPES_V2,
     ACKNOWLEDGED,
     ARCHIVED,
     AVAILABLE,
     GAP,
     REJECT,
     RELEASE,
+    RENEW,
     Acquired,
     LogBatch,
     SharePartition,
@@ -149,3 +151,28 @@ def test_move_start_and_reset():
     assert p.start_offset == 4 and min(p.records) == 4
     p.reset(100)
     assert (p.start_offset, p.end_offset, p.records, p.state_epoch) == (100, 100, {}, 1)
+
+
+def test_renew_locks_held_records_again_and_is_not_persisted():
+    p = sp()
+    p.acquire("m", batches((0, 4)), 100, 0, LOCK)
+    p.dirty = False
+    assert p.acknowledge("m", [(0, 4, [RENEW])], now_ms=900, lock_ms=LOCK) == ErrorCode.INVALID_REQUEST  # v1
+    assert p.acknowledge("other", [(0, 4, [RENEW])], 900, LOCK, ACKNOWLEDGE_TYPES_V2) == ErrorCode.INVALID_RECORD_STATE
+    assert p.acknowledge("m", [(0, 2, [RENEW]), (3, 4, [RENEW, ACCEPT])], 900, LOCK,
+                         ACKNOWLEDGE_TYPES_V2) == ErrorCode.NONE
+    assert not p.expire_locks(1500)  # the first lock ran out at 1000; renewed until 1900
+    assert p.acquired_count() == 4 and p.records[4].state == ACKNOWLEDGED
+    assert p.expire_locks(1900) and p.acquired_count() == 0
+    assert [(r.state, r.delivery_count) for r in (p.records[o] for o in range(4))] == [(AVAILABLE, 1)] * 4
+
+
+def test_record_limit_takes_part_of_a_batch():
+    p = sp()
+    assert p.acquire("m1", batches((0, 9)), 3, 0, LOCK, record_limit=True) == [Acquired(0, 2, 1)]
+    assert p.end_offset == 3  # the rest of the batch was never delivered
+    assert p.acquire("m2", batches((0, 9)), 3, 0, LOCK, record_limit=True) == [Acquired(3, 5, 1)]
+    assert p.acknowledge("m1", [(0, 2, [RELEASE])]) == ErrorCode.NONE
+    # Released records first, then new ones, never more than asked for.
+    assert p.acquire("m2", batches((0, 9)), 5, 0, LOCK, record_limit=True) == [Acquired(0, 2, 2), Acquired(6, 7, 1)]
+    assert p.acquire("m1", batches((0, 9)), 100, 0, LOCK) == [Acquired(8, 9, 1)]

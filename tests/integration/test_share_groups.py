@@ -452,17 +452,21 @@ def topic_id_of(broker: BrokerProcess, topic: str) -> uuid.UUID:
 
 
 def join(broker: BrokerProcess, group: str, topic: str) -> str:
+    return first_heartbeat(broker, group, topic).member_id
+
+
+def first_heartbeat(broker: BrokerProcess, group: str, topic: str) -> Any:
+    """A new member's ShareGroupHeartbeat, once the group coordinator answers."""
     member = str(uuid.uuid4())
 
-    def joined() -> bool:  # FindCoordinator makes __consumer_offsets, which then loads
+    def joined() -> Any:  # FindCoordinator makes __consumer_offsets, which then loads
         call(broker, 10, 4, {"key_type": 0, "coordinator_keys": [group]})
         answer = call(broker, SHARE_GROUP_HEARTBEAT, 1, {"group_id": group, "member_id": member, "member_epoch": 0,
                                                          "rack_id": None, "subscribed_topic_names": [topic]})
         assert answer.error_code in (0, 14, 15, 16), answer  # COORDINATOR_LOAD_IN_PROGRESS/_NOT_AVAILABLE, NOT_
-        return answer.error_code == 0
+        return answer if answer.error_code == 0 else None
 
-    wait_for(joined, what="the member joined")
-    return member
+    return wait_for(joined, what="the member joined")
 
 
 def share_fetch(broker: BrokerProcess, group: str, member: str, epoch: int, topic_id: uuid.UUID,
@@ -605,6 +609,68 @@ def test_max_bytes_zero_is_one_batch_not_unlimited(share_broker):
     assert [(r.first_offset, r.last_offset) for r in p.acquired_records] == [(0, 0)]
     (p,) = share_fetch(share_broker, group, member, 1, tid).responses[0].partitions
     assert [(r.first_offset, r.last_offset) for r in p.acquired_records] == [(1, 4)]
+
+
+def test_share_fetch_and_acknowledge_v2_record_limit_and_renew(share_broker):
+    """Kafka 4.2's v2: ShareAcquireMode record_limit (KIP-1206) acquires at most MaxRecords;
+    RENEW (KIP-1222) keeps records locked past their first lock, on ShareAcknowledge and on a
+    ShareFetch that only renews (IsRenewAck, its fetch fields 0); v1 knows no RENEW."""
+    topic = unique_name("share-v2")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker, share_record_lock_duration_ms="1000")
+    produce(share_broker, topic, [b"v%d" % i for i in range(10)], one_batch_each=False)
+    tid = topic_id_of(share_broker, topic)
+    member = join(share_broker, group, topic)
+    fetch2 = {"share_acquire_mode": 1, "is_renew_ack": False}
+    fetched = call(share_broker, 78, 2, {
+        "group_id": group, "member_id": member, "share_session_epoch": 0, "max_wait_ms": 0, "min_bytes": 1,
+        "max_bytes": 1 << 20, "max_records": 3, "batch_size": 3, "forgotten_topics_data": [], **fetch2,
+        "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}]})
+    (p,) = fetched.responses[0].partitions
+    assert [(r.first_offset, r.last_offset) for r in p.acquired_records] == [(0, 2)]  # not the whole batch
+    assert fetched.acquisition_lock_timeout_ms == 1000
+
+    def acknowledge(version: int, epoch: int, types: list[int], **fields) -> Any:
+        return call(share_broker, 79, version, {
+            "group_id": group, "member_id": member, "share_session_epoch": epoch, **fields, "topics": [
+                {"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": 0, "last_offset": 2, "acknowledge_types": types}]}]}]})
+
+    assert acknowledge(1, 1, [4]).responses[0].partitions[0].error_code == 42  # v1: no RENEW
+    epoch = 2
+    renewing = {"share_session_epoch": 0, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 0, "max_records": 0,
+                "batch_size": 0, "forgotten_topics_data": [], "share_acquire_mode": 0, "is_renew_ack": True,
+                "group_id": group, "member_id": member,
+                "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": 0, "last_offset": 2, "acknowledge_types": [4]}]}]}]}
+    bad = call(share_broker, 78, 2, {**renewing, "share_session_epoch": epoch, "max_records": 5})
+    assert bad.error_code == 42  # IsRenewAck with a fetch field set
+    started = time.monotonic()
+    while time.monotonic() - started < 2.0:  # twice the lock duration, renewed every 0.25 s
+        if epoch % 2:
+            answer = acknowledge(2, epoch, [4], is_renew_ack=True)
+            assert answer.responses[0].partitions[0].error_code == 0
+            assert answer.acquisition_lock_timeout_ms == 1000
+        else:
+            answer = call(share_broker, 78, 2, {**renewing, "share_session_epoch": epoch})
+            (p,) = answer.responses[0].partitions
+            assert (p.acknowledge_error_code, list(p.acquired_records)) == (0, [])  # renewed, nothing fetched
+        epoch += 1
+        time.sleep(0.25)
+    # Still the member's: accepted now, they are done.
+    assert acknowledge(2, epoch, [1]).responses[0].partitions[0].error_code == 0
+
+
+def test_share_session_timeout_and_heartbeat_interval_group_configs(share_broker):
+    topic = unique_name("share-hbcfg")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker, share_heartbeat_interval_ms="7000", share_session_timeout_ms="50000")
+    assert first_heartbeat(share_broker, group, topic).heartbeat_interval_ms == 7000
+    bad = call(share_broker, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+        "resource_type": GROUP_RESOURCE, "resource_name": group, "configs": [
+            {"name": "share.session.timeout.ms", "config_operation": SET, "value": "1000"}]}],
+        "validate_only": False})
+    assert bad.responses[0].error_code == 40  # INVALID_CONFIG: below group.share.min.session.timeout.ms
 
 
 def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_broker):

@@ -39,7 +39,15 @@ from strom.controller.store import StoreUnavailable
 from strom.controller.znodes import is_internal
 from strom.coordinator import SHARE_GROUP_STATE_TOPIC
 from strom.coordinator.share.coordinator import WriteState
-from strom.coordinator.share.share_partition import Acquired, LogBatch, SharePartition, ShareState
+from strom.coordinator.share.share_partition import (
+    ACKNOWLEDGE_TYPES,
+    RENEW,
+    AckBatch,
+    Acquired,
+    LogBatch,
+    SharePartition,
+    ShareState,
+)
 from strom.coordinator.share.state_store import SharePartitionKey, ShareStateStore
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
@@ -232,8 +240,9 @@ class SharePartitionManager:
         return sp, ErrorCode.NONE
 
     def acquire(self, key: SharePartitionKey, sp: SharePartition, topic: str, member_id: str,
-                max_records: int, max_bytes: int) -> FetchedPartition:
-        """Read from where the share partition needs records and acquire what it may."""
+                max_records: int, max_bytes: int, record_limit: bool = False) -> FetchedPartition:
+        """Read from where the share partition needs records and acquire what it may (at most
+        `max_records` with `record_limit`, else in whole batches)."""
         rm = self.broker.replica_manager
         tp = (topic, key.partition)
         partition, error = rm.leader_partition(tp)
@@ -270,7 +279,8 @@ class SharePartitionManager:
             batches.append(LogBatch(h.base_offset, h.last_offset, skip))
             ends.append((pos, pos + h.size))
             pos += h.size
-        acquired = sp.acquire(member_id, batches, max_records, now_ms(), self.lock_duration_ms(key.group_id, configs))
+        acquired = sp.acquire(member_id, batches, max_records, now_ms(), self.lock_duration_ms(key.group_id, configs),
+                              record_limit)
         if not acquired:
             return FetchedPartition()
         self._first_configs.pop(key, None)
@@ -280,6 +290,15 @@ class SharePartitionManager:
         spans = [span for b, span in zip(batches, ends, strict=True)
                  if b.last_offset >= first and b.base_offset <= last]
         return FetchedPartition(records=data[spans[0][0]:spans[-1][1]], acquired=acquired)
+
+    def acknowledge(self, key: SharePartitionKey, sp: SharePartition, member_id: str, batches: list[AckBatch],
+                    types: frozenset[int] = ACKNOWLEDGE_TYPES) -> ErrorCode:
+        """A member's acknowledgements of one share partition; RENEW locks its records again
+        for the group's lock duration from now."""
+        error = sp.acknowledge(member_id, batches, now_ms(), self.lock_duration_ms(key.group_id), types)
+        if error == ErrorCode.NONE and any(RENEW in kinds for _, _, kinds in batches):
+            self._schedule_expiry(key, sp)
+        return error
 
     def _schedule_expiry(self, key: SharePartitionKey, sp: SharePartition) -> None:
         deadline = sp.next_lock_deadline()

@@ -25,9 +25,10 @@ from strom.protocol.errors import ErrorCode
 
 # Record states, with the ids Kafka's RecordState persists.
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
-# Acknowledge types of ShareFetch/ShareAcknowledge.
-GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
+# Acknowledge types of ShareFetch/ShareAcknowledge; RENEW (KIP-1222) from their v2 on.
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 ACKNOWLEDGE_TYPES = frozenset({GAP, ACCEPT, RELEASE, REJECT})
+ACKNOWLEDGE_TYPES_V2 = ACKNOWLEDGE_TYPES | {RENEW}
 _DONE = (ACKNOWLEDGED, ARCHIVED)
 
 # One acknowledgement batch of a request: first offset, last offset, acknowledge types.
@@ -139,10 +140,12 @@ class SharePartition:
         return self.end_offset if self.in_flight < self.max_in_flight else None
 
     def acquire(self, member_id: str, batches: Iterable[LogBatch], max_records: int, now_ms: int,
-                lock_ms: int) -> list[Acquired]:
+                lock_ms: int, record_limit: bool = False) -> list[Acquired]:
         """Acquire for `member_id` the available records among `batches` (read from the log in
         offset order) and records never delivered, at most `max_records` of the former and new
-        batches whole (Kafka's batch alignment) while the window has room."""
+        batches whole (Kafka's batch alignment) while the window has room. With `record_limit`
+        (KIP-1206's record_limit acquire mode) never more than `max_records` in all: a new
+        batch is taken in part, the rest of it stays never delivered."""
         deadline = now_ms + lock_ms
         taken: list[tuple[int, int]] = []  # (offset, delivery count)
         for batch in batches:
@@ -161,22 +164,25 @@ class SharePartition:
                 taken.append((offset, self._take(record, member_id, deadline, offset)))
             if batch.last_offset < self.end_offset:
                 continue
-            if self.in_flight >= self.max_in_flight:
+            if self.in_flight >= self.max_in_flight or (record_limit and len(taken) >= max_records):
                 break
             # A batch not delivered yet: the offsets before it that the log no longer has
             # (compacted away) are done; the batch is taken whole.
             for offset in range(self.end_offset, batch.base_offset):
                 self.records[offset] = InFlight(ARCHIVED)
             first = max(batch.base_offset, self.end_offset)
+            last = batch.last_offset
+            if record_limit and not batch.skip:
+                last = min(last, first + max_records - len(taken) - 1)
             records = self.records
             if batch.skip:
-                for offset in range(first, batch.last_offset + 1):
+                for offset in range(first, last + 1):
                     records[offset] = InFlight(ARCHIVED)
             else:  # the common path: a new batch, every record acquired once
-                for offset in range(first, batch.last_offset + 1):
+                for offset in range(first, last + 1):
                     records[offset] = InFlight(ACQUIRED, 1, member_id, deadline)
                     taken.append((offset, 1))
-            self.end_offset = batch.last_offset + 1
+            self.end_offset = last + 1
             self.dirty = True
         if taken:
             heapq.heappush(self._locks, (deadline, taken[0][0]))
@@ -190,26 +196,37 @@ class SharePartition:
         return record.delivery_count
 
     # --- acknowledgements ----------------------------------------------------------------------
-    def acknowledge(self, member_id: str, batches: list[AckBatch]) -> ErrorCode:
+    def acknowledge(self, member_id: str, batches: list[AckBatch], now_ms: int = 0, lock_ms: int = 0,
+                    types: frozenset[int] = ACKNOWLEDGE_TYPES) -> ErrorCode:
         """Apply one request's acknowledgements for this partition, all or none: the batches
         must pass `valid_acknowledgements` and every offset be ACQUIRED by `member_id`. The
         batches being ordered and apart, the walk stops at the first offset the member does
-        not hold: its cost is bounded by what the member holds, not by what the batches claim."""
-        if not valid_acknowledgements(batches):
+        not hold: its cost is bounded by what the member holds, not by what the batches claim.
+        RENEW keeps a record acquired under a new lock of `lock_ms` from `now_ms`; nothing
+        about it is persisted (a lock is not)."""
+        if not valid_acknowledgements(batches, types):
             return ErrorCode.INVALID_REQUEST
         checked: list[AckBatch] = []
         get = self.records.get
-        for first, last, types in batches:
+        for first, last, kinds in batches:
             for offset in range(first, last + 1):
                 record = get(offset)
                 if record is None or record.state != ACQUIRED or record.member_id != member_id:
                     return ErrorCode.INVALID_RECORD_STATE
-            checked.append((first, last, types))
+            checked.append((first, last, kinds))
         records = self.records
-        for first, last, types in checked:
+        changed = False
+        for first, last, kinds in checked:
+            renewed_from = None
             for offset in range(first, last + 1):
-                kind = types[0] if len(types) == 1 else types[offset - first]
+                kind = kinds[0] if len(kinds) == 1 else kinds[offset - first]
                 record = records[offset]
+                if kind == RENEW:
+                    record.deadline_ms = now_ms + lock_ms
+                    if renewed_from is None:
+                        renewed_from = offset
+                    continue
+                changed = True
                 if kind == ACCEPT:
                     record.state = ACKNOWLEDGED
                 elif kind == RELEASE:
@@ -217,7 +234,9 @@ class SharePartition:
                 else:  # GAP and REJECT: never delivered again
                     record.state = ARCHIVED
                 record.member_id = None
-        if checked:
+            if renewed_from is not None:
+                heapq.heappush(self._locks, (now_ms + lock_ms, renewed_from))
+        if changed:
             self.dirty = True
             self._advance_start()
         return ErrorCode.NONE

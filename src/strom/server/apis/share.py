@@ -2,9 +2,13 @@
 share groups), ShareFetch and ShareAcknowledge (share sessions and share partitions, in
 `share/partition_manager.py`).
 
-Only v1, Kafka 4.1's first stable version (v0 was 4.0's early access). The APIs are
-advertised always and answer UNSUPPORTED_VERSION while `share.version` is not finalized at 1
-or more, as a Kafka 4.1 broker with share groups off does.
+ShareGroupHeartbeat and ShareGroupDescribe at v1, Kafka 4.1's first stable version (v0 was
+4.0's early access); ShareFetch and ShareAcknowledge at v1 and v2, Kafka 4.2's: the RENEW
+acknowledgement (KIP-1222: a member extends the locks of records it holds; a ShareFetch
+saying IsRenewAck only acknowledges, its fetch fields all 0) and ShareFetch's
+ShareAcquireMode (KIP-1206: record_limit acquires at most MaxRecords records, batches cut).
+The APIs are advertised always and answer UNSUPPORTED_VERSION while `share.version` is not
+finalized at 1 or more, as a Kafka broker with share groups off does.
 """
 
 from __future__ import annotations
@@ -15,7 +19,13 @@ from typing import Any
 
 from strom.controller.features import SHARE_VERSION
 from strom.coordinator.group.share_group import ShareHeartbeat
-from strom.coordinator.share.share_partition import RELEASE, AckBatch, valid_acknowledgements
+from strom.coordinator.share.share_partition import (
+    ACKNOWLEDGE_TYPES,
+    ACKNOWLEDGE_TYPES_V2,
+    RELEASE,
+    AckBatch,
+    valid_acknowledgements,
+)
 from strom.coordinator.share.state_store import SharePartitionKey
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.authorizer import DESCRIBE, GROUP, READ, TOPIC, allowed, as_int32
@@ -24,6 +34,7 @@ from strom.server.apis.groups import GROUP_DENIED, _operations, client_host
 from strom.share.partition_manager import FINAL_EPOCH, INITIAL_EPOCH, FetchedPartition, ShareSession
 
 SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 77, 78, 79
+BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1  # ShareFetch v2's ShareAcquireMode
 _NOT_ENABLED = "Share groups are not enabled: share.version is not finalized at 1 or more."
 _NO_LEADER = {"leader_id": -1, "leader_epoch": -1}
 
@@ -105,6 +116,7 @@ class _Exchange:
     def __init__(self, broker, ctx: RequestContext, session: ShareSession) -> None:
         self.broker = broker
         self.ctx = ctx
+        self.types = ACKNOWLEDGE_TYPES_V2 if ctx.header.api_version >= 2 else ACKNOWLEDGE_TYPES
         self.session = session
         self.manager = broker.share_partitions
         self.names: dict[uuid.UUID, str] = broker.metadata_cache.names_by_id
@@ -125,7 +137,7 @@ class _Exchange:
         for (topic_id, p), batches in acks.items():
             if not batches:
                 continue
-            if not valid_acknowledgements(batches):  # first, as Kafka: whatever the partition
+            if not valid_acknowledgements(batches, self.types):  # first, as Kafka: whatever the partition
                 self.ack_errors[(topic_id, p)] = ErrorCode.INVALID_REQUEST
                 continue
             name, error = self._check_topic(topic_id)
@@ -137,14 +149,14 @@ class _Exchange:
             if sp is None:  # nothing was acquired here since this broker loaded the group
                 self.ack_errors[(topic_id, p)] = ErrorCode.INVALID_RECORD_STATE
                 continue
-            error = sp.acknowledge(member, batches)
+            error = self.manager.acknowledge(key, sp, member, batches, self.types)
             self.ack_errors[(topic_id, p)] = error
             if error == ErrorCode.NONE:
                 self.touched.add(key)
                 if any(t == RELEASE for _, _, types in batches for t in types):  # others may take them
                     self.manager.wake(key)
 
-    async def fetch(self, max_records: int, max_bytes: int, max_wait_ms: int) -> None:
+    async def fetch(self, max_records: int, max_bytes: int, max_wait_ms: int, record_limit: bool = False) -> None:
         group, member = self.session.group_id, self.session.member_id
         deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
         parts = sorted(self.session.partitions, key=lambda tp: (str(tp[0]), tp[1]))
@@ -168,7 +180,7 @@ class _Exchange:
                 # its size (MaxBytes 0 asks for one batch), the partitions after it get the rest.
                 if remaining_records <= 0 or (remaining_bytes <= 0 and remaining_bytes < max_bytes):
                     continue
-                got = self.manager.acquire(key, sp, name, member, remaining_records, remaining_bytes)
+                got = self.manager.acquire(key, sp, name, member, remaining_records, remaining_bytes, record_limit)
                 if got.acquired or got.error != ErrorCode.NONE:
                     self.fetched[(topic_id, p)] = got
                     self.touched.add(key)
@@ -247,6 +259,16 @@ async def _exchange(broker, ctx: RequestContext, request, fetch: bool) -> dict:
     """ShareFetch (fetch) or ShareAcknowledge: the session's acknowledgements applied, then a
     ShareFetch not ending its session fetches, its acknowledged partitions joined to the
     session and its forgotten ones left; what changed is persisted before the answer."""
+    version = ctx.header.api_version
+    renew_only = version >= 2 and fetch and request.is_renew_ack
+    if fetch and version >= 2:
+        if request.share_acquire_mode not in (BATCH_OPTIMIZED, RECORD_LIMIT):
+            return _top_error(ErrorCode.INVALID_REQUEST, f"Unknown ShareAcquireMode {request.share_acquire_mode}.",
+                              fetch)
+        if renew_only and (request.max_bytes, request.min_bytes, request.max_records, request.max_wait_ms) != (
+                0, 0, 0, 0):
+            return _top_error(ErrorCode.INVALID_REQUEST, "A ShareFetch with IsRenewAck must have MaxBytes, "
+                              "MinBytes, MaxRecords and MaxWaitMs 0.", fetch)
     session = _begin(broker, ctx, request, fetch=fetch)
     if isinstance(session, dict):
         return session
@@ -260,23 +282,23 @@ async def _exchange(broker, ctx: RequestContext, request, fetch: bool) -> dict:
                 session.partitions.discard((topic.topic_id, p))
     exchange = _Exchange(broker, ctx, session)
     exchange.acknowledge(acks)
-    if fetching:
+    if fetching and not renew_only:  # a renewal only acknowledges (KIP-1222)
         await exchange.fetch(request.max_records if request.max_records > 0 else 500, max(request.max_bytes, 0),
-                             request.max_wait_ms)
+                             request.max_wait_ms, record_limit=version >= 2 and request.share_acquire_mode == RECORD_LIMIT)
     await exchange.persist()
     _finish(broker, session, epoch)
     answer = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "node_endpoints": [],
               "responses": exchange.responses(set(acks), fetch=fetch)}
-    if fetch:
+    if fetch or version >= 2:
         answer["acquisition_lock_timeout_ms"] = broker.share_partitions.lock_duration_ms(session.group_id)
     return answer
 
 
-@api(SHARE_FETCH, 1, 1)
+@api(SHARE_FETCH, 1, 2)
 async def handle_share_fetch(broker, ctx: RequestContext, request) -> dict:
     return await _exchange(broker, ctx, request, fetch=True)
 
 
-@api(SHARE_ACKNOWLEDGE, 1, 1)
+@api(SHARE_ACKNOWLEDGE, 1, 2)
 async def handle_share_acknowledge(broker, ctx: RequestContext, request) -> dict:
     return await _exchange(broker, ctx, request, fetch=False)
