@@ -1,4 +1,4 @@
-"""The small APIs whose versions Strom advertises as a Kafka 4.0 broker does, against real
+"""The small APIs whose versions Strom advertises as a Kafka 4.2 broker does, against real
 broker processes: FindCoordinator v5-6 (a share partition key answered with its share
 coordinator), the ACL and delegation token APIs from v1 (KIP-896: v0 is refused as any
 unsupported version is, by closing the connection), DescribeCluster v2 (KIP-1073: is_fenced) and
@@ -25,10 +25,10 @@ CREATE_TOKEN, RENEW_TOKEN, EXPIRE_TOKEN, DESCRIBE_TOKEN = 38, 39, 40, 41
 DESCRIBE_CLUSTER, LIST_CLIENT_METRICS_RESOURCES = 60, 74
 GROUP, TRANSACTION, SHARE = 0, 1, 2
 CLIENT_METRICS, SET, DELETE = 16, 0, 1
-# What a Kafka 4.0 broker advertises for these keys.
-KAFKA_4_0 = {FIND_COORDINATOR: (0, 6), DESCRIBE_ACLS: (1, 3), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3),
+# What a Kafka 4.2 broker advertises for these keys.
+KAFKA_4_2 = {FIND_COORDINATOR: (0, 6), DESCRIBE_ACLS: (1, 3), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3),
              CREATE_TOKEN: (1, 3), RENEW_TOKEN: (1, 2), EXPIRE_TOKEN: (1, 2), DESCRIBE_TOKEN: (1, 3),
-             DESCRIBE_CLUSTER: (0, 2), LIST_CLIENT_METRICS_RESOURCES: (0, 0)}
+             DESCRIBE_CLUSTER: (0, 2), LIST_CLIENT_METRICS_RESOURCES: (0, 1)}
 
 USERS = ("admin", "bob")
 
@@ -63,11 +63,11 @@ def kafka_python_admin(broker: BrokerProcess) -> KafkaAdminClient:
 
 # --- ApiVersions ----------------------------------------------------------------------------------
 
-def test_api_versions_advertise_kafka_4_0_ranges(broker):
+def test_api_versions_advertise_kafka_4_2_ranges(broker):
     with plain(broker) as conn:
         body = conn.call(API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
     advertised = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
-    assert {key: advertised.get(key) for key in KAFKA_4_0} == KAFKA_4_0
+    assert {key: advertised.get(key) for key in KAFKA_4_2} == KAFKA_4_2
 
 
 def test_kafka_python_negotiates_the_new_versions(broker):
@@ -75,7 +75,7 @@ def test_kafka_python_negotiates_the_new_versions(broker):
     try:
         versions = admin._manager.broker_version_data
         assert [versions.api_version(cls) for cls in (FindCoordinatorRequest, DescribeClusterRequest,
-                                                      ListConfigResourcesRequest)] == [6, 2, 0]
+                                                      ListConfigResourcesRequest)] == [6, 2, 1]
     finally:
         admin.close()
 
@@ -248,16 +248,17 @@ def list_resources(conn: Connection):
 
 def test_list_client_metrics_resources(fresh_broker):
     """Empty at first; a subscription made through IncrementalAlterConfigs is listed (by hand and
-    through kafka-python's list_config_resources, which speaks v0 here), and gone once deleted."""
+    through kafka-python's list_config_resources, asking for client metrics only: at v1 every
+    resource type is listed by default, as Kafka 4.2 does), and gone once deleted."""
     admin = kafka_python_admin(fresh_broker)
     try:
         with plain(fresh_broker) as conn:
             assert list_resources(conn) == (0, [])
-            assert admin.list_config_resources() == {}
+            assert admin.list_config_resources(["CLIENT_METRICS"]) == {}
             alter_subscription(conn, "all-metrics", SET, "metrics", "*")
             alter_subscription(conn, "some-metrics", SET, "interval.ms", "60000")
             assert list_resources(conn) == (0, ["all-metrics", "some-metrics"])
-            listed = admin.list_config_resources()
+            listed = admin.list_config_resources(["CLIENT_METRICS"])
             assert {k: sorted(v) for k, v in listed.items()} == {"client_metrics": ["all-metrics", "some-metrics"]}
             alter_subscription(conn, "some-metrics", DELETE, "interval.ms", None)
             assert list_resources(conn) == (0, ["all-metrics"])

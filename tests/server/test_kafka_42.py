@@ -15,6 +15,7 @@ from kafka import KafkaAdminClient
 
 from strom.client import Connection
 from strom.protocol.errors import ErrorCode
+from strom.protocol.messages import encode_request
 from strom.protocol.records import build_batch, iter_records
 from strom.testing import (
     TIMESTAMP_BASE_MS,
@@ -101,6 +102,26 @@ def test_api_versions_are_kafka_4_2s_key_by_key(broker):
         want[key] = got[key]
     differences = {k: (got.get(k), want.get(k)) for k in sorted(got.keys() | want.keys()) if got.get(k) != want.get(k)}
     assert differences == {}, "api key: (Strom, expected)"
+
+
+TELEMETRY = {71: (0, 0), 72: (0, 0)}  # GetTelemetrySubscriptions, PushTelemetry
+
+
+def test_client_telemetry_is_advertised_only_with_a_place_for_pushed_metrics(broker):
+    """Kafka needs a telemetry receiver for it; Strom's is the metrics endpoint (metrics.port)."""
+    assert TELEMETRY.keys().isdisjoint(advertised(broker.port))
+    with BrokerProcess(overrides={"metrics.port": "0"}) as with_metrics:
+        got = advertised(with_metrics.port)
+    assert {k: got.get(k) for k in TELEMETRY} == TELEMETRY
+
+
+def test_produce_below_v3_is_advertised_but_refused(broker):
+    """Produce from v0 in ApiVersions, for librdkafka's compression check (KAFKA-18659), but a
+    v0-v2 request closes the connection, as Kafka 4 does."""
+    assert advertised(broker.port)[PRODUCE] == (0, 13)
+    with Connection("127.0.0.1", broker.port) as conn:
+        conn.send_raw(encode_request(PRODUCE, 2, {"acks": 1, "timeout_ms": 1000, "topic_data": []}, 1, "t"))
+        assert conn.read_frame() is None
 
 
 def test_kafka_python_takes_strom_for_kafka_4_2(broker):
