@@ -552,6 +552,10 @@ def test_any_number_of_share_groups_and_empty_ones_stay(share_broker):
         assert left.error_code == 0
     listed = call(share_broker, LIST_GROUPS, 5, {"states_filter": ["Empty"], "types_filter": ["share"]})
     assert set(groups) <= {g.group_id for g in listed.groups}
+    # No member and no share-partition state: still described, as Empty.
+    described = call(share_broker, SHARE_GROUP_DESCRIBE, 1, {"group_ids": groups[:1],
+                                                             "include_authorized_operations": False})
+    assert [(g.error_code, g.group_state, list(g.members)) for g in described.groups] == [(0, "Empty", [])]
 
 
 def test_acknowledgements_sent_while_closing_count(share_broker):

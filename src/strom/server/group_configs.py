@@ -2,11 +2,12 @@
 IncrementalAlterConfigs, AlterConfigs and DescribeConfigs manage, stored at
 /config/groups/<group> in the metadata store and read by the share partition manager.
 
-Strom applies the share group ones it uses: share.auto.offset.reset (where a share group
-starts reading a partition it never read), share.record.lock.duration.ms (bounded by
-group.share.min/max.record.lock.duration.ms) and share.isolation.level. Kafka 4.0's session
-timeouts and heartbeat intervals (consumer.*, share.*) are validated against the broker's
-min/max bounds and stored; the coordinators do not read them yet. The overrides live
+Strom applies the share group ones: share.auto.offset.reset (where a share group starts
+reading a partition it never read; a leader initializing a share partition reads it from the
+store, not from what it followed), share.record.lock.duration.ms (bounded by
+group.share.min/max.record.lock.duration.ms), share.isolation.level, and the session timeouts
+and heartbeat intervals (consumer.*, share.*), validated against the broker's min/max bounds
+and read by the group coordinator at each heartbeat. The overrides live
 in the ConfigRepository (`groups`): read at start-up, and followed on every broker through
 /config/changes like topic configs.
 """
