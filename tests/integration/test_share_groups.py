@@ -538,6 +538,23 @@ def test_repeated_or_overlapping_acknowledgement_batches_are_refused_at_once(sha
         c.close()
 
 
+def test_partitions_that_do_not_exist_are_answered_but_not_kept_in_the_session(share_broker):
+    topic = unique_name("share-bogus")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    tid = topic_id_of(share_broker, topic)
+    member = join(share_broker, group, topic)
+    bogus = [{"topic_id": uuid.uuid4(), "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}
+             for _ in range(1000)]
+    bogus.append({"topic_id": tid, "partitions": [{"partition_index": 7, "acknowledgement_batches": []}]})
+    first = share_fetch(share_broker, group, member, 0, tid, topics=bogus)
+    errors = {(t.topic_id, p.partition_index): p.error_code for t in first.responses for p in t.partitions}
+    assert errors.pop((tid, 7)) == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    assert len(errors) == 1000 and set(errors.values()) == {100}  # UNKNOWN_TOPIC_ID
+    second = share_fetch(share_broker, group, member, 1, tid, topics=[])
+    assert second.error_code == 0 and second.responses == []  # the session kept none of them
+
+
 def test_any_number_of_share_groups_and_empty_ones_stay(share_broker):
     """No group.share.max.groups (Kafka 4.1 removed it): a dozen share groups, each left
     empty by its member, and a dozen more after them, all join."""

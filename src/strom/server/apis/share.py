@@ -275,12 +275,22 @@ async def _exchange(broker, ctx: RequestContext, request, fetch: bool) -> dict:
     epoch = request.share_session_epoch
     acks = _acknowledgements(request)
     fetching = fetch and epoch != FINAL_EPOCH
+    exchange = _Exchange(broker, ctx, session)
     if fetching:
-        session.partitions |= set(acks)
+        # Only partitions that exist join the session: what a session holds, and what each of
+        # its fetches walks, stays bounded by the cluster's partitions whatever clients name.
+        topics = broker.metadata_cache.topics
+        for tp in acks:
+            name = exchange.names.get(tp[0])
+            if name is None:
+                exchange.fetched[tp] = FetchedPartition(ErrorCode.UNKNOWN_TOPIC_ID)
+            elif not 0 <= tp[1] < len(topics[name].partitions):
+                exchange.fetched[tp] = FetchedPartition(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                session.partitions.add(tp)
         for topic in request.forgotten_topics_data:
             for p in topic.partitions:
                 session.partitions.discard((topic.topic_id, p))
-    exchange = _Exchange(broker, ctx, session)
     exchange.acknowledge(acks)
     if fetching and not renew_only:  # a renewal only acknowledges (KIP-1222)
         await exchange.fetch(request.max_records if request.max_records > 0 else 500, max(request.max_bytes, 0),
