@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 
-# The third-party packages strom.spark imports beyond PySpark: the `spark` extra and those of
-# Strom's own dependencies it uses (kafka-python's codecs; fastavro and protobuf, whose top
-# package is `google`, for typed columns).
-NEEDS = ("pyarrow", "confluent_kafka", "aiokafka", "kafka", "fastavro", "google")
+# The third-party packages strom.spark imports beyond PySpark, itself or through the Strom
+# modules it shares: the `spark` extra and those of Strom's own dependencies it uses
+# (kafka-python's codecs; record batches' crc32c and cramjam; fastavro, protobuf, whose top
+# package is `google`, and proto_schema_parser for typed columns).
+NEEDS = ("pyarrow", "confluent_kafka", "aiokafka", "kafka", "crc32c", "cramjam", "fastavro", "google",
+         "proto_schema_parser")
 
 try:
     _missing = [name for name in NEEDS if find_spec(name) is None]

@@ -1,7 +1,8 @@
 """What installing the connector brings, and what a user sees when the interpreter Spark runs
 lacks some of it: the `spark` extra covers every module the connector imports, the connector
-imports nothing of the broker, and a Spark application whose Python lacks a dependency, or
-Strom itself, is told which and what to do."""
+imports nothing of the broker, the README's example runs through `strom spark-submit` with no
+PYSPARK_PYTHON set, and a Spark application whose Python lacks a dependency, or Strom itself,
+is told which and what to do. Two Spark JVMs in all (each costs half a minute)."""
 
 from __future__ import annotations
 
@@ -15,17 +16,22 @@ import tomllib
 from pathlib import Path
 
 import pyspark_strom
-from strom.testing import create_topic
+from strom.testing import consume_all, create_topic, produce_acked, unique_name
 
 REPO = Path(__file__).resolve().parents[2]
 CONNECTOR = [REPO / "src/strom/spark", REPO / "src/pyspark_strom"]
 BROKER_SIDE = ("server", "network", "security", "config", "controller", "coordinator", "log", "metadata")
 
 
-def imports(path: Path) -> set[str]:
-    """Every module a file imports, at the top or inside functions, absolute names."""
+def imports(path: Path, *, top_level: bool = False) -> set[str]:
+    """Every module a file imports, at the top or inside functions (only at the top with
+    `top_level`: what importing the module needs), absolute names."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    todo: list[ast.AST] = [ast.parse(path.read_text())]
+    while todo:
+        node = todo.pop()
+        if not (top_level and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)):
+            todo.extend(ast.iter_child_nodes(node))
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -34,12 +40,34 @@ def imports(path: Path) -> set[str]:
     return found
 
 
+def strom_module_file(name: str) -> Path | None:
+    base = REPO / "src" / Path(*name.split("."))
+    return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+
+
 def connector_files() -> list[Path]:
-    return [p for d in CONNECTOR for p in sorted(d.rglob("*.py"))]
+    """The connector's files and those of the other Strom modules it imports, transitively:
+    shared code such as strom.schemas brings its own third-party imports (theirs at the top
+    only: one imported inside a function is an optional feature's, named when it is missing)."""
+    own = [p for d in CONNECTOR for p in sorted(d.rglob("*.py"))]
+    todo, seen = list(own), list(own)
+    while todo:
+        path = todo.pop()
+        for name in imports(path, top_level=path not in own):
+            found = strom_module_file(name) if name.startswith("strom.") else None
+            if found is not None and found not in seen:
+                seen.append(found)
+                todo.append(found)
+    return seen
+
+
+def third_party_of(path: Path, own: list[Path]) -> set[str]:
+    return {name.split(".")[0] for name in imports(path, top_level=path not in own)}
 
 
 def third_party() -> set[str]:
-    tops = {name.split(".")[0] for p in connector_files() for name in imports(p)}
+    own = [p for d in CONNECTOR for p in d.rglob("*.py")]
+    tops = {top for p in connector_files() for top in third_party_of(p, own)}
     return {t for t in tops if t not in sys.stdlib_module_names and t not in ("strom", "pyspark_strom", "__future__")}
 
 
@@ -87,62 +115,122 @@ def test_the_connector_imports_nothing_of_the_broker_and_has_no_import_cycle():
     assert [m for m in loaded if m.split(".")[:2] in [["strom", s] for s in BROKER_SIDE]] == []
 
 
-def worker_python(tmp_path: Path, *, strom: bool, without: str | None = None) -> Path:
-    """An interpreter for Spark's Python processes: this one without its site-packages, with
-    Strom's source (`strom`) and the connector's dependencies but `without` on its path."""
+def worker_python(tmp_path: Path) -> tuple[Path, Path]:
+    """An interpreter for Spark's Python processes, and the file that says what it lacks: this
+    interpreter without its site-packages, with the connector's dependencies and Strom's source
+    on its path but, as the file names them when it starts, without `strom` (Strom) or without
+    one dependency (`confluent_kafka`)."""
     site = Path(importlib.metadata.distribution("pyarrow").locate_file(""))
-    libs = tmp_path / "libs"
-    libs.mkdir()
     for name in pyspark_strom.NEEDS:
-        if name != without:
-            (libs / name).symlink_to(site / name)
-    path = [str(libs)] + ([str(REPO / "src")] if strom else [])
+        libs = tmp_path / f"libs-without-{name}"
+        libs.mkdir()
+        for other in pyspark_strom.NEEDS:
+            if other != name:
+                (libs / other).symlink_to(site / other)
+    everything = tmp_path / "libs-without-strom"
+    everything.mkdir()
+    for name in pyspark_strom.NEEDS:
+        (everything / name).symlink_to(site / name)
+    without = tmp_path / "without"
     script = tmp_path / "python"
-    script.write_text(f'#!/bin/sh\nPYTHONPATH="$PYTHONPATH:{":".join(path)}" exec {sys.executable} -S "$@"\n')
+    script.write_text(f"""#!/bin/sh
+lacks=$(cat {without})
+if [ "$lacks" = strom ]; then path={everything}; else path={tmp_path}/libs-without-$lacks:{REPO / "src"}; fi
+PYTHONPATH="$PYTHONPATH:$path" exec {sys.executable} -S "$@"
+""")
     script.chmod(0o755)
-    return script
+    return script, without
 
 
-def run_driver(code: str, python: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_DRIVER_PYTHON"}
-    env["PYSPARK_PYTHON"] = str(python)
-    (tmp_path / "driver.py").write_text(code)
-    return subprocess.run([sys.executable, str(tmp_path / "driver.py"), *args], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=300)
-
-
-READ = """
+# One driver, one JVM, for both ways Spark's Python can fall short. Spark looks Python data
+# sources up once per JVM (DataSourceManager keeps what it found, and a context's sessions what
+# they were given): between the two cases the lookup is forgotten and a new context started in
+# the same JVM, as a new JVM would start with none, so that the second case is looked up again
+# with what the interpreter then lacks.
+DIAGNOSES = """
 import sys
-{imports}
+from pathlib import Path
 from pyspark.sql import SparkSession
+
+bootstrap, topic, without = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
-try:
-    spark.read.format("strom").option("kafka.bootstrap.servers", sys.argv[1]).option("subscribe", sys.argv[2]).load()
-    print("LOADED")
-except Exception as e:
-    print("FAILED:", e)
+print("GATEWAY", id(spark.sparkContext._gateway))
+
+def load(case):
+    try:
+        spark.read.format("strom").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic).load()
+        print(case, "LOADED")
+    except Exception as e:
+        print(case, "FAILED:", " ".join(str(e).split()))
+
+without.write_text("confluent_kafka")
+load("DEPENDENCY")
+import strom.spark
+without.write_text("strom")
+jvm = spark.sparkContext._jvm
+manager = getattr(getattr(jvm.org.apache.spark.sql.execution.datasources, "DataSourceManager$"), "MODULE$")
+getattr(manager, "dataSourceBuilders_$eq")(jvm.scala.Option.empty())
+spark.stop()  # a new context in the same JVM: its sessions ask for the lookup again
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+load("STROM")
+print("GATEWAY", id(spark.sparkContext._gateway))
 """
 
 
-def test_a_missing_dependency_is_named(broker, topic, tmp_path):
+def test_a_missing_dependency_or_strom_itself_is_named(broker, topic, tmp_path):
     """Spark's Python has Strom but not confluent-kafka (what `pip install '.[spark]'` used to
-    leave out): the source says so, instead of Spark's bare "failed to find the data source"."""
+    leave out): the source says so, instead of Spark's bare "failed to find the data source".
+    Then it has no Strom at all (PYSPARK_PYTHON left to another Python): with strom.spark
+    imported in the driver, the error names that interpreter and the fix."""
     create_topic(broker.bootstrap, topic)
-    python = worker_python(tmp_path, strom=True, without="confluent_kafka")
-    done = run_driver(READ.format(imports=""), python, tmp_path, broker.bootstrap, topic)
-    assert "FAILED:" in done.stdout, f"exit {done.returncode}: {done.stdout}{done.stderr[-3000:]}"
-    assert "No module named 'confluent_kafka'" in done.stdout
-    assert "pip install 'strom[spark]'" in done.stdout
-    assert "DATA_SOURCE_NOT_FOUND" not in done.stdout
+    python, without = worker_python(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_DRIVER_PYTHON"}
+    env["PYSPARK_PYTHON"] = str(python)
+    (tmp_path / "driver.py").write_text(DIAGNOSES)
+    done = subprocess.run([sys.executable, "driver.py", broker.bootstrap, topic, str(without)], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=300)
+    lines = {line.split(" ", 1)[0]: line for line in done.stdout.splitlines() if " " in line}
+    assert "STROM" in lines, f"exit {done.returncode}: {done.stdout}{done.stderr[-3000:]}"
+    gateways = [line for line in done.stdout.splitlines() if line.startswith("GATEWAY")]
+    assert len(gateways) == 2 and gateways[0] == gateways[1]  # one JVM for both
+    dependency, strom = lines["DEPENDENCY"], lines["STROM"]
+    assert "FAILED:" in dependency
+    assert "No module named 'confluent_kafka'" in dependency
+    assert "pip install 'strom[spark]'" in dependency
+    assert "DATA_SOURCE_NOT_FOUND" not in dependency
+    assert "FAILED:" in strom
+    assert f"it looks data sources up with '{python}'" in strom
+    assert "which does not have Strom" in strom
+    assert f"PYSPARK_PYTHON={sys.executable}" in strom
 
 
-def test_a_python_without_strom_is_named(broker, topic, tmp_path):
-    """The lookup runs an interpreter without Strom (PYSPARK_PYTHON left to another Python):
-    with strom.spark imported in the driver, the error names that interpreter and the fix."""
-    create_topic(broker.bootstrap, topic)
-    python = worker_python(tmp_path, strom=False)
-    done = run_driver(READ.format(imports="import strom.spark"), python, tmp_path, broker.bootstrap, topic)
-    assert "FAILED:" in done.stdout, f"exit {done.returncode}: {done.stdout}{done.stderr[-3000:]}"
-    assert f"it looks data sources up with '{python}'" in done.stdout
-    assert "which does not have Strom" in done.stdout
-    assert f"PYSPARK_PYTHON={sys.executable}" in done.stdout
+def readme_clicks() -> str:
+    """README.md's `clicks.py`, the first script of its "PySpark" section."""
+    text = (REPO / "README.md").read_text().split("\n## PySpark\n", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"as `clicks.py`:\s*```python\n(.*?)```", text, re.S)[1]
+
+
+def test_spark_submit_runs_the_readme_example_without_pyspark_python(broker, tmp_path):
+    """`strom spark-submit clicks.py`, as the README says, with none of PYSPARK_PYTHON,
+    PYSPARK_DRIVER_PYTHON and SPARK_HOME set and a `python3` on PATH that fails: Spark finds its
+    home, the `strom` source and its workers' Python through the command alone."""
+    source, upper = unique_name("clicks"), unique_name("clicks-upper")
+    create_topic(broker.bootstrap, source)
+    create_topic(broker.bootstrap, upper)
+    produce_acked(broker.bootstrap, source, [b"hello"])
+    script = (readme_clicks().replace("127.0.0.1:9092", broker.bootstrap)
+              .replace('"clicks-upper"', f'"{upper}"').replace('"clicks"', f'"{source}"')
+              .replace("/tmp/clicks-upper", str(tmp_path / "checkpoint")))
+    assert source in script and upper in script and broker.bootstrap in script
+    (tmp_path / "clicks.py").write_text(script)
+    no_python3 = tmp_path / "bin"
+    no_python3.mkdir()
+    (no_python3 / "python3").write_text("#!/bin/sh\necho 'python3 from PATH is not for Spark here' >&2\nexit 127\n")
+    (no_python3 / "python3").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}
+    env["PATH"] = f"{no_python3}:{env.get('PATH', '')}"
+    strom = Path(sys.executable).parent / "strom"  # the venv's command, as the README runs it
+    done = subprocess.run([str(strom), "spark-submit", "--conf", "spark.ui.enabled=false", "clicks.py"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert [m.value() for m in consume_all(broker.bootstrap, upper)] == [b"HELLO"]

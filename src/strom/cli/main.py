@@ -37,7 +37,8 @@ class _LazyGroup(click.Group):
             "leader-election": "strom.cli.leader_election:leader_election",
             "log-dirs": "strom.cli.log_dirs:log_dirs", "delete-records": "strom.cli.log_dirs:delete_records",
             "broker-api-versions": "strom.cli.api_versions:broker_api_versions",
-            "features": "strom.cli.api_versions:features", "transactions": "strom.cli.transactions:transactions"}
+            "features": "strom.cli.api_versions:features", "transactions": "strom.cli.transactions:transactions",
+            "spark-submit": "strom.cli.spark_submit:spark_submit"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})

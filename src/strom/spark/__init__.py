@@ -2,7 +2,9 @@
 Kafka-compatible broker (`format("kafka")` -> `format("strom")`).
 
 Spark finds the source by itself once Strom is installed (the `pyspark_strom` module, which
-PySpark's data source lookup imports); `register(spark)` does the same by hand.
+PySpark's data source lookup imports); `register(spark)` does the same by hand. Imported before
+the first session, it names this interpreter in PYSPARK_PYTHON and PYSPARK_DRIVER_PYTHON when
+neither is set, so that Spark's lookup and workers run a Python that has Strom.
 
     spark.read.format("strom").option("kafka.bootstrap.servers", "127.0.0.1:9092") \\
         .option("subscribe", "events").load()
@@ -18,6 +20,10 @@ from strom.spark import driver
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# Before a session exists: the JVM it starts runs this Python (which has Strom) for the data
+# source lookup and the workers, not `python3` from PATH.
+driver.use_this_python()
 
 try:  # save and output modes, for sessions that found the source by themselves
     driver.install()

@@ -17,6 +17,7 @@ the `strom` format only, where the user calls it (installed when `strom.spark` i
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -62,7 +63,7 @@ def lookup_failure(context: Any) -> str:
     return (f"Spark found no data source 'strom': it looks data sources up with {python!r} "
             f"(PYSPARK_DRIVER_PYTHON, else PYSPARK_PYTHON, else python3, when Spark started), {where}. "
             f"Start Spark with PYSPARK_PYTHON={sys.executable} (this driver's interpreter) in the "
-            f"environment, or install Strom with its Spark extra in {python!r} (pip install 'strom[spark]'), "
+            f"environment (`strom spark-submit` sets it), or install Strom with its Spark extra in {python!r} (pip install 'strom[spark]'), "
             "or call strom.spark.register(spark).")
 
 
@@ -221,6 +222,21 @@ def _wrap_stream_writer(cls: type) -> None:
 @_wrapped_once("load", writer=False)
 def _wrap_reader(cls: type) -> None:
     """A reader needs only its lookup explained."""
+
+
+def use_this_python(environ: Any = os.environ) -> bool:
+    """Name this interpreter (which has Strom) in PYSPARK_PYTHON and PYSPARK_DRIVER_PYTHON when
+    neither is set and no Spark JVM runs yet for this process, and say whether it did. The JVM
+    PySpark is about to start reads them once, to look data sources up and plan them, and to run
+    its Python workers; left unset, Spark runs `python3` from PATH, where Strom is seldom
+    installed. A driver that a JVM started (spark-submit) has its JVM already: nothing to do."""
+    if environ.get("PYSPARK_PYTHON") or environ.get("PYSPARK_DRIVER_PYTHON") or environ.get("PYSPARK_GATEWAY_PORT"):
+        return False
+    context = sys.modules.get("pyspark.context")
+    if context is not None and getattr(context.SparkContext, "_gateway", None) is not None:
+        return False
+    environ["PYSPARK_PYTHON"] = environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    return True
 
 
 def install() -> None:
