@@ -6,9 +6,11 @@ stays). A look at the hosted partitions each second; nothing else of the broker 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 from typing import Any
 
+from strom.config.broker import ConfigError
 from strom.tables.settings import iceberg_settings
 from strom.tables.translator import PartitionTranslator, Translation
 
@@ -72,6 +74,8 @@ class IcebergTopics:
 def start_iceberg_topics(broker: Any) -> IcebergTopics | None:
     if not broker.config["iceberg.enabled"]:
         return None
+    if importlib.util.find_spec("pyiceberg") is None:  # looked up, not imported
+        raise ConfigError("iceberg.enabled is true but pyiceberg is not installed: pip install 'strom[iceberg]'")
     topics = IcebergTopics(broker)
     topics.start()
     return topics

@@ -143,12 +143,12 @@ class PartitionTranslator(PartitionTail):
         if error == ErrorCode.OFFSET_OUT_OF_RANGE:
             return self._out_of_range(position, answer)
         self.past_end_logged = False
-        batches = self.batches(answer.records or b"", position)
-        if batches is None:
+        fetched = self.batches(answer.records or b"", position)
+        if fetched is None:
             return False
-        batches = [(pos, h) for pos, h in batches if h.last_offset >= position]
+        batches = [(pos, h) for pos, h in fetched if h.last_offset >= position]
         if not batches:
-            return True
+            return not fetched  # an answer of only what was read already: no busy loop over it
         data = answer.records
         kept = self.committed(data, batches, answer)
         if kept:
@@ -172,7 +172,7 @@ class PartitionTranslator(PartitionTail):
 
     # --- the table ---------------------------------------------------------------------------
     async def _load(self) -> bool:
-        from_table = self.refusal is not None
+        was_refused = self.refusal is not None
 
         def load() -> tuple[Any, dict[str, int]]:
             from strom.tables.table import TopicTable
@@ -195,7 +195,7 @@ class PartitionTranslator(PartitionTail):
             self.translation.health.failed(f"loading {self.settings.namespace}.{self.topic}", e)
             return False
         self.translation.health.answered()
-        if from_table:
+        if was_refused:
             log.info("%s: the Iceberg table %s is translated into now", self.label, table.name)
         self.refusal = None
         self.table, self.converter = table, table.converter
