@@ -315,3 +315,19 @@ def test_fetch_v18_a_follower_behind_the_leaders_high_watermark_is_answered_at_o
     assert not _behind({("t", 0): 5}, answer(5, 9, 9))  # level; partition 1 was not said
     assert _behind({("t", 0): 5}, answer(6, 5, 5))
     assert _behind(known, answer(5, 5, 0))  # -1: the follower does not know it
+
+
+def test_offset_fetch_of_a_share_group_is_group_id_not_found(broker, topic):
+    """A share group has no committed offsets: OffsetFetch answers as Kafka 4.2 does."""
+    name, _ = topic
+    group = unique_name("share-offsets")
+    with Connection("127.0.0.1", broker.port) as conn:
+        def joined():
+            conn.call(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
+            answer = conn.call(76, 1, {"group_id": group, "member_id": str(uuid.uuid4()), "member_epoch": 0,
+                                       "rack_id": None, "subscribed_topic_names": [name]})
+            return answer.error_code == 0
+        wait_for(joined, what="a share group member")
+        body = conn.call(OFFSET_FETCH, 9, {"groups": [{"group_id": group, "member_id": None, "member_epoch": -1,
+                                                         "topics": None}], "require_stable": False})
+    assert [(g.group_id, g.error_code, g.topics) for g in body.groups] == [(group, ErrorCode.GROUP_ID_NOT_FOUND, [])]

@@ -162,6 +162,10 @@ def _fetch_group(broker, ctx: RequestContext, group_id: str, topics, member_id: 
     if not allowed(broker, ctx, DESCRIBE, GROUP, group_id):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
     coordinator = broker.group_coordinator
+    if coordinator.share_groups is not None and group_id in coordinator.share_groups.groups:
+        # A share group keeps no committed offsets (its state is the share coordinator's):
+        # Kafka answers that it is not a consumer group.
+        return ErrorCode.GROUP_ID_NOT_FOUND, []
     group = coordinator.groups.get(group_id)
     if isinstance(group, ConsumerGroup) and (member_id is not None or member_epoch >= 0):
         # KIP-848 members fetch with their epoch; stale members are told so.
