@@ -141,6 +141,27 @@ def test_kill_9_mid_translation_leaves_every_offset_once(broker, catalog):
     assert catalog.load_table(("strom", topic)).spec().is_unpartitioned()
 
 
+def test_turning_the_mode_on_backfills_and_off_keeps_the_table(broker, catalog):
+    topic = unique_name("backfill")
+    create_topic(broker.bootstrap, topic, 1)
+    produce_acked(broker.bootstrap, topic, [b"old-%d" % i for i in range(30)])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def set_mode(mode: str) -> None:
+        resource = ConfigResource("TOPIC", topic, incremental_configs=[
+            ConfigEntry("iceberg.mode", mode, incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(30)
+
+    set_mode("key_value")
+    table_rows = wait_for_table(catalog, topic, committed_rows(broker.bootstrap, topic))
+    assert sorted(r["offset"] for r in table_rows) == list(range(30))
+    set_mode("disabled")
+    wait_for(lambda: f"{topic}-0: Iceberg translation stopped" in broker.log_text(), 30, what="translation stopped")
+    produce_acked(broker.bootstrap, topic, [b"new"] * 5)
+    time.sleep(1.0)  # commits run every 200 ms: a translation still going would show
+    assert len(rows(catalog, topic)) == 30
+
+
 def _create_error(bootstrap: str, name: str, config: dict[str, str]) -> KafkaException:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     with pytest.raises(KafkaException) as raised:

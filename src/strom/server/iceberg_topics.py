@@ -55,6 +55,8 @@ class IcebergTopics:
             if wanted.get(key) != how:
                 del self.translators[key]
                 await translator.close()
+                log.info("%s: Iceberg translation stopped (%s)", translator.label,
+                         "iceberg.mode changed" if key in wanted else "not led here or no iceberg.mode")
         for key, how in wanted.items():
             if key not in self.translators and not self.closed:
                 translator = PartitionTranslator(self.broker, self.translation, key[0], key[1], *how)

@@ -200,6 +200,8 @@ class PartitionTranslator(PartitionTail):
         self.refusal = None
         self.table, self.converter = table, table.converter
         self._resume(offsets.get(str(self.partition)))
+        log.info("%s: translating into the Iceberg table %s from %s", self.label, table.name,
+                 "the log start" if self.start_offset is None else f"offset {self.start_offset}")
         self.last_commit = asyncio.get_running_loop().time()
         return True
 
