@@ -278,7 +278,6 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "group.share.min.heartbeat.interval.ms": (int_in(1), "5000"),
     "group.share.max.heartbeat.interval.ms": (int_in(1), "15000"),
     "group.share.max.size": (int_in(1, 1000), "200"),
-    "group.share.max.groups": (int_in(1, 100), "10"),
     "group.share.delivery.count.limit": (int_in(2, 10), "5"),
     "group.share.record.lock.duration.ms": (int_in(1000), "30000"),
     "group.share.min.record.lock.duration.ms": (int_in(1000), "15000"),

@@ -602,7 +602,6 @@ BROKER_DOCS: dict[str, str] = {
     "group.share.min.heartbeat.interval.ms": "Lower bound, in milliseconds, for group.share.heartbeat.interval.ms.",
     "group.share.max.heartbeat.interval.ms": "Upper bound, in milliseconds, for group.share.heartbeat.interval.ms.",
     "group.share.max.size": "Most members a share group may have.",
-    "group.share.max.groups": "Most share groups the broker's group coordinator holds.",
     "group.share.delivery.count.limit":
         "Deliveries of a record to share group members after which it is archived (never delivered "
         "again) instead of made available once more.",
