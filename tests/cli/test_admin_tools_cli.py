@@ -164,6 +164,26 @@ def test_broker_api_versions_features_and_cluster_id(cli_broker):
         "Error: 1 out of 1 operation(s) failed.")
     assert "unknown metadata.version" in fails("features", "upgrade", "--metadata", "9.9-IV9", code=2)
 
+    # version-mapping and feature-dependencies, as kafka-features prints them: the newest release
+    # maps to the levels this broker finalized when it formatted its storage.
+    finalized = {name.removeprefix("Feature: "): line.split("FinalizedVersionLevel: ")[1].split("\t")[0]
+                 for name, line in features.items()}
+    latest = ok("features", "--bootstrap-server", bootstrap, "version-mapping").splitlines()
+    assert latest[0] == "metadata.version=25 (4.0-IV3)"
+    assert dict(line.split("=") for line in latest[1:]) == {k: v for k, v in finalized.items() if k != "metadata.version"}
+    assert [line.split("=")[0] for line in latest[1:3]] == ["transaction.version", "group.version"]  # Kafka's order
+    older = ok("features", "version-mapping", "--release-version", "3.9").splitlines()
+    assert older[0] == "metadata.version=21 (3.9)" and "transaction.version=0" in older and "group.version=0" in older
+    assert fails("features", "version-mapping", "--release-version", "3.2") == (
+        "Error: Unknown release version '3.2'. Supported versions are: 3.3-IV3 to 4.0-IV3")
+    assert ok("features", "feature-dependencies", "--feature", "transaction.version=2",
+              "--feature", "metadata.version=25") == ("transaction.version=2 has no dependencies.\n"
+                                                      "metadata.version=25 (4.0-IV3) has no dependencies.\n")
+    assert fails("features", "feature-dependencies", "--feature", "no.such.feature=1") == (
+        "Error: Unknown feature: no.such.feature")
+    assert fails("features", "feature-dependencies", "--feature", "metadata.version=99") == (
+        "Error: Unknown metadata.version 99")
+
     cluster_id = ok("cluster", "cluster-id", "--bootstrap-server", bootstrap)
     assert re.fullmatch(r"Cluster ID: [\w-]{22}\n", cluster_id)
     meta = (cli_broker.data_dir / "logs" / "meta.properties").read_text()
@@ -199,6 +219,14 @@ def test_transactions_list_describe_find_hanging_abort(cli_broker):
     assert mine[1] == "0" and mine[3] == "Ongoing"
     long_running = _table(ok("transactions", "--bootstrap-server", bootstrap, "list", "--duration-filter", "3600000"))
     assert txn_id not in [row[0] for row in long_running[1:]]  # begun just now
+    by_pattern = _table(ok("transactions", "--bootstrap-server", bootstrap, "list",
+                           "--transactional-id-pattern", re.escape(txn_id)))
+    assert [row[0] for row in by_pattern[1:]] == [txn_id]
+    prefix_only = re.escape(txn_id[:-3])  # matches a prefix, not the whole id
+    assert _table(ok("transactions", "list", "--transactional-id-pattern", prefix_only,
+                     "--bootstrap-server", bootstrap))[1:] == []
+    assert "INVALID_REGULAR_EXPRESSION" in fails("transactions", "list", "--transactional-id-pattern", "(",
+                                                 "--bootstrap-server", bootstrap)
     header, row = _table(ok("transactions", "describe", "--transactional-id", txn_id, "--bootstrap-server", bootstrap))
     described = dict(zip(header, row, strict=True))
     assert (described["TransactionalId"], described["ProducerId"], described["TransactionState"],

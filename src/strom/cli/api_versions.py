@@ -22,6 +22,7 @@ from strom.cli.common import (
     client_options,
     error_text,
 )
+from strom.controller.features import SUPPORTED
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages import CODEC_MODULES, registered_codecs
 
@@ -123,7 +124,8 @@ def metadata_level(release: str) -> int:
 @client_options()
 @click.pass_context
 def features(ctx: click.Context, client: ClientSettings) -> None:
-    """The cluster's feature levels (like kafka-features): describe, upgrade, downgrade.
+    """The cluster's feature levels (like kafka-features): describe, upgrade, downgrade,
+    version-mapping, feature-dependencies.
     --bootstrap-server and --command-config may come before the subcommand, as Kafka's tool
     takes them, or after it."""
     ctx.obj = client
@@ -217,3 +219,76 @@ def downgrade(client: ClientSettings, feature: tuple[str, ...], metadata: str | 
     """
     _update(client, "downgrade", _updates(feature, metadata), UNSAFE_DOWNGRADE if unsafe else SAFE_DOWNGRADE,
             dry_run)
+
+
+# The metadata.version from which a new cluster gets each level of the other features (Kafka's
+# FeatureVersion bootstrap versions: transaction.version 2 and group.version 1 from 4.0). Strom
+# finalizes share.version 1 at its newest level, where Kafka waits for 4.1-IV1, which Strom's
+# levels do not reach.
+BOOTSTRAP_SINCE: dict[str, dict[int, str]] = {
+    "transaction.version": {2: "4.0-IV2"},
+    "group.version": {1: "4.0-IV0"},
+    "share.version": {1: "4.0-IV3"},
+}
+
+
+def release_level(release: str) -> int:
+    """A release as kafka-features names it (4.0-IV3, or 4.0 for its newest level), as a
+    metadata.version level a cluster can be formatted with."""
+    lowest = SUPPORTED[METADATA_VERSION].min_level
+    named = [i + 1 for i, r in enumerate(METADATA_RELEASES) if r == release or r.startswith(f"{release}-IV")]
+    if not named or max(named) < lowest:
+        raise CommandError(f"Unknown release version '{release}'. Supported versions are: "
+                           f"{METADATA_RELEASES[lowest - 1]} to {METADATA_RELEASES[-1]}")
+    return max(named)
+
+
+def default_levels_at(level: int) -> dict[str, int]:
+    """What a cluster formatted at metadata.version `level` finalizes for each other feature,
+    in Kafka's order of its features."""
+    names = [*BOOTSTRAP_SINCE, *(n for n in sorted(SUPPORTED) if n not in BOOTSTRAP_SINCE and n != METADATA_VERSION)]
+    return {name: max((lvl for lvl, since in BOOTSTRAP_SINCE.get(name, {}).items()
+                       if level >= metadata_level(since)), default=0) for name in names}
+
+
+@features.command("version-mapping", cls=Command)
+@click.option("--release-version", metavar="RELEASE",
+              help=f"A release, e.g. 3.9 or 4.0-IV3 (default: {METADATA_RELEASES[-1]}).")
+def version_mapping(release_version: str | None) -> None:
+    """The feature levels a cluster formatted at a release gets, as kafka-features
+    version-mapping prints them (no broker is asked).
+
+    \b
+    Example:
+      strom features version-mapping --release-version 3.9
+    """
+    release = release_version or METADATA_RELEASES[-1]
+    level = release_level(release)
+    click.echo(f"{METADATA_VERSION}={level} ({release})")
+    for name, feature_level in default_levels_at(level).items():
+        click.echo(f"{name}={feature_level}")
+
+
+@features.command("feature-dependencies", cls=Command)
+@click.option("--feature", "feature", multiple=True, required=True, metavar="NAME=LEVEL",
+              help="A feature level to look up, e.g. transaction.version=2 (repeatable).")
+def feature_dependencies(feature: tuple[str, ...]) -> None:
+    """The feature levels each given one requires, as kafka-features feature-dependencies
+    prints them (no broker is asked). No level Strom supports requires another.
+
+    \b
+    Example:
+      strom features feature-dependencies --feature transaction.version=2 --feature metadata.version=25
+    """
+    for name, level in _updates(feature, None).items():
+        if name == METADATA_VERSION:
+            if not 1 <= level <= len(METADATA_RELEASES):
+                raise CommandError(f"Unknown metadata.version {level}")
+            click.echo(f"{name}={level} ({level_text(name, level)}) has no dependencies.")
+            continue
+        supported = SUPPORTED.get(name)
+        if supported is None:
+            raise CommandError(f"Unknown feature: {name}")
+        if not (level == 0 or supported.min_level <= level <= supported.max_level):
+            raise CommandError(f"No level {level} of {name}: levels are {supported.min_level} to {supported.max_level}")
+        click.echo(f"{name}={level} has no dependencies.")

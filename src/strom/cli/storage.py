@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from strom.cli.api_versions import default_levels_at
 from strom.cli.common import CommandError, Group
 from strom.config import broker as broker_config
 from strom.controller.features import SUPPORTED
@@ -65,6 +66,7 @@ def _features(release: str | None, pairs: tuple[str, ...]) -> dict[str, int]:
         if release not in RELEASES:
             raise CommandError(f"--release-version {release} is not one of {', '.join(RELEASES)}")
         levels["metadata.version"] = RELEASES[release]
+        levels.update(default_levels_at(RELEASES[release]))  # as Kafka's formatter: the release's defaults
     for pair in pairs:
         name, sep, level = pair.partition("=")
         if not sep or not level.strip().isdigit():

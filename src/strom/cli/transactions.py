@@ -58,15 +58,20 @@ def transactions(ctx: click.Context, client: ClientSettings) -> None:
     ctx.obj = client
 
 
-def _listings(cluster: Cluster, producer_ids: list[int] | None = None, duration_ms: int = -1) -> list[tuple[int, Any]]:
+def _listings(cluster: Cluster, producer_ids: list[int] | None = None, duration_ms: int = -1,
+              pattern: str | None = None) -> list[tuple[int, Any]]:
     """(coordinator id, listing) of every transactional id, asking each broker; `duration_ms`:
-    only transactions running for longer (v1, KIP-994)."""
+    only transactions running for longer (v1, KIP-994); `pattern`: only ids the regular
+    expression matches whole (v2, KIP-1152)."""
     out = []
     cluster.metadata([])
+    # The oldest version that carries the filters asked for: brokers before Kafka 3.8 know only
+    # v0, before 4.1 not v2.
+    version = 2 if pattern else 0 if duration_ms < 0 else 1
     for broker_id in sorted(cluster.brokers):
-        # v0 unless filtering by duration: brokers before Kafka 3.8 know only v0.
-        body = cluster.broker(broker_id).call(LIST_TRANSACTIONS, 0 if duration_ms < 0 else 1, {
-            "state_filters": [], "producer_id_filters": producer_ids or [], "duration_filter": duration_ms})
+        body = cluster.broker(broker_id).call(LIST_TRANSACTIONS, version, {
+            "state_filters": [], "producer_id_filters": producer_ids or [], "duration_filter": duration_ms,
+            "transactional_id_pattern": pattern})
         if body.error_code != ErrorCode.NONE:
             raise CommandError(f"Failed to list transactions: {error_text(body.error_code)}")
         out.extend((broker_id, s) for s in sorted(body.transaction_states, key=lambda s: s.transactional_id))
@@ -77,11 +82,19 @@ def _listings(cluster: Cluster, producer_ids: list[int] | None = None, duration_
 @client_options()
 @click.option("--duration-filter", type=click.IntRange(0, 2**63 - 1), metavar="MS",
               help="Only transactions running for longer than this many milliseconds.")
-def list_(client: ClientSettings, duration_filter: int | None) -> None:
-    """Every transactional id, its coordinator, producer id and state."""
+@click.option("--transactional-id-pattern", metavar="REGEX",
+              help="Only transactional ids this regular expression matches whole (Kafka 4.1+ brokers).")
+def list_(client: ClientSettings, duration_filter: int | None, transactional_id_pattern: str | None) -> None:
+    """Every transactional id, its coordinator, producer id and state.
+
+    \b
+    Example:
+      strom transactions list --transactional-id-pattern 'payments-.*'
+    """
     with Cluster(group_client(client)) as cluster:
         rows = [[s.transactional_id, broker_id, s.producer_id, s.transaction_state]
-                for broker_id, s in _listings(cluster, duration_ms=-1 if duration_filter is None else duration_filter)]
+                for broker_id, s in _listings(cluster, duration_ms=-1 if duration_filter is None else duration_filter,
+                                              pattern=transactional_id_pattern)]
     click.echo(pretty_table(["TransactionalId", "Coordinator", "ProducerId", "TransactionState"], rows))
 
 
