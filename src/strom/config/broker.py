@@ -7,6 +7,7 @@ or a bad value is a `ConfigError` with one line that names the key; the CLI exit
 from __future__ import annotations
 
 import difflib
+import importlib
 import re
 import socket
 from collections.abc import Callable, Mapping
@@ -45,6 +46,24 @@ def _str(text: str) -> str:
 
 def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return lambda text: None if text.strip() in ("", "null") else parse(text)
+
+
+# replica.selector.class: Kafka's rack-aware selector by its Java name (strom.replication makes
+# it), or a Python class loaded here so that a wrong name stops the broker at start, as in Kafka.
+_KAFKA_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
+def _replica_selector(text: str) -> str:
+    name = text.strip()
+    if name == _KAFKA_REPLICA_SELECTOR:
+        return name
+    module, _, cls = name.rpartition(".")
+    try:
+        if not module or not callable(getattr(getattr(importlib.import_module(module), cls), "select", None)):
+            raise ConfigError(f"{name!r} is not a replica selector class (package.module.Class with a select method)")
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"cannot load replica selector {name!r}: {e}") from e
+    return name
 
 
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)://(?P<host>\[[0-9a-fA-F:]+\]|[^:/\s]*):(?P<port>\d+)$")
@@ -317,6 +336,8 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "control.plane.listener.name": (_optional(_str), None),
     "security.inter.broker.protocol": (_str, "PLAINTEXT"),
     "broker.rack": (_optional(_str), None),
+    # Fetch from follower (KIP-392): unset, consumers read from leaders only.
+    "replica.selector.class": (_optional(_replica_selector), None),
     # Strom's own: the Prometheus endpoint (GET /metrics), off unless a port is given (0: any
     # free port, named in the ready line); metrics.host is the address it binds.
     "metrics.port": (int_in(-1, 65535), "-1"),
