@@ -184,12 +184,10 @@ BROKER_DOCS: dict[str, str] = {
         "racks, and clients see the rack in metadata. With replica.selector.class set, consumers "
         "that give client.rack may read from a follower in their rack.",
     "replica.selector.class":
-        "Picks the replica a consumer should fetch from (KIP-392). Unset by default: consumers "
-        "read from partition leaders. org.apache.kafka.common.replica.RackAwareReplicaSelector "
-        "(or strom.replication.replica_selector.RackAwareReplicaSelector) sends a consumer whose "
-        "client.rack matches a follower's broker.rack, and not the leader's, to the most "
-        "caught-up in-sync follower of its rack; a Python class with a select method may be "
-        "named instead.",
+        "Picks the replica a consumer fetches from (KIP-392); unset, consumers read from "
+        "leaders. org.apache.kafka.common.replica.RackAwareReplicaSelector sends a consumer whose "
+        "client.rack is a follower's broker.rack, and not the leader's, to the most caught-up "
+        "in-sync follower there; a Python class with a select method may be named instead.",
     "listeners":
         "Comma-separated NAME://host:port addresses the broker accepts connections on. The name "
         "picks the security protocol through listener.security.protocol.map, or is one itself "
