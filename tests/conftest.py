@@ -171,6 +171,7 @@ SLOW: tuple[str, ...] = (
     "tests/cli/test_topics_cli.py",                  # 44
     "tests/powerloss/",                              # 63
     "tests/cluster/",                                # 20-42 each, the other modules
+    "tests/tables/test_iceberg_cluster.py",          # 20 (a KRaft cluster)
     "tests/cli/test_cluster_cli.py",                 # 39
     "tests/kraft/",                                  # 5-23 each
 )
