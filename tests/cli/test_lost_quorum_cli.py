@@ -36,7 +36,7 @@ def test_the_broker_keeps_serving_its_partitions(headless):
 def test_metadata_quorum_names_kafkas_error_not_stale_client_metadata(headless):
     quorum, _ = headless
     line = fails("metadata-quorum", "--bootstrap-server", quorum.bootstrap, "describe", "--status")
-    assert "no leader answered DescribeQuorum: NOT_LEADER_OR_FOLLOWER" in line
+    assert "the controller quorum has no leader" in line and "NOT_LEADER_OR_FOLLOWER" in line
     assert "is not the current leader" in line
     assert "out of date" not in line
 

@@ -88,7 +88,8 @@ class _Quorum:
         if last is not None:
             part = last.topics[0].partitions[0] if last.topics and last.topics[0].partitions else None
             code = last.error_code or (part.error_code if part else ErrorCode.NOT_LEADER_OR_FOLLOWER)
-            raise CommandError(f"no leader answered DescribeQuorum: {error_text(code)}")
+            raise CommandError(f"the controller quorum has no leader (a majority of the controllers down?): "
+                               f"no controller answered DescribeQuorum as leader ({error_text(code)})")
         raise failure or CommandError("no controller answered")
 
     def call_leader(self, api_key: int, fields: dict) -> Any:
