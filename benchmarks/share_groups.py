@@ -1,23 +1,26 @@
-"""Share group (KIP-932) throughput beside a classic consumer group, on one partition.
+"""Share group (KIP-932) throughput beside classic consumers, on one partition and on 16.
 
     .venv/bin/python benchmarks/share_groups.py [--records 200000] [--size 100] [--batch 100]
+        [--partitions 1 16] [--members 1 4 16] [--rounds 5]
 
 Prints one JSON document to stdout (progress on stderr). One broker process (127.0.0.1,
-ephemeral port, temp dir). The topic has one partition, filled once by a confluent-kafka
-producer with `batch.num.messages=--batch` (a share fetch acquires whole batches, so the batch
-size is how finely records can be spread over members). Then, each with a group of its own
-reading from the start:
+ephemeral port, temp dir). For each --partitions count a topic is filled once by a
+confluent-kafka producer with `batch.num.messages=--batch` (a share fetch acquires whole
+batches, so the batch size is how finely records can be spread over members), keyless and
+spread evenly over the partitions. Then, on each topic, reading from the start:
 
-- classic_1: one classic consumer (subscribe, auto commit), records/s from its first record
-  to its last.
-- share_1, share_4 and share_16: 1, 4 and 16 ShareConsumers (implicit acknowledgement: each poll accepts
-  the previous poll's records), each polled by its own thread; records/s of distinct records
-  from the first record any of them got to the moment every record was received, and how
-  many each received (`deliveries` counts redeliveries too: librdkafka 2.16's close() does
-  not accept the last poll's records, so the broker releases them to the members still
-  polling).
-  Every acknowledgement and acquisition is written to `__share_group_state`, one append per
-  ShareFetch.
+- classic_N: N classic consumers (N from --members), each assigned its share of the
+  partitions (assign(), no group protocol, so no rebalance delay is measured), each polled by
+  its own thread; records/s from the assign() calls to the moment every record was received.
+  librdkafka prefetches up to 100,000 records before the first poll returns, so the time from
+  the first record polled would flatter it; a poll waits at most 20 ms for a full 10,000.
+- share_N: N ShareConsumers of one new group (implicit acknowledgement: each poll accepts the
+  previous poll's records), each polled by its own thread; records/s of distinct records from
+  the subscribe() calls to the moment every record was received (`from_first_record` times
+  from the first record any of them got instead, without the group join), and how many each
+  received (`deliveries` counts redeliveries too: librdkafka 2.16's close() does not accept
+  the last poll's records, so the broker releases them to the members still polling).
+  `ratio` is share_N's records/s over classic_N's.
 - redelivery: a member acquires records and stops (explicit acknowledgement, never given);
   another member polls. The time from the first member's poll returning to the second
   receiving them again, past the group's `share.record.lock.duration.ms` (1,000 ms here):
@@ -34,7 +37,7 @@ import time
 import uuid
 
 try:
-    from confluent_kafka import Consumer, Producer, ShareConsumer
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, ShareConsumer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from strom.client import Connection
@@ -49,16 +52,16 @@ def progress(message: str) -> None:
     print(f"[share_groups] {message}", file=sys.stderr, flush=True)
 
 
-def fill(bootstrap: str, topic: str, records: int, size: int, batch: int) -> None:
+def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int, batch: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result()
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result()
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": batch,
                   "queue.buffering.max.messages": 1_000_000})
     value = b"x" * size
-    for _ in range(records):
+    for i in range(records):
         while True:
             try:
-                p.produce(topic, value, partition=0)
+                p.produce(topic, value, partition=i % partitions)
                 break
             except BufferError:
                 p.poll(0.05)
@@ -74,59 +77,86 @@ def earliest(bootstrap: str, group: str) -> None:
     assert body.responses[0].error_code == 0, body
 
 
-def classic(bootstrap: str, topic: str, records: int) -> dict:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"classic-{uuid.uuid4()}",
-                  "auto.offset.reset": "earliest"})
-    c.subscribe([topic])
-    got, first, deadline = 0, None, time.monotonic() + TIMEOUT_S
-    while got < records and time.monotonic() < deadline:
-        batch = c.consume(10_000, 0.5)
-        if batch and first is None:
-            first = time.monotonic()
-        got += sum(1 for m in batch if m.error() is None)
-    elapsed = time.monotonic() - (first or time.monotonic())
-    c.close()
-    return {"records": got, "seconds": round(elapsed, 3), "records_per_s": round(got / elapsed) if elapsed else None}
+class Tally:
+    """Distinct records received by a pool of consumer threads, and when."""
+
+    def __init__(self, records: int, members: int) -> None:
+        self.records = records
+        self.lock = threading.Lock()
+        self.counts = [0] * members
+        self.seen: set[tuple[int, int]] = set()
+        self.first: float | None = None
+        self.last: float | None = None
+        self.done = threading.Event()
+
+    def add(self, i: int, batch: list) -> None:
+        with self.lock:
+            now = time.monotonic()
+            self.first = self.first or now
+            self.counts[i] += len(batch)
+            self.seen.update((m.partition(), m.offset()) for m in batch)
+            if len(self.seen) >= self.records:
+                self.last = now
+                self.done.set()
+
+    def result(self, started: float) -> dict:
+        last = self.last or time.monotonic()
+        total, elapsed = len(self.seen), last - started
+        out = {"records": total, "deliveries": sum(self.counts), "per_member": self.counts,
+               "seconds": round(elapsed, 3), "records_per_s": round(total / elapsed) if elapsed > 0 else None}
+        if self.first is not None and last > self.first:
+            out["from_first_record"] = round(total / (last - self.first))
+        return out
+
+
+def run_pool(members: int, tally: Tally, make, poll) -> float:
+    """Start `members` threads that each make a consumer and poll it until every record came;
+    the time they were all started."""
+    def run(i: int) -> None:
+        c = make(i)
+        deadline = time.monotonic() + TIMEOUT_S
+        try:
+            while not tally.done.is_set() and time.monotonic() < deadline:
+                batch = [m for m in poll(c) if m.error() is None]
+                if batch:
+                    tally.add(i, batch)
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(members)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT_S + 30)
+    return started
+
+
+def classic(bootstrap: str, topic: str, partitions: int, records: int, members: int) -> dict:
+    tally = Tally(records, members)
+
+    def make(i: int) -> Consumer:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"classic-{uuid.uuid4()}",
+                      "enable.auto.commit": False})
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(i, partitions, members)])
+        return c
+
+    started = run_pool(members, tally, make, lambda c: c.consume(10_000, 0.02))
+    return {"members": members, **tally.result(started)}
 
 
 def share(bootstrap: str, topic: str, records: int, members: int) -> dict:
     group = f"share-{uuid.uuid4()}"
     earliest(bootstrap, group)
-    lock = threading.Lock()
-    counts = [0] * members
-    offsets: set[int] = set()
-    state = {"first": None, "last": None}
-    done = threading.Event()
+    tally = Tally(records, members)
 
-    def run(i: int) -> None:
+    def make(i: int) -> ShareConsumer:
         c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
         c.subscribe([topic])
-        deadline = time.monotonic() + TIMEOUT_S
-        try:
-            while not done.is_set() and time.monotonic() < deadline:
-                batch = [m for m in c.poll(0.5) if m.error() is None]
-                if not batch:
-                    continue
-                with lock:
-                    now = time.monotonic()
-                    state["first"] = state["first"] or now
-                    counts[i] += len(batch)
-                    offsets.update(m.offset() for m in batch)
-                    if len(offsets) >= records:
-                        state["last"] = now
-                        done.set()
-        finally:
-            c.close()
+        return c
 
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(members)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT_S + 30)
-    elapsed = (state["last"] or time.monotonic()) - (state["first"] or time.monotonic())
-    total = len(offsets)
-    return {"members": members, "records": total, "deliveries": sum(counts), "per_member": counts,
-            "seconds": round(elapsed, 3), "records_per_s": round(total / elapsed) if elapsed > 0 else None}
+    started = run_pool(members, tally, make, lambda c: c.poll(0.5))
+    return {"members": members, **tally.result(started)}
 
 
 LOCK_MS = 1000
@@ -173,24 +203,30 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--batch", type=int, default=100, help="records per produced batch")
-    parser.add_argument("--members", type=int, nargs="*", default=[1, 4, 16], help="share group sizes")
+    parser.add_argument("--partitions", type=int, nargs="*", default=[1, 16], help="partitions of the topics")
+    parser.add_argument("--members", type=int, nargs="*", default=[1, 4, 16], help="consumers per group")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the redelivery scenario")
     args = parser.parse_args()
     out: dict = {"meta": {"records": args.records, "size": args.size, "batch": args.batch}, "results": {}}
     with BrokerProcess(overrides={"offsets.topic.num.partitions": "4",
                                   "share.coordinator.state.topic.num.partitions": "4",
-                                  "group.share.min.record.lock.duration.ms": str(LOCK_MS),
-                                  "group.share.max.groups": str(len(args.members) + args.rounds + 10)}) as broker:
-        topic = f"share-bench-{uuid.uuid4().hex[:8]}"
-        progress(f"filling {topic} with {args.records} records of {args.size} B")
-        fill(broker.bootstrap, topic, args.records, args.size, args.batch)
-        progress("classic consumer group, 1 consumer")
-        out["results"]["classic_1"] = classic(broker.bootstrap, topic, args.records)
-        for n in args.members:
-            progress(f"share group, {n} share consumer(s)")
-            out["results"][f"share_{n}"] = share(broker.bootstrap, topic, args.records, n)
-        progress(f"redelivery after a lock expiry, {args.rounds} rounds")
-        out["results"]["redelivery"] = redelivery(broker.bootstrap, topic, args.rounds)
+                                  "group.share.min.record.lock.duration.ms": str(LOCK_MS)}) as broker:
+        topics = []
+        for partitions in args.partitions:
+            topic = f"share-bench-{partitions}p-{uuid.uuid4().hex[:8]}"
+            progress(f"filling {topic} ({partitions} partitions) with {args.records} records of {args.size} B")
+            fill(broker.bootstrap, topic, partitions, args.records, args.size, args.batch)
+            topics.append(topic)
+            results = out["results"][f"{partitions}_partitions"] = {}
+            for n in args.members:
+                progress(f"{partitions} partition(s): {n} classic consumer(s), then {n} share consumer(s)")
+                results[f"classic_{n}"] = base = classic(broker.bootstrap, topic, partitions, args.records, n)
+                results[f"share_{n}"] = mine = share(broker.bootstrap, topic, args.records, n)
+                if base["records_per_s"] and mine["records_per_s"]:
+                    mine["ratio"] = round(mine["records_per_s"] / base["records_per_s"], 2)
+        if args.rounds and topics:
+            progress(f"redelivery after a lock expiry, {args.rounds} rounds")
+            out["results"]["redelivery"] = redelivery(broker.bootstrap, topics[0], args.rounds)
     json.dump(out, sys.stdout, indent=2)
     print()
 

@@ -24,12 +24,10 @@ group.share.partition.max.record.locks records in flight.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
-import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,10 +62,17 @@ _PARTITION_READ_BYTES = 1 << 20
 _FENCED = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.FENCED_STATE_EPOCH,
                      ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 _ADMIN_KEYS_PER_CALL = 1000  # keys per Persister call when an admin request names no partitions
+_MAX_FLUSHES = 4  # state writes in flight at once (each one batching many share partitions)
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _resolve(futures: list[asyncio.Future], error: ErrorCode) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(error)
 
 
 @dataclass(eq=False, slots=True)
@@ -137,7 +142,13 @@ class SharePartitionManager:
         self.persister = Persister(broker, self.coordinator)
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
         self._loading: dict[SharePartitionKey, asyncio.Task] = {}
-        self._write_locks: weakref.WeakKeyDictionary[SharePartition, asyncio.Lock] = weakref.WeakKeyDictionary()
+        # State writes: who waits for which share partition's next write, which ones are being
+        # written, how many writes are in flight, and each one's last answer.
+        self._waiters: dict[SharePartitionKey, list[asyncio.Future]] = {}
+        self._writing: set[SharePartitionKey] = set()
+        self._flushes = 0
+        self._flush_tasks: set[asyncio.Task] = set()
+        self._last_errors: dict[SharePartitionKey, ErrorCode] = {}
         self._timers: dict[SharePartitionKey, asyncio.TimerHandle] = {}
         # The group configs a share partition was initialized under, read from the store then:
         # its first acquisition uses them too (isolation level, lock duration).
@@ -267,28 +278,33 @@ class SharePartitionManager:
             return FetchedPartition()
         data = result.records.read_bytes()
         aborted = result.aborted or []
-        batches, ends = [], []
-        pos = 0
-        while pos + HEADER_SIZE <= len(data):
-            h = read_header(data, pos)
-            if pos + h.size > len(data):
-                break
-            skip = h.is_control or (h.is_transactional and any(
-                t.producer_id == h.producer_id and t.first_offset <= h.base_offset <= t.last_offset
-                for t in aborted))
-            batches.append(LogBatch(h.base_offset, h.last_offset, skip))
-            ends.append((pos, pos + h.size))
-            pos += h.size
-        acquired = sp.acquire(member_id, batches, max_records, now_ms(), self.lock_duration_ms(key.group_id, configs),
-                              record_limit)
+        seen: list[tuple[LogBatch, int, int]] = []  # each batch handed out, and its bytes
+
+        def batches() -> Iterator[LogBatch]:
+            # Headers are parsed as the share partition asks for batches: it stops once it
+            # has its records, so a 1 MiB read for a 500-record fetch costs a few headers.
+            pos = 0
+            while pos + HEADER_SIZE <= len(data):
+                h = read_header(data, pos)
+                if pos + h.size > len(data):
+                    return
+                skip = h.is_control or (h.is_transactional and any(
+                    t.producer_id == h.producer_id and t.first_offset <= h.base_offset <= t.last_offset
+                    for t in aborted))
+                batch = LogBatch(h.base_offset, h.last_offset, skip)
+                seen.append((batch, pos, pos + h.size))
+                yield batch
+                pos += h.size
+
+        acquired = sp.acquire(member_id, batches(), max_records, now_ms(),
+                              self.lock_duration_ms(key.group_id, configs), record_limit)
         if not acquired:
             return FetchedPartition()
         self._first_configs.pop(key, None)
         self._schedule_expiry(key, sp)
         first, last = acquired[0].first_offset, acquired[-1].last_offset
         # Send the batches that hold acquired records; the client drops what was not acquired.
-        spans = [span for b, span in zip(batches, ends, strict=True)
-                 if b.last_offset >= first and b.base_offset <= last]
+        spans = [(start, end) for b, start, end in seen if b.last_offset >= first and b.base_offset <= last]
         return FetchedPartition(records=data[spans[0][0]:spans[-1][1]], acquired=acquired)
 
     def acknowledge(self, key: SharePartitionKey, sp: SharePartition, member_id: str, batches: list[AckBatch],
@@ -320,6 +336,7 @@ class SharePartitionManager:
             return
         if sp.expire_locks(now_ms()):
             self.wake(key)
+            self.persist_soon([key])
         if sp.next_lock_deadline() is not None:
             self._schedule_expiry(key, sp)
 
@@ -339,45 +356,94 @@ class SharePartitionManager:
         which a closing client sends after its leave heartbeat, acknowledges what it holds and
         closes its share session (when the cache is full, sessions of departed members make
         room first)."""
-        for key, sp in self.partitions.items():
-            if key.group_id == group_id and sp.release_member(member_id):
-                self.wake(key)
+        self._release(group_id, member_id)
 
     def release_session(self, session: ShareSession) -> None:
-        for key, sp in self.partitions.items():
-            if key.group_id == session.group_id and sp.release_member(session.member_id):
-                self.wake(key)
+        self._release(session.group_id, session.member_id)
+
+    def _release(self, group_id: str, member_id: str) -> None:
+        released = [key for key, sp in self.partitions.items()
+                    if key.group_id == group_id and sp.release_member(member_id)]
+        for key in released:
+            self.wake(key)
+        self.persist_soon(released)
 
     async def persist(self, keys: Iterable[SharePartitionKey]) -> dict[SharePartitionKey, ErrorCode]:
-        """Write the changed share partitions among `keys` to their share coordinators and wait
-        until those have them (acks=all); each key's error."""
-        owned = sorted({(str(k), k) for k in keys if k in self.partitions})
-        sps = [(key, self.partitions[key]) for _, key in owned]
-        locks = [self._write_locks.setdefault(sp, asyncio.Lock()) for _, sp in sps]
-        async with contextlib.AsyncExitStack() as stack:
-            for lock in locks:  # in key order: two requests never wait on each other's locks
-                await stack.enter_async_context(lock)
-            # The snapshot is taken under the locks: a later change waits for this write and
-            # is written after it.
-            entries: dict[SharePartitionKey, tuple[SharePartition, WriteState]] = {}
-            for key, sp in sps:
-                if sp.dirty and self.partitions.get(key) is sp:
+        """Wait until what the share partitions among `keys` hold now is with their share
+        coordinators (acks=all); each key's error. A share partition dropped before its write
+        (leadership left, fenced) answers NOT_LEADER_OR_FOLLOWER: what changed there is lost."""
+        loop = asyncio.get_running_loop()
+        waiting: dict[SharePartitionKey, asyncio.Future] = {}
+        for key in set(keys):
+            if key not in self.partitions:
+                continue
+            waiting[key] = future = loop.create_future()
+            self._waiters.setdefault(key, []).append(future)
+        if not waiting:
+            return {}
+        self._kick()
+        return {key: await future for key, future in waiting.items()}
+
+    def persist_soon(self, keys: Iterable[SharePartitionKey]) -> None:
+        """Write these share partitions' changes in the background (a lock expiry, a member
+        fenced or a share session closed: Kafka writes those too, and nobody waits on them)."""
+        for key in keys:
+            if key in self.partitions:
+                self._waiters.setdefault(key, [])
+        self._kick()
+
+    def _kick(self) -> None:
+        """Start a write of every share partition waited on that is not being written now.
+        Writes are batched (one WriteShareGroupState per coordinator and group carries every
+        share partition of a flush) and pipelined (up to _MAX_FLUSHES in flight), and one share
+        partition is in at most one write at a time, its snapshot taken as its write starts:
+        an older state never lands after a newer one."""
+        while self._flushes < _MAX_FLUSHES:
+            batch: dict[SharePartitionKey, tuple[SharePartition, WriteState, list[asyncio.Future]]] = {}
+            for key in [k for k in self._waiters if k not in self._writing]:
+                futures = self._waiters.pop(key)
+                sp = self.partitions.get(key)
+                if sp is None:
+                    _resolve(futures, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                elif not sp.dirty:  # what they wait for went out with the write that just ended
+                    _resolve(futures, self._last_errors.get(key, ErrorCode.NONE))
+                else:
                     state = sp.state()
-                    entries[key] = (sp, WriteState(state.state_epoch, sp.leader_epoch, state.start_offset,
-                                                   state.batches))
+                    batch[key] = (sp, WriteState(state.state_epoch, sp.leader_epoch, state.start_offset,
+                                                 state.batches), futures)
                     sp.dirty = False
-            if not entries:
-                return {}
-            results = await self.persister.write({k: w for k, (_, w) in entries.items()})
-        errors = {}
-        for key, (sp, _) in entries.items():
-            errors[key] = error = results[key].error
-            if error in _FENCED:
-                log.info("share partition %s was fenced (%s): loading it again", key.coordinator_key, error.name)
-                self._drop(key, sp)
-            elif error != ErrorCode.NONE:
-                sp.dirty = True  # written with the next change
-        return errors
+            if not batch:
+                return
+            self._flushes += 1
+            self._writing.update(batch)
+            task = asyncio.get_running_loop().create_task(self._flush(batch))
+            self._flush_tasks.add(task)
+            task.add_done_callback(self._flush_tasks.discard)
+
+    async def _flush(self, batch: dict[SharePartitionKey, tuple[SharePartition, WriteState, list[asyncio.Future]]]
+                     ) -> None:
+        try:
+            try:
+                results = await self.persister.write({k: w for k, (_, w, _) in batch.items()})
+                errors = {k: results[k].error for k in batch}
+            except Exception:  # noqa: BLE001 - every waiter must hear back
+                log.exception("writing share state failed")
+                errors = dict.fromkeys(batch, ErrorCode.UNKNOWN_SERVER_ERROR)
+            for key, (sp, _, futures) in batch.items():
+                error = errors[key]
+                if error in _FENCED:
+                    log.info("share partition %s was fenced (%s): loading it again", key.coordinator_key, error.name)
+                    self._drop(key, sp)
+                elif error != ErrorCode.NONE:
+                    sp.dirty = True  # written again with the next change
+                if self.partitions.get(key) is sp:
+                    self._last_errors[key] = error
+                _resolve(futures, error)
+        finally:
+            self._writing.difference_update(batch)
+            self._flushes -= 1
+            if not self.broker.stopping:
+                self._kick()
 
     def _drop(self, key: SharePartitionKey, sp: SharePartition | None = None) -> None:
         """Forget the share partition of `key` here (if it is still `sp`); its state stays
@@ -387,6 +453,7 @@ class SharePartitionManager:
             return
         del self.partitions[key]
         self._first_configs.pop(key, None)
+        self._last_errors.pop(key, None)
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
@@ -479,4 +546,9 @@ class SharePartitionManager:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        for task in self._flush_tasks:
+            task.cancel()
+        for futures in self._waiters.values():
+            _resolve(futures, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self._waiters.clear()
         self.persister.close()

@@ -12,7 +12,10 @@ done (acknowledged or archived), so the window only holds what is still in fligh
 
 This module has no I/O and no clock of its own: times come in as arguments, and what must be
 persisted comes out as a `ShareState` (ACQUIRED is stored as AVAILABLE with its delivery
-count, so a crash redelivers it without losing the count).
+count). As in Kafka, an acquisition alone does not make the partition `dirty`: what changes
+it durably is an acknowledgement, a release, an archive, a lock expiry or a move of the start
+offset; a record acquired since the last write is, after a crash, AVAILABLE with the delivery
+count that write had (never delivered: 0).
 """
 
 from __future__ import annotations
@@ -182,8 +185,9 @@ class SharePartition:
                 for offset in range(first, last + 1):
                     records[offset] = InFlight(ACQUIRED, 1, member_id, deadline)
                     taken.append((offset, 1))
+            if batch.skip or first > self.end_offset:
+                self.dirty = True  # records archived
             self.end_offset = last + 1
-            self.dirty = True
         if taken:
             heapq.heappush(self._locks, (deadline, taken[0][0]))
         self._advance_start()
@@ -192,7 +196,6 @@ class SharePartition:
     def _take(self, record: InFlight, member_id: str, deadline: int, offset: int) -> int:
         record.state, record.member_id, record.deadline_ms = ACQUIRED, member_id, deadline
         record.delivery_count += 1
-        self.dirty = True
         return record.delivery_count
 
     # --- acknowledgements ----------------------------------------------------------------------
@@ -264,6 +267,7 @@ class SharePartition:
                     self._make_available(record)
                     expired = True
         if expired:
+            self.dirty = True
             self._advance_start()
         return expired
 

@@ -13,6 +13,7 @@ finalized at 1 or more, as a Kafka broker with share groups off does.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
@@ -122,7 +123,8 @@ class _Exchange:
         self.names: dict[uuid.UUID, str] = broker.metadata_cache.names_by_id
         self.ack_errors: dict[tuple[uuid.UUID, int], ErrorCode] = {}
         self.fetched: dict[tuple[uuid.UUID, int], FetchedPartition] = {}
-        self.touched: set[SharePartitionKey] = set()
+        self.touched: set[SharePartitionKey] = set()  # acknowledged here: written before the answer
+        self.writing: asyncio.Future | None = None
 
     def _check_topic(self, topic_id: uuid.UUID) -> tuple[str | None, ErrorCode]:
         name = self.names.get(topic_id)
@@ -173,8 +175,6 @@ class _Exchange:
                 if sp is None:
                     self.fetched[(topic_id, p)] = FetchedPartition(error)
                     continue
-                if sp.dirty:
-                    self.touched.add(key)
                 wait_on.append((name, topic_id, p))
                 # MaxBytes is a soft limit, as Fetch's: the first batch found goes out whatever
                 # its size (MaxBytes 0 asks for one batch), the partitions after it get the rest.
@@ -183,28 +183,30 @@ class _Exchange:
                 got = self.manager.acquire(key, sp, name, member, remaining_records, remaining_bytes, record_limit)
                 if got.acquired or got.error != ErrorCode.NONE:
                     self.fetched[(topic_id, p)] = got
-                    self.touched.add(key)
                     remaining_records -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
                     remaining_bytes -= len(got.records or b"")
             left = deadline - time.monotonic()
             if self.fetched or left <= 0:
                 return
-            await self.persist()  # acknowledgements are durable before the long poll waits
             await self.broker.replica_manager.fetch_purgatory.wait_any(self.manager.wait_keys(group, wait_on), left)
             if self.broker.stopping:
                 return
 
+    def start_persist(self) -> None:
+        """Start writing what the acknowledgements changed; the fetch goes on meanwhile (what
+        it acquires is not written, as in Kafka) and the answer waits for the write."""
+        if self.touched and self.writing is None:
+            self.writing = asyncio.ensure_future(self.manager.persist(self.touched))
+
     async def persist(self) -> None:
-        errors = await self.manager.persist(self.touched)
+        """Acknowledgements are answered once durable: a write that failed is their error."""
+        if self.writing is None:
+            return
+        errors = await self.writing
         for key, error in errors.items():
-            if error == ErrorCode.NONE:
-                continue
             tp = (key.topic_id, key.partition)
-            if tp in self.ack_errors and self.ack_errors[tp] == ErrorCode.NONE:
+            if error != ErrorCode.NONE and self.ack_errors.get(tp) == ErrorCode.NONE:
                 self.ack_errors[tp] = error
-            if tp in self.fetched:  # not durable: not delivered (the locks run out)
-                self.fetched[tp] = FetchedPartition(error)
-        self.touched.clear()
 
     def responses(self, requested: set[tuple[uuid.UUID, int]], fetch: bool) -> list[dict]:
         by_topic: dict[uuid.UUID, list[dict]] = {}
@@ -258,7 +260,8 @@ def _finish(broker, session: ShareSession, epoch: int) -> None:
 async def _exchange(broker, ctx: RequestContext, request, fetch: bool) -> dict:
     """ShareFetch (fetch) or ShareAcknowledge: the session's acknowledgements applied, then a
     ShareFetch not ending its session fetches, its acknowledged partitions joined to the
-    session and its forgotten ones left; what changed is persisted before the answer."""
+    session and its forgotten ones left; what the acknowledgements changed is persisted (while
+    the fetch runs) before the answer."""
     version = ctx.header.api_version
     renew_only = version >= 2 and fetch and request.is_renew_ack
     if fetch and version >= 2:
@@ -292,6 +295,7 @@ async def _exchange(broker, ctx: RequestContext, request, fetch: bool) -> dict:
             for p in topic.partitions:
                 session.partitions.discard((topic.topic_id, p))
     exchange.acknowledge(acks)
+    exchange.start_persist()
     if fetching and not renew_only:  # a renewal only acknowledges (KIP-1222)
         await exchange.fetch(request.max_records if request.max_records > 0 else 500, max(request.max_bytes, 0),
                              request.max_wait_ms, record_limit=version >= 2 and request.share_acquire_mode == RECORD_LIMIT)
