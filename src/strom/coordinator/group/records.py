@@ -158,3 +158,119 @@ def read_group_metadata_value(value: bytes) -> GroupMetadataValue:
                                           rebalance_timeout, session_timeout, subscription, assignment))
     r.tagged_fields()
     return group
+
+
+# --- share groups (KIP-932): Kafka's ShareGroup* records -----------------------------------------
+# The key's int16 version is the record type, as Kafka's coordinator records have it; keys are
+# non-flexible, values flexible version 0.
+SHARE_GROUP_MEMBER_METADATA = 10
+SHARE_GROUP_METADATA = 11
+SHARE_GROUP_TARGET_ASSIGNMENT_METADATA = 12
+SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER = 13
+SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT = 14
+SHARE_GROUP_RECORD_TYPES = frozenset(range(SHARE_GROUP_MEMBER_METADATA, SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT + 1))
+_PER_MEMBER = frozenset({SHARE_GROUP_MEMBER_METADATA, SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
+                         SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT})
+ShareAssignment = dict  # topic id -> set of partitions
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupKey:
+    """The key of a share group record: its type, the group, and the member for member records."""
+
+    record_type: int
+    group: str
+    member: str | None = None
+
+
+def share_group_key(key: ShareGroupKey) -> bytes:
+    w = Writer().int16(key.record_type).string(key.group)
+    if key.record_type in _PER_MEMBER:
+        w.string(key.member or "")
+    return bytes(w.buf)
+
+
+def read_share_group_key(data: bytes) -> ShareGroupKey | None:
+    """A share group record's key, or None for any other record."""
+    r = Reader(data)
+    record_type = r.int16()
+    if record_type not in SHARE_GROUP_RECORD_TYPES:
+        return None
+    group = r.string() or ""
+    return ShareGroupKey(record_type, group, (r.string() or "") if record_type in _PER_MEMBER else None)
+
+
+def _value() -> Writer:
+    return Writer(flexible=True).int16(0)
+
+
+def _partitions(w: Writer, assignment: ShareAssignment) -> None:
+    w.array_length(len(assignment))
+    for topic_id in sorted(assignment, key=str):
+        w.uuid(topic_id).array_length(len(assignment[topic_id]))
+        for p in sorted(assignment[topic_id]):
+            w.int32(p)
+        w.tagged_fields()
+
+
+def _read_partitions(r: Reader) -> ShareAssignment:
+    out: ShareAssignment = {}
+    for _ in range(max(r.array_length(), 0)):
+        topic_id = r.uuid()
+        out[topic_id] = {r.int32() for _ in range(max(r.array_length(), 0))}
+        r.tagged_fields()
+    return out
+
+
+def share_group_epoch_value(epoch: int) -> bytes:
+    """ShareGroupMetadataValue (the group epoch) or ShareGroupTargetAssignmentMetadataValue
+    (the assignment epoch): both one int32."""
+    return bytes(_value().int32(epoch).tagged_fields().buf)
+
+
+def share_member_metadata_value(rack_id: str | None, client_id: str, client_host: str,
+                                subscribed: list[str]) -> bytes:
+    w = _value().string(rack_id).string(client_id).string(client_host).array_length(len(subscribed))
+    for name in sorted(subscribed):
+        w.string(name)
+    return bytes(w.tagged_fields().buf)
+
+
+def share_target_member_value(assignment: ShareAssignment) -> bytes:
+    w = _value()
+    _partitions(w, assignment)
+    return bytes(w.tagged_fields().buf)
+
+
+def share_current_assignment_value(member_epoch: int, previous_epoch: int, assignment: ShareAssignment) -> bytes:
+    w = _value().int32(member_epoch).int32(previous_epoch).int8(0)  # state 0: stable
+    _partitions(w, assignment)
+    return bytes(w.tagged_fields().buf)
+
+
+@dataclass(slots=True)
+class ShareMemberRecord:
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed: list[str]
+
+
+def read_share_group_value(record_type: int, data: bytes):
+    """The value of a share group record: an int (group or assignment epoch), a
+    ShareMemberRecord, a ShareAssignment (target), or (member epoch, ShareAssignment)."""
+    r = Reader(data, flexible=True)
+    version = r.int16()
+    if version != 0:
+        raise RecordFormatError(f"unknown share group record value version {version}")
+    if record_type in (SHARE_GROUP_METADATA, SHARE_GROUP_TARGET_ASSIGNMENT_METADATA):
+        return r.int32()
+    if record_type == SHARE_GROUP_MEMBER_METADATA:
+        rack, client_id, host = r.string(), r.string() or "", r.string() or ""
+        return ShareMemberRecord(rack, client_id, host, [r.string() or "" for _ in range(max(r.array_length(), 0))])
+    if record_type == SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER:
+        return _read_partitions(r)
+    member_epoch = r.int32()
+    r.int32()  # the previous member epoch
+    r.int8()  # the member state
+    return member_epoch, _read_partitions(r)

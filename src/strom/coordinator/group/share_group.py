@@ -17,8 +17,16 @@ There is no bound on the number of share groups: Kafka 4.1 removed group.share.m
 (4.0 only sized its share session cache with it), and an empty group stays until deleted.
 
 Share groups share the group id namespace with classic and consumer groups: a group id in use
-by another type answers GROUP_ID_NOT_FOUND, as Kafka does. Membership is kept in memory only;
-what must survive (the share-partition state) lives in `__share_group_state`.
+by another type answers GROUP_ID_NOT_FOUND, as Kafka does. Membership survives a restart or a
+failover of the coordinator: as in Kafka, a group is kept in `__consumer_offsets` as
+ShareGroupMetadata (group epoch), ShareGroupMemberMetadata, ShareGroupTargetAssignmentMetadata
+and -Member, and ShareGroupCurrentMemberAssignment records (Kafka's key and value schemas). A
+heartbeat that changes any of them appends what changed (tombstones for a member that went) and
+is answered once that is replicated (acks=all, awaited by the request handler). A coordinator
+replays the share group records of a `__consumer_offsets` partition when it is first asked
+about a group after it became that partition's leader (the partition's leader epoch says when
+that happened), and a member comes back with its member id and epoch, its session timer
+started again. The share-partition state lives in `__share_group_state`.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from strom.coordinator import GROUP_METADATA_TOPIC, log_store
+from strom.coordinator.group import records
 from strom.coordinator.group.epoch_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     Assignment,
@@ -42,6 +52,7 @@ from strom.coordinator.group.epoch_group import (
 from strom.coordinator.group.epoch_group import Heartbeat as ShareHeartbeat
 from strom.coordinator.group.epoch_group import HeartbeatResponse as ShareHeartbeatResult
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.record_schema import RecordFormatError
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +81,25 @@ class ShareGroup(EpochGroup):
     def __init__(self, group_id: str) -> None:
         self.group_id = group_id
         self.init_epochs()
+        # What `__consumer_offsets` holds for the group: each record's key and value.
+        self.stored: dict[bytes, bytes] = {}
+
+    def records(self) -> dict[bytes, bytes]:
+        """The group as Kafka's share group records (key -> value)."""
+        g, K = self.group_id, records.ShareGroupKey
+        out = {records.share_group_key(K(records.SHARE_GROUP_METADATA, g)):
+               records.share_group_epoch_value(self.group_epoch),
+               records.share_group_key(K(records.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, g)):
+               records.share_group_epoch_value(self.assignment_epoch)}
+        for m in self.members.values():
+            out[records.share_group_key(K(records.SHARE_GROUP_MEMBER_METADATA, g, m.member_id))] = \
+                records.share_member_metadata_value(m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names)
+            out[records.share_group_key(K(records.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, g, m.member_id))] = \
+                records.share_current_assignment_value(m.member_epoch, m.member_epoch, m.assigned)
+        for member_id, target in self.target.items():
+            out[records.share_group_key(K(records.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER, g, member_id))] = \
+                records.share_target_member_value(target)
+        return out
 
     @property
     def state(self) -> ShareGroupState:
@@ -120,9 +150,128 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
         self.coordinator = coordinator
         self.topics = topics
         self.settings = settings
-        self.groups: dict[str, ShareGroup] = {}
+        self._groups: dict[str, ShareGroup] = {}
+        # The leader epoch of each `__consumer_offsets` partition whose share groups are loaded.
+        self._loaded: dict[int, int] = {}
         # Called with (group id, member id) when a member is fenced (its session timed out).
         self.member_listeners: list[Callable[[str, str], None]] = []
+        # The stored records of groups deleted whose tombstones could not be written yet.
+        self._deleted: dict[str, dict[bytes, bytes]] = {}
+
+    # --- loading and storing ---------------------------------------------------------------------
+    @property
+    def groups(self) -> dict[str, ShareGroup]:
+        """The share groups of the `__consumer_offsets` partitions led here, loaded first from
+        any partition whose leadership this broker took since it last looked."""
+        self._sync()
+        return self._groups
+
+    def _sync(self) -> None:
+        store = self.coordinator.store
+        replica_manager = getattr(store, "replica_manager", None)
+        if replica_manager is None:  # a store without a log (unit tests)
+            return
+        for index in range(store.num_partitions()):
+            partition = replica_manager.get_partition(GROUP_METADATA_TOPIC, index)
+            epoch = partition.leader_epoch if partition is not None and partition.is_leader else None
+            if self._loaded.get(index) == epoch:
+                continue
+            self._unload(index, store.num_partitions())
+            if epoch is None:
+                self._loaded.pop(index, None)
+                continue
+            self._loaded[index] = epoch
+            self._replay(partition.log)
+
+    def _unload(self, index: int, partitions: int) -> None:
+        for group_id in [g for g in self._groups if log_store.partition_for(g, partitions) == index]:
+            for member in self._groups.pop(group_id).members.values():
+                if member.session_timer is not None:
+                    member.session_timer.cancel()
+
+    def _replay(self, log_: Any) -> None:
+        found: dict[str, dict[bytes, tuple[records.ShareGroupKey, bytes]]] = {}
+        for item in log_store.replay(log_):
+            try:
+                key = records.read_share_group_key(item.key)
+            except RecordFormatError:
+                continue
+            if key is None:
+                continue
+            if item.value is None:
+                found.get(key.group, {}).pop(item.key, None)
+            else:
+                found.setdefault(key.group, {})[bytes(item.key)] = (key, bytes(item.value))
+        for group_id, stored in found.items():
+            try:
+                group = self._restore(group_id, stored)
+            except (RecordFormatError, ValueError) as e:
+                log.warning("share group %s: its records do not parse, not loaded: %s", group_id, e)
+                continue
+            if group is not None:
+                self._groups[group_id] = group
+                log.info("share group %s: loaded at group epoch %d with %d members", group_id,
+                         group.group_epoch, len(group.members))
+
+    def _restore(self, group_id: str, stored: dict[bytes, tuple[records.ShareGroupKey, bytes]]) -> ShareGroup | None:
+        group = ShareGroup(group_id)
+        has_metadata = False
+        for key, data in stored.values():
+            value = records.read_share_group_value(key.record_type, data)
+            if key.record_type == records.SHARE_GROUP_METADATA:
+                group.group_epoch, has_metadata = value, True
+            elif key.record_type == records.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA:
+                group.assignment_epoch = value
+            elif key.record_type == records.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER:
+                group.target[key.member] = value
+            else:
+                member = group.members.setdefault(key.member, ShareGroupMember(key.member))
+                if key.record_type == records.SHARE_GROUP_MEMBER_METADATA:
+                    member.rack_id, member.client_id, member.client_host = value.rack_id, value.client_id, \
+                        value.client_host
+                    member.subscribed_topic_names = list(value.subscribed)
+                else:
+                    member.member_epoch, member.assigned = value
+        if not has_metadata:  # a deleted group's records left behind
+            return None
+        group.subscription_metadata = self._subscription_metadata(group)
+        group.stored = {k: v for k, (_, v) in stored.items()}
+        for member in group.members.values():
+            self._schedule_session_timeout(group, member)
+        return group
+
+    def store(self, group_id: str) -> bool:
+        """Append what changed in the group since it was last stored (all of it once deleted:
+        tombstones); True if anything was. Raises KafkaError when the append fails."""
+        group = self._groups.get(group_id)
+        wanted = group.records() if group is not None else {}
+        stored = group.stored if group is not None else self._deleted.pop(group_id, {})
+        entries: list[tuple[bytes, bytes | None]] = [(k, v) for k, v in wanted.items() if stored.get(k) != v]
+        entries += [(k, None) for k in stored if k not in wanted]
+        if not entries:
+            return False
+        store = self.coordinator.store
+        replica_manager = getattr(store, "replica_manager", None)
+        if replica_manager is None:
+            return False
+        tp = (GROUP_METADATA_TOPIC, store.partition_for(group_id))
+        error = log_store.append(replica_manager, tp, entries)
+        if error != ErrorCode.NONE:
+            if group is None:
+                self._deleted[group_id] = stored  # tombstoned with the next try
+            error = log_store.STORE_ERRORS.get(error, error)
+            log.warning("share group %s: storing its records failed: %s", group_id, error.name)
+            raise KafkaError(f"The share group's records could not be stored: {error.name}.", error)
+        if group is not None:
+            group.stored = wanted
+        return True
+
+    def _store_quietly(self, group_id: str) -> None:
+        """Store a change nobody waits for (a session expiry, a deleted group)."""
+        try:
+            self.store(group_id)
+        except KafkaError:
+            pass  # the next heartbeat of the group writes it
 
     # --- ShareGroupHeartbeat --------------------------------------------------------------------
     def heartbeat(self, req: ShareHeartbeat) -> ShareHeartbeatResult:
@@ -228,7 +377,10 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
         return self._group_setting(group.group_id, "share.session.timeout.ms", self.settings.session_timeout_ms)
 
     def _session_expired(self, group: ShareGroup, member: ShareGroupMember) -> None:
+        if self.coordinator.validate_group_status(group.group_id, SHARE_GROUP_HEARTBEAT) is not None:
+            return  # no longer the coordinator: the group is unloaded at the next look
         self._remove(group, member, "fenced: its session expired")
+        self._store_quietly(group.group_id)
 
     def is_member(self, group_id: str, member_id: str) -> bool:
         group = self.groups.get(group_id)
@@ -263,12 +415,15 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group.members:
             return ErrorCode.NON_EMPTY_GROUP
-        del self.groups[group_id]
+        del self._groups[group_id]
+        self._deleted[group_id] = group.stored
+        self._store_quietly(group_id)
         return ErrorCode.NONE
 
     def shutdown(self) -> None:
-        for group in self.groups.values():
+        for group in self._groups.values():
             for member in group.members.values():
                 if member.session_timer is not None:
                     member.session_timer.cancel()
-        self.groups.clear()
+        self._groups.clear()
+        self._loaded.clear()

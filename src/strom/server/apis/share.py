@@ -19,6 +19,7 @@ import uuid
 from typing import Any
 
 from strom.controller.features import SHARE_VERSION
+from strom.coordinator import GROUP_METADATA_TOPIC
 from strom.coordinator.group.share_group import ShareHeartbeat
 from strom.coordinator.share.share_partition import (
     ACKNOWLEDGE_TYPES,
@@ -54,13 +55,20 @@ async def handle_share_group_heartbeat(broker, ctx: RequestContext, request) -> 
         return GROUP_DENIED
     if not _enabled(broker):
         return error(ErrorCode.UNSUPPORTED_VERSION, _NOT_ENABLED)
+    share_groups = broker.group_coordinator.share_groups
     try:
-        result = broker.group_coordinator.share_groups.heartbeat(ShareHeartbeat(
+        result = share_groups.heartbeat(ShareHeartbeat(
             group_id=request.group_id, member_id=request.member_id, member_epoch=request.member_epoch,
             rack_id=request.rack_id,
             subscribed_topic_names=None if request.subscribed_topic_names is None
             else list(request.subscribed_topic_names),
             client_id=ctx.header.client_id or "", client_host=client_host(ctx)))
+        # What the heartbeat changed is in `__consumer_offsets` (acks=all) before the answer:
+        # a failed-over coordinator knows the member, its epoch and its assignment.
+        if share_groups.store(request.group_id):
+            code = await broker.coordinators.await_internal_replication(GROUP_METADATA_TOPIC, request.group_id)
+            if code != ErrorCode.NONE:
+                return error(code, "The share group's records were not replicated in time.")
     except KafkaError as e:
         return error(e.code, str(e) or None)
     assignment = None if result.assignment is None else {"topic_partitions": [
