@@ -64,6 +64,7 @@ class CachedPartition:
         """Whether an incremental response includes this partition; remembers what it sent."""
         changed = (data.records is not None or data.error_code != ErrorCode.NONE
                    or data.diverging_epoch is not None
+                   or getattr(data, "preferred_read_replica", -1) >= 0  # KIP-392: the client must hear it
                    or data.high_watermark != self.sent_high_watermark
                    or data.last_stable_offset != self.sent_last_stable_offset
                    or data.log_start_offset != self.sent_log_start_offset)

@@ -37,6 +37,7 @@ from strom.replication.fetch_session import FULL_SCAN_EVERY, FetchSession
 from strom.replication.partition import Partition, TopicPartition, now_ms
 from strom.replication.purgatory import Purgatory
 from strom.replication.quota import ReplicationQuota
+from strom.replication.replica_selector import ReadPreference, ReplicaView
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,8 @@ class ReadResult:
     # The offset lies in remote storage (tiered, below the local log start): the fetch reads it
     # there, off the loop, (fetch offset, read_committed upper bound or None)
     remote: tuple[int, int | None] | None = None
+    # KIP-392: the follower the consumer should read from instead (nothing is read then)
+    preferred_read_replica: int = -1
 
 
 class ReplicaManager:
@@ -465,21 +468,64 @@ class ReplicaManager:
             out.append((tp, cached))
         return out
 
+    def preferred_read_replica(self, partition: Partition, offset: int, preference: ReadPreference) -> int:
+        """Kafka's findPreferredReadReplica: the replica the selector picks for a consumer at
+        `offset` among this leader and the ISR followers whose log reaches it (a follower out
+        of the ISR may lag without end), or -1 for this leader. Followers on brokers the
+        consumer cannot reach are left out. Kafka also checks each follower's log start; Strom
+        does not track it and uses the leader's."""
+        me, racks, log_ = self.broker_id, preference.racks, partition.log
+        leader = ReplicaView(me, racks.get(me), log_.log_end_offset, 0)
+        views = [leader]
+        if offset >= log_.log_start_offset:
+            now = now_ms()
+            for replica in partition.isr:
+                state = partition.followers.get(replica)
+                if replica != me and state is not None and replica in racks and state.log_end_offset >= offset:
+                    views.append(ReplicaView(replica, racks[replica], state.log_end_offset,
+                                             now - state.caught_up_ms()))
+        try:
+            chosen = preference.selector.select(partition.topic, partition.index, preference.client, leader, views)
+        except Exception:  # noqa: BLE001 - a plugged-in selector's fault: the leader serves
+            log.exception("%s-%d: replica selector failed", partition.topic, partition.index)
+            return -1
+        if chosen is None or chosen.broker_id == me or all(v.broker_id != chosen.broker_id for v in views):
+            return -1
+        return chosen.broker_id
+
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, min_one_message: bool,
              read_committed: bool = False, current_leader_epoch: int = -1,
-             replica_id: int = -1, last_fetched_epoch: int = -1) -> ReadResult:
+             replica_id: int = -1, last_fetched_epoch: int = -1, fetch_only_leader: bool = True,
+             preference: ReadPreference | None = None) -> ReadResult:
         """Read from the leader up to the high watermark, or for read_committed up to the last
         stable offset, with the aborted transactions the client must skip. A follower
         (`replica_id` >= 0) reads up to the log end: its fetch offset is its log end offset,
-        which may move the high watermark and bring it into the ISR."""
-        partition, error = self.leader_partition(tp)
-        if partition is None:
-            return ReadResult(error)
+        which may move the high watermark and bring it into the ISR.
+
+        A consumer that may read from followers (`fetch_only_leader` False: Fetch v11+, KIP-392)
+        is served by a follower too, up to the follower's high watermark; with a `preference`,
+        a leader may instead name the follower it should read from, and read nothing."""
+        if replica_id < 0 and not fetch_only_leader:
+            partition = self.partitions.get(tp)
+            if partition is None:
+                return ReadResult(self.missing_partition_error(tp))
+        else:
+            partition, error = self.leader_partition(tp)
+            if partition is None:
+                return ReadResult(error)
         epoch_error = partition.check_leader_epoch(current_leader_epoch)
         if epoch_error != ErrorCode.NONE:
             return ReadResult(epoch_error)
+        if partition.leader_id < 0:  # made, and no LeaderAndIsr applied yet: no state to serve
+            return ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self._read_lazily_opened(partition)  # the first read, before the background load
         log_ = partition.log
+        if preference is not None and partition.is_leader:
+            preferred = self.preferred_read_replica(partition, offset, preference)
+            if preferred >= 0:
+                return ReadResult(ErrorCode.NONE, partition.high_watermark, log_.log_start_offset,
+                                  last_stable_offset=partition.last_stable_offset,
+                                  preferred_read_replica=preferred)
         if replica_id >= 0 and last_fetched_epoch >= 0:
             # KIP-320: the follower's last epoch ends earlier here, or is unknown: it must
             # truncate before it may append more.

@@ -6,6 +6,11 @@ the request waits until an append to one of its partitions or the deadline, then
 A follower's v18 fetch (KIP-1166) tells the high watermark it knows of each partition: where the
 leader's is further on, the answer goes at once, so that the follower learns it without waiting
 for new records. Record bytes are never copied into Python: the response carries file regions.
+
+Fetch from follower (KIP-392): a consumer's v11+ fetch may be served by a follower, up to the
+follower's high watermark; with `replica.selector.class` set, a leader asked by such a consumer
+answers at once, with no records, naming the replica it should read from
+(preferred_read_replica) when the selector picks a follower.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from strom.protocol.fetch import (
 )
 from strom.remote.manager import RemoteFetchRefused
 from strom.replication.fetch_session import new_context
+from strom.replication.replica_selector import ClientMetadata, ReadPreference, replica_selector
 from strom.security.authorizer import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed
 from strom.server.apis import RequestContext, api
 
@@ -41,6 +47,7 @@ FETCH = 1
 READ_COMMITTED = 1  # isolation_level: read up to the last stable offset, skip aborted data
 HIGH_WATERMARK_FROM = 18  # KIP-1166
 HIGH_WATERMARK_NOT_SENT = (1 << 63) - 1  # the field's default: a follower that does not say
+CLIENT_METADATA_FROM = 11  # KIP-392: rack_id, and consumers may read from followers
 _UNKNOWN = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)
 _MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
@@ -100,13 +107,32 @@ class RemoteRead:
     min_one_message: bool
 
 
-def _read_all(broker, request, wanted, denied: dict[str, ErrorCode]
+def read_preference(broker, ctx: RequestContext, request) -> ReadPreference | None:
+    """A consumer's v11+ fetch to a broker with a replica selector: what the leader needs to
+    name a preferred read replica (Kafka's ClientMetadata, with the reachable brokers' racks)."""
+    if ctx.header.api_version < CLIENT_METADATA_FROM or replica_id(request) >= 0:
+        return None
+    config = getattr(broker, "config", None)  # a stand-in broker of a unit test may have none
+    selector = None if config is None else replica_selector(config["replica.selector.class"])
+    if selector is None:
+        return None
+    client = ClientMetadata(getattr(request, "rack_id", None) or "", ctx.header.client_id or "",
+                            ctx.client, ctx.listener)
+    racks = {b["node_id"]: b["rack"] for b in broker.endpoints(ctx.listener)}
+    return ReadPreference(client, selector, racks)
+
+
+def _read_all(broker, request, wanted, denied: dict[str, ErrorCode], version: int,
+              preference: ReadPreference | None
               ) -> tuple[list[tuple[str, list[PartitionData]]], int, bool, RemoteRead | None]:
+    """The partitions' answers, the bytes they carry, whether to answer at once (an error, or
+    a preferred read replica named: Kafka does not wait then) and the remote read, if any."""
     rm = broker.replica_manager
     remaining = request.max_bytes
-    topics, total, errors, remote = [], 0, False, None
+    topics, total, at_once, remote = [], 0, False, None
     read_committed = request.isolation_level == READ_COMMITTED
     follower_id = replica_id(request)
+    fetch_only_leader = follower_id >= 0 or version < CLIENT_METADATA_FROM
     for topic, partitions in wanted:
         out = []
         for p in partitions:
@@ -121,21 +147,24 @@ def _read_all(broker, request, wanted, denied: dict[str, ErrorCode]
                              read_committed=read_committed,
                              current_leader_epoch=getattr(p, "current_leader_epoch", -1),
                              replica_id=follower_id,
-                             last_fetched_epoch=getattr(p, "last_fetched_epoch", -1))
+                             last_fetched_epoch=getattr(p, "last_fetched_epoch", -1),
+                             fetch_only_leader=fetch_only_leader, preference=preference)
             records = result.records if result.records is not None and result.records.size else None
             size = records.size if records is not None else 0
             total += size
             remaining -= size
-            errors |= result.error != ErrorCode.NONE
+            at_once |= result.error != ErrorCode.NONE or result.preferred_read_replica >= 0
             aborted = None if result.aborted is None else [
                 (t.producer_id, t.first_offset) for t in result.aborted]
             out.append(PartitionData(p.partition, result.error, result.high_watermark,
                                      result.last_stable_offset, result.log_start_offset, records,
                                      aborted, result.diverging_epoch))
+            if result.preferred_read_replica >= 0:
+                out[-1].preferred_read_replica = result.preferred_read_replica
             if result.remote is not None and remote is None and broker.remote_log_manager is not None:
                 remote = RemoteRead(out[-1], tp, result.remote[0], result.remote[1], limit, total == 0)
         topics.append((topic, out))
-    return topics, total, errors, remote
+    return topics, total, at_once, remote
 
 
 @api(FETCH, 4, MAX_VERSION)
@@ -161,13 +190,14 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
     keys = [(topic, p.partition) for topic, ps in wanted for p in ps if topic not in denied] if news is None else ()
     known = _follower_high_watermarks(requested) if follower and version >= HIGH_WATERMARK_FROM else None
+    preference = read_preference(broker, ctx, request)
     while True:
-        topics, total, errors, remote = _read_all(broker, request, wanted, denied)
+        topics, total, at_once, remote = _read_all(broker, request, wanted, denied, version, preference)
         if remote is not None:  # answered once it is read (or remote.fetch.max.wait.ms passed)
             await read_remote(broker, remote)
             break
         remaining = deadline - time.monotonic()
-        if total >= request.min_bytes or errors or remaining <= 0 or broker.stopping:
+        if total >= request.min_bytes or at_once or remaining <= 0 or broker.stopping:
             break
         if known and _behind(known, topics):
             break

@@ -1,0 +1,151 @@
+"""Fetch from the closest replica (KIP-392) on a real three-broker cluster, one broker per rack
+(a, b, c), on ZooKeeper and on KRaft, with Kafka's RackAwareReplicaSelector: a confluent-kafka
+consumer with client.rack=b reads a topic led by the rack-a broker from the rack-b follower,
+through a restart of that follower; consumers with no rack, or in the leader's rack, read from
+the leader. Which broker served a consumer is read from each broker's BytesOut per topic."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import KafkaError, TopicPartition
+
+from strom.replication.replica_selector import (
+    ClientMetadata,
+    RackAwareReplicaSelector,
+    ReplicaView,
+    replica_selector,
+)
+from strom.testing import (
+    Cluster,
+    consume_all,
+    create_topic,
+    metric_value,
+    produce_acked,
+    reading_consumer,
+    scrape,
+    unique_name,
+    wait_for,
+)
+
+from .conftest import CLUSTER_OVERRIDES
+
+CLUSTER_MODES = ("zookeeper", "kraft")
+RACKS = {1: "a", 2: "b", 3: "c"}
+LEADER, FOLLOWER = 1, 2  # the rack-a leader and the rack-b follower
+
+
+@pytest.fixture(scope="module")
+def racked(zookeeper):
+    cluster = Cluster(3, zookeeper=zookeeper, overrides={
+        **CLUSTER_OVERRIDES, "metrics.port": "0",
+        "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector"})
+    for broker_id, rack in RACKS.items():
+        cluster.brokers[broker_id].overrides["broker.rack"] = rack
+    with cluster:
+        yield cluster
+
+
+def bytes_out(cluster: Cluster, broker_id: int, topic: str) -> float:
+    """Record bytes the broker sent consumers from `topic` since it started (0: none)."""
+    samples = scrape(cluster.brokers[broker_id].metrics_url)
+    return samples.get(("strom_topic_bytes_out_total", frozenset({("topic", topic)})), 0.0)
+
+
+def in_sync(cluster: Cluster) -> bool:
+    """Every partition the rack-a broker leads has all its replicas in its ISR."""
+    samples = scrape(cluster.brokers[LEADER].metrics_url)
+    return metric_value(samples, "strom_under_replicated_partitions") == 0
+
+
+def values(n: int, start: int = 0) -> list[bytes]:
+    return [f"{i:06d}".encode() * 16 for i in range(start, start + n)]
+
+
+def test_a_consumer_in_rack_b_reads_from_the_rack_b_follower_through_its_restart(racked):
+    topic = unique_name("closest")
+    create_topic(racked.bootstrap, topic, replication_factor=3, assignment=[[LEADER, FOLLOWER, 3]])
+    first = values(200)
+    produce_acked(racked.bootstrap, topic, first, acks="all")
+    consumer = reading_consumer(racked.bootstrap, **{"client.rack": "b"})
+    read: list[bytes] = []
+
+    def read_until(n: int, what: str) -> None:
+        deadline = time.monotonic() + 60
+        while len(read) < n:
+            assert time.monotonic() < deadline, f"read {len(read)} of {n} records ({what})"
+            for msg in consumer.consume(500, 0.2):
+                err = msg.error()
+                if err is None:
+                    read.append(msg.value())
+                elif err.fatal() or err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                    raise AssertionError(f"consumer error: {err}")
+
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        read_until(len(first), "before the restart")
+        # The leader only named the follower: every record byte came from rack b.
+        assert bytes_out(racked, LEADER, topic) == 0
+        assert bytes_out(racked, 3, topic) == 0
+        assert bytes_out(racked, FOLLOWER, topic) >= sum(map(len, first))
+
+        follower = racked.brokers[FOLLOWER]
+        follower.stop()  # a clean shutdown: it leaves the ISR
+        during = values(50, len(first))
+        produce_acked(racked.bootstrap, topic, during, acks="all")
+        follower.restart()  # its counters start again from 0
+        wait_for(lambda: in_sync(racked), timeout=60, what="the restarted follower back in the ISR")
+        after = values(200, len(first) + len(during))
+        produce_acked(racked.bootstrap, topic, after, acks="all")
+        read_until(len(first) + len(during) + len(after), "through the restart")
+        assert read == first + during + after  # each record once, in order
+        # Back on the rack-b follower: it served at least what was written once it was in sync.
+        wait_for(lambda: bytes_out(racked, FOLLOWER, topic) >= sum(map(len, after)), timeout=10,
+                 what="the follower's bytes out after its restart")
+        assert bytes_out(racked, 3, topic) == 0
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("conf", [{}, {"client.rack": "a"}, {"client.rack": "nowhere"}],
+                         ids=["no-rack", "leader-rack", "unknown-rack"])
+def test_other_consumers_read_from_the_leader(racked, conf):
+    topic = unique_name("leader-read")
+    create_topic(racked.bootstrap, topic, replication_factor=3, assignment=[[LEADER, FOLLOWER, 3]])
+    written = values(100)
+    produce_acked(racked.bootstrap, topic, written, acks="all")
+    got = [m.value() for m in consume_all(racked.bootstrap, topic, count=len(written), **conf)]
+    assert got == written
+    assert bytes_out(racked, LEADER, topic) >= sum(map(len, written))
+    assert bytes_out(racked, FOLLOWER, topic) == 0 and bytes_out(racked, 3, topic) == 0
+
+
+# -- the rack-aware rule itself -------------------------------------------------------------
+
+def _client(rack: str) -> ClientMetadata:
+    return ClientMetadata(rack, "c", "127.0.0.1", "PLAINTEXT")
+
+
+LEADER_VIEW = ReplicaView(1, "a", 100, 0)
+B_BEHIND, B_AHEAD, C = ReplicaView(2, "b", 90, 50), ReplicaView(4, "b", 100, 20), ReplicaView(3, "c", 100, 0)
+
+
+@pytest.mark.parametrize(("rack", "replicas", "expected"), [
+    ("", [LEADER_VIEW, B_AHEAD], LEADER_VIEW),  # no rack: the leader
+    ("a", [LEADER_VIEW, B_AHEAD], LEADER_VIEW),  # the leader's rack
+    ("z", [LEADER_VIEW, B_AHEAD, C], LEADER_VIEW),  # no replica there
+    ("c", [LEADER_VIEW, B_AHEAD, C], C),
+    ("b", [LEADER_VIEW, B_BEHIND, B_AHEAD], B_AHEAD),  # the largest log end of the rack
+    ("b", [LEADER_VIEW, ReplicaView(2, "b", 100, 70), B_AHEAD], B_AHEAD),  # then the latest caught up
+], ids=["no-rack", "leader-rack", "no-replica-there", "follower", "most-caught-up", "latest-caught-up"])
+def test_rack_aware_selector(rack, replicas, expected):
+    assert RackAwareReplicaSelector().select("t", 0, _client(rack), LEADER_VIEW, replicas) == expected
+
+
+def test_selector_names():
+    assert replica_selector(None) is None and replica_selector("") is None
+    assert isinstance(replica_selector("org.apache.kafka.common.replica.RackAwareReplicaSelector"),
+                      RackAwareReplicaSelector)
+    with pytest.raises(ValueError):
+        replica_selector("no.such.Selector")
