@@ -25,6 +25,7 @@ from strom.controller.replication_control import (
     leaders_for_returning,
     led_by,
     shutdown_changes,
+    unclean_shutdown_changes,
 )
 from strom.log.config import check_remote_storage_change
 from strom.metadata import records as r
@@ -46,12 +47,15 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
 class BrokerSession:
     last_heartbeat: float  # monotonic seconds
     registered_at: int  # offset of its RegisterBrokerRecord: caught up once its metadata is past it
+    let_go: bool = False  # its controlled shutdown ended: it was told it may go
 
 
 def register_broker(image: MetadataImage, request: Any, cluster_id: str | None, epoch: int,
-                    sessions: Mapping[int, BrokerSession], now: float, session_timeout_s: float) -> Change:
+                    sessions: Mapping[int, BrokerSession], now: float, session_timeout_s: float,
+                    limits: Limits | None = None) -> Change:
     """BrokerRegistration: a RegisterBrokerRecord at broker epoch `epoch`, fenced until it has
-    caught up. A second process with the same id is refused while the first one's session lives."""
+    caught up. A second process with the same id is refused while the first one's session lives.
+    A new process of a broker that did not shut down cleanly first leaves every ISR and ELR."""
     if cluster_id is not None and request.cluster_id != cluster_id:
         raise KafkaError(f"Expected cluster ID {cluster_id}, but got cluster ID {request.cluster_id}",
                          ErrorCode.INCONSISTENT_CLUSTER_ID)
@@ -64,6 +68,10 @@ def register_broker(image: MetadataImage, request: Any, cluster_id: str | None, 
     log_dirs = list(getattr(request, "log_dirs", None) or [])
     if image.features.get("metadata.version", 0) >= DIRECTORY_ASSIGNMENT_METADATA_VERSION:
         check_log_dirs(image, request.broker_id, log_dirs)
+    cleanup = []
+    if existing is None or existing.incarnation_id != request.incarnation_id:
+        if not shut_down_cleanly(existing, request, sessions.get(request.broker_id)):
+            cleanup = unclean_shutdown_changes(image, request.broker_id, limits or Limits())
     rec = r.RegisterBrokerRecord
     record = rec(broker_id=request.broker_id, incarnation_id=request.incarnation_id, broker_epoch=epoch,
                  end_points=[rec.BrokerEndpoint(name=x.name, host=x.host, port=x.port,
@@ -73,7 +81,18 @@ def register_broker(image: MetadataImage, request: Any, cluster_id: str | None, 
                            for f in request.features],
                  rack=request.rack, fenced=True, in_controlled_shutdown=False,
                  log_dirs=log_dirs)
-    return Change([record], epoch)
+    return Change([*cleanup, record], epoch)
+
+
+def shut_down_cleanly(existing: Any, request: Any, session: BrokerSession | None) -> bool:
+    """KIP-966: a broker that comes back names the epoch it had when it last shut down cleanly
+    (PreviousBrokerEpoch); any other value means its logs may have lost unflushed records.
+    A broker this controller let go after its controlled shutdown counts as clean as well
+    (Strom's brokers flush every log once let go)."""
+    if existing is None:
+        return False
+    previous = getattr(request, "previous_broker_epoch", -1)
+    return (previous >= 0 and previous == existing.epoch) or (session is not None and session.let_go)
 
 
 # Kafka's MetadataVersion.IBP_3_7_IV2: brokers register their log directories (KIP-858).

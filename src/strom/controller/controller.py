@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 StoreIO = Callable[..., Awaitable[Any]]
+DEFAULT_ENTITY = "<default>"  # the cluster-wide default's config node (/config/brokers/<default>)
 _MULTI_CHUNK = 500  # ops per ZooKeeper multi, well under its 1 MB request limit
 
 
@@ -50,7 +51,17 @@ def _partition_state(node: tuple[Any, int] | None, replicas: list[int]) -> Parti
         return PartitionState(znodes.NO_LEADER, 0, [], replicas, zk_version=-1)
     data, version = node
     return PartitionState(data["leader"], data["leader_epoch"], list(data["isr"]), replicas,
-                          data.get("controller_epoch", 0), version)
+                          data.get("controller_epoch", 0), version,
+                          elr=list(data.get("eligible_leader_replicas") or []),
+                          last_known_elr=list(data.get("last_known_elr") or []))
+
+
+def _config_int(node: tuple[Any, int] | None, key: str, default: int) -> int:
+    config = node[0].get("config") if node and isinstance(node[0], dict) else None
+    try:
+        return int(config[key]) if config and key in config else default
+    except (TypeError, ValueError):
+        return default
 
 
 class ControllerMoved(Exception):
@@ -72,6 +83,10 @@ class ControllerContext:
     deletion_pending: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
     # Brokers in controlled shutdown: they lead nothing more and leave every ISR.
     shutting_down: set[int] = field(default_factory=set)
+    # eligible.leader.replicas.version >= 1 (KIP-966): partitions keep their ELRs.
+    elr_enabled: bool = False
+    # min.insync.replicas of the topics the current event looks at (read from their config nodes).
+    min_isr: dict[str, int] = field(default_factory=dict)
 
     def eligible(self, replicas: list[int]) -> list[int]:
         """Replicas that may lead, in assignment order: live and not shutting down."""
@@ -192,6 +207,7 @@ class KafkaController:
         handler = getattr(self, f"_on_{event.name}")
         if event.name not in ("startup", "controller_change", "resign") and not self.is_active:
             return None  # a watch of a controller that has since resigned
+        self.ctx.min_isr.clear()  # topic configs may have changed since the last event
         try:
             return await handler(*event.args)
         except ControllerMoved:
@@ -286,6 +302,8 @@ class KafkaController:
                 if state.zk_version < 0:
                     self.ctx.new_partitions.add((t.name, index))
         await self.io(self._finalize_default_features)
+        node = await self.io(self.store.get, znodes.FEATURE)
+        self.ctx.elr_enabled = znodes.decode_features(node[0] if node else None).get(features.ELR_VERSION, 0) >= 1
         # As Kafka's failover: brokers already serving learn the new controller, the live
         # brokers and every partition's state (the dead marked offline) before the elections,
         # which at 100,000 partitions take seconds. Not this broker if it is starting: it serves
@@ -344,7 +362,29 @@ class KafkaController:
             else:
                 await self.io(self.store.set, znodes.FEATURE, encoded, node[1])
             log.info("finalized features now %s", levels)
+            self.ctx.elr_enabled = levels.get(features.ELR_VERSION, 0) >= 1
         return results
+
+    # -- eligible leader replicas (KIP-966) ---------------------------------------------------
+
+    async def _read_min_isrs(self, names) -> None:
+        """min.insync.replicas of these topics (their override, else the cluster-wide dynamic
+        default, else 1), read once per event; only while ELRs are kept."""
+        wanted = sorted({n for n in names if n not in self.ctx.min_isr})
+        if not self.ctx.elr_enabled or not wanted:
+            return
+
+        def read() -> list:
+            paths = [znodes.config_path("topics", n) for n in wanted]
+            return self.store.get_many([*paths, znodes.config_path("brokers", DEFAULT_ENTITY)])
+
+        *topics, default = await self.io(read)
+        fallback = _config_int(default, "min.insync.replicas", 1)
+        for name, node in zip(wanted, topics, strict=True):
+            self.ctx.min_isr[name] = _config_int(node, "min.insync.replicas", fallback)
+
+    def _policy(self, name: str, replicas: list[int]) -> elections.ElrPolicy:
+        return elections.elr_policy(self.ctx.elr_enabled, self.ctx.min_isr.get(name, 1), replicas)
 
     async def _new_epoch_for_restarted_leader(self) -> None:
         """This broker just started and leads partitions from before: a leader that restarted
@@ -418,14 +458,17 @@ class KafkaController:
     def _stop_replica_callback(self, broker_id: int):
         return lambda response: self.events.put("stop_replica_response", broker_id, response)
 
-    async def _elect_offline_and_new(self, batch: RequestBatch, partitions, controlled: bool = False) -> None:
+    async def _elect_offline_and_new(self, batch: RequestBatch, partitions, controlled: bool = False,
+                                     unclean: frozenset[int] = frozenset()) -> None:
         """NewPartition -> Online (first live replica leads, the live replicas are the ISR) and
         OfflinePartition -> Online (the first live ISR member in assignment order leads).
         A partition whose ISR has no live member stays offline, its last ISR kept, unless
         unclean.leader.election.enable lets any live replica lead (seed 002's strategies)."""
         live = self.ctx.live_brokers
+        partitions = list(partitions)
+        await self._read_min_isrs(t.name for t, _, _ in partitions)
         with collections_paused():  # a new state per partition: 100,000 at a failover
-            creates, updates = self._elected_states(partitions, controlled)
+            creates, updates = self._elected_states(partitions, controlled, unclean)
         await self._write_states(creates, updates)
         with collections_paused():
             for topic, index, new in [*creates, *updates]:
@@ -434,7 +477,7 @@ class KafkaController:
                 batch.add_leader_and_isr([r for r in new.replicas if r in live], topic, index, new,
                                          is_new=new.zk_version == 0 and new.leader_epoch == 0)
 
-    def _elected_states(self, partitions, controlled: bool) -> tuple[list, list]:
+    def _elected_states(self, partitions, controlled: bool, unclean: frozenset[int] = frozenset()) -> tuple[list, list]:
         """The new states of `_elect_offline_and_new`: (created, updated), to be written."""
         live = self.ctx.live_brokers
         creates, updates = [], []
@@ -448,7 +491,8 @@ class KafkaController:
                                                                  self.ctx.epoch, 0)))
                 continue
             chosen = elections.elect_offline(state, live, self.ctx.shutting_down,
-                                             lambda name=topic.name: self.unclean_enabled(name), controlled)
+                                             lambda name=topic.name: self.unclean_enabled(name), controlled,
+                                             self._policy(topic.name, state.replicas), unclean)
             if chosen is None:
                 continue
             if chosen.unclean:
@@ -458,7 +502,8 @@ class KafkaController:
                 log.warning("partition %s-%d is offline: no live replica in ISR %s",
                             topic.name, index, state.isr)
             updates.append((topic, index, replace(state, leader=chosen.leader, leader_epoch=state.leader_epoch + 1,
-                                                  isr=chosen.isr, controller_epoch=self.ctx.epoch)))
+                                                  isr=chosen.isr, controller_epoch=self.ctx.epoch, elr=chosen.elr,
+                                                  last_known_elr=chosen.last_known_elr)))
         return creates, updates
 
     async def _write_states(self, creates, updates) -> None:
@@ -506,6 +551,9 @@ class KafkaController:
             return
         log.info("broker change: new %s, dead %s, bounced %s", sorted(new - bounced),
                  sorted(dead - bounced), sorted(bounced))
+        # Gone without finishing a controlled shutdown (killed, or its session expired): its logs
+        # may have lost unflushed records, so it leaves the ELRs too (KIP-966).
+        unclean = frozenset(b for b in dead if b not in self.ctx.shutting_down)
         for b in dead:
             self.channel.remove_broker(b)
             self.ctx.shutting_down.discard(b)
@@ -514,7 +562,7 @@ class KafkaController:
         # then starts, as Kafka's controller handles it.
         self.ctx.live_brokers = {b: info for b, info in current.items() if b not in dead}
         if dead:
-            await self._on_brokers_failed(dead, batch)
+            await self._on_brokers_failed(dead, batch, unclean)
         self.ctx.live_brokers = current
         for b in new:
             self.channel.add_broker(current[b])
@@ -523,25 +571,36 @@ class KafkaController:
         batch.add_update_metadata(current, [])
         self._send(batch)
 
-    async def _on_brokers_failed(self, dead: set[int], batch: RequestBatch) -> None:
+    async def _on_brokers_failed(self, dead: set[int], batch: RequestBatch,
+                                 unclean: frozenset[int] = frozenset()) -> None:
         """Partitions they led get a new leader from the ISR; partitions they followed drop
-        them from the ISR (a new leader epoch, as Kafka's controller-driven shrink)."""
+        them from the ISR (a new leader epoch, as Kafka's controller-driven shrink), and the
+        ELRs those of them that went uncleanly."""
         affected = list(self.ctx.partitions_on(dead))
-        await self._elect_offline_and_new(batch, [p for p in affected if p[2].leader in dead])
-        await self._drop_from_isrs(dead, affected, batch)
+        await self._elect_offline_and_new(batch, [p for p in affected if p[2].leader in dead], unclean=unclean)
+        await self._drop_from_isrs(dead, affected, batch, unclean)
         for topic, index, _state in affected:  # metadata shows the offline replicas
             batch.add_update_metadata([], [(topic, index, topic.partitions[index])])
 
-    async def _drop_from_isrs(self, dead: set[int], partitions: list, batch: RequestBatch) -> None:
-        """Partitions with a live leader drop the dead brokers from their ISRs."""
+    async def _drop_from_isrs(self, dead: set[int], partitions: list, batch: RequestBatch,
+                              unclean: frozenset[int] = frozenset()) -> None:
+        """Partitions with a live leader drop the dead brokers from their ISRs (and ELRs, those
+        that went uncleanly)."""
         live = self.ctx.live_brokers
+        await self._read_min_isrs(t.name for t, _, _ in partitions)
         updates = []
         for topic, index, _state in partitions:
             state = topic.partitions[index]
             isr = elections.isr_after_failure(state, dead, live)
+            if isr is None and unclean.intersection(state.elr):
+                isr = list(state.isr)  # only its ELR changes
             if isr is not None:
-                updates.append((topic, index, replace(state, isr=isr, leader_epoch=state.leader_epoch + 1,
-                                                      controller_epoch=self.ctx.epoch)))
+                elr, last_known = elections.next_elr(state, state.leader, isr, self._policy(topic.name, state.replicas),
+                                                     unclean_shutdown=unclean)
+                bump = 0 if isr == state.isr else 1
+                updates.append((topic, index, replace(state, isr=isr, leader_epoch=state.leader_epoch + bump,
+                                                      controller_epoch=self.ctx.epoch, elr=elr,
+                                                      last_known_elr=last_known)))
         await self._write_states([], updates)
         for topic, index, new in updates:
             topic.partitions[index] = new
@@ -665,6 +724,7 @@ class KafkaController:
         if sender is None or 0 <= request.broker_epoch != sender.epoch:
             return {"throttle_time_ms": 0, "error_code": ErrorCode.STALE_BROKER_EPOCH, "topics": []}
         batch = self._batch()
+        await self._read_min_isrs(t.topic_name for t in request.topics)
         checked = [(t.topic_name, p, self._check_alter(request.broker_id, t.topic_name, p))
                    for t in request.topics for p in t.partitions]
         accepted = [(self.ctx.topics[name], p.partition_index, new)
@@ -725,7 +785,8 @@ class KafkaController:
             log.info("AlterPartition for %s-%d from broker %d refused: %s", name, p.partition_index,
                      leader, ErrorCode(answer["error_code"]).name)
             return answer, None
-        return answer, replace(state, isr=new_isr, controller_epoch=self.ctx.epoch)
+        elr, last_known = elections.next_elr(state, state.leader, new_isr, self._policy(name, state.replicas))
+        return answer, replace(state, isr=new_isr, controller_epoch=self.ctx.epoch, elr=elr, last_known_elr=last_known)
 
     # -- controlled shutdown (handleControlledShutdownRequest) -----------------------------------
 
@@ -737,6 +798,7 @@ class KafkaController:
             return {"error_code": ErrorCode.STALE_BROKER_EPOCH, "remaining_partitions": []}
         self.ctx.shutting_down.add(broker_id)
         batch = self._batch()
+        await self._read_min_isrs(t.name for t, _, _ in self.ctx.partitions_on({broker_id}))
         led = [p for p in self.ctx.partitions_on({broker_id})
                if p[2].leader == broker_id and len(p[2].replicas) > 1]
         await self._elect_offline_and_new(batch, led, controlled=True)
@@ -746,8 +808,11 @@ class KafkaController:
                 state = topic.partitions[index]
                 isr = elections.isr_after_shutdown(state, broker_id)
                 if isr is not None:
+                    elr, last_known = elections.next_elr(state, state.leader, isr,
+                                                         self._policy(topic.name, state.replicas))
                     updates.append((topic, index, replace(state, isr=isr, leader_epoch=state.leader_epoch + 1,
-                                                          controller_epoch=self.ctx.epoch)))
+                                                          controller_epoch=self.ctx.epoch, elr=elr,
+                                                          last_known_elr=last_known)))
         await self._write_states([], updates)
         with collections_paused():
             for topic, index, new in updates:
@@ -776,6 +841,7 @@ class KafkaController:
             (t.name, i) for t, i, _ in self._all_partitions()]
         results: dict[tuple[str, int], tuple] = {}
         chosen = []
+        await self._read_min_isrs(name for name, _ in wanted)
         for name, index in wanted:
             topic = self.ctx.topics.get(name)
             state = topic.partitions.get(index) if topic is not None else None
@@ -783,7 +849,7 @@ class KafkaController:
                 results[(name, index)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
                 continue
             decision = elections.elect_on_demand(name, index, state, election_type, self.ctx.live_brokers,
-                                                 self.ctx.shutting_down)
+                                                 self.ctx.shutting_down, self._policy(name, state.replicas))
             if not isinstance(decision, elections.LeaderAndIsr):
                 results[(name, index)] = decision
                 continue
@@ -792,7 +858,8 @@ class KafkaController:
                             "leads; records only the last ISR %s had are lost", name, index, decision.leader,
                             state.isr)
             chosen.append((topic, index, replace(state, leader=decision.leader, leader_epoch=state.leader_epoch + 1,
-                                                 isr=decision.isr, controller_epoch=self.ctx.epoch)))
+                                                 isr=decision.isr, controller_epoch=self.ctx.epoch, elr=decision.elr,
+                                                 last_known_elr=decision.last_known_elr)))
         await self._write_states([], chosen)
         batch = self._batch()
         for topic, index, new in chosen:
@@ -874,8 +941,12 @@ class KafkaController:
         if done is None:
             return
         leader = done.leader
+        await self._read_min_isrs([topic.name])
+        elr, last_known = elections.next_elr(replace(state, replicas=done.replicas), leader, done.isr,
+                                             self._policy(topic.name, done.replicas))
         new = replace(state, replicas=done.replicas, adding=[], removing=[], leader=leader, isr=done.isr,
-                      leader_epoch=state.leader_epoch + 1, controller_epoch=self.ctx.epoch)
+                      leader_epoch=state.leader_epoch + 1, controller_epoch=self.ctx.epoch, elr=elr,
+                      last_known_elr=last_known)
         await self._write_states([], [(topic, index, new)])
         topic.partitions[index] = new
         await self._write_assignment(topic)

@@ -7,12 +7,21 @@ and on-demand elections (ElectLeaders), AlterPartition's checks, and the two pha
 reassignment (KIP-455). The ZooKeeper controller writes the answer into the partition's state
 node; the quorum controller as a PartitionChangeRecord. Every change decided here starts a new
 leader epoch, except an ISR a leader asked for (AlterPartition).
+
+Eligible leader replicas (KIP-966, on at eligible.leader.replicas.version 1): while the ISR is
+below the topic's min.insync.replicas the leaders' high watermark stands still, so a replica
+that leaves the ISR then still has every acknowledged record. Such replicas are kept as the
+partition's ELR (`next_elr`, Kafka's PartitionChangeBuilder rules): the ISR may become empty,
+and then a live ELR member leads (with an ISR of itself) rather than nobody. A replica that
+shut down uncleanly may have lost unflushed records and leaves the ELR. When the ISR empties,
+its last leader is kept as the last-known ELR, elected when no ISR or ELR member is left (the
+only unclean recovery Kafka ships: `unclean.recovery.strategy` is not a Kafka config yet).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from strom.metadata.model import NO_LEADER, PartitionState
 from strom.protocol.errors import ErrorCode
@@ -23,10 +32,54 @@ Refusal = tuple[ErrorCode, str | None]
 
 
 @dataclass(frozen=True, slots=True)
+class ElrPolicy:
+    """KIP-966 for one partition: whether the cluster keeps ELRs, and the topic's effective
+    min.insync.replicas (at most its replication factor, as Kafka's getTopicEffectiveMinIsr)."""
+
+    enabled: bool = False
+    min_isr: int = 1
+
+
+ELR_OFF = ElrPolicy()
+
+
+def elr_policy(enabled: bool, min_insync: int, replicas: Collection[int]) -> ElrPolicy:
+    return ElrPolicy(enabled, max(1, min(min_insync, len(replicas)))) if enabled else ELR_OFF
+
+
+@dataclass(frozen=True, slots=True)
 class LeaderAndIsr:
     leader: int
     isr: list[int]
     unclean: bool = False  # an out-of-sync replica leads: records only the old ISR had are lost
+    elr: list[int] = field(default_factory=list)
+    last_known_elr: list[int] = field(default_factory=list)
+
+
+def next_elr(state: PartitionState, leader: int, isr: list[int], policy: ElrPolicy, unclean: bool = False,
+             unclean_shutdown: Collection[int] = ()) -> tuple[list[int], list[int]]:
+    """The ELR and last-known ELR once the partition has `leader` and `isr` (Kafka's
+    PartitionChangeBuilder with the last known leader kept for balanced recovery). Off, or
+    after an unclean election, both are empty."""
+    if not policy.enabled or unclean:
+        return [], []
+    if len(isr) >= policy.min_isr:
+        elr: list[int] = []
+    else:  # the old ISR joins the ELR; who is in the ISR now or shut down uncleanly is not in it
+        candidates = [*state.elr, *(r for r in state.isr if r not in state.elr)]
+        elr = [r for r in candidates if r not in isr and r not in unclean_shutdown and r in state.replicas]
+    last_known = list(state.last_known_elr)
+    if not isr and state.isr and state.leader >= 0:
+        last_known = [state.leader]  # the ISR empties now: remember who led last
+    elif leader >= 0:
+        last_known = []
+    return elr, last_known
+
+
+def _decided(state: PartitionState, leader: int, isr: list[int], policy: ElrPolicy, unclean: bool = False,
+             unclean_shutdown: Collection[int] = ()) -> LeaderAndIsr:
+    elr, last_known = next_elr(state, leader, isr, policy, unclean, unclean_shutdown)
+    return LeaderAndIsr(leader, isr, unclean, elr, last_known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,24 +112,66 @@ def elect_new(replicas: list[int], live: Collection[int]) -> LeaderAndIsr | None
 
 
 def elect_offline(state: PartitionState, live: Collection[int], shutting_down: Collection[int],
-                  unclean_allowed: Callable[[], bool], controlled: bool = False) -> LeaderAndIsr | None:
+                  unclean_allowed: Callable[[], bool], controlled: bool = False, policy: ElrPolicy = ELR_OFF,
+                  unclean_shutdown: Collection[int] = ()) -> LeaderAndIsr | None:
     """OfflinePartition -> Online when the leader is gone or shutting down: the first live ISR
     member in assignment order leads. With no live ISR member the partition goes offline (no
     leader, its last ISR kept), unless unclean.leader.election.enable lets a live replica lead;
-    during a controlled shutdown it keeps its leader instead. None: nothing to change."""
+    during a controlled shutdown it keeps its leader instead. With ELRs kept, the ISR empties
+    instead and a live ELR member (else the last known leader) leads. `unclean_shutdown`:
+    replicas known to have shut down uncleanly. None: nothing to change."""
     if state.leader in live and state.leader not in shutting_down:
         return None
     alive = eligible(state.replicas, live, shutting_down)
-    candidates = [r for r in alive if r in state.isr]
+    candidates = [r for r in alive if r in state.isr and r not in unclean_shutdown]
     if candidates:
-        return LeaderAndIsr(candidates[0], [r for r in state.isr if r in live and r not in shutting_down])
+        return _decided(state, candidates[0], [r for r in state.isr if r in live and r not in shutting_down
+                                               and r not in unclean_shutdown], policy, False, unclean_shutdown)
     if controlled:
         return None  # a stopping broker keeps what nobody else can lead
+    if policy.enabled:
+        return _elect_from_elr(state, alive, unclean_allowed, policy, unclean_shutdown)
     if alive and unclean_allowed():
-        return LeaderAndIsr(alive[0], [alive[0]], unclean=True)
+        return _decided(state, alive[0], [alive[0]], policy, True)
     if state.leader != NO_LEADER:
-        return LeaderAndIsr(NO_LEADER, list(state.isr))
+        return _decided(state, NO_LEADER, list(state.isr), policy)
     return None
+
+
+def _elect_from_elr(state: PartitionState, alive: list[int], unclean_allowed: Callable[[], bool],
+                    policy: ElrPolicy, unclean_shutdown: Collection[int]) -> LeaderAndIsr | None:
+    """No live ISR member, ELRs kept: the ISR empties and its members join the ELR; a live ELR
+    member leads (in assignment order, as Kafka's electAnyLeader), else the last known leader
+    when the ELR is empty too, else an unclean election if the topic allows it, else nobody."""
+    none = _decided(state, NO_LEADER, [], policy, False, unclean_shutdown)
+    from_elr = [r for r in alive if r in none.elr]
+    if from_elr:
+        leader = from_elr[0]
+        return LeaderAndIsr(leader, [leader], False, [r for r in none.elr if r != leader], [])
+    last = none.last_known_elr
+    if not none.elr and len(last) == 1 and last[0] in alive:
+        return LeaderAndIsr(last[0], [last[0]], True)
+    if alive and unclean_allowed():
+        return LeaderAndIsr(alive[0], [alive[0]], True)
+    unchanged = (state.leader == NO_LEADER and not state.isr and state.elr == none.elr
+                 and state.last_known_elr == none.last_known_elr)
+    return None if unchanged else none
+
+
+def forget_unclean(state: PartitionState, broker: int, live: Collection[int], shutting_down: Collection[int],
+                   unclean_allowed: Callable[[], bool], policy: ElrPolicy) -> LeaderAndIsr | None:
+    """A broker that shut down uncleanly (it registers again without its clean-shutdown epoch)
+    may have lost unflushed records: it leaves the partition's ISR and ELR, and a partition it
+    led gets another leader. None: it is in neither."""
+    if broker not in state.isr and broker not in state.elr:
+        return None
+    if state.leader == broker:
+        return elect_offline(state, set(live) - {broker}, shutting_down, unclean_allowed, False, policy, {broker})
+    isr = [r for r in state.isr if r != broker]
+    if not isr and policy.enabled and state.leader == NO_LEADER:
+        return _elect_from_elr(replace(state, isr=isr), eligible(state.replicas, live, shutting_down),
+                               unclean_allowed, policy, {broker})
+    return _decided(state, state.leader, isr, policy, False, {broker})
 
 
 def isr_after_failure(state: PartitionState, dead: Collection[int], live: Collection[int]) -> list[int] | None:
@@ -94,9 +189,11 @@ def isr_after_shutdown(state: PartitionState, broker: int) -> list[int] | None:
 
 
 def elect_on_demand(name: str, index: int, state: PartitionState, election_type: int,
-                    live: Collection[int], shutting_down: Collection[int]) -> LeaderAndIsr | Refusal:
+                    live: Collection[int], shutting_down: Collection[int],
+                    policy: ElrPolicy = ELR_OFF) -> LeaderAndIsr | Refusal:
     """ElectLeaders for one partition. Preferred: the first assigned replica leads if it is
-    live and in sync. Unclean: a partition without a live leader gets one, in sync if it can."""
+    live and in sync. Unclean: a partition without a live leader gets one, in sync if it can
+    (with ELRs kept and the ISR empty, an ELR member is as good)."""
     if election_type == PREFERRED:
         preferred = state.replicas[0]
         if state.leader == preferred:
@@ -105,15 +202,20 @@ def elect_on_demand(name: str, index: int, state: PartitionState, election_type:
             return (ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
                     f"Failed to elect leader for partition {name}-{index} under strategy "
                     "PreferredReplicaPartitionLeaderElectionStrategy")
-        return LeaderAndIsr(preferred, list(state.isr))
+        return _decided(state, preferred, list(state.isr), policy)
     if state.leader in live:
         return ErrorCode.ELECTION_NOT_NEEDED, None
     alive = eligible(state.replicas, live, shutting_down)
     if not alive:
         return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
     in_sync = [r for r in alive if r in state.isr]
+    if not in_sync and policy.enabled and not state.isr:
+        eligible_now = [r for r in alive if r in state.elr]
+        if eligible_now:
+            leader = eligible_now[0]
+            return LeaderAndIsr(leader, [leader], False, [r for r in state.elr if r != leader], [])
     leader = (in_sync or alive)[0]
-    return LeaderAndIsr(leader, [r for r in state.isr if r in alive] or [leader], unclean=not in_sync)
+    return _decided(state, leader, [r for r in state.isr if r in alive] or [leader], policy, not in_sync)
 
 
 def check_alter_partition(state: PartitionState | None, deleting: bool, leader: int, leader_epoch: int,

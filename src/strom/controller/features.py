@@ -7,7 +7,8 @@ the finalized-features epoch. Clients read it to decide what to speak: a produce
 transactions version 2 (KIP-890 part 2: Produce v12, EndTxn v5 with an epoch bump per
 transaction) only when `transaction.version` is finalized at 2 or more, and a consumer may use
 the KIP-848 protocol only when `group.version` is at least 1, and share groups (KIP-932) are
-served only when `share.version` is at least 1.
+served only when `share.version` is at least 1. At `eligible.leader.replicas.version` 1 the
+controller keeps each partition's eligible leader replicas (KIP-966, controller/elections.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ METADATA_VERSION = "metadata.version"
 TRANSACTION_VERSION = "transaction.version"
 GROUP_VERSION = "group.version"
 SHARE_VERSION = "share.version"
+ELR_VERSION = "eligible.leader.replicas.version"
 
 # metadata.version levels are Kafka's MetadataVersion feature levels: 7 is 3.3-IV3, the oldest
 # Kafka 4.0 still runs, and 25 is 4.0-IV3. Strom speaks 4.0's protocol whatever the level, so
@@ -44,6 +46,11 @@ SUPPORTED: dict[str, SupportedFeature] = {
     # 1 depend on metadata.version 4.1-IV1; Strom's metadata.version levels stop at 4.0's and
     # do not gate protocol, so that dependency is not modelled.)
     SHARE_VERSION: SupportedFeature(0, 1, 1),
+    # KIP-966: level 1 has the controller keep eligible leader replicas, and elect from them
+    # when the ISR is empty. New clusters finalize it at 1, as Kafka 4.1 formats them; an older
+    # cluster raises it with UpdateFeatures. (Kafka makes it depend on metadata.version
+    # 4.0-IV1, level 23, below Strom's default level.)
+    ELR_VERSION: SupportedFeature(0, 1, 1),
 }
 
 # UpdateFeatures v1+ upgrade types; v0 says allow_downgrade instead.

@@ -315,7 +315,8 @@ class QuorumController:
                 continue
             await self._safe_write("rebalance-leaders", lambda img: replication_control.elect_leaders(
                 img, PREFERRED_ELECTION, [(topic.name, index) for topic, index, s in img.partitions()
-                                          if s.replicas and s.leader != s.replicas[0] and s.replicas[0] in s.isr]))
+                                          if s.replicas and s.leader != s.replicas[0] and s.replicas[0] in s.isr],
+                self.settings.limits))
 
     async def _expire_tokens(self) -> None:
         """Kafka's periodic sweep of delegation tokens past their expiry or max time."""
@@ -337,7 +338,7 @@ class QuorumController:
             epoch = self.driver.core.log.end_offset
             change = cluster_control.register_broker(image, request, self.settings.cluster_id, epoch,
                                                      self.sessions, time.monotonic(),
-                                                     self.settings.session_timeout_ms / 1000)
+                                                     self.settings.session_timeout_ms / 1000, self.settings.limits)
             self.sessions[request.broker_id] = BrokerSession(time.monotonic(), epoch)
             return change
 
@@ -360,6 +361,7 @@ class QuorumController:
             session = self.sessions.get(request.broker_id)
             change = cluster_control.heartbeat(image, request, session, self.settings.limits)
             session.last_heartbeat = time.monotonic()
+            session.let_go = session.let_go or change.result.should_shut_down
             return change
 
         return await self.write(f"heartbeat-{request.broker_id}", op)

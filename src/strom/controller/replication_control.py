@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from strom.controller import admin, elections
+from strom.controller.features import ELR_VERSION
 from strom.metadata import records as r
 from strom.metadata.image import (
+    BROKER_RESOURCE,
     NO_LEADER_CHANGE,
     TOPIC_RESOURCE,
     MetadataImage,
@@ -40,6 +42,7 @@ class Limits:
     delete_topic_enable: bool = True  # delete.topic.enable
     validate_topic_configs: Callable[[Mapping[str, str]], None] = lambda _configs: None
     unclean_default: bool = False  # unclean.leader.election.enable
+    min_insync_default: int = 1  # min.insync.replicas (a cluster-wide dynamic value overrides it)
 
 
 @dataclass
@@ -69,22 +72,53 @@ def unclean_allowed(image: MetadataImage, limits: Limits, topic: str) -> bool:
     return limits.unclean_default if value is None else value.strip().lower() == "true"
 
 
+def elr_enabled(image: MetadataImage) -> bool:
+    return image.features.get(ELR_VERSION, 0) >= 1
+
+
+def elr_policy(image: MetadataImage, limits: Limits, topic: str, replicas: list[int]) -> elections.ElrPolicy:
+    """KIP-966 for a partition of `topic`: min.insync.replicas from the topic, else the
+    cluster-wide dynamic default, else the controller's own."""
+    if not elr_enabled(image):
+        return elections.ELR_OFF
+    value = (image.configs.get((TOPIC_RESOURCE, topic), {}).get("min.insync.replicas")
+             or image.configs.get((BROKER_RESOURCE, ""), {}).get("min.insync.replicas"))
+    try:
+        min_insync = int(value) if value is not None else limits.min_insync_default
+    except ValueError:
+        min_insync = limits.min_insync_default
+    return elections.elr_policy(True, min_insync, replicas)
+
+
 def change_record(topic_id: uuid.UUID, index: int, state: PartitionState, *, leader: int | None = None,
                   isr: list[int] | None = None, replicas: list[int] | None = None,
-                  adding: list[int] | None = None, removing: list[int] | None = None) -> Any:
+                  adding: list[int] | None = None, removing: list[int] | None = None,
+                  elr: list[int] | None = None, last_known_elr: list[int] | None = None) -> Any:
     """A PartitionChangeRecord; `leader` (the same one to only start a new leader epoch) or
-    None for an ISR change that keeps the leader epoch."""
+    None for an ISR change that keeps the leader epoch. ELR fields only where they change."""
     return r.PartitionChangeRecord(
         partition_id=index, topic_id=topic_id, isr=None if isr is None or isr == state.isr else list(isr),
         leader=NO_LEADER_CHANGE if leader is None else leader,
         replicas=None if replicas is None else list(replicas),
         adding_replicas=None if adding is None else list(adding),
         removing_replicas=None if removing is None else list(removing),
-        directories=None if replicas is None else [None] * len(replicas))
+        directories=None if replicas is None else [None] * len(replicas),
+        eligible_leader_replicas=None if elr is None or elr == state.elr else list(elr),
+        last_known_elr=None if last_known_elr is None or last_known_elr == state.last_known_elr
+        else list(last_known_elr))
 
 
 def _elected(topic_id: uuid.UUID, index: int, state: PartitionState, decision: elections.LeaderAndIsr) -> Any:
-    return change_record(topic_id, index, state, leader=decision.leader, isr=decision.isr)
+    return change_record(topic_id, index, state, leader=decision.leader, isr=decision.isr, elr=decision.elr,
+                         last_known_elr=decision.last_known_elr)
+
+
+def _isr_change(topic_id: uuid.UUID, index: int, state: PartitionState, isr: list[int],
+                policy: elections.ElrPolicy, leader: int | None = None,
+                unclean_shutdown: Collection[int] = ()) -> Any:
+    """An ISR change (a new leader epoch when `leader` is named), with the ELR it implies."""
+    elr, last_known = elections.next_elr(state, state.leader, isr, policy, unclean_shutdown=unclean_shutdown)
+    return change_record(topic_id, index, state, leader=leader, isr=isr, elr=elr, last_known_elr=last_known)
 
 
 # --- topics ----------------------------------------------------------------------------------------
@@ -196,8 +230,10 @@ def _partitions(image: MetadataImage, wanted: Iterable[tuple[str, int]] | None):
         yield name, index, topic, topic.partitions.get(index) if topic is not None else None
 
 
-def elect_leaders(image: MetadataImage, election_type: int, wanted: list[tuple[str, int]] | None) -> Change:
+def elect_leaders(image: MetadataImage, election_type: int, wanted: list[tuple[str, int]] | None,
+                  limits: Limits | None = None) -> Change:
     """ElectLeaders. Result: {(topic, partition): (error, message)}."""
+    limits = limits or Limits()
     brokers = Brokers(image)
     out = Change(result={})
     for name, index, topic, state in _partitions(image, wanted):
@@ -205,7 +241,7 @@ def elect_leaders(image: MetadataImage, election_type: int, wanted: list[tuple[s
             out.result[(name, index)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
             continue
         decision = elections.elect_on_demand(name, index, state, election_type, brokers.live,
-                                             brokers.shutting_down)
+                                             brokers.shutting_down, elr_policy(image, limits, name, state.replicas))
         if isinstance(decision, elections.LeaderAndIsr):
             out.records.append(_elected(topic.topic_id, index, state, decision))
             out.result[(name, index)] = (ErrorCode.NONE, None)
@@ -222,15 +258,37 @@ def fence_changes(image: MetadataImage, broker: int, limits: Limits) -> list[Any
     for topic, index, state in image.partitions():
         if broker not in state.replicas:
             continue
+        policy = elr_policy(image, limits, topic.name, state.replicas)
         if state.leader == broker:
             decision = elections.elect_offline(state, brokers.live, brokers.shutting_down,
-                                               lambda name=topic.name: unclean_allowed(image, limits, name))
+                                               lambda name=topic.name: unclean_allowed(image, limits, name),
+                                               policy=policy)
             if decision is not None:
                 out.append(_elected(topic.topic_id, index, state, decision))
             continue
         isr = elections.isr_after_failure(state, {broker}, brokers.live)
         if isr is not None:
-            out.append(change_record(topic.topic_id, index, state, leader=state.leader, isr=isr))
+            out.append(_isr_change(topic.topic_id, index, state, isr, policy, leader=state.leader))
+    return out
+
+
+def unclean_shutdown_changes(image: MetadataImage, broker: int, limits: Limits) -> list[Any]:
+    """A broker registers again after an unclean shutdown (Kafka's handleBrokerUncleanShutdown):
+    with ELRs kept, it leaves every ISR and ELR, for it may have lost unflushed records."""
+    if not elr_enabled(image):
+        return []
+    brokers = Brokers(image, also_gone={broker})
+    out = []
+    for topic, index, state in image.partitions():
+        if broker not in state.replicas:
+            continue
+        decision = elections.forget_unclean(state, broker, brokers.live, brokers.shutting_down,
+                                            lambda name=topic.name: unclean_allowed(image, limits, name),
+                                            elr_policy(image, limits, topic.name, state.replicas))
+        if decision is not None:
+            leader = decision.leader if decision.leader != state.leader else None
+            out.append(change_record(topic.topic_id, index, state, leader=leader, isr=decision.isr,
+                                     elr=decision.elr, last_known_elr=decision.last_known_elr))
     return out
 
 
@@ -243,15 +301,17 @@ def shutdown_changes(image: MetadataImage, broker: int, limits: Limits) -> list[
     for topic, index, state in image.partitions():
         if broker not in state.replicas:
             continue
+        policy = elr_policy(image, limits, topic.name, state.replicas)
         if state.leader == broker:
             if len(state.replicas) > 1:
-                decision = elections.elect_offline(state, brokers.live, shutting_down, lambda: False, controlled=True)
+                decision = elections.elect_offline(state, brokers.live, shutting_down, lambda: False, controlled=True,
+                                                   policy=policy)
                 if decision is not None:
                     out.append(_elected(topic.topic_id, index, state, decision))
             continue
         isr = elections.isr_after_shutdown(state, broker)
         if isr is not None:
-            out.append(change_record(topic.topic_id, index, state, leader=state.leader, isr=isr))
+            out.append(_isr_change(topic.topic_id, index, state, isr, policy, leader=state.leader))
     return out
 
 
@@ -264,7 +324,8 @@ def leaders_for_returning(image: MetadataImage, broker: int, limits: Limits) -> 
     for topic, index, state in image.partitions():
         if state.leader < 0 and broker in state.replicas:
             decision = elections.elect_offline(state, live, brokers.shutting_down,
-                                               lambda name=topic.name: unclean_allowed(image, limits, name))
+                                               lambda name=topic.name: unclean_allowed(image, limits, name),
+                                               policy=elr_policy(image, limits, topic.name, state.replicas))
             if decision is not None and decision.leader >= 0:
                 out.append(_elected(topic.topic_id, index, state, decision))
     return out
@@ -283,9 +344,11 @@ def led_by(image: MetadataImage, broker: int) -> list[tuple[str, int]]:
 
 # --- AlterPartition and reassignments --------------------------------------------------------------
 
-def alter_partition(image: MetadataImage, leader: int, topic_name: str, p: Any) -> tuple[list[Any], dict]:
-    """One partition of a leader's AlterPartition: its new ISR, and the reassignment it may
-    complete. Returns the records and the partition's answer."""
+def alter_partition(image: MetadataImage, leader: int, topic_name: str, p: Any,
+                    limits: Limits | None = None) -> tuple[list[Any], dict]:
+    """One partition of a leader's AlterPartition: its new ISR (and the ELR it implies), and the
+    reassignment it may complete. Returns the records and the partition's answer."""
+    limits = limits or Limits()
     brokers = Brokers(image)
     topic = image.topics.get(topic_name)
     state = topic.partitions.get(p.partition_index) if topic is not None else None
@@ -296,12 +359,13 @@ def alter_partition(image: MetadataImage, leader: int, topic_name: str, p: Any) 
                                                            new_isr, brokers.live, brokers.shutting_down)
     if answer["error_code"] != ErrorCode.NONE:
         return [], answer
-    out = [change_record(topic.topic_id, p.partition_index, state, isr=new_isr)]
+    policy = elr_policy(image, limits, topic_name, state.replicas)
+    out = [_isr_change(topic.topic_id, p.partition_index, state, new_isr, policy)]
     new = merge_change(state, out[0])
     done = elections.complete_reassignment(new, brokers.live, brokers.shutting_down)
     if done is not None:
-        out.append(change_record(topic.topic_id, p.partition_index, new, leader=done.leader, isr=done.isr,
-                                 replicas=done.replicas, adding=[], removing=[]))
+        out.append(_reassigned(topic.topic_id, p.partition_index, new, done,
+                               elr_policy(image, limits, topic_name, done.replicas)))
         new = merge_change(new, out[-1])
     return out, {**answer, "leader_id": new.leader, "leader_epoch": new.leader_epoch, "isr": new.isr,
                  "partition_epoch": new.zk_version}
@@ -328,10 +392,18 @@ def alter_reassignments(image: MetadataImage, changes: list[tuple[str, int, list
         new = merge_change(state, first)
         done = elections.complete_reassignment(new, brokers.live, brokers.shutting_down)
         if done is not None:
-            out.records.append(change_record(topic.topic_id, index, new, leader=done.leader, isr=done.isr,
-                                             replicas=done.replicas, adding=[], removing=[]))
+            out.records.append(_reassigned(topic.topic_id, index, new, done,
+                                           elr_policy(image, Limits(), name, done.replicas)))
         out.result[(name, index)] = (ErrorCode.NONE, None)
     return out
+
+
+def _reassigned(topic_id: uuid.UUID, index: int, state: PartitionState, done: elections.ReassignmentDone,
+                policy: elections.ElrPolicy) -> Any:
+    """Phase two of a reassignment; the ELR keeps only replicas that stay."""
+    elr, last_known = elections.next_elr(replace(state, replicas=done.replicas), done.leader, done.isr, policy)
+    return change_record(topic_id, index, state, leader=done.leader, isr=done.isr, replicas=done.replicas,
+                         adding=[], removing=[], elr=elr, last_known_elr=last_known)
 
 
 def list_reassignments(image: MetadataImage, wanted: list[tuple[str, int]] | None) -> dict[tuple[str, int], Any]:

@@ -76,7 +76,8 @@ def partition_state(rec: Any) -> PartitionState:
     """A PartitionRecord as the controller's partition state (partition epoch in zk_version)."""
     return PartitionState(rec.leader, rec.leader_epoch, list(rec.isr), list(rec.replicas), -1,
                           rec.partition_epoch, list(rec.adding_replicas), list(rec.removing_replicas),
-                          rec.leader_recovery_state, list(rec.directories) if rec.directories else None)
+                          rec.leader_recovery_state, list(rec.directories) if rec.directories else None,
+                          list(rec.eligible_leader_replicas or []), list(rec.last_known_elr or []))
 
 
 def partition_record(topic_id: uuid.UUID, index: int, s: PartitionState) -> Any:
@@ -85,7 +86,9 @@ def partition_record(topic_id: uuid.UUID, index: int, s: PartitionState) -> Any:
                              leader_recovery_state=s.leader_recovery_state, leader_epoch=s.leader_epoch,
                              partition_epoch=s.zk_version,
                              directories=list(s.directories) if s.directories is not None
-                             else [None] * len(s.replicas))
+                             else [None] * len(s.replicas),
+                             eligible_leader_replicas=list(s.elr) if s.elr else None,
+                             last_known_elr=list(s.last_known_elr) if s.last_known_elr else None)
 
 
 def merge_change(s: PartitionState, rec: Any) -> PartitionState:
@@ -104,7 +107,9 @@ def merge_change(s: PartitionState, rec: Any) -> PartitionState:
                    adding=s.adding if rec.adding_replicas is None else list(rec.adding_replicas),
                    leader_recovery_state=(s.leader_recovery_state if rec.leader_recovery_state == -1
                                           else rec.leader_recovery_state),
-                   directories=directories, zk_version=s.zk_version + 1)
+                   directories=directories, zk_version=s.zk_version + 1,
+                   elr=s.elr if rec.eligible_leader_replicas is None else list(rec.eligible_leader_replicas),
+                   last_known_elr=s.last_known_elr if rec.last_known_elr is None else list(rec.last_known_elr))
 
 
 class MetadataImage:

@@ -92,6 +92,11 @@ class PartitionState:
     # dir of each replica (KIP-858; None: not assigned yet).
     leader_recovery_state: int = 0
     directories: list[uuid.UUID | None] | None = None
+    # KIP-966: replicas that left the ISR while it was below min.insync.replicas and shut down
+    # cleanly since (they have every acknowledged record: any may lead once the ISR is empty),
+    # and the last leader of a partition whose ISR emptied (elected when nobody else can be).
+    elr: list[int] = field(default_factory=list)
+    last_known_elr: list[int] = field(default_factory=list)
 
     @property
     def partition_epoch(self) -> int:
@@ -106,8 +111,15 @@ class PartitionState:
         return [r for r in self.replicas if r not in self.adding]
 
     def encode(self) -> dict[str, Any]:
-        return {"controller_epoch": self.controller_epoch, "leader": self.leader, "version": 1,
+        data = {"controller_epoch": self.controller_epoch, "leader": self.leader, "version": 1,
                 "leader_epoch": self.leader_epoch, "isr": list(self.isr)}
+        # Strom's own keys (Kafka's ZooKeeper state had no ELR), written only when set, so the
+        # node stays what Kafka's tools read.
+        if self.elr:
+            data["eligible_leader_replicas"] = list(self.elr)
+        if self.last_known_elr:
+            data["last_known_elr"] = list(self.last_known_elr)
+        return data
 
     @property
     def offline_replicas(self) -> list[int]:

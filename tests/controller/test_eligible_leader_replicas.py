@@ -1,0 +1,202 @@
+"""Eligible leader replicas (KIP-966): the partition change rules both controllers share
+(controller/elections.py), and what the quorum controller writes for them on a one-voter
+quorum over real files: the ELR as the ISR shrinks below min.insync.replicas, an empty ISR, an
+election from the ELR, a broker that comes back after an unclean shutdown leaving the ELR, the
+fields in the records and the image (and its snapshot)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from types import SimpleNamespace
+
+from strom.controller import elections, replication_control
+from strom.controller.elections import ElrPolicy, LeaderAndIsr
+from strom.controller.features import ELR_VERSION, SUPPORTED
+from strom.controller.quorum_controller import ControllerSettings, QuorumController
+from strom.controller.replication_control import Limits, NewTopic
+from strom.metadata import records as r
+from strom.metadata.image import MetadataImage, merge_change, partition_record, partition_state
+from strom.metadata.model import PartitionState
+from strom.protocol.raft_records import Endpoint, VoterEntry
+from strom.raft.config import QuorumConfig
+from strom.raft.driver import RaftDriver
+
+ON = ElrPolicy(True, 2)
+NEVER = lambda: False  # noqa: E731  (unclean.leader.election.enable off)
+
+
+def _state(leader, isr, replicas=(1, 2, 3), elr=(), last_known=()) -> PartitionState:
+    return PartitionState(leader, 5, list(isr), list(replicas), elr=list(elr), last_known_elr=list(last_known))
+
+
+# --- the rules ----------------------------------------------------------------------------------
+
+def test_the_elr_follows_the_isr_below_min_isr():
+    full = _state(1, [1, 2, 3])
+    assert elections.next_elr(full, 1, [1, 2], ON) == ([], [])  # still at min ISR: nothing kept
+    assert elections.next_elr(_state(1, [1, 2]), 1, [1], ON) == ([2], [])
+    # A replica back in the ISR leaves the ELR; the ISR at min ISR again clears it.
+    assert elections.next_elr(_state(1, [1], elr=[2, 3]), 1, [1, 3], ON) == ([], [])
+    assert elections.next_elr(_state(1, [1], elr=[2, 3]), 1, [1], ElrPolicy(True, 3)) == ([2, 3], [])
+    # Off (or an unclean election): nothing kept, whatever was.
+    assert elections.next_elr(_state(1, [1, 2], elr=[3]), 1, [1], elections.ELR_OFF) == ([], [])
+    assert elections.next_elr(_state(1, [1], elr=[2]), 3, [3], ON, unclean=True) == ([], [])
+    # Who shut down uncleanly never joins.
+    assert elections.next_elr(_state(1, [1, 2]), 1, [1], ON, unclean_shutdown={2}) == ([], [])
+
+
+def test_the_last_isr_member_gone_empties_the_isr_and_an_elr_member_leads():
+    # Broker 2 left the ISR cleanly below min ISR; now leader 1 (the last ISR member) dies.
+    state = _state(1, [1], elr=[2])
+    offline = elections.elect_offline(state, live={3}, shutting_down=set(), unclean_allowed=NEVER, policy=ON)
+    assert offline == LeaderAndIsr(-1, [], False, [2, 1], [1])
+    # Without ELRs the partition keeps its last ISR and waits for broker 1.
+    assert elections.elect_offline(state, {3}, set(), NEVER) == LeaderAndIsr(-1, [1])
+
+    leaderless = _state(-1, [], elr=[2, 1], last_known=[1])
+    back = elections.elect_offline(leaderless, live={2, 3}, shutting_down=set(), unclean_allowed=NEVER, policy=ON)
+    assert back == LeaderAndIsr(2, [2], False, [1], [])  # an ELR member leads, alone in the ISR
+    assert elections.elect_offline(leaderless, {3}, set(), NEVER, policy=ON) is None  # 3 is not eligible
+    unclean = elections.elect_offline(leaderless, {3}, set(), lambda: True, policy=ON)
+    assert unclean == LeaderAndIsr(3, [3], True, [], [])
+
+
+def test_an_unclean_shutdown_leaves_the_elr_and_the_last_known_leader_comes_last():
+    leaderless = _state(-1, [], elr=[2, 1], last_known=[1])
+    assert elections.forget_unclean(leaderless, 1, {3}, set(), NEVER, ON) == LeaderAndIsr(-1, [], False, [2], [1])
+    only_known = _state(-1, [], elr=[], last_known=[1])
+    # With no ISR or ELR member left, the last known leader leads once it is back (unclean).
+    assert elections.elect_offline(only_known, {1, 3}, set(), NEVER, policy=ON) == LeaderAndIsr(1, [1], True)
+    assert elections.elect_offline(only_known, {3}, set(), NEVER, policy=ON) is None
+    assert elections.forget_unclean(_state(1, [1, 2]), 3, {1, 2}, set(), NEVER, ON) is None  # in neither
+
+
+def test_elect_leaders_unclean_prefers_an_elr_member():
+    leaderless = _state(-1, [], elr=[3], last_known=[1])
+    chosen = elections.elect_on_demand("t", 0, leaderless, elections.UNCLEAN, {2, 3}, set(), ON)
+    assert chosen == LeaderAndIsr(3, [3], False, [], [])
+    chosen = elections.elect_on_demand("t", 0, leaderless, elections.UNCLEAN, {2}, set(), ON)
+    assert chosen.leader == 2 and chosen.unclean and chosen.elr == []
+
+
+def test_records_carry_the_elr_fields():
+    topic_id = uuid.uuid4()
+    state = _state(-1, [], elr=[2, 1], last_known=[1])
+    rec = r.decode(r.encode(partition_record(topic_id, 0, state)))
+    assert partition_state(rec).elr == [2, 1] and partition_state(rec).last_known_elr == [1]
+    change = replication_control.change_record(topic_id, 0, state, leader=2, isr=[2], elr=[1], last_known_elr=[])
+    merged = merge_change(state, r.decode(r.encode(change)))
+    assert (merged.leader, merged.isr, merged.elr, merged.last_known_elr) == (2, [2], [1], [])
+    untouched = replication_control.change_record(topic_id, 0, state, isr=[])
+    assert merge_change(state, r.decode(r.encode(untouched))).elr == [2, 1]  # absent: unchanged
+    assert SUPPORTED[ELR_VERSION].default_level == 1
+
+
+def test_a_clean_shutdown_is_the_epoch_the_broker_had():
+    from strom.controller.cluster_control import BrokerSession, shut_down_cleanly
+
+    existing = SimpleNamespace(epoch=40)
+    assert shut_down_cleanly(existing, SimpleNamespace(previous_broker_epoch=40), None)
+    assert not shut_down_cleanly(existing, SimpleNamespace(previous_broker_epoch=39), None)
+    assert not shut_down_cleanly(existing, SimpleNamespace(previous_broker_epoch=-1), BrokerSession(0, 40))
+    assert shut_down_cleanly(existing, SimpleNamespace(previous_broker_epoch=-1), BrokerSession(0, 40, let_go=True))
+    assert not shut_down_cleanly(None, SimpleNamespace(previous_broker_epoch=40), None)
+
+
+def test_zookeeper_state_node_keeps_the_elr():
+    from strom.controller.controller import _partition_state
+
+    state = _state(-1, [], elr=[2, 1], last_known=[1])
+    encoded = state.encode()
+    assert encoded["eligible_leader_replicas"] == [2, 1] and encoded["last_known_elr"] == [1]
+    assert "eligible_leader_replicas" not in _state(1, [1, 2, 3]).encode()  # Kafka's node otherwise
+    read = _partition_state((encoded, 7), [1, 2, 3])
+    assert read.elr == [2, 1] and read.last_known_elr == [1] and read.zk_version == 7
+
+
+# --- the quorum controller ----------------------------------------------------------------------
+
+FEATURES = {"metadata.version": 25, "group.version": 1, "transaction.version": 2, ELR_VERSION: 1}
+
+
+async def _start(directory) -> QuorumController:
+    config = QuorumConfig(node_id=1, voters=(VoterEntry(1, None, (Endpoint("CONTROLLER", "127.0.0.1", 1),)),),
+                          cluster_id="c1")
+
+    async def nowhere(*_args):
+        raise ConnectionError("a one-voter quorum sends nothing")
+
+    driver = RaftDriver(config, directory, nowhere, rng=random.Random(1))
+    controller = QuorumController(ControllerSettings(1, "c1", Limits(), 600_000, FEATURES), driver)
+    controller.start()
+    await driver.start()
+    for _ in range(500):
+        if controller.active and controller.image.features:
+            return controller
+        await asyncio.sleep(0.01)
+    raise AssertionError("the controller did not become active")
+
+
+def _registration(broker_id: int, previous_epoch: int = -1):
+    return SimpleNamespace(broker_id=broker_id, cluster_id="c1", incarnation_id=uuid.uuid4(), rack=None,
+                           listeners=[SimpleNamespace(name="PLAINTEXT", host="h", port=9000 + broker_id,
+                                                      security_protocol=0)],
+                           features=[], log_dirs=[uuid.uuid4()], previous_broker_epoch=previous_epoch)
+
+
+def _heartbeat(broker_id: int, epoch: int, *, fence=False, shut_down=False):
+    return SimpleNamespace(broker_id=broker_id, broker_epoch=epoch, current_metadata_offset=1 << 40,
+                           want_fence=fence, want_shut_down=shut_down)
+
+
+async def _join(c: QuorumController, broker_id: int, previous_epoch: int = -1) -> int:
+    epoch = await c.register_broker(_registration(broker_id, previous_epoch))
+    assert not (await c.heartbeat(_heartbeat(broker_id, epoch))).is_fenced
+    return epoch
+
+
+def test_quorum_controller_elects_from_the_elr(tmp_path):
+    """RF 3, min.insync.replicas 2: broker 3 fails, broker 2 stops cleanly (the ISR is below min
+    ISR: 2 is eligible), leader 1 fails (the ISR empties). Broker 2 comes back cleanly and leads;
+    broker 1 comes back after an unclean shutdown and leaves the ELR."""
+    async def main():
+        c = await _start(tmp_path / "m")
+        try:
+            epochs = {b: await _join(c, b) for b in (1, 2, 3)}
+            created = await c.write("create", lambda img: replication_control.create_topics(
+                img, [NewTopic("t", -1, -1, {0: [1, 2, 3]}, {"min.insync.replicas": "2"})], Limits(), False))
+            assert not isinstance(created["t"], Exception)
+
+            def part() -> PartitionState:
+                return c.image.topics["t"].partitions[0]
+
+            await c.heartbeat(_heartbeat(3, epochs[3], fence=True))
+            assert (part().isr, part().elr) == ([1, 2], [])
+            assert not (await c.heartbeat(_heartbeat(2, epochs[2], shut_down=True))).should_shut_down
+            assert (await c.heartbeat(_heartbeat(2, epochs[2], shut_down=True))).should_shut_down
+            assert (part().leader, part().isr, part().elr) == (1, [1], [2])
+            await c.heartbeat(_heartbeat(1, epochs[1], fence=True))
+            assert (part().leader, part().isr, part().elr, part().last_known_elr) == (-1, [], [2, 1], [1])
+
+            await _join(c, 3)  # not eligible: nothing changes but its own state
+            assert (part().leader, part().elr) == (-1, [2, 1])
+            epochs[2] = await _join(c, 2)  # let go by this controller after its controlled shutdown: clean
+            assert (part().leader, part().isr, part().elr, part().last_known_elr) == (2, [2], [1], [])
+            await _join(c, 1)  # no clean-shutdown epoch: it leaves the ELR before it is unfenced
+            assert (part().leader, part().isr, part().elr) == (2, [2], [])
+
+            # Leader 2 fails too: live broker 1 is in neither ISR nor ELR, so nobody leads.
+            await c.heartbeat(_heartbeat(2, epochs[2], fence=True))
+            assert (part().leader, part().isr, part().elr, part().last_known_elr) == (-1, [], [2], [2])
+            # The snapshot's records bring the ELR back.
+            image = MetadataImage()
+            image.replay_values([r.encode(rec) for rec in c.image.records()])
+            assert image.topics["t"].partitions[0].elr == part().elr
+            assert image.topics["t"].partitions[0].last_known_elr == [2]
+        finally:
+            await c.close()
+            await c.driver.close()
+
+    asyncio.run(main())
