@@ -8,7 +8,9 @@ the group coordinator survives it.
 - records of partitions led by different brokers are delivered exactly once across members;
 - kill -9 of a data partition's leader: nothing accepted comes again, everything acquired but
   not acknowledged comes again from the new leader with its delivery count + 1;
-- kill -9 of the share coordinator: the state is the new coordinator's, and writes go on;
+- kill -9 of the share coordinator, which is also the group coordinator: the state is the new
+  coordinator's, and writes go on; the members are the new group coordinator's too, with their
+  member ids, epochs and assignments (they do not rejoin);
 - a group config in the store whose change notification has not reached the data leader yet
   decides where the share partition starts: the leader reads the store when it initializes the
   partition (ZooKeeper); a KRaft broker has a group config once its metadata log has it.
@@ -35,7 +37,7 @@ from .test_cluster import create, live_brokers, metadata, partition_view
 CLUSTER_MODES = ("zookeeper", "kraft")
 
 FIND_COORDINATOR, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_SHARE_GROUP_OFFSETS = 10, 44, 90
-DESCRIBE_CONFIGS, SHARE_GROUP_HEARTBEAT, SHARE_FETCH = 32, 76, 78
+DESCRIBE_CONFIGS, SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH = 32, 76, 77, 78
 COORDINATOR_NOT_AVAILABLE = 15
 GROUP_KEY, SHARE_KEY = 0, 2
 STATE_TOPIC, OFFSETS_TOPIC = "__share_group_state", "__consumer_offsets"
@@ -142,6 +144,18 @@ def start_offsets(cluster: Cluster, group: str, topic: str, partitions: list[int
     if g.error_code != 0:
         return {}
     return {p.partition_index: p.start_offset for t in g.topics for p in t.partitions if p.error_code == 0}
+
+
+def describe_members(cluster: Cluster, group: str) -> tuple[int, dict[str, tuple[int, list]]]:
+    """ShareGroupDescribe at the group coordinator: the group epoch, and each member's epoch and
+    assigned partitions."""
+    with RawClient(cluster.brokers[group_coordinator(cluster, group)]) as client:
+        (g,) = client.call(SHARE_GROUP_DESCRIBE, 1, {"group_ids": [group],
+                                                     "include_authorized_operations": False}).groups
+    assert g.error_code == 0, g
+    return g.group_epoch, {m.member_id: (m.member_epoch, [(t.topic_id, sorted(t.partitions))
+                                                          for t in m.assignment.topic_partitions])
+                           for m in g.members}
 
 
 def produce(cluster: Cluster, topic: str, values: list[bytes], partitions: int = 1) -> None:
@@ -278,13 +292,13 @@ def test_kill_9_of_the_share_coordinator_keeps_the_state(cluster):
            configs={"min.insync.replicas": "2"})
     where = Placement(cluster, topic_id(cluster, topic))
     tid = where.tid
-    # The share coordinator is neither the data leader nor the group coordinator, so killing it
-    # leaves the share partition and the group where they are; nor the controller, whose
-    # successor would not take the dead broker out of the data partition's ISR at once.
+    # The share coordinator is also the group coordinator, and neither the data leader (the
+    # share partition stays where it is) nor the controller (whose successor would not take
+    # the dead broker out of the data partition's ISR at once).
     group = pick_group(cluster, lambda g: where.share(g, 0) not in (leader, controller)
-                       and where.group(g) != where.share(g, 0))
+                       and where.group(g) == where.share(g, 0))
     victim = share_coordinator(cluster, group, tid, 0)
-    assert victim not in (leader, controller) and group_coordinator(cluster, group) != victim
+    assert victim not in (leader, controller) and group_coordinator(cluster, group) == victim
     set_earliest(cluster, group)
     produce(cluster, topic, [b"c%d" % i for i in range(20)])
     c = share_consumer(cluster, group, topic, share_acknowledgement_mode="explicit")
@@ -294,14 +308,28 @@ def test_kill_9_of_the_share_coordinator_keeps_the_state(cluster):
         c.acknowledge(m, AcknowledgeType.ACCEPT)
     c.commit_sync()
     assert start_offsets(cluster, group, topic, [0]) == {0: 10}
+    group_epoch, members = describe_members(cluster, group)
+    assert len(members) == 1 and group_epoch >= 1, members
+    ((member_id, (member_epoch, assigned)),) = members.items()
+    assert member_epoch == group_epoch and assigned == [(tid, [0])]
     cluster.brokers[victim].kill()
     cluster.wait_for(lambda: share_coordinator(cluster, group, tid, 0) != victim, 30, "a new share coordinator")
+    cluster.wait_for(lambda: group_coordinator(cluster, group) != victim, 30, "a new group coordinator")
+    # The membership is the new group coordinator's, from __consumer_offsets: the member's
+    # heartbeat, with its id and epoch, is answered as before (no UNKNOWN_MEMBER_ID, no rejoin).
+    assert describe_members(cluster, group) == (group_epoch, members)
+    with RawClient(cluster.brokers[group_coordinator(cluster, group)]) as client:
+        beat = client.call(SHARE_GROUP_HEARTBEAT, 1, {"group_id": group, "member_id": member_id,
+                                                      "member_epoch": member_epoch, "rack_id": None,
+                                                      "subscribed_topic_names": None})
+    assert (beat.error_code, beat.member_epoch) == (0, member_epoch), beat
     # The state is the new coordinator's: what was accepted stays done, and writes go on there.
     assert start_offsets(cluster, group, topic, [0]) == {0: 10}
     for m in messages[10:15]:
         c.acknowledge(m, AcknowledgeType.ACCEPT)
     c.commit_sync()
     assert start_offsets(cluster, group, topic, [0]) == {0: 15}
+    assert describe_members(cluster, group) == (group_epoch, members)  # the client did not rejoin
     c.close()  # 15-19 go back to the group
     produce(cluster, topic, [b"sentinel"])  # offset 20
     after = share_consumer(cluster, group, topic)

@@ -696,7 +696,9 @@ def test_share_session_timeout_and_heartbeat_interval_group_configs(share_broker
 
 def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_broker):
     """Last in the module: it kills the broker. Accepted and rejected records are never
-    delivered again; acquired but unacknowledged ones are, with their delivery count."""
+    delivered again; acquired but unacknowledged ones are, with the delivery count of the
+    last state write (as in Kafka, an acquisition alone is not written: records acquired after
+    it come back as never delivered)."""
     topic = unique_name("share-crash")
     create_topic(share_broker.bootstrap, topic, 1)
     group = new_group(share_broker)
@@ -710,20 +712,26 @@ def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_br
             c.acknowledge(m, AcknowledgeType.ACCEPT)
         elif m.offset() < 12:
             c.acknowledge(m, AcknowledgeType.REJECT)
-    c.commit_sync()  # 0-11 done; 12-19 still acquired when the broker dies
+    c.commit_sync()  # 0-11 done, 12-19 written as delivered once and still acquired
+    produce(share_broker, topic, [b"late%d" % i for i in range(3)], one_batch_each=False)  # 20-22
+    d = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
+    late: list[int] = []
+    poll_until([d], lambda: len(late) >= 3, lambda _, m: late.append(m.offset()))
+    assert sorted(late) == [20, 21, 22]  # acquired by d, nothing acknowledged: nothing written
     share_broker.kill()
     share_broker.restart()
     wait_for(lambda: _serves(share_broker), timeout=30, what="the restarted broker")
-    produce(share_broker, topic, [b"sentinel"])  # offset 20
+    produce(share_broker, topic, [b"sentinel"])  # offset 23
     after = consumer(share_broker, group, topic)
     again: list[tuple[int, int]] = []
     try:
-        poll_until([after], lambda: 20 in [o for o, _ in again],
+        poll_until([after], lambda: 23 in [o for o, _ in again],
                    lambda _, m: again.append((m.offset(), m.delivery_count())), timeout=60)
-        assert sorted(again) == [(o, 2) for o in range(12, 20)] + [(20, 1)]
+        assert sorted(again) == [(o, 2) for o in range(12, 20)] + [(o, 1) for o in range(20, 24)]
     finally:
         after.close()
         c.close()
+        d.close()
 
 
 def _serves(broker: BrokerProcess) -> bool:
