@@ -321,14 +321,16 @@ class KafkaController:
         batch.add_update_metadata(live, [])
         if self.restarted:
             await self._new_epoch_for_restarted_leader()
-        await self._elect_offline_and_new(batch, list(self._all_partitions()))
         # Replicas on brokers that are not live leave the ISRs, as Kafka's replica state machine
         # starts them offline: a broker that died with the last controller (or before this one
         # was elected) had no broker change of its own, and acks=all would otherwise wait for
-        # it until its leaders dropped it after replica.lag.time.max.ms.
-        offline = {r for _, _, state in self._all_partitions() for r in state.isr} - live.keys()
+        # it until its leaders dropped it after replica.lag.time.max.ms. How they went is not
+        # known here, so they count as gone uncleanly (they leave the ELRs too).
+        offline = frozenset({r for _, _, state in self._all_partitions() for r in (*state.isr, *state.elr)}
+                            - live.keys())
+        await self._elect_offline_and_new(batch, list(self._all_partitions()), unclean=offline)
         if offline:
-            await self._drop_from_isrs(offline, list(self.ctx.partitions_on(offline)), batch)
+            await self._drop_from_isrs(set(offline), list(self.ctx.partitions_on(set(offline))), batch, offline)
         for topic, index, state in self._all_partitions():
             live_replicas = [r for r in state.replicas if r in live]
             batch.add_leader_and_isr(live_replicas, topic, index, state)

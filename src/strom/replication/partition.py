@@ -1,6 +1,7 @@
 """Partition: one partition this broker hosts, as leader or follower: its log, replicas, ISR and
 the maximal ISR (additions awaiting the controller), the followers' fetch state, the high
-watermark (the smallest log end offset in the maximal ISR), and its producer state.
+watermark (the smallest log end offset in the maximal ISR, held while the ISR is below
+min.insync.replicas), and its producer state.
 """
 
 from __future__ import annotations
@@ -192,8 +193,18 @@ class Partition:
             if state.quiet_in is not None:
                 state.quiet_in.wake((self.topic, self.index))
 
+    @property
+    def under_min_isr(self) -> bool:
+        """A leader whose ISR is smaller than min.insync.replicas (at most the replication
+        factor, as Kafka's effectiveMinIsr)."""
+        return self.is_leader and len(self.isr) < min(self.log.config.min_insync_replicas, len(self.replicas))
+
     def maybe_increment_high_watermark(self) -> bool:
-        """HW = the smallest log end offset in the (maximal) ISR; it never goes back."""
+        """HW = the smallest log end offset in the (maximal) ISR; it never goes back. Under min
+        ISR it stands still (KIP-966's strict min ISR, as Kafka 4.0): whatever a replica that
+        leaves the ISR then lacks is not committed, which is what lets it lead later as an ELR."""
+        if self.under_min_isr:
+            return False
         leo = self.log.log_end_offset
         ends = [leo if r == self.broker_id else self._follower(r).log_end_offset
                 for r in self.maximal_isr]

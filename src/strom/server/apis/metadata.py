@@ -9,7 +9,7 @@ import logging
 from collections.abc import Iterator
 
 from strom.controller.admin import validate_topic_name
-from strom.controller.znodes import TopicMetadata
+from strom.controller.znodes import TopicMetadata, partition_state_path
 from strom.network.request import RawResponse
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.messages import StreamedResponse
@@ -234,14 +234,39 @@ async def handle_describe_topic_partitions(broker, ctx: RequestContext,
             next_cursor = {"topic_name": name, "partition_index": partitions[limit]["partition_index"]}
             partitions = partitions[:limit]
         limit -= len(partitions)
+        eligible = await _eligible_replicas(broker, name, [p["partition_index"] for p in partitions])
         for p in partitions:
-            p.update(eligible_leader_replicas=None, last_known_elr=None)
+            elr, last_known = eligible.get(p["partition_index"], ([], []))
+            p.update(eligible_leader_replicas=elr, last_known_elr=last_known)
         entry.update(partitions=partitions,
                      topic_authorized_operations=as_int32(authorized_operations(broker, ctx, TOPIC, name)))
         out.add(entry)
         if next_cursor is not None:
             break
     return _streamed(out, next_cursor)
+
+
+async def _eligible_replicas(broker, name: str, indexes: list[int]) -> dict[int, tuple[list[int], list[int]]]:
+    """KIP-966's ELR and last-known ELR of a page of partitions. A KRaft broker has them in its
+    metadata image; UpdateMetadata does not carry them, so a ZooKeeper broker reads the
+    partitions' state nodes (one pipelined read per page)."""
+    loader = getattr(broker, "metadata_loader", None)
+    if loader is not None:
+        topic = loader.image.topics.get(name)
+        states = topic.partitions if topic is not None else {}
+        return {i: (list(states[i].elr), list(states[i].last_known_elr)) for i in indexes if i in states}
+    if getattr(broker, "store", None) is None or not indexes:
+        return {}
+    try:
+        nodes = await broker.store_io(broker.store.get_many, [partition_state_path(name, i) for i in indexes])
+    except Exception as e:  # the store unreachable: the rest of the answer still stands
+        log.info("ELRs of %s not read: %s", name, e)
+        return {}
+    out = {}
+    for index, node in zip(indexes, nodes, strict=True):
+        data = node[0] if node is not None and isinstance(node[0], dict) else {}
+        out[index] = (list(data.get("eligible_leader_replicas") or []), list(data.get("last_known_elr") or []))
+    return out
 
 
 def _streamed(out: StreamedResponse, next_cursor: dict | None) -> RawResponse:
