@@ -11,6 +11,7 @@ import time
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
+from strom.protocol.errors import ErrorCode
 from strom.replication.replica_selector import (
     ClientMetadata,
     RackAwareReplicaSelector,
@@ -19,6 +20,7 @@ from strom.replication.replica_selector import (
 )
 from strom.testing import (
     Cluster,
+    RawClient,
     consume_all,
     create_topic,
     metric_value,
@@ -32,6 +34,7 @@ from strom.testing import (
 from .conftest import CLUSTER_OVERRIDES
 
 CLUSTER_MODES = ("zookeeper", "kraft")
+FETCH = 1
 RACKS = {1: "a", 2: "b", 3: "c"}
 LEADER, FOLLOWER = 1, 2  # the rack-a leader and the rack-b follower
 
@@ -119,6 +122,42 @@ def test_other_consumers_read_from_the_leader(racked, conf):
     assert got == written
     assert bytes_out(racked, LEADER, topic) >= sum(map(len, written))
     assert bytes_out(racked, FOLLOWER, topic) == 0 and bytes_out(racked, 3, topic) == 0
+
+
+def fetch(broker, topic: str, version: int, rack: str, offset: int = 0, leader_epoch: int = -1):
+    """One consumer Fetch of partition 0 (no session), answered at once: that partition's answer."""
+    with RawClient(broker) as client:
+        body = client.call(FETCH, version, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": rack,
+            "topics": [{"topic": topic, "partitions": [{
+                "partition": 0, "current_leader_epoch": leader_epoch, "fetch_offset": offset,
+                "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]})
+    assert body.error_code == 0
+    return body.responses[0].partitions[0]
+
+
+def test_what_leader_and_follower_answer_a_consumer(racked):
+    topic = unique_name("answers")
+    create_topic(racked.bootstrap, topic, replication_factor=3, assignment=[[LEADER, FOLLOWER, 3]])
+    produce_acked(racked.bootstrap, topic, values(10), acks="all")
+    leader, follower = racked.brokers[LEADER], racked.brokers[FOLLOWER]
+    wait_for(lambda: fetch(follower, topic, 12, "b").high_watermark == 10, timeout=10,
+             what="the follower's high watermark")
+    # The leader names the rack-b follower and reads nothing; asked without a rack, it reads.
+    redirected = fetch(leader, topic, 12, "b")
+    assert (redirected.error_code, redirected.preferred_read_replica, redirected.high_watermark) == (0, FOLLOWER, 10)
+    assert not redirected.records
+    direct = fetch(leader, topic, 12, "")
+    assert (direct.error_code, direct.preferred_read_replica) == (0, -1) and direct.records
+    # The follower serves v11+ consumers up to its high watermark, and never redirects them.
+    served = fetch(follower, topic, 12, "b")
+    assert (served.error_code, served.preferred_read_replica) == (0, -1) and served.records
+    assert fetch(follower, topic, 12, "b", offset=10).records in (None, b"")  # at its high watermark
+    assert fetch(follower, topic, 12, "b", offset=11).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert fetch(follower, topic, 12, "b", leader_epoch=5).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
+    # Before v11 a consumer reads from the leader only.
+    assert fetch(follower, topic, 10, "").error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 # -- the rack-aware rule itself -------------------------------------------------------------
