@@ -173,7 +173,7 @@ def _create_error(bootstrap: str, name: str, config: dict[str, str]) -> KafkaExc
     ({"iceberg.mode": "key_value", "iceberg.partition.spec": "(bucket(4, key))"}, "iceberg.partition.spec"),
     ({"iceberg.mode": "key_value", "iceberg.partition.spec": "(hour(key))"}, "applies to timestamp"),
     ({"iceberg.mode": "key_value", "iceberg.partition.spec": "hour(timestamp)"}, "parenthesized"),
-    ({"iceberg.mode": "value_schema_latest"}, "not yet supported"),
+    ({"iceberg.mode": "value_schema_latest", "iceberg.partition.spec": "(value)"}, "no column 'value'"),
     ({"iceberg.mode": "upsert"}, "iceberg.mode"),
     ({"iceberg.mode": "key_value", "iceberg.table.properties": "no-value"}, "key=value"),
 ])

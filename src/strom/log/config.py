@@ -35,9 +35,11 @@ SUBJECT_NAME_STRATEGIES = (TOPIC_NAME_STRATEGY, RECORD_NAME_STRATEGY, TOPIC_RECO
 
 # Iceberg topics (strom.tables): how a topic's records become table rows (Redpanda's mode names).
 ICEBERG_MODES = ("disabled", "key_value", "value_schema_id_prefix", "value_schema_latest")
-ICEBERG_MODES_BUILT = ("disabled", "key_value")
+ICEBERG_SCHEMA_MODES = ("value_schema_id_prefix", "value_schema_latest")  # read the schema registry
 # The columns of the key_value mode, which a partition spec may name.
 ICEBERG_KEY_VALUE_COLUMNS = ("partition", "offset", "timestamp", "timestamp_type", "key", "value")
+# The schema modes' metadata columns (in their `strom` struct), which a partition spec may name.
+ICEBERG_METADATA_COLUMNS = ("partition", "offset", "timestamp", "timestamp_type", "key")
 ICEBERG_TRANSFORMS = ("identity", "year", "month", "day", "hour")
 ICEBERG_TIME_TRANSFORMS = ("year", "month", "day", "hour")
 
@@ -100,6 +102,9 @@ class LogConfig:
     iceberg_table_properties: str = ""
     # Not a topic config: the broker's iceberg.enabled, which a topic must have to set a mode.
     iceberg_system_enable: bool = False
+    # Not a topic config: whether the broker runs the schema registry (schema.registry.listeners),
+    # which the schema modes read; None where it is not known (nothing is checked).
+    schema_registry_enable: bool | None = None
 
     def replication_throttled(self, follower: bool, partition: int, broker: int) -> bool:
         """Is this replica's replication throttled (asked per partition per fetch, so the list
@@ -445,21 +450,21 @@ def _table_properties_text(text: str) -> str:
 
 
 def _check_iceberg(config: LogConfig, overrides: Mapping[str, str]) -> None:
-    """A topic in an Iceberg mode needs iceberg.enabled on the brokers, a mode that is built,
-    and a partition spec over the mode's columns."""
+    """A topic in an Iceberg mode needs iceberg.enabled on the brokers (and a schema mode the
+    schema registry), and a partition spec over the mode's columns."""
     if config.iceberg_mode == "disabled":
         return
     if "iceberg.mode" in overrides:
         if not config.iceberg_system_enable:
             raise ValueError("iceberg.mode: Iceberg topics are disabled in the broker "
                              "(set iceberg.enabled=true)")
-        if config.iceberg_mode not in ICEBERG_MODES_BUILT:
-            raise ValueError(f"iceberg.mode: {config.iceberg_mode} is not yet supported "
-                             f"(one of {', '.join(ICEBERG_MODES_BUILT)})")
-    if config.iceberg_mode == "key_value":
-        for transform, column in parse_partition_spec(config.iceberg_partition_spec):
-            if column not in ICEBERG_KEY_VALUE_COLUMNS:
-                raise ValueError(f"iceberg.partition.spec: no column {column!r} in the key_value mode "
-                                 f"(one of {', '.join(ICEBERG_KEY_VALUE_COLUMNS)})")
-            if transform in ICEBERG_TIME_TRANSFORMS and column != "timestamp":
-                raise ValueError(f"iceberg.partition.spec: {transform}() applies to timestamp, not {column!r}")
+        if config.iceberg_mode in ICEBERG_SCHEMA_MODES and config.schema_registry_enable is False:
+            raise ValueError(f"iceberg.mode: {config.iceberg_mode} reads the schema registry, which the "
+                             "broker does not run (set schema.registry.listeners)")
+    columns = ICEBERG_KEY_VALUE_COLUMNS if config.iceberg_mode == "key_value" else ICEBERG_METADATA_COLUMNS
+    for transform, column in parse_partition_spec(config.iceberg_partition_spec):
+        if column not in columns:
+            raise ValueError(f"iceberg.partition.spec: no column {column!r} in the {config.iceberg_mode} mode "
+                             f"(one of {', '.join(columns)})")
+        if transform in ICEBERG_TIME_TRANSFORMS and column != "timestamp":
+            raise ValueError(f"iceberg.partition.spec: {transform}() applies to timestamp, not {column!r}")

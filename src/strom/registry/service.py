@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,7 @@ MODES = (READWRITE, READONLY, IMPORT, READONLY_OVERRIDE)
 MAX_VERSION = 2**31 - 1
 _PARSED_CACHE = 1024
 _READY_TIMEOUT_S = 30.0
+_UNKNOWN_ID_WAIT_S = 0.5  # an id registered through another broker a moment ago: read soon
 
 
 class NotWriter(Exception):
@@ -315,6 +316,34 @@ class SchemaRegistry:
             except RegistryError:
                 return None
         return parsed.record_name
+
+    async def parsed_schemas(self, ids: Iterable[int]) -> dict[int, ParsedSchema | str]:
+        """The parsed schemas of these ids, for readers of records beside the broker (Iceberg
+        topics): an id this broker has not read yet is waited for briefly; an unknown id, or a
+        stored schema that does not parse, gives the reason as text."""
+        await self.wait_ready()
+        out: dict[int, ParsedSchema | str] = {}
+        for schema_id in ids:
+            if self.store.schema_by_id(schema_id) is None and not await self.topic.wait(
+                    lambda i=schema_id: self.store.schema_by_id(i) is not None, _UNKNOWN_ID_WAIT_S):
+                out[schema_id] = f"schema id {schema_id} is not registered"
+                continue
+            try:
+                [out[schema_id]] = await self._off_loop(self._parsed_of, self._stored_inputs([Version("", 0, schema_id)]))
+            except RegistryError as e:
+                out[schema_id] = str(e)
+        return out
+
+    async def latest_schema(self, subject: str) -> tuple[int, ParsedSchema, frozenset[int]] | None:
+        """The subject's latest live version's schema id and schema, and the ids of all its live
+        versions; None while it has none."""
+        await self.wait_ready()
+        live = self.store.versions(subject)
+        if not live:
+            return None
+        latest = live[-1].id
+        [parsed] = await self._off_loop(self._parsed_of, self._stored_inputs([live[-1]]))
+        return latest, parsed, frozenset(v.id for v in live)
 
     # --- writes ------------------------------------------------------------------------------
     async def register(self, subject: str, body: Any, normalize: bool) -> dict:

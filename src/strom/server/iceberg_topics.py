@@ -8,22 +8,24 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
+import time
 from typing import Any
 
 from strom.config.broker import ConfigError
-from strom.tables.settings import iceberg_settings
+from strom.tables.settings import SchemaSource, iceberg_settings
 from strom.tables.translator import PartitionTranslator, Translation
 
 log = logging.getLogger(__name__)
 
 TICK_S = 1.0
 YIELD_EVERY = 1000  # partitions looked at between two yields to the loop
+REGISTRY_TIMEOUT_S = 60.0  # a translator's wait for the registry (it waits for _schemas to be read)
 
 
 class IcebergTopics:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
-        self.translation = Translation(iceberg_settings(broker.config))
+        self.translation = Translation(iceberg_settings(broker.config), _schema_source(broker))
         # (topic, partition) -> its translator, and what it was started with
         self.translators: dict[tuple[str, int], tuple[PartitionTranslator, tuple]] = {}
         self.task: asyncio.Task | None = None
@@ -71,6 +73,44 @@ class IcebergTopics:
         await asyncio.gather(*(t.close() for t, _ in self.translators.values()), return_exceptions=True)
         self.translators.clear()
         self.translation.close()
+
+
+    def lags(self) -> list[tuple[str, int, int, float]]:
+        """(topic, partition, offsets, seconds) of each partition translated here (metrics)."""
+        now_ms = int(time.time() * 1000)
+        out = []
+        for (topic, partition), (translator, _) in self.translators.items():
+            lag = translator.lag(now_ms)
+            if lag is not None:
+                out.append((topic, partition, *lag))
+        return out
+
+    def dead_letters(self) -> dict[str, int]:
+        """Per topic, the dead letters this broker's translators appended since it started."""
+        out: dict[str, int] = {}
+        for (topic, _), (translator, _) in self.translators.items():
+            out[topic] = out.get(topic, 0) + translator.dead_letter_count
+        return out
+
+
+def _schema_source(broker: Any) -> SchemaSource | None:
+    """The broker's schema registry (schema.registry.listeners; started after this) as the
+    blocking calls translators make from their executor: the registry reads its store on the
+    loop."""
+    if not broker.config["schema.registry.listeners"]:
+        return None
+    loop = asyncio.get_running_loop()
+
+    def on_loop(call: Any) -> Any:
+        async def asked() -> Any:
+            running = broker.schema_registry
+            if running is None:
+                raise RuntimeError("the schema registry has not started yet")
+            return await call(running.registry)
+        return asyncio.run_coroutine_threadsafe(asked(), loop).result(REGISTRY_TIMEOUT_S)
+
+    return SchemaSource(schemas=lambda ids: on_loop(lambda r: r.parsed_schemas(ids)),
+                        latest=lambda subject: on_loop(lambda r: r.latest_schema(subject)))
 
 
 def start_iceberg_topics(broker: Any) -> IcebergTopics | None:

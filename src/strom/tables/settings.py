@@ -1,8 +1,10 @@
 """The broker's iceberg.* keys as what the catalog and the translators need: pyiceberg catalog
-properties, the namespace, the commit interval. Pure: nothing here imports pyiceberg."""
+properties, the namespace, the commit interval; and how the schema modes reach the registry.
+Pure: nothing here imports pyiceberg."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,3 +59,14 @@ def _s3_properties(remote: dict[str, str], prefix: str) -> dict[str, str]:
     if keys.get("storage.s3.path.style.access.enabled", "").strip().lower() == "true":
         props["s3.force-virtual-addressing"] = "false"
     return props
+
+
+@dataclass(frozen=True)
+class SchemaSource:
+    """The broker's schema registry as the schema modes read it, in blocking calls made from
+    the translators' executor. `schemas(ids)`: id -> parsed schema, or the reason as text.
+    `latest(subject)`: (id, parsed schema, ids of the subject's live versions), or None while
+    the subject has none."""
+
+    schemas: Callable[[Collection[int]], dict[int, Any]]
+    latest: Callable[[str], tuple[int, Any, frozenset[int]] | None]

@@ -63,8 +63,9 @@ class Translation:
     """What a broker's translators share: the settings, the catalog (opened on first use, in
     the executor: pyiceberg is imported only there), the executor and the catalog's health."""
 
-    def __init__(self, settings: IcebergSettings) -> None:
+    def __init__(self, settings: IcebergSettings, schema_source: Any = None) -> None:
         self.settings = settings
+        self.schema_source = schema_source  # values.SchemaSource: the broker's registry, if it runs one
         self.executor = ThreadPoolExecutor(EXECUTOR_THREADS, thread_name_prefix="iceberg")
         self.health = CatalogHealth()
         self._catalog: Any = None
@@ -86,13 +87,18 @@ class Translation:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 
-def converter_for(mode: str) -> Any:
+def converter_for(mode: str, topic: str, schema_source: Any) -> Any:
     """The record -> row converter of an iceberg.mode (called in the executor)."""
     if mode == "key_value":
         from strom.tables.key_value import KeyValueConverter
 
         return KeyValueConverter()
-    raise ValueError(f"iceberg.mode {mode} is not yet supported")
+    if schema_source is None:
+        raise TableRefused(f"iceberg.mode {mode} reads the schema registry, which this broker does not run "
+                           "(schema.registry.listeners)")
+    from strom.tables.values import SchemaConverter
+
+    return SchemaConverter(mode, topic, schema_source)
 
 
 class PartitionTranslator(PartitionTail):
@@ -118,6 +124,12 @@ class PartitionTranslator(PartitionTail):
         self.refusal: str | None = None  # why the table is not translated into, logged once
         self.past_end_logged = False
         self.closed = False
+        self.dead_letters: Any = None  # the <topic>~dlq TopicTable of a schema mode
+        self.dead_letter_count = 0
+        # Lag: the partition's last stable offset as last fetched, and the newest timestamp
+        # (ms) of the records the table holds as far as this translator committed them.
+        self.log_end: int | None = None
+        self.committed_timestamp: int | None = None
 
     # --- the tail's hooks --------------------------------------------------------------------
     def reading(self) -> bool:
@@ -142,6 +154,9 @@ class PartitionTranslator(PartitionTail):
             return False
         if error == ErrorCode.OFFSET_OUT_OF_RANGE:
             return self._out_of_range(position, answer)
+        if error == ErrorCode.NONE:
+            stable = getattr(answer, "last_stable_offset", -1)
+            self.log_end = stable if stable is not None and stable >= 0 else answer.high_watermark
         self.past_end_logged = False
         fetched = self.batches(answer.records or b"", position)
         if fetched is None:
@@ -177,10 +192,17 @@ class PartitionTranslator(PartitionTail):
         def load() -> tuple[Any, dict[str, int]]:
             from strom.tables.table import TopicTable
 
-            converter = converter_for(self.mode)
-            table = TopicTable(self.translation.catalog(), self.settings.namespace, self.topic, self.topic_id,
+            converter = converter_for(self.mode, self.topic, self.translation.schema_source)
+            catalog = self.translation.catalog()
+            table = TopicTable(catalog, self.settings.namespace, self.topic, self.topic_id,
                                converter, self.spec, self.properties)
-            return table, table.load()
+            offsets = table.load()
+            if getattr(converter, "evolves", False):
+                from strom.tables.values import DeadLetterConverter
+
+                self.dead_letters = TopicTable(catalog, self.settings.namespace, f"{self.topic}~dlq", self.topic_id,
+                                               DeadLetterConverter(), self.spec, self.properties)
+            return table, offsets
 
         try:
             table, offsets = await self.translation.run(load)
@@ -215,8 +237,16 @@ class PartitionTranslator(PartitionTail):
         start, end, pending = self.start_offset, self.next_offset, self.pending
 
         def commit() -> int | None:
-            rows = self.converter.convert(self.partition, _records(self.label, pending))
-            return self.table.commit(self.partition, start, end, rows)
+            records = _records(self.label, pending)
+            if self.dead_letters is None:
+                return self.table.commit(self.partition, start, end, self.converter.convert(self.partition, records))
+            from strom.tables.table import commit_with_dead_letters
+
+            moved, dead = commit_with_dead_letters(self.table, self.dead_letters, self.partition, start, end, records)
+            self.dead_letter_count += dead
+            return moved
+
+        newest = max((h.max_timestamp for _, kept, _ in pending for _, h in kept), default=None)
 
         try:
             moved = await self.translation.run(commit)
@@ -233,6 +263,8 @@ class PartitionTranslator(PartitionTail):
         if moved is None:
             self.start_offset = end
             self.pending, self.pending_bytes = [], 0
+            if newest is not None and newest >= 0:
+                self.committed_timestamp = max(newest, self.committed_timestamp or newest)
             return True
         entry = None if moved < 0 else moved
         log.info("%s: the table %s holds offsets up to %s, not %s: another leader translated them; "
@@ -240,6 +272,24 @@ class PartitionTranslator(PartitionTail):
                  start, end - 1, entry)
         self._resume(entry)
         return True
+
+    def lag(self, now_ms: int) -> tuple[int, float] | None:
+        """(offsets, seconds) the table is behind the partition's last stable offset: the
+        records not yet committed to the table, and the age of the oldest of them (its batch's
+        first timestamp once fetched; before that, how long since the newest record committed).
+        None until the table is loaded and a fetch answered."""
+        if self.table is None or self.log_end is None:
+            return None
+        if not self.pending:  # what was read since the entry held no row (markers, aborted records)
+            translated = self.next_offset
+        else:
+            translated = self.start_offset if self.start_offset is not None else self.pending[0][2]
+        offsets = max(0, self.log_end - translated)
+        if offsets == 0:
+            return 0, 0.0
+        oldest = next((h.base_timestamp for _, kept, _ in self.pending for _, h in kept if h.base_timestamp >= 0),
+                      self.committed_timestamp)
+        return offsets, max(0.0, (now_ms - oldest) / 1000) if oldest is not None else 0.0
 
     async def close(self) -> None:
         self.closed = True
