@@ -1,10 +1,12 @@
 """The exactly-once commit of strom.tables against a real SQLite catalog and file:// warehouse:
 a commit goes through only from its partition's entry in the table, a stale one is refused
-without appending, partitions committing at once all land, and a table Strom did not make (or
-made for another topic) is refused."""
+without appending, partitions committing at once all land, a table Strom did not make (or
+made for another topic) is refused, and dead letters committed before a crash are not appended
+again."""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 
@@ -13,9 +15,12 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 from strom.protocol.records import Record
+from strom.schemas.parsed import parse
 from strom.tables.errors import TableRefused
 from strom.tables.key_value import KeyValueConverter
-from strom.tables.table import TopicTable
+from strom.tables.settings import SchemaSource
+from strom.tables.table import TopicTable, commit_with_dead_letters
+from strom.tables.values import DeadLetterConverter, SchemaConverter
 
 from .iceberg_table import catalog as open_catalog
 from .iceberg_table import offsets_map, rows
@@ -92,3 +97,25 @@ def test_partition_specs(catalog):
     table(catalog, "two", spec="(day(timestamp), partition)").load()
     fields = catalog.load_table(("strom", "two")).spec().fields
     assert [(f.name, str(f.transform)) for f in fields] == [("timestamp_day", "day"), ("partition", "identity")]
+
+
+def test_dead_letters_committed_before_a_crash_are_not_appended_again(catalog):
+    """The dead letters' commit goes through, the main table's does not (a crash between the
+    two): the batch translated again appends its rows once and no dead letter twice."""
+    schema = parse("AVRO", json.dumps({"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]}))
+    source = SchemaSource(schemas=lambda ids: {i: schema if i == 1 else f"schema id {i} is not registered"
+                                               for i in ids},
+                          latest=lambda subject: None)
+    main = TopicTable(catalog, "strom", "v", "id-1", SchemaConverter("value_schema_id_prefix", "v", source),
+                      "(hour(timestamp))", "")
+    dead = TopicTable(catalog, "strom", "v~dlq", "id-1", DeadLetterConverter(), "(hour(timestamp))", "")
+    main.load()
+    good = b"\x00\x00\x00\x00\x01" + schema.encode({"n": 5})
+    records = [(Record(o, 1_700_000_000_000, None, good if o % 2 else b"junk-%d" % o, ()), 0) for o in range(6)]
+    decoded = main.converter.decode(0, records)
+    dead.load()
+    assert dead.commit_dead_letters(0, 6, decoded.dead) == 3  # ... and the broker dies here
+    assert commit_with_dead_letters(main, dead, 0, None, 6, records) == (None, 0)
+    assert sorted(r["strom"]["offset"] for r in rows(catalog, "v~dlq")) == [0, 2, 4]
+    assert sorted((r["strom"]["offset"], r["n"]) for r in rows(catalog, "v")) == [(1, 5), (3, 5), (5, 5)]
+    assert offsets_map(catalog, "v") == {"0": 6} and offsets_map(catalog, "v~dlq") == {"0": 6}
