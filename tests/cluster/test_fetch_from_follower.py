@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, Producer, TopicPartition
 
 from strom.protocol.errors import ErrorCode
 from strom.replication.replica_selector import (
@@ -122,6 +122,24 @@ def test_other_consumers_read_from_the_leader(racked, conf):
     assert got == written
     assert bytes_out(racked, LEADER, topic) >= sum(map(len, written))
     assert bytes_out(racked, FOLLOWER, topic) == 0 and bytes_out(racked, 3, topic) == 0
+
+
+def test_read_committed_from_the_follower_skips_aborted_records(racked):
+    """The follower indexes the aborts it copies and bounds reads by its last stable offset."""
+    topic = unique_name("committed")
+    create_topic(racked.bootstrap, topic, replication_factor=3, assignment=[[LEADER, FOLLOWER, 3]])
+    producer = Producer({"bootstrap.servers": racked.bootstrap, "transactional.id": unique_name("txn")})
+    producer.init_transactions(30)
+    kept, dropped = values(20), values(20, 20)
+    for batch, commit in ((kept[:10], True), (dropped, False), (kept[10:], True)):
+        producer.begin_transaction()
+        for value in batch:
+            producer.produce(topic, value, partition=0)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    got = [m.value() for m in consume_all(racked.bootstrap, topic, count=len(kept), **{
+        "client.rack": "b", "isolation.level": "read_committed"})]
+    assert got == kept
+    assert bytes_out(racked, LEADER, topic) == 0 and bytes_out(racked, FOLLOWER, topic) > 0
 
 
 def fetch(broker, topic: str, version: int, rack: str, offset: int = 0, leader_epoch: int = -1):
