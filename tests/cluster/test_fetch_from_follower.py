@@ -7,14 +7,20 @@ the leader. Which broker served a consumer is read from each broker's BytesOut p
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 from confluent_kafka import KafkaError, Producer, TopicPartition
 
+from strom.log import Log, LogConfig
 from strom.protocol.errors import ErrorCode
+from strom.protocol.records import build_batch
+from strom.replication.partition import Partition
+from strom.replication.replica_manager import ReplicaManager
 from strom.replication.replica_selector import (
     ClientMetadata,
     RackAwareReplicaSelector,
+    ReadPreference,
     ReplicaView,
     replica_selector,
 )
@@ -198,6 +204,31 @@ B_BEHIND, B_AHEAD, C = ReplicaView(2, "b", 90, 50), ReplicaView(4, "b", 100, 20)
 ], ids=["no-rack", "leader-rack", "no-replica-there", "follower", "most-caught-up", "latest-caught-up"])
 def test_rack_aware_selector(rack, replicas, expected):
     assert RackAwareReplicaSelector().select("t", 0, _client(rack), LEADER_VIEW, replicas) == expected
+
+
+def test_the_leader_names_only_reachable_in_sync_followers_that_have_the_offset(tmp_path):
+    rm = ReplicaManager(1, log_manager=None)
+    rm.alter_isr = lambda _partition, _isr: None
+    partition = Partition("t", 0, uuid.uuid4(), 1, Log.open(tmp_path / "t-0", LogConfig()))
+    partition.make_leader(0, [1, 2, 3], [1, 2, 3])
+    rm._host(partition)
+    assert rm.append_records(1, [(("t", 0), bytearray(build_batch([(None, b"v")] * 10)))])[("t", 0)].error == 0
+    for replica in (2, 3):
+        rm.read(("t", 0), 10, 1 << 20, True, replica_id=replica)  # both caught up
+
+    def preferred(rack: str, offset: int = 5, racks: dict | None = None) -> int:
+        preference = ReadPreference(_client(rack), RackAwareReplicaSelector(), racks or RACKS)
+        return rm.preferred_read_replica(partition, offset, preference)
+
+    assert (preferred("b"), preferred("c"), preferred("a"), preferred("")) == (2, 3, -1, -1)
+    assert preferred("b", offset=11) == -1  # past every follower's log end: the leader
+    assert preferred("b", racks={1: "a", 3: "c"}) == -1  # broker 2 unreachable on the listener
+    partition.isr = [1, 3]  # out of the ISR: it may lag without end
+    assert preferred("b") == -1 and preferred("c") == 3
+    read = rm.read(("t", 0), 5, 1 << 20, True, fetch_only_leader=False,
+                   preference=ReadPreference(_client("c"), RackAwareReplicaSelector(), RACKS))
+    assert (read.preferred_read_replica, read.records, read.high_watermark) == (3, None, 10)
+    partition.log.close()
 
 
 def test_selector_names():
