@@ -38,7 +38,9 @@ class _LazyGroup(click.Group):
             "log-dirs": "strom.cli.log_dirs:log_dirs", "delete-records": "strom.cli.log_dirs:delete_records",
             "broker-api-versions": "strom.cli.api_versions:broker_api_versions",
             "features": "strom.cli.api_versions:features", "transactions": "strom.cli.transactions:transactions",
-            "spark-submit": "strom.cli.spark_submit:spark_submit"}
+            "spark-submit": "strom.cli.spark_submit:spark_submit",
+            "producer-perf-test": "strom.cli.perf_test:producer_perf_test",
+            "consumer-perf-test": "strom.cli.perf_test:consumer_perf_test"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
