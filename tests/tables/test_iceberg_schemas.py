@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 
 import fastavro
 import pytest
@@ -25,8 +27,10 @@ from strom.testing import (
     create_topic,
     free_ports,
     list_offset,
+    metric_value,
     produce_acked,
     report_broker_logs,
+    scrape,
     tiered_overrides,
     unique_name,
     wait_for,
@@ -56,7 +60,8 @@ RECURSIVE = {"type": "record", "name": "Node", "fields": [
 def broker(tmp_path_factory):
     url = f"http://127.0.0.1:{free_ports(1)[0]}"
     store = {"rsm.config.storage.root": str(tmp_path_factory.mktemp("remote"))}
-    with BrokerProcess(overrides=tiered_overrides(store, **OVERRIDES, **{"schema.registry.listeners": url})) as proc:
+    with BrokerProcess(overrides=tiered_overrides(store, **OVERRIDES, **{"schema.registry.listeners": url,
+                                                                         "metrics.port": "0"})) as proc:
         proc.registry_url = url
         yield proc
 
@@ -217,3 +222,31 @@ def test_turning_a_schema_mode_on_backfills_from_tiered_storage(broker, catalog,
     admin.incremental_alter_configs([resource])[resource].result(30)
     table_rows = by_offset(wait_rows(catalog, topic, 30))
     assert sorted(table_rows) == list(range(30)) and table_rows[0]["id"] == 0
+
+
+def test_lag_metrics_and_describe(broker, catalog, registry):
+    topic = unique_name("described")
+    create_topic(broker.bootstrap, topic, 2, config=ID_PREFIX)
+    v1 = serializer(registry, V1)
+    produce(broker, topic, [encode(v1, topic, {"id": i, "item": "m", "tags": []}) for i in range(8)] + [b"junk"])
+    wait_rows(catalog, topic, 8)
+    wait_rows(catalog, f"{topic}~dlq", 1)
+
+    def caught_up() -> dict | None:
+        samples = scrape(broker.metrics_url)
+        labels = [frozenset({"topic": topic, "partition": str(p)}.items()) for p in range(2)]
+        lags = [(samples.get(("strom_iceberg_translation_lag_offsets", key)),
+                 samples.get(("strom_iceberg_translation_lag_seconds", key))) for key in labels]
+        return samples if lags == [(0, 0), (0, 0)] else None
+
+    samples = wait_for(caught_up, 30, what="no translation lag")
+    assert metric_value(samples, "strom_iceberg_dead_letter_records_total", topic=topic) == 1
+    described = subprocess.run([sys.executable, "-m", "strom", "topics", "describe", "--topic", topic,
+                                "--bootstrap-server", broker.bootstrap], capture_output=True, text=True, timeout=60)
+    summary = described.stdout.splitlines()[0]
+    assert f"\tIcebergTable: strom.{topic}\tDeadLetterTable: strom.{topic}~dlq" in summary, described
+    plain = unique_name("plain")
+    create_topic(broker.bootstrap, plain, 1)
+    described = subprocess.run([sys.executable, "-m", "strom", "topics", "describe", "--topic", plain,
+                                "--bootstrap-server", broker.bootstrap], capture_output=True, text=True, timeout=60)
+    assert described.returncode == 0 and "IcebergTable" not in described.stdout

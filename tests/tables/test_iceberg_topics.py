@@ -1,15 +1,16 @@
 """Iceberg topics on one real broker (iceberg.enabled, a SQLite catalog and a file:// warehouse
 under its log dir, commits every 200 ms), the tables read back with pyiceberg: a key_value topic
 equals its committed records (keys, headers, several partitions, a transaction aborted and one
-committed); a kill -9 mid-translation leaves every offset in the table exactly once; bad configs
-are INVALID_CONFIG; a table of the topic's name that Strom did not make is left alone."""
+committed); a kill -9 mid-translation leaves every offset in the table exactly once; records
+deleted from the topic stay in the table; bad configs are INVALID_CONFIG; a table of the
+topic's name that Strom did not make is left alone."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -160,6 +161,23 @@ def test_turning_the_mode_on_backfills_and_off_keeps_the_table(broker, catalog):
     produce_acked(broker.bootstrap, topic, [b"new"] * 5)
     time.sleep(1.0)  # commits run every 200 ms: a translation still going would show
     assert len(rows(catalog, topic)) == 30
+
+
+def test_retention_does_not_delete_table_rows(broker, catalog):
+    """Records deleted from the topic (DeleteRecords, as retention deletes them) stay in the
+    table; translation goes on after the new log start."""
+    topic = unique_name("retained")
+    create_topic(broker.bootstrap, topic, 1, config={**KEY_VALUE, "retention.ms": "100"})
+    produce_acked(broker.bootstrap, topic, [b"old-%d" % i for i in range(20)])
+    wait_for_table(catalog, topic, committed_rows(broker.bootstrap, topic))
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    [deleted] = admin.delete_records([TopicPartition(topic, 0, 20)], request_timeout=30).values()
+    assert deleted.result(30).low_watermark == 20
+    produce_acked(broker.bootstrap, topic, [b"new-%d" % i for i in range(5)])
+    table_rows = wait_for(lambda: (found := rows(catalog, topic)) and len(found) >= 25 and found, 30,
+                          what="the new records in the table")
+    assert sorted(r["offset"] for r in table_rows) == list(range(25))
+    assert sorted(r["value"] for r in table_rows if r["offset"] < 20) == sorted(b"old-%d" % i for i in range(20))
 
 
 def _create_error(bootstrap: str, name: str, config: dict[str, str]) -> KafkaException:

@@ -30,7 +30,7 @@ from strom.cli.common import (
 from strom.protocol.errors import ErrorCode
 
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
-TOPIC_RESOURCE, DYNAMIC_TOPIC_CONFIG = 2, 1
+TOPIC_RESOURCE, BROKER_RESOURCE, DYNAMIC_TOPIC_CONFIG = 2, 4, 1
 TIMEOUT_MS = 30_000  # how long the controller may wait for new partitions' leaders (Kafka's default)
 
 
@@ -208,6 +208,22 @@ def _topic_configs(cluster: Cluster, names: list[str], every: bool = False) -> d
             for r in body.results if r.error_code == ErrorCode.NONE}
 
 
+def _iceberg_tables(cluster: Cluster, names: list[str], configs: dict[str, list[str]]) -> dict[str, str]:
+    """The Iceberg table of each topic with an iceberg.mode: `<iceberg.namespace>.<topic>`, the
+    namespace asked of a broker (one DescribeConfigs, only when such a topic is described)."""
+    wanted = [n for n in names if any(c.startswith("iceberg.mode=") and c != "iceberg.mode=disabled"
+                                      for c in configs.get(n, ()))]
+    if not wanted or not cluster.brokers:
+        return {}
+    body = cluster.call(DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": BROKER_RESOURCE, "resource_name": str(min(cluster.brokers)),
+                       "configuration_keys": ["iceberg.namespace"]}],
+        "include_synonyms": False, "include_documentation": False})
+    namespace = next((c.value for r in body.results if r.error_code == ErrorCode.NONE for c in r.configs
+                      if c.name == "iceberg.namespace" and c.value), "strom")
+    return {n: f"{namespace}.{n}" for n in wanted}
+
+
 @topics.command()
 @client_options()
 @click.argument("arguments", metavar="[TOPIC]...", nargs=-1)
@@ -237,6 +253,8 @@ def describe(client: ClientSettings, arguments: tuple[str, ...], names: tuple[st
     A tiered topic's partitions (remote.storage.enable=true) show their size on the leader's
     disk (LocalSize), in remote storage (RemoteSize, RemoteSegments: the finished copies
     `__remote_log_metadata` lists), the log start offset and the first offset kept locally.
+    An Iceberg topic's summary line names its table and dead-letter table (its translation lag
+    is each partition leader's strom_iceberg_translation_lag_* metrics).
 
     \b
     Example:
@@ -265,6 +283,7 @@ def describe(client: ClientSettings, arguments: tuple[str, ...], names: tuple[st
         filtered = under_replicated or unavailable or under_min_isr or at_min_isr
         every = _topic_configs(cluster, [t.name for t in found], every=True) if under_min_isr or at_min_isr else {}
         configs = {} if filtered else _topic_configs(cluster, [t.name for t in found])
+        iceberg = _iceberg_tables(cluster, [t.name for t in found], configs)
         tiered_topics = [t for t in found if "remote.storage.enable=true" in configs.get(t.name, ())]
         tiered = {}
         if tiered_topics:  # only then loaded: strom.cli.tiered imports remote storage's modules
@@ -283,7 +302,9 @@ def describe(client: ClientSettings, arguments: tuple[str, ...], names: tuple[st
             factor = len(partitions[0].replica_nodes) if partitions else 0
             click.echo(f"Topic: {t.name}\tTopicId: {format_topic_id(t.topic_id)}"
                        f"\tPartitionCount: {len(partitions)}\tReplicationFactor: {factor}"
-                       f"\tConfigs: {','.join(configs.get(t.name, []))}")
+                       f"\tConfigs: {','.join(configs.get(t.name, []))}"
+                       + (f"\tIcebergTable: {iceberg[t.name]}\tDeadLetterTable: {iceberg[t.name]}~dlq"
+                          if t.name in iceberg else ""))
         for p in partitions:
             is_under = len(p.isr_nodes) < len(p.replica_nodes)
             is_unavailable = p.leader_id < 0 or p.leader_id not in live
@@ -326,6 +347,22 @@ def alter(client: ClientSettings, topic: str | None, topic_options: tuple[str, .
     if entry.error_code != ErrorCode.NONE:
         raise CommandError(_failure(topic, entry))
     click.echo(f"Topic {topic} now has {partitions} partitions.")
+
+
+def _iceberg_tables(cluster: Cluster, names: list[str], configs: dict[str, list[str]]) -> dict[str, str]:
+    """The Iceberg table of each topic with an iceberg.mode: `<iceberg.namespace>.<topic>`, the
+    namespace asked of a broker (one DescribeConfigs, only when such a topic is described)."""
+    wanted = [n for n in names if any(c.startswith("iceberg.mode=") and c != "iceberg.mode=disabled"
+                                      for c in configs.get(n, ()))]
+    if not wanted or not cluster.brokers:
+        return {}
+    body = cluster.call(DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": BROKER_RESOURCE, "resource_name": str(min(cluster.brokers)),
+                       "configuration_keys": ["iceberg.namespace"]}],
+        "include_synonyms": False, "include_documentation": False})
+    namespace = next((c.value for r in body.results if r.error_code == ErrorCode.NONE for c in r.configs
+                      if c.name == "iceberg.namespace" and c.value), "strom")
+    return {n: f"{namespace}.{n}" for n in wanted}
 
 
 @topics.command()

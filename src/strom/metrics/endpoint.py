@@ -22,6 +22,7 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
 from strom.metrics.client_telemetry import PUSH_ERRORS
+from strom.metrics.iceberg import iceberg_families
 from strom.metrics.stats import (
     PHASES,
     TOPIC_COUNTERS,
@@ -112,6 +113,7 @@ def broker_families(broker: Any) -> Iterator[Any]:
     yield from _controller_families(broker.controller or getattr(broker, "quorum_controller_view", None))
     yield from _log_families(broker)
     yield from remote_families(getattr(broker, "remote_log_manager", None), rm.partitions)
+    yield from iceberg_families(getattr(broker, "iceberg_topics", None))
     yield from _group_families(broker)
     yield from _network_families(socket_server)
     yield from client_telemetry_families(getattr(broker, "client_telemetry", None))

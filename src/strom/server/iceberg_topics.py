@@ -30,6 +30,7 @@ class IcebergTopics:
         self.translators: dict[tuple[str, int], tuple[PartitionTranslator, tuple]] = {}
         self.task: asyncio.Task | None = None
         self.closed = False
+        self.dead_letter_totals: dict[str, int] = {}  # of translators stopped since the broker started
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run(), name="iceberg topics")
@@ -57,6 +58,7 @@ class IcebergTopics:
             if wanted.get(key) != how:
                 del self.translators[key]
                 await translator.close()
+                self.dead_letter_totals[key[0]] = self.dead_letter_totals.get(key[0], 0) + translator.dead_letter_count
                 log.info("%s: Iceberg translation stopped (%s)", translator.label,
                          "iceberg.mode changed" if key in wanted else "not led here or no iceberg.mode")
         for key, how in wanted.items():
@@ -87,7 +89,7 @@ class IcebergTopics:
 
     def dead_letters(self) -> dict[str, int]:
         """Per topic, the dead letters this broker's translators appended since it started."""
-        out: dict[str, int] = {}
+        out = dict(self.dead_letter_totals)
         for (topic, _), (translator, _) in self.translators.items():
             out[topic] = out.get(topic, 0) + translator.dead_letter_count
         return out
