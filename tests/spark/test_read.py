@@ -121,3 +121,32 @@ def test_transaction_markers_and_aborted_data_are_not_data_loss(spark, broker, t
         (0, b"a"), (1, b"b"), (2, b"c"), (7, b"d"), (8, b"e")]
     everything = read(spark, broker.bootstrap, subscribe=topic)
     assert [r.value for r in everything.orderBy("offset").collect()] == [b"a", b"b", b"c", b"x", b"y", b"d", b"e"]
+
+
+def test_spark_reads_an_iceberg_topics_parquet_files(spark, tmp_path):
+    """Iceberg topics (strom.tables): the Parquet files of a key_value topic's table, as Spark
+    reads them without an Iceberg runtime, hold the topic's records."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from strom.testing import BrokerProcess, consume_all, unique_name, wait_for
+
+    with BrokerProcess(overrides={"iceberg.enabled": "true", "iceberg.commit.interval.ms": "200",
+                                  "iceberg.catalog.uri": f"sqlite:///{tmp_path / 'catalog.db'}",
+                                  "iceberg.warehouse": (tmp_path / "warehouse").as_uri()}) as proc:
+        topic = unique_name("iceberg")
+        create_topic(proc.bootstrap, topic, partitions=2, config={"iceberg.mode": "key_value"})
+        produce(proc.bootstrap, topic, [dict(value=b"v-%d" % i, key=b"k-%d" % i, partition=i % 2) for i in range(60)])
+        expected = {(m.partition(), m.offset(), m.key(), m.value()) for m in consume_all(proc.bootstrap, topic)}
+        catalog = SqlCatalog("strom", uri=f"sqlite:///{tmp_path / 'catalog.db'}",
+                             warehouse=(tmp_path / "warehouse").as_uri())
+
+        def files() -> list[str] | None:
+            if not catalog.table_exists(("strom", topic)):
+                return None
+            table = catalog.load_table(("strom", topic))
+            return table.inspect.files()["file_path"].to_pylist() if len(table.scan().to_arrow()) == 60 else None
+
+        paths = wait_for(files, 30, what="the table holding the 60 records")
+    got = {(r.partition, r.offset, bytes(r.key), bytes(r.value))
+           for r in spark.read.parquet(*paths).select("partition", "offset", "key", "value").collect()}
+    assert len(expected) == 60 and got == expected
