@@ -695,7 +695,8 @@ def test_share_session_timeout_and_heartbeat_interval_group_configs(share_broker
 
 
 def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_broker):
-    """Last in the module: it kills the broker. Accepted and rejected records are never
+    """Last in the module: it kills the broker. The group's members are the restarted broker's
+    (from `__consumer_offsets`), with their epochs. Accepted and rejected records are never
     delivered again; acquired but unacknowledged ones are, with the delivery count of the
     last state write (as in Kafka, an acquisition alone is not written: records acquired after
     it come back as never delivered)."""
@@ -718,9 +719,18 @@ def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_br
     late: list[int] = []
     poll_until([d], lambda: len(late) >= 3, lambda _, m: late.append(m.offset()))
     assert sorted(late) == [20, 21, 22]  # acquired by d, nothing acknowledged: nothing written
+    members = _members(share_broker, group)
+    assert len(members[1]) == 2, members
     share_broker.kill()
     share_broker.restart()
     wait_for(lambda: _serves(share_broker), timeout=30, what="the restarted broker")
+    # The membership came back from __consumer_offsets: the same group epoch (a member that
+    # rejoined would have moved it), members and assignments; a member's epoch may have caught
+    # up with the group's by a heartbeat since.
+    epoch, now = _members(share_broker, group)
+    assert epoch == members[0] and now.keys() == members[1].keys(), (members, epoch, now)
+    for member_id, (member_epoch, assigned) in now.items():
+        assert member_epoch in (members[1][member_id][0], epoch) and assigned == members[1][member_id][1]
     produce(share_broker, topic, [b"sentinel"])  # offset 23
     after = consumer(share_broker, group, topic)
     again: list[tuple[int, int]] = []
@@ -732,6 +742,13 @@ def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_br
         after.close()
         c.close()
         d.close()
+
+
+def _members(broker: BrokerProcess, group: str) -> tuple[int, dict]:
+    (g,) = call(broker, SHARE_GROUP_DESCRIBE, 1, {"group_ids": [group], "include_authorized_operations": False}).groups
+    assert g.error_code == 0, g
+    return g.group_epoch, {m.member_id: (m.member_epoch, [(t.topic_id, sorted(t.partitions))
+                                                          for t in m.assignment.topic_partitions]) for m in g.members}
 
 
 def _serves(broker: BrokerProcess) -> bool:

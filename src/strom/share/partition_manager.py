@@ -8,12 +8,15 @@ on first use from its ShareCoordinator through the Persister (ReadShareGroupStat
 partition's leader epoch, which fences the leader before this one). A share partition without
 state is initialized (InitializeShareGroupState) where `share.auto.offset.reset` says, the log
 end or start, before anything is delivered, so that "latest" does not move after a restart.
-What a request changes is written back (WriteShareGroupState, one call per coordinator) before
-the response goes out: an acknowledged record is never delivered again after a crash, and an
-acquired one is delivered again with its delivery count. A write the coordinator fences (a
-newer leader epoch or state epoch, or state deleted) drops the share partition, to be loaded
-again. Writes of one share partition are one at a time, so that an older snapshot never lands
-after a newer one.
+What a request's acknowledgements change is written back (WriteShareGroupState) before the
+response goes out, while its fetch runs: an acknowledged record is never delivered again after
+a crash. As in Kafka, an acquisition alone is not written; releases, lock expiries and members
+fenced or gone are written in the background. So a record acquired since the last write comes
+back after a crash of the leader with the delivery count that write had. Writes are batched
+(every share partition waiting, in one call per coordinator and group) and pipelined (a few in
+flight), each share partition in one write at a time, so that an older snapshot never lands
+after a newer one. A write the coordinator fences (a newer leader epoch or state epoch, or
+state deleted) drops the share partition, to be loaded again.
 
 Acquisition locks are timers on the event loop, one per share partition at its earliest
 deadline; an expiry, a release or a departing member wakes the long polls waiting on the

@@ -194,7 +194,7 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
         for item in log_store.replay(log_):
             try:
                 key = records.read_share_group_key(item.key)
-            except RecordFormatError:
+            except (RecordFormatError, ValueError):  # a damaged key: skipped, as the offsets loader does
                 continue
             if key is None:
                 continue
