@@ -142,6 +142,7 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "listener.security.protocol.map": (_optional(_str), None),
     "log.dirs": (_optional(_dirs), None),
     "log.dir": (_dirs, "./strom-data"),
+    "cordoned.log.dirs": (_optional(_dirs), None),
     "num.partitions": (int_in(1), "1"),
     "default.replication.factor": (int_in(1), "1"),
     "auto.create.topics.enable": (_bool, "true"),
@@ -525,6 +526,7 @@ class BrokerConfig:
             except ValueError as e:
                 raise ConfigError(f"invalid value for {key}: {e}") from None
         self._check_advertised()
+        self._check_cordoned()
         self._check_kraft()
         self._check_security_protocols()
         queued, largest = self.values["queued.max.request.bytes"], self.values["socket.request.max.bytes"]
@@ -562,6 +564,13 @@ class BrokerConfig:
     def metadata_log_dir(self) -> Path:
         """metadata.log.dir, else the first log dir (Kafka's default)."""
         return self.values["metadata.log.dir"] or self.log_dirs[0]
+
+    def _check_cordoned(self) -> None:
+        """KIP-1066: only this broker's own log dirs can be cordoned."""
+        own = {d.absolute() for d in self.log_dirs}
+        for d in self.values["cordoned.log.dirs"] or ():
+            if d.absolute() not in own:
+                raise ConfigError(f"invalid value for cordoned.log.dirs: {d} is not one of log.dirs")
 
     def _check_kraft(self) -> None:
         """Kafka's start-up checks of a KRaft node's settings, each a one-line refusal."""
@@ -634,6 +643,12 @@ class BrokerConfig:
     @property
     def log_dirs(self) -> list[Path]:
         return self.values["log.dirs"] or self.values["log.dir"]
+
+    @property
+    def cordoned_log_dirs(self) -> list[Path]:
+        """The log dirs (of log_dirs, as written there) that take no new partitions (KIP-1066)."""
+        cordoned = {d.absolute() for d in self.values["cordoned.log.dirs"] or ()}
+        return [d for d in self.log_dirs if d.absolute() in cordoned]
 
     @property
     def log_roll_ms(self) -> int:

@@ -69,10 +69,12 @@ MODES: dict[str, str] = {
     "leader.replication.throttled.rate": CLUSTER_WIDE,
     "follower.replication.throttled.rate": CLUSTER_WIDE,
     **dict.fromkeys(_BROKER_STORED + _BROKER_REFUSED, PER_BROKER),
+    # KIP-1066: the broker's new partitions go to its other log dirs from now on.
+    "cordoned.log.dirs": PER_BROKER,
 }
 EFFECT: dict[str, str] = {
     **dict.fromkeys(_LOG + _LIVE_OTHER + ["leader.replication.throttled.rate",
-                                          "follower.replication.throttled.rate"], LIVE),
+                                          "follower.replication.throttled.rate", "cordoned.log.dirs"], LIVE),
     **dict.fromkeys(_CLUSTER_STORED + _BROKER_STORED, STORED),
     **dict.fromkeys(_BROKER_REFUSED, REFUSED),
 }
