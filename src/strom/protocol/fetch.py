@@ -42,6 +42,8 @@ class PartitionData:
     diverging_epoch: tuple[int, int] | None = None
     # (leader id, leader epoch) for a client that fetched from the wrong broker (KIP-951, v16)
     current_leader: tuple[int, int] | None = None
+    # the replica a consumer should fetch from instead (KIP-392, v11); -1: none
+    preferred_read_replica: int = -1
 
 
 def _array_len(n: int, flexible: bool) -> bytes:
@@ -113,7 +115,7 @@ def encode_fetch_response(
                 for producer_id, first_offset in aborted:
                     head += _ABORTED.pack(producer_id, first_offset) + tags
             if version >= 11:
-                head += _I32.pack(-1)  # preferred_read_replica
+                head += _I32.pack(p.preferred_read_replica)
             n = 0 if p.records is None else p.records.size
             head += write_uvarint(n + 1) if flexible else _I32.pack(n)
             if n:
