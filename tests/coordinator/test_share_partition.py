@@ -176,3 +176,19 @@ def test_record_limit_takes_part_of_a_batch():
     # Released records first, then new ones, never more than asked for.
     assert p.acquire("m2", batches((0, 9)), 5, 0, LOCK, record_limit=True) == [Acquired(0, 2, 2), Acquired(6, 7, 1)]
     assert p.acquire("m1", batches((0, 9)), 100, 0, LOCK) == [Acquired(8, 9, 1)]
+
+
+def test_only_durable_changes_make_the_partition_dirty():
+    """As in Kafka, an acquisition is not written: a crash gives it back with the count of the
+    last write. Acknowledgements, lock expiries and archives are."""
+    p = sp()
+    assert p.acquire("m", [LogBatch(0, 4)], 10, 0, LOCK) == [Acquired(0, 4, 1)]
+    assert not p.dirty
+    assert p.acknowledge("m", [(0, 1, [ACCEPT])]) == ErrorCode.NONE
+    assert p.dirty
+    p.dirty = False
+    assert p.expire_locks(LOCK)  # 2-4 available again, their count kept
+    assert p.dirty and p.state().batches == [StateBatch(2, 4, AVAILABLE, 1)]
+    p.dirty = False
+    assert p.acquire("m", [LogBatch(2, 4), LogBatch(5, 5, skip=True)], 10, LOCK, LOCK) == [Acquired(2, 4, 2)]
+    assert p.dirty  # the control batch at 5 was archived

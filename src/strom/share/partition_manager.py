@@ -30,7 +30,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -371,10 +371,11 @@ class SharePartitionManager:
             self.wake(key)
         self.persist_soon(released)
 
-    async def persist(self, keys: Iterable[SharePartitionKey]) -> dict[SharePartitionKey, ErrorCode]:
+    def persist(self, keys: Iterable[SharePartitionKey]) -> Awaitable[dict[SharePartitionKey, ErrorCode]]:
         """Wait until what the share partitions among `keys` hold now is with their share
-        coordinators (acks=all); each key's error. A share partition dropped before its write
-        (leadership left, fenced) answers NOT_LEADER_OR_FOLLOWER: what changed there is lost."""
+        coordinators (acks=all); each key's error. The wait starts at the call, not when the
+        result is awaited. A share partition dropped before its write (leadership left,
+        fenced) answers NOT_LEADER_OR_FOLLOWER: what changed there is lost."""
         loop = asyncio.get_running_loop()
         waiting: dict[SharePartitionKey, asyncio.Future] = {}
         for key in set(keys):
@@ -382,10 +383,13 @@ class SharePartitionManager:
                 continue
             waiting[key] = future = loop.create_future()
             self._waiters.setdefault(key, []).append(future)
-        if not waiting:
-            return {}
-        self._kick()
-        return {key: await future for key, future in waiting.items()}
+        if waiting:
+            self._kick()
+
+        async def written() -> dict[SharePartitionKey, ErrorCode]:
+            return {key: await future for key, future in waiting.items()}
+
+        return written()
 
     def persist_soon(self, keys: Iterable[SharePartitionKey]) -> None:
         """Write these share partitions' changes in the background (a lock expiry, a member
@@ -457,6 +461,7 @@ class SharePartitionManager:
         del self.partitions[key]
         self._first_configs.pop(key, None)
         self._last_errors.pop(key, None)
+        _resolve(self._waiters.pop(key, []), ErrorCode.NOT_LEADER_OR_FOLLOWER)  # their changes went with it
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
