@@ -174,3 +174,48 @@ def test_replica_moves_to_another_log_dir_while_serving(two_dir_broker, topic, t
     assert len(again) == len(acked)
     bad = wire_call(bootstrap, 34, 2, {"dirs": [{"path": "/nowhere", "topics": [{"name": topic, "partitions": [0]}]}]})
     assert bad.results[0].partitions[0].error_code == 57  # LOG_DIR_NOT_FOUND
+
+
+DESCRIBE_LOG_DIRS = 35
+
+
+def cordoned(bootstrap: str) -> dict[str, bool]:
+    """log dir -> IsCordoned, from DescribeLogDirs v5 (KIP-1066)."""
+    body = wire_call(bootstrap, DESCRIBE_LOG_DIRS, 5, {"topics": None})
+    return {r.log_dir: r.is_cordoned for r in body.results}
+
+
+def dirs_of(bootstrap: str, topic: str) -> set[str]:
+    return {d for d, info in log_dirs(bootstrap).items() if any(t == topic for t, _ in info["partitions"])}
+
+
+def test_new_partitions_land_only_on_uncordoned_dirs(tmp_path):
+    """cordoned.log.dirs (KIP-1066): a new topic's partitions all go to the dir that is not
+    cordoned, and stay where they are when the cordon moves (a dynamic change); the dirs say
+    IsCordoned; a dir that is not one of log.dirs is refused."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    a, b = str((tmp_path / "a").absolute()), str((tmp_path / "b").absolute())
+    with BrokerProcess(data_dir=tmp_path, overrides={"log.dirs": f"{a},{b}", "cordoned.log.dirs": a}) as proc:
+        create_topic(proc.bootstrap, "cordon-first", partitions=6)
+        wait_for(lambda: len(log_dirs(proc.bootstrap)[b]["partitions"]) == 6, 10, "the partitions in b")
+        assert dirs_of(proc.bootstrap, "cordon-first") == {b}
+        assert cordoned(proc.bootstrap) == {a: True, b: False}
+
+        admin = AdminClient({"bootstrap.servers": proc.bootstrap})
+
+        def set_cordoned(value: str) -> None:
+            entry = ConfigEntry("cordoned.log.dirs", value, incremental_operation=AlterConfigOpType.SET)
+            future = admin.incremental_alter_configs([ConfigResource("BROKER", "0", incremental_configs=[entry])])
+            next(iter(future.values())).result(10)
+
+        set_cordoned(b)
+        wait_for(lambda: cordoned(proc.bootstrap) == {a: False, b: True}, 10, "the cordon moved to b")
+        create_topic(proc.bootstrap, "cordon-second", partitions=4)
+        wait_for(lambda: dirs_of(proc.bootstrap, "cordon-second") == {a}, 10, "the new partitions in a")
+        assert len(log_dirs(proc.bootstrap)[a]["partitions"]) == 4
+        assert dirs_of(proc.bootstrap, "cordon-first") == {b}  # what was there stays
+
+        with pytest.raises(Exception, match="not one of log.dirs"):
+            set_cordoned(str(tmp_path / "elsewhere"))
+        assert cordoned(proc.bootstrap) == {a: False, b: True}

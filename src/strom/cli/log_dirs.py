@@ -39,7 +39,7 @@ def _id_list(ctx: click.Context, param: click.Parameter, value: str) -> list[int
         raise click.BadParameter(f"expected broker ids such as 0,1,2, got {value!r}") from None
 
 
-def _dir_json(result: Any, topics: set[str]) -> dict:
+def _dir_json(result: Any, topics: set[str], cordoned: bool | None = None) -> dict:
     """One log dir as Kafka prints it: its keys in the order Kafka's tool writes them."""
     partitions = [{"partition": f"{t.name}-{p.partition_index}", "size": p.partition_size,
                    "offsetLag": p.offset_lag, "isFuture": p.is_future_key}
@@ -48,7 +48,24 @@ def _dir_json(result: Any, topics: set[str]) -> dict:
     error = None
     if result.error_code != ErrorCode.NONE:
         error = _DIR_ERRORS.get(result.error_code, error_name(result.error_code))
-    return {"partitions": partitions, "error": error, "logDir": result.log_dir}
+    out = {"partitions": partitions, "error": error, "logDir": result.log_dir}
+    if cordoned is not None:  # DescribeLogDirs v5 (KIP-1066)
+        out["isCordoned"] = cordoned
+    return out
+
+
+def _describe(cluster: Cluster, broker_id: int) -> tuple[Any, int]:
+    """DescribeLogDirs of one broker: v5 (which says which dirs are cordoned) where the broker
+    speaks it, else v4."""
+    connection = cluster.broker(broker_id)
+    try:
+        body = connection.call(DESCRIBE_LOG_DIRS, 5, {"topics": None})
+        if body.error_code != ErrorCode.UNSUPPORTED_VERSION:
+            return body, 5
+    except CommandError:  # a broker that closes the connection on a version it does not know
+        cluster.connections.pop(cluster.brokers[broker_id], None)
+        connection = cluster.broker(broker_id)
+    return connection.call(DESCRIBE_LOG_DIRS, 4, {"topics": None}), 4
 
 
 @click.command("log-dirs", cls=Command)
@@ -59,7 +76,8 @@ def _dir_json(result: Any, topics: set[str]) -> dict:
 @click.option("--topic-list", default="", metavar="TOPIC,TOPIC", help="Only these topics' partitions (default: all).")
 def log_dirs(client: ClientSettings, describe: bool, broker_list: list[int], topic_list: str) -> None:
     """Each broker's log directories and the partitions in them, as kafka-log-dirs --describe
-    prints them (one line of JSON after two progress lines).
+    prints them (one line of JSON after two progress lines), and whether each is cordoned
+    (cordoned.log.dirs) where the broker says so.
 
     \b
     Examples:
@@ -79,10 +97,11 @@ def log_dirs(client: ClientSettings, describe: bool, broker_list: list[int], top
         click.echo("Querying brokers for log directories information")
         brokers = []
         for broker_id in chosen:
-            body = cluster.broker(broker_id).call(DESCRIBE_LOG_DIRS, 4, {"topics": None})
+            body, version = _describe(cluster, broker_id)
             if body.error_code != ErrorCode.NONE:
                 raise CommandError(f"broker {broker_id}: {error_text(body.error_code)}")
-            brokers.append({"broker": broker_id, "logDirs": [_dir_json(r, topics) for r in body.results]})
+            brokers.append({"broker": broker_id, "logDirs": [
+                _dir_json(r, topics, r.is_cordoned if version >= 5 else None) for r in body.results]})
     click.echo(f"Received log directory information from brokers {','.join(map(str, chosen))}")
     click.echo(json.dumps({"brokers": brokers, "version": 1}, separators=(",", ":")))
 

@@ -199,6 +199,8 @@ class LogManager:
         self.broker_id: int | None = None
         self.cluster_id: str | None = None
         self.offline_dirs: dict[Path, str] = {}  # failed dir -> why
+        # cordoned.log.dirs (KIP-1066): dirs that keep their logs but take no new one.
+        self.cordoned_dirs: set[Path] = set()
         # Disk space guard: below `min_free_bytes` free a dir refuses writes (reads go on) until
         # space returns, instead of failing as a whole when the disk fills.
         self.min_free_bytes = 0  # log.dir.min.free.bytes
@@ -522,7 +524,11 @@ class LogManager:
         live = self.live_dirs
         if not live:
             raise StorageError(f"cannot create log {key[0]}-{key[1]}: every log dir is offline")
-        return min(live, key=self._per_dir.__getitem__)
+        open_dirs = [d for d in live if d not in self.cordoned_dirs]
+        if not open_dirs:
+            raise StorageError(f"cannot create log {key[0]}-{key[1]}: every live log dir is cordoned "
+                               "(cordoned.log.dirs)")
+        return min(open_dirs, key=self._per_dir.__getitem__)
 
     def _create(self, d: Path, key: TopicPartition, config: LogConfig) -> Log | StorageError:
         """Make a new log in `d` (any thread); the error to answer if it cannot be made. It has

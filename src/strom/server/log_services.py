@@ -41,6 +41,7 @@ class LogServices:
         self.log_manager.flusher.observe_flush = self.flush_time.observe
         # Until start(), logs the controller asks for belong to existing partitions.
         self.log_manager.new_logs_expected = False
+        self.log_manager.cordoned_dirs = set(broker.config.cordoned_log_dirs)
 
     # -- start and stop
 
@@ -115,6 +116,7 @@ class LogServices:
         broker.config = effective
         broker.default_log_config = effective.default_log_config()
         self.log_manager.default_config = broker.default_log_config
+        self.log_manager.cordoned_dirs = set(effective.cordoned_log_dirs)
         for (topic, _), lg in self.log_manager.logs():
             lg.config = broker.log_config_for(topic)
         self.cleaner.reconfigure()

@@ -1,6 +1,6 @@
 """DeleteRecords (move a partition's log start offset up), DescribeLogDirs (partition sizes
-per log dir, and which dirs are offline) and AlterReplicaLogDirs (move a replica to another
-log dir of this broker)."""
+per log dir, which dirs are offline, and, v5, which are cordoned: KIP-1066) and
+AlterReplicaLogDirs (move a replica to another log dir of this broker)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def _space(path) -> tuple[int, int]:
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
-@api(DESCRIBE_LOG_DIRS, 1, 4)
+@api(DESCRIBE_LOG_DIRS, 1, 5)
 async def handle_describe_log_dirs(broker, ctx: RequestContext, request) -> dict:
     if not allowed(broker, ctx, DESCRIBE, CLUSTER):  # Kafka answers with no dirs at all
         return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "results": []}
@@ -103,6 +103,7 @@ async def handle_describe_log_dirs(broker, ctx: RequestContext, request) -> dict
                        for name, ps in sorted(by_topic.items())],
             "total_bytes": total,
             "usable_bytes": usable,
+            "is_cordoned": d in manager.cordoned_dirs,
         })
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results": results}
 
