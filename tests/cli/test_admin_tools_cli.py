@@ -271,3 +271,158 @@ def test_unregister_a_retired_broker_at_the_controller():
             f"Broker {broker_id} is no longer registered.\n")
         assert "is not registered" in fails("cluster", "unregister", "--id", str(broker_id),
                                             "--bootstrap-controller", controllers)
+
+
+# --- producer-perf-test and consumer-perf-test ---------------------------------------------------
+NUM = r"\d+\.\d"
+PRODUCER_TOTAL = re.compile(rf"(\d+) records sent, {NUM} records/sec \({NUM}\d MB/sec\), {NUM}\d ms avg latency, "
+                            rf"{NUM}\d ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99.9th\.")
+PERF_HEADER = ("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
+               "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
+DATE = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d:\d{3}"
+FOUR = r"-?(?:\d+\.\d{4}|Infinity|NaN)"
+CONSUMER_VALUES = re.compile(rf"({DATE}), ({DATE}), ({FOUR}), {FOUR}, (\d+), {FOUR}, (\d+), (-?\d+), {FOUR}, {FOUR}")
+
+
+def _offsets_total(bootstrap: str, topic: str, *extra: str) -> int:
+    lines = ok("get-offsets", "--topic", topic, *extra, "--bootstrap-server", bootstrap).splitlines()
+    return sum(int(line.rsplit(":", 1)[1]) for line in lines)
+
+
+def _consumer_values(stdout: str) -> re.Match:
+    header, values = stdout.splitlines()[-2:]
+    assert header == PERF_HEADER, stdout
+    match = CONSUMER_VALUES.fullmatch(values)
+    assert match, values
+    return match
+
+
+def test_producer_and_consumer_perf_test(cli_broker):
+    bootstrap = cli_broker.bootstrap
+    topic = unique_name("perf")
+    ok("topics", "create", topic, "--partitions", "2", "--bootstrap-server", bootstrap)
+    (total,) = ok("producer-perf-test", "--topic", topic, "--num-records", "2000", "--record-size", "100",
+                  "--throughput", "-1", "--bootstrap-server", bootstrap).splitlines()
+    sent = PRODUCER_TOTAL.fullmatch(total)
+    assert sent and sent.group(1) == "2000", total
+    p50, p95, p99, p999 = (int(sent.group(i)) for i in range(2, 6))
+    assert p50 <= p95 <= p99 <= p999
+    assert _offsets_total(bootstrap, topic) == 2000
+
+    values = _consumer_values(ok("consumer-perf-test", "--topic", topic, "--messages", "2000",
+                                 "--bootstrap-server", bootstrap))
+    start, end, mb, count = values.group(1), values.group(2), values.group(3), values.group(4)
+    assert start <= end and count == "2000"
+    assert mb == "0.1907"  # 2000 values of 100 bytes, in MiB with Kafka's four decimals
+
+    # Asked for one more than the topic holds: all 2000, then Kafka's warning when none come.
+    done = ok("consumer-perf-test", "--topic", topic, "--messages", "2001", "--timeout", "2000", "--hide-header",
+              "--bootstrap-server", bootstrap)
+    warning, line = done.splitlines()
+    assert warning == ("WARNING: Exiting before consuming the expected number of messages: timeout (2000 ms) exceeded. "
+                       "You can use the --timeout option to increase the timeout.")
+    assert CONSUMER_VALUES.fullmatch(line).group(4) == "2000"
+
+    # A group that committed its offsets starts where it left off; detailed stats print
+    # progress lines (time, thread 0, totals so far) and no summary.
+    group = unique_name("perf-group")
+    ok("consumer-perf-test", "--topic", topic, "--messages", "1500", "--group", group, "--bootstrap-server", bootstrap)
+    detailed = ok("consumer-perf-test", "--topic", topic, "--messages", "500", "--group", group, "--timeout", "2000",
+                  "--show-detailed-stats", "--reporting-interval", "1", "--bootstrap-server", bootstrap).splitlines()
+    assert detailed[0] == "time, threadId, " + PERF_HEADER.split(", ", 2)[2]
+    progress = [re.fullmatch(rf"({DATE}), 0, {FOUR}, {FOUR}, (\d+), {FOUR}, \d+, -?\d+, {FOUR}, {FOUR}", line)
+                for line in detailed[1:]]
+    assert progress and all(progress), detailed
+    assert int(progress[-1].group(2)) == 500
+
+
+def test_producer_perf_test_payload_file_throttle_transactions_and_kafka_python(cli_broker, tmp_path):
+    bootstrap = cli_broker.bootstrap
+    topic = unique_name("perf-payloads")
+    ok("topics", "create", topic, "--partitions", "1", "--bootstrap-server", bootstrap)
+    payloads = tmp_path / "payloads.txt"
+    payloads.write_text("alpha\nbeta\ngamma\n")
+    # Throttled to 1000/s, through kafka-python, the bootstrap server among the producer props.
+    lines = ok("producer-perf-test", "--topic", topic, "--num-records", "300", "--payload-file", str(payloads),
+               "--throughput", "1000", "--client", "kafka-python", "--producer-props",
+               f"bootstrap.servers={bootstrap}", "acks=1").splitlines()
+    assert lines[:2] == [f"Reading payloads from: {payloads}", "Number of messages read: 3"]
+    assert PRODUCER_TOTAL.fullmatch(lines[2]).group(1) == "300"
+    values = ok("consume", "--topic", topic, "--from-beginning", "--exit-at-end",
+                "--bootstrap-server", bootstrap, allow_stderr=True).splitlines()
+    assert len(values) == 300 and set(values) == {"alpha", "beta", "gamma"}  # each record is a line of the file
+
+    # Transactional (committed every 50 ms and at the end), with the client's metrics after the summary.
+    txn_topic = unique_name("perf-txn")
+    ok("topics", "create", txn_topic, "--partitions", "1", "--bootstrap-server", bootstrap)
+    out = ok("producer-perf-test", "--topic", txn_topic, "--num-records", "400", "--record-size", "10",
+             "--throughput", "2000", "--transactional-id", unique_name("perf-txn-id"), "--transaction-duration-ms",
+             "50", "--print-metrics", "--bootstrap-server", bootstrap).splitlines()
+    assert PRODUCER_TOTAL.fullmatch(out[0]).group(1) == "400"
+    assert out[1] == "" and re.fullmatch(r"Metric Name +Value", out[2])
+    assert all(re.fullmatch(r"\S+:\S+:\{[^}]*\} +: \S+", line) for line in out[3:]) and len(out) > 10
+    # The commit markers are written after the commit returns (as in Kafka): past them, the
+    # last stable offset covers every record and the markers.
+    _wait(lambda: _offsets_total(bootstrap, txn_topic, "--isolation-level", "read_committed") > 400,
+          "the last transaction's commit marker")
+    read_committed = ok("consumer-perf-test", "--topic", txn_topic, "--messages", "400", "--client", "kafka-python",
+                        "--command-property", "isolation.level=read_committed", "--bootstrap-server", bootstrap)
+    assert _consumer_values(read_committed).group(4) == "400"
+
+
+def test_perf_test_bad_input(cli_broker, tmp_path):
+    bootstrap = cli_broker.bootstrap
+    payloads = tmp_path / "empty.txt"
+    payloads.write_text("")
+    base = ["--num-records", "10", "--throughput", "-1", "--bootstrap-server", bootstrap]
+    assert fails("producer-perf-test", "--record-size", "10", *base) == (
+        "producer-performance: error: argument --topic is required")
+    assert fails("producer-perf-test", "--topic", "t", "--record-size", "10", "--payload-file", str(payloads),
+                 *base) == "producer-performance: error: argument --payload-file: not allowed with argument --record-size"
+    assert fails("producer-perf-test", "--topic", "t", *base) == (
+        "producer-performance: error: one of the arguments --record-size --payload-file --payload-monotonic is required")
+    assert fails("producer-perf-test", "--topic", "t", "--record-size", "0", *base) == (
+        "producer-performance: error: --record-size should be greater than zero")
+    assert fails("producer-perf-test", "--topic", "t", "--payload-file", str(payloads), *base) == (
+        "Error: File does not exist or empty file provided.")
+    assert fails("producer-perf-test", "--topic", "t", "--record-size", "10", *base, "--producer-props", "acks") == (
+        "Error: Invalid property: acks")
+    assert fails("producer-perf-test", "--topic", "bad topic!", "--record-size", "10", *base, "--producer-props",
+                 "max.block.ms=500") == "Error: Topic bad topic! not present in metadata after 500 ms."
+    assert fails("consumer-perf-test", "--topic", "t", "--bootstrap-server", bootstrap) == (
+        'Error: Missing required argument "[messages]"')
+    assert fails("consumer-perf-test", "--topic", "t", "--messages", "1", "--date-format", "yyyy-qq") == (
+        "Error: Illegal pattern character 'q'")
+    assert fails("consumer-perf-test", "--topic", "t", "--messages", "1", "--reporting-interval", "0") == (
+        "Error: Reporting interval must be greater than 0.")
+
+
+def test_perf_test_numbers_as_kafka_prints_them(capsys):
+    from strom.cli.perf_format import java_date_format, java_fixed, ratio
+    from strom.cli.perf_test import ProducerStats, ThroughputThrottler
+
+    # Java's %.Nf rounds half up from the shortest decimal; division by zero is not an error.
+    assert [java_fixed(x, 2) for x in (0.125, 1.005, 2.0, -0.5)] == ["0.13", "1.01", "2.00", "-0.50"]
+    assert (java_fixed(ratio(1.0, 0), 4), java_fixed(ratio(0.0, 0), 4)) == ("Infinity", "NaN")
+    assert java_date_format("yyyy-MM-dd'T'HH:mm:ss:SSS EEE MMM")(0).startswith("1970-01-0")
+
+    # A progress line per reporting interval, in Kafka's words.
+    stats = ProducerStats(3, reporting_interval_ms=0)
+    stats.record(4, 100, stats.window_start)
+    assert re.fullmatch(r"1 records sent, (\d+\.\d|Infinity) records/sec \((\d+\.\d\d|Infinity) MB/sec\), "
+                        r"4\.0 ms avg latency, 4\.0 ms max latency\.\n", capsys.readouterr().out)
+
+    # The throttler on a clock that moves by 10 µs a send and by its sleeps: the sends of the
+    # first millisecond go unthrottled (Kafka's rate is per whole ms elapsed), each of the
+    # other 900 waits 1/500 s.
+    clock = {"ms": 0.0}
+    throttler = ThroughputThrottler(500, 0)
+
+    def pause(seconds: float) -> None:
+        clock["ms"] += seconds * 1000
+
+    for i in range(1000):
+        clock["ms"] += 0.01  # each send takes 10 µs
+        if throttler.should_throttle(i, int(clock["ms"])):
+            throttler.throttle(pause)
+    assert 1000 * 0.01 + 900 * 2 <= clock["ms"] <= 1000 * 0.01 + 902 * 2, clock
