@@ -389,6 +389,12 @@ def test_perf_test_bad_input(cli_broker, tmp_path):
         "Error: Invalid property: acks")
     assert fails("producer-perf-test", "--topic", "bad topic!", "--record-size", "10", *base, "--producer-props",
                  "max.block.ms=500") == "Error: Topic bad topic! not present in metadata after 500 ms."
+    # Records the client refuses (larger than message.max.bytes) are counted out, and the run fails.
+    too_large = strom("producer-perf-test", "--topic", unique_name("perf-large"), "--record-size", "2000000",
+                      "--num-records", "3", "--throughput", "-1", "--bootstrap-server", bootstrap)
+    assert too_large.returncode == 1, too_large
+    assert too_large.stdout.startswith("0 records sent, 0.0 records/sec (0.00 MB/sec), NaN ms avg latency")
+    assert too_large.stderr.splitlines()[-1] == "Error: 3 of 3 records were not sent"
     assert fails("consumer-perf-test", "--topic", "t", "--bootstrap-server", bootstrap) == (
         'Error: Missing required argument "[messages]"')
     assert fails("consumer-perf-test", "--topic", "t", "--messages", "1", "--date-format", "yyyy-qq") == (

@@ -245,12 +245,17 @@ class LibrdkafkaProducer(Producer):
             time.sleep(0.1)
 
     def send(self, payload: bytes) -> None:
+        from confluent_kafka import KafkaException
+
         while True:
             try:
                 self.producer.produce(self.topic, payload)
                 break
             except BufferError:  # queue.buffering.max.*: wait for acknowledgements, as Java's send() blocks
                 self.producer.poll(0.005)
+            except KafkaException as e:  # a record too large, say: Java's send() fails that record alone
+                self.failures.add(e.args[0].str())
+                break
         self.producer.poll(0)  # acknowledgements as they come, so latencies are not queued behind sends
 
     def pause(self, seconds: float) -> None:
@@ -307,7 +312,8 @@ class KafkaPythonProducer(Producer):
         self.record(now - start, size, now)
 
     def _failed(self, error: Exception) -> None:
-        self.failures.add(f"{type(error).__name__}: {error}")
+        name = type(error).__name__
+        self.failures.add(f"{name}: {error}" if str(error) and str(error) != name else name)
 
     def wait_for_topic(self) -> None:
         from kafka.errors import KafkaTimeoutError
@@ -318,7 +324,13 @@ class KafkaPythonProducer(Producer):
             raise CommandError(f"Topic {self.topic} not present in metadata after {self.max_block_ms} ms.") from None
 
     def send(self, payload: bytes) -> None:
-        future = self.producer.send(self.topic, value=payload)
+        from kafka.errors import KafkaError
+
+        try:
+            future = self.producer.send(self.topic, value=payload)
+        except KafkaError as e:  # a record too large, say: Java's send() fails that record alone
+            self._failed(e)
+            return
         future.add_callback(self._acked, now_ms(), len(payload))
         future.add_errback(self._failed)
 
