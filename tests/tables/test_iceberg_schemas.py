@@ -2,7 +2,8 @@
 storage on a directory store), values written with confluent-kafka's AvroSerializer, the tables
 read back with pyiceberg: Avro values become columns; a field added mid-stream adds a column,
 older rows null there; records that cannot be decoded (not framed, an unknown id, a payload that
-does not match, a recursive schema) land in `<topic>~dlq` and translation goes on;
+does not match, a recursive schema, a type change, a Protobuf value) land in `<topic>~dlq` and
+translation goes on;
 value_schema_latest reads older writers with the latest schema; a kill -9 with dead letters in
 flight leaves each offset once across both tables; a tiered topic is backfilled from remote
 storage."""
@@ -135,24 +136,28 @@ def test_avro_values_become_columns_and_a_new_field_adds_one(broker, catalog, re
     assert dead[offsets[5]]["value"] == b"plain text" and dead[offsets[7]]["value"] == bad_payload
 
 
-def test_a_schema_with_no_iceberg_type_and_a_type_change_are_dead_letters(broker, catalog, registry):
+def test_a_schema_with_no_iceberg_type_a_type_change_and_protobuf_are_dead_letters(broker, catalog, registry):
     topic = unique_name("recursive")
     create_topic(broker.bootstrap, topic, 1, config=ID_PREFIX)
     nodes = AvroSerializer(registry, json.dumps(RECURSIVE),
                            conf={"subject.name.strategy": lambda ctx, name: "nodes-value"})
     as_string = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"}]}
     changed = AvroSerializer(registry, json.dumps(as_string), conf={"subject.name.strategy": lambda ctx, name: "other"})
+    proto = registry.register_schema(unique_name("proto"), Schema(
+        'syntax = "proto3"; message M { int32 a = 1; }', "PROTOBUF"))
     v1 = serializer(registry, V1)
     offsets = produce(broker, topic, [
         encode(v1, topic, {"id": 1, "item": "a", "tags": []}),
         encode(nodes, topic, {"label": "a", "next": {"label": "b", "next": None}}),
         encode(changed, topic, {"id": "one"}),  # id was a long
+        b"\x00" + proto.to_bytes(4, "big") + b"\x00\x08\x01",
         encode(v1, topic, {"id": 2, "item": "b", "tags": []})])
-    dead = by_offset(wait_rows(catalog, f"{topic}~dlq", 2))
+    dead = by_offset(wait_rows(catalog, f"{topic}~dlq", 3))
     table_rows = by_offset(wait_rows(catalog, topic, 2))
-    assert sorted(table_rows) == [offsets[0], offsets[3]] and sorted(dead) == offsets[1:3]
+    assert sorted(table_rows) == [offsets[0], offsets[4]] and sorted(dead) == offsets[1:4]
     assert "recursive" in dead[offsets[1]]["reason"]
     assert "cannot take" in dead[offsets[2]]["reason"] and "id" in dead[offsets[2]]["reason"]
+    assert dead[offsets[3]]["reason"] == "PROTOBUF values are not supported yet"
 
 
 def test_value_schema_latest_reads_older_writers_with_the_latest_schema(broker, catalog, registry):

@@ -209,10 +209,11 @@ def _topic_configs(cluster: Cluster, names: list[str], every: bool = False) -> d
 
 
 def _iceberg_tables(cluster: Cluster, names: list[str], configs: dict[str, list[str]]) -> dict[str, str]:
-    """The Iceberg table of each topic with an iceberg.mode: `<iceberg.namespace>.<topic>`, the
-    namespace asked of a broker (one DescribeConfigs, only when such a topic is described)."""
-    wanted = [n for n in names if any(c.startswith("iceberg.mode=") and c != "iceberg.mode=disabled"
-                                      for c in configs.get(n, ()))]
+    """The summary line's end for each topic with an iceberg.mode: its table
+    `<iceberg.namespace>.<topic>` and, in a schema mode, its dead-letter table; the namespace
+    asked of a broker (one DescribeConfigs, only when such a topic is described)."""
+    modes = {n: c.split("=", 1)[1] for n in names for c in configs.get(n, ()) if c.startswith("iceberg.mode=")}
+    wanted = {n: mode for n, mode in modes.items() if mode != "disabled"}
     if not wanted or not cluster.brokers:
         return {}
     body = cluster.call(DESCRIBE_CONFIGS, 4, {
@@ -221,7 +222,9 @@ def _iceberg_tables(cluster: Cluster, names: list[str], configs: dict[str, list[
         "include_synonyms": False, "include_documentation": False})
     namespace = next((c.value for r in body.results if r.error_code == ErrorCode.NONE for c in r.configs
                       if c.name == "iceberg.namespace" and c.value), "strom")
-    return {n: f"{namespace}.{n}" for n in wanted}
+    return {n: f"\tIcebergTable: {namespace}.{n}" + (f"\tDeadLetterTable: {namespace}.{n}~dlq"
+                                                      if mode != "key_value" else "")
+            for n, mode in wanted.items()}
 
 
 @topics.command()
@@ -303,8 +306,7 @@ def describe(client: ClientSettings, arguments: tuple[str, ...], names: tuple[st
             click.echo(f"Topic: {t.name}\tTopicId: {format_topic_id(t.topic_id)}"
                        f"\tPartitionCount: {len(partitions)}\tReplicationFactor: {factor}"
                        f"\tConfigs: {','.join(configs.get(t.name, []))}"
-                       + (f"\tIcebergTable: {iceberg[t.name]}\tDeadLetterTable: {iceberg[t.name]}~dlq"
-                          if t.name in iceberg else ""))
+                       + iceberg.get(t.name, ""))
         for p in partitions:
             is_under = len(p.isr_nodes) < len(p.replica_nodes)
             is_unavailable = p.leader_id < 0 or p.leader_id not in live
@@ -350,10 +352,11 @@ def alter(client: ClientSettings, topic: str | None, topic_options: tuple[str, .
 
 
 def _iceberg_tables(cluster: Cluster, names: list[str], configs: dict[str, list[str]]) -> dict[str, str]:
-    """The Iceberg table of each topic with an iceberg.mode: `<iceberg.namespace>.<topic>`, the
-    namespace asked of a broker (one DescribeConfigs, only when such a topic is described)."""
-    wanted = [n for n in names if any(c.startswith("iceberg.mode=") and c != "iceberg.mode=disabled"
-                                      for c in configs.get(n, ()))]
+    """The summary line's end for each topic with an iceberg.mode: its table
+    `<iceberg.namespace>.<topic>` and, in a schema mode, its dead-letter table; the namespace
+    asked of a broker (one DescribeConfigs, only when such a topic is described)."""
+    modes = {n: c.split("=", 1)[1] for n in names for c in configs.get(n, ()) if c.startswith("iceberg.mode=")}
+    wanted = {n: mode for n, mode in modes.items() if mode != "disabled"}
     if not wanted or not cluster.brokers:
         return {}
     body = cluster.call(DESCRIBE_CONFIGS, 4, {
@@ -362,7 +365,9 @@ def _iceberg_tables(cluster: Cluster, names: list[str], configs: dict[str, list[
         "include_synonyms": False, "include_documentation": False})
     namespace = next((c.value for r in body.results if r.error_code == ErrorCode.NONE for c in r.configs
                       if c.name == "iceberg.namespace" and c.value), "strom")
-    return {n: f"{namespace}.{n}" for n in wanted}
+    return {n: f"\tIcebergTable: {namespace}.{n}" + (f"\tDeadLetterTable: {namespace}.{n}~dlq"
+                                                      if mode != "key_value" else "")
+            for n, mode in wanted.items()}
 
 
 @topics.command()

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 TICK_S = 1.0
 YIELD_EVERY = 1000  # partitions looked at between two yields to the loop
-REGISTRY_TIMEOUT_S = 60.0  # a translator's wait for the registry (it waits for _schemas to be read)
+REGISTRY_TIMEOUT_S = 30.0  # a translator's wait for the registry (it waits for _schemas to be read)
 
 
 class IcebergTopics:
