@@ -322,10 +322,12 @@ class SchemaRegistry:
         topics): an id this broker has not read yet is waited for briefly; an unknown id, or a
         stored schema that does not parse, gives the reason as text."""
         await self.wait_ready()
+        ids = list(ids)
+        if any(self.store.schema_by_id(i) is None for i in ids):  # one wait for all of them
+            await self.topic.wait(lambda: all(self.store.schema_by_id(i) is not None for i in ids), _UNKNOWN_ID_WAIT_S)
         out: dict[int, ParsedSchema | str] = {}
         for schema_id in ids:
-            if self.store.schema_by_id(schema_id) is None and not await self.topic.wait(
-                    lambda i=schema_id: self.store.schema_by_id(i) is not None, _UNKNOWN_ID_WAIT_S):
+            if self.store.schema_by_id(schema_id) is None:
                 out[schema_id] = f"schema id {schema_id} is not registered"
                 continue
             try:

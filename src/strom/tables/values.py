@@ -89,6 +89,7 @@ class SchemaConverter:
         self.source = source
         self.schema = Schema(metadata_field())
         self._prepared: dict[tuple[int, int], _Prepared | str] = {}  # (reader id, writer id)
+        self._unknown: dict[tuple[int, int], _Prepared | str] = {}  # ids not registered, this batch's
 
     def decode(self, partition: int, records: Iterable[tuple[Record, int]]) -> Decoded:
         out = Decoded()
@@ -105,7 +106,7 @@ class SchemaConverter:
                 out.groups.setdefault(-1, Group(pa.schema([]))).rows.append(({"strom": meta}, None))
                 continue
             key, payload, reason = self._route(value, latest)
-            prepared = self._prepared.get(key) if key is not None else None
+            prepared = (self._prepared.get(key) or self._unknown.get(key)) if key is not None else None
             if isinstance(prepared, str):
                 reason = prepared
             if reason is not None or prepared is None:
@@ -139,6 +140,7 @@ class SchemaConverter:
             self._prepared.clear()
         reader_id = latest[0] if latest is not None else None
         keys = {(reader_id if reader_id is not None else w, w) for w in wanted}
+        self._unknown = {}
         missing = {k for k in keys if k not in self._prepared}
         if not missing:
             return
@@ -147,7 +149,11 @@ class SchemaConverter:
         if latest is not None:
             found[latest[0]] = latest[1]
         for reader_key, writer_key in missing:
-            self._prepared[reader_key, writer_key] = self._prepared_one(found, reader_key, writer_key)
+            prepared = self._prepared_one(found, reader_key, writer_key)
+            if isinstance(found.get(reader_key), str) or isinstance(found.get(writer_key), str):
+                self._unknown[reader_key, writer_key] = prepared  # this batch only: it may be registered later
+            else:
+                self._prepared[reader_key, writer_key] = prepared
 
     @staticmethod
     def _prepared_one(found: dict[int, Any], reader_id: int, writer_id: int) -> _Prepared | str:
