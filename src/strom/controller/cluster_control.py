@@ -129,7 +129,7 @@ def steady_heartbeat(image: MetadataImage, request: Any, session: BrokerSession 
     heartbeat may need records and must wait its turn among the controller's events."""
     broker = image.brokers.get(request.broker_id)
     if (broker is None or session is None or broker.epoch != request.broker_epoch or request.want_shut_down
-            or broker.in_controlled_shutdown):
+            or broker.in_controlled_shutdown or _cordon_change(broker, request) is not None):
         return None
     caught_up = request.current_metadata_offset >= session.registered_at
     if not broker.fenced and not request.want_fence:
@@ -149,6 +149,10 @@ def heartbeat(image: MetadataImage, request: Any, session: BrokerSession | None,
                          ErrorCode.STALE_BROKER_EPOCH)
     caught_up = request.current_metadata_offset >= session.registered_at
     out = Change(result=Heartbeat(caught_up, broker.fenced, False))
+    cordoned = _cordon_change(broker, request)
+    if cordoned is not None:
+        out.records.append(r.BrokerRegistrationChangeRecord(broker_id=broker.id, broker_epoch=broker.epoch,
+                                                            cordoned_log_dirs=cordoned))
     if request.want_shut_down:
         if not broker.in_controlled_shutdown:
             out.records.append(r.BrokerRegistrationChangeRecord(broker_id=broker.id, broker_epoch=broker.epoch,
@@ -174,6 +178,16 @@ def heartbeat(image: MetadataImage, request: Any, session: BrokerSession | None,
         out.records += fence_changes(image, broker.id, limits)
         out.result = Heartbeat(caught_up, True, False)
     return out
+
+
+def _cordon_change(broker: Any, request: Any) -> list[uuid.UUID] | None:
+    """KIP-1066: the broker's cordoned log dirs (of those it registered) when its heartbeat
+    names others than the metadata has; None when unchanged or not said (BrokerHeartbeat < v2)."""
+    named = getattr(request, "cordoned_log_dirs", None)
+    if named is None:
+        return None
+    cordoned = [d for d in broker.log_dirs if d in set(named)]
+    return None if cordoned == broker.cordoned_log_dirs else cordoned
 
 
 def expire_session(image: MetadataImage, broker_id: int, limits: Limits) -> list[Any]:

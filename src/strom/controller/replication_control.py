@@ -55,12 +55,18 @@ class Change:
 
 class Brokers:
     """Which registered brokers may hold and lead replicas: unfenced, and (to lead or take new
-    replicas) not in controlled shutdown."""
+    replicas) not in controlled shutdown; new replicas go only where some log dir is not
+    cordoned (KIP-1066, Kafka's usableBrokers)."""
 
     def __init__(self, image: MetadataImage, also_gone: Collection[int] = ()) -> None:
         self.live = {b for b, reg in image.brokers.items() if not reg.fenced and b not in also_gone}
         self.shutting_down = {b for b, reg in image.brokers.items() if reg.in_controlled_shutdown}
         self.racks = {b: image.brokers[b].rack for b in sorted(self.live) if b not in self.shutting_down}
+        self.usable = {b: rack for b, rack in self.racks.items() if not image.brokers[b].cordoned}
+
+    def placing(self, manual: bool) -> dict[int, str | None]:
+        """Where new replicas may go: a manual assignment may name any live broker."""
+        return self.racks if manual else self.usable
 
 
 def replica_counts(image: MetadataImage) -> dict[int, int]:
@@ -147,7 +153,8 @@ def create_topics(image: MetadataImage, topics: list[NewTopic], limits: Limits, 
                                  ErrorCode.INVALID_REQUEST)
             replicas = admin.plan_topic(
                 t.name, t.num_partitions, t.replication_factor, t.assignment, t.configs, existing=existing,
-                live=brokers.racks, validate_configs=limits.validate_topic_configs, replica_counts=counts,
+                live=brokers.placing(bool(t.assignment)), validate_configs=limits.validate_topic_configs,
+                replica_counts=counts,
                 max_broker_partitions=limits.max_broker_partitions, default_partitions=limits.default_partitions,
                 default_replication_factor=limits.default_replication_factor)
             states = {}
@@ -206,7 +213,8 @@ def create_partitions(image: MetadataImage, name: str, count: int, assignment: l
         raise KafkaError("This server does not host this topic-partition.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     brokers = Brokers(image)
     current = {i: s.replicas for i, s in topic.partitions.items()}
-    new = admin.plan_partitions(count, assignment, current, brokers.racks, counts, limits.max_broker_partitions)
+    new = admin.plan_partitions(count, assignment, current, brokers.placing(bool(assignment)), counts,
+                                limits.max_broker_partitions)
     out = Change(result=new)
     for index, assigned in new.items():
         first = elections.elect_new(assigned, brokers.live - brokers.shutting_down)

@@ -43,6 +43,12 @@ class BrokerRegistration:
     in_controlled_shutdown: bool = False
     features: dict[str, tuple[int, int]] = field(default_factory=dict)
     log_dirs: list[uuid.UUID] = field(default_factory=list)
+    cordoned_log_dirs: list[uuid.UUID] = field(default_factory=list)  # KIP-1066, from its heartbeats
+
+    @property
+    def cordoned(self) -> bool:
+        """Every log dir it registered is cordoned: it takes no new replica."""
+        return bool(self.log_dirs) and set(self.log_dirs) <= set(self.cordoned_log_dirs)
 
     def to_record(self) -> Any:
         rec = r.RegisterBrokerRecord
@@ -178,7 +184,9 @@ class MetadataImage:
         fenced = True if rec.fenced == FENCE else False if rec.fenced == UNFENCE else b.fenced
         shutdown = b.in_controlled_shutdown or rec.in_controlled_shutdown == 1
         self.brokers[b.id] = replace(b, fenced=fenced, in_controlled_shutdown=shutdown,
-                                     log_dirs=list(rec.log_dirs) if rec.log_dirs else b.log_dirs)
+                                     log_dirs=list(rec.log_dirs) if rec.log_dirs else b.log_dirs,
+                                     cordoned_log_dirs=b.cordoned_log_dirs if rec.cordoned_log_dirs is None
+                                     else list(rec.cordoned_log_dirs))
 
     def _topic(self, rec: Any) -> None:
         topic = TopicImage(rec.name, rec.topic_id)
@@ -340,6 +348,9 @@ class MetadataImage:
             yield r.FeatureLevelRecord(name=name, feature_level=self.features[name])
         for broker in self.brokers.values():
             yield broker.to_record()
+            if broker.cordoned_log_dirs:
+                yield r.BrokerRegistrationChangeRecord(broker_id=broker.id, broker_epoch=broker.epoch,
+                                                       cordoned_log_dirs=list(broker.cordoned_log_dirs))
         yield from self.controllers.values()
         for topic in self.topics.values():
             yield r.TopicRecord(name=topic.name, topic_id=topic.topic_id)

@@ -28,8 +28,9 @@ from typing import Any
 FRAME_VERSION = 1
 _MAX = 32767
 
-# The versions Kafka 4.0 writes at metadata.version 4.0-IV3 (log directories on). A partition
-# record that names ELR fields (KIP-966) is written at version 2, where they exist.
+# The versions Kafka 4.0 writes at metadata.version 4.0-IV3 (log directories on). A record that
+# names a newer field is written at the version that has it: a partition record's ELR fields
+# (KIP-966, v2), a broker change's cordoned log dirs (KIP-1066, v3).
 WRITE_VERSIONS = {"RegisterBrokerRecord": 3, "PartitionRecord": 1, "PartitionChangeRecord": 1,
                   "BrokerRegistrationChangeRecord": 2}
 
@@ -507,16 +508,18 @@ def record_type(record: Any) -> RecordType:
     return rt
 
 
-_ELR_RECORDS = {"PartitionRecord": 2, "PartitionChangeRecord": 2}
+_NEWER_FIELDS = {"PartitionRecord": (2, ("eligible_leader_replicas", "last_known_elr")),
+                 "PartitionChangeRecord": (2, ("eligible_leader_replicas", "last_known_elr")),
+                 "BrokerRegistrationChangeRecord": (3, ("cordoned_log_dirs",))}
 
 
 def encode(record: Any, version: int | None = None) -> bytes:
     """The framed value of `record` (ApiMessageAndVersion), at Kafka 4.0's version unless given."""
     rt = record_type(record)
     v = rt.write_version if version is None else version
-    if version is None and rt.name in _ELR_RECORDS and (
-            record.eligible_leader_replicas is not None or record.last_known_elr is not None):
-        v = _ELR_RECORDS[rt.name]
+    newer = _NEWER_FIELDS.get(rt.name) if version is None else None
+    if newer is not None and any(getattr(record, name) is not None for name in newer[1]):
+        v = newer[0]
     if not 0 <= v <= rt.max_version:
         raise ValueError(f"{rt.name} has no version {v}")
     out = bytearray(b"\x01")

@@ -1,5 +1,5 @@
 """Codecs for the broker-to-controller APIs of KRaft (KIP-631): BrokerRegistration (62) v0-4,
-BrokerHeartbeat (63) v0-1, UnregisterBroker (64) v0, AllocateProducerIds (67) v0 and Envelope
+BrokerHeartbeat (63) v0-2 (v2: the cordoned log dirs of KIP-1066), UnregisterBroker (64) v0, AllocateProducerIds (67) v0 and Envelope
 (58) v0, from Kafka's field layouts in `strom/protocol/schemas/` through kafka-python's
 generator, as the other schemas it lacks."""
 
