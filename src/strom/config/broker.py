@@ -142,7 +142,7 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "listener.security.protocol.map": (_optional(_str), None),
     "log.dirs": (_optional(_dirs), None),
     "log.dir": (_dirs, "./strom-data"),
-    "cordoned.log.dirs": (_optional(_dirs), None),
+    "cordoned.log.dirs": (_optional(lambda text: "*" if text.strip() == "*" else _dirs(text)), None),
     "num.partitions": (int_in(1), "1"),
     "default.replication.factor": (int_in(1), "1"),
     "auto.create.topics.enable": (_bool, "true"),
@@ -568,6 +568,8 @@ class BrokerConfig:
     def _check_cordoned(self) -> None:
         """KIP-1066: only this broker's own log dirs can be cordoned."""
         own = {d.absolute() for d in self.log_dirs}
+        if self.values["cordoned.log.dirs"] == "*":
+            return
         for d in self.values["cordoned.log.dirs"] or ():
             if d.absolute() not in own:
                 raise ConfigError(f"invalid value for cordoned.log.dirs: {d} is not one of log.dirs")
@@ -646,7 +648,10 @@ class BrokerConfig:
 
     @property
     def cordoned_log_dirs(self) -> list[Path]:
-        """The log dirs (of log_dirs, as written there) that take no new partitions (KIP-1066)."""
+        """The log dirs (of log_dirs, as written there) that take no new partitions (KIP-1066);
+        `*` names them all."""
+        if self.values["cordoned.log.dirs"] == "*":
+            return list(self.log_dirs)
         cordoned = {d.absolute() for d in self.values["cordoned.log.dirs"] or ()}
         return [d for d in self.log_dirs if d.absolute() in cordoned]
 

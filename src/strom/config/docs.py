@@ -212,8 +212,8 @@ BROKER_DOCS: dict[str, str] = {
         "Comma-separated directories for partition logs, new partitions being spread over them. "
         "Unset means log.dir.",
     "cordoned.log.dirs":
-        "Comma-separated log directories of this broker (of log.dirs) that take no new partition "
-        "(KIP-1066): new partitions go to the other directories, and a broker whose directories are "
+        "Comma-separated log directories of this broker (of log.dirs), or * for all of them, that "
+        "take no new partition (KIP-1066): new partitions go to the other directories, and a broker whose directories are "
         "all cordoned gets no new replicas from a KRaft controller. The partitions already there "
         "stay and keep serving. Per-broker dynamic.",
     "log.dir":
