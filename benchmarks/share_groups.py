@@ -1,10 +1,12 @@
 """Share group (KIP-932) throughput beside classic consumers, on one partition and on 16.
 
     .venv/bin/python benchmarks/share_groups.py [--records 200000] [--size 100] [--batch 100]
-        [--partitions 1 16] [--members 1 4 16] [--rounds 5]
+        [--partitions 1 16] [--members 1 4 16] [--rounds 5] [--brokers 1]
 
 Prints one JSON document to stdout (progress on stderr). One broker process (127.0.0.1,
-ephemeral port, temp dir). For each --partitions count a topic is filled once by a
+ephemeral port, temp dir), or with --brokers 3 a KRaft cluster of three whose topics have
+three replicas (acks=all, min.insync.replicas 2): there most share partitions' state is kept
+by another broker than their leader, reached over the share-state RPCs. For each --partitions count a topic is filled once by a
 confluent-kafka producer with `batch.num.messages=--batch` (a share fetch acquires whole
 batches, so the batch size is how finely records can be spread over members), keyless and
 spread evenly over the partitions. Then, on each topic, reading from the start:
@@ -41,7 +43,7 @@ try:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from strom.client import Connection
-    from strom.testing import BrokerProcess
+    from strom.testing import KRAFT, BrokerProcess, Cluster
 except ImportError as e:  # pragma: no cover - a usage error, not a benchmark result
     sys.exit(f"share_groups.py needs the project venv (confluent-kafka and strom): {e}")
 
@@ -52,10 +54,10 @@ def progress(message: str) -> None:
     print(f"[share_groups] {message}", file=sys.stderr, flush=True)
 
 
-def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int, batch: int) -> None:
+def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int, batch: int, replicas: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result()
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": batch,
+    admin.create_topics([NewTopic(topic, partitions, replicas)])[topic].result()
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": batch, "acks": "all",
                   "queue.buffering.max.messages": 1_000_000})
     value = b"x" * size
     for i in range(records):
@@ -69,7 +71,7 @@ def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int, b
 
 
 def earliest(bootstrap: str, group: str) -> None:
-    host, port = bootstrap.split(":")
+    host, port = bootstrap.split(",")[0].split(":")
     with Connection(host, int(port)) as conn:
         body = conn.call(44, 1, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
             {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
@@ -168,7 +170,7 @@ def redelivery(bootstrap: str, topic: str, rounds: int) -> dict:
     for _ in range(rounds):
         group = f"share-{uuid.uuid4()}"
         earliest(bootstrap, group)
-        host, port = bootstrap.split(":")
+        host, port = bootstrap.split(",")[0].split(":")
         with Connection(host, int(port)) as conn:
             body = conn.call(44, 1, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
                 {"name": "share.record.lock.duration.ms", "config_operation": 0, "value": str(LOCK_MS)}]}],
@@ -206,27 +208,38 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, nargs="*", default=[1, 16], help="partitions of the topics")
     parser.add_argument("--members", type=int, nargs="*", default=[1, 4, 16], help="consumers per group")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the redelivery scenario")
+    parser.add_argument("--brokers", type=int, default=1,
+                        help="brokers (more than 1: a KRaft cluster, topics with 3 replicas, min.insync.replicas 2)")
     args = parser.parse_args()
-    out: dict = {"meta": {"records": args.records, "size": args.size, "batch": args.batch}, "results": {}}
-    with BrokerProcess(overrides={"offsets.topic.num.partitions": "4",
-                                  "share.coordinator.state.topic.num.partitions": "4",
-                                  "group.share.min.record.lock.duration.ms": str(LOCK_MS)}) as broker:
+    out: dict = {"meta": {"records": args.records, "size": args.size, "batch": args.batch, "brokers": args.brokers},
+                 "results": {}}
+    overrides = {"offsets.topic.num.partitions": "4", "share.coordinator.state.topic.num.partitions": "4",
+                 "group.share.min.record.lock.duration.ms": str(LOCK_MS)}
+    replicas = min(args.brokers, 3)
+    if args.brokers > 1:
+        overrides |= {"default.replication.factor": str(replicas), "min.insync.replicas": str(min(replicas, 2)),
+                      "group.initial.rebalance.delay.ms": "0"}
+        servers = Cluster(args.brokers, zookeeper=KRAFT, overrides=overrides)
+    else:
+        servers = BrokerProcess(overrides=overrides)
+    with servers:
+        bootstrap = servers.bootstrap
         topics = []
         for partitions in args.partitions:
             topic = f"share-bench-{partitions}p-{uuid.uuid4().hex[:8]}"
             progress(f"filling {topic} ({partitions} partitions) with {args.records} records of {args.size} B")
-            fill(broker.bootstrap, topic, partitions, args.records, args.size, args.batch)
+            fill(bootstrap, topic, partitions, args.records, args.size, args.batch, replicas)
             topics.append(topic)
             results = out["results"][f"{partitions}_partitions"] = {}
             for n in args.members:
                 progress(f"{partitions} partition(s): {n} classic consumer(s), then {n} share consumer(s)")
-                results[f"classic_{n}"] = base = classic(broker.bootstrap, topic, partitions, args.records, n)
-                results[f"share_{n}"] = mine = share(broker.bootstrap, topic, args.records, n)
+                results[f"classic_{n}"] = base = classic(bootstrap, topic, partitions, args.records, n)
+                results[f"share_{n}"] = mine = share(bootstrap, topic, args.records, n)
                 if base["records_per_s"] and mine["records_per_s"]:
                     mine["ratio"] = round(mine["records_per_s"] / base["records_per_s"], 2)
         if args.rounds and topics:
             progress(f"redelivery after a lock expiry, {args.rounds} rounds")
-            out["results"]["redelivery"] = redelivery(broker.bootstrap, topics[0], args.rounds)
+            out["results"]["redelivery"] = redelivery(bootstrap, topics[0], args.rounds)
     json.dump(out, sys.stdout, indent=2)
     print()
 

@@ -170,6 +170,7 @@ class _Exchange:
         group, member = self.session.group_id, self.session.member_id
         deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
         parts = sorted(self.session.partitions, key=lambda tp: (str(tp[0]), tp[1]))
+        loaded = await self._load_all(parts)
         while True:
             remaining_records, remaining_bytes = max_records, max_bytes
             wait_on = []
@@ -179,7 +180,7 @@ class _Exchange:
                     self.fetched[(topic_id, p)] = FetchedPartition(error)
                     continue
                 key = SharePartitionKey(group, topic_id, p)
-                sp, error = await self.manager.share_partition(key, name)
+                sp, error = loaded.pop(key) if key in loaded else await self.manager.share_partition(key, name)
                 if sp is None:
                     self.fetched[(topic_id, p)] = FetchedPartition(error)
                     continue
@@ -199,6 +200,21 @@ class _Exchange:
             await self.broker.replica_manager.fetch_purgatory.wait_any(self.manager.wait_keys(group, wait_on), left)
             if self.broker.stopping:
                 return
+
+    async def _load_all(self, parts: list[tuple[uuid.UUID, int]]) -> dict[SharePartitionKey, tuple[Any, ErrorCode]]:
+        """The session's share partitions not loaded here yet, loaded at once rather than one
+        after another (each is a read of its state, and maybe an initialization, at its share
+        coordinator): the first fetch of a member over many partitions waits for one round."""
+        wanted = {}
+        for topic_id, p in parts:
+            key = SharePartitionKey(self.session.group_id, topic_id, p)
+            name, _ = self._check_topic(topic_id)  # only topics the member may read
+            if name is not None and key not in self.manager.partitions:
+                wanted[key] = name
+        if len(wanted) < 2:
+            return {}
+        answers = await asyncio.gather(*(self.manager.share_partition(k, n) for k, n in wanted.items()))
+        return dict(zip(wanted, answers, strict=True))
 
     def start_persist(self) -> None:
         """Start writing what the acknowledgements changed; the fetch goes on meanwhile (what
