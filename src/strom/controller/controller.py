@@ -107,8 +107,12 @@ class KafkaController:
                  channel_factory: Callable[[], ControllerChannelManager],
                  unclean_enabled: Callable[[str], bool] = lambda _topic: False,
                  own_thread: bool = True,
-                 found_intact: Callable[[str, int], bool] = lambda _topic, _index: False) -> None:
+                 found_intact: Callable[[str, int], bool] = lambda _topic, _index: False,
+                 min_insync: Callable[[str], int] | None = None) -> None:
         self.store = store
+        # min.insync.replicas of a topic (its override, else the broker's), for the ELRs; None:
+        # read from the topic's config node, else the cluster-wide dynamic default, else 1.
+        self.min_insync = min_insync
         # unclean.leader.election.enable of a topic (its override, else the broker's).
         self.unclean_enabled = unclean_enabled
         # Did this broker's start-up find the partition's log with all it had (the log manager's)?
@@ -375,6 +379,9 @@ class KafkaController:
         wanted = sorted({n for n in names if n not in self.ctx.min_isr})
         if not self.ctx.elr_enabled or not wanted:
             return
+        if self.min_insync is not None:
+            self.ctx.min_isr.update((n, self.min_insync(n)) for n in wanted)
+            return
 
         def read() -> list:
             paths = [znodes.config_path("topics", n) for n in wanted]
@@ -603,10 +610,12 @@ class KafkaController:
                 updates.append((topic, index, replace(state, isr=isr, leader_epoch=state.leader_epoch + bump,
                                                       controller_epoch=self.ctx.epoch, elr=elr,
                                                       last_known_elr=last_known)))
+        before = {(topic.name, index): topic.partitions[index].leader_epoch for topic, index, _ in updates}
         await self._write_states([], updates)
         for topic, index, new in updates:
             topic.partitions[index] = new
-            batch.add_leader_and_isr([r for r in new.replicas if r in live], topic, index, new)
+            if new.leader_epoch != before[(topic.name, index)]:  # not for a change of the ELR alone
+                batch.add_leader_and_isr([r for r in new.replicas if r in live], topic, index, new)
 
     async def _on_brokers_started(self, new: set[int], batch: RequestBatch) -> None:
         """The new brokers get the whole metadata and their replicas; partitions that had no
