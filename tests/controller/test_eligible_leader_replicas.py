@@ -68,7 +68,7 @@ def test_an_unclean_shutdown_leaves_the_elr_and_the_last_known_leader_comes_last
     assert elections.forget_unclean(leaderless, 1, {3}, set(), NEVER, ON) == LeaderAndIsr(-1, [], False, [2], [1])
     only_known = _state(-1, [], elr=[], last_known=[1])
     # With no ISR or ELR member left, the last known leader leads once it is back (unclean).
-    assert elections.elect_offline(only_known, {1, 3}, set(), NEVER, policy=ON) == LeaderAndIsr(1, [1], True)
+    assert elections.elect_offline(only_known, {1, 3}, set(), NEVER, policy=ON) == LeaderAndIsr(1, [1])
     assert elections.elect_offline(only_known, {3}, set(), NEVER, policy=ON) is None
     assert elections.forget_unclean(_state(1, [1, 2]), 3, {1, 2}, set(), NEVER, ON) is None  # in neither
 

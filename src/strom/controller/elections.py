@@ -150,7 +150,9 @@ def _elect_from_elr(state: PartitionState, alive: list[int], unclean_allowed: Ca
         return LeaderAndIsr(leader, [leader], False, [r for r in none.elr if r != leader], [])
     last = none.last_known_elr
     if not none.elr and len(last) == 1 and last[0] in alive:
-        return LeaderAndIsr(last[0], [last[0]], True)
+        # The last leader back, as without ELRs (it was the last ISR member): not counted as
+        # unclean, though Kafka's builder marks it so; it may have lost what it had not flushed.
+        return LeaderAndIsr(last[0], [last[0]])
     if alive and unclean_allowed():
         return LeaderAndIsr(alive[0], [alive[0]], True)
     unchanged = (state.leader == NO_LEADER and not state.isr and state.elr == none.elr
