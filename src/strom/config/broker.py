@@ -722,6 +722,10 @@ class BrokerConfig:
             local_retention_bytes=self.values["log.local.retention.bytes"],
             remote_storage_system_enable=self.values["remote.log.storage.system.enable"],
             iceberg_system_enable=self.values["iceberg.enabled"],
+            # A schema mode needs the registry where topics are translated; a dedicated
+            # controller validates configs without running either, so it does not check.
+            schema_registry_enable=(bool(self.values["schema.registry.listeners"])
+                                    if self.process_roles != ("controller",) else None),
         )
 
     def remote_storage_props(self) -> dict[str, str]:

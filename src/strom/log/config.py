@@ -454,13 +454,8 @@ def _check_iceberg(config: LogConfig, overrides: Mapping[str, str]) -> None:
     schema registry), and a partition spec over the mode's columns."""
     if config.iceberg_mode == "disabled":
         return
-    if "iceberg.mode" in overrides:
-        if not config.iceberg_system_enable:
-            raise ValueError("iceberg.mode: Iceberg topics are disabled in the broker "
-                             "(set iceberg.enabled=true)")
-        if config.iceberg_mode in ICEBERG_SCHEMA_MODES and config.schema_registry_enable is False:
-            raise ValueError(f"iceberg.mode: {config.iceberg_mode} reads the schema registry, which the "
-                             "broker does not run (set schema.registry.listeners)")
+    if "iceberg.mode" in overrides and not config.iceberg_system_enable:
+        raise ValueError("iceberg.mode: Iceberg topics are disabled in the broker (set iceberg.enabled=true)")
     columns = ICEBERG_KEY_VALUE_COLUMNS if config.iceberg_mode == "key_value" else ICEBERG_METADATA_COLUMNS
     for transform, column in parse_partition_spec(config.iceberg_partition_spec):
         if column not in columns:
@@ -468,3 +463,7 @@ def _check_iceberg(config: LogConfig, overrides: Mapping[str, str]) -> None:
                              f"(one of {', '.join(columns)})")
         if transform in ICEBERG_TIME_TRANSFORMS and column != "timestamp":
             raise ValueError(f"iceberg.partition.spec: {transform}() applies to timestamp, not {column!r}")
+    if "iceberg.mode" in overrides and config.iceberg_mode in ICEBERG_SCHEMA_MODES and (
+            config.schema_registry_enable is False):
+        raise ValueError(f"iceberg.mode: {config.iceberg_mode} reads the schema registry, which the "
+                         "broker does not run (set schema.registry.listeners)")
