@@ -11,13 +11,19 @@ import random
 import uuid
 from types import SimpleNamespace
 
-from strom.controller import elections, replication_control
+from strom.controller import cluster_control, elections, replication_control
 from strom.controller.elections import ElrPolicy, LeaderAndIsr
 from strom.controller.features import ELR_VERSION, SUPPORTED
 from strom.controller.quorum_controller import ControllerSettings, QuorumController
-from strom.controller.replication_control import Limits, NewTopic
+from strom.controller.replication_control import Change, Limits, NewTopic
 from strom.metadata import records as r
-from strom.metadata.image import MetadataImage, merge_change, partition_record, partition_state
+from strom.metadata.image import (
+    TOPIC_RESOURCE,
+    MetadataImage,
+    merge_change,
+    partition_record,
+    partition_state,
+)
 from strom.metadata.model import PartitionState
 from strom.protocol.raft_records import Endpoint, VoterEntry
 from strom.raft.config import QuorumConfig
@@ -195,6 +201,11 @@ def test_quorum_controller_elects_from_the_elr(tmp_path):
             image.replay_values([r.encode(rec) for rec in c.image.records()])
             assert image.topics["t"].partitions[0].elr == part().elr
             assert image.topics["t"].partitions[0].last_known_elr == [2]
+            # A new min.insync.replicas clears the ELRs kept for the old one.
+            await c.write("min-isr", lambda img: Change(cluster_control.alter_configs(
+                img, TOPIC_RESOURCE, "t", [(cluster_control.SET, "min.insync.replicas", "1")],
+                lambda *_args: None, lambda _key: False)))
+            assert (part().leader, part().elr, part().last_known_elr) == (-1, [], [])
         finally:
             await c.close()
             await c.driver.close()

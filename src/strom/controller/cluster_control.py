@@ -351,4 +351,20 @@ def alter_configs(image: MetadataImage, resource_type: int, name: str, ops: list
            for k, v in configs.items() if current.get(k) != v]
     out += [r.ConfigRecord(resource_type=resource_type, resource_name=name, name=k, value=None)
             for k in current if k not in configs]
+    if any(rec.name == MIN_INSYNC for rec in out) and (resource_type == TOPIC_RESOURCE or name == ""):
+        out += elr_cleared(image, name if resource_type == TOPIC_RESOURCE else None)
     return out
+
+
+MIN_INSYNC = "min.insync.replicas"
+
+
+def elr_cleared(image: MetadataImage, topic: str | None) -> list[Any]:
+    """KIP-966: ELRs were kept for the old min.insync.replicas; a new one (of `topic`, or the
+    cluster-wide one: every topic) clears them, as Kafka's controller does."""
+    if image.features.get(feature_rules.ELR_VERSION, 0) < 1:
+        return []
+    return [r.PartitionChangeRecord(partition_id=index, topic_id=t.topic_id, eligible_leader_replicas=[],
+                                    last_known_elr=[])
+            for t, index, state in image.partitions()
+            if (topic is None or t.name == topic) and (state.elr or state.last_known_elr)]
