@@ -350,3 +350,35 @@ def test_tiered_storage(tmp_path):
             assert broker.wait(60) == 0
         s3.send_signal(signal.SIGINT)
         s3.wait(30)
+
+
+@pytest.mark.timeout(300)
+def test_iceberg_topics(tmp_path):
+    """"Iceberg topics" as printed: the broker started by its scripts/serve line (on a free port,
+    data under this test's directory), the topic and records by the CLI lines, and the table read
+    by the Python file, which prints the three values."""
+    text = section("Iceberg topics")
+    (_, setup, _), (_, topic, _), (lang, code, name), (_, run, _) = blocks(text)
+    bootstrap, serve = setup.strip().splitlines()
+    assert (bootstrap, lang, name, run.strip()) == ("scripts/bootstrap iceberg", "python", "pageviews_table.py",
+                                                    ".venv/bin/python pageviews_table.py")
+    done = subprocess.run(["bash", "-c", bootstrap], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    port, data = free_port_run(1), tmp_path / "strom-data"
+    broker, _ = start_node(f"{ROOT}/{serve} --override listeners=PLAINTEXT://127.0.0.1:{port} "
+                           f"--override log.dirs={data}", tmp_path, "iceberg-broker")
+    try:
+        for line in topic.strip().splitlines():
+            line = f"{line} --bootstrap-server 127.0.0.1:{port}"
+            done = subprocess.run(["bash", "-c", line], cwd=ROOT, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, f"{line}\n{done.stderr[-3000:]}"
+        assert 'Path("strom-data/iceberg/catalog.db")' in code  # the broker's data dir, here the test's
+        (tmp_path / name).write_text(code.replace('Path("strom-data/', f'Path("{data}/'))
+        printed = run.strip().replace(".venv/bin/python", sys.executable)
+        done = subprocess.run(["bash", "-c", printed], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        expected = re.search(r"It prints `(.*?)`", text)[1]
+        assert done.stdout.strip() == expected == "[b'cart', b'checkout', b'home']"
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        assert broker.wait(60) == 0
