@@ -39,7 +39,6 @@ from strom.controller.admin import read_configs
 from strom.controller.store import StoreUnavailable
 from strom.controller.znodes import is_internal
 from strom.coordinator import SHARE_GROUP_STATE_TOPIC
-from strom.coordinator.share.coordinator import WriteState
 from strom.coordinator.share.share_partition import (
     ACKNOWLEDGE_TYPES,
     RENEW,
@@ -54,28 +53,18 @@ from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
 from strom.share.coordinator_service import ShareCoordinatorService
 from strom.share.persister import Persister
+from strom.share.state_writer import StateWriter
 
 log = logging.getLogger(__name__)
 
 INITIAL_EPOCH, FINAL_EPOCH = 0, -1
 EARLIEST, LATEST = "earliest", "latest"
 _PARTITION_READ_BYTES = 1 << 20
-# What a write answered when the share partition's state moved on without this broker: it is
-# dropped and loaded again.
-_FENCED = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.FENCED_STATE_EPOCH,
-                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 _ADMIN_KEYS_PER_CALL = 1000  # keys per Persister call when an admin request names no partitions
-_MAX_FLUSHES = 4  # state writes in flight at once (each one batching many share partitions)
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _resolve(futures: list[asyncio.Future], error: ErrorCode) -> None:
-    for future in futures:
-        if not future.done():
-            future.set_result(error)
 
 
 @dataclass(eq=False, slots=True)
@@ -145,13 +134,7 @@ class SharePartitionManager:
         self.persister = Persister(broker, self.coordinator)
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
         self._loading: dict[SharePartitionKey, asyncio.Task] = {}
-        # State writes: who waits for which share partition's next write, which ones are being
-        # written, how many writes are in flight, and each one's last answer.
-        self._waiters: dict[SharePartitionKey, list[asyncio.Future]] = {}
-        self._writing: set[SharePartitionKey] = set()
-        self._flushes = 0
-        self._flush_tasks: set[asyncio.Task] = set()
-        self._last_errors: dict[SharePartitionKey, ErrorCode] = {}
+        self.writer = StateWriter(self.persister.write, self.partitions, self._drop, lambda: broker.stopping)
         self._timers: dict[SharePartitionKey, asyncio.TimerHandle] = {}
         # The group configs a share partition was initialized under, read from the store then:
         # its first acquisition uses them too (isolation level, lock duration).
@@ -372,85 +355,11 @@ class SharePartitionManager:
         self.persist_soon(released)
 
     def persist(self, keys: Iterable[SharePartitionKey]) -> Awaitable[dict[SharePartitionKey, ErrorCode]]:
-        """Wait until what the share partitions among `keys` hold now is with their share
-        coordinators (acks=all); each key's error. The wait starts at the call, not when the
-        result is awaited. A share partition dropped before its write (leadership left,
-        fenced) answers NOT_LEADER_OR_FOLLOWER: what changed there is lost."""
-        loop = asyncio.get_running_loop()
-        waiting: dict[SharePartitionKey, asyncio.Future] = {}
-        for key in set(keys):
-            if key not in self.partitions:
-                continue
-            waiting[key] = future = loop.create_future()
-            self._waiters.setdefault(key, []).append(future)
-        if waiting:
-            self._kick()
-
-        async def written() -> dict[SharePartitionKey, ErrorCode]:
-            return {key: await future for key, future in waiting.items()}
-
-        return written()
+        """Each key's error once its share partition's changes are with its share coordinator."""
+        return self.writer.persist(keys)
 
     def persist_soon(self, keys: Iterable[SharePartitionKey]) -> None:
-        """Write these share partitions' changes in the background (a lock expiry, a member
-        fenced or a share session closed: Kafka writes those too, and nobody waits on them)."""
-        for key in keys:
-            if key in self.partitions:
-                self._waiters.setdefault(key, [])
-        self._kick()
-
-    def _kick(self) -> None:
-        """Start a write of every share partition waited on that is not being written now.
-        Writes are batched (one WriteShareGroupState per coordinator and group carries every
-        share partition of a flush) and pipelined (up to _MAX_FLUSHES in flight), and one share
-        partition is in at most one write at a time, its snapshot taken as its write starts:
-        an older state never lands after a newer one."""
-        while self._flushes < _MAX_FLUSHES:
-            batch: dict[SharePartitionKey, tuple[SharePartition, WriteState, list[asyncio.Future]]] = {}
-            for key in [k for k in self._waiters if k not in self._writing]:
-                futures = self._waiters.pop(key)
-                sp = self.partitions.get(key)
-                if sp is None:
-                    _resolve(futures, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                elif not sp.dirty:  # what they wait for went out with the write that just ended
-                    _resolve(futures, self._last_errors.get(key, ErrorCode.NONE))
-                else:
-                    state = sp.state()
-                    batch[key] = (sp, WriteState(state.state_epoch, sp.leader_epoch, state.start_offset,
-                                                 state.batches), futures)
-                    sp.dirty = False
-            if not batch:
-                return
-            self._flushes += 1
-            self._writing.update(batch)
-            task = asyncio.get_running_loop().create_task(self._flush(batch))
-            self._flush_tasks.add(task)
-            task.add_done_callback(self._flush_tasks.discard)
-
-    async def _flush(self, batch: dict[SharePartitionKey, tuple[SharePartition, WriteState, list[asyncio.Future]]]
-                     ) -> None:
-        try:
-            try:
-                results = await self.persister.write({k: w for k, (_, w, _) in batch.items()})
-                errors = {k: results[k].error for k in batch}
-            except Exception:  # noqa: BLE001 - every waiter must hear back
-                log.exception("writing share state failed")
-                errors = dict.fromkeys(batch, ErrorCode.UNKNOWN_SERVER_ERROR)
-            for key, (sp, _, futures) in batch.items():
-                error = errors[key]
-                if error in _FENCED:
-                    log.info("share partition %s was fenced (%s): loading it again", key.coordinator_key, error.name)
-                    self._drop(key, sp)
-                elif error != ErrorCode.NONE:
-                    sp.dirty = True  # written again with the next change
-                if self.partitions.get(key) is sp:
-                    self._last_errors[key] = error
-                _resolve(futures, error)
-        finally:
-            self._writing.difference_update(batch)
-            self._flushes -= 1
-            if not self.broker.stopping:
-                self._kick()
+        self.writer.persist_soon(keys)
 
     def _drop(self, key: SharePartitionKey, sp: SharePartition | None = None) -> None:
         """Forget the share partition of `key` here (if it is still `sp`); its state stays
@@ -460,8 +369,7 @@ class SharePartitionManager:
             return
         del self.partitions[key]
         self._first_configs.pop(key, None)
-        self._last_errors.pop(key, None)
-        _resolve(self._waiters.pop(key, []), ErrorCode.NOT_LEADER_OR_FOLLOWER)  # their changes went with it
+        self.writer.forget(key)
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
@@ -554,9 +462,5 @@ class SharePartitionManager:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        for task in self._flush_tasks:
-            task.cancel()
-        for futures in self._waiters.values():
-            _resolve(futures, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        self._waiters.clear()
+        self.writer.close()
         self.persister.close()
