@@ -199,7 +199,7 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
             if key is None:
                 continue
             if item.value is None:
-                found.get(key.group, {}).pop(item.key, None)
+                found.get(key.group, {}).pop(bytes(item.key), None)
             else:
                 found.setdefault(key.group, {})[bytes(item.key)] = (key, bytes(item.value))
         for group_id, stored in found.items():
