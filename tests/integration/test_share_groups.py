@@ -719,6 +719,12 @@ def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_br
     late: list[int] = []
     poll_until([d], lambda: len(late) >= 3, lambda _, m: late.append(m.offset()))
     assert sorted(late) == [20, 21, 22]  # acquired by d, nothing acknowledged: nothing written
+    gone = consumer(share_broker, group, topic)  # joins and leaves: tombstones for it
+    deadline = time.monotonic() + 30
+    while len(_members(share_broker, group)[1]) < 3:
+        assert time.monotonic() < deadline, "the third member did not join"
+        gone.poll(0.1)
+    gone.close()
     members = _members(share_broker, group)
     assert len(members[1]) == 2, members
     share_broker.kill()
