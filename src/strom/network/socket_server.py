@@ -137,6 +137,11 @@ class Connection(asyncio.BufferedProtocol):
         self.busy = False  # a request is being answered (a long poll is not idleness)
         self.last_active = 0.0
         self.answered = 0.0  # monotonic time the last answer was written
+        # Answers held while more requests of this connection wait, written together (one
+        # syscall for a burst of small requests instead of one each) at the end of this turn
+        # of the loop, or before anything that must follow them (a file region, a close).
+        self.unsent: list[bytes] = []
+        self.flush_scheduled = False
 
     # --- transport callbacks -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -275,7 +280,32 @@ class Connection(asyncio.BufferedProtocol):
         self.queue.clear()
         self.ready.set()
         if self.transport is not None:
+            self.flush()
             self.transport.close()
+
+    # --- writing answers ---------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        """Send an answer: at once if no other request of this connection waits, else with
+        the answers to those, in one write at the end of this turn of the loop."""
+        if self.queue:
+            self.unsent.append(data)
+            if not self.flush_scheduled:
+                self.flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self.flush)
+        elif self.unsent:
+            self.unsent.append(data)
+            self.flush()
+        elif self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def flush(self) -> None:
+        self.flush_scheduled = False
+        if not self.unsent:
+            return
+        data = b"".join(self.unsent) if len(self.unsent) > 1 else self.unsent[0]
+        self.unsent.clear()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
 
     # --- request processing ---------------------------------------------------------------
     async def _work(self) -> None:
@@ -284,6 +314,7 @@ class Connection(asyncio.BufferedProtocol):
                 while not self.queue:
                     if self.closing:
                         if self.transport is not None and not self.transport.is_closing():
+                            self.flush()
                             self.transport.close()
                         return
                     self.ready.clear()
@@ -362,9 +393,12 @@ class Connection(asyncio.BufferedProtocol):
         handled = time.monotonic()
         if timer is not None:
             timer.handled = timer.sending = handled
-        throttle = self.server.quotas.request_throttle_ms(
-            _user(self.principal), header.client_id or "", header.api_key, len(frame),
-            _response_size(header.api_key, response), handled - started - (timer.remote if timer else 0.0), follower)
+        throttle = 0
+        if self.server.quotas.entities:  # any client quota configured at all
+            throttle = self.server.quotas.request_throttle_ms(
+                _user(self.principal), header.client_id or "", header.api_key, len(frame),
+                _response_size(header.api_key, response), handled - started - (timer.remote if timer else 0.0),
+                follower)
         if throttle:
             _set_throttle(response, throttle)
             if timer is not None:
@@ -380,8 +414,7 @@ class Connection(asyncio.BufferedProtocol):
             size = len(encoded)
             if timer is not None:
                 timer.sending = time.monotonic()
-            if not self.transport.is_closing():
-                self.transport.write(encoded)
+            self.write(encoded)
         if timer is not None:
             self.server.request_done(self, header, len(frame), size, timer, time.monotonic())
         if len(frame) + size > _TRIM_AFTER_BYTES:
@@ -441,7 +474,7 @@ class Connection(asyncio.BufferedProtocol):
         self.server.guesses.done(guess, failed=False)
         if self.sasl.principal is not None and not self.sasl.raw_tokens:
             self._authenticated()
-        self.transport.write(len(reply).to_bytes(_SIZE_PREFIX, "big") + reply)
+        self.write(len(reply).to_bytes(_SIZE_PREFIX, "big") + reply)
 
     def _authenticated(self) -> None:
         self.principal = self.sasl.principal
@@ -469,8 +502,7 @@ class Connection(asyncio.BufferedProtocol):
         await asyncio.sleep(self.server.broker.config["connection.failed.authentication.delay.ms"] / 1000)
 
     def _answer(self, header: Any, response: dict) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(messages.encode_response(header, response))
+        self.write(messages.encode_response(header, response))
 
     def _reject_unsupported(self, frame: bytearray, reason: str) -> None:
         """Kafka answers ApiVersions of an unknown version with UNSUPPORTED_VERSION at v0 and
@@ -482,7 +514,7 @@ class Connection(asyncio.BufferedProtocol):
         if header is not None and header.api_key == API_VERSIONS:
             log.info("ApiVersions v%d from %s is not supported; answering with v0",
                      header.api_version, self.peer)
-            self.transport.write(messages.encode_response(header, self.server.apis.unsupported_version_response(), version=0))
+            self.write(messages.encode_response(header, self.server.apis.unsupported_version_response(), version=0))
             return
         log.warning("closing connection from %s: %s", self.peer, reason)
         self.close()
@@ -498,11 +530,12 @@ class Connection(asyncio.BufferedProtocol):
                 # A small region was read with the fetch: one write beats the sendfile machinery.
                 pending.append(part.data)
             else:
-                self.transport.write(b"".join(pending))
+                self.write(b"".join(pending))
                 pending = []
+                self.flush()  # the region's bytes go after every answer before them
                 await self.server.send_region(self, part)
         if pending:
-            self.transport.write(b"".join(pending))
+            self.write(b"".join(pending))
         return size + _SIZE_PREFIX
 
     async def sendfile_when_idle(self, region: Any) -> None:
