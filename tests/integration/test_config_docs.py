@@ -41,7 +41,10 @@ def test_every_topic_and_broker_config_is_documented_when_asked(broker, topic, v
     # The keys beyond Kafka's are described where a topic sets them: this one sets them all.
     extensions = {"confluent.key.schema.validation": "false", "confluent.value.schema.validation": "false",
                   "confluent.key.subject.name.strategy": "TopicNameStrategy",
-                  "confluent.value.subject.name.strategy": "TopicNameStrategy"}
+                  "confluent.value.subject.name.strategy": "TopicNameStrategy",
+                  # set, not on: this broker does not translate (iceberg.enabled)
+                  "iceberg.mode": "disabled", "iceberg.partition.spec": "(hour(timestamp))",
+                  "iceberg.table.properties": "owner=strom"}
     assert set(extensions) == EXTENSION_TOPIC_CONFIGS
     create_topic(broker.bootstrap, topic, config={"retention.ms": "3600000", "cleanup.policy": "compact",
                                                   **extensions})

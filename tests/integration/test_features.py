@@ -44,11 +44,12 @@ def update(conn: Connection, version: int, *updates: tuple[str, int, int], valid
 def test_a_new_cluster_finalizes_what_kafka_4_0_does(broker):
     with Connection("127.0.0.1", broker.port) as conn:
         supported, finalized, epoch = features(conn)
-        # share.version (KIP-932) is Kafka 4.1's; Strom finalizes it at 1 (share groups on).
+        # share.version (KIP-932) is Kafka 4.1's; Strom finalizes it at 1 (share groups on), and
+        # eligible.leader.replicas.version (KIP-966) at 1, as Kafka 4.1 does for a new cluster.
         assert supported == {"metadata.version": (7, 25), "transaction.version": (0, 2), "group.version": (0, 1),
-                             "share.version": (0, 1)}
+                             "share.version": (0, 1), "eligible.leader.replicas.version": (0, 1)}
         assert finalized == {"metadata.version": (25, 25), "transaction.version": (2, 2), "group.version": (1, 1),
-                             "share.version": (1, 1)}
+                             "share.version": (1, 1), "eligible.leader.replicas.version": (1, 1)}
         assert epoch == 0
         # Before v3 the fields do not exist on the wire.
         old = conn.call(API_VERSIONS, 2, {})

@@ -229,6 +229,7 @@ BOOTSTRAP_SINCE: dict[str, dict[int, str]] = {
     "transaction.version": {2: "4.0-IV2"},
     "group.version": {1: "4.0-IV0"},
     "share.version": {1: "4.0-IV3"},
+    "eligible.leader.replicas.version": {1: "4.0-IV3"},
 }
 
 

@@ -1,5 +1,5 @@
-"""ApiVersions: advertise what the handler table implements, at the ranges a Kafka 4.2 broker
-advertises (tests/server/test_kafka_42.py keeps 4.2's table and names each API Strom leaves
+"""ApiVersions: advertise what the handler table implements, at the ranges a Kafka 4.3 broker
+advertises (tests/server/test_kafka_43.py keeps 4.3's table and names each API Strom leaves
 out), and from v3 the features this broker supports and the levels the cluster has finalized
 (KIP-584).
 

@@ -1,5 +1,5 @@
-"""Strom as a Kafka 4.2 broker: ApiVersions key by key against Kafka 4.2's table, kafka-python
-taking it for 4.2, and each version 4.2 added over 4.0 that Strom serves, through a real client
+"""Strom as a Kafka 4.3 broker: ApiVersions key by key against Kafka 4.3's table, kafka-python
+taking it for 4.3, and each version 4.1-4.3 added over 4.0 that Strom serves, through a real client
 where one speaks it (kafka-python's admin client: ListConfigResources v1, ListTransactions v2)
 and by hand on the wire otherwise (kafka-python's producer and consumer stop at Produce v9,
 Fetch v12, OffsetCommit/OffsetFetch v8; librdkafka 2.16 at Produce v10, Fetch v16,
@@ -33,13 +33,14 @@ pytestmark = pytest.mark.timeout(120)
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 1, 2, 3, 8, 9, 10
 API_VERSIONS, WRITE_TXN_MARKERS, LIST_CONFIG_RESOURCES = 18, 27, 74
 
-# Kafka 4.2.0's ApiVersions answer on a client listener of a broker (KRaft; no client telemetry
-# receiver configured), as the release advertises it.
-KAFKA_4_2 = {
+# Kafka 4.3's ApiVersions answer on a client listener of a broker (KRaft; no client telemetry
+# receiver configured), as the release advertises it: 4.2's, and DescribeLogDirs v5 (KIP-1066's
+# cordoned log dirs).
+KAFKA_4_3 = {
     0: (0, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13), 8: (2, 10), 9: (1, 10), 10: (0, 6), 11: (0, 9),
     12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5), 17: (0, 1), 18: (0, 4), 19: (2, 7),
     20: (1, 6), 21: (0, 2), 22: (0, 5), 23: (2, 4), 24: (0, 5), 25: (0, 4), 26: (0, 5), 27: (1, 2),
-    28: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 34: (1, 2), 35: (1, 4),
+    28: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 34: (1, 2), 35: (1, 5),
     36: (0, 2), 37: (0, 3), 38: (1, 3), 39: (1, 2), 40: (1, 2), 41: (1, 3), 42: (0, 2), 43: (0, 2),
     44: (0, 1), 45: (0, 1), 46: (0, 0), 47: (0, 0), 48: (0, 1), 49: (0, 1), 50: (0, 0), 51: (0, 0),
     55: (0, 2), 57: (0, 2), 60: (0, 2), 61: (0, 0), 64: (0, 0), 65: (0, 0), 66: (0, 2), 68: (0, 1),
@@ -47,7 +48,7 @@ KAFKA_4_2 = {
     81: (0, 0), 83: (0, 0), 84: (0, 0), 85: (0, 1), 86: (0, 0), 87: (0, 1), 88: (0, 0), 89: (0, 0),
     90: (0, 1), 91: (0, 0), 92: (0, 0),
 }
-# What this broker (ZooKeeper mode, Strom's default) leaves out of 4.2's table, and why.
+# What this broker (ZooKeeper mode, Strom's default) leaves out of 4.3's table, and why.
 NOT_SERVED = {
     55: "DescribeQuorum: KRaft only (a KRaft broker serves it)",
     64: "UnregisterBroker: KRaft only (a KRaft broker forwards it: tests/kraft/test_kraft_cluster.py)",
@@ -56,8 +57,8 @@ NOT_SERVED = {
     88: "StreamsGroupHeartbeat (KIP-1071): streams groups are not built",
     89: "StreamsGroupDescribe (KIP-1071): as StreamsGroupHeartbeat",
 }
-# KIP-932's share group APIs and the share coordinator's RPCs: raised to 4.2's versions with the
-# share group work of their own; here each must lie inside 4.2's range.
+# KIP-932's share group APIs and the share coordinator's RPCs: raised to 4.3's versions with the
+# share group work of their own; here each must lie inside 4.3's range.
 SHARE_APIS = (76, 77, 78, 79, 83, 84, 85, 86, 87, 90, 91, 92)
 # What a ZooKeeper-mode broker adds: LeaderAndIsr, StopReplica, UpdateMetadata and
 # ControlledShutdown at the versions Kafka 3.x's controller sends, and AlterPartition.
@@ -93,11 +94,11 @@ def advertised(port: int) -> dict[int, tuple[int, int]]:
     return {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
 
 
-def test_api_versions_are_kafka_4_2s_key_by_key(broker):
+def test_api_versions_are_kafka_4_3s_key_by_key(broker):
     got = advertised(broker.port)
-    want = {k: v for k, v in KAFKA_4_2.items() if k not in NOT_SERVED and k not in SHARE_APIS} | ZOOKEEPER_MODE
+    want = {k: v for k, v in KAFKA_4_3.items() if k not in NOT_SERVED and k not in SHARE_APIS} | ZOOKEEPER_MODE
     for key in SHARE_APIS:
-        lo, hi = KAFKA_4_2[key]
+        lo, hi = KAFKA_4_3[key]
         assert got[key][0] == lo and got[key][1] <= hi, (key, got[key])
         want[key] = got[key]
     differences = {k: (got.get(k), want.get(k)) for k in sorted(got.keys() | want.keys()) if got.get(k) != want.get(k)}
@@ -124,10 +125,10 @@ def test_produce_below_v3_is_advertised_but_refused(broker):
         assert conn.read_frame() is None
 
 
-def test_kafka_python_takes_strom_for_kafka_4_2(broker):
+def test_kafka_python_takes_strom_for_kafka_4_3(broker):
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:
-        assert str(admin.get_broker_version_data(0)) == "<BrokerVersionData 4.2>"
+        assert str(admin.get_broker_version_data(0)) == "<BrokerVersionData 4.3>"
     finally:
         admin.close()
 
