@@ -159,11 +159,15 @@ class _Exchange:
             if sp is None:  # nothing was acquired here since this broker loaded the group
                 self.ack_errors[(topic_id, p)] = ErrorCode.INVALID_RECORD_STATE
                 continue
+            start = sp.start_offset
             error = self.manager.acknowledge(key, sp, member, batches, self.types)
             self.ack_errors[(topic_id, p)] = error
             if error == ErrorCode.NONE:
                 self.touched.add(key)
-                if any(t == RELEASE for _, _, types in batches for t in types):  # others may take them
+                # Released records may be taken by others, and a start offset moved on leaves
+                # room in a window that was full (group.share.partition.max.record.locks): the
+                # long polls waiting on the partition look again.
+                if sp.start_offset != start or any(t == RELEASE for _, _, types in batches for t in types):
                     self.manager.wake(key)
 
     async def fetch(self, max_records: int, max_bytes: int, max_wait_ms: int, record_limit: bool = False) -> None:
