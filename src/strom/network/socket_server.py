@@ -407,7 +407,13 @@ class Connection(asyncio.BufferedProtocol):
         if response is None or self.transport is None or self.transport.is_closing():
             pass
         elif isinstance(response, RawResponse):
-            size = await self._send_parts(messages.response_header(header), response.parts)
+            parts = response.parts
+            if len(parts) == 1 and type(parts[0]) is bytes:  # one encoded body (Produce): one write
+                head = messages.response_header(header)
+                size = _SIZE_PREFIX + len(head) + len(parts[0])
+                self.write(b"".join(((size - _SIZE_PREFIX).to_bytes(_SIZE_PREFIX, "big"), head, parts[0])))
+            else:
+                size = await self._send_parts(messages.response_header(header), parts)
         else:
             encoded = (await asyncio.to_thread(messages.encode_response, header, response) if offload
                        else messages.encode_response(header, response))
