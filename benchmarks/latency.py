@@ -75,6 +75,12 @@ def wait_quiet(limit: float, max_wait: float) -> dict:
     return {"load_average": load, "under_load": load >= limit}
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentiles(values: list[int]) -> dict:
     if not values:
         return {"count": 0}
@@ -88,6 +94,7 @@ def percentiles(values: list[int]) -> dict:
 class Broker:
     name: str
     bootstrap: str
+    pid: int
 
     def create_topic(self, topic: str) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -176,15 +183,18 @@ def produce_latency(tool: str, broker: Broker, topic: str, rate: int, acks: str,
                     warmup: float, workdir: Path) -> dict:
     out = workdir / f"{broker.name}-{topic}.lat"
     count = int(rate * (seconds + warmup))
-    started = time.monotonic()
+    started, cpu = time.monotonic(), cpu_seconds(broker.pid)
     run = _perf(tool, "-P", "-t", topic, "-p", "0", "-b", broker.bootstrap, "-s", str(SIZE),
                 "-r", str(rate), "-c", str(count), "-l", "-A", str(out), "-q",
                 "-a", "-1" if acks == "all" else acks, "-X", "linger.ms=0",
                 timeout=seconds * 10 + 60)
-    elapsed = time.monotonic() - started
+    elapsed, cpu = time.monotonic() - started, cpu_seconds(broker.pid) - cpu
     values = [int(line) for line in out.read_text().split()]
     result = percentiles(values[int(rate * warmup):])
-    result.update(achieved_per_s=round(len(values) / elapsed), exit=run.returncode)
+    # The broker's CPU per record: what decides how close to a full core a rate gets (and so
+    # how long requests queue), and unlike latency it hardly moves when the machine is busy.
+    result.update(achieved_per_s=round(len(values) / elapsed), exit=run.returncode,
+                  broker_cpu_us_per_record=round(cpu * 1e6 / max(1, len(values)), 1))
     return result
 
 
@@ -329,6 +339,7 @@ def print_table(results: dict) -> None:
                     log(f"| {kind} {scenario} | {name} | " + " / ".join(
                         f"{r[f'p{q * 100:g}_us']:,}" for q in PERCENTILES)
                         + f" | {ratio.get('p50_us', '-')} / {ratio.get('p99_us', '-')} |"
+                        + f" {r.get('broker_cpu_us_per_record', '-')} |"
                         + (" (under load)" if r.get("under_load") else ""))
     for name, r in results["bulk"].items():
         log(f"| bulk 100 B | {name} | {r.get('records_per_s')} | {r.get('ratio_to_mock', '-')} |")

@@ -97,6 +97,13 @@ class OpenFiles:
         finally:
             self._unpin(owner)
 
+    def acquire(self, owner: object, opener: Callable[[], int]) -> int:
+        """As `use` without the context manager (the append path): pair with `release`."""
+        return self._pinned(owner, opener)
+
+    def release(self, owner: object) -> None:
+        self._unpin(owner)
+
     def pin(self, owner: object, opener: Callable[[], int]) -> Pin:
         """A descriptor that stays open until the returned `Pin` is released or collected."""
         return Pin(self, owner, self._pinned(owner, opener))

@@ -327,20 +327,27 @@ class LogSegment:
         self.size = start
 
     def _write(self, buf, position: int) -> None:
-        view = memoryview(buf)
-        with self._file() as fd:
-            try:
+        # The descriptor is pinned by hand, not with `_file()`: once per append, the generator
+        # context manager cost as much as the write's bookkeeping.
+        fd = OPEN_FILES.acquire(self, self._open)
+        try:
+            n = os.pwrite(fd, buf, position)
+            if n < len(buf):  # a short write: the rest, piece by piece
+                view = memoryview(buf)[n:]
+                position += n
                 while view:
                     n = os.pwrite(fd, view, position)
                     position += n
                     view = view[n:]
-            except OSError as e:
-                # Never leave half a record set behind: readers and recovery would see a torn batch.
-                try:
-                    os.ftruncate(fd, self.size)
-                except OSError:
-                    pass
-                raise StorageError(f"write to {self.log_path} failed: {e}") from e
+        except OSError as e:
+            # Never leave half a record set behind: readers and recovery would see a torn batch.
+            try:
+                os.ftruncate(fd, self.size)
+            except OSError:
+                pass
+            raise StorageError(f"write to {self.log_path} failed: {e}") from e
+        finally:
+            OPEN_FILES.release(self)
 
     def seal(self, closing: bool = False) -> None:
         """Stop being the active segment: record the final max timestamp in the time index (so
