@@ -3,7 +3,11 @@ replicas with min.insync.replicas=2 loses every ISR member (one killed, one stop
 the ISR was already at its minimum, the last one, its leader, killed) and goes leaderless; the
 cleanly stopped replica, an ELR member, comes back and leads alone, and no acknowledged record
 is lost. Broker 1 is the controller (ZooKeeper) or the one-node quorum (KRaft) and stays up; the
-replicas are on brokers 2, 3 and 4."""
+replicas are on brokers 2, 3 and 4.
+
+Two topics go through it side by side: one with min.insync.replicas as a topic config, one
+without, whose 2 is the brokers' static config (server.properties), which the controller of
+either mode must take for its ELR rules as the brokers take it for acks=all."""
 
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ from .test_cluster import create
 CLUSTER_MODES = ("zookeeper", "kraft")
 DESCRIBE_TOPIC_PARTITIONS = 75
 OVERRIDES = {"num.partitions": "1", "default.replication.factor": "1", "offsets.topic.replication.factor": "1",
-             "group.initial.rebalance.delay.ms": "0", "replica.lag.time.max.ms": "3000"}
+             "group.initial.rebalance.delay.ms": "0", "replica.lag.time.max.ms": "3000",
+             "min.insync.replicas": "2"}  # static, on every broker and the controller
 
 
 def describe(cluster: Cluster, topic: str) -> dict:
@@ -49,43 +54,52 @@ def test_an_eligible_replica_leads_after_the_isr_is_gone(zookeeper):
     with Cluster(1, zookeeper=zookeeper, overrides=OVERRIDES, session_timeout_ms=2000) as cluster:
         for broker_id in (2, 3, 4):
             cluster.add_broker(broker_id)
-        topic = unique_name("elr")
-        create(cluster, topic, assignment=[[2, 3, 4]], configs={"min.insync.replicas": "2"})
+        own, static = unique_name("elr"), unique_name("elr-static")
+        topics = (own, static)
+        create(cluster, own, assignment=[[2, 3, 4]], configs={"min.insync.replicas": "2"})
+        create(cluster, static, assignment=[[2, 3, 4]])  # min.insync.replicas from server.properties
         bootstrap = cluster.brokers[1].bootstrap
 
         def view_is(what: str, **expected):
-            cluster.wait_for(lambda: all(describe(cluster, topic)[k] == v for k, v in expected.items()), 30, what)
+            cluster.wait_for(lambda: all(describe(cluster, t)[k] == v for t in topics for k, v in expected.items()),
+                             30, what)
 
-        view_is("the partition led by broker 2 with a full ISR", leader=2, isr=[2, 3, 4])
-        first, failed = produce_acked(bootstrap, topic, [b"a-%03d" % i for i in range(100)])
-        assert len(first) == 100 and not failed
+        view_is("the partitions led by broker 2 with a full ISR", leader=2, isr=[2, 3, 4])
+        first = {t: [b"a-%03d" % i for i in range(100)] for t in topics}
+        for t in topics:
+            acked, failed = produce_acked(bootstrap, t, first[t])
+            assert acked == first[t] and not failed
 
         cluster.brokers[4].kill()  # kill -9: the ISR is still at min ISR, nobody is eligible
-        view_is("broker 4 out of the ISR", isr=[2, 3], elr=[])
-        second, failed = produce_acked(bootstrap, topic, [b"b-%03d" % i for i in range(100)])
-        assert len(second) == 100 and not failed
+        view_is("broker 4 out of the ISRs", isr=[2, 3], elr=[])
+        second = {t: [b"b-%03d" % i for i in range(100)] for t in topics}
+        for t in topics:
+            acked, failed = produce_acked(bootstrap, t, second[t])
+            assert acked == second[t] and not failed
 
         assert cluster.brokers[3].stop() == 0  # clean: below min ISR now, so it is eligible
         view_is("broker 3 eligible", leader=2, isr=[2], elr=[3])
-        _, refused = produce_acked(bootstrap, topic, [b"refused"], **{"message.timeout.ms": 3000, "retries": 0,
+        for t in topics:
+            _, refused = produce_acked(bootstrap, t, [b"refused"], **{"message.timeout.ms": 3000, "retries": 0,
                                                                       "enable.idempotence": False})
-        assert refused and refused[0].name() == "NOT_ENOUGH_REPLICAS"
-        # acks=1 is written on the leader alone, but under min ISR the high watermark stands still.
-        only_leader = Producer({"bootstrap.servers": bootstrap, "acks": "1"})
-        only_leader.produce(topic, b"uncommitted", partition=0)
-        assert only_leader.flush(30) == 0
-        got = consume_all(bootstrap, topic, timeout=30)
-        assert [m.value() for m in got] == first + second
+            assert refused and refused[0].name() == "NOT_ENOUGH_REPLICAS", t
+            # acks=1 is written on the leader alone, but under min ISR the high watermark stands still.
+            only_leader = Producer({"bootstrap.servers": bootstrap, "acks": "1"})
+            only_leader.produce(t, b"uncommitted", partition=0)
+            assert only_leader.flush(30) == 0
+            got = consume_all(bootstrap, t, timeout=30)
+            assert [m.value() for m in got] == first[t] + second[t]
 
-        cluster.brokers[2].kill()  # the last ISR member: the partition goes leaderless
-        view_is("the partition leaderless with an empty ISR", leader=-1, isr=[], last_known_elr=[2])
-        assert 3 in describe(cluster, topic)["elr"]
+        cluster.brokers[2].kill()  # the last ISR member: the partitions go leaderless
+        view_is("the partitions leaderless with an empty ISR", leader=-1, isr=[], last_known_elr=[2])
+        assert all(3 in describe(cluster, t)["elr"] for t in topics)
 
         cluster.brokers[3].start()  # the eligible replica comes back and leads alone
         view_is("broker 3 leading from the ELR", leader=3, isr=[3])
-        assert 3 not in describe(cluster, topic)["elr"]
+        assert all(3 not in describe(cluster, t)["elr"] for t in topics)
         for broker_id in (2, 4):  # back after an unclean shutdown: they follow broker 3
             cluster.brokers[broker_id].start()
-        view_is("every replica back in the ISR", leader=3, isr=[2, 3, 4], elr=[], last_known_elr=[])
-        got = consume_all(cluster.bootstrap, topic, count=len(first) + len(second), timeout=60)
-        assert [m.value() for m in got] == first + second, "every acknowledged record, once, in order"
+        view_is("every replica back in the ISRs", leader=3, isr=[2, 3, 4], elr=[], last_known_elr=[])
+        for t in topics:
+            got = consume_all(cluster.bootstrap, t, count=len(first[t]) + len(second[t]), timeout=60)
+            assert [m.value() for m in got] == first[t] + second[t], f"{t}: every acknowledged record, once, in order"

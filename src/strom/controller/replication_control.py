@@ -379,7 +379,8 @@ def alter_partition(image: MetadataImage, leader: int, topic_name: str, p: Any,
                  "partition_epoch": new.zk_version}
 
 
-def alter_reassignments(image: MetadataImage, changes: list[tuple[str, int, list[int] | None]]) -> Change:
+def alter_reassignments(image: MetadataImage, changes: list[tuple[str, int, list[int] | None]],
+                        limits: Limits | None = None) -> Change:
     """AlterPartitionReassignments: phase one (replicas = target + original) for each, and phase
     two at once where the ISR already holds the target. Result: {(topic, partition): (error, msg)}."""
     brokers = Brokers(image)
@@ -401,7 +402,7 @@ def alter_reassignments(image: MetadataImage, changes: list[tuple[str, int, list
         done = elections.complete_reassignment(new, brokers.live, brokers.shutting_down)
         if done is not None:
             out.records.append(_reassigned(topic.topic_id, index, new, done,
-                                           elr_policy(image, Limits(), name, done.replicas)))
+                                           elr_policy(image, limits or Limits(), name, done.replicas)))
         out.result[(name, index)] = (ErrorCode.NONE, None)
     return out
 

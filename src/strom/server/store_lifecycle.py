@@ -177,7 +177,8 @@ class StoreLifecycle:
             lambda: ControllerChannelManager(broker.broker_id, broker.inter_broker_listener,
                                              self._deliver_from_controller, broker.inter_broker_security),
             lambda topic: broker.log_config_for(topic).unclean_leader_election_enable,
-            found_intact=broker.log_manager.found_intact)
+            found_intact=broker.log_manager.found_intact,
+            min_insync=lambda topic: broker.log_config_for(topic).min_insync_replicas)
         await broker.controller.startup()
         if (node := await self.io(broker.store.get, znodes.FEATURE)) is not None:
             self._features_changed(*node)  # made by this controller just now: known before serving

@@ -55,6 +55,7 @@ from strom.server.apis.configs import authorize_config_resource
 from strom.server.apis.metadata import CONTROLLER_ENDPOINT, endpoint_type_error
 from strom.server.kraft import envelope
 from strom.server.kraft.forwarding import ENVELOPED
+from strom.server.kraft.lifecycle import HEARTBEAT_VERSION  # the version the codec answers
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
     API_VERSIONS: (0, 4), SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2),
     CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 6), CREATE_PARTITIONS: (0, 3), INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ELECT_LEADERS: (0, 2), ALTER_REASSIGNMENTS: (0, 1), LIST_REASSIGNMENTS: (0, 0), ALTER_PARTITION: (0, 3),
-    UPDATE_FEATURES: (0, 2), DESCRIBE_CLUSTER: (0, 2), BROKER_REGISTRATION: (0, 4), BROKER_HEARTBEAT: (0, 1),
+    UPDATE_FEATURES: (0, 2), DESCRIBE_CLUSTER: (0, 2), BROKER_REGISTRATION: (0, 4), BROKER_HEARTBEAT: (0, HEARTBEAT_VERSION),
     UNREGISTER_BROKER: (0, 0), ALLOCATE_PRODUCER_IDS: (0, 0), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3),
     ALTER_CLIENT_QUOTAS: (0, 1), ALTER_USER_SCRAM_CREDENTIALS: (0, 0), ENVELOPE: (0, 0),
     CREATE_TOKEN: (1, 3), RENEW_TOKEN: (1, 2), EXPIRE_TOKEN: (1, 2),
@@ -332,7 +333,7 @@ class ControllerApis:
             return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST, "replica_election_results": []}
         try:
             results = await self._write("elect-leaders", lambda image: replication_control.elect_leaders(
-                image, election_type, wanted))
+                image, election_type, wanted, self.controller.settings.limits))
         except KafkaError as e:
             return {"throttle_time_ms": 0, "error_code": e.code, "replica_election_results": []}
         entries = {tp: {"partition_id": tp[1], "error_code": error, "error_message": message}
@@ -345,7 +346,8 @@ class ControllerApis:
                    for t in request.topics for p in t.partitions]
         try:
             results = await self._write("alter-reassignments",
-                                        lambda image: replication_control.alter_reassignments(image, changes))
+                                        lambda image: replication_control.alter_reassignments(
+                                            image, changes, self.controller.settings.limits))
         except KafkaError as e:
             return {"throttle_time_ms": 0, "allow_replication_factor_change": True, "error_code": e.code,
                     "error_message": str(e), "responses": []}
@@ -373,6 +375,7 @@ class ControllerApis:
             return {"throttle_time_ms": 0, "error_code": ErrorCode.STALE_BROKER_EPOCH, "topics": []}
         by_id = {t.topic_id: name for name, t in image.topics.items()}
         version = ctx.header.api_version
+        limits = self.controller.settings.limits  # min.insync.replicas for the ELRs
 
         def op(img) -> Change:
             out = Change(result=[])
@@ -380,7 +383,7 @@ class ControllerApis:
                 name = t.topic_name if version < 2 else by_id.get(t.topic_id, "")
                 answers = []
                 for p in t.partitions:
-                    records, answer = replication_control.alter_partition(img, request.broker_id, name, p)
+                    records, answer = replication_control.alter_partition(img, request.broker_id, name, p, limits)
                     out.records += records
                     answers.append(answer)
                 out.result.append({"topic_name": name, "topic_id": getattr(t, "topic_id", None),

@@ -163,7 +163,8 @@ class ControllerServer:
                         max_broker_partitions=config["max.broker.partitions"],
                         delete_topic_enable=config["delete.topic.enable"],
                         validate_topic_configs=self._validate_topic_configs,
-                        unclean_default=config["unclean.leader.election.enable"])
+                        unclean_default=config["unclean.leader.election.enable"],
+                        min_insync_default=config["min.insync.replicas"])
         rebalance = config["leader.imbalance.check.interval.seconds"] if config["auto.leader.rebalance.enable"] else 0
         tokens = TokenControl(secret_of(config), config["delegation.token.max.lifetime.ms"],
                               config["delegation.token.expiry.time.ms"])
