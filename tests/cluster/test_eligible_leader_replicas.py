@@ -7,13 +7,18 @@ replicas are on brokers 2, 3 and 4.
 
 Two topics go through it side by side: one with min.insync.replicas as a topic config, one
 without, whose 2 is the brokers' static config (server.properties), which the controller of
-either mode must take for its ELR rules as the brokers take it for acks=all."""
+either mode must take for its ELR rules as the brokers take it for acks=all. On KRaft the clean
+stop leaves the broker's epoch in its clean-shutdown marker, the kill -9 no marker."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 from confluent_kafka import Producer
 
 from strom.client import Connection
+from strom.log.manager import CLEAN_SHUTDOWN_FILE
 from strom.testing import Cluster, consume_all, unique_name
 
 from .test_cluster import create
@@ -37,6 +42,10 @@ def describe(cluster: Cluster, topic: str) -> dict:
     p = t.partitions[0]
     return {"leader": p.leader_id, "isr": sorted(p.isr_nodes), "elr": sorted(p.eligible_leader_replicas or []),
             "last_known_elr": list(p.last_known_elr or [])}
+
+
+def log_dir(cluster: Cluster, broker_id: int) -> Path:
+    return Path(cluster.brokers[broker_id].overrides["log.dirs"])
 
 
 def produce_acked(bootstrap: str, topic: str, values: list[bytes], **conf) -> tuple[list[bytes], list]:
@@ -79,6 +88,10 @@ def test_an_eligible_replica_leads_after_the_isr_is_gone(zookeeper):
 
         assert cluster.brokers[3].stop() == 0  # clean: below min ISR now, so it is eligible
         view_is("broker 3 eligible", leader=2, isr=[2], elr=[3])
+        if cluster.kraft:  # the clean stop left its broker epoch in the marker (KIP-966); the kill none
+            marker = json.loads((log_dir(cluster, 3) / CLEAN_SHUTDOWN_FILE).read_text())
+            assert marker["version"] == 0 and marker["brokerEpoch"] > 0, marker
+            assert not (log_dir(cluster, 4) / CLEAN_SHUTDOWN_FILE).exists()
         for t in topics:
             _, refused = produce_acked(bootstrap, t, [b"refused"], **{"message.timeout.ms": 3000, "retries": 0,
                                                                       "enable.idempotence": False})
