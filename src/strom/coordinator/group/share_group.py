@@ -192,6 +192,8 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
     def _replay(self, log_: Any) -> None:
         found: dict[str, dict[bytes, tuple[records.ShareGroupKey, bytes]]] = {}
         for item in log_store.replay(log_):
+            if item.key is None:  # not a group record (the offsets loader skips these too)
+                continue
             try:
                 key = records.read_share_group_key(item.key)
             except (RecordFormatError, ValueError):  # a damaged key: skipped, as the offsets loader does
