@@ -534,7 +534,8 @@ def test_features_are_finalized_by_the_controller_and_seen_by_every_broker(clust
     NOT_CONTROLLER as ZooKeeper-mode Kafka brokers do; KRaft: through any broker, which
     forwards it) and every broker reports the new levels in ApiVersions, at a newer epoch."""
     api_versions, update_features = 18, 57
-    defaults = {"group.version": 1, "metadata.version": 25, "share.version": 1, "transaction.version": 2}
+    defaults = {"eligible.leader.replicas.version": 1, "group.version": 1, "metadata.version": 25, "share.version": 1,
+                "transaction.version": 2}
 
     def finalized(broker):
         with RawClient(broker) as client:
