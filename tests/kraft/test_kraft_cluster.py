@@ -22,6 +22,7 @@ from strom.network.request import RequestContext
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages import RequestHeader
 from strom.server.kraft import envelope
+from strom.server.kraft.lifecycle import HEARTBEAT_VERSION
 from strom.testing import (
     KRAFT,
     Cluster,
@@ -176,6 +177,61 @@ def test_brokers_register_their_log_directories(cluster):
     for node_id, node in cluster.brokers.items():
         meta = read_meta(node.data_dir / "logs")
         assert image.brokers[node_id].log_dirs == [parse_kafka_uuid(meta.directory_id)]
+
+
+def _cordon(cluster, node_id: int, op) -> None:
+    """cordoned.log.dirs of broker `node_id` set to (or cleared of) its one log dir, as a
+    per-broker dynamic config through that broker."""
+    from confluent_kafka.admin import ConfigEntry, ConfigResource
+
+    entry = ConfigEntry("cordoned.log.dirs", str(cluster.brokers[node_id].data_dir / "logs"), incremental_operation=op)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    future = admin.incremental_alter_configs([ConfigResource("BROKER", str(node_id), incremental_configs=[entry])])
+    next(iter(future.values())).result(30)
+
+
+def _cordoned_dirs(node) -> dict[str, bool]:
+    with RawClient(node) as client:
+        return {r.log_dir: r.is_cordoned for r in client.call(35, 5, {"topics": None}).results}
+
+
+def test_a_broker_other_than_the_active_controller_cordons_its_dirs(cluster):
+    """KIP-1066: cordoned.log.dirs names the broker's own log dirs, which the active controller
+    (another node, with dirs of its own) cannot check: it leaves that to the broker, and the
+    change is taken."""
+    from confluent_kafka.admin import AlterConfigOpType
+
+    node_id = next(b for b in sorted(cluster.brokers) if b != cluster.controller_id())
+    log_dir = str(cluster.brokers[node_id].data_dir / "logs")
+    try:
+        _cordon(cluster, node_id, AlterConfigOpType.SET)
+        assert _cordoned_dirs(cluster.brokers[node_id]) == {log_dir: True}
+    finally:
+        _cordon(cluster, node_id, AlterConfigOpType.DELETE)
+    assert _cordoned_dirs(cluster.brokers[node_id]) == {log_dir: False}
+
+
+@pytest.mark.skipif(HEARTBEAT_VERSION < 2, reason="heartbeats name cordoned dirs from v2, which "
+                    "BrokerHeartbeatResponse's codec (protocol/schemas) does not have yet")
+def test_a_cordoned_log_dir_reaches_the_controller_in_heartbeats(cluster):
+    """KIP-1066: cordoned.log.dirs set on a running broker reaches the controller in that
+    broker's next heartbeats (v2): its registration in the metadata names the dir's
+    directory.id; cleared, it names none again."""
+    from confluent_kafka.admin import AlterConfigOpType
+
+    node_id = max(cluster.brokers)
+    dir_id = parse_kafka_uuid(read_meta(cluster.brokers[node_id].data_dir / "logs").directory_id)
+
+    def registered_cordoned() -> list:
+        hw = wait_caught_up(cluster.quorum, set(cluster.brokers))
+        return replay(metadata_dir(cluster.quorum, cluster.controller_id()), hw).brokers[node_id].cordoned_log_dirs
+
+    try:
+        _cordon(cluster, node_id, AlterConfigOpType.SET)
+        wait_for(lambda: registered_cordoned() == [dir_id], 30, what=f"broker {node_id}'s dir cordoned in the metadata")
+    finally:
+        _cordon(cluster, node_id, AlterConfigOpType.DELETE)
+        wait_for(lambda: registered_cordoned() == [], 30, what=f"broker {node_id}'s dir uncordoned in the metadata")
 
 
 def test_token_requests_on_a_controller_listener(cluster):

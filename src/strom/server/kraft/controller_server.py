@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 # How long a stopping controller watches for another broker that began to stop at the same time.
 SETTLE_S = 0.5
+NODE_LOCAL_CONFIGS = frozenset({"cordoned.log.dirs"})  # per-broker values that name the broker's own dirs
 
 
 def quorum_config(config: BrokerConfig, cluster_id: str | None) -> QuorumConfig:
@@ -213,6 +214,10 @@ class ControllerServer:
             unknown = sorted(k for k in configs if k not in DEFINITIONS)
             if unknown:
                 raise KafkaError(f"Unknown broker config: {', '.join(unknown)}", ErrorCode.INVALID_CONFIG)
+            if name and name != str(self.node_id) and NODE_LOCAL_CONFIGS & configs.keys():
+                # Another node's dirs: only that broker knows its log.dirs, and checks the value
+                # before it forwards the change (a stored value it cannot take, it leaves out).
+                configs = {k: v for k, v in configs.items() if k not in NODE_LOCAL_CONFIGS}
             self._dynamic.validate(name == "", configs)
 
     async def shutdown(self) -> None:
