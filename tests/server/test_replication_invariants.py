@@ -93,9 +93,10 @@ async def replicated(rm: ReplicaManager, end: int, timeout_s: float) -> ErrorCod
 
 def test_acks_all_answers_only_once_the_isr_has_the_write(tmp_path):
     """ISR [0, 1], min.insync.replicas=2: the write times out while the follower has not
-    fetched it, is acknowledged as soon as the follower fetches past it, and a later one is never
-    acknowledged once the ISR shrinks to the leader alone meanwhile: below min.insync.replicas
-    the high watermark stays where it was (KIP-966), and the write ends at its timeout."""
+    fetched it, is acknowledged as soon as the follower fetches past it; one the follower fetched
+    fails with NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank to the leader alone before
+    the producer was answered; and with the ISR that small the high watermark no longer moves
+    (KIP-966)."""
     rm, partition = host_leader(tmp_path, [LEADER, FOLLOWER], [LEADER, FOLLOWER],
                                 LogConfig(min_insync_replicas=2))
 
@@ -110,13 +111,19 @@ def test_acks_all_answers_only_once_the_isr_has_the_write(tmp_path):
         assert await asyncio.wait_for(waiting, 1) == ErrorCode.NONE
 
         second = write(rm, 2)
-        waiting = asyncio.create_task(replicated(rm, second, 0.5))
+        waiting = asyncio.create_task(replicated(rm, second, 5))
         await asyncio.sleep(0.05)
         assert not waiting.done()
-        rm.isr_changed(partition, [LEADER], partition.partition_epoch + 1)  # the follower left
-        assert partition.high_watermark == 3  # the ISR alone has the write, but is too small
-        assert await asyncio.wait_for(waiting, 5) == ErrorCode.REQUEST_TIMED_OUT
-        assert partition.high_watermark == 3
+        follower_fetch(rm, FOLLOWER, 5)  # the high watermark covers the write ...
+        rm.isr_changed(partition, [LEADER], partition.partition_epoch + 1)  # ... the follower leaves before
+        assert partition.high_watermark == 5                               # the producer is answered
+        assert await asyncio.wait_for(waiting, 1) == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+        # With the ISR that small an acks=all write is refused, and one with acks=1, which the ISR
+        # alone has, stays above the high watermark.
+        assert rm.append_records(-1, [(TP, records(1))])[TP].error == ErrorCode.NOT_ENOUGH_REPLICAS
+        assert rm.append_records(1, [(TP, records(2))])[TP].error == ErrorCode.NONE
+        assert (partition.log.log_end_offset, partition.high_watermark) == (7, 5)
 
     try:
         asyncio.run(scenario())
