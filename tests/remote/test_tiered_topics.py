@@ -248,8 +248,17 @@ def test_copy_disable_keeps_remote_data_readable_and_turning_off_deletes_it(brok
     wait_for(lambda: list_offset(broker.bootstrap, topic, EARLIEST_LOCAL) >= 200, timeout=30)
     # KIP-950: copying stops, what is remote stays readable
     alter(broker, topic, remote_log_copy_disable="true")
-    time.sleep(0.5)
-    tiered = list_offset(broker.bootstrap, topic, LATEST_TIERED)
+    # A copy already under way when the config lands still finishes (as in Kafka): what is
+    # tiered is read once it has stayed put for a second (several task intervals).
+    seen = [list_offset(broker.bootstrap, topic, LATEST_TIERED)]
+
+    def settled() -> bool:
+        time.sleep(0.25)
+        seen.append(list_offset(broker.bootstrap, topic, LATEST_TIERED))
+        return len(seen) >= 5 and len(set(seen[-5:])) == 1
+
+    wait_for(settled, timeout=60, interval=0, what="copies under way to finish")
+    tiered = seen[-1]
     more = [b"later-%04d-" % i + b"q" * 200 for i in range(200)]
     produce(broker, topic, more)
     time.sleep(1.5)  # several task intervals
