@@ -317,7 +317,12 @@ def test_producer_snapshots_survive(power: Power) -> None:
     def snapshots() -> list[str]:
         return sorted(f.name for f in part.iterdir() if f.name.endswith(".snapshot"))
 
-    written = wait_for(snapshots, what="a producer snapshot")
+    wait_for(snapshots, what="a producer snapshot")
+    # A snapshot's name shows before the directory holding it is synced (write, rename, fsync of
+    # the directory): a cut in between loses it, as it may. The one checked is the newest after
+    # a second more, by when its writer has synced the directory.
+    time.sleep(1.0)
+    written = snapshots()
     power.cut()
     assert written[-1] in snapshots(), f"{written[-1]} was lost: {sorted(f.name for f in part.iterdir())}"
     broker.restart()
