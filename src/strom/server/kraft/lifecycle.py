@@ -81,18 +81,23 @@ def read_clean_shutdown_epoch(log_dirs: Sequence[Path], live_dirs: Sequence[Path
 def write_clean_shutdown_epoch(dirs: Iterable[Path], broker_epoch: int) -> None:
     """Put `broker_epoch` in the clean-shutdown marker of each of `dirs` that has one (the log
     manager writes a marker only where its shutdown made every log durable), durably."""
+    text = json.dumps({"version": CLEAN_SHUTDOWN_VERSION, "brokerEpoch": broker_epoch}, separators=(",", ":"))
     for d in dirs:
         marker = Path(d) / CLEAN_SHUTDOWN_FILE
-        if not marker.exists():
+        try:  # never created here: a marker is the log manager's to make (and a next start's to remove)
+            fd = os.open(marker, os.O_WRONLY | os.O_TRUNC)
+        except FileNotFoundError:
             continue
-        text = json.dumps({"version": CLEAN_SHUTDOWN_VERSION, "brokerEpoch": broker_epoch}, separators=(",", ":"))
-        try:
-            with open(marker, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as e:  # the marker stays (empty): the restart only counts as unclean
+        except OSError as e:
             log.error("cannot write the broker epoch into %s: %s", marker, e)
+            continue
+        try:
+            os.write(fd, text.encode())
+            os.fsync(fd)
+        except OSError as e:  # the marker stays (empty or partial): the restart only counts as unclean
+            log.error("cannot write the broker epoch into %s: %s", marker, e)
+        finally:
+            os.close(fd)
 
 
 class BrokerLifecycleManager:
