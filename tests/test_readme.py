@@ -62,9 +62,9 @@ def run_python(code: str, work: Path, name: str = "example.py") -> str:
     return done.stdout
 
 
-def run_shell_line(line: str, work: Path) -> None:
+def run_shell_line(line: str, work: Path, env: dict[str, str] | None = None) -> None:
     command, _, expected = line.partition("#")
-    done = subprocess.run(["bash", "-c", command], cwd=work, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(["bash", "-c", command], cwd=work, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
     assert expected.strip() in done.stdout, f"{command}: expected {expected.strip()!r}, got {done.stdout!r}"
 
@@ -94,18 +94,29 @@ def test_connect_your_client(broker, tmp_path):
 
 
 def test_pyspark(broker, tmp_path):
+    """Every block of "PySpark" as printed (`clicks.py` through `strom spark-submit`,
+    `click_counts.py` through the venv's Python), with none of PYSPARK_PYTHON,
+    PYSPARK_DRIVER_PYTHON and SPARK_HOME set and a `python3` on PATH that fails: Spark finds its
+    home, the `strom` source and its workers' Python through what the README runs alone."""
+    no_python3 = tmp_path / "bin"
+    no_python3.mkdir()
+    (no_python3 / "python3").write_text("#!/bin/sh\necho 'python3 from PATH is not for Spark here' >&2\nexit 127\n")
+    (no_python3 / "python3").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}
+    env["PATH"] = f"{no_python3}:{env.get('PATH', '')}"
     ran = []
     for lang, code, name in blocks(section("PySpark")):
-        code = localize(code, broker, tmp_path)
+        code = localize(code, broker, tmp_path).replace(".venv/bin/strom", str(Path(sys.executable).parent / "strom"))
         if lang == "python":
             assert name, f"a PySpark block with no file name before it:\n{code}"
             (tmp_path / name).write_text(code)  # run by the shell block that follows
         else:
             assert lang == "sh"
             for line in code.splitlines():
-                run_shell_line(line, tmp_path)
+                run_shell_line(line, tmp_path, env)
                 ran.append(line)
-    assert any("clicks.py" in line for line in ran) and any("click_counts.py" in line for line in ran)
+    assert any("strom spark-submit clicks.py" in line for line in ran)
+    assert any("python click_counts.py" in line for line in ran)
 
 
 def test_schemas(tmp_path):

@@ -1,8 +1,9 @@
 """What installing the connector brings, and what a user sees when the interpreter Spark runs
 lacks some of it: the `spark` extra covers every module the connector imports, the connector
-imports nothing of the broker, the README's example runs through `strom spark-submit` with no
-PYSPARK_PYTHON set, and a Spark application whose Python lacks a dependency, or Strom itself,
-is told which and what to do. Two Spark JVMs in all (each costs half a minute)."""
+imports nothing of the broker, and a Spark application whose Python lacks a dependency, or
+Strom itself, is told which and what to do (one Spark JVM: it costs half a minute). That the
+README's example runs through `strom spark-submit` with no PYSPARK_PYTHON set is
+tests/test_readme.py's test_pyspark."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import tomllib
 from pathlib import Path
 
 import pyspark_strom
-from strom.testing import consume_all, create_topic, produce_acked, unique_name
+from strom.testing import create_topic
 
 REPO = Path(__file__).resolve().parents[2]
 CONNECTOR = [REPO / "src/strom/spark", REPO / "src/pyspark_strom"]
@@ -202,35 +203,3 @@ def test_a_missing_dependency_or_strom_itself_is_named(broker, topic, tmp_path):
     assert f"it looks data sources up with '{python}'" in strom
     assert "which does not have Strom" in strom
     assert f"PYSPARK_PYTHON={sys.executable}" in strom
-
-
-def readme_clicks() -> str:
-    """README.md's `clicks.py`, the first script of its "PySpark" section."""
-    text = (REPO / "README.md").read_text().split("\n## PySpark\n", 1)[1].split("\n## ", 1)[0]
-    return re.search(r"as `clicks.py`:\s*```python\n(.*?)```", text, re.S)[1]
-
-
-def test_spark_submit_runs_the_readme_example_without_pyspark_python(broker, tmp_path):
-    """`strom spark-submit clicks.py`, as the README says, with none of PYSPARK_PYTHON,
-    PYSPARK_DRIVER_PYTHON and SPARK_HOME set and a `python3` on PATH that fails: Spark finds its
-    home, the `strom` source and its workers' Python through the command alone."""
-    source, upper = unique_name("clicks"), unique_name("clicks-upper")
-    create_topic(broker.bootstrap, source)
-    create_topic(broker.bootstrap, upper)
-    produce_acked(broker.bootstrap, source, [b"hello"])
-    script = (readme_clicks().replace("127.0.0.1:9092", broker.bootstrap)
-              .replace('"clicks-upper"', f'"{upper}"').replace('"clicks"', f'"{source}"')
-              .replace("/tmp/clicks-upper", str(tmp_path / "checkpoint")))
-    assert source in script and upper in script and broker.bootstrap in script
-    (tmp_path / "clicks.py").write_text(script)
-    no_python3 = tmp_path / "bin"
-    no_python3.mkdir()
-    (no_python3 / "python3").write_text("#!/bin/sh\necho 'python3 from PATH is not for Spark here' >&2\nexit 127\n")
-    (no_python3 / "python3").chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}
-    env["PATH"] = f"{no_python3}:{env.get('PATH', '')}"
-    strom = Path(sys.executable).parent / "strom"  # the venv's command, as the README runs it
-    done = subprocess.run([str(strom), "spark-submit", "--conf", "spark.ui.enabled=false", "clicks.py"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert [m.value() for m in consume_all(broker.bootstrap, upper)] == [b"HELLO"]
