@@ -124,7 +124,8 @@ def test_a_clean_shutdown_is_the_epoch_the_broker_had():
     assert shut_down_cleanly(existing, SimpleNamespace(previous_broker_epoch=40), None)
     assert not shut_down_cleanly(existing, SimpleNamespace(previous_broker_epoch=39), None)
     assert not shut_down_cleanly(existing, SimpleNamespace(previous_broker_epoch=-1), BrokerSession(0, 40))
-    assert shut_down_cleanly(existing, SimpleNamespace(previous_broker_epoch=-1), BrokerSession(0, 40, let_go=True))
+    # Let go after a controlled shutdown is not enough: the epoch in its markers says it.
+    assert not shut_down_cleanly(existing, SimpleNamespace(previous_broker_epoch=-1), BrokerSession(0, 40, let_go=True))
     assert not shut_down_cleanly(None, SimpleNamespace(previous_broker_epoch=40), None)
 
 

@@ -22,7 +22,6 @@ from strom.network.request import RequestContext
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages import RequestHeader
 from strom.server.kraft import envelope
-from strom.server.kraft.lifecycle import HEARTBEAT_VERSION
 from strom.testing import (
     KRAFT,
     Cluster,
@@ -211,8 +210,6 @@ def test_a_broker_other_than_the_active_controller_cordons_its_dirs(cluster):
     assert _cordoned_dirs(cluster.brokers[node_id]) == {log_dir: False}
 
 
-@pytest.mark.skipif(HEARTBEAT_VERSION < 2, reason="heartbeats name cordoned dirs from v2, which "
-                    "BrokerHeartbeatResponse's codec (protocol/schemas) does not have yet")
 def test_a_cordoned_log_dir_reaches_the_controller_in_heartbeats(cluster):
     """KIP-1066: cordoned.log.dirs set on a running broker reaches the controller in that
     broker's next heartbeats (v2): its registration in the metadata names the dir's

@@ -86,13 +86,12 @@ def register_broker(image: MetadataImage, request: Any, cluster_id: str | None, 
 
 def shut_down_cleanly(existing: Any, request: Any, session: BrokerSession | None) -> bool:
     """KIP-966: a broker that comes back names the epoch it had when it last shut down cleanly
-    (PreviousBrokerEpoch); any other value means its logs may have lost unflushed records.
-    A broker this controller let go after its controlled shutdown counts as clean as well
-    (Strom's brokers flush every log once let go)."""
+    (PreviousBrokerEpoch, from its logs' clean-shutdown markers); any other value means its logs
+    may have lost unflushed records."""
     if existing is None:
         return False
     previous = getattr(request, "previous_broker_epoch", -1)
-    return (previous >= 0 and previous == existing.epoch) or (session is not None and session.let_go)
+    return previous >= 0 and previous == existing.epoch
 
 
 # Kafka's MetadataVersion.IBP_3_7_IV2: brokers register their log directories (KIP-858).

@@ -63,7 +63,7 @@ from strom.server.kraft.forwarding import (
     ControllerProducerIds,
     ForwardingTopicAdmin,
 )
-from strom.server.kraft.lifecycle import BrokerLifecycleManager
+from strom.server.kraft.lifecycle import BrokerLifecycleManager, read_clean_shutdown_epoch
 from strom.server.kraft.metadata_source import MetadataFeed, MetadataObserver
 from strom.server.kraft.publisher import BrokerMetadataPublisher
 
@@ -86,6 +86,7 @@ class KRaftLogManager(LogManager):
     """A LogManager that does not open the metadata partition nor rewrite meta.properties."""
 
     metadata_log_dir: Path | None = None
+    clean_shutdown_epoch = -1  # the broker epoch a clean shutdown left, read before start-up removes it
     node_id = -1
 
     def _check_meta(self, broker_id: int, cluster_id: str | None) -> str:
@@ -93,6 +94,7 @@ class KRaftLogManager(LogManager):
                                 self.live_dirs[0], broker_id)
         if cluster_id is not None and cluster_id != meta.cluster_id:
             raise ValueError(f"cluster id {cluster_id} does not match {meta.cluster_id} in meta.properties")
+        self.clean_shutdown_epoch = read_clean_shutdown_epoch(self.log_dirs, self.live_dirs)
         return meta.cluster_id
 
     def _recover_logs(self, d, todo, clean) -> None:
@@ -208,7 +210,9 @@ class KRaftBroker(Broker):
             await self._observer.start()
         self.controller_channel = self._channel("alter-partition")
         self.lifecycle = BrokerLifecycleManager(self.config, self.cluster_id, self._channel("lifecycle"),
-                                                lambda: self.metadata_loader.published_offset, self._log_dir_ids())
+                                                lambda: self.metadata_loader.published_offset, self._log_dir_ids(),
+                                                previous_broker_epoch=self.log_manager.clean_shutdown_epoch,
+                                                cordoned_log_dirs=lambda: self.config.cordoned_log_dirs)
         await self.lifecycle.start(self.advertised)
         self.broker_epoch = self.lifecycle.broker_epoch
         ids = ControllerProducerIds(self._channel("producer-ids"), self.broker_id, lambda: self.lifecycle.broker_epoch)

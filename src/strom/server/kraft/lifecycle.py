@@ -42,16 +42,13 @@ from strom.log.manager import CLEAN_SHUTDOWN_FILE
 from strom.metadata.model import SECURITY_PROTOCOLS
 from strom.metadata.storage import StorageError, parse_kafka_uuid, read_meta
 from strom.protocol.errors import ErrorCode
-from strom.protocol.kraft_messages import BrokerHeartbeatRequest, BrokerHeartbeatResponse
 from strom.server.kraft.controller_channel import ControllerChannel, ControllerUnavailable
 
 log = logging.getLogger(__name__)
 
 BROKER_REGISTRATION, BROKER_HEARTBEAT = 62, 63
-# BrokerHeartbeat v2 (KIP-1066: CordonedLogDirs) as soon as the codec answers v2 as well: Kafka
-# moves BrokerHeartbeatResponse to v2 with the request; until then v1, which says no cordoned dirs.
 REGISTRATION_VERSION = 4
-HEARTBEAT_VERSION = min(2, BrokerHeartbeatRequest.max_version, BrokerHeartbeatResponse.max_version)
+HEARTBEAT_VERSION = 2  # KIP-1066: CordonedLogDirs
 CLEAN_SHUTDOWN_VERSION = 0  # of the marker's JSON
 
 
