@@ -30,6 +30,8 @@ from strom.coordinator.share.state_store import (
     encode_value,
 )
 from strom.protocol.errors import ErrorCode
+from strom.protocol.records import Record, build_batch, read_header
+from strom.share.delayed_delivery import NOT_BEFORE_HEADER, batch_not_before, parse_not_before
 
 LOCK = 1000
 
@@ -192,3 +194,66 @@ def test_only_durable_changes_make_the_partition_dirty():
     p.dirty = False
     assert p.acquire("m", [LogBatch(2, 4), LogBatch(5, 5, skip=True)], 10, LOCK, LOCK) == [Acquired(2, 4, 2)]
     assert p.dirty  # the control batch at 5 was archived
+
+
+# --- delayed delivery (a Strom extension) ----------------------------------------------------
+def test_records_not_yet_due_are_left_available_and_acquired_once_due():
+    p = sp()
+    # Offset 1 carries a not-before of 5000; 0 and 2 do not, nor does the batch after.
+    log = [LogBatch(0, 2, not_before={1: 5000}), LogBatch(3, 4)]
+    assert p.acquire("m", log, 100, now_ms=1000, lock_ms=LOCK) == [Acquired(0, 0, 1), Acquired(2, 4, 1)]
+    assert p.records[1].state == AVAILABLE and p.records[1].delivery_count == 0
+    assert p.next_due(1000) == 5000
+    assert p.fetch_offset(4999) == 5  # nothing due in the window: read past it
+    assert p.acquire("m2", [LogBatch(0, 2), LogBatch(3, 4)], 100, 4999, LOCK) == []
+    assert p.fetch_offset(5000) == 1
+    # Its not-before is kept in memory: the batch read again needs no header.
+    assert not p.needs_headers(0, 2) and p.needs_headers(3, 5)
+    assert p.acquire("m2", [LogBatch(0, 2)], 100, 5000, LOCK) == [Acquired(1, 1, 1)]
+    assert p.next_due(5000) is None
+    # A past not-before is no delay; the persisted state does not know of any.
+    q = sp()
+    assert q.acquire("m", [LogBatch(0, 1, not_before={0: 10})], 100, 1000, LOCK) == [Acquired(0, 1, 1)]
+
+
+def test_a_release_with_a_delay_waits_and_the_limit_still_archives():
+    p = sp(limit=2)
+    p.acquire("m", batches((0, 1)), 100, 0, LOCK)
+    assert p.acknowledge("m", [(0, 1, [RELEASE])], now_ms=100, release_delay_ms=1000) == ErrorCode.NONE
+    assert p.next_due(100) == 1100 and p.fetch_offset(1099) == 2
+    assert p.acquire("m", batches((0, 1)), 100, 1099, LOCK) == []
+    assert p.acquire("m", batches((0, 1)), 100, 1100, LOCK) == [Acquired(0, 1, 2)]
+    # At the delivery limit a release archives: nothing waits.
+    assert p.acknowledge("m", [(0, 1, [RELEASE])], now_ms=1200, release_delay_ms=1000) == ErrorCode.NONE
+    assert p.start_offset == 2 and p.next_due(1200) is None
+
+
+def test_a_restored_window_reads_headers_again_and_delays_redeliveries():
+    state = ShareState(0, [StateBatch(0, 1, AVAILABLE, 1), StateBatch(2, 3, AVAILABLE, 0),
+                           StateBatch(4, 4, ACKNOWLEDGED, 1)])
+    p = sp(state=state)
+    # Never-delivered records: their headers are read again; delivered ones wait the delay anew.
+    assert p.needs_headers(2, 3) and not p.needs_headers(0, 1)
+    p.delay_redeliveries(3000)
+    assert p.fetch_offset(2000) == 2
+    log = [LogBatch(0, 1), LogBatch(2, 3, not_before={3: 2500})]
+    assert p.acquire("m", log, 100, 2000, LOCK) == [Acquired(2, 2, 1)]
+    assert not p.needs_headers(2, 3)
+    assert p.next_due(2000) == 2500
+    assert p.acquire("m", log, 100, 2500, LOCK) == [Acquired(3, 3, 1)]
+    assert p.acquire("m", log, 100, 3000, LOCK) == [Acquired(0, 1, 2)]
+
+
+def test_not_before_headers_are_read_only_from_batches_that_hold_one():
+    def rec(offset: int, value: bytes, *headers: tuple[str, bytes]) -> Record:
+        return Record(offset, 0, None, value, headers)
+
+
+    assert parse_not_before(b"1767225600000") == 1767225600000
+    assert parse_not_before(b"-5") is None and parse_not_before(b"9" * 40) is None and parse_not_before(None) is None
+    for codec in (0, 1, 3):  # none, gzip, lz4
+        plain = build_batch([rec(7, b"v")], base_offset=7, codec=codec)
+        assert batch_not_before(plain, 0, read_header(plain)) is None
+        marked = build_batch([rec(7, b"a"), rec(8, b"b", (NOT_BEFORE_HEADER, b"1234")),
+                              rec(9, b"c", (NOT_BEFORE_HEADER, b"soon"))], base_offset=7, codec=codec)
+        assert batch_not_before(marked, 0, read_header(marked)) == {8: 1234}

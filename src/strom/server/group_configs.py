@@ -7,7 +7,8 @@ reading a partition it never read; a leader initializing a share partition reads
 store, not from what it followed), share.record.lock.duration.ms (bounded by
 group.share.min/max.record.lock.duration.ms), share.isolation.level, and the session timeouts
 and heartbeat intervals (consumer.*, share.*), validated against the broker's min/max bounds
-and read by the group coordinator at each heartbeat. The overrides live
+and read by the group coordinator at each heartbeat, and Strom's own share.release.delay.ms
+(delayed delivery: how long a released record waits before it is delivered again). The overrides live
 in the ConfigRepository (`groups`): read at start-up, and followed on every broker through
 /config/changes like topic configs.
 """
@@ -39,11 +40,15 @@ GROUP_CONFIG_DOCS.update({
                                       "group.consumer.heartbeat.interval.ms for this group.",
     "share.session.timeout.ms": "A share group's session timeout, within group.share.min/max.session.timeout.ms; "
                                 "replaces group.share.session.timeout.ms for this group.",
+    "share.release.delay.ms": "Strom's own: how long a record a share group member released (RELEASE) "
+                              "waits before any member may acquire it again; 0: not at all.",
     "share.heartbeat.interval.ms": "A share group's heartbeat interval, within "
                                    "group.share.min/max.heartbeat.interval.ms; replaces "
                                    "group.share.heartbeat.interval.ms for this group.",
 })
-DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted"}
+DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted",
+            "share.release.delay.ms": "0"}
+MAX_RELEASE_DELAY_MS = 86_400_000  # a day: a released record holds its share partition's window meanwhile
 # Group configs bounded by a pair of broker configs (Kafka's GroupConfig validation), each
 # defaulting to the broker config of its own name.
 _BOUNDED = {
@@ -65,6 +70,13 @@ def _validate(broker: Any, name: str, value: str) -> None:
     elif name == "share.isolation.level":
         if value not in ("read_committed", "read_uncommitted"):
             raise bad("String must be one of: read_committed, read_uncommitted")
+    elif name == "share.release.delay.ms":
+        try:
+            n = int(value)
+        except ValueError:
+            raise bad("Not a number of type INT") from None
+        if not 0 <= n <= MAX_RELEASE_DELAY_MS:
+            raise bad(f"must be within 0 and {MAX_RELEASE_DELAY_MS}")
     elif name in _BOUNDED:
         low, high = (broker.config[_BOUNDED[name].format(b)] for b in ("min", "max"))
         try:

@@ -22,6 +22,11 @@ Acquisition locks are timers on the event loop, one per share partition at its e
 deadline; an expiry, a release or a departing member wakes the long polls waiting on the
 partition. Bounds: group.share.max.share.sessions sessions, and per share partition
 group.share.partition.max.record.locks records in flight.
+
+Delayed delivery (a Strom extension, `delayed_delivery.py`): the acquisition reads the
+`strom.not-before` header of the batches that may hold records it has not seen, and the group
+config `share.release.delay.ms` delays every RELEASE of the group; a second timer per share
+partition, at the earliest not-before, wakes the long polls waiting on it.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from strom.coordinator.share.state_store import SharePartitionKey, ShareStateSto
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
 from strom.share.coordinator_service import ShareCoordinatorService
+from strom.share.delayed_delivery import batch_not_before
 from strom.share.persister import Persister
 from strom.share.state_writer import StateWriter
 
@@ -136,6 +142,7 @@ class SharePartitionManager:
         self._loading: dict[SharePartitionKey, asyncio.Task] = {}
         self.writer = StateWriter(self.persister.write, self.partitions, self._drop, lambda: broker.stopping)
         self._timers: dict[SharePartitionKey, asyncio.TimerHandle] = {}
+        self._due_timers: dict[SharePartitionKey, asyncio.TimerHandle] = {}
         # The group configs a share partition was initialized under, read from the store then:
         # its first acquisition uses them too (isolation level, lock duration).
         self._first_configs: dict[SharePartitionKey, dict[str, str]] = {}
@@ -158,6 +165,11 @@ class SharePartitionManager:
     def lock_duration_ms(self, group_id: str, configs: dict[str, str] | None = None) -> int:
         value = self.group_config(group_id, "share.record.lock.duration.ms", "", configs)
         return int(value) if value else self.config["group.share.record.lock.duration.ms"]
+
+    def release_delay_ms(self, group_id: str, configs: dict[str, str] | None = None) -> int:
+        """Strom's `share.release.delay.ms`: how long a released record waits (0: not at all)."""
+        value = self.group_config(group_id, "share.release.delay.ms", "", configs)
+        return int(value) if value else 0
 
     def read_committed(self, group_id: str, configs: dict[str, str] | None = None) -> bool:
         return self.group_config(group_id, "share.isolation.level", "read_uncommitted", configs) == "read_committed"
@@ -231,7 +243,11 @@ class SharePartitionManager:
         sp = SharePartition(state.start_offset, delivery_limit=self.config["group.share.delivery.count.limit"],
                             max_in_flight=self.config["group.share.partition.max.record.locks"], state=state)
         sp.leader_epoch = leader_epoch
+        delay = self.release_delay_ms(key.group_id, configs)
+        if delay > 0:
+            sp.delay_redeliveries(now_ms() + delay)
         self.partitions[key] = sp
+        self._schedule_due(key, sp)
         if configs is not None:
             self._first_configs[key] = configs
         return sp, ErrorCode.NONE
@@ -247,7 +263,8 @@ class SharePartitionManager:
             return FetchedPartition(error)
         if sp.start_offset < partition.log.local_log_start_offset:
             sp.move_start(partition.log.local_log_start_offset)
-        offset = sp.fetch_offset()
+        now = now_ms()
+        offset = sp.fetch_offset(now)
         if offset is None or max_records <= 0:
             return FetchedPartition()
         configs = self._first_configs.get(key)
@@ -277,13 +294,17 @@ class SharePartitionManager:
                 skip = h.is_control or (h.is_transactional and any(
                     t.producer_id == h.producer_id and t.first_offset <= h.base_offset <= t.last_offset
                     for t in aborted))
-                batch = LogBatch(h.base_offset, h.last_offset, skip)
+                # Not-before headers only of batches with records not seen yet.
+                not_before = None if skip or not sp.needs_headers(h.base_offset, h.last_offset) else \
+                    batch_not_before(data, pos, h)
+                batch = LogBatch(h.base_offset, h.last_offset, skip, not_before)
                 seen.append((batch, pos, pos + h.size))
                 yield batch
                 pos += h.size
 
-        acquired = sp.acquire(member_id, batches(), max_records, now_ms(),
+        acquired = sp.acquire(member_id, batches(), max_records, now,
                               self.lock_duration_ms(key.group_id, configs), record_limit)
+        self._schedule_due(key, sp)
         if not acquired:
             return FetchedPartition()
         self._first_configs.pop(key, None)
@@ -297,10 +318,36 @@ class SharePartitionManager:
                     types: frozenset[int] = ACKNOWLEDGE_TYPES) -> ErrorCode:
         """A member's acknowledgements of one share partition; RENEW locks its records again
         for the group's lock duration from now."""
-        error = sp.acknowledge(member_id, batches, now_ms(), self.lock_duration_ms(key.group_id), types)
+        delay = self.release_delay_ms(key.group_id)
+        error = sp.acknowledge(member_id, batches, now_ms(), self.lock_duration_ms(key.group_id), types, delay)
         if error == ErrorCode.NONE and any(RENEW in kinds for _, _, kinds in batches):
             self._schedule_expiry(key, sp)
+        if error == ErrorCode.NONE and delay > 0:
+            self._schedule_due(key, sp)
         return error
+
+    def _schedule_due(self, key: SharePartitionKey, sp: SharePartition) -> None:
+        """A timer at the earliest not-before of the records waiting for one: when they are
+        due, the long polls waiting on the partition look again."""
+        due = sp.next_due(now_ms())
+        if due is None:
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + (max(due - now_ms(), 0) + 1) / 1000  # never before it is due
+        timer = self._due_timers.get(key)
+        if timer is not None and timer.when() <= when:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._due_timers[key] = loop.call_at(when, self._due, key)
+
+    def _due(self, key: SharePartitionKey) -> None:
+        self._due_timers.pop(key, None)
+        sp = self.partitions.get(key)
+        if sp is None:
+            return
+        self.wake(key)
+        self._schedule_due(key, sp)
 
     def _schedule_expiry(self, key: SharePartitionKey, sp: SharePartition) -> None:
         deadline = sp.next_lock_deadline()
@@ -370,9 +417,10 @@ class SharePartitionManager:
         del self.partitions[key]
         self._first_configs.pop(key, None)
         self.writer.forget(key)
-        timer = self._timers.pop(key, None)
-        if timer is not None:
-            timer.cancel()
+        for timers in (self._timers, self._due_timers):
+            timer = timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
 
     # --- admin ---------------------------------------------------------------------------------
     def group_ids(self) -> set[str]:
@@ -459,8 +507,9 @@ class SharePartitionManager:
             self.store.write([(k, None) for k in local])
 
     def shutdown(self) -> None:
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
+        for timers in (self._timers, self._due_timers):
+            for timer in timers.values():
+                timer.cancel()
+            timers.clear()
         self.writer.close()
         self.persister.close()

@@ -16,6 +16,15 @@ count). As in Kafka, an acquisition alone does not make the partition `dirty`: w
 it durably is an acknowledgement, a release, an archive, a lock expiry or a move of the start
 offset; a record acquired since the last write is, after a crash, AVAILABLE with the delivery
 count that write had (never delivered: 0).
+
+Delayed delivery (a Strom extension): a record may carry a not-before time (the
+`strom.not-before` header, read by the caller from the log and passed in with its LogBatch) and
+a RELEASE may come with a delay (`release_delay_ms`). A record not yet due stays AVAILABLE with
+its not-before kept here, in memory; acquisition passes over it until then. Neither is written
+with the state: the header is read again from the log after a restart, and a record the
+restored state holds as AVAILABLE after a delivery is delayed again by the release delay from
+the restart (`delay_redeliveries`), so that nothing comes early, at the cost of a retry waiting
+up to one more delay.
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 ACKNOWLEDGE_TYPES = frozenset({GAP, ACCEPT, RELEASE, REJECT})
 ACKNOWLEDGE_TYPES_V2 = ACKNOWLEDGE_TYPES | {RENEW}
 _DONE = (ACKNOWLEDGED, ARCHIVED)
+# A restored record never delivered whose header (a not-before) has not been read yet.
+UNCHECKED = -1
 
 # One acknowledgement batch of a request: first offset, last offset, acknowledge types.
 AckBatch = tuple[int, int, list[int]]
@@ -84,6 +95,7 @@ class InFlight:
     delivery_count: int = 0
     member_id: str | None = None
     deadline_ms: int = 0
+    not_before: int = 0  # epoch ms before which it is not acquired; UNCHECKED: header not read yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +105,8 @@ class LogBatch:
     base_offset: int
     last_offset: int
     skip: bool = False  # a control batch, or aborted data a read_committed group never sees
+    # offset -> not-before (epoch ms) of its records that carry one; None: none does
+    not_before: dict[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +127,9 @@ class SharePartition:
         self.state_epoch = 0
         # (deadline, offset) of each acquisition, earliest first; stale entries are skipped.
         self._locks: list[tuple[int, int]] = []
+        # (not-before, offset) of each record made to wait, earliest first; stale entries skipped.
+        self._due: list[tuple[int, int]] = []
+        self._unchecked_to = 0  # restored records below it may still have headers to read
         self.dirty = False  # changed since the last persisted ShareState
         self.leader_epoch = -1  # of the partition's leader that loaded it: its writes carry it
         if state is not None:
@@ -128,17 +145,55 @@ class SharePartition:
         for offset in range(self.start_offset, self.end_offset):  # holes: never delivered
             self.records.setdefault(offset, InFlight(AVAILABLE))
         self._advance_start()
+        for record in self.records.values():
+            if record.state == AVAILABLE and record.delivery_count == 0:
+                record.not_before = UNCHECKED
+        self._unchecked_to = self.end_offset
+
+    def delay_redeliveries(self, not_before: int) -> None:
+        """After a restore: every record delivered before and AVAILABLE now waits until
+        `not_before` (a RELEASE's delay is not persisted; restarting it is never early)."""
+        for offset, record in self.records.items():
+            if record.state == AVAILABLE and record.delivery_count > 0:
+                self._delay(record, offset, not_before)
+
+    def _delay(self, record: InFlight, offset: int, not_before: int) -> None:
+        record.not_before = max(record.not_before, not_before)
+        heapq.heappush(self._due, (record.not_before, offset))
+
+    def next_due(self, now_ms: int) -> int | None:
+        """The earliest not-before after `now_ms` of a record still waiting for it, if any."""
+        due, records = self._due, self.records
+        while due:
+            at, offset = due[0]
+            record = records.get(offset)
+            if at > now_ms and record is not None and record.state == AVAILABLE and record.not_before == at:
+                return at
+            heapq.heappop(due)
+        return None
+
+    def needs_headers(self, base_offset: int, last_offset: int) -> bool:
+        """Whether the records of a log batch need their not-before read: it holds records
+        never seen, or restored ones whose headers were not read yet."""
+        if last_offset >= self.end_offset:
+            return True
+        if base_offset >= self._unchecked_to:
+            return False
+        records = self.records
+        return any(records[o].not_before == UNCHECKED
+                   for o in range(max(base_offset, self.start_offset), min(last_offset + 1, self._unchecked_to)))
 
     # --- what a fetch may take -----------------------------------------------------------------
     @property
     def in_flight(self) -> int:
         return self.end_offset - self.start_offset
 
-    def fetch_offset(self) -> int | None:
-        """Where the next fetch should read from: the first AVAILABLE record, else the end of
-        the window; None when nothing is available and the window is full."""
+    def fetch_offset(self, now_ms: int = 0) -> int | None:
+        """Where the next fetch should read from: the first AVAILABLE record due at `now_ms`,
+        else the end of the window; None when nothing is available and the window is full."""
         for offset in range(self.start_offset, self.end_offset):
-            if self.records[offset].state == AVAILABLE:
+            record = self.records[offset]
+            if record.state == AVAILABLE and record.not_before <= now_ms:
                 return offset
         return self.end_offset if self.in_flight < self.max_in_flight else None
 
@@ -154,11 +209,18 @@ class SharePartition:
         for batch in batches:
             if len(taken) >= max_records:
                 break
+            not_before = batch.not_before
             for offset in range(max(batch.base_offset, self.start_offset), min(batch.last_offset + 1, self.end_offset)):
                 if len(taken) >= max_records:
                     break
                 record = self.records[offset]
                 if record.state != AVAILABLE:
+                    continue
+                if record.not_before == UNCHECKED:
+                    record.not_before = 0
+                    if not_before and not_before.get(offset, 0) > now_ms:
+                        self._delay(record, offset, not_before[offset])
+                if record.not_before > now_ms:
                     continue
                 if batch.skip or record.delivery_count >= self.delivery_limit:
                     record.state, record.member_id = ARCHIVED, None
@@ -181,6 +243,15 @@ class SharePartition:
             if batch.skip:
                 for offset in range(first, last + 1):
                     records[offset] = InFlight(ARCHIVED)
+            elif not_before:  # records with a not-before: those not due yet wait
+                for offset in range(first, last + 1):
+                    at = not_before.get(offset, 0)
+                    if at > now_ms:
+                        records[offset] = InFlight(AVAILABLE)
+                        self._delay(records[offset], offset, at)
+                    else:
+                        records[offset] = InFlight(ACQUIRED, 1, member_id, deadline)
+                        taken.append((offset, 1))
             else:  # the common path: a new batch, every record acquired once
                 for offset in range(first, last + 1):
                     records[offset] = InFlight(ACQUIRED, 1, member_id, deadline)
@@ -200,13 +271,14 @@ class SharePartition:
 
     # --- acknowledgements ----------------------------------------------------------------------
     def acknowledge(self, member_id: str, batches: list[AckBatch], now_ms: int = 0, lock_ms: int = 0,
-                    types: frozenset[int] = ACKNOWLEDGE_TYPES) -> ErrorCode:
+                    types: frozenset[int] = ACKNOWLEDGE_TYPES, release_delay_ms: int = 0) -> ErrorCode:
         """Apply one request's acknowledgements for this partition, all or none: the batches
         must pass `valid_acknowledgements` and every offset be ACQUIRED by `member_id`. The
         batches being ordered and apart, the walk stops at the first offset the member does
         not hold: its cost is bounded by what the member holds, not by what the batches claim.
         RENEW keeps a record acquired under a new lock of `lock_ms` from `now_ms`; nothing
-        about it is persisted (a lock is not)."""
+        about it is persisted (a lock is not). A released record is not acquired again before
+        `release_delay_ms` from `now_ms`."""
         if not valid_acknowledgements(batches, types):
             return ErrorCode.INVALID_REQUEST
         checked: list[AckBatch] = []
@@ -234,6 +306,8 @@ class SharePartition:
                     record.state = ACKNOWLEDGED
                 elif kind == RELEASE:
                     self._make_available(record)
+                    if release_delay_ms > 0 and record.state == AVAILABLE:
+                        self._delay(record, offset, now_ms + release_delay_ms)
                 else:  # GAP and REJECT: never delivered again
                     record.state = ARCHIVED
                 record.member_id = None
@@ -306,6 +380,8 @@ class SharePartition:
         """AlterShareGroupOffsets: start over at `offset` (only while no member consumes)."""
         self.records.clear()
         self._locks.clear()
+        self._due.clear()
+        self._unchecked_to = 0
         self.start_offset = self.end_offset = offset
         self.state_epoch += 1
         self.dirty = True
