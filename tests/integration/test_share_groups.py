@@ -694,6 +694,77 @@ def test_share_session_timeout_and_heartbeat_interval_group_configs(share_broker
     assert bad.responses[0].error_code == 40  # INVALID_CONFIG: below group.share.min.session.timeout.ms
 
 
+def _ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _not_before(value: bytes, at_ms: int) -> tuple[bytes, list]:
+    return value, [("strom.not-before", str(at_ms).encode())]
+
+
+def produce_with_headers(broker: BrokerProcess, topic: str, records: list[tuple[bytes, list]]) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for value, headers in records:
+        producer.produce(topic, value=value, partition=0, headers=headers)
+        producer.flush()  # a batch each
+    assert producer.flush(10) == 0
+
+
+def test_a_record_with_a_not_before_header_waits_for_it_and_others_do_not(share_broker):
+    """Delayed delivery (a Strom extension): a record whose `strom.not-before` header names a
+    time 1.5 s ahead is delivered only after it; the records produced after it are not held."""
+    topic = unique_name("share-notbefore")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker)
+    produce(share_broker, topic, [b"warm-up"])
+    c = consumer(share_broker, group, topic)
+    got: dict[bytes, int] = {}
+    try:
+        poll_until([c], lambda: b"warm-up" in got, lambda _, m: got.setdefault(m.value(), _ms()))
+        not_before = _ms() + 1500
+        produce_with_headers(share_broker, topic, [_not_before(b"later", not_before), (b"now-1", []),
+                                                   (b"now-2", [])])
+        poll_until([c], lambda: b"later" in got, lambda _, m: got.setdefault(m.value(), _ms()))
+        assert got[b"later"] >= not_before  # never before its time (the broker's clock is this host's)
+        assert got[b"now-1"] < got[b"later"] and got[b"now-2"] < got[b"later"]
+    finally:
+        c.close()
+
+
+def test_share_release_delay_ms_delays_a_released_record(share_broker):
+    topic = unique_name("share-reldelay")
+    create_topic(share_broker.bootstrap, topic, 1)
+    group = new_group(share_broker, share_release_delay_ms="1000")
+    produce(share_broker, topic, [b"retry-me", b"fine"])
+    c = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
+    deliveries: list[tuple[bytes, int, int]] = []
+    released_at = 0
+    try:
+        def on_message(_, m) -> None:
+            nonlocal released_at
+            deliveries.append((m.value(), m.delivery_count(), _ms()))
+            if m.value() == b"retry-me" and m.delivery_count() == 1:
+                released_at = _ms()
+                c.acknowledge(m, AcknowledgeType.RELEASE)
+            else:
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+
+        poll_until([c], lambda: len(deliveries) >= 2, on_message)
+        c.commit_sync()  # the RELEASE reaches the broker at once
+        poll_until([c], lambda: len(deliveries) >= 3, on_message, what="the released record again")
+        c.commit_sync()
+        value, count, at = deliveries[2]
+        assert (value, count) == (b"retry-me", 2)
+        assert at >= released_at + 1000
+        bad = call(share_broker, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+            "resource_type": GROUP_RESOURCE, "resource_name": group, "configs": [
+                {"name": "share.release.delay.ms", "config_operation": SET, "value": "-1"}]}],
+            "validate_only": False})
+        assert bad.responses[0].error_code == 40  # INVALID_CONFIG
+    finally:
+        c.close()
+
+
 def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_broker):
     """Last in the module: it kills the broker. The group's members are the restarted broker's
     (from `__consumer_offsets`), with their epochs. Accepted and rejected records are never
@@ -714,6 +785,20 @@ def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_br
         elif m.offset() < 12:
             c.acknowledge(m, AcknowledgeType.REJECT)
     c.commit_sync()  # 0-11 done, 12-19 written as delivered once and still acquired
+    # Delayed delivery across the crash: a record whose not-before is after the restart, and
+    # one released under share.release.delay.ms just before the kill.
+    delayed_topic = unique_name("share-crash-delayed")
+    create_topic(share_broker.bootstrap, delayed_topic, 1)
+    delayed_group = new_group(share_broker, share_release_delay_ms="2000")
+    not_before = _ms() + 3500
+    produce_with_headers(share_broker, delayed_topic, [_not_before(b"later", not_before), (b"retry-me", [])])
+    e = consumer(share_broker, delayed_group, delayed_topic, share_acknowledgement_mode="explicit")
+    first: list = []
+    poll_until([e], lambda: bool(first), lambda _, m: first.append(m))
+    assert [m.value() for m in first] == [b"retry-me"]
+    released_at = _ms()
+    e.acknowledge(first[0], AcknowledgeType.RELEASE)
+    e.commit_sync()
     produce(share_broker, topic, [b"late%d" % i for i in range(3)], one_batch_each=False)  # 20-22
     d = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
     late: list[int] = []
@@ -739,12 +824,25 @@ def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_br
         assert member_epoch in (members[1][member_id][0], epoch) and assigned == members[1][member_id][1]
     produce(share_broker, topic, [b"sentinel"])  # offset 23
     after = consumer(share_broker, group, topic)
+    restarted_at = _ms()
+    e2 = consumer(share_broker, delayed_group, delayed_topic)
+    delayed: dict[bytes, tuple[int, int]] = {}
     again: list[tuple[int, int]] = []
     try:
         poll_until([after], lambda: 23 in [o for o, _ in again],
                    lambda _, m: again.append((m.offset(), m.delivery_count())), timeout=60)
         assert sorted(again) == [(o, 2) for o in range(12, 20)] + [(o, 1) for o in range(20, 24)]
+        poll_until([e2], lambda: len(delayed) >= 2,
+                   lambda _, m: delayed.setdefault(m.value(), (m.delivery_count(), _ms())), timeout=60)
+        # Never early after the crash: the header is read from the log again; the released
+        # record's delay starts over when the share partition is loaded.
+        assert delayed[b"later"][0] == 1 and delayed[b"later"][1] >= not_before, (restarted_at, delayed)
+        assert delayed[b"retry-me"][0] == 2 and delayed[b"retry-me"][1] >= released_at + 2000, (restarted_at, delayed)
+        print(f"delayed after restart: not-before in {not_before - restarted_at} ms, release delay to "
+              f"{released_at + 2000 - restarted_at} ms")
     finally:
+        e.close()
+        e2.close()
         after.close()
         c.close()
         d.close()
