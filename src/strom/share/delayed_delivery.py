@@ -33,9 +33,9 @@ def batch_not_before(data: bytes, pos: int, header: BatchHeader) -> dict[int, in
     """offset -> not-before of the records of the batch at `pos` that carry the header, or
     None when none does (or the batch does not parse: the fetch serves it as it is)."""
     end = pos + header.size
-    body = memoryview(data)[pos + HEADER_SIZE:end]
     if header.compression:
         try:
+            body = memoryview(data)[pos + HEADER_SIZE:end]
             if bytes(compression.decompress(header.compression, body)).find(_NAME) < 0:
                 return None
         except Exception:  # a codec's own error: the batch is served as is
