@@ -39,11 +39,11 @@ from strom.protocol import messages
 from strom.protocol.frames import FrameDecoder, frame
 from strom.testing import BrokerProcess, KRaftQuorum, RawClient, memory_mb, unique_name, wait_for
 
-SECONDS = float(os.environ.get("STROM_FUZZ_SECONDS", "35"))  # 70,000 cases alone (2,000/s): 270 per (api, version) pair
+SECONDS = float(os.environ.get("STROM_FUZZ_SECONDS", "22"))  # 44,000 cases alone (2,000/s): 170 per (api, version) pair
 WORKERS = int(os.environ.get("STROM_FUZZ_WORKERS", "3"))  # clients at once
 SEED = int(os.environ.get("STROM_FUZZ_SEED", "20261124"))
-CONTROLLER_SECONDS = float(os.environ.get("STROM_FUZZ_CONTROLLER_SECONDS", "15"))  # a KRaft node's controller listener
-FORWARDED_SECONDS = float(os.environ.get("STROM_FUZZ_FORWARDED_SECONDS", "10"))  # what a KRaft broker forwards
+CONTROLLER_SECONDS = float(os.environ.get("STROM_FUZZ_CONTROLLER_SECONDS", "10"))  # a KRaft node's controller listener
+FORWARDED_SECONDS = float(os.environ.get("STROM_FUZZ_FORWARDED_SECONDS", "8"))  # what a KRaft broker forwards
 # An idle broker holds ~50 MB; the fuzzer's requests are small, so anything near this bound
 # means some request made the broker allocate far more than it sent.
 PEAK_RSS_LIMIT_MB = 256
