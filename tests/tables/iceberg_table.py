@@ -52,3 +52,12 @@ def expected_row(message: Any) -> dict[str, Any]:
 
 def as_compared(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "timestamp": int(row["timestamp"].timestamp() * 1000)}
+
+
+# A broker that translates, committing every 200 ms, with small internal topics.
+TRANSLATING = {
+    "iceberg.enabled": "true",
+    "iceberg.commit.interval.ms": "200",
+    "offsets.topic.num.partitions": "2",
+    "transaction.state.log.num.partitions": "2",
+}

@@ -37,16 +37,11 @@ from strom.testing import (
     wait_for,
 )
 
-from .iceberg_table import broker_catalog, rows
+from .iceberg_table import TRANSLATING, broker_catalog, rows
 
 pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(report_broker_logs)
 
-OVERRIDES = {
-    "iceberg.enabled": "true",
-    "iceberg.commit.interval.ms": "200",
-    "offsets.topic.num.partitions": "2",
-    "transaction.state.log.num.partitions": "2",
-}
+OVERRIDES = TRANSLATING
 ID_PREFIX = {"iceberg.mode": "value_schema_id_prefix"}
 
 V1 = {"type": "record", "name": "Order", "fields": [

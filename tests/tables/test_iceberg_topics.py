@@ -34,17 +34,19 @@ from strom.testing import (
     wait_for,
 )
 
-from .iceberg_table import as_compared, broker_catalog, duplicates, expected_row, offsets_map, rows
+from .iceberg_table import (
+    TRANSLATING,
+    as_compared,
+    broker_catalog,
+    duplicates,
+    expected_row,
+    offsets_map,
+    rows,
+)
 
 pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(report_broker_logs)
 
-OVERRIDES = {
-    "iceberg.enabled": "true",
-    "iceberg.commit.interval.ms": "200",
-    "offsets.topic.num.partitions": "2",
-    "transaction.state.log.num.partitions": "2",
-    "group.initial.rebalance.delay.ms": "0",
-}
+OVERRIDES = {**TRANSLATING, "group.initial.rebalance.delay.ms": "0"}
 KEY_VALUE = {"iceberg.mode": "key_value"}
 
 

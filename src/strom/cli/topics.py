@@ -351,25 +351,6 @@ def alter(client: ClientSettings, topic: str | None, topic_options: tuple[str, .
     click.echo(f"Topic {topic} now has {partitions} partitions.")
 
 
-def _iceberg_tables(cluster: Cluster, names: list[str], configs: dict[str, list[str]]) -> dict[str, str]:
-    """The summary line's end for each topic with an iceberg.mode: its table
-    `<iceberg.namespace>.<topic>` and, in a schema mode, its dead-letter table; the namespace
-    asked of a broker (one DescribeConfigs, only when such a topic is described)."""
-    modes = {n: c.split("=", 1)[1] for n in names for c in configs.get(n, ()) if c.startswith("iceberg.mode=")}
-    wanted = {n: mode for n, mode in modes.items() if mode != "disabled"}
-    if not wanted or not cluster.brokers:
-        return {}
-    body = cluster.call(DESCRIBE_CONFIGS, 4, {
-        "resources": [{"resource_type": BROKER_RESOURCE, "resource_name": str(min(cluster.brokers)),
-                       "configuration_keys": ["iceberg.namespace"]}],
-        "include_synonyms": False, "include_documentation": False})
-    namespace = next((c.value for r in body.results if r.error_code == ErrorCode.NONE for c in r.configs
-                      if c.name == "iceberg.namespace" and c.value), "strom")
-    return {n: f"\tIcebergTable: {namespace}.{n}" + (f"\tDeadLetterTable: {namespace}.{n}~dlq"
-                                                      if mode != "key_value" else "")
-            for n, mode in wanted.items()}
-
-
 @topics.command()
 @client_options()
 @click.argument("arguments", metavar="[TOPIC]...", nargs=-1)

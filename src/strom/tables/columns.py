@@ -31,18 +31,28 @@ METADATA = "strom"  # the metadata struct column
 METADATA_COLUMNS = ("partition", "offset", "timestamp", "timestamp_type", "key")  # what a spec may name
 
 
+def record_fields(first_id: int, value: bool) -> list[NestedField]:
+    """A record's metadata (and its raw value, for key_value's top level) as Iceberg fields,
+    numbered from `first_id` in this order: partition, offset, timestamp, timestamp_type, key,
+    [value,] headers (a list of struct key string, value binary)."""
+    ids = iter(range(first_id, first_id + 10))
+    fields = [NestedField(next(ids), "partition", IntegerType(), required=True),
+              NestedField(next(ids), "offset", LongType(), required=True),
+              NestedField(next(ids), "timestamp", TimestamptzType(), required=True),
+              NestedField(next(ids), "timestamp_type", IntegerType(), required=True),
+              NestedField(next(ids), "key", BinaryType(), required=False)]
+    if value:
+        fields.append(NestedField(next(ids), "value", BinaryType(), required=False))
+    headers, element, key, header_value = (next(ids) for _ in range(4))
+    fields.append(NestedField(headers, "headers", ListType(element, StructType(
+        NestedField(key, "key", StringType(), required=True),
+        NestedField(header_value, "value", BinaryType(), required=False)), element_required=True), required=False))
+    return fields
+
+
 def metadata_field() -> NestedField:
     """The `strom` struct: field ids 1 to 10, the first of a new table's."""
-    return NestedField(1, METADATA, StructType(
-        NestedField(2, "partition", IntegerType(), required=True),
-        NestedField(3, "offset", LongType(), required=True),
-        NestedField(4, "timestamp", TimestamptzType(), required=True),
-        NestedField(5, "timestamp_type", IntegerType(), required=True),
-        NestedField(6, "key", BinaryType(), required=False),
-        NestedField(7, "headers", ListType(8, StructType(
-            NestedField(9, "key", StringType(), required=True),
-            NestedField(10, "value", BinaryType(), required=False)), element_required=True), required=False),
-    ), required=True)
+    return NestedField(1, METADATA, StructType(*record_fields(2, value=False)), required=True)
 
 
 def metadata(partition: int, record: Record, timestamp_type: int) -> dict[str, Any]:

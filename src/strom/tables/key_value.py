@@ -14,18 +14,9 @@ from typing import Any
 import pyarrow as pa
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
-from pyiceberg.types import (
-    BinaryType,
-    IntegerType,
-    ListType,
-    LongType,
-    NestedField,
-    StringType,
-    StructType,
-    TimestamptzType,
-)
 
 from strom.protocol.records import Record
+from strom.tables.columns import record_fields
 
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
 
@@ -34,17 +25,7 @@ class KeyValueConverter:
     mode = "key_value"
 
     def __init__(self) -> None:
-        self.schema = Schema(
-            NestedField(1, "partition", IntegerType(), required=True),
-            NestedField(2, "offset", LongType(), required=True),
-            NestedField(3, "timestamp", TimestamptzType(), required=True),
-            NestedField(4, "timestamp_type", IntegerType(), required=True),
-            NestedField(5, "key", BinaryType(), required=False),
-            NestedField(6, "value", BinaryType(), required=False),
-            NestedField(7, "headers", ListType(8, StructType(
-                NestedField(9, "key", StringType(), required=True),
-                NestedField(10, "value", BinaryType(), required=False)), element_required=True), required=False),
-        )
+        self.schema = Schema(*record_fields(1, value=True))
         self.arrow_schema = schema_to_pyarrow(self.schema)
 
     def convert(self, partition: int, records: Iterable[tuple[Record, int]]) -> pa.Table:
