@@ -213,8 +213,14 @@ def test_list_offsets_v11_earliest_pending_upload(broker, topic):
         assert list_offsets(conn, tiered, 10, -6)[0] == ErrorCode.UNSUPPORTED_VERSION
         produce_acked(broker.bootstrap, tiered, [bytes(1000)] * 20, batch_each=True)  # segments rolled at 4 KB
         wait_for(lambda: list_offsets(conn, tiered, 11, -5)[1] >= 0, what="a segment copied to remote storage")
-        last_copied = list_offsets(conn, tiered, 11, -5)[1]
-        assert list_offsets(conn, tiered, 11, -6) == (ErrorCode.NONE, last_copied + 1)
+
+        def pending_upload_after_the_last_copied() -> bool:
+            # Copies go on meanwhile: compared when no copy landed between the two reads of -5.
+            before = list_offsets(conn, tiered, 11, -5)[1]
+            pending = list_offsets(conn, tiered, 11, -6)
+            return list_offsets(conn, tiered, 11, -5)[1] == before and pending == (ErrorCode.NONE, before + 1)
+
+        wait_for(pending_upload_after_the_last_copied, what="earliest pending upload = last copied + 1")
 
 
 def test_list_config_resources_v1_through_kafka_python(broker, topic):
