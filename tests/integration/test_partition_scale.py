@@ -1,8 +1,8 @@
-"""10,000 partitions on one broker: metadata work never stalls other clients, and every
+"""6,000 partitions on one broker: metadata work never stalls other clients, and every
 partition comes back with its data after a clean restart and after kill -9.
 
 "Never stalls" is shown by order, not by clock: requests sent while a CreateTopics (or a
-DeleteTopics) of 10,000 partitions is known to be in progress are answered before it is.
+DeleteTopics) of 6,000 partitions is known to be in progress are answered before it is.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from strom.protocol.records import build_batch, iter_records
 from strom.testing import BrokerProcess, unique_name, wait_for
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 0, 1, 2, 3, 18, 19, 20
-PARTITIONS = 10_000
+PARTITIONS = 6_000
 # A poll that reads every partition (or lists their directories) costs the test and the broker
 # a good part of a second of CPU: once a second, not twenty times.
 WIDE_POLL = 1.0
