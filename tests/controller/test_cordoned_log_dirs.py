@@ -5,38 +5,20 @@ new replica on a broker whose dirs are all cordoned, unless an assignment names 
 from __future__ import annotations
 
 import asyncio
-import random
 import uuid
 from types import SimpleNamespace
 
+from one_voter import start_controller
+
 from strom.controller import cluster_control, replication_control
-from strom.controller.quorum_controller import ControllerSettings, QuorumController
+from strom.controller.quorum_controller import QuorumController
 from strom.controller.replication_control import Limits, NewTopic
 from strom.metadata import records as r
 from strom.metadata.image import MetadataImage
-from strom.protocol.raft_records import Endpoint, VoterEntry
-from strom.raft.config import QuorumConfig
-from strom.raft.driver import RaftDriver
-
-FEATURES = {"metadata.version": 25, "group.version": 1, "transaction.version": 2}
 
 
 async def _start(directory) -> QuorumController:
-    config = QuorumConfig(node_id=1, voters=(VoterEntry(1, None, (Endpoint("CONTROLLER", "127.0.0.1", 1),)),),
-                          cluster_id="c1")
-
-    async def nowhere(*_args):
-        raise ConnectionError("a one-voter quorum sends nothing")
-
-    driver = RaftDriver(config, directory, nowhere, rng=random.Random(1))
-    controller = QuorumController(ControllerSettings(1, "c1", Limits(), 600_000, FEATURES), driver)
-    controller.start()
-    await driver.start()
-    for _ in range(500):
-        if controller.active and controller.image.features:
-            return controller
-        await asyncio.sleep(0.01)
-    raise AssertionError("the controller did not become active")
+    return await start_controller(directory)
 
 
 def _heartbeat(broker_id: int, epoch: int, cordoned=None):

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import uuid
 from types import SimpleNamespace
 
 import pytest
+from one_voter import FEATURES as ONE_VOTER_FEATURES
+from one_voter import start_controller
 
 from strom.config.broker import Listener, load
 from strom.controller import cluster_control, elections, replication_control
 from strom.controller.elections import ElrPolicy, LeaderAndIsr
 from strom.controller.features import ELR_VERSION, SUPPORTED
-from strom.controller.quorum_controller import ControllerSettings, QuorumController
+from strom.controller.quorum_controller import QuorumController
 from strom.controller.replication_control import Change, Limits, NewTopic
 from strom.log.config import LogConfig
 from strom.log.manager import CLEAN_SHUTDOWN_FILE, LogManager, write_properties
@@ -35,9 +36,6 @@ from strom.metadata.image import (
 )
 from strom.metadata.model import PartitionState
 from strom.metadata.storage import META_PROPERTIES, MetaProperties, kafka_uuid
-from strom.protocol.raft_records import Endpoint, VoterEntry
-from strom.raft.config import QuorumConfig
-from strom.raft.driver import RaftDriver
 from strom.server.kraft import lifecycle
 from strom.server.kraft.controller_apis import ControllerApis
 from strom.server.kraft.lifecycle import (
@@ -142,25 +140,11 @@ def test_zookeeper_state_node_keeps_the_elr():
 
 # --- the quorum controller ----------------------------------------------------------------------
 
-FEATURES = {"metadata.version": 25, "group.version": 1, "transaction.version": 2, ELR_VERSION: 1}
+FEATURES = {**ONE_VOTER_FEATURES, ELR_VERSION: 1}
 
 
 async def _start(directory, limits: Limits | None = None) -> QuorumController:
-    config = QuorumConfig(node_id=1, voters=(VoterEntry(1, None, (Endpoint("CONTROLLER", "127.0.0.1", 1),)),),
-                          cluster_id="c1")
-
-    async def nowhere(*_args):
-        raise ConnectionError("a one-voter quorum sends nothing")
-
-    driver = RaftDriver(config, directory, nowhere, rng=random.Random(1))
-    controller = QuorumController(ControllerSettings(1, "c1", limits or Limits(), 600_000, FEATURES), driver)
-    controller.start()
-    await driver.start()
-    for _ in range(500):
-        if controller.active and controller.image.features:
-            return controller
-        await asyncio.sleep(0.01)
-    raise AssertionError("the controller did not become active")
+    return await start_controller(directory, features=FEATURES, limits=limits)
 
 
 def _registration(broker_id: int, previous_epoch: int = -1):

@@ -6,52 +6,29 @@ from __future__ import annotations
 
 import asyncio
 import hmac as hmac_lib
-import random
 import uuid
 from types import SimpleNamespace
 
 import pytest
+from one_voter import FEATURES, start_controller, stop_controller
 
 from strom.controller import cluster_control, quorum_controller, replication_control
 from strom.controller.features import FeatureUpdate
-from strom.controller.quorum_controller import ControllerSettings, QuorumController
+from strom.controller.quorum_controller import QuorumController
 from strom.controller.replication_control import Change, Limits, NewTopic
 from strom.controller.token_control import TokenControl
 from strom.metadata.image import MetadataImage
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.protocol.raft_records import Endpoint, VoterEntry
-from strom.raft.config import QuorumConfig
-from strom.raft.driver import RaftDriver
-
-FEATURES = {"metadata.version": 25, "group.version": 1, "transaction.version": 2}
 
 
 async def _start(directory, *, session_ms: int = 600_000, snapshot_bytes: int = 20 << 20, limits=None,
                  tokens: TokenControl | None = None, token_check_s: float = 3600.0):
-    config = QuorumConfig(node_id=1, voters=(VoterEntry(1, None, (Endpoint("CONTROLLER", "127.0.0.1", 1),)),),
-                          cluster_id="c1", max_bytes_between_snapshots=snapshot_bytes)
-
-    async def nowhere(*_args):
-        raise ConnectionError("a one-voter quorum sends nothing")
-
-    driver = RaftDriver(config, directory, nowhere, rng=random.Random(1))
-    settings = ControllerSettings(1, "c1", limits or Limits(default_replication_factor=3), session_ms, FEATURES,
-                                  token_expiry_check_s=token_check_s)
-    if tokens is not None:
-        settings.tokens = tokens
-    controller = QuorumController(settings, driver)
-    controller.start()
-    await driver.start()
-    for _ in range(500):
-        if controller.active and controller.image.features:
-            return controller
-        await asyncio.sleep(0.01)
-    raise AssertionError("the controller did not become active")
+    return await start_controller(directory, limits=limits or Limits(default_replication_factor=3),
+                                  session_ms=session_ms, snapshot_bytes=snapshot_bytes, tokens=tokens,
+                                  token_check_s=token_check_s)
 
 
-async def _stop(controller: QuorumController) -> None:
-    await controller.close()
-    await controller.driver.close()
+_stop = stop_controller
 
 
 def _registration(broker_id: int, rack: str | None = None):
