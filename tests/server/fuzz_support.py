@@ -924,7 +924,7 @@ class Fuzzer:
 
 def advertised_targets(port: int) -> list[tuple[int, int]]:
     """Every (api key, version) the broker's ApiVersions advertises and serves: Produce v0-v2
-    are advertised only, as by Kafka 4.0, and refused (test_api_versions_kafka4 checks that)."""
+    are advertised only, as by Kafka since 4.0, and refused (test_kafka_43 checks that)."""
     from strom.client import Connection
 
     with Connection("127.0.0.1", port) as conn:
