@@ -31,6 +31,7 @@ from .test_cluster import create, live_brokers, partition_view
 CLUSTER_MODES = ("zookeeper", "kraft")
 
 PARTITIONS = 3
+SEED = int(os.environ.get("STROM_NEMESIS_SEED", "1234"))  # which brokers the faults hit
 
 
 class Workload:
@@ -186,7 +187,7 @@ def run_nemesis(zookeeper, extra_overrides: dict[str, str], topic_configs: dict[
             t.start()
         time.sleep(3)
         log: list[str] = []
-        _nemesis(cluster, random.Random(1234), log)
+        _nemesis(cluster, random.Random(SEED), log)
         time.sleep(3)
         work.stop.set()
         for t in threads:
