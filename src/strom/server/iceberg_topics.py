@@ -17,7 +17,7 @@ from strom.tables.translator import PartitionTranslator, Translation
 
 log = logging.getLogger(__name__)
 
-TICK_S = 1.0
+TICK_MS = 1000  # how often the led partitions are looked at
 YIELD_EVERY = 1000  # partitions looked at between two yields to the loop
 REGISTRY_TIMEOUT_S = 30.0  # a translator's wait for the registry (it waits for _schemas to be read)
 
@@ -28,24 +28,12 @@ class IcebergTopics:
         self.translation = Translation(iceberg_settings(broker.config), _schema_source(broker))
         # (topic, partition) -> its translator, and what it was started with
         self.translators: dict[tuple[str, int], tuple[PartitionTranslator, tuple]] = {}
-        self.task: asyncio.Task | None = None
         self.closed = False
         self.dead_letter_totals: dict[str, int] = {}  # of translators stopped since the broker started
 
-    def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._run(), name="iceberg topics")
-
-    async def _run(self) -> None:
-        while not self.closed:
-            try:
-                await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("scheduling Iceberg translation failed")
-            await asyncio.sleep(TICK_S)
-
     async def tick(self) -> None:
+        if self.closed:  # the scheduler's last turns, between close() and the broker's shutdown
+            return
         wanted: dict[tuple[str, int], tuple] = {}
         for i, p in enumerate(list(self.broker.replica_manager.partitions.values())):
             if i % YIELD_EVERY == YIELD_EVERY - 1:
@@ -68,14 +56,10 @@ class IcebergTopics:
                 self.translators[key] = (translator, how)
 
     async def close(self) -> None:
-        self.closed = True
-        if self.task is not None:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
+        self.closed = True  # a tick under way starts no translator from here on
         await asyncio.gather(*(t.close() for t, _ in self.translators.values()), return_exceptions=True)
         self.translators.clear()
         self.translation.close()
-
 
     def lags(self) -> list[tuple[str, int, int, float]]:
         """(topic, partition, offsets, seconds) of each partition translated here (metrics)."""
@@ -121,5 +105,5 @@ def start_iceberg_topics(broker: Any) -> IcebergTopics | None:
     if importlib.util.find_spec("pyiceberg") is None:  # looked up, not imported
         raise ConfigError("iceberg.enabled is true but pyiceberg is not installed: pip install 'strom[iceberg]'")
     topics = IcebergTopics(broker)
-    topics.start()
+    broker.scheduler.schedule("iceberg-topics", TICK_MS, topics.tick)
     return topics

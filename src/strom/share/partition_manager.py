@@ -332,14 +332,7 @@ class SharePartitionManager:
         due = sp.next_due(now_ms())
         if due is None:
             return
-        loop = asyncio.get_running_loop()
-        when = loop.time() + (max(due - now_ms(), 0) + 1) / 1000  # never before it is due
-        timer = self._due_timers.get(key)
-        if timer is not None and timer.when() <= when:
-            return
-        if timer is not None:
-            timer.cancel()
-        self._due_timers[key] = loop.call_at(when, self._due, key)
+        _arm(self._due_timers, key, (max(due - now_ms(), 0) + 1) / 1000, self._due)  # never before it is due
 
     def _due(self, key: SharePartitionKey) -> None:
         self._due_timers.pop(key, None)
@@ -351,16 +344,8 @@ class SharePartitionManager:
 
     def _schedule_expiry(self, key: SharePartitionKey, sp: SharePartition) -> None:
         deadline = sp.next_lock_deadline()
-        timer = self._timers.get(key)
-        if deadline is None:
-            return
-        loop = asyncio.get_running_loop()
-        when = loop.time() + max(deadline - now_ms(), 0) / 1000
-        if timer is not None and timer.when() <= when:
-            return
-        if timer is not None:
-            timer.cancel()
-        self._timers[key] = loop.call_at(when, self._expire, key)
+        if deadline is not None:
+            _arm(self._timers, key, max(deadline - now_ms(), 0) / 1000, self._expire)
 
     def _expire(self, key: SharePartitionKey) -> None:
         self._timers.pop(key, None)
@@ -513,3 +498,16 @@ class SharePartitionManager:
             timers.clear()
         self.writer.close()
         self.persister.close()
+
+
+def _arm(timers: dict, key: Any, delay_s: float, callback: Callable[[Any], None]) -> None:
+    """One timer per key in `timers`, at the earliest time asked: `callback(key)` in `delay_s`,
+    unless the key's timer already fires by then (a later one is replaced)."""
+    loop = asyncio.get_running_loop()
+    when = loop.time() + delay_s
+    timer = timers.get(key)
+    if timer is not None:
+        if timer.when() <= when:
+            return
+        timer.cancel()
+    timers[key] = loop.call_at(when, callback, key)
