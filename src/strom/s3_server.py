@@ -4,7 +4,11 @@
 For tests, benchmarks and the README's walkthrough. Every port it listens on is chosen here
 (master, volume, filer and S3, each with its gRPC port), its extra services are off (the
 Iceberg and Lance catalogs, the metrics port) and it sends no telemetry; one access key
-(`access_key` / `secret_key`) may do anything, and buckets are made on first write."""
+(`access_key` / `secret_key`) may do anything, and buckets are made on first write.
+
+SeaweedFS would leave files in /tmp on every run: its log files (kept in the data directory
+instead, `-logdir`) and a Unix socket per service at a path it fixes from the port, which it
+does not remove when it stops; `stop` removes those of this server's ports."""
 
 from __future__ import annotations
 
@@ -63,6 +67,7 @@ class S3Server:
         self._choose_ports = ports
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
+        self._sockets: list[str] = []  # SeaweedFS's own Unix sockets, removed on stop
 
     @property
     def endpoint_url(self) -> str:
@@ -90,7 +95,12 @@ class S3Server:
         (self.data_dir / "s3.json").write_text(json.dumps(identities))
         master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = self._choose_ports(PORTS)
         self.port = s3
-        args = [binary, "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        self._sockets = [f"/tmp/seaweedfs-{name}-{port}.sock" for name, port in (
+            ("master-grpc", master_grpc), ("volume-grpc", volume_grpc), ("filer-grpc", filer_grpc),
+            ("filer", filer), ("s3", s3), ("s3-grpc", s3_grpc))]
+        logs = self.data_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        args = [binary, f"-logdir={logs}", "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 f"-master.port={master}", f"-master.port.grpc={master_grpc}", "-master.telemetry=false",
                 "-master.volumeSizeLimitMB=256", "-volume.max=16",
                 f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}",
@@ -147,6 +157,8 @@ class S3Server:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+        for path in self._sockets:
+            Path(path).unlink(missing_ok=True)
 
     def close(self) -> None:
         self.stop()
