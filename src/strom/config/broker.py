@@ -304,6 +304,9 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "group.share.max.record.lock.duration.ms": (int_in(1000, 3600000), "60000"),
     "group.share.partition.max.record.locks": (int_in(100, 10000), "2000"),
     "group.share.max.share.sessions": (int_in(1, 100000), "2000"),
+    # KIP-1191 dead-letter topics of share groups (strom.share.dead_letters).
+    "errors.deadletterqueue.topic.name.prefix": (_str, "dlq."),
+    "errors.deadletterqueue.auto.create.topics.enable": (_bool, "false"),
     "share.coordinator.state.topic.num.partitions": (int_in(1), "50"),
     "share.coordinator.state.topic.replication.factor": (int_in(1, 32767), "3"),
     "share.coordinator.state.topic.min.isr": (int_in(1, 32767), "2"),

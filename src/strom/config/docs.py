@@ -55,6 +55,9 @@ TOPIC_DOCS: dict[str, str] = {
     "remote.log.delete.on.disable":
         "Delete the topic's remote data when remote.storage.enable is turned off (KIP-950); "
         "turning it off is refused without it.",
+    "errors.deadletterqueue.group.enable":
+        "Whether share groups may write their dead letters to this topic (KIP-1191): a group's "
+        "errors.deadletterqueue.topic.name must name a topic that opts in.",
     "confluent.value.schema.validation":
         "Refuse a produce whose records' values are not framed with a schema id (magic byte 0 and "
         "a 4-byte id) registered in the broker's schema registry for the value's subject "
@@ -629,6 +632,12 @@ BROKER_DOCS: dict[str, str] = {
     "group.share.max.share.sessions":
         "Most share sessions (one per share group member fetching from this broker) the broker keeps; "
         "past it ShareFetch opening a session answers SHARE_SESSION_LIMIT_REACHED.",
+    "errors.deadletterqueue.topic.name.prefix":
+        "The prefix a share group's dead-letter topic (errors.deadletterqueue.topic.name) must have "
+        "(KIP-1191); blank: any name.",
+    "errors.deadletterqueue.auto.create.topics.enable":
+        "Whether a share group's dead-letter topic that does not exist is created (the broker's "
+        "num.partitions and default.replication.factor, errors.deadletterqueue.group.enable=true).",
     "share.coordinator.state.topic.num.partitions":
         "Partitions of __share_group_state when it is created; later changes have no effect.",
     "share.coordinator.state.topic.replication.factor":

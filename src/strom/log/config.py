@@ -100,6 +100,8 @@ class LogConfig:
     iceberg_mode: str = "disabled"
     iceberg_partition_spec: str = "(hour(timestamp))"
     iceberg_table_properties: str = ""
+    # KIP-1191: share groups may write their dead letters here (errors.deadletterqueue.group.enable).
+    dead_letter_group_enable: bool = False
     # Not a topic config: the broker's iceberg.enabled, which a topic must have to set a mode.
     iceberg_system_enable: bool = False
     # Not a topic config: whether the broker runs the schema registry (schema.registry.listeners),
@@ -312,11 +314,14 @@ TOPIC_CONFIG_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "iceberg.mode": ("iceberg_mode", one_of(*ICEBERG_MODES)),
     "iceberg.partition.spec": ("iceberg_partition_spec", lambda text: _partition_spec_text(text)),
     "iceberg.table.properties": ("iceberg_table_properties", lambda text: _table_properties_text(text)),
+    "errors.deadletterqueue.group.enable": ("dead_letter_group_enable", parse_bool),
 }
 
 # Keys beyond Apache Kafka's (Confluent Server's schema validation): described only where a topic
 # sets them, so that a topic otherwise describes exactly Kafka's configs.
-EXTENSION_TOPIC_CONFIGS = frozenset(k for k in TOPIC_CONFIG_KEYS if k.startswith(("confluent.", "iceberg.")))
+# KIP-1191's topic key comes after Kafka 4.3 (the release Strom describes): shown where set.
+EXTENSION_TOPIC_CONFIGS = frozenset(k for k in TOPIC_CONFIG_KEYS if k.startswith(("confluent.", "iceberg."))
+                                    or k == "errors.deadletterqueue.group.enable")
 
 # Keys Kafka 3.x took and 4.0 dropped (message format v0/v1, down-conversion, the old
 # timestamp bound): accepted so that old scripts still work, with a warning, and ignored.
@@ -339,6 +344,7 @@ TOPIC_CONFIG_TYPES = {
     **dict.fromkeys(("unclean.leader.election.enable", "preallocate", "remote.storage.enable",
                      "remote.log.copy.disable", "remote.log.delete.on.disable",
                      "message.downconversion.enable", "confluent.key.schema.validation",
+                     "errors.deadletterqueue.group.enable",
                      "confluent.value.schema.validation"), "BOOLEAN"),
     **dict.fromkeys(("cleanup.policy", "leader.replication.throttled.replicas",
                      "follower.replication.throttled.replicas"), "LIST"),

@@ -8,7 +8,10 @@ store, not from what it followed), share.record.lock.duration.ms (bounded by
 group.share.min/max.record.lock.duration.ms), share.isolation.level, and the session timeouts
 and heartbeat intervals (consumer.*, share.*), validated against the broker's min/max bounds
 and read by the group coordinator at each heartbeat, and Strom's own share.release.delay.ms
-(delayed delivery: how long a released record waits before it is delivered again). The overrides live
+(delayed delivery: how long a released record waits before it is delivered again), and KIP-1191's
+errors.deadletterqueue.topic.name / errors.deadletterqueue.copy.record.enable (a share group's
+dead-letter topic, strom.share.dead_letters; a name starting with "__" is refused, as Kafka
+does; the topic's own rules are checked when dead letters are written). The overrides live
 in the ConfigRepository (`groups`): read at start-up, and followed on every broker through
 /config/changes like topic configs.
 """
@@ -46,8 +49,19 @@ GROUP_CONFIG_DOCS.update({
                                    "group.share.min/max.heartbeat.interval.ms; replaces "
                                    "group.share.heartbeat.interval.ms for this group.",
 })
+GROUP_CONFIG_DOCS.update({
+    "errors.deadletterqueue.topic.name": "The name of the topic to be used as the dead-letter queue (DLQ) "
+                                         "topic for this share group. If blank (the default), the group does "
+                                         "not have a DLQ topic.",
+    "errors.deadletterqueue.copy.record.enable": "When writing onto the dead-letter queue topic, whether to "
+                                                 "copy the original record (its key and value) onto the DLQ "
+                                                 "topic, or just write a record containing the context "
+                                                 "information headers.",
+})
+DLQ_TOPIC_NAME, DLQ_COPY_RECORD = "errors.deadletterqueue.topic.name", "errors.deadletterqueue.copy.record.enable"
 DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted",
-            "share.release.delay.ms": "0"}
+            "share.release.delay.ms": "0", DLQ_TOPIC_NAME: "", DLQ_COPY_RECORD: "false"}
+_BOOLEAN = frozenset({DLQ_COPY_RECORD})
 MAX_RELEASE_DELAY_MS = 86_400_000  # a day: a released record holds its share partition's window meanwhile
 # Group configs bounded by a pair of broker configs (Kafka's GroupConfig validation), each
 # defaulting to the broker config of its own name.
@@ -70,6 +84,12 @@ def _validate(broker: Any, name: str, value: str) -> None:
     elif name == "share.isolation.level":
         if value not in ("read_committed", "read_uncommitted"):
             raise bad("String must be one of: read_committed, read_uncommitted")
+    elif name == DLQ_TOPIC_NAME:
+        if value.startswith("__"):
+            raise KafkaError(f"{name}: DLQ topic name must not start with '__'", ErrorCode.INVALID_CONFIG)
+    elif name == DLQ_COPY_RECORD:
+        if value.strip().lower() not in ("true", "false"):
+            raise bad("Expected value to be either true or false")
     elif name == "share.release.delay.ms":
         try:
             n = int(value)
@@ -97,9 +117,10 @@ def describe(broker: Any, group_id: str, keys: Iterable[str] | None, include_doc
     overrides = broker.group_configs.get(group_id, {})
     values = {**defaults(broker), **overrides}
     wanted = sorted(values) if keys is None else [k for k in keys if k in values]
-    # config_source 8: GROUP_CONFIG, 5: DEFAULT_CONFIG; config_type 2: INT, 7: STRING
+    # config_source 8: GROUP_CONFIG, 5: DEFAULT_CONFIG; config_type 1: BOOLEAN, 2: INT, 7: STRING
     return [{"name": k, "value": values[k], "read_only": False, "config_source": 8 if k in overrides else 5,
-             "is_sensitive": False, "synonyms": [], "config_type": 2 if k.endswith(".ms") else 7,
+             "is_sensitive": False, "synonyms": [],
+             "config_type": 1 if k in _BOOLEAN else 2 if k.endswith(".ms") else 7,
              "documentation": GROUP_CONFIG_DOCS.get(k) if include_docs else None} for k in wanted]
 
 

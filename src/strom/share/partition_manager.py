@@ -27,6 +27,12 @@ Delayed delivery (a Strom extension, `delayed_delivery.py`): the acquisition rea
 `strom.not-before` header of the batches that may hold records it has not seen, and the group
 config `share.release.delay.ms` delays every RELEASE of the group; a second timer per share
 partition, at the earliest not-before, wakes the long polls waiting on it.
+
+Dead letters (KIP-1191's design, `dead_letters.py`): a share partition of a group with an
+`errors.deadletterqueue.topic.name` keeps what it gives up on as pending dead letters; the
+state writer hands them to the DeadLetterWriter once a write made them durable, a restored
+share partition hands over those it restored, and what the writer archives is persisted a
+moment later (ARCHIVE_LINGER_S, so that a burst of dead letters costs one state write).
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ from strom.coordinator.share.state_store import SharePartitionKey, ShareStateSto
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
 from strom.share.coordinator_service import ShareCoordinatorService
+from strom.share.dead_letters import DeadLetterWriter, group_settings
 from strom.share.delayed_delivery import batch_not_before
 from strom.share.persister import Persister
 from strom.share.state_writer import StateWriter
@@ -67,6 +74,7 @@ INITIAL_EPOCH, FINAL_EPOCH = 0, -1
 EARLIEST, LATEST = "earliest", "latest"
 _PARTITION_READ_BYTES = 1 << 20
 _ADMIN_KEYS_PER_CALL = 1000  # keys per Persister call when an admin request names no partitions
+ARCHIVE_LINGER_S = 0.5  # dead letters archived are persisted together after this
 
 
 def now_ms() -> int:
@@ -140,7 +148,10 @@ class SharePartitionManager:
         self.persister = Persister(broker, self.coordinator)
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
         self._loading: dict[SharePartitionKey, asyncio.Task] = {}
-        self.writer = StateWriter(self.persister.write, self.partitions, self._drop, lambda: broker.stopping)
+        self.dead_letter_writer = DeadLetterWriter(broker, self.partitions, self._dead_letters_archived)
+        self.writer = StateWriter(self.persister.write, self.partitions, self._drop, lambda: broker.stopping,
+                                  lambda key, sp: self.dead_letter_writer.kick(key))
+        self._archive_timers: dict[SharePartitionKey, asyncio.TimerHandle] = {}
         self._timers: dict[SharePartitionKey, asyncio.TimerHandle] = {}
         self._due_timers: dict[SharePartitionKey, asyncio.TimerHandle] = {}
         # The group configs a share partition was initialized under, read from the store then:
@@ -170,6 +181,22 @@ class SharePartitionManager:
         """Strom's `share.release.delay.ms`: how long a released record waits (0: not at all)."""
         value = self.group_config(group_id, "share.release.delay.ms", "", configs)
         return int(value) if value else 0
+
+    def dead_letters_on(self, key: SharePartitionKey, sp: SharePartition) -> SharePartition:
+        """Whether what the share partition gives up on becomes a dead letter (the group has a
+        topic now); asked before each change, a group config being dynamic."""
+        sp.dead_letters = group_settings(self.broker.group_configs.get(key.group_id, {})) is not None
+        return sp
+
+    def _dead_letters_archived(self, key: SharePartitionKey) -> None:
+        """The writer archived dead letters: the window may have moved (polls look again); the
+        change is persisted shortly, with whatever else comes meanwhile."""
+        self.wake(key)
+        _arm(self._archive_timers, key, ARCHIVE_LINGER_S, self._persist_archived)
+
+    def _persist_archived(self, key: SharePartitionKey) -> None:
+        self._archive_timers.pop(key, None)
+        self.persist_soon([key])
 
     def read_committed(self, group_id: str, configs: dict[str, str] | None = None) -> bool:
         return self.group_config(group_id, "share.isolation.level", "read_uncommitted", configs) == "read_committed"
@@ -243,6 +270,7 @@ class SharePartitionManager:
         sp = SharePartition(state.start_offset, delivery_limit=self.config["group.share.delivery.count.limit"],
                             max_in_flight=self.config["group.share.partition.max.record.locks"], state=state)
         sp.leader_epoch = leader_epoch
+        self.dead_letters_on(key, sp)
         delay = self.release_delay_ms(key.group_id, configs)
         if delay > 0:
             sp.delay_redeliveries(now_ms() + delay)
@@ -250,6 +278,8 @@ class SharePartitionManager:
         self._schedule_due(key, sp)
         if configs is not None:
             self._first_configs[key] = configs
+        if sp.recovering:  # restored dead letters: written before the crash, or not
+            self.dead_letter_writer.kick(key)
         return sp, ErrorCode.NONE
 
     def acquire(self, key: SharePartitionKey, sp: SharePartition, topic: str, member_id: str,
@@ -302,6 +332,7 @@ class SharePartitionManager:
                 yield batch
                 pos += h.size
 
+        self.dead_letters_on(key, sp)
         acquired = sp.acquire(member_id, batches(), max_records, now,
                               self.lock_duration_ms(key.group_id, configs), record_limit)
         self._schedule_due(key, sp)
@@ -319,6 +350,7 @@ class SharePartitionManager:
         """A member's acknowledgements of one share partition; RENEW locks its records again
         for the group's lock duration from now."""
         delay = self.release_delay_ms(key.group_id)
+        self.dead_letters_on(key, sp)
         error = sp.acknowledge(member_id, batches, now_ms(), self.lock_duration_ms(key.group_id), types, delay)
         if error == ErrorCode.NONE and any(RENEW in kinds for _, _, kinds in batches):
             self._schedule_expiry(key, sp)
@@ -352,7 +384,7 @@ class SharePartitionManager:
         sp = self.partitions.get(key)
         if sp is None:
             return
-        if sp.expire_locks(now_ms()):
+        if self.dead_letters_on(key, sp).expire_locks(now_ms()):
             self.wake(key)
             self.persist_soon([key])
         if sp.next_lock_deadline() is not None:
@@ -381,7 +413,7 @@ class SharePartitionManager:
 
     def _release(self, group_id: str, member_id: str) -> None:
         released = [key for key, sp in self.partitions.items()
-                    if key.group_id == group_id and sp.release_member(member_id)]
+                    if key.group_id == group_id and self.dead_letters_on(key, sp).release_member(member_id)]
         for key in released:
             self.wake(key)
         self.persist_soon(released)
@@ -402,7 +434,7 @@ class SharePartitionManager:
         del self.partitions[key]
         self._first_configs.pop(key, None)
         self.writer.forget(key)
-        for timers in (self._timers, self._due_timers):
+        for timers in (self._timers, self._due_timers, self._archive_timers):
             timer = timers.pop(key, None)
             if timer is not None:
                 timer.cancel()
@@ -492,7 +524,8 @@ class SharePartitionManager:
             self.store.write([(k, None) for k in local])
 
     def shutdown(self) -> None:
-        for timers in (self._timers, self._due_timers):
+        self.dead_letter_writer.close()
+        for timers in (self._timers, self._due_timers, self._archive_timers):
             for timer in timers.values():
                 timer.cancel()
             timers.clear()

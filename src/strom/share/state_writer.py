@@ -9,6 +9,11 @@ the Persister); up to MAX_IN_FLIGHT writes run at once. A share partition is in 
 write at a time and its snapshot is taken as that write starts, so an older state never lands
 after a newer one; a change made while it is written goes out with the next one. A waiter
 whose changes were already in the write that just ended hears that write's answer.
+
+Dead letters: a snapshot carries the share partition's newly pending dead letters; only once
+its write succeeded are they handed on (`dead_letters`) to be written to the group's
+dead-letter topic, so a dead letter is never in the topic before the state that says it is
+pending is durable.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ MAX_IN_FLIGHT = 4  # writes at once, each batching every share partition waited 
 FENCED = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.FENCED_STATE_EPOCH,
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 Errors = dict[SharePartitionKey, ErrorCode]
-_Batch = dict[SharePartitionKey, tuple[SharePartition, WriteState, list[asyncio.Future]]]
+_Batch = dict[SharePartitionKey, tuple[SharePartition, WriteState, list[asyncio.Future], frozenset[int]]]
 
 
 def _resolve(futures: list[asyncio.Future], error: ErrorCode) -> None:
@@ -43,11 +48,13 @@ class StateWriter:
     def __init__(self, write: Callable[[dict[SharePartitionKey, WriteState]], Awaitable[Results]],
                  partitions: Mapping[SharePartitionKey, SharePartition],
                  fenced: Callable[[SharePartitionKey, SharePartition], None],
-                 stopping: Callable[[], bool] = lambda: False) -> None:
+                 stopping: Callable[[], bool] = lambda: False,
+                 dead_letters: Callable[[SharePartitionKey, SharePartition], None] = lambda key, sp: None) -> None:
         self.write = write  # the Persister's WriteShareGroupState
         self.partitions = partitions  # the share partitions this broker holds now
         self.fenced = fenced  # drops a fenced share partition
         self.stopping = stopping
+        self.dead_letters = dead_letters  # a write made pending dead letters durable: write them
         self._waiters: dict[SharePartitionKey, list[asyncio.Future]] = {}
         self._writing: set[SharePartitionKey] = set()
         self._in_flight = 0
@@ -113,7 +120,7 @@ class StateWriter:
                 else:
                     state = sp.state()
                     batch[key] = (sp, WriteState(state.state_epoch, sp.leader_epoch, state.start_offset,
-                                                 state.batches), futures)
+                                                 state.batches), futures, sp.snapshot_dead_letters())
                     sp.dirty = False
             if not batch:
                 return
@@ -126,13 +133,17 @@ class StateWriter:
     async def _flush(self, batch: _Batch) -> None:
         try:
             try:
-                results = await self.write({k: w for k, (_, w, _) in batch.items()})
+                results = await self.write({k: w for k, (_, w, _, _) in batch.items()})
                 errors = {k: results[k].error for k in batch}
             except Exception:  # noqa: BLE001 - every waiter must hear back
                 log.exception("writing share state failed")
                 errors = dict.fromkeys(batch, ErrorCode.UNKNOWN_SERVER_ERROR)
-            for key, (sp, _, futures) in batch.items():
+            for key, (sp, _, futures, dead_letters) in batch.items():
                 error = errors[key]
+                if dead_letters:
+                    sp.dead_letters_persisted(dead_letters, error == ErrorCode.NONE)
+                    if error == ErrorCode.NONE and self.partitions.get(key) is sp:
+                        self.dead_letters(key, sp)
                 if error in FENCED:
                     log.info("share partition %s was fenced (%s): loading it again", key.coordinator_key, error.name)
                     self.fenced(key, sp)

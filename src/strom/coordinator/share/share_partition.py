@@ -25,6 +25,15 @@ with the state: the header is read again from the log after a restart, and a rec
 restored state holds as AVAILABLE after a delivery is delayed again by the release delay from
 the restart (`delay_redeliveries`), so that nothing comes early, at the cost of a retry waiting
 up to one more delay.
+
+Dead letters (KIP-1191's design, `strom.share.dead_letters` writes them): in a group with a
+dead-letter topic, a record rejected (REJECT) or out of deliveries is not ARCHIVED at once but
+becomes DEAD_LETTER_REJECTED or DEAD_LETTER_EXHAUSTED, Strom-only persisted states ("dead letter
+pending", with the reason). Such a record holds the window like an in-flight one. It is handed
+to the writer only once a state write holding it succeeded (`dead_letters_persisted`), and is
+ARCHIVED when its dead letter is in the topic (`dead_letters_written`). A restored pending
+record may have been written before the crash: it waits in `recovering` until the writer has
+looked in the topic (`strom.share.dead_letters` says how that is bounded and why it is exact).
 """
 
 from __future__ import annotations
@@ -37,6 +46,9 @@ from strom.protocol.errors import ErrorCode
 
 # Record states, with the ids Kafka's RecordState persists.
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
+# Strom's own persisted states: a dead letter not yet in the group's dead-letter topic, and why.
+DEAD_LETTER_REJECTED, DEAD_LETTER_EXHAUSTED = 16, 17
+DEAD_LETTER_STATES = (DEAD_LETTER_REJECTED, DEAD_LETTER_EXHAUSTED)
 # Acknowledge types of ShareFetch/ShareAcknowledge; RENEW (KIP-1222) from their v2 on.
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 ACKNOWLEDGE_TYPES = frozenset({GAP, ACCEPT, RELEASE, REJECT})
@@ -132,6 +144,13 @@ class SharePartition:
         self._unchecked_to = 0  # restored records below it may still have headers to read
         self.dirty = False  # changed since the last persisted ShareState
         self.leader_epoch = -1  # of the partition's leader that loaded it: its writes carry it
+        # Dead letters: whether the group has a dead-letter topic now (set by the caller), the
+        # pending ones no state write has carried yet, those persisted and ready to be written,
+        # and those restored that may have been written before (looked for in the topic first).
+        self.dead_letters = False
+        self._unpersisted: set[int] = set()
+        self.ready: set[int] = set()
+        self.recovering: set[int] = set()
         if state is not None:
             self._restore(state)
 
@@ -144,6 +163,7 @@ class SharePartition:
             self.end_offset = max(self.end_offset, b.last_offset + 1)
         for offset in range(self.start_offset, self.end_offset):  # holes: never delivered
             self.records.setdefault(offset, InFlight(AVAILABLE))
+        self.recovering = {o for o, r in self.records.items() if r.state in DEAD_LETTER_STATES}
         self._advance_start()
         for record in self.records.values():
             if record.state == AVAILABLE and record.delivery_count == 0:
@@ -222,9 +242,13 @@ class SharePartition:
                         self._delay(record, offset, not_before[offset])
                 if record.not_before > now_ms:
                     continue
-                if batch.skip or record.delivery_count >= self.delivery_limit:
+                if batch.skip:
                     record.state, record.member_id = ARCHIVED, None
                     self.dirty = True
+                    continue
+                if record.delivery_count >= self.delivery_limit:  # restored after a crash
+                    record.member_id = None
+                    self._archive(record, offset, DEAD_LETTER_EXHAUSTED)
                     continue
                 taken.append((offset, self._take(record, member_id, deadline, offset)))
             if batch.last_offset < self.end_offset:
@@ -305,10 +329,12 @@ class SharePartition:
                 if kind == ACCEPT:
                     record.state = ACKNOWLEDGED
                 elif kind == RELEASE:
-                    self._make_available(record)
+                    self._make_available(record, offset)
                     if release_delay_ms > 0 and record.state == AVAILABLE:
                         self._delay(record, offset, now_ms + release_delay_ms)
-                else:  # GAP and REJECT: never delivered again
+                elif kind == REJECT:  # never delivered again; a dead letter where the group has a topic
+                    self._archive(record, offset, DEAD_LETTER_REJECTED)
+                else:  # GAP: not a record
                     record.state = ARCHIVED
                 record.member_id = None
             if renewed_from is not None:
@@ -321,9 +347,9 @@ class SharePartition:
     def release_member(self, member_id: str) -> bool:
         """The member left or its session ended: what it holds goes back. True if anything did."""
         released = False
-        for record in self.records.values():
+        for offset, record in self.records.items():
             if record.state == ACQUIRED and record.member_id == member_id:
-                self._make_available(record)
+                self._make_available(record, offset)
                 released = True
         if released:
             self.dirty = True
@@ -338,7 +364,7 @@ class SharePartition:
             for offset in range(max(first, self.start_offset), self.end_offset):
                 record = self.records[offset]
                 if record.state == ACQUIRED and record.deadline_ms <= now_ms:
-                    self._make_available(record)
+                    self._make_available(record, offset)
                     expired = True
         if expired:
             self.dirty = True
@@ -348,13 +374,59 @@ class SharePartition:
     def next_lock_deadline(self) -> int | None:
         return self._locks[0][0] if self._locks else None
 
-    def _make_available(self, record: InFlight) -> None:
+    def _make_available(self, record: InFlight, offset: int) -> None:
         record.member_id = None
         if record.delivery_count >= self.delivery_limit:
-            record.state = ARCHIVED
-            self.dirty = True
+            self._archive(record, offset, DEAD_LETTER_EXHAUSTED)
         else:
             record.state = AVAILABLE
+
+    def _archive(self, record: InFlight, offset: int, reason: int) -> None:
+        """A record no member gets again: ARCHIVED, or, in a group with a dead-letter topic, a
+        dead letter pending for `reason`."""
+        self.dirty = True
+        if self.dead_letters:
+            record.state = reason
+            self._unpersisted.add(offset)
+        else:
+            record.state = ARCHIVED
+
+    # --- dead letters --------------------------------------------------------------------------
+    def snapshot_dead_letters(self) -> frozenset[int]:
+        """Taken with a state snapshot about to be written: the pending dead letters it is the
+        first to carry."""
+        taken, self._unpersisted = frozenset(self._unpersisted), set()
+        return taken
+
+    def dead_letters_persisted(self, offsets: Iterable[int], ok: bool) -> None:
+        """The write of a snapshot that carried `offsets` ended: if it succeeded they may be
+        written to the topic; if not, the next write carries them."""
+        records = self.records
+        pending = {o for o in offsets if (r := records.get(o)) is not None and r.state in DEAD_LETTER_STATES}
+        if ok:
+            self.ready |= pending
+        else:
+            self._unpersisted |= pending
+
+    def dead_letter(self, offset: int) -> InFlight | None:
+        """The pending dead letter at `offset`, if it still is one."""
+        record = self.records.get(offset)
+        return record if record is not None and record.state in DEAD_LETTER_STATES else None
+
+    def dead_letters_written(self, offsets: Iterable[int]) -> bool:
+        """These dead letters are in the topic (or will never be: the group's topic is gone or
+        refuses them): ARCHIVED. True if any was still pending."""
+        changed = False
+        for offset in offsets:
+            self.ready.discard(offset)
+            self.recovering.discard(offset)
+            if self.dead_letter(offset) is not None:
+                self.records[offset].state = ARCHIVED
+                changed = True
+        if changed:
+            self.dirty = True
+            self._advance_start()
+        return changed
 
     # --- the window ----------------------------------------------------------------------------
     def _advance_start(self) -> None:
@@ -372,6 +444,8 @@ class SharePartition:
             return
         for o in range(self.start_offset, min(offset, self.end_offset)):
             del self.records[o]
+        for pending in (self._unpersisted, self.ready, self.recovering):
+            pending.difference_update([o for o in pending if o < offset])
         self.start_offset = offset
         self.end_offset = max(self.end_offset, offset)
         self.dirty = True
@@ -381,6 +455,9 @@ class SharePartition:
         self.records.clear()
         self._locks.clear()
         self._due.clear()
+        self._unpersisted.clear()
+        self.ready.clear()
+        self.recovering.clear()
         self._unchecked_to = 0
         self.start_offset = self.end_offset = offset
         self.state_epoch += 1
