@@ -1,8 +1,9 @@
 """KIP-932 share groups with confluent-kafka's ShareConsumer (librdkafka 2.16) against one
 real broker: records of one partition split between members, implicit and explicit
 acknowledgement, RELEASE / REJECT, acquisition lock expiry, the delivery count limit,
-read_committed, the admin side (ShareGroupDescribe, ListGroups, DeleteGroups, group configs)
-and, last, kill -9 of the broker with acknowledged and unacknowledged records in flight.
+read_committed, the admin side (ShareGroupDescribe, ListGroups, DeleteGroups, group configs),
+dead-letter topics (KIP-1191's design) and, last, kill -9 of the broker with acknowledged and
+unacknowledged records and dead letters in flight.
 
 One broker for the module; each test has its own topic and group. Share groups start at the
 log end by default, so each test sets share.auto.offset.reset=earliest on its group first.
@@ -18,7 +19,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    AcknowledgeType,
+    Consumer,
+    Producer,
+    ShareConsumer,
+    TopicPartition,
+)
 
 from strom.client import Connection
 from strom.testing import BrokerProcess, create_topic, report_broker_logs, unique_name, wait_for
@@ -27,6 +35,8 @@ pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(report_broker_logs
 
 GROUP_RESOURCE, INCREMENTAL_ALTER_CONFIGS, SHARE_GROUP_DESCRIBE, LIST_GROUPS, DELETE_GROUPS = 32, 44, 77, 16, 42
 DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS = 90, 91, 92
+DESCRIBE_CONFIGS, METADATA, INVALID_CONFIG = 32, 3, 40
+DLQ_ON = {"errors.deadletterqueue.group.enable": "true"}
 SHARE_GROUP_HEARTBEAT = 76
 SET = 0
 
@@ -765,6 +775,127 @@ def test_share_release_delay_ms_delays_a_released_record(share_broker):
         c.close()
 
 
+def read_to_end(broker: BrokerProcess, topic: str, partition: int = 0) -> list:
+    """Every record of a partition up to its high watermark."""
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique_name("dlq-reader"),
+                  "enable.auto.commit": False})
+    try:
+        _, end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        out: list = []
+        deadline = time.monotonic() + 20
+        while (out[-1].offset() + 1 if out else 0) < end:
+            assert time.monotonic() < deadline, f"read {len(out)} of {end} records of {topic}"
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                out.append(m)
+        return out
+    finally:
+        c.close()
+
+
+def dead_letters(broker: BrokerProcess, topic: str, partition: int = 0) -> list[tuple]:
+    """(source offset, delivery count, cause, key, value) of each dead letter, in log order."""
+    out = []
+    for m in read_to_end(broker, topic, partition):
+        h = {k: v.decode() for k, v in m.headers() or []}
+        out.append((int(h["__dlq.errors.offset"]), int(h["__dlq.errors.delivery.count"]), h["__dlq.errors.message"],
+                    m.key(), m.value()))
+    return out
+
+
+def share_start(broker: BrokerProcess, group: str, topic: str) -> int:
+    (g,) = call(broker, DESCRIBE_SHARE_GROUP_OFFSETS, 0, {"groups": [{"group_id": group, "topics": [
+        {"topic_name": topic, "partitions": [0]}]}]}).groups
+    return g.topics[0].partitions[0].start_offset if g.error_code == 0 else -1
+
+
+def test_rejected_and_exhausted_records_are_dead_letters(share_broker):
+    topic, dlq = unique_name("share-dlq-src"), "dlq." + unique_name("share")
+    create_topic(share_broker.bootstrap, topic, 1)
+    create_topic(share_broker.bootstrap, dlq, 2, config=DLQ_ON)
+    group = new_group(share_broker, errors_deadletterqueue_topic_name=dlq,
+                      errors_deadletterqueue_copy_record_enable="true")
+    producer = Producer({"bootstrap.servers": share_broker.bootstrap})
+    for i in range(5):
+        producer.produce(topic, key=b"key%d" % i, value=b"v%d" % i, partition=0,
+                         headers=[("h", b"x")])  # one batch: all acquired together
+    assert producer.flush(10) == 0
+    c = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
+    plan = {0: AcknowledgeType.ACCEPT, 1: AcknowledgeType.REJECT, 2: AcknowledgeType.RELEASE,
+            3: AcknowledgeType.REJECT, 4: AcknowledgeType.ACCEPT}
+    deliveries: dict[int, int] = {}
+
+    def on_message(_, m) -> None:
+        deliveries[m.offset()] = m.delivery_count()
+        c.acknowledge(m, plan[m.offset()])
+
+    try:
+        # 2 is released until its fifth delivery; then the window may move past all five.
+        poll_until([c], lambda: deliveries.get(2) == 5, on_message, what="five deliveries of offset 2")
+        c.commit_sync()
+        wait_for(lambda: share_start(share_broker, group, topic) == 5, timeout=20, what="every record done")
+    finally:
+        c.close()
+    # Kafka's headers, the source's key and value (copy.record.enable), the source partition's
+    # dead-letter partition (0 % 2); the source's own headers are not copied.
+    letters = dead_letters(share_broker, dlq)
+    assert sorted(letters) == [(1, 1, "Offset rejected by client.", b"key1", b"v1"),
+                               (2, 5, "Offset delivery count exceeded the threshold.", b"key2", b"v2"),
+                               (3, 1, "Offset rejected by client.", b"key3", b"v3")]
+    (m, *_) = read_to_end(share_broker, dlq)
+    headers = dict(m.headers())
+    assert headers["__dlq.errors.topic"] == topic.encode() and headers["__dlq.errors.group"] == group.encode()
+    assert headers["__dlq.errors.partition"] == b"0" and "h" not in headers
+    assert read_to_end(share_broker, dlq, 1) == []
+
+
+def test_dead_letter_configs_and_the_topics_rules(share_broker):
+    # Kafka's group config validation, and the defaults described.
+    for name, value in (("errors.deadletterqueue.topic.name", "__internal"),
+                        ("errors.deadletterqueue.copy.record.enable", "maybe")):
+        response = call(share_broker, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+            "resource_type": GROUP_RESOURCE, "resource_name": unique_name("share"),
+            "configs": [{"name": name, "config_operation": SET, "value": value}]}], "validate_only": False})
+        assert response.responses[0].error_code == INVALID_CONFIG, response
+    topic, refused, missing = unique_name("share-dlq-rules"), "dlq." + unique_name("no-opt-in"), "dlq." + unique_name("none")
+    create_topic(share_broker.bootstrap, topic, 1)
+    create_topic(share_broker.bootstrap, refused, 1)  # without errors.deadletterqueue.group.enable
+    group = new_group(share_broker, errors_deadletterqueue_topic_name=refused)
+    (described,) = call(share_broker, DESCRIBE_CONFIGS, 4, {"resources": [{
+        "resource_type": GROUP_RESOURCE, "resource_name": group, "configuration_keys": None}],
+        "include_synonyms": False, "include_documentation": False}).results
+    values = {c.name: c.value for c in described.configs}
+    assert values["errors.deadletterqueue.topic.name"] == refused
+    assert values["errors.deadletterqueue.copy.record.enable"] == "false"
+    produce(share_broker, topic, [b"a"])
+    c = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
+    got: list[int] = []
+
+    def reject(_, m) -> None:
+        got.append(m.offset())
+        c.acknowledge(m, AcknowledgeType.REJECT)
+
+    try:
+        # A topic that did not opt in gets nothing: the record is archived without a dead letter.
+        poll_until([c], lambda: 0 in got, reject, what="offset 0")
+        c.commit_sync()
+        wait_for(lambda: share_start(share_broker, group, topic) == 1, timeout=20, what="offset 0 archived")
+        # Nor is a missing topic made while errors.deadletterqueue.auto.create.topics.enable is off.
+        set_group_configs(share_broker, group, share_auto_offset_reset="earliest",
+                          errors_deadletterqueue_topic_name=missing)
+        produce(share_broker, topic, [b"b"])
+        poll_until([c], lambda: 1 in got, reject, what="offset 1")
+        c.commit_sync()
+        wait_for(lambda: share_start(share_broker, group, topic) == 2, timeout=20, what="offset 1 archived")
+    finally:
+        c.close()
+    assert read_to_end(share_broker, refused) == []
+    (t,) = call(share_broker, METADATA, 9, {"topics": [{"name": missing}], "allow_auto_topic_creation": False,
+                                             "include_topic_authorized_operations": False}).topics
+    assert t.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
 def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_broker):
     """Last in the module: it kills the broker. The group's members are the restarted broker's
     (from `__consumer_offsets`), with their epochs. Accepted and rejected records are never
@@ -812,6 +943,19 @@ def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_br
     gone.close()
     members = _members(share_broker, group)
     assert len(members[1]) == 2, members
+    # Dead letters: another group rejects 4 records; once their dead letters are in the topic
+    # the broker is killed, their archiving (persisted a moment later) most likely not yet
+    # written: the restarted broker must find them in the topic and not write them again.
+    rejected_topic, dlq = unique_name("share-crash-rejected"), "dlq." + unique_name("crash")
+    create_topic(share_broker.bootstrap, rejected_topic, 1)
+    create_topic(share_broker.bootstrap, dlq, 1, config=DLQ_ON)
+    rejecting = new_group(share_broker, errors_deadletterqueue_topic_name=dlq)
+    produce(share_broker, rejected_topic, [b"bad%d" % i for i in range(4)], one_batch_each=False)
+    f = consumer(share_broker, rejecting, rejected_topic, share_acknowledgement_mode="explicit")
+    bad: list[int] = []
+    poll_until([f], lambda: len(bad) >= 4, lambda _, m: (bad.append(m.offset()), f.acknowledge(m, AcknowledgeType.REJECT)))
+    f.commit_sync()
+    wait_for(lambda: len(dead_letters(share_broker, dlq)) == 4, timeout=20, what="four dead letters")
     share_broker.kill()
     share_broker.restart()
     wait_for(lambda: _serves(share_broker), timeout=30, what="the restarted broker")
@@ -832,6 +976,15 @@ def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_br
         poll_until([after], lambda: 23 in [o for o, _ in again],
                    lambda _, m: again.append((m.offset(), m.delivery_count())), timeout=60)
         assert sorted(again) == [(o, 2) for o in range(12, 20)] + [(o, 1) for o in range(20, 24)]
+        produce(share_broker, rejected_topic, [b"good"])  # offset 4: fetched once 0-3 are settled
+        f2 = consumer(share_broker, rejecting, rejected_topic, share_acknowledgement_mode="explicit")
+        good: list[int] = []
+        poll_until([f2], lambda: 4 in good, lambda _, m: (good.append(m.offset()), f2.acknowledge(m)))
+        assert good == [4]
+        f2.commit_sync()
+        f2.close()
+        wait_for(lambda: share_start(share_broker, rejecting, rejected_topic) == 5, timeout=20, what="0-4 done")
+        assert [(o, n) for o, n, *_ in dead_letters(share_broker, dlq)] == [(o, 1) for o in range(4)]  # each once
         poll_until([e2], lambda: len(delayed) >= 2,
                    lambda _, m: delayed.setdefault(m.value(), (m.delivery_count(), _ms())), timeout=60)
         # Never early after the crash: the header is read from the log again; the released
@@ -841,6 +994,7 @@ def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_br
         print(f"delayed after restart: not-before in {not_before - restarted_at} ms, release delay to "
               f"{released_at + 2000 - restarted_at} ms")
     finally:
+        f.close()
         e.close()
         e2.close()
         after.close()
