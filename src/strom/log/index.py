@@ -226,6 +226,9 @@ class OffsetIndex(_IndexFile):
     def _columns(self) -> tuple[array, array]:
         return self._rel, self._pos
 
+    def __len__(self) -> int:  # asked at every append (is_full): no tuple built for it
+        return len(self._rel)
+
     def entries(self) -> list[tuple[int, int]]:
         base = self.base_offset
         return [(base + r, p) for r, p in zip(self._rel, self._pos, strict=True)]
@@ -306,6 +309,9 @@ class TimeIndex(_IndexFile):
 
     def _columns(self) -> tuple[array, array]:
         return self._ts, self._rel
+
+    def __len__(self) -> int:
+        return len(self._ts)
 
     def entries(self) -> list[tuple[int, int]]:
         base = self.base_offset

@@ -586,15 +586,18 @@ class Log:
         if batches is None:
             batches = validate_batches(records, config.max_message_bytes)
         first = self._log_end_offset
-        last = first + len(batches) - 1 + sum(h.last_offset_delta for _, h in batches)
+        if len(batches) == 1:  # a single-record request's one batch: no walk over the list
+            last = first + batches[0][1].last_offset_delta
+        else:
+            last = first + len(batches) - 1 + sum(h.last_offset_delta for _, h in batches)
         now = self._now_ms()
         append_time = now if config.log_append_time else None
         max_ts, offset_of_max = self._write(records, batches, first, last, now, leader_epoch, append_time)
         cache = self.leader_epoch_cache
         if leader_epoch > cache.latest_epoch():
             cache.assign(leader_epoch, first)
-        elif first == self.local_log_start_offset:
-            cache.data_arrived()
+        elif max(self.log_start_offset, self._segments[0].base_offset) >= first:
+            cache.data_arrived()  # the log was empty (first was its local start offset)
         return self._appended(config, len(records), first, last, max_ts, offset_of_max, append_time)
 
     def append_as_follower(self, records: bytearray | memoryview) -> AppendInfo:

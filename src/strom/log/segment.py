@@ -277,14 +277,12 @@ class LogSegment:
 
         config = self.config
         interval = config.index_interval_bytes
-        index_room = config.segment_index_bytes // OffsetIndex.entry_size - len(self.offset_index)
-        time_room = config.segment_index_bytes // TimeIndex.entry_size - len(self.time_index)
-        last_time_ts = self.time_index.last_entry[0]
         since = self._bytes_since_index
         max_ts, max_off = self.max_timestamp, self.offset_of_max_timestamp
         set_max, set_off = NO_TIMESTAMP, first_offset
         entries: list[tuple[int, int]] = []
         time_entries: list[tuple[int, int]] = []
+        index_room = -1  # the indexes' room, read only when an entry is due (most small appends add none)
         offset = first_offset
         for pos, header in batches:
             if keep_offsets:
@@ -296,6 +294,10 @@ class LogSegment:
                 max_ts, max_off = ts, offset
             if since > interval:
                 since = 0
+                if index_room < 0:
+                    index_room = config.segment_index_bytes // OffsetIndex.entry_size - len(self.offset_index)
+                    time_room = config.segment_index_bytes // TimeIndex.entry_size - len(self.time_index)
+                    last_time_ts = self.time_index.last_entry[0]
                 if len(entries) < index_room:
                     entries.append((offset, start + pos))
                 if max_ts > last_time_ts and len(time_entries) < time_room:

@@ -18,6 +18,7 @@ from strom.log.log import AppendInfo, Log
 from strom.log.producer_state import ProducerStateManager
 from strom.protocol.errors import ErrorCode, InvalidTimestampError, KafkaError
 from strom.protocol.records import (
+    CONTROL_MASK,
     NO_TIMESTAMP,
     BatchHeader,
     build_marker_batch,
@@ -63,8 +64,12 @@ def check_timestamps(records, batches: list[tuple[int, BatchHeader]], config: Lo
     largest timestamp is in range and no lower bound is set (before.max.ms at its default);
     otherwise the records are read, and every one out of range is named (KIP-467)."""
     before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
-    if before >= LONG_MAX and all(h.max_timestamp - now <= after for _, h in batches):
-        return
+    if before >= LONG_MAX:
+        for _, h in batches:
+            if h.max_timestamp - now > after:
+                break
+        else:
+            return
     bad: list[tuple[int, str]] = []
     first_index = 0
     for pos, header in batches:
@@ -82,6 +87,23 @@ def check_timestamps(records, batches: list[tuple[int, BatchHeader]], config: Lo
     if bad:
         raise InvalidTimestampError(f"{len(bad)} record(s) out of the topic's timestamp range; "
                                     f"record {bad[0][0]}: {bad[0][1]}", record_errors=bad)
+
+
+def _check_batch_kinds(batches: list[tuple[int, BatchHeader]], from_client: bool) -> bool:
+    """Refuse control batches (the transaction coordinator writes those) and, from clients, a
+    producer id without a sequence; returns whether any batch has a producer id. One pass:
+    asked of every append, most of them one batch."""
+    idempotent = False
+    for _, h in batches:
+        if h.attributes & CONTROL_MASK:
+            raise KafkaError("control batches are written by the transaction coordinator, "
+                             "not by clients", ErrorCode.INVALID_RECORD)
+        if h.producer_id >= 0:
+            idempotent = True
+            if from_client and h.base_sequence < 0:
+                raise KafkaError("invalid sequence number in a batch with a producer id",
+                                 ErrorCode.INVALID_RECORD)
+    return idempotent
 
 
 class Partition:
@@ -203,12 +225,18 @@ class Partition:
         """HW = the smallest log end offset in the (maximal) ISR; it never goes back. Under min
         ISR it stands still (KIP-966's strict min ISR, as Kafka 4.0): whatever a replica that
         leaves the ISR then lacks is not committed, which is what lets it lead later as an ELR."""
-        if self.under_min_isr:
+        isr = self.isr
+        # under_min_isr, spelled out: asked at every append
+        if (len(isr) < self.log.config.min_insync_replicas and len(isr) < len(self.replicas)
+                and self.leader_id == self.broker_id):
             return False
         leo = self.log.log_end_offset
-        ends = [leo if r == self.broker_id else self._follower(r).log_end_offset
-                for r in self.maximal_isr]
-        new_hw = min(ends) if ends else leo
+        maximal = self.pending_isr if self.pending_isr is not None else isr
+        if len(maximal) == 1 and maximal[0] == self.broker_id:
+            new_hw = leo  # the leader alone: no list of ends per append
+        else:
+            ends = [leo if r == self.broker_id else self._follower(r).log_end_offset for r in maximal]
+            new_hw = min(ends) if ends else leo
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
             return True
@@ -322,17 +350,11 @@ class Partition:
         config = self.log.config
         batches = validate_batches(records, config.max_message_bytes, check_records=from_client,
                                    require_keys=from_client and config.compact)
-        headers = [h for _, h in batches]
-        if any(h.is_control for h in headers):
-            raise KafkaError("control batches are written by the transaction coordinator, "
-                             "not by clients", ErrorCode.INVALID_RECORD)
-        if from_client and any(h.producer_id >= 0 and h.base_sequence < 0 for h in headers):
-            raise KafkaError("invalid sequence number in a batch with a producer id",
-                             ErrorCode.INVALID_RECORD)
+        idempotent = _check_batch_kinds(batches, from_client)
         if from_client and not config.log_append_time:
             check_timestamps(records, batches, config, int(time.time() * 1000))
-        if from_client and headers[0].producer_id >= 0:
-            duplicate = self._check_sequences(headers)
+        if from_client and batches[0][1].producer_id >= 0:
+            duplicate = self._check_sequences(batches)
             if duplicate is not None:
                 return duplicate
         target = config.recompress_to if from_client else None
@@ -342,11 +364,12 @@ class Partition:
                 records = recompressed
                 batches = validate_batches(records, LONG_MAX)
         info = self.log.append(records, leader_epoch=self.leader_epoch, batches=batches)
-        offset = info.first_offset
-        for header in headers:
-            if header.producer_id >= 0:
-                self.producer_state.update(header, offset)
-            offset += header.last_offset_delta + 1
+        if idempotent:
+            offset = info.first_offset
+            for _, header in batches:
+                if header.producer_id >= 0:
+                    self.producer_state.update(header, offset)
+                offset += header.last_offset_delta + 1
         self.maybe_increment_high_watermark()
         return info
 
@@ -366,8 +389,9 @@ class Partition:
         self.maybe_increment_high_watermark()
         return info
 
-    def _check_sequences(self, headers) -> AppendInfo | None:
+    def _check_sequences(self, batches: list[tuple[int, BatchHeader]]) -> AppendInfo | None:
         """Kafka's idempotence checks: a retry of a recent batch gets its first answer back."""
+        headers = [h for _, h in batches]
         first = headers[0]
         earlier = self.producer_state.check(first)
         if earlier is not None:

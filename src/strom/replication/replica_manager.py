@@ -214,6 +214,14 @@ class ReplicaManager:
         long for a 20,000-partition Fetch.)"""
         if not self._lazy_logs_left:  # the usual case: no walk over the request's partitions
             return
+        await self._load_lazily_opened(tps)
+
+    @property
+    def lazy_logs_left(self) -> bool:
+        """Some log may still be unread since start-up (else load_logs has nothing to do)."""
+        return self._lazy_logs_left
+
+    async def _load_lazily_opened(self, tps: Iterable[TopicPartition]) -> None:
         partitions = [p for tp in tps if (p := self.partitions.get(tp)) is not None and not p.log.loaded]
         for start in range(0, len(partitions), LOAD_SLICE):
             if start:
@@ -228,10 +236,17 @@ class ReplicaManager:
         so that a first produce to thousands of new partitions does not make them on the loop;
         more of their topics' new logs come along (LogManager.unmade_alongside). A failure is
         left for the write to meet again and report (KAFKA_STORAGE_ERROR)."""
-        fresh = [p.log for tp in tps if (p := self.partitions.get(tp)) is not None and not p.log.dir_made]
+        fresh = self.unmade_logs(tps)
         if fresh:
-            batch = self.log_manager.unmade_alongside(fresh, max(len(fresh), MAKE_FILES_TOGETHER))
-            await asyncio.to_thread(self.log_manager.make_files, batch)
+            await self.make_log_files(fresh)
+
+    def unmade_logs(self, tps: Iterable[TopicPartition]) -> list[Log]:
+        """The logs among `tps` that have no files yet."""
+        return [p.log for tp in tps if (p := self.partitions.get(tp)) is not None and not p.log.dir_made]
+
+    async def make_log_files(self, fresh: list[Log]) -> None:
+        batch = self.log_manager.unmade_alongside(fresh, max(len(fresh), MAKE_FILES_TOGETHER))
+        await asyncio.to_thread(self.log_manager.make_files, batch)
 
     def _read_lazily_opened(self, partition: Partition) -> None:
         """Read the directory of a lazily opened log that the background load has not reached
@@ -310,29 +325,43 @@ class ReplicaManager:
         """acks=all: answer once the high watermark covers each write (every ISR member has
         it), with NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR fell below min.insync.replicas
         meanwhile, or REQUEST_TIMED_OUT (Kafka's DelayedProduce)."""
+        waiting = self.unreplicated(results, acks)
+        if waiting:
+            await self.wait_replicated(waiting, timeout_s)
+
+    def unreplicated(self, results: dict[TopicPartition, ProduceResult], acks: int
+                     ) -> dict[TopicPartition, ProduceResult]:
+        """acks=all: settles the writes that need no wait (the high watermark already covers
+        them, as at once with one replica, or they failed); returns those left to wait for."""
         if acks != -1:
-            return
-        waiting = {tp: r for tp, r in results.items() if r.error == ErrorCode.NONE and r.end_offset > 0}
+            return {}
+        return {tp: r for tp, r in results.items()
+                if r.error == ErrorCode.NONE and r.end_offset > 0 and not self._replicated(tp, r)}
+
+    async def wait_replicated(self, waiting: dict[TopicPartition, ProduceResult], timeout_s: float) -> None:
+        """The rest of await_replication: wait in the produce purgatory until each write is
+        settled or the timeout passes."""
         deadline = time.monotonic() + timeout_s
         while waiting:
-            for tp, result in list(waiting.items()):
-                partition = self.partitions.get(tp)
-                if partition is None or not partition.is_leader:
-                    result.error = ErrorCode.NOT_LEADER_OR_FOLLOWER
-                elif partition.high_watermark >= result.end_offset:
-                    if len(partition.isr) < partition.log.config.min_insync_replicas:
-                        result.error = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-                else:
-                    continue
-                del waiting[tp]
             remaining = deadline - time.monotonic()
-            if not waiting:
-                return
             if remaining <= 0:
                 for result in waiting.values():
                     result.error = ErrorCode.REQUEST_TIMED_OUT
                 return
             await self.produce_purgatory.wait_any(list(waiting), remaining)
+            waiting = {tp: r for tp, r in waiting.items() if not self._replicated(tp, r)}
+
+    def _replicated(self, tp: TopicPartition, result: ProduceResult) -> bool:
+        """Whether an acks=all write is settled, its error set if it failed."""
+        partition = self.partitions.get(tp)
+        if partition is None or not partition.is_leader:
+            result.error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        elif partition.high_watermark >= result.end_offset:
+            if len(partition.isr) < partition.log.config.min_insync_replicas:
+                result.error = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        else:
+            return False
+        return True
 
     def stop_replica(self, topic: str, index: int, delete: bool) -> None:
         """Stop serving a replica; with `delete`, remove its log even if it was never loaded

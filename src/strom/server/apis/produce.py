@@ -26,7 +26,7 @@ from strom.security.authorizer import (
 )
 from strom.server.apis import RequestContext, api
 from strom.server.apis.transactions import check_answer
-from strom.server.schema_validation import refused_by_schemas
+from strom.server.schema_validation import refused_by_schemas, validating
 
 PRODUCE = 0
 ATTRIBUTES_LOW_BYTE = 22  # baseOffset 8, batchLength 4, partitionLeaderEpoch 4, magic 1, crc 4, attributes 2
@@ -109,8 +109,14 @@ async def handle_produce(broker, ctx: RequestContext, request) -> RawResponse | 
         if failed:
             raise CloseConnection(f"acks=0 produce failed ({', '.join(failed)})")
         return None
-    await broker.replica_manager.await_flushes(results)
-    await broker.replica_manager.await_replication(results, acks, request.timeout_ms / 1000)
+    # Each wait is entered only when there is something to wait for: a single-record request
+    # would otherwise make a coroutine per step for nothing.
+    rm = broker.replica_manager
+    if any(r.durable_at >= 0 for r in results.values()):
+        await rm.await_flushes(results)
+    waiting = rm.unreplicated(results, acks)  # acks=all with one replica: settled at once
+    if waiting:
+        await rm.wait_replicated(waiting, request.timeout_ms / 1000)
     ids = {t.name: t.topic_id for t in request.topic_data} if version >= TOPIC_IDS_FROM else None
     return _response(results, version, ids)
 
@@ -131,6 +137,43 @@ def _refusal(broker, ctx: RequestContext, request) -> ErrorCode | None:
 
 
 async def _append(broker, ctx: RequestContext, request, version: int, unknown: set[str]) -> dict:
+    acks = request.acks
+    entries, results = _admitted(broker, ctx, request, unknown)
+    rm = broker.replica_manager
+    if request.transactional_id:
+        refused = await _check_transaction(broker, request.transactional_id, entries, version)
+        if refused:
+            results.update({tp: ProduceResult(error, message="the partition is not part of the transaction")
+                            for tp, error in refused.items()})
+            entries = [(tp, records) for tp, records in entries if tp not in refused]
+    if rm.lazy_logs_left:
+        await rm.load_logs(tp for tp, _ in entries)
+    if _validating_schemas(rm, entries):  # topics with schema validation only
+        refused = await refused_by_schemas(broker, entries)
+        if refused:
+            results.update(refused)
+            entries = [(tp, records) for tp, records in entries if tp not in refused]
+    fresh = rm.unmade_logs(tp for tp, _ in entries)
+    if fresh:
+        await rm.make_log_files(fresh)
+    results.update(rm.append_records(acks, entries))
+    if len(results) == 1:
+        return results
+    # answered in the order asked, as Kafka does
+    return {tp: results[tp] for tp in ((t.name, p.index) for t in request.topic_data for p in t.partition_data)}
+
+
+def _validating_schemas(rm, entries: list) -> bool:
+    for tp, _ in entries:
+        partition = rm.get_partition(*tp)
+        if partition is not None and validating(partition.log.config):
+            return True
+    return False
+
+
+def _admitted(broker, ctx: RequestContext, request, unknown: set[str]) -> tuple[list, dict]:
+    """The partitions a produce may append to, as (tp, records), and the results of those
+    refused before any append (acks, topic id, internal topic, authorization, hosting)."""
     acks = request.acks
     entries, results = [], {}
     for topic in request.topic_data:
@@ -153,20 +196,7 @@ async def _append(broker, ctx: RequestContext, request, version: int, unknown: s
                 results[tp] = ProduceResult(ErrorCode.CORRUPT_MESSAGE, message="no records")
             else:
                 entries.append((tp, p.records))
-    refused = await _check_transaction(broker, request.transactional_id, entries, version)
-    if refused:
-        results.update({tp: ProduceResult(error, message="the partition is not part of the transaction")
-                        for tp, error in refused.items()})
-        entries = [(tp, records) for tp, records in entries if tp not in refused]
-    await broker.replica_manager.load_logs(tp for tp, _ in entries)
-    refused = await refused_by_schemas(broker, entries)  # topics with schema validation only
-    if refused:
-        results.update(refused)
-        entries = [(tp, records) for tp, records in entries if tp not in refused]
-    await broker.replica_manager.make_files(tp for tp, _ in entries)
-    results.update(broker.replica_manager.append_records(acks, entries))
-    # answered in the order asked, as Kafka does
-    return {tp: results[tp] for tp in ((t.name, p.index) for t in request.topic_data for p in t.partition_data)}
+    return entries, results
 
 
 def _has_idempotent_batch(request) -> bool:
