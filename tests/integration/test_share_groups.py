@@ -29,7 +29,15 @@ from confluent_kafka import (
 )
 
 from strom.client import Connection
-from strom.testing import BrokerProcess, create_topic, report_broker_logs, unique_name, wait_for
+from strom.testing import (
+    BrokerProcess,
+    create_topic,
+    metric_value,
+    report_broker_logs,
+    scrape,
+    unique_name,
+    wait_for,
+)
 
 pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(report_broker_logs)
 
@@ -46,7 +54,7 @@ def share_broker():
     # Every test makes share groups of its own, more than ten (no group.share.max.groups).
     with BrokerProcess(overrides={"group.share.min.record.lock.duration.ms": "1000",
                                   "share.coordinator.state.topic.num.partitions": "3",
-                                  "offsets.topic.num.partitions": "3"}) as proc:
+                                  "offsets.topic.num.partitions": "3", "metrics.port": "0"}) as proc:
         yield proc
 
 
@@ -848,6 +856,8 @@ def test_rejected_and_exhausted_records_are_dead_letters(share_broker):
     assert headers["__dlq.errors.topic"] == topic.encode() and headers["__dlq.errors.group"] == group.encode()
     assert headers["__dlq.errors.partition"] == b"0" and "h" not in headers
     assert read_to_end(share_broker, dlq, 1) == []
+    samples = scrape(share_broker.metrics_url)
+    assert metric_value(samples, "strom_share_dead_letter_records_total", group=group, topic=dlq) == 3
 
 
 def test_dead_letter_configs_and_the_topics_rules(share_broker):
@@ -891,6 +901,9 @@ def test_dead_letter_configs_and_the_topics_rules(share_broker):
     finally:
         c.close()
     assert read_to_end(share_broker, refused) == []
+    samples = scrape(share_broker.metrics_url)
+    assert metric_value(samples, "strom_share_dead_letter_records_dropped_total", group=group, topic=refused) == 1
+    assert metric_value(samples, "strom_share_dead_letter_records_dropped_total", group=group, topic=missing) == 1
     (t,) = call(share_broker, METADATA, 9, {"topics": [{"name": missing}], "allow_auto_topic_creation": False,
                                              "include_topic_authorized_operations": False}).topics
     assert t.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION

@@ -114,6 +114,7 @@ def broker_families(broker: Any) -> Iterator[Any]:
     yield from _log_families(broker)
     yield from remote_families(getattr(broker, "remote_log_manager", None), rm.partitions)
     yield from iceberg_families(getattr(broker, "iceberg_topics", None))
+    yield from _share_dead_letter_families(getattr(broker, "share_partitions", None))
     yield from _group_families(broker)
     yield from _network_families(socket_server)
     yield from client_telemetry_families(getattr(broker, "client_telemetry", None))
@@ -270,6 +271,23 @@ def _group_families(broker: Any) -> Iterator[Any]:
                                max(0, partition.high_watermark - committed.offset))
     yield _gauge("strom_group_offsets", "Committed offsets held by this broker's coordinator (NumOffsets)", offsets)
     yield lag
+
+
+def _share_dead_letter_families(manager: Any) -> Iterator[Any]:
+    """Share groups' dead letters (KIP-1191's design) this broker wrote as the data leader, and
+    the records it archived without one (the group's topic refused them)."""
+    writer = getattr(manager, "dead_letter_writer", None)
+    if writer is None:
+        return
+    for name, help_, counts in (
+            ("strom_share_dead_letter_records", "Dead letters written to share groups' dead-letter topics",
+             writer.written),
+            ("strom_share_dead_letter_records_dropped", "Records a share group archived without a dead letter: "
+             "its dead-letter topic refused them (Kafka's topic rules, or the write)", writer.dropped)):
+        family = CounterMetricFamily(name, help_, labels=["group", "topic"])
+        for (group, topic), count in sorted(counts.items()):
+            family.add_metric([group, topic], count)
+        yield family
 
 
 def _network_families(socket_server: Any) -> Iterator[Any]:
