@@ -7,10 +7,12 @@ the group coordinator survives it.
 
 - records of partitions led by different brokers are delivered exactly once across members;
 - kill -9 of a data partition's leader: nothing accepted comes again, everything acquired but
-  not acknowledged comes again from the new leader with its delivery count + 1;
+  not acknowledged comes again from the new leader with its delivery count + 1; the records
+  rejected just before the kill are in the group's dead-letter topic (made on first use) once;
 - kill -9 of the share coordinator, which is also the group coordinator: the state is the new
   coordinator's, and writes go on; the members are the new group coordinator's too, with their
-  member ids, epochs and assignments (they do not rejoin);
+  member ids, epochs and assignments (they do not rejoin); dead letters in flight at the kill
+  are in the topic once;
 - a group config in the store whose change notification has not reached the data leader yet
   decides where the share partition starts: the leader reads the store when it initializes the
   partition (ZooKeeper); a KRaft broker has a group config once its metadata log has it.
@@ -24,7 +26,14 @@ import uuid
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    AcknowledgeType,
+    Consumer,
+    Producer,
+    ShareConsumer,
+    TopicPartition,
+)
 
 from strom.config.repository import sanitize
 from strom.coordinator import partition_for
@@ -43,7 +52,8 @@ GROUP_KEY, SHARE_KEY = 0, 2
 STATE_TOPIC, OFFSETS_TOPIC = "__share_group_state", "__consumer_offsets"
 STATE_PARTITIONS = 3
 OVERRIDES = {**CLUSTER_OVERRIDES, "share.coordinator.state.topic.num.partitions": str(STATE_PARTITIONS),
-             "group.share.min.record.lock.duration.ms": "1000"}
+             "group.share.min.record.lock.duration.ms": "1000",
+             "errors.deadletterqueue.auto.create.topics.enable": "true"}
 
 
 @pytest.fixture
@@ -125,13 +135,35 @@ def pick_group(cluster: Cluster, ok: Callable[[str], bool]) -> str:
     raise AssertionError("no group id with the wanted coordinators")
 
 
-def set_earliest(cluster: Cluster, group: str) -> None:
+def set_earliest(cluster: Cluster, group: str, **configs: str) -> None:
+    """share.auto.offset.reset=earliest, and `configs` (underscores for dots)."""
+    configs = {"share.auto.offset.reset": "earliest", **{k.replace("_", "."): v for k, v in configs.items()}}
     with RawClient(any_broker(cluster)) as client:
         response = client.call(INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
             "resource_type": 32, "resource_name": group, "configs": [
-                {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
+                {"name": k, "config_operation": 0, "value": v} for k, v in configs.items()]}],
             "validate_only": False})
     assert [r.error_code for r in response.responses] == [0], response
+
+
+def dead_letter_offsets(cluster: Cluster, topic: str) -> list[int]:
+    """The source offsets of the dead letters in partition 0 of `topic`, in log order, read up to
+    its high watermark."""
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique_name("dlq-reader"),
+                  "enable.auto.commit": False})
+    try:
+        _, end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        out: list = []
+        deadline = time.monotonic() + 30
+        while (out[-1].offset() + 1 if out else 0) < end:
+            assert time.monotonic() < deadline, f"read {len(out)} of {end} records of {topic}"
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                out.append(m)
+        return [int(dict(m.headers())["__dlq.errors.offset"]) for m in out]
+    finally:
+        c.close()
 
 
 def start_offsets(cluster: Cluster, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
@@ -256,7 +288,8 @@ def test_kill_9_of_a_data_leader_redelivers_only_what_was_not_acknowledged(clust
     where = Placement(cluster, topic_id(cluster, topic))
     group = pick_group(cluster, lambda g: where.share(g, 0) != victim and where.group(g) != victim)
     assert share_coordinator(cluster, group, where.tid, 0) != victim and group_coordinator(cluster, group) != victim
-    set_earliest(cluster, group)
+    dlq = "dlq." + unique_name("leader-crash")  # made by the data leader on first use
+    set_earliest(cluster, group, errors_deadletterqueue_topic_name=dlq)
     produce(cluster, topic, [b"k%d" % i for i in range(20)])
     c = share_consumer(cluster, group, topic, share_acknowledgement_mode="explicit")
     messages = []
@@ -267,8 +300,11 @@ def test_kill_9_of_a_data_leader_redelivers_only_what_was_not_acknowledged(clust
             c.acknowledge(m, AcknowledgeType.ACCEPT)
         elif m.offset() < 12:
             c.acknowledge(m, AcknowledgeType.REJECT)
-    c.commit_sync()  # 0-11 done (written to the share coordinator); 12-19 acquired when the leader dies
-    assert start_offsets(cluster, group, topic, [0]) == {0: 12}
+    # 0-9 done and 10-11 dead letters (written to the share coordinator); 12-19 acquired when the
+    # leader dies, the dead letters of 10-11 in flight or just written, their archiving not yet
+    # persisted (or just): the new leader writes what is not in the topic.
+    c.commit_sync()
+    assert start_offsets(cluster, group, topic, [0])[0] in (10, 12)
     cluster.brokers[victim].kill()
     cluster.wait_for(lambda: partition_view(any_broker(cluster), topic).get(0, (-1,))[0] in others, 30,
                      "a new leader")
@@ -279,6 +315,8 @@ def test_kill_9_of_a_data_leader_redelivers_only_what_was_not_acknowledged(clust
         poll_until([after], lambda: 20 in [o for o, _ in again],
                    lambda _, m: again.append((m.offset(), m.delivery_count())))
         assert sorted(again) == [(o, 2) for o in range(12, 20)] + [(20, 1)]
+        cluster.wait_for(lambda: start_offsets(cluster, group, topic, [0]).get(0, 0) >= 12, 30, "10-11 archived")
+        assert dead_letter_offsets(cluster, dlq) == [10, 11]  # once each
     finally:
         after.close()
         c.close()
@@ -299,7 +337,11 @@ def test_kill_9_of_the_share_coordinator_keeps_the_state(cluster):
                        and where.group(g) == where.share(g, 0))
     victim = share_coordinator(cluster, group, tid, 0)
     assert victim not in (leader, controller) and group_coordinator(cluster, group) == victim
-    set_earliest(cluster, group)
+    # A dead-letter topic made beforehand, away from the victim: what the kill may cut here is
+    # the state writes around the dead letters, not the topic itself.
+    dlq = "dlq." + unique_name("coordinator-crash")
+    create(cluster, dlq, assignment=[[leader, controller]], configs={"errors.deadletterqueue.group.enable": "true"})
+    set_earliest(cluster, group, errors_deadletterqueue_topic_name=dlq)
     produce(cluster, topic, [b"c%d" % i for i in range(20)])
     c = share_consumer(cluster, group, topic, share_acknowledgement_mode="explicit")
     messages = []
@@ -308,6 +350,9 @@ def test_kill_9_of_the_share_coordinator_keeps_the_state(cluster):
         c.acknowledge(m, AcknowledgeType.ACCEPT)
     c.commit_sync()
     assert start_offsets(cluster, group, topic, [0]) == {0: 10}
+    for m in messages[10:12]:
+        c.acknowledge(m, AcknowledgeType.REJECT)
+    c.commit_sync()  # pending dead letters durable; their writing and archiving go on through the kill
     group_epoch, members = describe_members(cluster, group)
     assert len(members) == 1 and group_epoch >= 1, members
     ((member_id, (member_epoch, assigned)),) = members.items()
@@ -323,9 +368,11 @@ def test_kill_9_of_the_share_coordinator_keeps_the_state(cluster):
                                                       "member_epoch": member_epoch, "rack_id": None,
                                                       "subscribed_topic_names": None})
     assert (beat.error_code, beat.member_epoch) == (0, member_epoch), beat
-    # The state is the new coordinator's: what was accepted stays done, and writes go on there.
-    assert start_offsets(cluster, group, topic, [0]) == {0: 10}
-    for m in messages[10:15]:
+    # The state is the new coordinator's: what was accepted stays done, the dead letters are
+    # archived once written, and writes go on there.
+    cluster.wait_for(lambda: start_offsets(cluster, group, topic, [0]) == {0: 12}, 30, "10-11 archived")
+    assert dead_letter_offsets(cluster, dlq) == [10, 11]
+    for m in messages[12:15]:
         c.acknowledge(m, AcknowledgeType.ACCEPT)
     c.commit_sync()
     assert start_offsets(cluster, group, topic, [0]) == {0: 15}

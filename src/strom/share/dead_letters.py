@@ -43,8 +43,8 @@ and parsed in the executor; the event loop only sends and waits.
 
 Not covered: a dead-letter topic renamed or its partitions added while records are pending
 (the search looks in the new partition; a dead letter may then be written twice); a leader
-that lost leadership and still runs (it checks its leader epoch before each write, which
-narrows the window but does not close it); source records only in remote storage are written
+that lost leadership and still runs (it checks that it leads before each write, which narrows
+the window but does not close it); source records only in remote storage are written
 without key and value.
 """
 
@@ -338,8 +338,10 @@ class DeadLetterWriter:
             self.changed(key)
 
     def _still_leader(self, topic: str, key: SharePartitionKey, sp: SharePartition) -> None:
+        # (a leader's epoch also moves with ISR changes: whether it still leads is the question;
+        # a share partition outlives no leadership change here, leadership_left drops it)
         partition, _ = self.broker.replica_manager.leader_partition((topic, key.partition))
-        if partition is None or partition.leader_epoch != sp.leader_epoch or self.partitions.get(key) is not sp:
+        if partition is None or self.partitions.get(key) is not sp:
             raise TryAgain("no longer the partition's leader")  # the loop ends: the share partition went
 
     # --- the topic ---------------------------------------------------------------------------
