@@ -151,3 +151,36 @@ def _at(batch: bytes, base_offset: int) -> bytes:
     """`batch` moved to `base_offset` (as the log assigns it)."""
     records = [Record(base_offset + r.offset, r.timestamp, r.key, r.value, r.headers) for r in iter_records(batch)]
     return build_batch(records, base_offset=base_offset, timestamp=records[0].timestamp)
+
+
+def test_the_search_stops_at_the_first_own_dead_letter_not_pending(monkeypatch):
+    """The backward search over a dead-letter partition (fetches stubbed, in small steps): the
+    pending offsets written are found, another group's letters and other partitions' are passed
+    over, and an own letter that is not pending ends it (everything older was archived)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from strom.share import dead_letters as dl
+
+    log = [("g", 0, 1), ("g", 0, 2), ("other", 0, 5), ("g", 1, 5), ("g", 0, 5), ("g", 0, 7), ("other", 0, 9)]
+    batches = [_at(build_dead_letters([(src, 1, DEAD_LETTER_REJECTED)], {}, group, "t", part, 0, 1 << 20)[0], i)
+               for i, (group, part, src) in enumerate(log)]
+    fetched: list[int] = []
+
+    async def fetch(leader, epoch, topic, partition, offset):
+        fetched.append(offset)
+        return SimpleNamespace(records=b"".join(batches[offset:offset + 2]))
+
+    async def settled(topic, partition):
+        return 1, 0, 0, len(log)
+
+    writer = dl.DeadLetterWriter(SimpleNamespace(), {}, lambda key: None)
+    monkeypatch.setattr(dl, "_SCAN_FIRST", 2)
+    monkeypatch.setattr(writer, "_fetch", fetch)
+    monkeypatch.setattr(writer, "_settled", settled)
+    found = asyncio.run(writer._search("dlq", 0, "g", "t", 0, {2, 5, 7, 9}))
+    assert found == {2, 5, 7}  # 9 was never written: it is not there
+    fetched.clear()
+    found = asyncio.run(writer._search("dlq", 0, "g", "t", 0, {5, 7, 9}))
+    assert found == {5, 7}  # own letter 2 is not pending: the search ends there,
+    assert fetched == [5, 1, 3]  # newest step first, and offset 0 is never read

@@ -117,6 +117,11 @@ class TryAgain(Exception):
     """Not now (no leader, a lost connection): the same work later."""
 
 
+class _Unknown(TryAgain):
+    """A call whose outcome is not known (a lost connection, a timeout): a write may be in the
+    topic."""
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     topic: str
@@ -201,6 +206,8 @@ def own_dead_letters(data: bytes, begin: int, end: int, group: str, topic: str, 
     after = -1
     wanted = {HEADER_GROUP: group.encode(), HEADER_TOPIC: topic.encode(), HEADER_PARTITION: str(partition).encode()}
     for pos, header in batches:
+        if header.base_offset >= end:
+            break
         after = header.last_offset + 1
         if header.is_control:
             continue
@@ -326,12 +333,10 @@ class DeadLetterWriter:
         self._still_leader(source_topic, key, sp)
         try:
             await self._produce(settings.topic, target, batch)
-        except TryAgain:
-            raise
-        except _Unknown as e:  # maybe appended: looked for before anything is written again
+        except _Unknown:  # maybe appended: looked for before anything is written again
             sp.ready.difference_update(included)
             sp.recovering.update(included)
-            raise TryAgain(str(e)) from None
+            raise
         label = (key.group_id, settings.topic)
         self.written[label] = self.written.get(label, 0) + len(included)
         if sp.dead_letters_written(included):
@@ -498,5 +503,3 @@ class DeadLetterWriter:
         return found
 
 
-class _Unknown(Exception):
-    """A write whose outcome is not known: it may be in the topic."""
