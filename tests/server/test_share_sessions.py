@@ -35,3 +35,17 @@ def test_the_limit_makes_room_only_from_members_that_left():
     members.discard("a")  # a left the group without closing its session
     cache.begin("g", "c", 0)
     assert set(cache.sessions) == {("g", "b"), ("g", "c")}
+
+
+def test_a_closed_connection_ends_the_sessions_it_opened_and_still_holds():
+    cache = ShareSessionCache(10)
+    a = cache.begin("g", "m1", 0, "10.0.0.1:5000")
+    cache.begin("g", "m2", 0, "10.0.0.1:5000")
+    cache.end(cache.begin("g", "m2", -1), -1)  # closed properly: nothing left to end
+    cache.begin("g", "m3", 0, "10.0.0.1:5000")
+    again = cache.begin("g", "m3", 0, "10.0.0.2:6000")  # reopened on another connection
+    assert cache.connection_closed("10.0.0.1:5000") == [a]
+    assert set(cache.sessions) == {("g", "m3")} and cache.sessions[("g", "m3")] is again
+    assert cache.connection_closed("10.0.0.1:5000") == []
+    assert cache.connection_closed("10.0.0.2:6000") == [again] and not cache.sessions
+    assert cache.by_connection == {}  # no more bookkeeping than sessions

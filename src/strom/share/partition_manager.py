@@ -87,6 +87,7 @@ class ShareSession:
     member_id: str
     epoch: int = 0  # the epoch the next request must carry (advanced as each one ends)
     partitions: set[tuple[uuid.UUID, int]] = field(default_factory=set)
+    connection: str | None = None  # the client connection that opened it
 
     def advance(self) -> None:
         self.epoch = 1 if self.epoch >= 2**31 - 1 else self.epoch + 1
@@ -96,22 +97,29 @@ class ShareSessionCache:
     def __init__(self, max_sessions: int, alive: Callable[[str, str], bool] = lambda group, member: True) -> None:
         self.max_sessions = max_sessions
         self.sessions: dict[tuple[str, str], ShareSession] = {}
+        # connection -> the keys of the sessions in the cache it opened (never more entries
+        # than sessions: a session leaving the cache leaves this too)
+        self.by_connection: dict[str, set[tuple[str, str]]] = {}
         # Whether a session's member still belongs to its group: when the cache is full, the
         # sessions of members that left without closing them make room first.
         self.alive = alive
 
-    def begin(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
-        """The session a request with `epoch` continues (or, epoch 0, opens). Raises KafkaError
-        SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH or SHARE_SESSION_LIMIT_REACHED."""
+    def begin(self, group_id: str, member_id: str, epoch: int, connection: str | None = None) -> ShareSession:
+        """The session a request with `epoch` continues (or, epoch 0, opens on `connection`).
+        Raises KafkaError SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH or
+        SHARE_SESSION_LIMIT_REACHED."""
         key = (group_id, member_id)
         if epoch == INITIAL_EPOCH:
             if key not in self.sessions and len(self.sessions) >= self.max_sessions:
                 for stale in [k for k in self.sessions if not self.alive(*k)]:
-                    del self.sessions[stale]
+                    self._remove(stale)
             if key not in self.sessions and len(self.sessions) >= self.max_sessions:
                 raise KafkaError("The limit of share sessions has been reached.",
                                  ErrorCode.SHARE_SESSION_LIMIT_REACHED)
-            session = self.sessions[key] = ShareSession(group_id, member_id)
+            self._remove(key)  # reopened: the old session goes, on whatever connection it was
+            session = self.sessions[key] = ShareSession(group_id, member_id, connection=connection)
+            if connection is not None:
+                self.by_connection.setdefault(connection, set()).add(key)
             return session
         session = self.sessions.get(key)
         if session is None:
@@ -123,9 +131,25 @@ class ShareSessionCache:
 
     def end(self, session: ShareSession, epoch: int) -> None:
         if epoch == FINAL_EPOCH:
-            self.sessions.pop((session.group_id, session.member_id), None)
+            if self.sessions.get((session.group_id, session.member_id)) is session:
+                self._remove((session.group_id, session.member_id))
         else:
             session.advance()
+
+    def connection_closed(self, connection: str) -> list[ShareSession]:
+        """The client connection closed (Kafka 4.1's share session eviction on disconnect):
+        the sessions it opened that are still in the cache, removed."""
+        return [s for key in list(self.by_connection.get(connection, ())) if (s := self._remove(key)) is not None]
+
+    def _remove(self, key: tuple[str, str]) -> ShareSession | None:
+        session = self.sessions.pop(key, None)
+        if session is not None and session.connection is not None:
+            keys = self.by_connection.get(session.connection)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self.by_connection[session.connection]
+        return session
 
 
 @dataclass(slots=True)
@@ -410,6 +434,16 @@ class SharePartitionManager:
 
     def release_session(self, session: ShareSession) -> None:
         self._release(session.group_id, session.member_id)
+
+    def connection_closed(self, connection: str) -> None:
+        """A client connection closed: the share sessions it opened and did not close are
+        removed, and what their members hold here goes back to their groups at once, as Kafka
+        4.1 does (a member that closes properly sent its final epoch first; one whose process
+        died would otherwise hold its records until their locks expire)."""
+        for session in self.sessions.connection_closed(connection):
+            log.info("share group %s: member %s's connection closed; its records go back", session.group_id,
+                     session.member_id)
+            self.release_session(session)
 
     def _release(self, group_id: str, member_id: str) -> None:
         released = [key for key, sp in self.partitions.items()

@@ -273,7 +273,7 @@ def _begin(broker, ctx: RequestContext, request, fetch: bool) -> ShareSession | 
         return _top_error(ErrorCode.UNKNOWN_MEMBER_ID,
                           f"Member {request.member_id} is not a member of share group {request.group_id}.", fetch)
     try:
-        return broker.share_partitions.sessions.begin(request.group_id, request.member_id, epoch)
+        return broker.share_partitions.sessions.begin(request.group_id, request.member_id, epoch, ctx.client)
     except KafkaError as e:
         return _top_error(e.code, str(e), fetch)
 
