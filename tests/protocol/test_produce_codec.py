@@ -55,3 +55,56 @@ def test_produce_response_matches_the_schema(version):
              "error_message": p.error_message} for p in partitions]}
         for topic, partitions in topics]}
     assert body == messages.encode_body(PRODUCE, version, fields)
+
+
+@pytest.mark.parametrize("version", range(3, 14))
+@pytest.mark.parametrize("topic", ["t", "a-topic-name-longer-than-one-hundred-and-twenty-seven-bytes-" * 3])
+def test_one_partition_answer_matches_the_codec(version, topic):
+    """The single-record request's answer (one topic, one partition, no record errors) takes
+    a shorter way: the same bytes as the codec's."""
+    name = uuid.uuid4() if version >= 13 else topic
+    p = PartitionProduceResponse(3, 0, 1 << 40, 1_700_000_000_000, 17)
+    for _ in range(2):  # the topic's part is made once, then reused
+        body, throttle_at = encode_produce_response([(name, [p])], version, throttle_time_ms=9)
+        assert body == messages.encode_body(PRODUCE, version, {"throttle_time_ms": 9, "responses": [
+            {("topic_id" if version >= 13 else "name"): name, "partition_responses": [
+                {"index": 3, "error_code": 0, "base_offset": 1 << 40, "log_append_time_ms": 1_700_000_000_000,
+                 "log_start_offset": 17, "record_errors": [], "error_message": None}]}]})
+        assert body[throttle_at:throttle_at + 4] == (9).to_bytes(4, "big")
+
+
+@pytest.mark.parametrize("version", range(3, 14))
+def test_parsed_request_has_what_the_codec_wrote(version):
+    """parse_produce_request against the schema codec's encoding: null and set transactional
+    ids, names and record sets whose lengths take one and several varint bytes, null records."""
+    from strom.protocol.produce import parse_produce_request
+    from strom.protocol.records import build_batch
+
+    small, large = build_batch([(None, b"v")]), build_batch([(b"k", b"x" * 300)] * 3)
+    topics = [("t", [(0, small)]), ("long-" * 40, [(1, large), (2, None), (5, small)])]
+    for txn in (None, "txn-" * 50):
+        ids = [uuid.uuid4() for _ in topics]
+        body = messages.build(messages.REQUESTS[PRODUCE], version, {
+            "transactional_id": txn, "acks": -1, "timeout_ms": 1234, "topic_data": [
+                {"name": name, "topic_id": ids[i], "partition_data": [{"index": idx, "records": rec}
+                                                                      for idx, rec in parts]}
+                for i, (name, parts) in enumerate(topics)]}).encode(version=version)
+        request = parse_produce_request(memoryview(bytearray(body)), version)
+        assert (request.transactional_id, request.acks, request.timeout_ms) == (txn, -1, 1234)
+        for i, (t, (name, parts)) in enumerate(zip(request.topic_data, topics, strict=True)):
+            assert (t.topic_id, t.name) == ((ids[i], "") if version >= 13 else (None, name))
+            assert [(p.index, None if p.records is None else bytes(p.records)) for p in t.partition_data] == parts
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 12, 13])
+def test_every_truncation_of_a_request_is_malformed(version):
+    from strom.protocol.produce import MalformedRequest, parse_produce_request
+    from strom.protocol.records import build_batch
+
+    body = messages.build(messages.REQUESTS[PRODUCE], version, {
+        "transactional_id": "x", "acks": 1, "timeout_ms": 1, "topic_data": [
+            {"name": "t", "topic_id": uuid.uuid4(), "partition_data": [
+                {"index": 0, "records": build_batch([(None, b"v" * 200)])}]}]}).encode(version=version)
+    for cut in range(len(body)):
+        with pytest.raises(MalformedRequest):
+            parse_produce_request(memoryview(bytearray(body[:cut])), version)

@@ -123,7 +123,9 @@ class Connection(asyncio.BufferedProtocol):
         self.reserved = 0  # pool bytes held for the large frame being received
         self.waiting_memory = False  # reading stopped until the pool can take that frame
         self.reading_paused = False
-        self.ready = asyncio.Event()
+        # What the idle worker awaits: a bare future, woken when a frame comes (an Event's
+        # wait and set cost a few calls more, once per request).
+        self.wakeup: asyncio.Future | None = None
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.paused = False
@@ -199,10 +201,16 @@ class Connection(asyncio.BufferedProtocol):
         reservation, self.reserved = self.reserved, 0
         self.queue.append((frames[0], reservation, now))
         self.queue.extend((f, 0, now) for f in frames[1:])
-        self.ready.set()
+        self._wake()
         if len(self.queue) >= _PAUSE_AT and not self.paused:
             self.paused = True
             self._update_reading()
+
+    def _wake(self) -> None:
+        """Wake the worker if it waits for a frame (or for the connection's end)."""
+        waiter, self.wakeup = self.wakeup, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def _admit_large_frame(self) -> None:
         """A large frame is announced: it may take memory only once the pool all connections
@@ -254,7 +262,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self.closing = True
-        self.ready.set()
+        self._wake()
         if self.waiting_for_guess and self.worker is not None:
             # A guess waiting its turn, from a client that left: it takes no turn.
             self.worker.cancel()
@@ -278,7 +286,7 @@ class Connection(asyncio.BufferedProtocol):
         self.closing = True
         self._release_memory()
         self.queue.clear()
-        self.ready.set()
+        self._wake()
         if self.transport is not None:
             self.flush()
             self.transport.close()
@@ -309,6 +317,7 @@ class Connection(asyncio.BufferedProtocol):
 
     # --- request processing ---------------------------------------------------------------
     async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 while not self.queue:
@@ -317,8 +326,8 @@ class Connection(asyncio.BufferedProtocol):
                             self.flush()
                             self.transport.close()
                         return
-                    self.ready.clear()
-                    await self.ready.wait()
+                    self.wakeup = loop.create_future()
+                    await self.wakeup
                 frame, reservation, received = self.queue.popleft()
                 # Kafka reads a connection's next request only after answering the previous one,
                 # so its queue time starts then, not while it waited behind that one.
@@ -332,10 +341,11 @@ class Connection(asyncio.BufferedProtocol):
                     await self._process(frame, received)
                 finally:
                     del frame
-                    self.server.request_memory.release(reservation)
+                    if reservation:
+                        self.server.request_memory.release(reservation)
                     self.server.in_flight -= 1
                     self.busy = False
-                    self.last_active = asyncio.get_running_loop().time()
+                    self.last_active = loop.time()
                     self.answered = time.monotonic()
                 if self.transport is not None and self.transport.get_write_buffer_size() > _MAX_UNSENT:
                     await self.drained.wait()
