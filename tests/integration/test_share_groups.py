@@ -869,6 +869,7 @@ def test_dead_letter_configs_and_the_topics_rules(share_broker):
             "configs": [{"name": name, "config_operation": SET, "value": value}]}], "validate_only": False})
         assert response.responses[0].error_code == INVALID_CONFIG, response
     topic, refused, missing = unique_name("share-dlq-rules"), "dlq." + unique_name("no-opt-in"), "dlq." + unique_name("none")
+    tiny = "dlq." + unique_name("tiny")
     create_topic(share_broker.bootstrap, topic, 1)
     create_topic(share_broker.bootstrap, refused, 1)  # without errors.deadletterqueue.group.enable
     group = new_group(share_broker, errors_deadletterqueue_topic_name=refused)
@@ -898,12 +899,22 @@ def test_dead_letter_configs_and_the_topics_rules(share_broker):
         poll_until([c], lambda: 1 in got, reject, what="offset 1")
         c.commit_sync()
         wait_for(lambda: share_start(share_broker, group, topic) == 2, timeout=20, what="offset 1 archived")
+        # A dead letter the topic refuses (larger than its max.message.bytes) is not retried for good.
+        create_topic(share_broker.bootstrap, tiny, 1, config={**DLQ_ON, "max.message.bytes": "400"})
+        set_group_configs(share_broker, group, share_auto_offset_reset="earliest",
+                          errors_deadletterqueue_topic_name=tiny, errors_deadletterqueue_copy_record_enable="true")
+        produce(share_broker, topic, [b"x" * 1000])
+        poll_until([c], lambda: 2 in got, reject, what="offset 2")
+        c.commit_sync()
+        wait_for(lambda: share_start(share_broker, group, topic) == 3, timeout=20, what="offset 2 archived")
     finally:
         c.close()
     assert read_to_end(share_broker, refused) == []
     samples = scrape(share_broker.metrics_url)
     assert metric_value(samples, "strom_share_dead_letter_records_dropped_total", group=group, topic=refused) == 1
     assert metric_value(samples, "strom_share_dead_letter_records_dropped_total", group=group, topic=missing) == 1
+    assert metric_value(samples, "strom_share_dead_letter_records_dropped_total", group=group, topic=tiny) == 1
+    assert read_to_end(share_broker, tiny) == []
     (t,) = call(share_broker, METADATA, 9, {"topics": [{"name": missing}], "allow_auto_topic_creation": False,
                                              "include_topic_authorized_operations": False}).topics
     assert t.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION

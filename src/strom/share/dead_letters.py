@@ -281,8 +281,9 @@ class DeadLetterWriter:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
-    def _drop(self, key: SharePartitionKey, sp: SharePartition, why: str) -> None:
-        offsets = sp.ready | sp.recovering
+    def _drop(self, key: SharePartitionKey, sp: SharePartition, why: str, offsets: set[int] | None = None) -> None:
+        """Archive `offsets` (default: every dead letter waiting) without dead letters."""
+        offsets = sp.ready | sp.recovering if offsets is None else offsets
         log.warning("share group %s: %d records of %s archived without a dead letter: %s", key.group_id,
                     len(offsets), key.coordinator_key, why)
         settings = group_settings(self.broker.group_configs.get(key.group_id, {}))
@@ -337,6 +338,9 @@ class DeadLetterWriter:
             sp.ready.difference_update(included)
             sp.recovering.update(included)
             raise
+        except Refused as e:  # this batch (a record too large, say): the others may still go
+            self._drop(key, sp, str(e), set(included))
+            return
         label = (key.group_id, settings.topic)
         self.written[label] = self.written.get(label, 0) + len(included)
         if sp.dead_letters_written(included):
