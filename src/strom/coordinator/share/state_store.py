@@ -11,7 +11,8 @@ replayed into memory when it is elected their leader.
 Record layout (Strom's own, versioned): key = int16 version 0, string group, 16-byte topic
 id, int32 partition; value = int16 version (0, or 1 with the leader epoch), int32 state
 epoch, [v1: int32 leader epoch,] int64 start offset, int32 count, then per batch int64 first,
-int64 last, int8 state, int16 delivery count.
+int64 last, int8 state, int16 delivery count. States are Kafka's RecordState ids, and Strom's
+own 16 and 17 for dead letters not yet written (share_partition.py).
 """
 
 from __future__ import annotations
