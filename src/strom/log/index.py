@@ -226,8 +226,11 @@ class OffsetIndex(_IndexFile):
     def _columns(self) -> tuple[array, array]:
         return self._rel, self._pos
 
-    def __len__(self) -> int:  # asked at every append (is_full): no tuple built for it
+    def __len__(self) -> int:
         return len(self._rel)
+
+    def is_full(self, max_index_bytes: int) -> bool:  # asked at every append: no __len__ call
+        return len(self._rel) >= max_index_bytes // self.entry_size
 
     def entries(self) -> list[tuple[int, int]]:
         base = self.base_offset
@@ -312,6 +315,9 @@ class TimeIndex(_IndexFile):
 
     def __len__(self) -> int:
         return len(self._ts)
+
+    def is_full(self, max_index_bytes: int) -> bool:
+        return len(self._ts) >= max_index_bytes // self.entry_size
 
     def entries(self) -> list[tuple[int, int]]:
         base = self.base_offset

@@ -579,9 +579,8 @@ class Log:
         already had to validate it (idempotent producers), so the CRCs are not checked twice.
         """
         config = self._open_for_append()
-        writable = isinstance(records, bytearray) or (
-            isinstance(records, memoryview) and not records.readonly)
-        if not writable:
+        kind = type(records)
+        if not (kind is bytearray or (kind is memoryview or isinstance(records, memoryview)) and not records.readonly):
             records = bytearray(records)  # offsets are assigned in place: need a writable buffer
         if batches is None:
             batches = validate_batches(records, config.max_message_bytes)
@@ -596,7 +595,7 @@ class Log:
         cache = self.leader_epoch_cache
         if leader_epoch > cache.latest_epoch():
             cache.assign(leader_epoch, first)
-        elif max(self.log_start_offset, self._segments[0].base_offset) >= first:
+        elif self.log_start_offset >= first or self._loaded_segments[0].base_offset >= first:
             cache.data_arrived()  # the log was empty (first was its local start offset)
         return self._appended(config, len(records), first, last, max_ts, offset_of_max, append_time)
 
@@ -623,8 +622,10 @@ class Log:
     def _open_for_append(self) -> LogConfig:
         """The config to append under, once the log may take writes (its directory made at
         the first)."""
-        self._check_writable()
-        self._ensure_loaded()
+        if self.closed or self.offline or self.write_refusal is not None:
+            self._check_writable()  # raises what refuses the write
+        if self._loaded_segments is None:
+            self._load_segments()
         if not self._dir_made:
             self._make_dir()
         return self._config

@@ -54,10 +54,14 @@ class Purgatory:
         except TimeoutError:
             return False
 
-    def wake(self, key: Hashable) -> None:
-        for future in self._watchers.get(key, ()):
-            if not future.done():
-                future.set_result(None)
+    def wake(self, key: Hashable) -> None:  # at every append: the usual nothing to wake costs two lookups
+        watchers = self._watchers.get(key)
+        if watchers:
+            for future in watchers:
+                if not future.done():
+                    future.set_result(None)
+        if not self._wide:
+            return
         for future, keys in self._wide.items():
             if key in keys and not future.done():
                 future.set_result(None)

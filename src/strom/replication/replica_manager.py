@@ -266,11 +266,13 @@ class ReplicaManager:
         if partition.is_leader and partition.maybe_increment_high_watermark():
             self.high_watermark_moved((partition.topic, partition.index))
 
-    def high_watermark_moved(self, tp: TopicPartition) -> None:
+    def high_watermark_moved(self, tp: TopicPartition, partition: Partition | None = None) -> None:
         """Something moved in the partition (records, the high watermark, its leader or ISR):
-        long polls, acks=all and idle followers' sessions look again."""
-        if (partition := self.partitions.get(tp)) is not None:
-            partition.tell_followers()
+        long polls, acks=all and idle followers' sessions look again. (`partition`: the one
+        at `tp`, when the caller has it at hand.)"""
+        if partition is not None or (partition := self.partitions.get(tp)) is not None:
+            if partition.followers:
+                partition.tell_followers()
         self.fetch_purgatory.wake(tp)
         self.produce_purgatory.wake(tp)
 
@@ -412,7 +414,7 @@ class ReplicaManager:
                 ErrorCode.NONE, info.first_offset, info.log_append_time, log_.log_start_offset,
                 end_offset=end, durable_at=end if flush_due else -1,
             )
-            self.high_watermark_moved(tp)
+            self.high_watermark_moved(tp, partition)
         return results
 
     def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,

@@ -138,8 +138,9 @@ def _refusal(broker, ctx: RequestContext, request) -> ErrorCode | None:
 
 async def _append(broker, ctx: RequestContext, request, version: int, unknown: set[str]) -> dict:
     acks = request.acks
-    entries, results = _admitted(broker, ctx, request, unknown)
+    entries, results, schemas, fresh = _admitted(broker, ctx, request, unknown)
     rm = broker.replica_manager
+    admitted = len(entries)
     if request.transactional_id:
         refused = await _check_transaction(broker, request.transactional_id, entries, version)
         if refused:
@@ -148,13 +149,14 @@ async def _append(broker, ctx: RequestContext, request, version: int, unknown: s
             entries = [(tp, records) for tp, records in entries if tp not in refused]
     if rm.lazy_logs_left:
         await rm.load_logs(tp for tp, _ in entries)
-    if _validating_schemas(rm, entries):  # topics with schema validation only
+    if schemas:  # topics with schema validation only
         refused = await refused_by_schemas(broker, entries)
         if refused:
             results.update(refused)
             entries = [(tp, records) for tp, records in entries if tp not in refused]
-    fresh = rm.unmade_logs(tp for tp, _ in entries)
-    if fresh:
+    if len(entries) != admitted:  # only the refused partitions' logs may stay without files
+        fresh = rm.unmade_logs(tp for tp, _ in entries)
+    if fresh and (fresh := [lg for lg in fresh if not lg.dir_made]):  # made meanwhile by another
         await rm.make_log_files(fresh)
     results.update(rm.append_records(acks, entries))
     if len(results) == 1:
@@ -163,19 +165,13 @@ async def _append(broker, ctx: RequestContext, request, version: int, unknown: s
     return {tp: results[tp] for tp in ((t.name, p.index) for t in request.topic_data for p in t.partition_data)}
 
 
-def _validating_schemas(rm, entries: list) -> bool:
-    for tp, _ in entries:
-        partition = rm.get_partition(*tp)
-        if partition is not None and validating(partition.log.config):
-            return True
-    return False
-
-
-def _admitted(broker, ctx: RequestContext, request, unknown: set[str]) -> tuple[list, dict]:
-    """The partitions a produce may append to, as (tp, records), and the results of those
-    refused before any append (acks, topic id, internal topic, authorization, hosting)."""
+def _admitted(broker, ctx: RequestContext, request, unknown: set[str]) -> tuple[list, dict, bool, list]:
+    """The partitions a produce may append to, as (tp, records), the results of those refused
+    before any append (acks, topic id, internal topic, authorization, hosting), whether some
+    topic validates schemas, and the logs without files yet: one look at each partition."""
     acks = request.acks
-    entries, results = [], {}
+    rm = broker.replica_manager
+    entries, results, schemas, fresh = [], {}, False, []
     for topic in request.topic_data:
         for p in topic.partition_data:
             tp = (topic.name, p.index)
@@ -190,13 +186,18 @@ def _admitted(broker, ctx: RequestContext, request, unknown: set[str]) -> tuple[
                                             message=f"Cannot append to internal topic {topic.name}")
             elif not allowed(broker, ctx, WRITE, TOPIC, topic.name):
                 results[tp] = ProduceResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-            elif broker.replica_manager.get_partition(*tp) is None:
+            elif (partition := rm.partitions.get(tp)) is None:
                 results[tp] = ProduceResult(_topic_error(broker, tp))
             elif p.records is None:
                 results[tp] = ProduceResult(ErrorCode.CORRUPT_MESSAGE, message="no records")
             else:
                 entries.append((tp, p.records))
-    return entries, results
+                log_ = partition.log
+                if not schemas and validating(log_.config):
+                    schemas = True
+                if not log_.dir_made:
+                    fresh.append(log_)
+    return entries, results, schemas, fresh
 
 
 def _has_idempotent_batch(request) -> bool:
@@ -215,14 +216,21 @@ def _has_transactional_batch(request) -> bool:
 def _response(results: dict, version: int, ids: dict | None) -> RawResponse:
     """The answer, encoded here (protocol/produce.py) rather than by the generic codec: per
     request it cost more than the append. Topics are answered by id from v13."""
-    topics: dict[str, list[PartitionProduceResponse]] = {}
-    for (topic, index), r in results.items():
-        topics.setdefault(topic, []).append(PartitionProduceResponse(
-            index, _error_for_version(r.error, version), r.base_offset, r.log_append_time,
-            r.log_start_offset, r.record_errors, r.message))
-    named = [(ids[name] if ids is not None else name, partitions) for name, partitions in topics.items()]
+    if len(results) == 1:  # a single-record request's one partition: no grouping by topic
+        ((topic, index), r), = results.items()
+        named = [(ids[topic] if ids is not None else topic, [_partition_response(index, r, version)])]
+    else:
+        topics: dict[str, list[PartitionProduceResponse]] = {}
+        for (topic, index), r in results.items():
+            topics.setdefault(topic, []).append(_partition_response(index, r, version))
+        named = [(ids[name] if ids is not None else name, partitions) for name, partitions in topics.items()]
     body, throttle_at = encode_produce_response(named, version)
     return RawResponse([body], throttle_at)
+
+
+def _partition_response(index: int, r: ProduceResult, version: int) -> PartitionProduceResponse:
+    return PartitionProduceResponse(index, _error_for_version(r.error, version), r.base_offset, r.log_append_time,
+                                    r.log_start_offset, r.record_errors, r.message)
 
 
 def _error_for_version(error: ErrorCode, version: int) -> ErrorCode:
