@@ -113,3 +113,32 @@ def test_a_write_replaces_what_its_batches_cover():
     # A whole window (what Strom's leaders send) is the new state as it is.
     assert merge_batches(old, [StateBatch(15, 40, AVAILABLE, 3)], 15) == [StateBatch(15, 40, AVAILABLE, 3)]
     assert merge_batches(old, [], 30) == []
+
+
+def test_not_before_times_survive_a_merge_and_the_state_rpcs():
+    """Strom's own not-before of a state batch (delayed delivery): kept by a partial write's
+    merge, and carried by WriteShareGroupState and ReadShareGroupState (a tagged field)."""
+    from strom.coordinator.share.coordinator import StateResult
+    from strom.coordinator.share.share_partition import ShareState
+    from strom.protocol import messages
+    from strom.share.coordinator_service import (
+        READ,
+        WRITE,
+        request_fields,
+        request_items,
+        response_fields,
+        response_results,
+    )
+
+    old = [StateBatch(10, 19, AVAILABLE, 1, 5000)]
+    assert merge_batches(old, [StateBatch(12, 13, ACKNOWLEDGED, 1)], 11) == [
+        StateBatch(11, 11, AVAILABLE, 1, 5000), StateBatch(12, 13, ACKNOWLEDGED, 1),
+        StateBatch(14, 19, AVAILABLE, 1, 5000)]
+    key = SharePartitionKey("g", uuid.uuid4(), 0)
+    batches = [StateBatch(5, 6, AVAILABLE, 1, 1_767_225_600_000), StateBatch(7, 7, ACKNOWLEDGED, 1)]
+    frame = messages.encode_request(85, 0, request_fields(WRITE, "g", {key: WriteState(0, 1, 5, batches)}))
+    assert request_items(WRITE, messages.parse_request(frame[4:]).body)[key].batches == batches
+    read = {key: StateResult(state=ShareState(5, batches, 0, 1))}
+    body = messages.build(messages.RESPONSES[84], 0, response_fields(READ, read)).encode(version=0)
+    answer = response_results(READ, "g", messages.RESPONSES[84].decode(memoryview(body), version=0))
+    assert answer[key].state.batches == batches

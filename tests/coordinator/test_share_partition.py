@@ -228,20 +228,39 @@ def test_a_release_with_a_delay_waits_and_the_limit_still_archives():
     assert p.start_offset == 2 and p.next_due(1200) is None
 
 
-def test_a_restored_window_reads_headers_again_and_delays_redeliveries():
+def test_not_before_times_are_persisted_and_restored_exactly():
+    p = sp()
+    p.acquire("m", [LogBatch(0, 2), LogBatch(3, 4, not_before={4: 9000})], 100, 0, LOCK)
+    assert p.acknowledge("m", [(0, 0, [RELEASE]), (1, 1, [ACCEPT])], now_ms=1000, release_delay_ms=2000) == 0
+    p.acknowledge("m", [(2, 2, [RELEASE])], now_ms=1500)  # no delay
+    state = p.state()
+    # A not-before is kept for AVAILABLE records only (an acquired one has none to keep).
+    assert state.batches == [StateBatch(0, 0, AVAILABLE, 1, 3000), StateBatch(1, 1, ACKNOWLEDGED, 1),
+                             StateBatch(2, 3, AVAILABLE, 1), StateBatch(4, 4, AVAILABLE, 0, 9000)]
+    assert decode_value(encode_value(state)) == state  # value v2 carries them
+    restored = sp(state=decode_value(encode_value(state)))
+    # The released record waits its own delay, no more; the never-delivered one its header's
+    # time (its header need not be read again); the others are available at once.
+    assert not restored.needs_headers(4, 4)
+    assert restored.next_due(1500) == 3000
+    assert restored.acquire("m", [LogBatch(0, 2), LogBatch(3, 4)], 100, 1500, LOCK) == [
+        Acquired(2, 3, 2)]
+    assert restored.acquire("m", [LogBatch(0, 2), LogBatch(3, 4)], 100, 3000, LOCK) == [Acquired(0, 0, 2)]
+    assert restored.acquire("m", [LogBatch(3, 4)], 100, 9000, LOCK) == [Acquired(4, 4, 1)]
+
+
+def test_a_restored_window_reads_headers_of_never_delivered_records_again():
     state = ShareState(0, [StateBatch(0, 1, AVAILABLE, 1), StateBatch(2, 3, AVAILABLE, 0),
                            StateBatch(4, 4, ACKNOWLEDGED, 1)])
     p = sp(state=state)
-    # Never-delivered records: their headers are read again; delivered ones wait the delay anew.
     assert p.needs_headers(2, 3) and not p.needs_headers(0, 1)
-    p.delay_redeliveries(3000)
-    assert p.fetch_offset(2000) == 2
     log = [LogBatch(0, 1), LogBatch(2, 3, not_before={3: 2500})]
-    assert p.acquire("m", log, 100, 2000, LOCK) == [Acquired(2, 2, 1)]
+    assert p.acquire("m", log, 100, 2000, LOCK) == [Acquired(0, 1, 2), Acquired(2, 2, 1)]
     assert not p.needs_headers(2, 3)
     assert p.next_due(2000) == 2500
     assert p.acquire("m", log, 100, 2500, LOCK) == [Acquired(3, 3, 1)]
-    assert p.acquire("m", log, 100, 3000, LOCK) == [Acquired(0, 1, 2)]
+    # Old values (v1, no not-before) still read.
+    assert decode_value(encode_value(state)) == state and encode_value(state)[:2] == b"\x00\x01"
 
 
 def test_not_before_headers_are_read_only_from_batches_that_hold_one():

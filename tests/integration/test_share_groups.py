@@ -1012,7 +1012,7 @@ def test_kill_9_keeps_acknowledged_records_done_and_redelivers_the_rest(share_br
         poll_until([e2], lambda: len(delayed) >= 2,
                    lambda _, m: delayed.setdefault(m.value(), (m.delivery_count(), _ms())), timeout=60)
         # Never early after the crash: the header is read from the log again; the released
-        # record's delay starts over when the share partition is loaded.
+        # record's not-before was persisted with the release.
         assert delayed[b"later"][0] == 1 and delayed[b"later"][1] >= not_before, (restarted_at, delayed)
         assert delayed[b"retry-me"][0] == 2 and delayed[b"retry-me"][1] >= released_at + 2000, (restarted_at, delayed)
         print(f"delayed after restart: not-before in {not_before - restarted_at} ms, release delay to "

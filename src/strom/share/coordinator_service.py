@@ -73,7 +73,13 @@ class ShareCoordinatorService:
 # --- the RPCs' bodies --------------------------------------------------------------------------
 def _batches(batches: Iterable[StateBatch]) -> list[dict]:
     return [{"first_offset": b.first_offset, "last_offset": b.last_offset, "delivery_state": b.state,
-             "delivery_count": b.delivery_count} for b in batches]
+             "delivery_count": b.delivery_count, "strom_not_before_ms": b.not_before} for b in batches]
+
+
+def _state_batch(b: Any) -> StateBatch:
+    """A StateBatch of a decoded request or response (Strom's tagged not-before: 0 when absent)."""
+    return StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count,
+                      getattr(b, "strom_not_before_ms", 0) or 0)
 
 
 _PARTITION_FIELDS: dict[int, Callable[[Any], dict]] = {
@@ -107,9 +113,8 @@ def request_items(api_key: int, request) -> dict[SharePartitionKey, Any]:
             elif api_key in (READ, READ_SUMMARY):
                 items[key] = p.leader_epoch
             elif api_key == WRITE:
-                items[key] = WriteState(p.state_epoch, p.leader_epoch, p.start_offset, [
-                    StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
-                    for b in p.state_batches])
+                items[key] = WriteState(p.state_epoch, p.leader_epoch, p.start_offset,
+                                        [_state_batch(b) for b in p.state_batches])
             else:
                 items[key] = None
     return items
@@ -139,9 +144,7 @@ def response_results(api_key: int, group_id: str, response) -> Results:
             key = SharePartitionKey(group_id, topic.topic_id or _ZERO, p.partition)
             state = None
             if api_key in (READ, READ_SUMMARY) and p.error_code == ErrorCode.NONE and p.start_offset >= 0:
-                batches = [] if api_key == READ_SUMMARY else [
-                    StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
-                    for b in p.state_batches]
+                batches = [] if api_key == READ_SUMMARY else [_state_batch(b) for b in p.state_batches]
                 state = ShareState(p.start_offset, batches, p.state_epoch,
                                    p.leader_epoch if api_key == READ_SUMMARY else -1)
             try:

@@ -295,9 +295,6 @@ class SharePartitionManager:
                             max_in_flight=self.config["group.share.partition.max.record.locks"], state=state)
         sp.leader_epoch = leader_epoch
         self.dead_letters_on(key, sp)
-        delay = self.release_delay_ms(key.group_id, configs)
-        if delay > 0:
-            sp.delay_redeliveries(now_ms() + delay)
         self.partitions[key] = sp
         self._schedule_due(key, sp)
         if configs is not None:

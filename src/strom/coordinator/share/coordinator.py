@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from strom.coordinator.share.share_partition import ShareState, StateBatch
 from strom.coordinator.share.state_store import SharePartitionKey, ShareStateStore
@@ -173,11 +173,10 @@ def merge_batches(old: list[StateBatch], new: list[StateBatch], start: int) -> l
             while i < len(fresh) and fresh[i].last_offset < first:
                 i += 1
             if i == len(fresh) or fresh[i].first_offset > b.last_offset:
-                out.append(StateBatch(first, b.last_offset, b.state, b.delivery_count))
+                out.append(replace(b, first_offset=first))
                 break
             if fresh[i].first_offset > first:
-                out.append(StateBatch(first, fresh[i].first_offset - 1, b.state, b.delivery_count))
+                out.append(replace(b, first_offset=first, last_offset=fresh[i].first_offset - 1))
             first = fresh[i].last_offset + 1
     out.sort(key=lambda b: b.first_offset)
-    return [b if b.first_offset >= start else StateBatch(start, b.last_offset, b.state, b.delivery_count)
-            for b in out]
+    return [b if b.first_offset >= start else replace(b, first_offset=start) for b in out]

@@ -20,11 +20,10 @@ count that write had (never delivered: 0).
 Delayed delivery (a Strom extension): a record may carry a not-before time (the
 `strom.not-before` header, read by the caller from the log and passed in with its LogBatch) and
 a RELEASE may come with a delay (`release_delay_ms`). A record not yet due stays AVAILABLE with
-its not-before kept here, in memory; acquisition passes over it until then. Neither is written
-with the state: the header is read again from the log after a restart, and a record the
-restored state holds as AVAILABLE after a delivery is delayed again by the release delay from
-the restart (`delay_redeliveries`), so that nothing comes early, at the cost of a retry waiting
-up to one more delay.
+its not-before; acquisition passes over it until then. The not-before of an AVAILABLE record is
+persisted with the state (StateBatch.not_before, a Strom-only field of the state RPCs and
+records), so a restored record waits exactly as long as it would have; a never-delivered one
+restored without one has its header read from the log again.
 
 Dead letters (KIP-1191's design, `strom.share.dead_letters` writes them): in a group with a
 dead-letter topic, a record rejected (REJECT) or out of deliveries is not ARCHIVED at once but
@@ -87,6 +86,7 @@ class StateBatch:
     last_offset: int
     state: int
     delivery_count: int
+    not_before: int = 0  # Strom's own: epoch ms before which an AVAILABLE record is not acquired
 
 
 @dataclass(slots=True)
@@ -160,22 +160,17 @@ class SharePartition:
         for b in state.batches:
             for offset in range(max(b.first_offset, self.start_offset), b.last_offset + 1):
                 self.records[offset] = InFlight(b.state, b.delivery_count)
+                if b.not_before > 0 and b.state == AVAILABLE:
+                    self._delay(self.records[offset], offset, b.not_before)
             self.end_offset = max(self.end_offset, b.last_offset + 1)
         for offset in range(self.start_offset, self.end_offset):  # holes: never delivered
             self.records.setdefault(offset, InFlight(AVAILABLE))
         self.recovering = {o for o, r in self.records.items() if r.state in DEAD_LETTER_STATES}
         self._advance_start()
         for record in self.records.values():
-            if record.state == AVAILABLE and record.delivery_count == 0:
+            if record.state == AVAILABLE and record.delivery_count == 0 and record.not_before == 0:
                 record.not_before = UNCHECKED
         self._unchecked_to = self.end_offset
-
-    def delay_redeliveries(self, not_before: int) -> None:
-        """After a restore: every record delivered before and AVAILABLE now waits until
-        `not_before` (a RELEASE's delay is not persisted; restarting it is never early)."""
-        for offset, record in self.records.items():
-            if record.state == AVAILABLE and record.delivery_count > 0:
-                self._delay(record, offset, not_before)
 
     def _delay(self, record: InFlight, offset: int, not_before: int) -> None:
         record.not_before = max(record.not_before, not_before)
@@ -467,18 +462,20 @@ class SharePartition:
         return sum(1 for r in self.records.values() if r.state == ACQUIRED)
 
     def state(self) -> ShareState:
-        """The persisted form: runs of (state, delivery count) over the window, ACQUIRED kept as
-        AVAILABLE (after a crash its lock is gone, its delivery count is not)."""
-        runs: list[list[int]] = []  # [first, last, state, count]
+        """The persisted form: runs of (state, delivery count, not-before) over the window,
+        ACQUIRED kept as AVAILABLE (after a crash its lock is gone, its delivery count is not);
+        a not-before only for a record AVAILABLE now."""
+        runs: list[list[int]] = []  # [first, last, state, count, not-before]
         run: list[int] | None = None
         records = self.records
         for offset in range(self.start_offset, self.end_offset):
             record = records[offset]
             state = AVAILABLE if record.state == ACQUIRED else record.state
-            if run is not None and run[2] == state and run[3] == record.delivery_count:
+            not_before = record.not_before if record.state == AVAILABLE and record.not_before > 0 else 0
+            if run is not None and run[2] == state and run[3] == record.delivery_count and run[4] == not_before:
                 run[1] = offset
             else:
-                run = [offset, offset, state, record.delivery_count]
+                run = [offset, offset, state, record.delivery_count, not_before]
                 runs.append(run)
         return ShareState(self.start_offset, [StateBatch(*r) for r in runs], self.state_epoch)
 

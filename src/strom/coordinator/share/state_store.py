@@ -9,10 +9,11 @@ record per delivered record), a tombstone deletes it, and the partitions this br
 replayed into memory when it is elected their leader.
 
 Record layout (Strom's own, versioned): key = int16 version 0, string group, 16-byte topic
-id, int32 partition; value = int16 version (0, or 1 with the leader epoch), int32 state
-epoch, [v1: int32 leader epoch,] int64 start offset, int32 count, then per batch int64 first,
-int64 last, int8 state, int16 delivery count. States are Kafka's RecordState ids, and Strom's
-own 16 and 17 for dead letters not yet written (share_partition.py).
+id, int32 partition; value = int16 version (0; 1 with the leader epoch; 2 with a not-before
+per batch, written only when a batch has one), int32 state epoch, [v1+: int32 leader epoch,]
+int64 start offset, int32 count, then per batch int64 first, int64 last, int8 state, int16
+delivery count[, v2: int64 not-before (epoch ms, 0: none)]. States are Kafka's RecordState
+ids, and Strom's own 16 and 17 for dead letters not yet written (share_partition.py).
 """
 
 from __future__ import annotations
@@ -81,22 +82,26 @@ def decode_key(data: bytes) -> SharePartitionKey:
 
 
 def encode_value(state: ShareState) -> bytes:
-    w = Writer().int16(1).int32(state.state_epoch).int32(state.leader_epoch)
+    delayed = any(b.not_before for b in state.batches)
+    w = Writer().int16(2 if delayed else 1).int32(state.state_epoch).int32(state.leader_epoch)
     w.int64(state.start_offset).int32(len(state.batches))
     for b in state.batches:
         w.int64(b.first_offset).int64(b.last_offset).int8(b.state).int16(b.delivery_count)
+        if delayed:
+            w.int64(b.not_before)
     return bytes(w.buf)
 
 
 def decode_value(data: bytes) -> ShareState:
     r = Reader(data)
     version = r.int16()
-    if version not in (0, 1):
+    if version not in (0, 1, 2):
         raise RecordFormatError("unknown share state value version")
     epoch = r.int32()
     leader_epoch = r.int32() if version >= 1 else -1
     start, count = r.int64(), r.int32()
-    batches = [StateBatch(r.int64(), r.int64(), r.int8(), r.int16()) for _ in range(count)]
+    batches = [StateBatch(r.int64(), r.int64(), r.int8(), r.int16(), r.int64() if version >= 2 else 0)
+               for _ in range(count)]
     return ShareState(start, batches, epoch, leader_epoch)
 
 
