@@ -246,7 +246,8 @@ class DeadLetterWriter:
 
     def kick(self, key: SharePartitionKey) -> None:
         """The share partition of `key` has dead letters ready or to look for."""
-        if self._closed or key in self._tasks:
+        running = self._tasks.get(key)
+        if self._closed or (running is not None and not running.done()):  # it looks again before it ends
             return
         task = asyncio.get_running_loop().create_task(self._run(key), name=f"dead letters {key.coordinator_key}")
         self._tasks[key] = task
