@@ -99,7 +99,8 @@ def test_a_restored_pending_dead_letter_is_looked_for_before_it_is_written():
 def test_a_restored_record_at_its_limit_becomes_a_dead_letter_when_met():
     sp = with_dead_letters(limit=2, state=ShareState(0, [StateBatch(0, 0, 0, 2)]))
     assert sp.acquire("m", [LogBatch(0, 1)], 10, 0, LOCK)[0].first_offset == 1
-    assert sp.records[0].state == DEAD_LETTER_EXHAUSTED and sp.snapshot_dead_letters() == {0}
+    assert sp.records[0].state == DEAD_LETTER_EXHAUSTED and sp.dead_letters_to_persist
+    assert sp.snapshot_dead_letters() == {0} and not sp.dead_letters_to_persist
 
 
 def test_kafka_checks_of_the_topic_in_their_order():

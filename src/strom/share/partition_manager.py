@@ -357,6 +357,8 @@ class SharePartitionManager:
         acquired = sp.acquire(member_id, batches(), max_records, now,
                               self.lock_duration_ms(key.group_id, configs), record_limit)
         self._schedule_due(key, sp)
+        if sp.dead_letters_to_persist:  # restored records past their limit: not waiting for another change
+            self.persist_soon([key])
         if not acquired:
             return FetchedPartition()
         self._first_configs.pop(key, None)

@@ -387,6 +387,11 @@ class SharePartition:
             record.state = ARCHIVED
 
     # --- dead letters --------------------------------------------------------------------------
+    @property
+    def dead_letters_to_persist(self) -> bool:
+        """Pending dead letters no state write has carried yet (one must, before they go)."""
+        return bool(self._unpersisted)
+
     def snapshot_dead_letters(self) -> frozenset[int]:
         """Taken with a state snapshot about to be written: the pending dead letters it is the
         first to carry."""
