@@ -66,8 +66,13 @@ def _truncated(pos: int) -> MalformedRequest:
 def _read_length(body: memoryview, pos: int, end: int, flexible: bool) -> tuple[int, int]:
     """(length of a string, bytes or array, -1 for null; next position)."""
     if flexible:
-        if pos < end and body[pos] < 0x80:
-            return body[pos] - 1, pos + 1
+        if pos + 1 < end:  # one or two bytes in line: names, counts, a small record set's size
+            b = body[pos]
+            if b < 0x80:
+                return b - 1, pos + 1
+            c = body[pos + 1]
+            if c < 0x80:
+                return (b & 0x7F | c << 7) - 1, pos + 2
         n, pos = read_uvarint(body, pos)
         return n - 1, pos
     if pos + 4 > end:

@@ -227,7 +227,7 @@ class Partition:
         leaves the ISR then lacks is not committed, which is what lets it lead later as an ELR."""
         isr = self.isr
         # under_min_isr, spelled out: asked at every append
-        if (len(isr) < self.log.config.min_insync_replicas and len(isr) < len(self.replicas)
+        if (len(isr) < len(self.replicas) and len(isr) < self.log.config.min_insync_replicas
                 and self.leader_id == self.broker_id):
             return False
         leo = self.log.log_end_offset
@@ -237,8 +237,9 @@ class Partition:
         else:
             ends = [leo if r == self.broker_id else self._follower(r).log_end_offset for r in maximal]
             new_hw = min(ends) if ends else leo
-        if new_hw > self.high_watermark:
-            self.high_watermark = new_hw
+        if new_hw > self._high_watermark:
+            self._high_watermark = new_hw  # the setter's work, without its call
+            self.hw_clock[0] += 1
             return True
         return False
 
@@ -334,7 +335,7 @@ class Partition:
         return ErrorCode.UNKNOWN_LEADER_EPOCH
 
     def _check_leader(self, required_acks: int, min_insync: int) -> None:
-        if not self.is_leader:
+        if self.leader_id != self.broker_id:  # is_leader, without the property's call (every append)
             raise KafkaError("this broker is not the leader", ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if required_acks == -1 and len(self.isr) < min_insync:
             raise KafkaError(

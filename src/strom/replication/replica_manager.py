@@ -392,9 +392,11 @@ class ReplicaManager:
                 continue
             stats = topics[tp[0]]
             stats[PRODUCE_REQUESTS] += 1
+            log_ = partition.log
+            config = log_.config
             try:
-                info = partition.append_records_to_leader(
-                    records, required_acks, partition.log.config.min_insync_replicas, from_client)
+                info = partition.append_records_to_leader(records, required_acks, config.min_insync_replicas,
+                                                          from_client)
             except KafkaError as e:
                 stats[FAILED_PRODUCE_REQUESTS] += 1
                 stats[BYTES_REJECTED] += len(records)
@@ -408,8 +410,8 @@ class ReplicaManager:
                 continue
             stats[BYTES_IN] += len(records)
             stats[MESSAGES_IN] += info.last_offset - info.first_offset + 1
-            log_, end = partition.log, info.last_offset + 1
-            flush_due = log_.flush_hook is not None and end - log_.recovery_point >= log_.config.flush_messages
+            end = info.last_offset + 1
+            flush_due = log_.flush_hook is not None and end - log_.recovery_point >= config.flush_messages
             results[tp] = ProduceResult(
                 ErrorCode.NONE, info.first_offset, info.log_append_time, log_.log_start_offset,
                 end_offset=end, durable_at=end if flush_due else -1,
