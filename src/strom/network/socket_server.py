@@ -200,7 +200,8 @@ class Connection(asyncio.BufferedProtocol):
         # Only a large frame holds a reservation, and it completes before any frame after it.
         reservation, self.reserved = self.reserved, 0
         self.queue.append((frames[0], reservation, now))
-        self.queue.extend((f, 0, now) for f in frames[1:])
+        if len(frames) > 1:
+            self.queue.extend((f, 0, now) for f in frames[1:])
         self._wake()
         if len(self.queue) >= _PAUSE_AT and not self.paused:
             self.paused = True
