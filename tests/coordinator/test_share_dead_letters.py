@@ -120,10 +120,14 @@ def test_kafka_checks_of_the_topic_in_their_order():
 
 def test_dead_letters_carry_kafkas_headers_and_are_found_by_them():
     letters = [(3, 1, DEAD_LETTER_REJECTED), (9, 5, DEAD_LETTER_EXHAUSTED)]
-    batch, included = build_dead_letters(letters, {3: (b"k", b"v")}, "g", "t", 2, 1_000, 1 << 20)
+    # The source's own headers come first, so a header of its that looks like Kafka's (a dead
+    # letter of a dead letter) is overridden by the one the broker adds after it.
+    source = (b"k", b"v", (("h", b"x"), ("__dlq.errors.group", b"forged")))
+    batch, included = build_dead_letters(letters, {3: source}, "g", "t", 2, 1_000, 1 << 20)
     assert included == [3, 9]
     records = list(iter_records(batch))
     assert [(r.key, r.value, r.timestamp) for r in records] == [(b"k", b"v", 1_000), (None, None, 1_000)]
+    assert records[0].headers[:2] == source[2] and len(records[1].headers) == 6
     assert dict(records[1].headers) == {
         "__dlq.errors.topic": b"t", "__dlq.errors.partition": b"2", "__dlq.errors.offset": b"9",
         "__dlq.errors.group": b"g", "__dlq.errors.delivery.count": b"5",
@@ -136,7 +140,7 @@ def test_dead_letters_carry_kafkas_headers_and_are_found_by_them():
     assert own_dead_letters(data, 1, 10, "g", "t", 2) == ([9], 3)
     assert own_dead_letters(data, 0, 10, "g", "t", 1) == ([], 3)
     # A batch holds what fits, at least one.
-    big = {o: (None, b"x" * 600) for o in range(10)}
+    big = {o: (None, b"x" * 600, ()) for o in range(10)}
     _, some = build_dead_letters([(o, 1, DEAD_LETTER_REJECTED) for o in range(10)], big, "g", "t", 0, 0, 2_000)
     assert some == [0, 1]
     _, one = build_dead_letters([(0, 1, DEAD_LETTER_REJECTED)], big, "g", "t", 0, 0, 10)
@@ -144,8 +148,9 @@ def test_dead_letters_carry_kafkas_headers_and_are_found_by_them():
 
 
 def test_source_records_are_read_by_offset():
-    data = build_batch([Record(10, 5, b"a", b"1", ()), Record(11, 5, None, b"2", ())], base_offset=10, timestamp=5)
-    assert source_records(data, {11, 30}) == ({11: (None, b"2")}, 12)
+    data = build_batch([Record(10, 5, b"a", b"1", ()), Record(11, 5, None, b"2", (("h", None),))],
+                       base_offset=10, timestamp=5)
+    assert source_records(data, {11, 30}) == ({11: (None, b"2", (("h", None),))}, 12)
 
 
 def _at(batch: bytes, base_offset: int) -> bytes:

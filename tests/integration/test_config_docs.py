@@ -44,7 +44,8 @@ def test_every_topic_and_broker_config_is_documented_when_asked(broker, topic, v
                   "confluent.value.subject.name.strategy": "TopicNameStrategy",
                   # set, not on: this broker does not translate (iceberg.enabled)
                   "iceberg.mode": "disabled", "iceberg.partition.spec": "(hour(timestamp))",
-                  "iceberg.table.properties": "owner=strom"}
+                  "iceberg.table.properties": "owner=strom",
+                  "errors.deadletterqueue.group.enable": "true"}  # share groups' dead letters
     assert set(extensions) == EXTENSION_TOPIC_CONFIGS
     create_topic(broker.bootstrap, topic, config={"retention.ms": "3600000", "cleanup.policy": "compact",
                                                   **extensions})

@@ -4,8 +4,10 @@ written to the group's dead-letter topic by the leader of the record's partition
 
 Kafka's names and rules:
 - group configs `errors.deadletterqueue.topic.name` (blank, the default: no dead letters) and
-  `errors.deadletterqueue.copy.record.enable` (false: the dead letter carries the headers
-  alone; true: the source record's key and value too);
+  `errors.deadletterqueue.copy.record.enable` (false: the dead letter carries Kafka's headers
+  alone; true: the source record's key, value and headers too: a Strom choice, Kafka copies
+  key and value only; a reader tells the two apart by the `__dlq.errors.` prefix, which
+  follows the source's headers);
 - the topic must opt in with its topic config `errors.deadletterqueue.group.enable=true`, its
   name start with the broker config `errors.deadletterqueue.topic.name.prefix` ("dlq." by
   default; blank: any name) and never with "__"; a topic that does not exist is created
@@ -45,7 +47,7 @@ Not covered: a dead-letter topic renamed or its partitions added while records a
 (the search looks in the new partition; a dead letter may then be written twice); a leader
 that lost leadership and still runs (it checks that it leads before each write, which narrows
 the window but does not close it); source records only in remote storage are written
-without key and value.
+without key, value or headers.
 """
 
 from __future__ import annotations
@@ -83,6 +85,9 @@ log = logging.getLogger(__name__)
 TOPIC_NAME, COPY_RECORD = "errors.deadletterqueue.topic.name", "errors.deadletterqueue.copy.record.enable"
 TOPIC_ENABLE = "errors.deadletterqueue.group.enable"  # the topic's opt-in
 PREFIX, AUTO_CREATE = "errors.deadletterqueue.topic.name.prefix", "errors.deadletterqueue.auto.create.topics.enable"
+# What a dead letter copies of its source record (copy.record.enable): key, value, headers.
+SourceRecord = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+
 HEADER_TOPIC, HEADER_PARTITION, HEADER_OFFSET = "__dlq.errors.topic", "__dlq.errors.partition", "__dlq.errors.offset"
 HEADER_GROUP, HEADER_DELIVERY_COUNT = "__dlq.errors.group", "__dlq.errors.delivery.count"
 HEADER_MESSAGE = "__dlq.errors.message"
@@ -161,15 +166,15 @@ def dead_letter_headers(group: str, topic: str, partition: int, offset: int, del
             (HEADER_MESSAGE, (CLIENT_REJECT if reason == DEAD_LETTER_REJECTED else DELIVERY_COUNT_EXCEEDED).encode()))
 
 
-def build_dead_letters(letters: list[tuple[int, int, int]], sources: Mapping[int, tuple[bytes | None, bytes | None]],
+def build_dead_letters(letters: list[tuple[int, int, int]], sources: Mapping[int, SourceRecord],
                        group: str, topic: str, partition: int, timestamp: int, max_bytes: int) -> tuple[bytes, list[int]]:
     """One batch of dead letters for (offset, delivery count, reason) in order, as many as fit
     in `max_bytes` (at least one): the batch and the source offsets it holds."""
     records, included, size = [], [], 61  # a batch header
     for i, (offset, count, reason) in enumerate(letters):
-        key, value = sources.get(offset, (None, None))
-        headers = dead_letter_headers(group, topic, partition, offset, count, reason)
-        grows = 24 + len(key or b"") + len(value or b"") + sum(len(k) + len(v) + 4 for k, v in headers)
+        key, value, own = sources.get(offset, (None, None, ()))
+        headers = (*own, *dead_letter_headers(group, topic, partition, offset, count, reason))
+        grows = 24 + len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") + 4 for k, v in headers)
         if records and size + grows > max_bytes:
             break
         records.append(Record(i, timestamp, key, value, headers))
@@ -178,11 +183,11 @@ def build_dead_letters(letters: list[tuple[int, int, int]], sources: Mapping[int
     return build_batch(records, timestamp=timestamp), included
 
 
-def source_records(data: bytes, wanted: set[int]) -> tuple[dict[int, tuple[bytes | None, bytes | None]], int]:
-    """Key and value of the `wanted` offsets among the batches of `data`, and the offset after
-    the last whole batch (-1: none)."""
+def source_records(data: bytes, wanted: set[int]) -> tuple[dict[int, SourceRecord], int]:
+    """Key, value and headers of the `wanted` offsets among the batches of `data`, and the
+    offset after the last whole batch (-1: none)."""
     batches, _ = scan_valid_prefix(data)
-    found: dict[int, tuple[bytes | None, bytes | None]] = {}
+    found: dict[int, SourceRecord] = {}
     after = -1
     for pos, header in batches:
         after = header.last_offset + 1
@@ -191,7 +196,7 @@ def source_records(data: bytes, wanted: set[int]) -> tuple[dict[int, tuple[bytes
         try:
             for record in iter_records(data, pos):
                 if record.offset in wanted:
-                    found[record.offset] = (record.key, record.value)
+                    found[record.offset] = (record.key, record.value, tuple(record.headers))
         except CorruptRecordError:
             continue
     return found, after
@@ -420,9 +425,9 @@ class DeadLetterWriter:
         raise Refused(f"{topic}-{partition} at broker {leader} refused them: {error.name}")
 
     # --- reading ------------------------------------------------------------------------------
-    async def _sources(self, topic: str, partition: int, offsets: list[int]) -> dict[int, tuple[bytes | None, bytes | None]]:
-        """Key and value of the source records at `offsets`, from the local log (what it no
-        longer has locally is left out)."""
+    async def _sources(self, topic: str, partition: int, offsets: list[int]) -> dict[int, SourceRecord]:
+        """Key, value and headers of the source records at `offsets`, from the local log (what
+        it no longer has locally is left out)."""
         rm = self.broker.replica_manager
         loop = asyncio.get_running_loop()
         wanted, found = set(offsets), {}
