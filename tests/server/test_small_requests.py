@@ -113,3 +113,44 @@ def test_a_waiting_fetch_is_answered_when_a_record_arrives(broker):
     correlation, fetched = messages.decode_response(FETCH, 12, frame)
     assert correlation == 7
     assert _values(fetched) == [b"hello"]
+
+
+def test_single_partition_answers_agree_with_the_general_ones(broker):
+    """What the one-partition request skips (grouping, ordering, the acks=all wait that one
+    replica needs not) against requests that take the general way, on one connection: acks=all
+    and acks=1, a request naming two partitions (one missing, answered in the order asked),
+    invalid acks, a corrupt batch between good ones, and Produce v13 naming its topic by id."""
+    name = unique_name("small")
+    client = RawClient(broker)
+    created = client.call(CREATE_TOPICS, 7, {"topics": [{"name": name, "num_partitions": 1, "replication_factor": 1,
+                                                         "assignments": [], "configs": []}], "timeout_ms": 10000})
+    client.close()
+    topic_id = created.topics[0].topic_id
+
+    def produce(correlation_id: int, acks: int, partitions: list[tuple[int, bytes]], version: int = 9) -> bytes:
+        topic = {"name": name, "topic_id": topic_id,
+                 "partition_data": [{"index": i, "records": records} for i, records in partitions]}
+        return messages.encode_request(PRODUCE, version, {"transactional_id": None, "acks": acks, "timeout_ms": 10000,
+                                                          "topic_data": [topic]}, correlation_id=correlation_id)
+
+    corrupt = bytearray(build_batch([(None, b"bad")]))
+    corrupt[-1] ^= 0xFF  # the CRC no longer matches
+    burst = [produce(0, -1, [(0, build_batch([(None, b"a")]))]),
+             produce(1, 1, [(0, build_batch([(None, b"b")])), (5, build_batch([(None, b"x")]))]),
+             produce(2, 2, [(0, build_batch([(None, b"x")]))]),
+             produce(3, 1, [(0, bytes(corrupt))]),
+             produce(4, -1, [(0, build_batch([(None, b"c")] * 3))], version=13),
+             produce(5, 1, [(0, build_batch([(None, b"d")]))])]
+    with socket.create_connection(("127.0.0.1", broker.port)) as sock:
+        sock.sendall(b"".join(burst))
+        frames = _read_frames(sock, len(burst))
+    answers = []
+    for i, frame in enumerate(frames):
+        correlation, body = messages.decode_response(PRODUCE, 13 if i == 4 else 9, frame)
+        assert correlation == i
+        (topic,) = body.responses
+        assert (topic.topic_id if i == 4 else topic.name) == (topic_id if i == 4 else name)
+        answers.append([(p.index, p.error_code, p.base_offset) for p in topic.partition_responses])
+    unknown, invalid_acks, corrupt_message = 3, 21, 2
+    assert answers == [[(0, 0, 0)], [(0, 0, 1), (5, unknown, -1)], [(0, invalid_acks, -1)],
+                       [(0, corrupt_message, -1)], [(0, 0, 2)], [(0, 0, 5)]]
