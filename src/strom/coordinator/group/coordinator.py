@@ -169,6 +169,13 @@ class GroupCoordinator:
             elif self.consumer_groups is not None:
                 self.consumer_groups.unload(group)
             del self.groups[group_id]
+        for producer_id, pending in list(self.pending_txn_offsets.items()):
+            for group_id in [g for g in pending if partition is None or self.store.partition_for(g) == partition]:
+                del pending[group_id]  # replayed again if this broker leads the partition again
+            if not pending:
+                del self.pending_txn_offsets[producer_id]
+        if self.share_groups is not None:
+            self.share_groups.unload_partition(partition)
 
     def cancel_classic_timers(self, group: GroupMetadata) -> None:
         """Stop every timer of a classic group that is being replaced or unloaded."""
@@ -213,7 +220,11 @@ class GroupCoordinator:
             self.groups[group_id] = group
             for member in group.members.values():
                 self._schedule_heartbeat(group, member)
-        self.pending_txn_offsets = loaded.pending_txn_offsets
+        # Merged: the open transactions of the partitions already led here stay.
+        for producer_id, pending in loaded.pending_txn_offsets.items():
+            self.pending_txn_offsets.setdefault(producer_id, {}).update(pending)
+        if self.share_groups is not None:
+            self.share_groups.load(loaded.share_groups)
         if self.groups:
             log.info("loaded %d groups (%d records) from the group metadata topic",
                      len(self.groups), loaded.records)

@@ -2,10 +2,11 @@
 
 Writes go through the partition leader's log with acks=-1, exactly as a producer's would, so
 a committed offset or a stored assignment is as durable as produced data (in the page cache
-before the response; it survives `kill -9`). Reads happen once, at start-up: the whole log of
-each partition is replayed, the latest record per key wins and a tombstone deletes; offsets
-committed inside a transaction count once its commit marker follows. The log is compacted by
-the log cleaner, not here.
+before the response; it survives `kill -9`). Reads happen once per partition, when this broker
+starts leading it (at start-up, or on election): its whole log is replayed in one pass, the
+latest record per key wins and a tombstone deletes; offsets committed inside a transaction count
+once its commit marker follows. The same pass collects the share groups' records (KIP-932) for
+the share group coordinator to restore. The log is compacted by the log cleaner, not here.
 """
 
 from __future__ import annotations
@@ -26,16 +27,19 @@ TopicPartition = tuple[str, int]
 _TOO_LARGE = {ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE}
 # Offsets committed inside transactions, not yet decided: producer id -> group -> offsets.
 PendingTxnOffsets = dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]]
+# A share group's live records as replayed: raw key -> (parsed key, value).
+ShareGroupRecords = dict[bytes, tuple[schema.ShareGroupKey, bytes]]
 
 
 @dataclass(slots=True)
 class LoadedState:
     """What replaying `__consumer_offsets` found: the last group record and the live offsets
-    of every group."""
+    of every group, and the live records of every share group."""
 
     groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
     pending_txn_offsets: PendingTxnOffsets = field(default_factory=dict)
+    share_groups: dict[str, ShareGroupRecords] = field(default_factory=dict)
     records: int = 0
 
 
@@ -109,12 +113,12 @@ class GroupMetadataManager(log_store.InternalTopic):
                         state.pending_txn_offsets.setdefault(pid, {}).setdefault(key.group, {})[
                             (key.topic, key.partition)] = schema.read_offset_commit_value(item.value)
                 else:
-                    self._apply(key, item.value, state)
+                    self._apply(key, item.key, item.value, state)
             except (RecordFormatError, ValueError) as e:
                 log.warning("skipping an unreadable record in %s: %s", log_.name, e)
 
     @staticmethod
-    def _apply(key, value: bytes | None, state: LoadedState) -> None:
+    def _apply(key, raw_key: bytes, value: bytes | None, state: LoadedState) -> None:
         if isinstance(key, schema.OffsetCommitKey):
             offsets = state.offsets.setdefault(key.group, {})
             tp = (key.topic, key.partition)
@@ -127,3 +131,12 @@ class GroupMetadataManager(log_store.InternalTopic):
                 state.groups.pop(key.group, None)
             else:
                 state.groups[key.group] = schema.read_group_metadata_value(value)
+        elif isinstance(key, schema.OtherKey) and key.version in schema.SHARE_GROUP_RECORD_TYPES:
+            # Parsed when the group is restored; here only the latest value per key is kept.
+            share_key = schema.read_share_group_key(raw_key)
+            if share_key is None:
+                return
+            if value is None:
+                state.share_groups.get(share_key.group, {}).pop(bytes(raw_key), None)
+            else:
+                state.share_groups.setdefault(share_key.group, {})[bytes(raw_key)] = (share_key, bytes(value))

@@ -22,11 +22,12 @@ failover of the coordinator: as in Kafka, a group is kept in `__consumer_offsets
 ShareGroupMetadata (group epoch), ShareGroupMemberMetadata, ShareGroupTargetAssignmentMetadata
 and -Member, and ShareGroupCurrentMemberAssignment records (Kafka's key and value schemas). A
 heartbeat that changes any of them appends what changed (tombstones for a member that went) and
-is answered once that is replicated (acks=all, awaited by the request handler). A coordinator
-replays the share group records of a `__consumer_offsets` partition when it is first asked
-about a group after it became that partition's leader (the partition's leader epoch says when
-that happened), and a member comes back with its member id and epoch, its session timer
-started again. The share-partition state lives in `__share_group_state`.
+is answered once that is replicated (acks=all, awaited by the request handler). The group
+coordinator's replay of a `__consumer_offsets` partition, when this broker starts leading it,
+collects the share group records too (`manager.py`), and `load` restores those groups: a member
+comes back with its member id and epoch, its session timer started again. When leadership
+leaves, `unload_partition` drops the partition's groups. The share-partition state lives in
+`__share_group_state`.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from strom.coordinator.group.epoch_group import (
 )
 from strom.coordinator.group.epoch_group import Heartbeat as ShareHeartbeat
 from strom.coordinator.group.epoch_group import HeartbeatResponse as ShareHeartbeatResult
+from strom.coordinator.group.manager import ShareGroupRecords
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.record_schema import RecordFormatError
 
@@ -150,72 +152,46 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
         self.coordinator = coordinator
         self.topics = topics
         self.settings = settings
-        self._groups: dict[str, ShareGroup] = {}
-        # The leader epoch of each `__consumer_offsets` partition whose share groups are loaded.
-        self._loaded: dict[int, int] = {}
+        # The share groups of the `__consumer_offsets` partitions led here.
+        self.groups: dict[str, ShareGroup] = {}
         # Called with (group id, member id) when a member is fenced (its session timed out).
         self.member_listeners: list[Callable[[str, str], None]] = []
         # The stored records of groups deleted whose tombstones could not be written yet.
         self._deleted: dict[str, dict[bytes, bytes]] = {}
 
     # --- loading and storing ---------------------------------------------------------------------
-    @property
-    def groups(self) -> dict[str, ShareGroup]:
-        """The share groups of the `__consumer_offsets` partitions led here, loaded first from
-        any partition whose leadership this broker took since it last looked."""
-        self._sync()
-        return self._groups
-
-    def _sync(self) -> None:
-        store = self.coordinator.store
-        replica_manager = getattr(store, "replica_manager", None)
-        if replica_manager is None:  # a store without a log (unit tests)
-            return
-        for index in range(store.num_partitions()):
-            partition = replica_manager.get_partition(GROUP_METADATA_TOPIC, index)
-            epoch = partition.leader_epoch if partition is not None and partition.is_leader else None
-            if self._loaded.get(index) == epoch:
-                continue
-            self._unload(index, store.num_partitions())
-            if epoch is None:
-                self._loaded.pop(index, None)
-                continue
-            self._loaded[index] = epoch
-            self._replay(partition.log)
-
-    def _unload(self, index: int, partitions: int) -> None:
-        for group_id in [g for g in self._groups if log_store.partition_for(g, partitions) == index]:
-            for member in self._groups.pop(group_id).members.values():
-                if member.session_timer is not None:
-                    member.session_timer.cancel()
-
-    def _replay(self, log_: Any) -> None:
-        found: dict[str, dict[bytes, tuple[records.ShareGroupKey, bytes]]] = {}
-        for item in log_store.replay(log_):
-            if item.key is None:  # not a group record (the offsets loader skips these too)
-                continue
-            try:
-                key = records.read_share_group_key(item.key)
-            except (RecordFormatError, ValueError):  # a damaged key: skipped, as the offsets loader does
-                continue
-            if key is None:
-                continue
-            if item.value is None:
-                found.get(key.group, {}).pop(bytes(item.key), None)
-            else:
-                found.setdefault(key.group, {})[bytes(item.key)] = (key, bytes(item.value))
+    def load(self, found: Mapping[str, ShareGroupRecords]) -> None:
+        """Restore the share groups whose records the replay of a `__consumer_offsets`
+        partition found (a group already here is replaced, its timers stopped)."""
         for group_id, stored in found.items():
+            self._drop(group_id)
             try:
                 group = self._restore(group_id, stored)
             except (RecordFormatError, ValueError) as e:
                 log.warning("share group %s: its records do not parse, not loaded: %s", group_id, e)
                 continue
             if group is not None:
-                self._groups[group_id] = group
+                self.groups[group_id] = group
                 log.info("share group %s: loaded at group epoch %d with %d members", group_id,
                          group.group_epoch, len(group.members))
 
-    def _restore(self, group_id: str, stored: dict[bytes, tuple[records.ShareGroupKey, bytes]]) -> ShareGroup | None:
+    def unload_partition(self, partition: int | None) -> None:
+        """Leadership of `__consumer_offsets` partition `partition` (None: all) left this
+        broker: its share groups are dropped here, their session timers stopped."""
+        partition_for = self.coordinator.store.partition_for
+        for group_id in [g for g in self.groups if partition is None or partition_for(g) == partition]:
+            self._drop(group_id)
+
+    def _drop(self, group_id: str) -> None:
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return
+        for member in group.members.values():
+            if member.session_timer is not None:
+                member.session_timer.cancel()
+                member.session_timer = None
+
+    def _restore(self, group_id: str, stored: ShareGroupRecords) -> ShareGroup | None:
         group = ShareGroup(group_id)
         has_metadata = False
         for key, data in stored.values():
@@ -245,7 +221,7 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
     def store(self, group_id: str) -> bool:
         """Append what changed in the group since it was last stored (all of it once deleted:
         tombstones); True if anything was. Raises KafkaError when the append fails."""
-        group = self._groups.get(group_id)
+        group = self.groups.get(group_id)
         wanted = group.records() if group is not None else {}
         stored = group.stored if group is not None else self._deleted.pop(group_id, {})
         entries: list[tuple[bytes, bytes | None]] = [(k, v) for k, v in wanted.items() if stored.get(k) != v]
@@ -380,7 +356,7 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
 
     def _session_expired(self, group: ShareGroup, member: ShareGroupMember) -> None:
         if self.coordinator.validate_group_status(group.group_id, SHARE_GROUP_HEARTBEAT) is not None:
-            return  # no longer the coordinator: the group is unloaded at the next look
+            return  # no longer the coordinator (its partition is being unloaded)
         self._remove(group, member, "fenced: its session expired")
         self._store_quietly(group.group_id)
 
@@ -417,15 +393,10 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group.members:
             return ErrorCode.NON_EMPTY_GROUP
-        del self._groups[group_id]
+        del self.groups[group_id]
         self._deleted[group_id] = group.stored
         self._store_quietly(group_id)
         return ErrorCode.NONE
 
     def shutdown(self) -> None:
-        for group in self._groups.values():
-            for member in group.members.values():
-                if member.session_timer is not None:
-                    member.session_timer.cancel()
-        self._groups.clear()
-        self._loaded.clear()
+        self.unload_partition(None)

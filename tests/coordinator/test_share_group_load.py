@@ -1,0 +1,140 @@
+"""Share groups come and go with the group coordinator's own load of a `__consumer_offsets`
+partition: one replay (GroupMetadataManager's) restores them, an unload drops them, and looking
+at the groups reads no log."""
+
+from __future__ import annotations
+
+import uuid
+from types import SimpleNamespace
+
+import pytest
+from tests.coordinator.coordinator_support import FakeScheduler
+
+from strom.coordinator import partition_for
+from strom.coordinator.group.config import GroupConfig
+from strom.coordinator.group.coordinator import GroupCoordinator
+from strom.coordinator.group.manager import GroupMetadataManager
+from strom.coordinator.group.records import OffsetAndMetadata
+from strom.coordinator.group.share_group import (
+    ShareGroupCoordinator,
+    ShareGroupSettings,
+    ShareHeartbeat,
+)
+from strom.log import Log
+from strom.log.config import LogConfig
+from strom.protocol.errors import ErrorCode
+
+pytestmark = pytest.mark.timeout(10)
+
+TOPIC_ID = uuid.UUID(int=7)
+TOPICS = {"orders": SimpleNamespace(topic_id=TOPIC_ID, partitions=[0, 1, 2, 3])}
+
+
+class _Partition:
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.is_leader = True
+
+
+class _ReplicaManager:
+    """The calls the group coordinator's store makes, over real logs."""
+
+    def __init__(self, logs: dict[int, Log]) -> None:
+        self.partitions = {("__consumer_offsets", p): _Partition(log) for p, log in logs.items()}
+
+    def get_partition(self, topic: str, index: int):
+        return self.partitions.get((topic, index))
+
+    def append_records(self, acks, entries, from_client=True):
+        out = {}
+        for tp, batch in entries:
+            self.partitions[tp].log.append(batch)
+            out[tp] = SimpleNamespace(error=ErrorCode.NONE)
+        return out
+
+
+class _NoLog:
+    """A replica manager that fails if anyone asks it anything."""
+
+    def __getattr__(self, name: str):
+        raise AssertionError(f"the replica manager was asked for {name}")
+
+
+def _coordinator(replica_manager, partitions: int, scheduler: FakeScheduler) -> GroupCoordinator:
+    coordinator = GroupCoordinator(GroupConfig(), GroupMetadataManager(replica_manager, lambda: partitions),
+                                   scheduler)
+    coordinator.share_groups = ShareGroupCoordinator(coordinator, lambda: TOPICS, ShareGroupSettings())
+    return coordinator
+
+
+def _ids(partitions: int, count: int = 2) -> list[str]:
+    """`count` group ids on distinct partitions."""
+    seen: dict[int, str] = {}
+    for i in range(100):
+        seen.setdefault(partition_for(f"sg-{i}", partitions), f"sg-{i}")
+    return list(seen.values())[:count]
+
+
+def test_looking_at_share_groups_reads_no_log():
+    coordinator = _coordinator(_NoLog(), 50, FakeScheduler())
+    coordinator.startup()
+    share = coordinator.share_groups
+    assert share.groups == {}
+    assert not share.is_member("sg", "m")
+    assert share.describe("sg")["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_share_groups_are_restored_by_the_partitions_load_and_dropped_by_its_unload(tmp_path):
+    logs = {p: Log.open(tmp_path / f"__consumer_offsets-{p}", LogConfig()) for p in range(2)}
+    try:
+        rm = _ReplicaManager(logs)
+        first = _coordinator(rm, 2, FakeScheduler())
+        first.startup()
+        kept, other = _ids(2)
+        share = first.share_groups
+        for group_id in (kept, other):
+            for member_id in ("m1", "m2"):
+                share.heartbeat(ShareHeartbeat(group_id, member_id, 0, None, ["orders"], "c", "/h"))
+            assert share.store(group_id)
+        answer = share.heartbeat(ShareHeartbeat(kept, "m1", 1))  # m1 catches up with m2's join
+        assert answer.member_epoch == 2
+        share.store(kept)
+        # A classic group's offsets in the same partition, and an open transaction's.
+        first.store.store_offsets(kept, {("orders", 0): OffsetAndMetadata(5, -1, "", 1)})
+        first.store.store_txn_offsets(other, 11, 0, {("orders", 1): OffsetAndMetadata(9, -1, "", 1)})
+        before = {m.member_id: (m.member_epoch, m.assigned) for m in share.groups[kept].members.values()}
+
+        scheduler = FakeScheduler()
+        successor = _coordinator(rm, 2, scheduler)
+        successor.startup()
+        assert successor.share_groups.groups == {}
+        index = successor.store.partition_for(kept)
+        successor.startup(successor.store.load(only=index))
+        restored = successor.share_groups.groups
+        assert set(restored) == {kept}  # the other partition's group is not led here yet
+        group = restored[kept]
+        assert {m.member_id: (m.member_epoch, m.assigned) for m in group.members.values()} == before
+        assert {m.member_id: m.member_epoch for m in group.members.values()} == {"m1": 2, "m2": 2}
+        assert sorted(p for m in group.members.values() for ps in m.assigned.values() for p in ps) == [0, 1, 2, 3]
+        assert group.group_epoch == 2 and group.assignment_epoch == 2
+        assert successor.groups[kept].offsets == {("orders", 0): OffsetAndMetadata(5, -1, "", 1)}
+        assert scheduler.pending() == 2  # both members' sessions run again
+
+        # The other partition arrives: its group and its open transaction join, the first stays.
+        successor.startup(successor.store.load(only=1 - index))
+        assert set(successor.share_groups.groups) == {kept, other}
+        assert 11 in successor.pending_txn_offsets
+        assert successor.share_groups.is_member(kept, "m1")
+
+        # Leadership of the first partition leaves: its groups go, their session timers stop.
+        successor.unload_partition(index)
+        assert set(successor.share_groups.groups) == {other}
+        assert kept not in successor.groups
+        assert 11 in successor.pending_txn_offsets  # the other partition's transaction stays
+        assert scheduler.pending() == 2  # only the other group's members
+        successor.unload_partition(1 - index)
+        assert successor.share_groups.groups == {} and successor.pending_txn_offsets == {}
+        assert scheduler.pending() == 0
+    finally:
+        for log in logs.values():
+            log.close()
