@@ -4,6 +4,8 @@ at the groups reads no log."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import uuid
 from types import SimpleNamespace
 
@@ -22,7 +24,9 @@ from strom.coordinator.group.share_group import (
 )
 from strom.log import Log
 from strom.log.config import LogConfig
-from strom.protocol.errors import ErrorCode
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.records import build_marker_batch
+from strom.server.coordinators import Coordinators
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -138,3 +142,73 @@ def test_share_groups_are_restored_by_the_partitions_load_and_dropped_by_its_unl
     finally:
         for log in logs.values():
             log.close()
+
+
+class _SlowManager(GroupMetadataManager):
+    """Holds the executor's replay until the test has appended `tail` on the event loop, so
+    that the log grows while the partition is read."""
+
+    def __init__(self, *args, tail: bytes, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(*args)
+        self.tail, self.loop, self.appended = tail, loop, threading.Event()
+
+    def replay_into(self, log_, state, start=None, end=None) -> None:
+        if threading.current_thread() is not threading.main_thread() and not self.appended.is_set():
+            self.loop.call_soon_threadsafe(self._append, log_)
+            assert self.appended.wait(5)
+        super().replay_into(log_, state, start, end)
+
+    def _append(self, log_) -> None:
+        log_.append(bytearray(self.tail))
+        self.appended.set()
+
+
+def test_a_partition_loads_off_the_loop_answering_load_in_progress_meanwhile(tmp_path):
+    """On election the partition is replayed in the executor: its groups are answered
+    COORDINATOR_LOAD_IN_PROGRESS until the result is applied, and a transaction marker that
+    reaches the log during the replay counts."""
+    log_ = Log.open(tmp_path / "__consumer_offsets-0", LogConfig())
+
+    async def main() -> None:
+        rm = _ReplicaManager({0: log_})
+        writer = _coordinator(rm, 1, FakeScheduler())
+        writer.startup()
+        writer.share_groups.heartbeat(ShareHeartbeat("sg", "m1", 0, None, ["orders"], "c", "/h"))
+        writer.share_groups.store("sg")
+        writer.store.store_offsets("g", {("orders", 0): OffsetAndMetadata(5, -1, "", 1)})
+        writer.store.store_txn_offsets("g", 11, 0, {("orders", 1): OffsetAndMetadata(9, -1, "", 1)})
+
+        scheduler = FakeScheduler()
+        manager = _SlowManager(rm, lambda: 1, tail=build_marker_batch(11, 0, True, 0, 2),
+                               loop=asyncio.get_running_loop())
+        successor = GroupCoordinator(GroupConfig(), manager, scheduler)
+        successor.share_groups = ShareGroupCoordinator(successor, lambda: TOPICS, ShareGroupSettings())
+        successor.startup()
+        coordinators = Coordinators(SimpleNamespace(group_coordinator=successor, txn_coordinator=None))
+        coordinators.load("__consumer_offsets", 0)
+        assert successor.fetch_offsets("g", None) == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, {})
+        with pytest.raises(KafkaError) as e:
+            successor.share_groups.heartbeat(ShareHeartbeat("sg", "m1", 1))
+        assert e.value.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        assert successor.share_groups.describe("sg")["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        for _ in range(500):
+            if not successor.loading:
+                break
+            await asyncio.sleep(0.01)
+        assert manager.appended.is_set()
+        assert successor.fetch_offsets("g", None) == (ErrorCode.NONE, {
+            ("orders", 0): OffsetAndMetadata(5, -1, "", 1), ("orders", 1): OffsetAndMetadata(9, -1, "", 1)})
+        assert successor.pending_txn_offsets == {}
+        assert successor.share_groups.heartbeat(ShareHeartbeat("sg", "m1", 1)).member_epoch == 1
+
+        # Leadership leaves while a load runs: its result is dropped.
+        successor.unload_partition(0)
+        coordinators.load("__consumer_offsets", 0)
+        successor.unload_partition(0)
+        await asyncio.gather(*coordinators._loads)
+        assert successor.groups == {} and successor.share_groups.groups == {} and not successor.loading
+
+    try:
+        asyncio.run(main())
+    finally:
+        log_.close()

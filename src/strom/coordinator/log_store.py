@@ -1,13 +1,16 @@
 """What both coordinators do with their internal topic: map a key to the partition that owns
 it, append key/value records through the partition leader with acks=-1 (as durable as
-produced data), and replay the partitions this broker leads at start-up, batch by batch.
+produced data), and replay the partitions this broker leads, batch by batch: all of them at
+start-up (before the broker serves), one on election off the event loop (`load_off_loop`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from strom.coordinator import partition_for
 from strom.protocol.errors import ErrorCode
@@ -57,6 +60,29 @@ class InternalTopic:
         partition = self.partition_of(key)
         return partition is not None and partition.is_leader
 
+    def new_state(self) -> Any:
+        """An empty result of a replay (subclasses)."""
+        raise NotImplementedError
+
+    def replay_into(self, log_, state: Any, start: int | None = None, end: int | None = None) -> None:
+        """Apply the records of `log_` in [start, end) to `state` (subclasses)."""
+        raise NotImplementedError
+
+    async def load_off_loop(self, index: int) -> Any | None:
+        """Partition `index` replayed without holding up the event loop: read and parsed in the
+        executor (nothing there touches a coordinator), then what was appended meanwhile (a
+        transaction marker) replayed on the loop, so that the caller, applying the result before
+        it awaits anything else, has the whole log. None if this broker does not lead it."""
+        partition = self.replica_manager.get_partition(self.topic, index)
+        if partition is None or not partition.is_leader:
+            return None
+        log_, state = partition.log, self.new_state()
+        end = log_.log_end_offset
+        await asyncio.get_running_loop().run_in_executor(None, self.replay_into, log_, state, None, end)
+        if log_.log_end_offset > end:
+            self.replay_into(log_, state, end)
+        return state
+
     def local_logs(self, only: int | None = None) -> Iterator:
         """The logs of the topic's partitions this broker leads (what start-up replays), or
         just partition `only` when leadership of it arrives later."""
@@ -85,10 +111,11 @@ class Replayed:
     committed: bool = False  # for markers
 
 
-def replay(log_) -> Iterator[Replayed]:
-    """Every data record (with its batch header) and every transaction marker of `log_`, in
-    offset order."""
-    offset, end = log_.log_start_offset, log_.log_end_offset
+def replay(log_, start: int | None = None, end: int | None = None) -> Iterator[Replayed]:
+    """Every data record (with its batch header) and every transaction marker of `log_` from
+    `start` (its start) up to `end` (its end), in offset order."""
+    offset = log_.log_start_offset if start is None else max(start, log_.log_start_offset)
+    end = log_.log_end_offset if end is None else end
     while offset < end:
         data = log_.read(offset, _READ_CHUNK, min_one_message=True).read_bytes()
         if not data:

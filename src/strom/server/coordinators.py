@@ -1,12 +1,14 @@
 """The broker's group and transaction coordinators and the partitions of their internal topics:
 made and started once the broker knows the cluster (each loads every partition of its topic
 this broker leads), handed a partition of `__consumer_offsets` or `__transaction_state` when
-this broker becomes its leader and relieved of it when leadership leaves (Kafka's
+this broker becomes its leader (replayed off the event loop) and relieved of it when leadership
+leaves (Kafka's
 onLeadershipChange: onElection / onResignation), and the wait every coordinator write ends
 with: acks=all on its internal topic."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -27,6 +29,7 @@ log = logging.getLogger(__name__)
 class Coordinators:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
+        self._loads: set[asyncio.Task] = set()  # partitions being loaded off the event loop
 
     def start(self) -> tuple[GroupCoordinator, TransactionCoordinator]:
         """Make both coordinators and load what this broker leads (before it serves); the
@@ -52,6 +55,8 @@ class Coordinators:
 
     def shutdown(self) -> None:
         """Held-back JoinGroup/SyncGroup and transaction waits are answered NOT_COORDINATOR."""
+        for task in self._loads:
+            task.cancel()
         if self.broker.group_coordinator is not None:
             self.broker.group_coordinator.shutdown()
             self.broker.group_coordinator.share_groups.shutdown()
@@ -62,14 +67,47 @@ class Coordinators:
     def load(self, topic: str, index: int) -> None:
         """This broker now leads a partition of an internal topic: its coordinator takes over
         the groups or transactional ids stored there. (At start-up the coordinators are not
-        running yet and load every led partition themselves.)"""
+        running yet and load every led partition themselves.) A coordinator's partition is
+        replayed off the event loop, as Kafka loads on a scheduler thread: its keys are
+        answered COORDINATOR_LOAD_IN_PROGRESS until the replay is applied."""
         broker = self.broker
         if topic == GROUP_METADATA_TOPIC and broker.group_coordinator is not None:
-            broker.group_coordinator.startup(broker.group_coordinator.store.load(only=index))
+            self._load_later(broker.group_coordinator, topic, index)
         elif topic == TRANSACTION_STATE_TOPIC and broker.txn_coordinator is not None:
-            broker.txn_coordinator.startup(broker.txn_coordinator.store.load(only=index))
+            self._load_later(broker.txn_coordinator, topic, index)
         elif topic == SHARE_GROUP_STATE_TOPIC:
             broker.share_partitions.load(index)
+
+    def _load_later(self, coordinator: Any, topic: str, index: int) -> None:
+        token = coordinator.loading[index] = object()
+        task = asyncio.get_running_loop().create_task(self._load(coordinator, topic, index, token))
+        self._loads.add(task)
+        task.add_done_callback(self._loads.discard)
+
+    async def _load(self, coordinator: Any, topic: str, index: int, token: object) -> None:
+        """Replay the partition in the executor and hand the result to its coordinator, unless
+        leadership left (or came back, with a newer load) meanwhile."""
+        store = coordinator.store
+        try:
+            try:
+                state = await store.load_off_loop(index)
+            except Exception as e:  # e.g. a segment deleted under the read
+                if coordinator.loading.get(index) is not token:
+                    return
+                log.warning("%s-%d: replaying it off the event loop failed (%s); replaying it here",
+                            topic, index, e)
+                state = store.load(only=index)
+            if coordinator.loading.get(index) is not token:
+                log.info("%s-%d: leadership moved while it was loading; its load is dropped", topic, index)
+                return
+            del coordinator.loading[index]
+            if state is not None:
+                coordinator.startup(state)
+        except Exception:
+            log.exception("%s-%d: loading the coordinator's state failed", topic, index)
+        finally:
+            if coordinator.loading.get(index) is token:  # never answered LOAD_IN_PROGRESS for ever
+                del coordinator.loading[index]
 
     def unload(self, topic: str, index: int) -> None:
         broker = self.broker

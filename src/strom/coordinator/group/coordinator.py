@@ -140,6 +140,10 @@ class GroupCoordinator:
         # Offsets committed inside open transactions: producer id -> group -> offsets.
         self.pending_txn_offsets: PendingTxnOffsets = {}
         self.active = False
+        # `__consumer_offsets` partitions this broker leads whose replay is still running (off
+        # the event loop), each with the token of its load: their groups are answered
+        # COORDINATOR_LOAD_IN_PROGRESS until it is applied.
+        self.loading: dict[int, object] = {}
         # A group's GROUP config overrides (IncrementalAlterConfigs on the group resource):
         # consumer.* and share.* timeouts there replace the broker's group.* defaults.
         self.group_overrides: Callable[[str], Mapping[str, str]] = lambda _group_id: {}
@@ -161,6 +165,10 @@ class GroupCoordinator:
     def unload_partition(self, partition: int | None) -> None:
         """Leadership of `__consumer_offsets` partition `partition` (None: all) left this
         broker: its groups are dropped here, held-back requests answered NOT_COORDINATOR."""
+        if partition is None:
+            self.loading.clear()
+        else:
+            self.loading.pop(partition, None)  # a load still running is not applied
         for group_id, group in list(self.groups.items()):
             if partition is not None and self.store.partition_for(group_id) != partition:
                 continue
@@ -233,11 +241,17 @@ class GroupCoordinator:
     def _now(self) -> int:
         return self.scheduler.now_ms()
 
+    def is_loading(self, group_id: str) -> bool:
+        """True while the group's partition of `__consumer_offsets` is being loaded here."""
+        return bool(self.loading) and self.store.partition_for(group_id) in self.loading
+
     def validate_group_status(self, group_id: str | None, api_key: int) -> ErrorCode | None:
         if group_id is None or (group_id == "" and api_key not in _EMPTY_GROUP_ID_OK):
             return ErrorCode.INVALID_GROUP_ID
         if not self.active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if self.is_loading(group_id):
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         if not self.store.is_local(group_id):
             return ErrorCode.NOT_COORDINATOR
         return None

@@ -91,14 +91,18 @@ class GroupMetadataManager(log_store.InternalTopic):
 
     # --- loading ------------------------------------------------------------------------------
     def load(self, only: int | None = None) -> LoadedState:
-        """Replay every local `__consumer_offsets` partition (or partition `only`)."""
+        """Replay every local `__consumer_offsets` partition (or partition `only`) here, on the
+        calling thread (start-up, before the broker serves)."""
         state = LoadedState()
         for log_ in self.local_logs(only):
-            self._replay(log_, state)
+            self.replay_into(log_, state)
         return state
 
-    def _replay(self, log_, state: LoadedState) -> None:
-        for item in log_store.replay(log_):
+    def new_state(self) -> LoadedState:
+        return LoadedState()
+
+    def replay_into(self, log_, state: LoadedState, start: int | None = None, end: int | None = None) -> None:
+        for item in log_store.replay(log_, start, end):
             pid = item.header.producer_id
             if item.key is None:  # a transaction marker: its offsets become real, or vanish
                 for group, offsets in state.pending_txn_offsets.pop(pid, {}).items():

@@ -369,9 +369,12 @@ class ShareGroupCoordinator(EpochGroupCoordinator):
         group = self.groups.get(group_id)
         if group is None:
             other = self.coordinator.groups.get(group_id)
-            message = f"Group {group_id} is not a share group." if other is not None and not other.is_dead \
-                else f"Group {group_id} not found."
-            return {"group_id": group_id, "error_code": ErrorCode.GROUP_ID_NOT_FOUND, "error_message": message,
+            error, message = ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found."
+            if self.coordinator.is_loading(group_id):
+                error, message = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "The group is being loaded."
+            elif other is not None and not other.is_dead:
+                message = f"Group {group_id} is not a share group."
+            return {"group_id": group_id, "error_code": error, "error_message": message,
                     "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
                     "members": []}
         names = {meta.topic_id: name for name, meta in self.topics().items()}

@@ -38,6 +38,7 @@ _COMPLETE = {True: TxnState.COMPLETE_COMMIT, False: TxnState.COMPLETE_ABORT}
 
 class TransactionStore(Protocol):
     def is_local(self, transactional_id: str) -> bool: ...
+    def partition_for(self, transactional_id: str) -> int: ...
     def coordinator_epoch(self, transactional_id: str) -> int: ...
     def store(self, transactional_id: str, value: TransactionLogValue | None) -> ErrorCode: ...
 
@@ -101,6 +102,9 @@ class TransactionCoordinator:
         self.now_ms = now_ms
         self.txns: dict[str, TransactionMetadata] = {}
         self.active = False
+        # `__transaction_state` partitions being loaded (off the event loop), each with the token
+        # of its load: their ids are answered COORDINATOR_LOAD_IN_PROGRESS meanwhile.
+        self.loading: dict[int, object] = {}
 
     # --- lifecycle ------------------------------------------------------------------------------
     def startup(self, loaded: dict[str, TransactionLogValue]) -> None:
@@ -112,7 +116,7 @@ class TransactionCoordinator:
                 start_ms=v.start_ms, last_update_ms=v.last_update_ms, next_producer_id=v.next_producer_id,
                 client_transaction_version=v.client_transaction_version)
         self.active = True
-        pending = [m for m in self.txns.values() if m.state in _PREPARED]
+        pending = [m for m in map(self.txns.get, loaded) if m is not None and m.state in _PREPARED]
         for meta in pending:
             log.info("completing transaction %s (%s) found at start-up", meta.transactional_id,
                      meta.state.display)
@@ -122,9 +126,11 @@ class TransactionCoordinator:
 
     def shutdown(self) -> None:
         self.active = False
+        self.loading.clear()
 
     def unload_partition(self, partition: int) -> None:
         """Leadership of `__transaction_state` partition `partition` left this broker."""
+        self.loading.pop(partition, None)  # a load still running is not applied
         for txn_id in [t for t in self.txns if self.store.partition_for(t) == partition]:
             del self.txns[txn_id]
 
@@ -147,6 +153,8 @@ class TransactionCoordinator:
             return ErrorCode.INVALID_REQUEST
         if not self.active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if self.loading and self.store.partition_for(transactional_id) in self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         if not self.store.is_local(transactional_id):
             return ErrorCode.NOT_COORDINATOR
         return None

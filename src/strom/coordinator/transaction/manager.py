@@ -2,7 +2,8 @@
 
 Every state change is one record (key: transactional id, value: the whole transaction) written
 with acks=-1 through the partition leader before the coordinator acts on it; start-up replays
-the partitions this broker leads, the latest record per id winning.
+the partitions this broker leads, and an election the partition it brings (`log_store`), the
+latest record per id winning.
 """
 
 from __future__ import annotations
@@ -37,18 +38,26 @@ class TransactionStateManager(log_store.InternalTopic):
 
     def load(self, only: int | None = None) -> dict[str, TransactionLogValue]:
         """The last state of every transactional id in the partitions this broker leads (or in
-        partition `only`)."""
-        loaded: dict[str, TransactionLogValue] = {}
+        partition `only`), replayed on the calling thread (start-up, before the broker serves)."""
+        state = self.new_state()
         for log_ in self.local_logs(only):
-            for item in log_store.replay(log_):
-                if item.key is None:
-                    continue
-                try:
-                    transactional_id = records.read_key(item.key)
-                    if item.value is None:
-                        loaded.pop(transactional_id, None)
-                    else:
-                        loaded[transactional_id] = records.read_value(item.value)
-                except RecordFormatError as e:
-                    log.warning("skipping an unreadable record in %s: %s", log_.name, e)
-        return loaded
+            self.replay_into(log_, state)
+        return state
+
+    def new_state(self) -> dict[str, TransactionLogValue]:
+        """The last state of every transactional id replayed."""
+        return {}
+
+    def replay_into(self, log_, state: dict[str, TransactionLogValue], start: int | None = None,
+                    end: int | None = None) -> None:
+        for item in log_store.replay(log_, start, end):
+            if item.key is None:
+                continue
+            try:
+                transactional_id = records.read_key(item.key)
+                if item.value is None:
+                    state.pop(transactional_id, None)
+                else:
+                    state[transactional_id] = records.read_value(item.value)
+            except RecordFormatError as e:
+                log.warning("skipping an unreadable record in %s: %s", log_.name, e)

@@ -140,8 +140,9 @@ async def handle_list_groups(broker, ctx: RequestContext, request) -> dict:
                             request.types_filter if version >= 5 else ())
     if not allowed(broker, ctx, DESCRIBE, CLUSTER):  # else only the groups it may describe
         listed = [g for g in listed if allowed(broker, ctx, DESCRIBE, GROUP, g["group_id"])]
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
-            "groups": sorted(listed, key=lambda g: g["group_id"])}
+    # As Kafka: what is loaded so far, and that more may come (a partition still loading).
+    error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading else ErrorCode.NONE
+    return {"throttle_time_ms": 0, "error_code": error, "groups": sorted(listed, key=lambda g: g["group_id"])}
 
 
 def _share_groups(broker, states, types) -> list[dict]:
