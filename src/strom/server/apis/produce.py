@@ -103,7 +103,10 @@ async def handle_produce(broker, ctx: RequestContext, request) -> RawResponse | 
     if refused is not None:
         results = {(t.name, p.index): ProduceResult(refused) for t in request.topic_data for p in t.partition_data}
     else:
-        results = await _append(broker, ctx, request, version, unknown)
+        entries, results, schemas, fresh = _admitted(broker, ctx, request, unknown)
+        if request.transactional_id or schemas or fresh or broker.replica_manager.lazy_logs_left:
+            entries = await _prepare(broker, request, version, entries, results, schemas, fresh)
+        results = _append(broker, request, entries, results)  # a single-record request's usual way: no wait
     if acks == 0:
         failed = [f"{t}-{p}: {r.error.name}" for (t, p), r in results.items() if r.error]
         if failed:
@@ -136,9 +139,11 @@ def _refusal(broker, ctx: RequestContext, request) -> ErrorCode | None:
     return None
 
 
-async def _append(broker, ctx: RequestContext, request, version: int, unknown: set[str]) -> dict:
-    acks = request.acks
-    entries, results, schemas, fresh = _admitted(broker, ctx, request, unknown)
+async def _prepare(broker, request, version: int, entries: list, results: dict, schemas: bool,
+                   fresh: list) -> list:
+    """What may wait before the append: the transaction check, reading logs not loaded since
+    start-up, schema validation, making new logs' files. Returns the entries still to append
+    (the refused ones' results added to `results`)."""
     rm = broker.replica_manager
     admitted = len(entries)
     if request.transactional_id:
@@ -158,7 +163,11 @@ async def _append(broker, ctx: RequestContext, request, version: int, unknown: s
         fresh = rm.unmade_logs(tp for tp, _ in entries)
     if fresh and (fresh := [lg for lg in fresh if not lg.dir_made]):  # made meanwhile by another
         await rm.make_log_files(fresh)
-    results.update(rm.append_records(acks, entries))
+    return entries
+
+
+def _append(broker, request, entries: list, results: dict) -> dict:
+    results.update(broker.replica_manager.append_records(request.acks, entries))
     if len(results) == 1:
         return results
     # answered in the order asked, as Kafka does
