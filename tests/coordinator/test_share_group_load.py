@@ -212,3 +212,16 @@ def test_a_partition_loads_off_the_loop_answering_load_in_progress_meanwhile(tmp
         asyncio.run(main())
     finally:
         log_.close()
+
+
+def test_list_transactions_answers_load_in_progress_while_a_partition_loads():
+    """As Kafka's listTransactionStates: while any `__transaction_state` partition loads, the
+    list would be partial, so none is given."""
+    from strom.server.apis.transactions import handle_list_transactions
+
+    request = SimpleNamespace(duration_filter=-1, transactional_id_pattern=None, state_filters=[],
+                              producer_id_filters=[])
+    ctx = SimpleNamespace(header=SimpleNamespace(api_version=2))
+    coordinator = SimpleNamespace(loading={3: object()}, list=lambda *_: pytest.fail("listed while loading"))
+    answer = asyncio.run(handle_list_transactions(SimpleNamespace(txn_coordinator=coordinator), ctx, request))
+    assert answer["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS and answer["transaction_states"] == []

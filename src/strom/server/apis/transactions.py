@@ -202,6 +202,9 @@ async def handle_list_transactions(broker, ctx: RequestContext, request) -> dict
     except (re.error, RecursionError, OverflowError):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REGULAR_EXPRESSION,
                 "unknown_state_filters": [], "transaction_states": []}
+    if broker.txn_coordinator.loading:  # as Kafka: nothing listed while a partition loads
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                "unknown_state_filters": [], "transaction_states": []}
     found, unknown = broker.txn_coordinator.list(request.state_filters or (),
                                                  request.producer_id_filters or (), duration)
     found = [m for m in found if (matches is None or matches(m.transactional_id))
