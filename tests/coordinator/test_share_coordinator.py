@@ -48,7 +48,7 @@ def coordinator(tmp_path, partitions: int = 2) -> tuple[ShareCoordinator, _Repli
     logs = {p: Log.open(tmp_path / f"{TOPIC}-{p}", LogConfig()) for p in range(partitions)}
     rm = _ReplicaManager(logs)
     store = ShareStateStore(rm, lambda: partitions)
-    store.load()
+    store.apply(store.load())
     return ShareCoordinator(store), rm
 
 
@@ -70,7 +70,7 @@ def test_state_starts_with_initialize_and_is_read_back_after_a_replay(tmp_path):
     batches = [StateBatch(5, 6, ACKNOWLEDGED, 1), StateBatch(7, 9, AVAILABLE, 2)]
     assert errors(c.write([(KEY, WriteState(0, 3, 5, batches))])[0]) == {KEY: ErrorCode.NONE}
     replayed = ShareCoordinator(ShareStateStore(rm, lambda: 2))
-    replayed.store.load()
+    replayed.store.apply(replayed.store.load())
     (read, _) = replayed.read([(KEY, 3)])
     assert read[KEY].state == ShareState(5, batches, 0, 3)
 
@@ -142,3 +142,40 @@ def test_not_before_times_survive_a_merge_and_the_state_rpcs():
     body = messages.build(messages.RESPONSES[84], 0, response_fields(READ, read)).encode(version=0)
     answer = response_results(READ, "g", messages.RESPONSES[84].decode(memoryview(body), version=0))
     assert answer[key].state.batches == batches
+
+
+def test_a_state_partition_taken_on_election_loads_off_the_event_loop(tmp_path):
+    """As the group and transaction coordinators' partitions: replayed in the executor, its keys
+    answered COORDINATOR_LOAD_IN_PROGRESS until the replay is applied, a load overtaken by an
+    unload dropped."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from strom.server.coordinators import Coordinators
+
+    c, rm = coordinator(tmp_path)
+    c.initialize([(KEY, 0, 5)])
+    index = c.store.partition_for(KEY.coordinator_key)
+    successor = ShareCoordinator(ShareStateStore(rm, lambda: 2))
+    manager = SimpleNamespace(loading={}, store=successor.store, startup=successor.store.apply)
+
+    def unload(i: int) -> None:
+        manager.loading.pop(i, None)
+        successor.store.unload(i)
+
+    async def main() -> None:
+        coordinators = Coordinators(SimpleNamespace(share_partitions=manager, group_coordinator=None,
+                                                    txn_coordinator=None))
+        coordinators.load(TOPIC, index)
+        (read, _) = successor.read([(KEY, 3)])
+        assert read[KEY].error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        await asyncio.gather(*coordinators._loads)
+        (read, _) = successor.read([(KEY, 3)])
+        assert read[KEY].error == ErrorCode.NONE and read[KEY].state.start_offset == 5
+        unload(index)
+        coordinators.load(TOPIC, index)
+        unload(index)
+        await asyncio.gather(*coordinators._loads)
+        assert successor.read([(KEY, 3)])[0][KEY].error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+    asyncio.run(main())

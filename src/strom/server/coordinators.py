@@ -49,7 +49,7 @@ class Coordinators:
                                      broker.config["transactional.id.expiration.ms"])
         txn.startup(txn.store.load())
         # The share coordinator's state: the share partitions of `__share_group_state` led here.
-        broker.share_partitions.load()
+        broker.share_partitions.startup(broker.share_partitions.store.load())
         group.share_groups.member_listeners.append(broker.share_partitions.member_left)
         return group, txn
 
@@ -76,7 +76,7 @@ class Coordinators:
         elif topic == TRANSACTION_STATE_TOPIC and broker.txn_coordinator is not None:
             self._load_later(broker.txn_coordinator, topic, index)
         elif topic == SHARE_GROUP_STATE_TOPIC:
-            broker.share_partitions.load(index)
+            self._load_later(broker.share_partitions, topic, index)
 
     def _load_later(self, coordinator: Any, topic: str, index: int) -> None:
         token = coordinator.loading[index] = object()

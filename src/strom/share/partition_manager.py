@@ -59,7 +59,7 @@ from strom.coordinator.share.share_partition import (
     SharePartition,
     ShareState,
 )
-from strom.coordinator.share.state_store import SharePartitionKey, ShareStateStore
+from strom.coordinator.share.state_store import SharePartitionKey, ShareReplay, ShareStateStore
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.records import HEADER_SIZE, read_header
 from strom.share.coordinator_service import ShareCoordinatorService
@@ -169,6 +169,8 @@ class SharePartitionManager:
         self.store = ShareStateStore(broker.replica_manager,
                                      lambda: broker.auto_topics.internal_partitions(SHARE_GROUP_STATE_TOPIC))
         self.coordinator = ShareCoordinatorService(broker, self.store)
+        # State partitions being replayed after an election (server/coordinators.py), by index.
+        self.loading: dict[int, object] = {}
         self.persister = Persister(broker, self.coordinator)
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
         self._loading: dict[SharePartitionKey, asyncio.Task] = {}
@@ -528,12 +530,14 @@ class SharePartitionManager:
         return next((e for e in errors.values() if e != ErrorCode.NONE), ErrorCode.NONE)
 
     # --- leadership -----------------------------------------------------------------------------
-    def load(self, index: int | None = None) -> None:
-        """This broker is now the share coordinator of state partition `index` (or, None, of
-        every one it leads at start-up)."""
-        self.store.load(index)
+    def startup(self, replay: ShareReplay) -> None:
+        """This broker is now the share coordinator of the state partitions `replay` holds
+        (every one it leads at start-up, or one it was elected to lead): their states served
+        from now on (until then, COORDINATOR_LOAD_IN_PROGRESS)."""
+        self.store.apply(replay)
 
     def unload(self, index: int) -> None:
+        self.loading.pop(index, None)  # a load still running is not applied
         self.store.unload(index)
 
     def leadership_left(self, topic_id: uuid.UUID, partition: int) -> None:

@@ -105,6 +105,10 @@ def decode_value(data: bytes) -> ShareState:
     return ShareState(start, batches, epoch, leader_epoch)
 
 
+# A replay of state partitions: partition -> the latest state of each key (None: deleted).
+ShareReplay = dict[int, dict[SharePartitionKey, "ShareState | None"]]
+
+
 class ShareStateStore(log_store.InternalTopic):
     topic = SHARE_GROUP_STATE_TOPIC
 
@@ -114,25 +118,37 @@ class ShareStateStore(log_store.InternalTopic):
         self.states: dict[SharePartitionKey, ShareState] = {}
         self.loaded: set[int] = set()
 
-    def load(self, only: int | None = None) -> int:
-        """Replay the led partitions (or partition `only`): latest record per key wins."""
-        count = 0
-        for index in range(self.num_partitions()) if only is None else (only,):
-            partition = self.replica_manager.get_partition(self.topic, index)
-            if partition is None or not partition.is_leader:
-                continue
-            for item in log_store.replay(partition.log):
-                try:
-                    key = decode_key(item.key)
-                    if item.value is None:
-                        self.states.pop(key, None)
-                    else:
-                        self.states[key] = decode_value(item.value)
-                    count += 1
-                except RecordFormatError as e:
-                    log.warning("%s: skipping a record that does not parse: %s", self.topic, e)
+    def load(self, only: int | None = None) -> ShareReplay:
+        """Replay the led partitions (or partition `only`) here, on the calling thread
+        (start-up, before the broker serves); `apply` makes the result the states served."""
+        replay = self.new_state()
+        for log_ in self.local_logs(only):
+            self.replay_into(log_, replay)
+        return replay
+
+    def new_state(self) -> ShareReplay:
+        return {}
+
+    def replay_into(self, log_, state: ShareReplay, start: int | None = None, end: int | None = None) -> None:
+        """The latest state of each key in [start, end) of `log_` (None: a tombstone), under
+        the log's partition."""
+        latest = state.setdefault(log_.partition, {})
+        for item in log_store.replay(log_, start, end):
+            try:
+                latest[decode_key(item.key)] = None if item.value is None else decode_value(item.value)
+            except RecordFormatError as e:
+                log.warning("%s: skipping a record that does not parse: %s", self.topic, e)
+
+    def apply(self, replay: ShareReplay) -> int:
+        """Serve the states of a replay's partitions; returns the keys it held."""
+        for index, latest in replay.items():
+            for key, state in latest.items():
+                if state is None:
+                    self.states.pop(key, None)
+                else:
+                    self.states[key] = state
             self.loaded.add(index)
-        return count
+        return sum(map(len, replay.values()))
 
     def unload(self, index: int) -> None:
         self.loaded.discard(index)
