@@ -179,3 +179,35 @@ def test_a_state_partition_taken_on_election_loads_off_the_event_loop(tmp_path):
         assert successor.read([(KEY, 3)])[0][KEY].error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 
     asyncio.run(main())
+
+
+def test_a_summary_read_answers_the_delivery_complete_count(tmp_path):
+    """KIP-1226: ReadShareGroupStateSummary v1's count of records at or after the start offset
+    that are done with (ACKNOWLEDGED or ARCHIVED), derived from the stored runs; a dead letter
+    not yet written and an available record are not done. -1 at v0 and without state."""
+    from strom.coordinator.share.share_partition import (
+        DEAD_LETTER_REJECTED,
+        delivery_complete_count,
+    )
+    from strom.protocol import messages
+    from strom.share.coordinator_service import READ_SUMMARY, response_fields, response_results
+
+    c, _ = coordinator(tmp_path)
+    assert c.read([(KEY, -1)], summary=True)[0][KEY].delivery_complete_count == -1  # no state
+    c.initialize([(KEY, 0, 10)])
+    batches = [StateBatch(10, 11, AVAILABLE, 1), StateBatch(12, 14, ACKNOWLEDGED, 1),
+               StateBatch(15, 15, DEAD_LETTER_REJECTED, 1), StateBatch(16, 19, ARCHIVED, 5)]
+    assert errors(c.write([(KEY, WriteState(0, 1, 10, batches))])[0]) == {KEY: ErrorCode.NONE}
+    (summary, _) = c.read([(KEY, -1)], summary=True)
+    assert summary[KEY].delivery_complete_count == 3 + 4
+    # A run the start offset cuts counts from the start offset on.
+    assert delivery_complete_count(ShareState(13, batches)) == 2 + 4
+    assert delivery_complete_count(ShareState(-1, batches)) == -1
+
+    def over_the_wire(version: int) -> int:
+        body = messages.build(messages.RESPONSES[87], version, response_fields(READ_SUMMARY, summary)).encode(
+            version=version)
+        decoded = messages.RESPONSES[87].decode(memoryview(body), version=version)
+        return response_results(READ_SUMMARY, "g", decoded)[KEY].delivery_complete_count
+
+    assert (over_the_wire(1), over_the_wire(0)) == (7, -1)

@@ -410,6 +410,15 @@ def test_share_group_offsets_describe_alter_delete(share_broker):
         return {p.partition_index: p.start_offset for t in g.topics if t.topic_name == topic for p in t.partitions}
 
     wait_for(lambda: start_offsets() == {0: 6}, timeout=10, what="start offset 6")
+    # KIP-1226: v1 answers the lag (end 6 - start 6 - none done past it); v0 has no such field.
+    (g,) = call(share_broker, DESCRIBE_SHARE_GROUP_OFFSETS, 1, describe).groups
+    assert [(p.start_offset, p.lag, p.error_code) for t in g.topics if t.topic_name == topic
+            for p in t.partitions] == [(6, 0, 0)]
+    produce(share_broker, topic, [b"late"], one_batch_each=False)
+    (g,) = call(share_broker, DESCRIBE_SHARE_GROUP_OFFSETS, 1,
+                {"groups": [{"group_id": group, "topics": [{"topic_name": topic, "partitions": [0, 7]}]}]}).groups
+    assert [(p.partition_index, p.start_offset, p.lag, p.error_code) for p in g.topics[0].partitions] == [
+        (0, 6, 1, 0), (7, -1, -1, 3)]  # 7: UNKNOWN_TOPIC_OR_PARTITION
     alter = {"group_id": group, "topics": [{"topic_name": topic, "partitions": [{"partition_index": 0,
                                                                                  "start_offset": 2}]}]}
     busy = call(share_broker, ALTER_SHARE_GROUP_OFFSETS, 0, alter)
@@ -421,8 +430,8 @@ def test_share_group_offsets_describe_alter_delete(share_broker):
     again = consumer(share_broker, group, topic)
     redelivered: list[int] = []
     try:  # the group reads from 2 again
-        poll_until([again], lambda: len(redelivered) >= 4, lambda _, m: redelivered.append(m.offset()))
-        assert redelivered == [2, 3, 4, 5]
+        poll_until([again], lambda: len(redelivered) >= 5, lambda _, m: redelivered.append(m.offset()))
+        assert redelivered == [2, 3, 4, 5, 6]
     finally:
         again.close()
     deleted = call(share_broker, DELETE_SHARE_GROUP_OFFSETS, 0, {"group_id": group, "topics": [{"topic_name": topic}]})
@@ -440,11 +449,9 @@ def test_strom_groups_cli_shows_share_groups(share_broker):
     c = consumer(share_broker, group, topic, share_acknowledgement_mode="explicit")
     got = []
     poll_until([c], lambda: len(got) >= 10, lambda _, m: got.append(m))
-    for m in got[:4]:
-        c.acknowledge(m, AcknowledgeType.ACCEPT)
-    for m in got[4:]:
-        c.acknowledge(m, AcknowledgeType.RELEASE)
-    c.commit_sync()  # start offset 4: six records still to do
+    for m in got:
+        c.acknowledge(m, AcknowledgeType.RELEASE if m.offset() == 4 else AcknowledgeType.ACCEPT)
+    c.commit_sync()  # start offset 4, and of 4-9 only 4 still to do: lag 1 (KIP-1226)
 
     def strom(*args: str) -> str:
         done = subprocess.run([sys.executable, "-m", "strom", "groups", *args,
@@ -457,7 +464,7 @@ def test_strom_groups_cli_shows_share_groups(share_broker):
         assert group in strom("list").split()
         rows = [line.split() for line in strom("describe", group).splitlines()]
         assert rows[0] == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LOG-END-OFFSET", "LAG", "#MEMBERS"]
-        assert rows[1] == [group, topic, "0", "4", "10", "6", "1"]
+        assert rows[1] == [group, topic, "0", "4", "10", "1", "1"]
     finally:
         c.close()
 

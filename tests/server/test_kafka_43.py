@@ -57,9 +57,6 @@ NOT_SERVED = {
     88: "StreamsGroupHeartbeat (KIP-1071): streams groups are not built",
     89: "StreamsGroupDescribe (KIP-1071): as StreamsGroupHeartbeat",
 }
-# KIP-932's share group APIs and the share coordinator's RPCs: raised to 4.3's versions with the
-# share group work of their own; here each must lie inside 4.3's range.
-SHARE_APIS = (76, 77, 78, 79, 83, 84, 85, 86, 87, 90, 91, 92)
 # What a ZooKeeper-mode broker adds: LeaderAndIsr, StopReplica, UpdateMetadata and
 # ControlledShutdown at the versions Kafka 3.x's controller sends, and AlterPartition.
 ZOOKEEPER_MODE = {4: (7, 7), 5: (4, 4), 6: (8, 8), 7: (3, 3), 56: (0, 1)}
@@ -96,11 +93,7 @@ def advertised(port: int) -> dict[int, tuple[int, int]]:
 
 def test_api_versions_are_kafka_4_3s_key_by_key(broker):
     got = advertised(broker.port)
-    want = {k: v for k, v in KAFKA_4_3.items() if k not in NOT_SERVED and k not in SHARE_APIS} | ZOOKEEPER_MODE
-    for key in SHARE_APIS:
-        lo, hi = KAFKA_4_3[key]
-        assert got[key][0] == lo and got[key][1] <= hi, (key, got[key])
-        want[key] = got[key]
+    want = {k: v for k, v in KAFKA_4_3.items() if k not in NOT_SERVED} | ZOOKEEPER_MODE
     differences = {k: (got.get(k), want.get(k)) for k in sorted(got.keys() | want.keys()) if got.get(k) != want.get(k)}
     assert differences == {}, "api key: (Strom, expected)"
 

@@ -1,7 +1,7 @@
 """`strom groups list|describe|delete|reset-offsets|delete-offsets`: consumer groups from the
 command line, in the manner of Kafka's kafka-consumer-groups.sh. Share groups (KIP-932) are
-listed, described (per partition the share-partition start offset and the lag behind the log
-end, as kafka-share-groups.sh shows them) and deleted too.
+listed, described (per partition the share-partition start offset and its lag, KIP-1226's,
+as kafka-share-groups.sh shows them) and deleted too.
 
 The commands speak the Kafka protocol to any Kafka-compatible cluster (Strom or Kafka): they
 find each group's coordinator with FindCoordinator and ask it; `describe` adds each partition's
@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from strom.cli.api_versions import api_versions
 from strom.cli.common import (
     EARLIEST,
     LATEST,
@@ -155,12 +156,18 @@ def _describe_share_group(conn: Any, group: str, info: dict) -> dict:
     info.update(state=described.group_state, protocol=described.assignor_name, type="share")
     for m in described.members:
         info["members"].append(_described_member(m))
-    body = conn.call(DESCRIBE_SHARE_GROUP_OFFSETS, 0, {"groups": [{"group_id": group, "topics": None}]})
+    # v1 (Kafka 4.2+) has the lag; a broker with v0 only is asked at v0 and shows none.
+    version = min(1, max((k.max_version for k in api_versions(conn).api_keys
+                          if k.api_key == DESCRIBE_SHARE_GROUP_OFFSETS), default=0))
+    body = conn.call(DESCRIBE_SHARE_GROUP_OFFSETS, version, {"groups": [{"group_id": group, "topics": None}]})
     (g,) = body.groups
     if g.error_code not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
         raise CommandError(f"fetching the start offsets of {group!r} failed: {error_name(g.error_code)}")
     info["offsets"] = {(t.topic_name, p.partition_index): p.start_offset
                        for t in g.topics for p in t.partitions if p.start_offset >= 0}
+    # KIP-1226's lag, the broker's: records past the start offset already done with do not count.
+    info["lags"] = {(t.topic_name, p.partition_index): p.lag for t in g.topics for p in t.partitions
+                    if getattr(p, "lag", -1) >= 0 and p.error_code == ErrorCode.NONE}
     return info
 
 
@@ -235,11 +242,11 @@ def _offsets_table(cluster: Cluster, info: dict) -> str:
             if r.error_code == ErrorCode.NONE}
     if info.get("type") == "share":
         # Members share partitions: each row counts them. The lag is what the group has not
-        # finished with: from the share-partition start offset to the log end.
+        # finished with, as the broker computes it (KIP-1226): the records from the
+        # share-partition start offset to the log end, less those already done with.
         rows = [["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LOG-END-OFFSET", "LAG", "#MEMBERS"]]
         for tp in partitions:
-            start, end = info["offsets"].get(tp), ends.get(tp)
-            lag = end - start if start is not None and end is not None else None
+            start, end, lag = info["offsets"].get(tp), ends.get(tp), info["lags"].get(tp)
             members = sum(1 for m in info["members"] if tp in m["partitions"])
             rows.append([info["group"], tp[0], tp[1], "-" if start is None else start,
                          "-" if end is None else end, "-" if lag is None else lag, members])

@@ -133,6 +133,7 @@ def response_fields(api_key: int, results: Results) -> dict:
                 entry["state_batches"] = [] if state is None else _batches(state.batches)
             else:
                 entry["leader_epoch"] = -1 if state is None else state.leader_epoch
+                entry["delivery_complete_count"] = r.delivery_complete_count  # v1 (KIP-1226)
         topics.setdefault(key.topic_id, []).append(entry)
     return {"results": [{"topic_id": t, "partitions": ps} for t, ps in topics.items()]}
 
@@ -151,5 +152,6 @@ def response_results(api_key: int, group_id: str, response) -> Results:
                 error = ErrorCode(p.error_code)
             except ValueError:  # a code this broker does not know
                 error = ErrorCode.UNKNOWN_SERVER_ERROR
-            results[key] = StateResult(error, state, p.error_message)
+            count = getattr(p, "delivery_complete_count", -1) if state is not None else -1
+            results[key] = StateResult(error, state, p.error_message, count)
     return results

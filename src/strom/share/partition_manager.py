@@ -50,6 +50,7 @@ from strom.controller.admin import read_configs
 from strom.controller.store import StoreUnavailable
 from strom.controller.znodes import is_internal
 from strom.coordinator import SHARE_GROUP_STATE_TOPIC
+from strom.coordinator.share.coordinator import StateResult
 from strom.coordinator.share.share_partition import (
     ACKNOWLEDGE_TYPES,
     RENEW,
@@ -487,14 +488,19 @@ class SharePartitionManager:
         wanted = by_id.keys() if topic_ids is None else [t for t in topic_ids if t in by_id]
         return [SharePartitionKey(group_id, tid, p) for tid in wanted for p in sorted(by_id[tid].partitions)]
 
-    async def start_offsets(self, keys: list[SharePartitionKey]) -> dict[tuple[uuid.UUID, int], int]:
-        """The start offset of each of `keys` that has state (ReadShareGroupStateSummary)."""
-        out: dict[tuple[uuid.UUID, int], int] = {}
+    async def summaries(self, keys: list[SharePartitionKey]) -> dict[tuple[uuid.UUID, int], StateResult]:
+        """The state summary (start offset, leader epoch, delivery-complete count) of each of
+        `keys` that has state (ReadShareGroupStateSummary)."""
+        out: dict[tuple[uuid.UUID, int], StateResult] = {}
         for i in range(0, len(keys), _ADMIN_KEYS_PER_CALL):
             for key, r in (await self.persister.summary(keys[i:i + _ADMIN_KEYS_PER_CALL])).items():
                 if r.error == ErrorCode.NONE and r.state is not None:
-                    out[(key.topic_id, key.partition)] = r.state.start_offset
+                    out[(key.topic_id, key.partition)] = r
         return out
+
+    async def start_offsets(self, keys: list[SharePartitionKey]) -> dict[tuple[uuid.UUID, int], int]:
+        """The start offset of each of `keys` that has state."""
+        return {tp: r.state.start_offset for tp, r in (await self.summaries(keys)).items()}
 
     async def set_start_offsets(self, starts: dict[SharePartitionKey, int]) -> dict[SharePartitionKey, ErrorCode]:
         """AlterShareGroupOffsets (the group has no members): each share partition starts over

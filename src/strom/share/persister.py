@@ -48,6 +48,9 @@ _RPC_TIMEOUT_S = 10.0
 MAX_IN_FLIGHT = 4  # calls per coordinator
 MAX_PENDING_BYTES = 32 << 20
 _ITEM_BYTES, _BATCH_BYTES = 64, 24  # what an item and a state batch add to a request, about
+# The version each RPC is sent at (else 0): the summary at v1 for its delivery-complete count
+# (KIP-1226). Writes stay at v0: the coordinator derives the count from the runs it stores.
+_VERSIONS = {READ_SUMMARY: 1}
 
 
 class Persister:
@@ -139,8 +142,8 @@ class Persister:
         if coordinator == self.broker.broker_id:
             return await self.service.call(api_key, items)
         try:
-            body = await self.pool.call(coordinator, api_key, 0, request_fields(api_key, group_id, items),
-                                        _RPC_TIMEOUT_S)
+            body = await self.pool.call(coordinator, api_key, _VERSIONS.get(api_key, 0),
+                                        request_fields(api_key, group_id, items), _RPC_TIMEOUT_S)
         except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError) as e:
             log.info("share coordinator %d not reached: %s", coordinator, e or type(e).__name__)
             return {k: StateResult(ErrorCode.COORDINATOR_NOT_AVAILABLE) for k in items}

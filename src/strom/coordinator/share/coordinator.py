@@ -9,7 +9,9 @@ FENCED_STATE_EPOCH (a state epoch moves when the state starts over: AlterShareGr
 a write to a share partition without state is UNKNOWN_TOPIC_OR_PARTITION (state starts with
 InitializeShareGroupState); a read from a newer leader epoch records that epoch, which fences
 the leader before it. A write's batches replace what the stored state had for their offsets,
-so a partial update and a whole window alike give the new state.
+so a partial update and a whole window alike give the new state. A summary read (v1, KIP-1226)
+answers the delivery-complete count, derived from the stored runs (a v1 write's own count is
+not needed: the runs are the whole window).
 
 No I/O of its own: the store appends through the replica manager; each operation returns the
 state-topic partitions it wrote, whose replication (acks=all) its caller awaits.
@@ -21,7 +23,7 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from strom.coordinator.share.share_partition import ShareState, StateBatch
+from strom.coordinator.share.share_partition import ShareState, StateBatch, delivery_complete_count
 from strom.coordinator.share.state_store import SharePartitionKey, ShareStateStore
 from strom.protocol.errors import ErrorCode
 
@@ -35,6 +37,8 @@ class StateResult:
     error: ErrorCode = ErrorCode.NONE
     state: ShareState | None = None
     message: str | None = None
+    # A summary read's KIP-1226 delivery-complete count (-1: unknown or not a summary).
+    delivery_complete_count: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +82,8 @@ class ShareCoordinator:
                 continue
             if summary:
                 results[key] = StateResult(state=ShareState(state.start_offset, [], state.state_epoch,
-                                                            state.leader_epoch))
+                                                            state.leader_epoch),
+                                           delivery_complete_count=delivery_complete_count(state))
                 continue
             if state.leader_epoch > leader_epoch:
                 results[key] = StateResult(ErrorCode.FENCED_LEADER_EPOCH)

@@ -101,6 +101,17 @@ class ShareState:
     leader_epoch: int = -1
 
 
+def delivery_complete_count(state: ShareState) -> int:
+    """KIP-1226: how many records at or after the start offset are done with (ACKNOWLEDGED or
+    ARCHIVED), derived from the stored runs; a dead letter not yet written is not done. With the
+    partition's end offset it gives the share-partition lag (end - start - this); -1: unknown."""
+    start = state.start_offset
+    if start < 0:
+        return -1
+    return sum(b.last_offset - max(b.first_offset, start) + 1
+               for b in state.batches if b.state in _DONE and b.last_offset >= start)
+
+
 @dataclass(slots=True)
 class InFlight:
     state: int

@@ -1,6 +1,7 @@
 """KIP-932's share-state RPCs, served by the share coordinator: InitializeShareGroupState,
 ReadShareGroupState, WriteShareGroupState, DeleteShareGroupState and
-ReadShareGroupStateSummary (v0, Kafka 4.1). Brokers send them (a share partition's leader, a
+ReadShareGroupStateSummary (Kafka 4.3's versions: v1 of Write and ReadSummary carry
+KIP-1226's delivery-complete count). Brokers send them (a share partition's leader, a
 group coordinator's admin side) through their Persister, so each needs CLUSTER_ACTION on the
 cluster, as in Kafka; every partition of a refused request is CLUSTER_AUTHORIZATION_FAILED. A
 key whose state partition this broker does not lead is NOT_COORDINATOR.
@@ -39,5 +40,9 @@ def _handler(api_key: int) -> Callable[..., Awaitable[dict]]:
     return serve
 
 
-for _key in (INITIALIZE, READ, WRITE, DELETE, READ_SUMMARY):
+# Kafka 4.3's versions: WriteShareGroupState and ReadShareGroupStateSummary v1 carry KIP-1226's
+# delivery-complete count (a write's is accepted and not needed: the coordinator derives it).
+for _key in (INITIALIZE, READ, DELETE):
     api(_key, 0, 0)(_handler(_key))
+for _key in (WRITE, READ_SUMMARY):
+    api(_key, 0, 1)(_handler(_key))
