@@ -11,7 +11,10 @@ baseline commit, and Tansu (the Rust peer), all in one invocation on the same ma
   answered as soon as data arrives, not when its wait runs out);
 - bulk produce of 100-byte records (linger.ms=20, large batches) against each broker and
   against librdkafka's in-process mock broker (`test.mock.num.brokers=1`), the client's own
-  limit on this machine.
+  limit on this machine;
+- `--only instructions` (not run by default): the user-space instructions each Strom broker
+  runs per single-record Produce request, one request at a time, counted by valgrind's
+  callgrind: the same on a busy machine as on an idle one, unlike CPU time.
 
 The first second of each run (connecting, metadata) is left out. p50/p90/p99/p99.9 in µs,
 and each broker's ratio to Tansu. Measurements wait for a quiet machine (1-minute load
@@ -42,6 +45,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -111,6 +115,7 @@ class Broker:
 class Strom(Broker):
     def __init__(self, name: str, src: Path | None = None) -> None:
         self.name = name
+        self.src = src
         env = {"STROM_EVENT_LOOP": "uvloop"}
         if src is not None:
             env["PYTHONPATH"] = str(src)  # a PYTHON* variable: a fresh interpreter, not a fork
@@ -230,6 +235,65 @@ def bulk(tool: str, bootstrap: str | None, topic: str, count: int) -> dict:
     return {"records_per_s": int(rates[-1][1]) if rates else None, "exit": run.returncode}
 
 
+def instructions_per_request(name: str, src: Path | None, acks: int, count: int, workdir: Path) -> dict:
+    """User-space instructions the broker runs per single-record Produce request (v9, 100 B,
+    one request in flight), counted by callgrind over `count` requests after a warm-up: the
+    number that, unlike CPU time, is the same on a busy machine as on an idle one."""
+    from strom.protocol import messages
+    from strom.protocol.frames import FrameDecoder
+    from strom.protocol.records import build_batch
+    from strom.testing import RawClient
+
+    valgrind, control = shutil.which("valgrind"), shutil.which("callgrind_control")
+    if valgrind is None or control is None:
+        return {"skipped": "valgrind (callgrind) not installed"}
+    out = workdir / f"callgrind-{name}-{acks}.out"
+    wrapper = workdir / "under-callgrind.sh"
+    wrapper.write_text(f"#!/bin/sh\nexec {valgrind} --tool=callgrind --instr-atstart=no "
+                       f"--callgrind-out-file={out} {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    env = {"STROM_EVENT_LOOP": "uvloop"}
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    broker = BrokerProcess(env=env, overrides={"auto.create.topics.enable": "false"})
+    real, sys.executable = sys.executable, str(wrapper)  # BrokerProcess starts `sys.executable -m strom`
+    try:
+        broker.start(timeout=300)
+    finally:
+        sys.executable = real
+    try:
+        admin = RawClient(broker)
+        admin.call(19, 5, {"topics": [{"name": "i", "num_partitions": 1, "replication_factor": 1,
+                                       "assignments": [], "configs": []}], "timeout_ms": 60000})
+        admin.close()
+        time.sleep(1)
+        request = messages.encode_request(0, 9, {
+            "transactional_id": None, "acks": acks, "timeout_ms": 30000, "topic_data": [
+                {"name": "i", "partition_data": [{"index": 0, "records": build_batch([(None, b"x" * SIZE)])}]}]},
+            correlation_id=1)
+        with socket.create_connection(("127.0.0.1", broker.port)) as sock:
+            decoder = FrameDecoder(1 << 26)
+
+            def produce(n: int) -> None:
+                for _ in range(n):
+                    sock.sendall(request)
+                    while not decoder.feed(sock.recv(1 << 16)):
+                        pass
+
+            produce(300)
+            pid = str(broker.proc.pid)
+            subprocess.run([control, "-i", "on", pid], check=True, capture_output=True)
+            produce(count)
+            subprocess.run([control, "-i", "off", pid], check=True, capture_output=True)
+            subprocess.run([control, "-d", pid], check=True, capture_output=True)
+        totals = [int(line.split()[1]) for f in workdir.glob(f"{out.name}*")
+                  for line in f.read_text().splitlines() if line.startswith("totals:")]
+        return {"instructions_per_request": round(sum(totals) / count), "requests": count}
+    finally:
+        broker.kill()
+        broker.close()
+
+
 def ratios(results: dict, key: str) -> None:
     """Each broker's p50/p99 over Tansu's, per scenario."""
     for scenario in results.values():
@@ -253,7 +317,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds left out at the start")
     parser.add_argument("--bulk-records", type=int, default=3_000_000)
-    parser.add_argument("--only", action="append", default=[], help="produce, e2e, bulk")
+    parser.add_argument("--only", action="append", default=[],
+                        help="produce, e2e, bulk (the default), instructions (callgrind; asked for by name)")
+    parser.add_argument("--instruction-requests", type=int, default=3000)
     parser.add_argument("--quiet-load", type=float, default=1.0)
     parser.add_argument("--wait-quiet", type=float, default=300.0)
     parser.add_argument("--output", type=Path)
@@ -264,7 +330,7 @@ def main() -> int:
     wanted = set(args.only) or {"produce", "e2e", "bulk"}
     workdir = Path(tempfile.mkdtemp(prefix="strom-latency-"))
     brokers: list[Broker] = []
-    results: dict = {"produce": {}, "e2e": {}, "bulk": {}}
+    results: dict = {"produce": {}, "e2e": {}, "bulk": {}, "instructions": {}}
     try:
         if args.current:  # a commit, not the working tree (which others may be editing)
             (workdir / "current").mkdir()
@@ -301,6 +367,13 @@ def main() -> int:
                     scenario[broker.name].update(end_to_end(tool, broker, topic, rate, args.seconds,
                                                             args.warmup, workdir))
                     log(f"end to end {rate}/s {broker.name}: {scenario[broker.name]}")
+        if "instructions" in wanted:  # not by default: each broker starts again under valgrind
+            for broker in [b for b in brokers if isinstance(b, Strom)]:
+                for acks in (1, -1):
+                    entry = instructions_per_request(broker.name, broker.src, acks, args.instruction_requests,
+                                                     workdir)
+                    results["instructions"].setdefault(f"acks={acks}", {})[broker.name] = entry
+                    log(f"instructions acks={acks} {broker.name}: {entry}")
         if "bulk" in wanted:
             mock = wait_quiet(args.quiet_load, args.wait_quiet)
             mock.update(bulk(tool, None, "bulk", args.bulk_records))
@@ -347,6 +420,9 @@ def print_table(results: dict) -> None:
                         + f" | {ratio.get('p50_us', '-')} / {ratio.get('p99_us', '-')} |"
                         + f" {r.get('broker_cpu_us_per_record', '-')} |"
                         + (" (under load)" if r.get("under_load") else ""))
+    for scenario, row in results.get("instructions", {}).items():
+        for name, r in row.items():
+            log(f"| instructions {scenario} | {name} | {r.get('instructions_per_request', r.get('skipped'))} |")
     for name, r in results["bulk"].items():
         log(f"| bulk 100 B | {name} | {r.get('records_per_s')} | {r.get('ratio_to_mock', '-')} |")
 
