@@ -660,7 +660,8 @@ def test_max_bytes_zero_is_one_batch_not_unlimited(share_broker):
 def test_share_fetch_and_acknowledge_v2_record_limit_and_renew(share_broker):
     """Kafka 4.2's v2: ShareAcquireMode record_limit (KIP-1206) acquires at most MaxRecords;
     RENEW (KIP-1222) keeps records locked past their first lock, on ShareAcknowledge and on a
-    ShareFetch that only renews (IsRenewAck, its fetch fields 0); v1 knows no RENEW."""
+    ShareFetch that only renews (IsRenewAck, its fetch fields 0); v1 knows no RENEW, and a v2
+    request not saying IsRenewAck may not carry one."""
     topic = unique_name("share-v2")
     create_topic(share_broker.bootstrap, topic, 1)
     group = new_group(share_broker, share_record_lock_duration_ms="1000")
@@ -683,7 +684,9 @@ def test_share_fetch_and_acknowledge_v2_record_limit_and_renew(share_broker):
                     {"first_offset": 0, "last_offset": 2, "acknowledge_types": types}]}]}]})
 
     assert acknowledge(1, 1, [4]).responses[0].partitions[0].error_code == 42  # v1: no RENEW
-    epoch = 2
+    # v2 RENEW only with IsRenewAck (Kafka 4.2's check): INVALID_REQUEST for the partition.
+    assert acknowledge(2, 2, [4], is_renew_ack=False).responses[0].partitions[0].error_code == 42
+    epoch = 3
     renewing = {"share_session_epoch": 0, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 0, "max_records": 0,
                 "batch_size": 0, "forgotten_topics_data": [], "share_acquire_mode": 0, "is_renew_ack": True,
                 "group_id": group, "member_id": member,

@@ -122,10 +122,12 @@ def _acknowledgements(request) -> dict[tuple[uuid.UUID, int], list[AckBatch]]:
 class _Exchange:
     """One ShareFetch or ShareAcknowledge: what it acknowledged and acquired, per partition."""
 
-    def __init__(self, broker, ctx: RequestContext, session: ShareSession) -> None:
+    def __init__(self, broker, ctx: RequestContext, session: ShareSession, is_renew_ack: bool = False) -> None:
         self.broker = broker
         self.ctx = ctx
-        self.types = ACKNOWLEDGE_TYPES_V2 if ctx.header.api_version >= 2 else ACKNOWLEDGE_TYPES
+        # RENEW only in a v2 request saying IsRenewAck: a RENEW batch of one that does not (or of
+        # v1) makes its partition INVALID_REQUEST, as Kafka 4.2's acknowledgement checks do.
+        self.types = ACKNOWLEDGE_TYPES_V2 if ctx.header.api_version >= 2 and is_renew_ack else ACKNOWLEDGE_TYPES
         self.session = session
         self.manager = broker.share_partitions
         self.names: dict[uuid.UUID, str] = broker.metadata_cache.names_by_id
@@ -306,7 +308,7 @@ async def _exchange(broker, ctx: RequestContext, request, fetch: bool) -> dict:
     epoch = request.share_session_epoch
     acks = _acknowledgements(request)
     fetching = fetch and epoch != FINAL_EPOCH
-    exchange = _Exchange(broker, ctx, session)
+    exchange = _Exchange(broker, ctx, session, version >= 2 and request.is_renew_ack)
     if fetching:
         # Only partitions that exist join the session: what a session holds, and what each of
         # its fetches walks, stays bounded by the cluster's partitions whatever clients name.
