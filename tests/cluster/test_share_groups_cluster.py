@@ -166,16 +166,17 @@ def dead_letter_offsets(cluster: Cluster, topic: str) -> list[int]:
         c.close()
 
 
-def start_offsets(cluster: Cluster, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
+def start_offsets(cluster: Cluster, group: str, topic: str, partitions: list[int], *,
+                  field: str = "start_offset") -> dict[int, int]:
     """DescribeShareGroupOffsets at the group coordinator: the start offsets the share
-    coordinators hold."""
+    coordinators hold (or, v1, `field="lag"`: KIP-1226's lag, from each leader's high watermark)."""
     broker = cluster.brokers[group_coordinator(cluster, group)]
     with RawClient(broker) as client:
-        (g,) = client.call(DESCRIBE_SHARE_GROUP_OFFSETS, 0, {"groups": [{"group_id": group, "topics": [
-            {"topic_name": topic, "partitions": partitions}]}]}).groups
+        (g,) = client.call(DESCRIBE_SHARE_GROUP_OFFSETS, 0 if field == "start_offset" else 1, {"groups": [{
+            "group_id": group, "topics": [{"topic_name": topic, "partitions": partitions}]}]}).groups
     if g.error_code != 0:
         return {}
-    return {p.partition_index: p.start_offset for t in g.topics for p in t.partitions if p.error_code == 0}
+    return {p.partition_index: getattr(p, field) for t in g.topics for p in t.partitions if p.error_code == 0}
 
 
 def describe_members(cluster: Cluster, group: str) -> tuple[int, dict[str, tuple[int, list]]]:
@@ -239,6 +240,11 @@ def test_partitions_led_by_different_brokers_are_delivered_once(cluster, zookeep
     finally:
         for c in consumers:
             c.close()
+    # KIP-1226's lag, at the group coordinator: each partition's high watermark from its leader
+    # (ListOffsets to the two it does not lead), less the start offset and what is done.
+    assert start_offsets(cluster, group, topic, [0, 1, 2], field="lag") == {0: 0, 1: 0, 2: 0}
+    produce(cluster, topic, [b"late"] * 6, partitions=3)
+    assert start_offsets(cluster, group, topic, [0, 1, 2], field="lag") == {0: 2, 1: 2, 2: 2}
     assert first_fetch_after_a_config_set_elsewhere(cluster, zookeeper == KRAFT, topic, where.tid,
                                                     leaders[0])[:1] == [(0, 1)]  # from the log start
 
