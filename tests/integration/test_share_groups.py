@@ -706,6 +706,11 @@ def test_share_fetch_and_acknowledge_v2_record_limit_and_renew(share_broker):
             assert (p.acknowledge_error_code, list(p.acquired_records)) == (0, [])  # renewed, nothing fetched
         epoch += 1
         time.sleep(0.25)
+    # Kafka 4.3's group config share.renew.acknowledge.enable=false refuses RENEW.
+    set_group_configs(share_broker, group, share_renew_acknowledge_enable="false")
+    refused = acknowledge(2, epoch, [4], is_renew_ack=True).responses[0].partitions[0].error_code
+    epoch += 1
+    assert refused == 121  # INVALID_RECORD_STATE
     # Still the member's: accepted now, they are done.
     assert acknowledge(2, epoch, [1]).responses[0].partitions[0].error_code == 0
 

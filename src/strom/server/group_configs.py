@@ -7,7 +7,8 @@ reading a partition it never read; a leader initializing a share partition reads
 store, not from what it followed), share.record.lock.duration.ms (bounded by
 group.share.min/max.record.lock.duration.ms), share.isolation.level, and the session timeouts
 and heartbeat intervals (consumer.*, share.*), validated against the broker's min/max bounds
-and read by the group coordinator at each heartbeat, and Strom's own share.release.delay.ms
+and read by the group coordinator at each heartbeat, share.renew.acknowledge.enable (Kafka 4.3:
+whether members may RENEW their locks), and Strom's own share.release.delay.ms
 (delayed delivery: how long a released record waits before it is delivered again), and KIP-1191's
 errors.deadletterqueue.topic.name / errors.deadletterqueue.copy.record.enable (a share group's
 dead-letter topic, strom.share.dead_letters; a name starting with "__" is refused, as Kafka
@@ -54,14 +55,18 @@ GROUP_CONFIG_DOCS.update({
                                          "topic for this share group. If blank (the default), the group does "
                                          "not have a DLQ topic.",
     "errors.deadletterqueue.copy.record.enable": "When writing onto the dead-letter queue topic, whether to "
-                                                 "copy the original record (its key and value) onto the DLQ "
+                                                 "copy the original record (its key, value and headers) onto the DLQ "
                                                  "topic, or just write a record containing the context "
                                                  "information headers.",
 })
+GROUP_CONFIG_DOCS["share.renew.acknowledge.enable"] = (
+    "Whether the share group's members may RENEW the acquisition lock of records they hold "
+    "(KIP-1222); when false a RENEW is refused with INVALID_RECORD_STATE.")
 DLQ_TOPIC_NAME, DLQ_COPY_RECORD = "errors.deadletterqueue.topic.name", "errors.deadletterqueue.copy.record.enable"
+RENEW_ENABLE = "share.renew.acknowledge.enable"
 DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted",
-            "share.release.delay.ms": "0", DLQ_TOPIC_NAME: "", DLQ_COPY_RECORD: "false"}
-_BOOLEAN = frozenset({DLQ_COPY_RECORD})
+            "share.release.delay.ms": "0", DLQ_TOPIC_NAME: "", DLQ_COPY_RECORD: "false", RENEW_ENABLE: "true"}
+_BOOLEAN = frozenset({DLQ_COPY_RECORD, RENEW_ENABLE})
 MAX_RELEASE_DELAY_MS = 86_400_000  # a day: a released record holds its share partition's window meanwhile
 # Group configs bounded by a pair of broker configs (Kafka's GroupConfig validation), each
 # defaulting to the broker config of its own name.
@@ -87,7 +92,7 @@ def _validate(broker: Any, name: str, value: str) -> None:
     elif name == DLQ_TOPIC_NAME:
         if value.startswith("__"):
             raise KafkaError(f"{name}: DLQ topic name must not start with '__'", ErrorCode.INVALID_CONFIG)
-    elif name == DLQ_COPY_RECORD:
+    elif name in _BOOLEAN:
         if value.strip().lower() not in ("true", "false"):
             raise bad("Expected value to be either true or false")
     elif name == "share.release.delay.ms":

@@ -375,10 +375,13 @@ class SharePartitionManager:
                     types: frozenset[int] = ACKNOWLEDGE_TYPES) -> ErrorCode:
         """A member's acknowledgements of one share partition; RENEW locks its records again
         for the group's lock duration from now."""
+        renews = any(RENEW in kinds for _, _, kinds in batches)
+        if renews and self.group_config(key.group_id, "share.renew.acknowledge.enable", "true").lower() == "false":
+            return ErrorCode.INVALID_RECORD_STATE  # the group turned RENEW off (Kafka 4.3)
         delay = self.release_delay_ms(key.group_id)
         self.dead_letters_on(key, sp)
         error = sp.acknowledge(member_id, batches, now_ms(), self.lock_duration_ms(key.group_id), types, delay)
-        if error == ErrorCode.NONE and any(RENEW in kinds for _, _, kinds in batches):
+        if error == ErrorCode.NONE and renews:
             self._schedule_expiry(key, sp)
         if error == ErrorCode.NONE and delay > 0:
             self._schedule_due(key, sp)
