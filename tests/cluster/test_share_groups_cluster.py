@@ -27,18 +27,15 @@ from collections.abc import Callable
 
 import pytest
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     AcknowledgeType,
-    Consumer,
     Producer,
     ShareConsumer,
-    TopicPartition,
 )
 
 from strom.config.repository import sanitize
 from strom.coordinator import partition_for
 from strom.coordinator.share.state_store import SharePartitionKey
-from strom.testing import KRAFT, Cluster, RawClient, unique_name
+from strom.testing import KRAFT, Cluster, RawClient, consume_all, unique_name
 
 from .conftest import CLUSTER_OVERRIDES
 from .test_cluster import create, live_brokers, metadata, partition_view
@@ -149,21 +146,8 @@ def set_earliest(cluster: Cluster, group: str, **configs: str) -> None:
 def dead_letter_offsets(cluster: Cluster, topic: str) -> list[int]:
     """The source offsets of the dead letters in partition 0 of `topic`, in log order, read up to
     its high watermark."""
-    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique_name("dlq-reader"),
-                  "enable.auto.commit": False})
-    try:
-        _, end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        out: list = []
-        deadline = time.monotonic() + 30
-        while (out[-1].offset() + 1 if out else 0) < end:
-            assert time.monotonic() < deadline, f"read {len(out)} of {end} records of {topic}"
-            m = c.poll(0.2)
-            if m is not None and m.error() is None:
-                out.append(m)
-        return [int(dict(m.headers())["__dlq.errors.offset"]) for m in out]
-    finally:
-        c.close()
+    return [int(dict(m.headers())["__dlq.errors.offset"])
+            for m in consume_all(cluster.bootstrap, topic, [0], allow_empty=True, timeout=30)]
 
 
 def start_offsets(cluster: Cluster, group: str, topic: str, partitions: list[int], *,

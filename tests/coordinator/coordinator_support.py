@@ -1,4 +1,5 @@
-"""Fakes for the coordinator's unit tests: a manual clock with timers and an in-memory store.
+"""Fakes for the coordinator's unit tests: a manual clock with timers, an in-memory store, and a
+replica manager over real logs.
 
 The coordinator's callbacks make its state machine testable without sockets or an event loop:
 a JoinGroup or SyncGroup "response" is simply the value its callback received, or None while
@@ -10,6 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from strom.coordinator.group.config import GroupConfig
 from strom.coordinator.group.coordinator import GroupCoordinator, JoinRequest
@@ -17,6 +19,30 @@ from strom.coordinator.group.member import JoinGroupResult, SyncGroupResult
 from strom.protocol.errors import ErrorCode
 
 T0 = 1_700_000_000_000
+
+
+class LogPartition:
+    def __init__(self, log) -> None:
+        self.log = log
+        self.is_leader = True
+
+
+class LogReplicaManager:
+    """The two calls a coordinator's store makes of the replica manager (get_partition,
+    append_records), over real logs: partition index -> Log of `topic`, each led here."""
+
+    def __init__(self, topic: str, logs: dict) -> None:
+        self.partitions = {(topic, p): LogPartition(log) for p, log in logs.items()}
+
+    def get_partition(self, topic: str, index: int):
+        return self.partitions.get((topic, index))
+
+    def append_records(self, acks, entries, from_client=True):
+        out = {}
+        for tp, batch in entries:
+            self.partitions[tp].log.append(batch)
+            out[tp] = SimpleNamespace(error=ErrorCode.NONE)
+        return out
 
 
 class FakeTimer:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+from tests.coordinator.coordinator_support import LogReplicaManager
 
 from strom.coordinator import java_string_hash, partition_for
 from strom.coordinator.group import records as schema
@@ -13,7 +14,6 @@ from strom.coordinator.group.manager import GroupMetadataManager
 from strom.coordinator.group.records import GroupMetadataValue, MemberRecord, OffsetAndMetadata
 from strom.log import Log
 from strom.log.config import LogConfig
-from strom.protocol.errors import ErrorCode
 from strom.protocol.records import build_batch, build_marker_batch
 
 pytestmark = pytest.mark.timeout(10)
@@ -80,32 +80,9 @@ def test_group_metadata_value_roundtrip_and_v0():
         schema.read_group_metadata_value(encoded[:-3])
 
 
-class _Partition:
-    def __init__(self, log: Log) -> None:
-        self.log = log
-        self.is_leader = True
-
-
-class _ReplicaManager:
-    """The two calls GroupMetadataManager makes, over real logs."""
-
-    def __init__(self, logs: dict[int, Log]) -> None:
-        self.partitions = {("__consumer_offsets", p): _Partition(log) for p, log in logs.items()}
-
-    def get_partition(self, topic: str, index: int):
-        return self.partitions.get((topic, index))
-
-    def append_records(self, acks, entries, from_client=True):
-        out = {}
-        for tp, batch in entries:
-            self.partitions[tp].log.append(batch)
-            out[tp] = type("Result", (), {"error": ErrorCode.NONE})()
-        return out
-
-
 def test_replay_keeps_latest_record_per_key_and_applies_tombstones(tmp_path):
     logs = {p: Log.open(tmp_path / f"__consumer_offsets-{p}", LogConfig()) for p in range(2)}
-    manager = GroupMetadataManager(_ReplicaManager(logs), lambda: 2)
+    manager = GroupMetadataManager(LogReplicaManager("__consumer_offsets", logs), lambda: 2)
     groups = ["alpha", "beta", "gamma"]
     for g in groups:
         manager.store_offsets(g, {("t", 0): OffsetAndMetadata(1, -1, "", 10),
@@ -129,7 +106,7 @@ def test_replay_keeps_latest_record_per_key_and_applies_tombstones(tmp_path):
 
 def test_replay_applies_transactional_offsets_only_after_their_commit_marker(tmp_path):
     logs = {0: Log.open(tmp_path / "__consumer_offsets-0", LogConfig())}
-    manager = GroupMetadataManager(_ReplicaManager(logs), lambda: 1)
+    manager = GroupMetadataManager(LogReplicaManager("__consumer_offsets", logs), lambda: 1)
     manager.store_offsets("g", {("t", 0): OffsetAndMetadata(1, -1, "", 10)})
     for pid, offset in ((9, 100), (10, 200), (11, 300)):
         assert manager.store_txn_offsets("g", pid, 0, {("t", 0): OffsetAndMetadata(offset, -1, "", 20)}) == 0

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import uuid
 
+from tests.coordinator.coordinator_support import LogReplicaManager
+
 from strom.coordinator.share.coordinator import ShareCoordinator, WriteState, merge_batches
 from strom.coordinator.share.share_partition import (
     ACKNOWLEDGED,
@@ -23,30 +25,9 @@ from strom.protocol.errors import ErrorCode
 TOPIC = "__share_group_state"
 
 
-class _Partition:
-    def __init__(self, log: Log) -> None:
-        self.log = log
-        self.is_leader = True
-
-
-class _ReplicaManager:
-    def __init__(self, logs: dict[int, Log]) -> None:
-        self.partitions = {(TOPIC, p): _Partition(log) for p, log in logs.items()}
-
-    def get_partition(self, topic: str, index: int):
-        return self.partitions.get((topic, index))
-
-    def append_records(self, acks, entries, from_client=True):
-        out = {}
-        for tp, batch in entries:
-            self.partitions[tp].log.append(batch)
-            out[tp] = type("Result", (), {"error": ErrorCode.NONE})()
-        return out
-
-
-def coordinator(tmp_path, partitions: int = 2) -> tuple[ShareCoordinator, _ReplicaManager]:
+def coordinator(tmp_path, partitions: int = 2) -> tuple[ShareCoordinator, LogReplicaManager]:
     logs = {p: Log.open(tmp_path / f"{TOPIC}-{p}", LogConfig()) for p in range(partitions)}
-    rm = _ReplicaManager(logs)
+    rm = LogReplicaManager(TOPIC, logs)
     store = ShareStateStore(rm, lambda: partitions)
     store.apply(store.load())
     return ShareCoordinator(store), rm

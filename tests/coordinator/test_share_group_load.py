@@ -10,7 +10,7 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-from tests.coordinator.coordinator_support import FakeScheduler
+from tests.coordinator.coordinator_support import FakeScheduler, LogReplicaManager
 
 from strom.coordinator import partition_for
 from strom.coordinator.group.config import GroupConfig
@@ -32,29 +32,6 @@ pytestmark = pytest.mark.timeout(10)
 
 TOPIC_ID = uuid.UUID(int=7)
 TOPICS = {"orders": SimpleNamespace(topic_id=TOPIC_ID, partitions=[0, 1, 2, 3])}
-
-
-class _Partition:
-    def __init__(self, log: Log) -> None:
-        self.log = log
-        self.is_leader = True
-
-
-class _ReplicaManager:
-    """The calls the group coordinator's store makes, over real logs."""
-
-    def __init__(self, logs: dict[int, Log]) -> None:
-        self.partitions = {("__consumer_offsets", p): _Partition(log) for p, log in logs.items()}
-
-    def get_partition(self, topic: str, index: int):
-        return self.partitions.get((topic, index))
-
-    def append_records(self, acks, entries, from_client=True):
-        out = {}
-        for tp, batch in entries:
-            self.partitions[tp].log.append(batch)
-            out[tp] = SimpleNamespace(error=ErrorCode.NONE)
-        return out
 
 
 class _NoLog:
@@ -91,7 +68,7 @@ def test_looking_at_share_groups_reads_no_log():
 def test_share_groups_are_restored_by_the_partitions_load_and_dropped_by_its_unload(tmp_path):
     logs = {p: Log.open(tmp_path / f"__consumer_offsets-{p}", LogConfig()) for p in range(2)}
     try:
-        rm = _ReplicaManager(logs)
+        rm = LogReplicaManager("__consumer_offsets", logs)
         first = _coordinator(rm, 2, FakeScheduler())
         first.startup()
         kept, other = _ids(2)
@@ -170,7 +147,7 @@ def test_a_partition_loads_off_the_loop_answering_load_in_progress_meanwhile(tmp
     log_ = Log.open(tmp_path / "__consumer_offsets-0", LogConfig())
 
     async def main() -> None:
-        rm = _ReplicaManager({0: log_})
+        rm = LogReplicaManager("__consumer_offsets", {0: log_})
         writer = _coordinator(rm, 1, FakeScheduler())
         writer.startup()
         writer.share_groups.heartbeat(ShareHeartbeat("sg", "m1", 0, None, ["orders"], "c", "/h"))

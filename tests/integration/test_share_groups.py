@@ -20,17 +20,15 @@ from typing import Any
 
 import pytest
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     AcknowledgeType,
-    Consumer,
     Producer,
     ShareConsumer,
-    TopicPartition,
 )
 
 from strom.client import Connection
 from strom.testing import (
     BrokerProcess,
+    consume_all,
     create_topic,
     metric_value,
     report_broker_logs,
@@ -800,21 +798,7 @@ def test_share_release_delay_ms_delays_a_released_record(share_broker):
 
 def read_to_end(broker: BrokerProcess, topic: str, partition: int = 0) -> list:
     """Every record of a partition up to its high watermark."""
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique_name("dlq-reader"),
-                  "enable.auto.commit": False})
-    try:
-        _, end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-        c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-        out: list = []
-        deadline = time.monotonic() + 20
-        while (out[-1].offset() + 1 if out else 0) < end:
-            assert time.monotonic() < deadline, f"read {len(out)} of {end} records of {topic}"
-            m = c.poll(0.2)
-            if m is not None and m.error() is None:
-                out.append(m)
-        return out
-    finally:
-        c.close()
+    return consume_all(broker.bootstrap, topic, [partition], allow_empty=True)
 
 
 def dead_letters(broker: BrokerProcess, topic: str, partition: int = 0) -> list[tuple]:
