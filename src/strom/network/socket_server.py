@@ -16,6 +16,7 @@ import socket
 import struct
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -280,6 +281,11 @@ class Connection(asyncio.BufferedProtocol):
             self.server.per_ip[self.ip] -= 1
             if not self.server.per_ip[self.ip]:
                 del self.server.per_ip[self.ip]
+            for listener in self.server.connection_listeners:
+                try:
+                    listener(self.peer)
+                except Exception:  # a listener's failure must not stop the others or the close
+                    log.exception("after the connection from %s closed", self.peer)
         if self.worker is not None and not self.worker.done():
             self.worker.cancel()
 
@@ -663,6 +669,9 @@ class SocketServer:
         self._warned: dict[str, float] = {}
         self._idle_task: asyncio.Task | None = None
         self.connections_created: Counter[str] = Counter()  # per listener
+        # Called with a client's address ("host:port", RequestContext.client) when its connection
+        # closes: what the broker keeps per connection (share sessions) goes with it.
+        self.connection_listeners: list[Callable[[str], None]] = []
         self.connections_closed: Counter[str] = Counter()
         # Set when the metrics endpoint is on: request times and the loop's idle ratio.
         self.request_metrics: RequestMetrics | None = None

@@ -144,6 +144,8 @@ class Broker:
         self.producer_states = ProducerStates(self)
         self.group_coordinator: GroupCoordinator | None = None
         self.share_partitions = SharePartitionManager(self)  # KIP-932 share sessions and partitions
+        # Kafka 4.1: a share consumer's connection that closes gives back what its sessions hold.
+        self.socket_server.connection_listeners.append(self.share_partitions.connection_closed)
         self.group_configs: dict[str, dict[str, str]] = {}  # GROUP config resource overrides
         self.txn_coordinator: TransactionCoordinator | None = None
         self.cluster_id = ""
