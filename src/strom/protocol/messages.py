@@ -35,6 +35,7 @@ from strom.protocol.varint import VarintError, skip_tagged_fields, write_uvarint
 
 _HEADER_V1 = struct.Struct(">hhih")
 _CORRELATION = struct.Struct(">i")
+_KEY_VERSION = struct.Struct(">hh")
 API_VERSIONS_KEY = 18
 PRODUCE_KEY = 0
 METADATA_KEY = 3
@@ -138,7 +139,28 @@ class Request:
     size: int
 
 
+# (api key, version) -> (request class, flexible) for every version the codec knows, filled at
+# first use: each request looks its class up once here, not through the lazy Mapping and the
+# codec's class properties. Bounded by the codec's tables (unknown versions are not kept).
+_REQUEST_CODECS: dict[tuple[int, int], tuple[type, bool]] = {}
+
+
+def request_codec(api_key: int, version: int) -> tuple[type, bool] | None:
+    """The request class and whether `version` is flexible, or None when the codec does not
+    know the api key or version."""
+    codec = _REQUEST_CODECS.get((api_key, version))
+    if codec is None:
+        cls = REQUESTS.get(api_key)
+        if cls is None or not 0 <= version <= cls.max_version:
+            return None
+        codec = _REQUEST_CODECS[(api_key, version)] = (cls, cls.flexible_version_q(version))
+    return codec
+
+
 def is_flexible(api_key: int, version: int) -> bool:
+    codec = _REQUEST_CODECS.get((api_key, version)) or request_codec(api_key, version)
+    if codec is not None:
+        return codec[1]
     cls = REQUESTS.get(api_key)
     if cls is None:
         return False
@@ -148,8 +170,9 @@ def is_flexible(api_key: int, version: int) -> bool:
 
 
 
-def parse_header(buf) -> tuple[RequestHeader, int]:
-    """Request header v1 (or v2 with tagged fields when the body version is flexible)."""
+def parse_header(buf, flexible: bool | None = None) -> tuple[RequestHeader, int]:
+    """Request header v1 (or v2 with tagged fields when the body version is flexible; None:
+    look it up)."""
     if len(buf) < _HEADER_V1.size:
         raise InvalidRequest("request shorter than its header")
     api_key, api_version, correlation_id, client_len = _HEADER_V1.unpack_from(buf, 0)
@@ -160,7 +183,8 @@ def parse_header(buf) -> tuple[RequestHeader, int]:
             raise InvalidRequest("client id runs past the end of the request")
         client_id = bytes(buf[pos : pos + client_len]).decode("utf-8", "replace")
         pos += client_len
-    flexible = is_flexible(api_key, api_version)
+    if flexible is None:
+        flexible = is_flexible(api_key, api_version)
     if flexible:
         try:
             pos = skip_tagged_fields(buf, pos)
@@ -170,43 +194,44 @@ def parse_header(buf) -> tuple[RequestHeader, int]:
 
 
 def parse_request(buf) -> Request:
-    if len(buf) >= 4:
-        api_key, api_version = struct.unpack_from(">hh", buf, 0)
+    if len(buf) < 4:
+        raise InvalidRequest("request shorter than its header")
+    api_key, api_version = _KEY_VERSION.unpack_from(buf, 0)
+    codec = _REQUEST_CODECS.get((api_key, api_version)) or request_codec(api_key, api_version)
+    if codec is None:
         cls = REQUESTS.get(api_key)
         if cls is None:
             raise UnsupportedRequest(f"unknown api key {api_key}")
-        if not 0 <= api_version <= cls.max_version:
-            raise UnsupportedRequest(f"{cls.name} v{api_version} is not known")
-    header, pos = parse_header(buf)
-    cls = REQUESTS[header.api_key]
+        raise UnsupportedRequest(f"{cls.name} v{api_version} is not known")
+    cls, flexible = codec
+    header, pos = parse_header(buf, flexible)
     try:
-        if header.api_key == PRODUCE_KEY and 3 <= header.api_version <= PRODUCE_MAX_VERSION:
+        if api_key == PRODUCE_KEY and 3 <= api_version <= PRODUCE_MAX_VERSION:
             # The hot path: record sets stay writable views of the frame (see produce.py).
-            body = parse_produce_request(memoryview(buf)[pos:], header.api_version)
-        elif header.api_key == METADATA_KEY:
+            body = parse_produce_request(memoryview(buf)[pos:], api_version)
+        elif api_key == METADATA_KEY:
             # Names stay in the frame until the handler reads them (see metadata.py).
-            body = parse_metadata_request(buf, pos, header.api_version)
-        elif header.api_key == LIST_OFFSETS_KEY and header.api_version >= 1:
-            body = parse_list_offsets_request(buf, pos, header.api_version)
-        elif header.api_key == DESCRIBE_TOPIC_PARTITIONS_KEY:
-            body = parse_describe_topic_partitions_request(buf, pos, header.api_version)
+            body = parse_metadata_request(buf, pos, api_version)
+        elif api_key == LIST_OFFSETS_KEY and api_version >= 1:
+            body = parse_list_offsets_request(buf, pos, api_version)
+        elif api_key == DESCRIBE_TOPIC_PARTITIONS_KEY:
+            body = parse_describe_topic_partitions_request(buf, pos, api_version)
         else:
-            body = _decode_body(cls, memoryview(buf)[pos:], header.api_version)
+            body = _decode_body(cls, memoryview(buf)[pos:], api_version, flexible)
     except MalformedRequest as e:
-        raise InvalidRequest(f"malformed {cls.name} v{header.api_version}: {e}") from e
+        raise InvalidRequest(f"malformed {cls.name} v{api_version}: {e}") from e
     except InvalidRequest as e:
-        raise InvalidRequest(f"malformed {cls.name} v{header.api_version}: {e}") from e
+        raise InvalidRequest(f"malformed {cls.name} v{api_version}: {e}") from e
     except Exception as e:  # the codec raises assorted errors on truncated or garbled bodies
-        raise InvalidRequest(f"malformed {cls.name} v{header.api_version}: {e!r}") from e
+        raise InvalidRequest(f"malformed {cls.name} v{api_version}: {e!r}") from e
     return Request(header, body, len(buf))
 
 
-def _decode_body(cls: type, view: memoryview, version: int) -> Any:
+def _decode_body(cls: type, view: memoryview, version: int, flexible: bool) -> Any:
     """The codec's decoder, plus the two checks Kafka's generated readers make and the codec
     skips: a string or bytes field may not run past the end of the request (the codec slices
     short and carries on), and a field the schema does not allow to be null may not be null
     (the codec reads any negative length as null, and handlers trust the schema)."""
-    flexible = cls.flexible_version_q(version)
     decode = cls._struct.compiled_decode_from(version, compact=flexible, tagged=flexible,
                                               data_class=cls[None])
     body, end = decode(view, 0)
