@@ -84,8 +84,10 @@ class KafkaApis:
     def supports(self, api_key: int, version: int) -> bool:
         return supports(api_key, version) and served(self.broker, api_key)
 
-    async def handle(self, ctx: RequestContext, body: Any) -> Any:
-        return await HANDLERS[ctx.header.api_key].handler(self.broker, ctx, body)
+    def handle(self, ctx: RequestContext, body: Any) -> Awaitable[Any]:
+        """The handler's awaitable itself: a coroutine around it would cost every request one
+        more frame (subclasses that add work may be coroutines)."""
+        return HANDLERS[ctx.header.api_key].handler(self.broker, ctx, body)
 
     def unsupported_version_response(self) -> dict:
         """What Kafka answers, at v0, to an ApiVersions request of a version it does not know."""
