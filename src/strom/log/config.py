@@ -118,14 +118,10 @@ class LogConfig:
     @property
     def recompress_to(self) -> tuple[int, int | None] | None:
         """(codec, level) batches must be in (compression.type), or None to keep the producer's."""
-        c = compression
         if self.compression_type == "producer":
             return None
-        codec = {"uncompressed": c.NONE, "gzip": c.GZIP, "snappy": c.SNAPPY, "lz4": c.LZ4,
-                 "zstd": c.ZSTD}[self.compression_type]
-        level = {c.GZIP: None if self.compression_gzip_level == -1 else self.compression_gzip_level,
-                 c.LZ4: self.compression_lz4_level, c.ZSTD: self.compression_zstd_level}.get(codec)
-        return codec, level
+        return _recompress_to(self.compression_type, self.compression_gzip_level,
+                              self.compression_lz4_level, self.compression_zstd_level)
 
     @property
     def local_retention_ms_effective(self) -> int:
@@ -143,11 +139,11 @@ class LogConfig:
 
     @property
     def delete_enabled(self) -> bool:
-        return "delete" in self.cleanup_policy.split(",")
+        return "delete" in _policies(self.cleanup_policy)
 
     @property
     def compact(self) -> bool:
-        return "compact" in self.cleanup_policy.split(",")
+        return "compact" in _policies(self.cleanup_policy)
 
     def with_overrides(self, overrides: Mapping[str, str]) -> LogConfig:
         """A copy with Kafka topic config overrides applied; ValueError("<key>: <reason>")."""
@@ -239,6 +235,23 @@ def parse_bool(text: str) -> bool:
     if text.lower() not in ("true", "false"):
         raise ValueError(f"expected true or false, got {text!r}")
     return text.lower() == "true"
+
+
+# Asked at every append: parsed once per distinct value (few: they are validated on the way in).
+@functools.lru_cache(maxsize=64)
+def _policies(cleanup_policy: str) -> frozenset[str]:
+    return frozenset(cleanup_policy.split(","))
+
+
+@functools.lru_cache(maxsize=64)
+def _recompress_to(compression_type: str, gzip_level: int, lz4_level: int,
+                   zstd_level: int) -> tuple[int, int | None]:
+    c = compression
+    codec = {"uncompressed": c.NONE, "gzip": c.GZIP, "snappy": c.SNAPPY, "lz4": c.LZ4,
+             "zstd": c.ZSTD}[compression_type]
+    level = {c.GZIP: None if gzip_level == -1 else gzip_level, c.LZ4: lz4_level,
+             c.ZSTD: zstd_level}.get(codec)
+    return codec, level
 
 
 @functools.lru_cache(maxsize=256)
