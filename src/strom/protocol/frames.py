@@ -27,15 +27,13 @@ import threading
 _SIZE = struct.Struct(">i")
 _SCRATCH = 65536  # reads land in a buffer this size; frames beyond it are "large"
 _PIECE = 1 << 20  # the largest piece of a large frame
-_landing = threading.local()
+_landing = threading.local()  # .view: this thread's landing buffer
 Frame = bytearray
 
 
-def _landing_buffer() -> bytearray:
-    buf = getattr(_landing, "buf", None)
-    if buf is None:
-        buf = _landing.buf = bytearray(_SCRATCH)
-    return buf
+def _new_landing_buffer() -> memoryview:
+    view = _landing.view = memoryview(bytearray(_SCRATCH))
+    return view
 
 
 class FrameTooLarge(Exception):
@@ -56,7 +54,12 @@ class FrameDecoder:
         self.max_frame_bytes = max_frame_bytes
         self.trusted = trusted
         self._partial = bytearray()  # the start of an unfinished small frame, as it arrived
-        self._landed = False  # the last buffer handed out was this thread's landing buffer
+        # The last buffer handed out, when it was this thread's landing buffer (None: the
+        # large frame's piece): kept so that buffer_updated need not look it up again.
+        self._landed: memoryview | None = None
+        # The size of a large frame announced and not yet admitted (0: none). An attribute,
+        # not a property: the server asks after every read.
+        self.awaiting_admission = 0
         # The large frame being received:
         self._size = 0  # its announced size (0: none)
         self._admitted = False
@@ -71,17 +74,12 @@ class FrameDecoder:
         """The announced size of the large frame being received (0 when none is)."""
         return self._size
 
-    @property
-    def awaiting_admission(self) -> int:
-        """The size of a large frame announced and not yet admitted (0: none)."""
-        return self._size if self._size and not self._admitted else 0
-
     def admit(self) -> list[Frame]:
         """Let the announced large frame take memory: its first piece is made now. Returns the
         frames that bytes which arrived before complete (usually none)."""
         if not self.awaiting_admission:
             return []
-        self._admitted = True
+        self._admitted, self.awaiting_admission = True, 0
         first = self._size if self.trusted else min(self._size, max(_SCRATCH, len(self._head)))
         self._frame, self._filled = bytearray(first), 0
         head, self._head = self._head, bytearray()
@@ -91,21 +89,26 @@ class FrameDecoder:
         """Where the next bytes should be read into. Fill it and call `buffer_updated` before
         asking any decoder on this thread for a buffer again."""
         if self._frame is not None:
-            self._landed = False
+            self._landed = None
             if self._filled == len(self._frame):  # this piece is full: start the next
                 self._next_piece()
             return memoryview(self._frame)[self._filled :]
-        self._landed = True
-        return memoryview(_landing_buffer())
+        try:
+            view = _landing.view
+        except AttributeError:
+            view = _new_landing_buffer()
+        self._landed = view
+        return view
 
     def buffer_updated(self, n: int) -> list[Frame]:
         """Account for `n` bytes read into the last buffer; return the frames now complete."""
-        if not self._landed:  # read in place into the large frame
+        landed = self._landed
+        if landed is None:  # read in place into the large frame
             self._filled += n
             self._received += n
             return [self._finish()] if self._received == self._size else []
-        self._landed = False
-        return self._absorb(memoryview(_landing_buffer())[:n])
+        self._landed = None
+        return self._absorb(landed[:n])
 
     def feed(self, data: bytes) -> list[Frame]:
         """Convenience for callers holding plain bytes (tests, blocking clients): the bytes
@@ -159,7 +162,7 @@ class FrameDecoder:
                 pos += 4 + size
                 continue
             if 4 + size > _SCRATCH:
-                self._size = size
+                self._size = self.awaiting_admission = size
                 pos += 4
             break
         return pos
