@@ -107,6 +107,47 @@ def test_a_restored_record_at_its_delivery_limit_is_archived_not_delivered_again
     assert p.start_offset == 1 and 0 not in p.records  # archived, so done with
 
 
+def test_a_lowered_delivery_limit_allows_one_final_delivery_then_archives():
+    """KIP-1240: the limit is checked when a delivery completes. A record AVAILABLE after two
+    deliveries under limit 5 gets a third once the group lowers it to 2, and is archived when
+    that one completes; one ACQUIRED when it is lowered is archived at its release."""
+    p = sp(limit=5)
+    for count in (1, 2):
+        assert p.acquire("m", batches((0, 1)), 100, 0, LOCK) == [Acquired(0, 1, count)]
+        p.acknowledge("m", [(0, 1, [RELEASE])])
+    assert p.acquire("m", batches((1, 1)), 100, 0, LOCK) == [Acquired(1, 1, 3)]
+    p.delivery_limit = 2
+    p.acknowledge("m", [(1, 1, [RELEASE])])  # delivered 3 times, over the new limit: done
+    assert p.records[1].state == ARCHIVED
+    assert p.acquire("m", batches((0, 1)), 100, 0, LOCK) == [Acquired(0, 0, 3)]  # the final delivery
+    assert p.expire_locks(LOCK)
+    assert p.start_offset == 2 and not p.records  # archived once it completed
+    q = sp(limit=2)
+    q.acquire("m", batches((0, 0)), 100, 0, LOCK)
+    q.acknowledge("m", [(0, 0, [RELEASE])])
+    q.delivery_limit = 4  # raised: what is not archived yet is delivered again
+    assert q.acquire("m", batches((0, 0)), 100, 0, LOCK) == [Acquired(0, 0, 2)]
+
+
+def test_a_lowered_in_flight_bound_stops_new_acquisitions_until_the_window_drains():
+    """KIP-1240's share.partition.max.record.locks set lower than what is in flight: records
+    AVAILABLE in the window are still delivered again, new ones wait until it drains below."""
+    p = sp(max_in_flight=10)
+    assert p.acquire("m", batches((0, 1), (2, 3), (4, 5)), 100, 0, LOCK) == [Acquired(0, 5, 1)]
+    p.max_in_flight = 4
+    p.acknowledge("m", [(0, 0, [RELEASE])])
+    assert p.fetch_offset() == 0
+    assert p.acquire("n", batches((0, 1), (6, 7)), 100, 0, LOCK) == [Acquired(0, 0, 2)]  # not 6-7
+    assert p.fetch_offset() is None
+    p.acknowledge("m", [(1, 2, [ACCEPT])])
+    assert p.fetch_offset() is None  # 3 to 5 and 0 still in flight: 6 offsets in the window
+    p.acknowledge("n", [(0, 0, [ACCEPT])])
+    p.acknowledge("m", [(3, 3, [ACCEPT])])
+    assert p.in_flight == 2 and p.fetch_offset() == 6
+    assert p.acquire("n", batches((6, 7), (8, 9), (10, 11)), 100, 0, LOCK) == [Acquired(6, 7, 1)]
+    assert p.in_flight == 4 and p.fetch_offset() is None  # at the bound again
+
+
 def test_lock_expiry_makes_records_available_with_their_count():
     p = sp()
     p.acquire("m", batches((0, 1)), 100, now_ms=0, lock_ms=LOCK)

@@ -290,6 +290,10 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "group.consumer.max.heartbeat.interval.ms": (int_in(1), "15000"),
     "group.consumer.max.size": (int_in(1), "2147483647"),
     "group.consumer.assignors": (_str, "uniform,range"),
+    # KIP-1240 (Kafka 4.3): the bounds of a group's consumer.assignment.interval.ms.
+    "group.consumer.assignment.interval.ms": (int_in(0), "1000"),
+    "group.consumer.min.assignment.interval.ms": (int_in(0), "0"),
+    "group.consumer.max.assignment.interval.ms": (int_in(0), "15000"),
     # KIP-932 share groups and the share coordinator's state topic.
     "group.share.session.timeout.ms": (int_in(1), "45000"),
     "group.share.min.session.timeout.ms": (int_in(1), "45000"),
@@ -303,6 +307,15 @@ DEFINITIONS: dict[str, tuple[Callable[[str], Any], str | None]] = {
     "group.share.min.record.lock.duration.ms": (int_in(1000), "15000"),
     "group.share.max.record.lock.duration.ms": (int_in(1000, 3600000), "60000"),
     "group.share.partition.max.record.locks": (int_in(100, 10000), "2000"),
+    # KIP-1240 (Kafka 4.3): the bounds of a group's share.delivery.count.limit,
+    # share.partition.max.record.locks and share.assignment.interval.ms.
+    "group.share.min.delivery.count.limit": (int_in(2, 5), "2"),
+    "group.share.max.delivery.count.limit": (int_in(5, 25), "10"),
+    "group.share.min.partition.max.record.locks": (int_in(100, 2000), "100"),
+    "group.share.max.partition.max.record.locks": (int_in(2000, 10000), "4000"),
+    "group.share.assignment.interval.ms": (int_in(0), "1000"),
+    "group.share.min.assignment.interval.ms": (int_in(0), "0"),
+    "group.share.max.assignment.interval.ms": (int_in(0), "15000"),
     "group.share.max.share.sessions": (int_in(1, 100000), "2000"),
     # KIP-1191 dead-letter topics of share groups (strom.share.dead_letters).
     "errors.deadletterqueue.topic.name.prefix": (_str, "dlq."),
@@ -532,6 +545,7 @@ class BrokerConfig:
         self._check_cordoned()
         self._check_kraft()
         self._check_security_protocols()
+        self._check_group_bounds()
         queued, largest = self.values["queued.max.request.bytes"], self.values["socket.request.max.bytes"]
         if 0 < queued < largest:  # Kafka's rule: the pool must fit the largest request
             raise ConfigError(f"queued.max.request.bytes ({queued}) must be -1 or at least "
@@ -567,6 +581,17 @@ class BrokerConfig:
     def metadata_log_dir(self) -> Path:
         """metadata.log.dir, else the first log dir (Kafka's default)."""
         return self.values["metadata.log.dir"] or self.log_dirs[0]
+
+    def _check_group_bounds(self) -> None:
+        """Kafka's rule for a broker default that bounds group configs (KIP-1240): within its
+        own min and max, which are in order."""
+        for pattern in ("group.share.{}delivery.count.limit", "group.share.{}partition.max.record.locks",
+                        "group.share.{}assignment.interval.ms", "group.consumer.{}assignment.interval.ms"):
+            low, value, high = (pattern.format(b) for b in ("min.", "", "max."))
+            if self.values[value] < self.values[low]:
+                raise ConfigError(f"{value} must be greater than or equal to {low}")
+            if self.values[high] < self.values[value]:
+                raise ConfigError(f"{high} must be greater than or equal to {value}")
 
     def _check_cordoned(self) -> None:
         """KIP-1066: only this broker's own log dirs can be cordoned."""

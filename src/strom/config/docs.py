@@ -605,6 +605,13 @@ BROKER_DOCS: dict[str, str] = {
     "group.consumer.assignors":
         "Server-side partition assignors of KIP-848 consumer groups (uniform, range); the first "
         "is used when a member names none.",
+    "group.consumer.assignment.interval.ms":
+        "Milliseconds between assignment updates of a consumer group (KIP-1240): the default of a "
+        "group's consumer.assignment.interval.ms. Strom assigns at each change of a group's epoch.",
+    "group.consumer.min.assignment.interval.ms":
+        "Lower bound, in milliseconds, for a group's consumer.assignment.interval.ms.",
+    "group.consumer.max.assignment.interval.ms":
+        "Upper bound, in milliseconds, for a group's consumer.assignment.interval.ms.",
     # KIP-932 share groups.
     "group.share.session.timeout.ms":
         "Milliseconds a share group member may go without a heartbeat before it is removed and "
@@ -618,7 +625,22 @@ BROKER_DOCS: dict[str, str] = {
     "group.share.max.size": "Most members a share group may have.",
     "group.share.delivery.count.limit":
         "Deliveries of a record to share group members after which it is archived (never delivered "
-        "again) instead of made available once more.",
+        "again) instead of made available once more. A group's share.delivery.count.limit overrides it.",
+    "group.share.min.delivery.count.limit":
+        "Lower bound for a group's share.delivery.count.limit (KIP-1240).",
+    "group.share.max.delivery.count.limit":
+        "Upper bound for a group's share.delivery.count.limit (KIP-1240).",
+    "group.share.min.partition.max.record.locks":
+        "Lower bound for a group's share.partition.max.record.locks (KIP-1240).",
+    "group.share.max.partition.max.record.locks":
+        "Upper bound for a group's share.partition.max.record.locks (KIP-1240).",
+    "group.share.assignment.interval.ms":
+        "Milliseconds between assignment updates of a share group (KIP-1240): the default of a "
+        "group's share.assignment.interval.ms. Strom assigns at each change of a group's epoch.",
+    "group.share.min.assignment.interval.ms":
+        "Lower bound, in milliseconds, for a group's share.assignment.interval.ms.",
+    "group.share.max.assignment.interval.ms":
+        "Upper bound, in milliseconds, for a group's share.assignment.interval.ms.",
     "group.share.record.lock.duration.ms":
         "Milliseconds a record acquired by a share group member stays locked to it; then it becomes "
         "available to the group again. A group's share.record.lock.duration.ms overrides it.",
@@ -628,7 +650,8 @@ BROKER_DOCS: dict[str, str] = {
         "Upper bound, in milliseconds, for a group's share.record.lock.duration.ms.",
     "group.share.partition.max.record.locks":
         "Most records of one partition a share group may have in flight (acquired or waiting for "
-        "redelivery); fetches acquire no new records beyond it.",
+        "redelivery); fetches acquire no new records beyond it. A group's "
+        "share.partition.max.record.locks overrides it.",
     "group.share.max.share.sessions":
         "Most share sessions (one per share group member fetching from this broker) the broker keeps; "
         "past it ShareFetch opening a session answers SHARE_SESSION_LIMIT_REACHED.",

@@ -3,11 +3,16 @@ IncrementalAlterConfigs, AlterConfigs and DescribeConfigs manage, stored at
 /config/groups/<group> in the metadata store and read by the share partition manager.
 
 Strom applies the share group ones: share.auto.offset.reset (where a share group starts
-reading a partition it never read; a leader initializing a share partition reads it from the
-store, not from what it followed), share.record.lock.duration.ms (bounded by
+reading a partition it never read: earliest, latest or by_duration:<ISO-8601 duration>, the
+first record at or after now minus the duration; a leader initializing a share partition
+reads it from the store, not from what it followed), share.record.lock.duration.ms (bounded by
 group.share.min/max.record.lock.duration.ms), share.isolation.level, and the session timeouts
 and heartbeat intervals (consumer.*, share.*), validated against the broker's min/max bounds
-and read by the group coordinator at each heartbeat, share.renew.acknowledge.enable (Kafka 4.3:
+and read by the group coordinator at each heartbeat, KIP-1240's share.delivery.count.limit and
+share.partition.max.record.locks (bounded by group.share.min/max.*; dynamic: a share partition
+takes the group's current values at each fetch and acknowledgement), the assignment intervals
+consumer/share.assignment.interval.ms (validated and described only: Strom's assignors run at
+each change of a group's epoch, not on a timer), share.renew.acknowledge.enable (Kafka 4.3:
 whether members may RENEW their locks), and Strom's own share.release.delay.ms
 (delayed delivery: how long a released record waits before it is delivered again), and KIP-1191's
 errors.deadletterqueue.topic.name / errors.deadletterqueue.copy.record.enable (a share group's
@@ -24,6 +29,7 @@ from typing import Any
 
 from strom.config.repository import sanitize
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.share.partition_manager import by_duration_ms
 
 GROUP_RESOURCE = 32
 ENTITY_TYPE = "groups"
@@ -59,6 +65,21 @@ GROUP_CONFIG_DOCS.update({
                                                  "topic, or just write a record containing the context "
                                                  "information headers.",
 })
+GROUP_CONFIG_DOCS.update({
+    "share.auto.offset.reset": "The strategy to initialize the share-partition start offset: earliest (the log "
+                               "start), latest (the log end) or by_duration:<duration> (the first record at or "
+                               "after now minus the duration, an ISO-8601 duration PnDTnHnMn.nS, not negative).",
+    "share.delivery.count.limit": "The maximum number of delivery attempts for a record delivered to a share "
+                                  "group (KIP-1240), within group.share.min/max.delivery.count.limit; replaces "
+                                  "group.share.delivery.count.limit for this group.",
+    "share.partition.max.record.locks": "Share-group record lock limit per share-partition (KIP-1240), within "
+                                        "group.share.min/max.partition.max.record.locks; replaces "
+                                        "group.share.partition.max.record.locks for this group.",
+    "consumer.assignment.interval.ms": "The interval between assignment updates for a consumer group (KIP-1240). "
+                                       "Accepted and validated; Strom assigns at each change of the group's epoch.",
+    "share.assignment.interval.ms": "The interval between assignment updates for a share group (KIP-1240). "
+                                    "Accepted and validated; Strom assigns at each change of the group's epoch.",
+})
 GROUP_CONFIG_DOCS["share.renew.acknowledge.enable"] = (
     "Whether the share group's members may RENEW the acquisition lock of records they hold "
     "(KIP-1222); when false a RENEW is refused with INVALID_RECORD_STATE.")
@@ -76,16 +97,24 @@ _BOUNDED = {
     "consumer.heartbeat.interval.ms": "group.consumer.{}.heartbeat.interval.ms",
     "share.session.timeout.ms": "group.share.{}.session.timeout.ms",
     "share.heartbeat.interval.ms": "group.share.{}.heartbeat.interval.ms",
+    # KIP-1240 (Kafka 4.3)
+    "share.delivery.count.limit": "group.share.{}.delivery.count.limit",
+    "share.partition.max.record.locks": "group.share.{}.partition.max.record.locks",
+    "share.assignment.interval.ms": "group.share.{}.assignment.interval.ms",
+    "consumer.assignment.interval.ms": "group.consumer.{}.assignment.interval.ms",
 }
+_INT = frozenset(_BOUNDED) | {"share.release.delay.ms"}  # the rest are strings but _BOOLEAN
+AUTO_OFFSET_RESET = "share.auto.offset.reset"
 
 
 def _validate(broker: Any, name: str, value: str) -> None:
     def bad(reason: str) -> KafkaError:
         return KafkaError(f"Invalid value {value} for configuration {name}: {reason}", ErrorCode.INVALID_CONFIG)
 
-    if name == "share.auto.offset.reset":
-        if value not in ("earliest", "latest"):
-            raise bad("String must be one of: latest, earliest")
+    if name == AUTO_OFFSET_RESET:
+        if value not in ("earliest", "latest") and by_duration_ms(value) is None:
+            raise bad(f"Invalid value `{value}` for configuration {name}. The value must be either 'earliest', "
+                      "'latest' or of the format 'by_duration:<PnDTnHnMn.nS.>'.")
     elif name == "share.isolation.level":
         if value not in ("read_committed", "read_uncommitted"):
             raise bad("String must be one of: read_committed, read_uncommitted")
@@ -108,8 +137,8 @@ def _validate(broker: Any, name: str, value: str) -> None:
             n = int(value)
         except ValueError:
             raise bad("Not a number of type INT") from None
-        if not low <= n <= high:
-            raise bad(f"must be within {low} and {high}")
+        if not low <= n <= high:  # Kafka 4.3's message (KIP-1240)
+            raise KafkaError(f"{name} must be in the range {low} to {high} inclusive.", ErrorCode.INVALID_CONFIG)
     else:
         raise KafkaError(f"Unknown group config name: {name}", ErrorCode.INVALID_CONFIG)
 
@@ -122,10 +151,11 @@ def describe(broker: Any, group_id: str, keys: Iterable[str] | None, include_doc
     overrides = broker.group_configs.get(group_id, {})
     values = {**defaults(broker), **overrides}
     wanted = sorted(values) if keys is None else [k for k in keys if k in values]
-    # config_source 8: GROUP_CONFIG, 5: DEFAULT_CONFIG; config_type 1: BOOLEAN, 2: INT, 7: STRING
+    # config_source 8: GROUP_CONFIG, 5: DEFAULT_CONFIG; config_type 1: BOOLEAN, 2: STRING, 3: INT (Kafka's
+    # types: every .ms group config is an int)
     return [{"name": k, "value": values[k], "read_only": False, "config_source": 8 if k in overrides else 5,
              "is_sensitive": False, "synonyms": [],
-             "config_type": 1 if k in _BOOLEAN else 2 if k.endswith(".ms") else 7,
+             "config_type": 1 if k in _BOOLEAN else 3 if k in _INT else 2,
              "documentation": GROUP_CONFIG_DOCS.get(k) if include_docs else None} for k in wanted]
 
 

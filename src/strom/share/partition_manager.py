@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -72,10 +73,34 @@ from strom.share.state_writer import StateWriter
 log = logging.getLogger(__name__)
 
 INITIAL_EPOCH, FINAL_EPOCH = 0, -1
-EARLIEST, LATEST = "earliest", "latest"
+EARLIEST, LATEST, BY_DURATION = "earliest", "latest", "by_duration:"
 _PARTITION_READ_BYTES = 1 << 20
 _ADMIN_KEYS_PER_CALL = 1000  # keys per Persister call when an admin request names no partitions
 ARCHIVE_LINGER_S = 0.5  # dead letters archived are persisted together after this
+
+# Java's Duration.parse: [-+]P[nD][T[nH][nM][n[.n]S]], each number signed, case-insensitive;
+# numbers of at most 18 digits (a Java long), so that no text costs more than a few steps.
+_DURATION = re.compile(r"([-+]?)P(?:([-+]?\d{1,18})D)?(?:T(?:([-+]?\d{1,18})H)?(?:([-+]?\d{1,18})M)?"
+                       r"(?:([-+]?)(\d{1,18})(?:[.,](\d{0,9}))?S)?)?", re.IGNORECASE)
+
+
+def by_duration_ms(value: str) -> int | None:
+    """The duration of share.auto.offset.reset=by_duration:<ISO-8601 duration> in ms (whole ms,
+    as the log's timestamps are); None for earliest, latest, or anything not a duration that
+    is not negative."""
+    if value[:len(BY_DURATION)].lower() != BY_DURATION:
+        return None
+    text = value[len(BY_DURATION):].strip()
+    m = _DURATION.fullmatch(text)
+    if m is None or text.upper().endswith("T") or not any(m.group(i) for i in (2, 3, 4, 6)):
+        return None
+    sign, days, hours, minutes, s_sign, secs, frac = m.groups()
+    ms = ((int(days or 0) * 24 + int(hours or 0)) * 60 + int(minutes or 0)) * 60_000
+    if secs is not None:
+        seconds_ms = int(secs) * 1000 + int((frac or "").ljust(9, "0")[:9]) // 1_000_000
+        ms += -seconds_ms if s_sign == "-" else seconds_ms
+    ms = -ms if sign == "-" else ms
+    return ms if ms >= 0 else None
 
 
 def now_ms() -> int:
@@ -209,10 +234,26 @@ class SharePartitionManager:
         value = self.group_config(group_id, "share.release.delay.ms", "", configs)
         return int(value) if value else 0
 
-    def dead_letters_on(self, key: SharePartitionKey, sp: SharePartition) -> SharePartition:
-        """Whether what the share partition gives up on becomes a dead letter (the group has a
-        topic now); asked before each change, a group config being dynamic."""
+    def delivery_count_limit(self, group_id: str, configs: dict[str, str] | None = None) -> int:
+        """KIP-1240's share.delivery.count.limit, else group.share.delivery.count.limit."""
+        value = self.group_config(group_id, "share.delivery.count.limit", "", configs)
+        return int(value) if value else self.config["group.share.delivery.count.limit"]
+
+    def max_record_locks(self, group_id: str, configs: dict[str, str] | None = None) -> int:
+        """KIP-1240's share.partition.max.record.locks, else group.share.partition.max.record.locks."""
+        value = self.group_config(group_id, "share.partition.max.record.locks", "", configs)
+        return int(value) if value else self.config["group.share.partition.max.record.locks"]
+
+    def configured(self, key: SharePartitionKey, sp: SharePartition,
+                   configs: dict[str, str] | None = None) -> SharePartition:
+        """The share partition under its group's configs as they are now, applied before each
+        change (group configs are dynamic): whether what it gives up on becomes a dead letter
+        (the group has a topic), its delivery count limit and its in-flight bound (KIP-1240: a
+        lowered limit lets a record in flight finish its delivery, then archives it; a lowered
+        bound stops new acquisitions until the window drains below it)."""
         sp.dead_letters = group_settings(self.broker.group_configs.get(key.group_id, {})) is not None
+        sp.delivery_limit = self.delivery_count_limit(key.group_id, configs)
+        sp.max_in_flight = self.max_record_locks(key.group_id, configs)
         return sp
 
     def _dead_letters_archived(self, key: SharePartitionKey) -> None:
@@ -279,8 +320,7 @@ class SharePartitionManager:
             if configs is None:
                 configs = await self.current_group_configs(key.group_id)
             reset = self.group_config(key.group_id, "share.auto.offset.reset", LATEST, configs)
-            # share fetches read local logs only: a tiered log's earliest is its local start
-            start = partition.log.local_log_start_offset if reset == EARLIEST else partition.high_watermark
+            start = reset_offset(partition, reset)
             init = (await self.persister.initialize({key: (0, start)}))[key]
             if init.error == ErrorCode.NONE:
                 log.info("share group %s: %s-%d starts at offset %d (share.auto.offset.reset=%s)", key.group_id,
@@ -294,10 +334,10 @@ class SharePartitionManager:
         partition, error = rm.leader_partition((topic, key.partition))
         if partition is None or partition.leader_epoch != leader_epoch:
             return None, error if partition is None else ErrorCode.NOT_LEADER_OR_FOLLOWER  # leadership moved
-        sp = SharePartition(state.start_offset, delivery_limit=self.config["group.share.delivery.count.limit"],
-                            max_in_flight=self.config["group.share.partition.max.record.locks"], state=state)
+        sp = SharePartition(state.start_offset, delivery_limit=self.delivery_count_limit(key.group_id, configs),
+                            max_in_flight=self.max_record_locks(key.group_id, configs), state=state)
         sp.leader_epoch = leader_epoch
-        self.dead_letters_on(key, sp)
+        self.configured(key, sp, configs)
         self.partitions[key] = sp
         self._schedule_due(key, sp)
         if configs is not None:
@@ -317,13 +357,14 @@ class SharePartitionManager:
             return FetchedPartition(error)
         if sp.start_offset < partition.log.local_log_start_offset:
             sp.move_start(partition.log.local_log_start_offset)
+        configs = self._first_configs.get(key)
+        if configs is not None and self.broker.group_configs.get(key.group_id, {}) == configs:
+            configs = self._first_configs.pop(key)  # followed here by now
+        self.configured(key, sp, configs)
         now = now_ms()
         offset = sp.fetch_offset(now)
         if offset is None or max_records <= 0:
             return FetchedPartition()
-        configs = self._first_configs.get(key)
-        if configs is not None and self.broker.group_configs.get(key.group_id, {}) == configs:
-            configs = self._first_configs.pop(key)  # followed here by now
         read_committed = self.read_committed(key.group_id, configs)
         # One partition's read is bounded like a consumer's max.partition.fetch.bytes, so that
         # what the loop reads at once stays small whatever MaxBytes the client asked for.
@@ -356,7 +397,6 @@ class SharePartitionManager:
                 yield batch
                 pos += h.size
 
-        self.dead_letters_on(key, sp)
         acquired = sp.acquire(member_id, batches(), max_records, now,
                               self.lock_duration_ms(key.group_id, configs), record_limit)
         self._schedule_due(key, sp)
@@ -379,7 +419,7 @@ class SharePartitionManager:
         if renews and self.group_config(key.group_id, "share.renew.acknowledge.enable", "true").lower() == "false":
             return ErrorCode.INVALID_RECORD_STATE  # the group turned RENEW off (Kafka 4.3)
         delay = self.release_delay_ms(key.group_id)
-        self.dead_letters_on(key, sp)
+        self.configured(key, sp)
         error = sp.acknowledge(member_id, batches, now_ms(), self.lock_duration_ms(key.group_id), types, delay)
         if error == ErrorCode.NONE and renews:
             self._schedule_expiry(key, sp)
@@ -413,7 +453,7 @@ class SharePartitionManager:
         sp = self.partitions.get(key)
         if sp is None:
             return
-        if self.dead_letters_on(key, sp).expire_locks(now_ms()):
+        if self.configured(key, sp).expire_locks(now_ms()):
             self.wake(key)
             self.persist_soon([key])
         if sp.next_lock_deadline() is not None:
@@ -452,7 +492,7 @@ class SharePartitionManager:
 
     def _release(self, group_id: str, member_id: str) -> None:
         released = [key for key, sp in self.partitions.items()
-                    if key.group_id == group_id and self.dead_letters_on(key, sp).release_member(member_id)]
+                    if key.group_id == group_id and self.configured(key, sp).release_member(member_id)]
         for key in released:
             self.wake(key)
         self.persist_soon(released)
@@ -577,6 +617,22 @@ class SharePartitionManager:
             timers.clear()
         self.writer.close()
         self.persister.close()
+
+
+def reset_offset(partition: Any, reset: str) -> int:
+    """Where share.auto.offset.reset starts a share partition: the log start (earliest; share
+    fetches read local logs only, so a tiered log's local start), the first record whose
+    timestamp is at or after now minus the duration (by_duration, KIP-1106: the time index, as
+    ListOffsets finds a timestamp), else the high watermark (latest, or no record that recent)."""
+    log_ = partition.log
+    if reset == EARLIEST:
+        return log_.local_log_start_offset
+    duration = by_duration_ms(reset)
+    if duration is not None:
+        found = log_.fetch_offset_by_timestamp(now_ms() - duration)
+        if found is not None and found[0] < partition.high_watermark:
+            return max(found[0], log_.local_log_start_offset)
+    return partition.high_watermark
 
 
 def _arm(timers: dict, key: Any, delay_s: float, callback: Callable[[Any], None]) -> None:

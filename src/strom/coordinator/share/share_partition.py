@@ -7,7 +7,13 @@ offsets from end_offset on were never delivered. A fetch acquires records (AVAIL
 ACQUIRED, delivery count + 1) under an acquisition lock; the member then accepts
 (ACKNOWLEDGED), rejects (ARCHIVED) or releases them (AVAILABLE again), or the lock expires and
 they become AVAILABLE for someone else. A record whose delivery count reached the limit is
-archived instead of made available again. The start offset moves past every record that is
+archived instead of made available again. The limit and the window's bound are set by the
+caller before each change (KIP-1240's group configs are dynamic): as KIP-1240 says, the limit
+is checked when a delivery completes, not when it starts, so a record AVAILABLE when the limit
+was lowered below its count gets one final delivery and is archived when that one completes;
+only a record restored at its limit (its last delivery cut short by a failover) is archived
+without another. A bound lowered below what is in flight stops new acquisitions (redeliveries
+of AVAILABLE records go on) until the window drains below it. The start offset moves past every record that is
 done (acknowledged or archived), so the window only holds what is still in flight.
 
 This module has no I/O and no clock of its own: times come in as arguments, and what must be
@@ -153,6 +159,9 @@ class SharePartition:
         # (not-before, offset) of each record made to wait, earliest first; stale entries skipped.
         self._due: list[tuple[int, int]] = []
         self._unchecked_to = 0  # restored records below it may still have headers to read
+        # Restored AVAILABLE records already delivered, not acquired since: one at the limit is
+        # archived at its next acquisition (its last delivery was cut short by a failover).
+        self._restored: set[int] = set()
         self.dirty = False  # changed since the last persisted ShareState
         self.leader_epoch = -1  # of the partition's leader that loaded it: its writes carry it
         # Dead letters: whether the group has a dead-letter topic now (set by the caller), the
@@ -173,6 +182,8 @@ class SharePartition:
                 self.records[offset] = InFlight(b.state, b.delivery_count)
                 if b.not_before > 0 and b.state == AVAILABLE:
                     self._delay(self.records[offset], offset, b.not_before)
+                if b.state == AVAILABLE and b.delivery_count > 0:
+                    self._restored.add(offset)
             self.end_offset = max(self.end_offset, b.last_offset + 1)
         for offset in range(self.start_offset, self.end_offset):  # holes: never delivered
             self.records.setdefault(offset, InFlight(AVAILABLE))
@@ -252,10 +263,12 @@ class SharePartition:
                     record.state, record.member_id = ARCHIVED, None
                     self.dirty = True
                     continue
-                if record.delivery_count >= self.delivery_limit:  # restored after a crash
-                    record.member_id = None
-                    self._archive(record, offset, DEAD_LETTER_EXHAUSTED)
-                    continue
+                if self._restored and offset in self._restored:
+                    self._restored.discard(offset)
+                    if record.delivery_count >= self.delivery_limit:  # restored after a crash
+                        record.member_id = None
+                        self._archive(record, offset, DEAD_LETTER_EXHAUSTED)
+                        continue
                 taken.append((offset, self._take(record, member_id, deadline, offset)))
             if batch.last_offset < self.end_offset:
                 continue
@@ -455,7 +468,7 @@ class SharePartition:
             return
         for o in range(self.start_offset, min(offset, self.end_offset)):
             del self.records[o]
-        for pending in (self._unpersisted, self.ready, self.recovering):
+        for pending in (self._unpersisted, self.ready, self.recovering, self._restored):
             pending.difference_update([o for o in pending if o < offset])
         self.start_offset = offset
         self.end_offset = max(self.end_offset, offset)
@@ -469,6 +482,7 @@ class SharePartition:
         self._unpersisted.clear()
         self.ready.clear()
         self.recovering.clear()
+        self._restored.clear()
         self._unchecked_to = 0
         self.start_offset = self.end_offset = offset
         self.state_epoch += 1
