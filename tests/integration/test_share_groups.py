@@ -1041,3 +1041,132 @@ def _serves(broker: BrokerProcess) -> bool:
         return True
     except OSError:
         return False
+
+
+# --- KIP-1240's group configs (Kafka 4.3) and share.auto.offset.reset=by_duration ------------------
+def describe_group_configs(broker: BrokerProcess, group: str) -> dict[str, tuple]:
+    (result,) = call(broker, DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": GROUP_RESOURCE, "resource_name": group, "configuration_keys": None}],
+        "include_synonyms": False, "include_documentation": True}).results
+    return {c.name: (c.value, c.config_source, c.config_type, c.documentation) for c in result.configs}
+
+
+def connect(broker: BrokerProcess) -> Connection:
+    """One connection for a share session's requests: closing it ends the session."""
+    host, port = broker.bootstrap.split(":")
+    return Connection(host, int(port))
+
+
+def fetch_on(conn: Connection, group: str, member: str, epoch: int, topic_id: uuid.UUID,
+             batches: list[dict] | None = None) -> Any:
+    """One partition's answer to a ShareFetch of partition 0 on `conn`, checked error-free."""
+    answer = conn.call(78, 1, {
+        "group_id": group, "member_id": member, "share_session_epoch": epoch, "max_wait_ms": 0, "min_bytes": 1,
+        "max_bytes": 1 << 20, "max_records": 5000, "batch_size": 5000, "forgotten_topics_data": [],
+        "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0,
+                                                          "acknowledgement_batches": batches or []}]}]})
+    assert answer.error_code == 0, answer
+    (p,) = answer.responses[0].partitions
+    assert (p.error_code, p.acknowledge_error_code) == (0, 0), p
+    return p
+
+
+def test_kip_1240_group_configs_are_bounded_by_the_broker_and_described(share_broker):
+    group = new_group(share_broker, share_delivery_count_limit="3", share_partition_max_record_locks="150",
+                      share_assignment_interval_ms="2000")
+    described = describe_group_configs(share_broker, group)
+    assert described["share.delivery.count.limit"][:3] == ("3", 8, 3)  # GROUP_CONFIG, INT
+    assert described["share.partition.max.record.locks"][:3] == ("150", 8, 3)
+    assert described["share.assignment.interval.ms"][:3] == ("2000", 8, 3)
+    assert described["consumer.assignment.interval.ms"][:3] == ("1000", 5, 3)  # DEFAULT_CONFIG
+    assert described["share.auto.offset.reset"][:3] == ("earliest", 8, 2)  # STRING
+    assert all(doc for *_, doc in described.values())
+
+    def refused(name: str, value: str) -> str:
+        answer = call(share_broker, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+            "resource_type": GROUP_RESOURCE, "resource_name": group,
+            "configs": [{"name": name, "config_operation": SET, "value": value}]}], "validate_only": False})
+        (r,) = answer.responses
+        assert r.error_code == INVALID_CONFIG, (name, value, r)
+        return r.error_message
+
+    # Kafka 4.3's messages; the bounds are the broker's group.share/consumer.min/max.* defaults.
+    assert refused("share.delivery.count.limit", "11") == "share.delivery.count.limit must be in the range 2 to 10 inclusive."
+    assert refused("share.delivery.count.limit", "1").startswith("share.delivery.count.limit must be in the range")
+    assert refused("share.partition.max.record.locks", "4001") == \
+        "share.partition.max.record.locks must be in the range 100 to 4000 inclusive."
+    assert refused("share.assignment.interval.ms", "15001") == \
+        "share.assignment.interval.ms must be in the range 0 to 15000 inclusive."
+    assert "Not a number of type INT" in refused("consumer.assignment.interval.ms", "soon")
+    for bad in ("by_duration:-PT1H", "by_duration:PT-1H", "by_duration:1H", "by_duration:", "by_duration:PT",
+                "by_duration:PT" + "9" * 40 + "S", "yesterday"):
+        assert "by_duration:<PnDTnHnMn.nS.>" in refused("share.auto.offset.reset", bad)
+    assert describe_group_configs(share_broker, group)["share.delivery.count.limit"][0] == "3"  # unchanged
+
+
+def test_a_group_delivery_count_limit_of_2_archives_after_two_deliveries(share_broker):
+    """share.delivery.count.limit=2 on a broker whose default is 5: a record released twice is
+    done (the window moves past it); with a dead-letter topic it is a dead letter of count 2."""
+    topic, dlq = unique_name("share-limit"), "dlq." + unique_name("share-limit")
+    create_topic(share_broker.bootstrap, topic, 1)
+    create_topic(share_broker.bootstrap, dlq, 1, config=DLQ_ON)
+    produce(share_broker, topic, [b"a", b"b"])
+    tid = topic_id_of(share_broker, topic)
+    plain = new_group(share_broker, share_delivery_count_limit="2")
+    lettered = new_group(share_broker, share_delivery_count_limit="2", errors_deadletterqueue_topic_name=dlq)
+    for group in (plain, lettered):
+        member = join(share_broker, group, topic)
+        counts = []
+        with connect(share_broker) as conn:
+            for epoch in range(3):  # each fetch releases what the one before acquired
+                p = fetch_on(conn, group, member, epoch, tid, [ack(0, 0, 2)] if epoch else [])
+                counts.append([(r.first_offset, r.delivery_count) for r in p.acquired_records if r.first_offset == 0])
+        assert counts == [[(0, 1)], [(0, 2)], []]  # offset 0 is done after its second delivery
+        wait_for(lambda g=group: share_start(share_broker, g, topic) == 1, timeout=20, what="offset 0 archived")
+    assert [(o, n) for o, n, *_ in dead_letters(share_broker, dlq)] == [(0, 2)]
+
+
+def test_a_group_max_record_locks_bounds_what_it_acquires(share_broker):
+    """share.partition.max.record.locks=100 (the broker's is 2000): a member acquires 100 of
+    150 single-record batches, nothing more until some are done; then more."""
+    topic = unique_name("share-locks")
+    create_topic(share_broker.bootstrap, topic, 1)
+    produce(share_broker, topic, [b"r%d" % i for i in range(150)])
+    tid = topic_id_of(share_broker, topic)
+    group = new_group(share_broker, share_partition_max_record_locks="100")
+    member = join(share_broker, group, topic)
+    with connect(share_broker) as conn:
+        def acquired(epoch: int, batches: list[dict] | None = None) -> int:
+            p = fetch_on(conn, group, member, epoch, tid, batches)
+            return sum(r.last_offset - r.first_offset + 1 for r in p.acquired_records)
+
+        assert acquired(0) == 100
+        assert acquired(1) == 0  # the window is full
+        assert acquired(2, [ack(0, 29)]) == 30  # 30 accepted: 30 more
+        set_group_configs(share_broker, group, share_auto_offset_reset="earliest",
+                          share_partition_max_record_locks="200")  # dynamic: the rest fits now
+        assert acquired(3) == 20
+
+
+def test_by_duration_starts_at_the_first_record_that_recent(share_broker):
+    """share.auto.offset.reset=by_duration:PT1H starts a share partition at the first record
+    whose timestamp (CreateTime) is within the last hour: not the older ones before it."""
+    topic = unique_name("share-duration")
+    create_topic(share_broker.bootstrap, topic, 1)
+    now = _ms()
+    producer = Producer({"bootstrap.servers": share_broker.bootstrap, "linger.ms": 0})
+    for i, age_ms in enumerate([3 * 3_600_000, 2 * 3_600_000, 1_800_000, 60_000]):
+        producer.produce(topic, value=b"t%d" % i, partition=0, timestamp=now - age_ms)
+        producer.flush()
+    assert producer.flush(10) == 0
+    recent = new_group(share_broker)
+    set_group_configs(share_broker, recent, share_auto_offset_reset="by_duration:PT1H")
+    future = new_group(share_broker)  # nothing that recent: the log end
+    set_group_configs(share_broker, future, share_auto_offset_reset="by_duration:PT0S")
+    tid = topic_id_of(share_broker, topic)
+    for group, first in ((recent, 2), (future, None)):
+        member = join(share_broker, group, topic)
+        with connect(share_broker) as conn:
+            p = fetch_on(conn, group, member, 0, tid)
+        assert [r.first_offset for r in p.acquired_records][:1] == ([] if first is None else [first])
+        assert share_start(share_broker, group, topic) == (first if first is not None else 4)
