@@ -54,12 +54,30 @@ def share_broker():
                                   "share.coordinator.state.topic.num.partitions": "3",
                                   "offsets.topic.num.partitions": "3", "metrics.port": "0"}) as proc:
         yield proc
+    for conn in _session_connections.values():
+        conn.close()
+    _session_connections.clear()
+
+
+SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
+# A share session lives as long as the connection that opened it (Kafka 4.1): the module's
+# ShareFetch and ShareAcknowledge requests go over one connection per broker address.
+_session_connections: dict[str, Connection] = {}
 
 
 def call(broker: BrokerProcess, api_key: int, version: int, fields: dict):
     host, port = broker.bootstrap.split(":")
-    with Connection(host, int(port)) as conn:
-        return conn.call(api_key, version, fields)
+    if api_key not in (SHARE_FETCH, SHARE_ACKNOWLEDGE):
+        with Connection(host, int(port)) as conn:
+            return conn.call(api_key, version, fields)
+    conn = _session_connections.get(broker.bootstrap)
+    if conn is not None:
+        try:
+            return conn.call(api_key, version, fields)
+        except OSError:  # the broker restarted: its sessions are gone anyway
+            conn.close()
+    conn = _session_connections[broker.bootstrap] = Connection(host, int(port))
+    return conn.call(api_key, version, fields)
 
 
 def set_group_configs(broker: BrokerProcess, group: str, **configs: str) -> None:
