@@ -7,7 +7,8 @@ it). The manager keeps a SharePartition per (group, topic, partition) this broke
 on first use from its ShareCoordinator through the Persister (ReadShareGroupState with the
 partition's leader epoch, which fences the leader before this one). A share partition without
 state is initialized (InitializeShareGroupState) where `share.auto.offset.reset` says, the log
-end or start, before anything is delivered, so that "latest" does not move after a restart.
+end or start or the first record of the last <duration> (by_duration), before anything is
+delivered, so that "latest" does not move after a restart.
 What a request's acknowledgements change is written back (WriteShareGroupState) before the
 response goes out, while its fetch runs: an acknowledged record is never delivered again after
 a crash. As in Kafka, an acquisition alone is not written; releases, lock expiries and members
@@ -20,8 +21,10 @@ state deleted) drops the share partition, to be loaded again.
 
 Acquisition locks are timers on the event loop, one per share partition at its earliest
 deadline; an expiry, a release or a departing member wakes the long polls waiting on the
-partition. Bounds: group.share.max.share.sessions sessions, and per share partition
-group.share.partition.max.record.locks records in flight.
+partition. Bounds: group.share.max.share.sessions sessions, and per share partition the
+group's share.partition.max.record.locks (else group.share.partition.max.record.locks) records
+in flight; the group's share.delivery.count.limit (else group.share.delivery.count.limit)
+deliveries of a record. Both are read before each change (KIP-1240: dynamic).
 
 Delayed delivery (a Strom extension, `delayed_delivery.py`): the acquisition reads the
 `strom.not-before` header of the batches that may hold records it has not seen, and the group
