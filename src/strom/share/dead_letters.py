@@ -1,5 +1,5 @@
 """Dead-letter topics for share groups (KIP-1191's design): a record a share group gives up on,
-rejected by a member (REJECT) or out of deliveries (`group.share.delivery.count.limit`), is
+rejected by a member (REJECT) or out of deliveries (the group's delivery count limit), is
 written to the group's dead-letter topic by the leader of the record's partition.
 
 Kafka's names and rules:
