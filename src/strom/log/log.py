@@ -592,7 +592,9 @@ class Log:
         now = self._now_ms()
         append_time = now if config.log_append_time else None
         max_ts, offset_of_max = self._write(records, batches, first, last, now, leader_epoch, append_time)
-        cache = self.leader_epoch_cache
+        cache = self._epoch_cache  # the property's lookup only while it is unread (every append)
+        if cache is None:
+            cache = self.leader_epoch_cache
         if leader_epoch > cache.latest_epoch():
             cache.assign(leader_epoch, first)
         elif self.log_start_offset >= first or self._loaded_segments[0].base_offset >= first:
@@ -662,7 +664,7 @@ class Log:
         return self.leader_epoch_cache.end_offset_for(epoch, self._log_end_offset)
 
     def _maybe_roll(self, size: int, last_offset: int, now: int) -> LogSegment:
-        segment = self._segments[-1]
+        segment = self._loaded_segments[-1]  # loaded by _open_for_append: no property per append
         if segment.size == 0:
             return segment  # an empty segment takes any record set, however big
         config = self._config

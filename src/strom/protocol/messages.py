@@ -181,11 +181,13 @@ def parse_header(buf, flexible: bool | None = None) -> tuple[RequestHeader, int]
     if client_len >= 0:
         if pos + client_len > len(buf):
             raise InvalidRequest("client id runs past the end of the request")
-        client_id = bytes(buf[pos : pos + client_len]).decode("utf-8", "replace")
+        client_id = str(buf[pos : pos + client_len], "utf-8", "replace")  # one copy, not two
         pos += client_len
     if flexible is None:
         flexible = is_flexible(api_key, api_version)
     if flexible:
+        if pos < len(buf) and buf[pos] == 0:  # the usual empty tag section, in line
+            return RequestHeader(api_key, api_version, correlation_id, client_id, True), pos + 1
         try:
             pos = skip_tagged_fields(buf, pos)
         except VarintError as e:
