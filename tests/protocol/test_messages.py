@@ -168,3 +168,25 @@ def test_the_lazy_codec_table_names_each_apis_module():
              "print(sorted(n for n in m.CODEC_MODULES if n in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout
     assert loaded.strip() == "['kafka.protocol.metadata']", loaded
+
+
+def test_the_request_codec_table_agrees_with_the_codec_and_keeps_only_known_versions():
+    for api_key in (0, 1, 3, 18, 19):
+        cls = messages.REQUESTS[api_key]
+        for version in range(cls.max_version + 1):
+            assert messages.request_codec(api_key, version) == (cls, cls.flexible_version_q(version))
+            assert messages.is_flexible(api_key, version) == cls.flexible_version_q(version)
+    before = len(messages._REQUEST_CODECS)
+    for version in (-1, 99, 32767):
+        assert messages.request_codec(3, version) is None
+    assert messages.request_codec(999, 0) is None
+    assert len(messages._REQUEST_CODECS) == before  # what a client makes up is not kept
+    assert messages.is_flexible(18, 99)  # newer ApiVersions stay flexible, to be answered at all
+
+
+def test_header_client_id_and_tag_section_edges():
+    head = struct.pack(">hhih", 3, 12, 4, 2) + b"\xff\xfe" + b"\x00"
+    header, pos = messages.parse_header(head)
+    assert header.client_id == "\ufffd\ufffd" and pos == len(head)  # bad UTF-8 replaced, not refused
+    with pytest.raises(messages.InvalidRequest):  # flexible, cut before its tag section
+        messages.parse_request(head[:-1])
