@@ -12,6 +12,7 @@ confluent-kafka is a test dependency, so those helpers import it when called.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -938,6 +939,11 @@ def consume_all(bootstrap: str, topic: str, partitions: Iterable[int] | None = N
                 marks[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
             except KafkaException as e:
                 failures[:] = [f"partition {p}: {e}"]
+                # librdkafka keeps a partition it saw without a leader (a broker whose metadata
+                # had not heard of the new leader yet) as "Unknown partition" for this query
+                # until its metadata is refreshed, which nothing else here asks for: ask.
+                with contextlib.suppress(KafkaException):
+                    consumer.list_topics(topic, timeout=5)
                 return None
         return marks
 
