@@ -68,6 +68,14 @@ class InternalTopic:
         """Apply the records of `log_` in [start, end) to `state` (subclasses)."""
         raise NotImplementedError
 
+    def load(self, only: int | None = None) -> Any:
+        """Every partition of the topic this broker leads (or partition `only`) replayed into
+        one `new_state()`, here, on the calling thread (start-up, before the broker serves)."""
+        state = self.new_state()
+        for log_ in self.local_logs(only):
+            self.replay_into(log_, state)
+        return state
+
     async def load_off_loop(self, index: int) -> Any | None:
         """Partition `index` replayed without holding up the event loop: read and parsed in the
         executor (nothing there touches a coordinator), then what was appended meanwhile (a

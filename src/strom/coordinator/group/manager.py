@@ -90,14 +90,6 @@ class GroupMetadataManager(log_store.InternalTopic):
         return self._append(group_id, entries, offsets=True)
 
     # --- loading ------------------------------------------------------------------------------
-    def load(self, only: int | None = None) -> LoadedState:
-        """Replay every local `__consumer_offsets` partition (or partition `only`) here, on the
-        calling thread (start-up, before the broker serves)."""
-        state = LoadedState()
-        for log_ in self.local_logs(only):
-            self.replay_into(log_, state)
-        return state
-
     def new_state(self) -> LoadedState:
         return LoadedState()
 

@@ -118,14 +118,6 @@ class ShareStateStore(log_store.InternalTopic):
         self.states: dict[SharePartitionKey, ShareState] = {}
         self.loaded: set[int] = set()
 
-    def load(self, only: int | None = None) -> ShareReplay:
-        """Replay the led partitions (or partition `only`) here, on the calling thread
-        (start-up, before the broker serves); `apply` makes the result the states served."""
-        replay = self.new_state()
-        for log_ in self.local_logs(only):
-            self.replay_into(log_, replay)
-        return replay
-
     def new_state(self) -> ShareReplay:
         return {}
 

@@ -36,14 +36,6 @@ class TransactionStateManager(log_store.InternalTopic):
             log.warning("writing transaction %s to %s-%d failed: %s", transactional_id, *tp, error.name)
         return log_store.STORE_ERRORS.get(error, error)
 
-    def load(self, only: int | None = None) -> dict[str, TransactionLogValue]:
-        """The last state of every transactional id in the partitions this broker leads (or in
-        partition `only`), replayed on the calling thread (start-up, before the broker serves)."""
-        state = self.new_state()
-        for log_ in self.local_logs(only):
-            self.replay_into(log_, state)
-        return state
-
     def new_state(self) -> dict[str, TransactionLogValue]:
         """The last state of every transactional id replayed."""
         return {}
