@@ -29,6 +29,8 @@ from typing import Any
 
 from strom.config.repository import sanitize
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.share.dead_letters import COPY_RECORD as DLQ_COPY_RECORD
+from strom.share.dead_letters import TOPIC_NAME as DLQ_TOPIC_NAME
 from strom.share.partition_manager import by_duration_ms
 
 GROUP_RESOURCE = 32
@@ -83,7 +85,6 @@ GROUP_CONFIG_DOCS.update({
 GROUP_CONFIG_DOCS["share.renew.acknowledge.enable"] = (
     "Whether the share group's members may RENEW the acquisition lock of records they hold "
     "(KIP-1222); when false a RENEW is refused with INVALID_RECORD_STATE.")
-DLQ_TOPIC_NAME, DLQ_COPY_RECORD = "errors.deadletterqueue.topic.name", "errors.deadletterqueue.copy.record.enable"
 RENEW_ENABLE = "share.renew.acknowledge.enable"
 DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted",
             "share.release.delay.ms": "0", DLQ_TOPIC_NAME: "", DLQ_COPY_RECORD: "false", RENEW_ENABLE: "true"}

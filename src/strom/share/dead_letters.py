@@ -66,6 +66,7 @@ from strom.client.topic_io import (
     NETWORK_ERRORS,
     PRODUCE,
     PRODUCE_VERSION,
+    RETRIABLE,
     create_or_await,
     error_code,
 )
@@ -104,14 +105,11 @@ _SETTLE_TIMEOUT_S = 15.0  # for the partition's high watermark to reach its log 
 _BACKOFF_S, _MAX_BACKOFF_S = 0.1, 5.0
 _CREATE_WAIT_S = 30.0
 OFFSET_FOR_LEADER_EPOCH = 23
-# Answers after which the batch surely was not appended: written again as it is.
-_NOT_APPENDED = frozenset({
-    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
-    ErrorCode.REPLICA_NOT_AVAILABLE})
-# Answers after which the batch may have been appended: looked for before it is written again.
+# Of the answers a write is tried again after, those after which the batch may have been
+# appended (looked for before it is written again), and the others: surely not appended.
 _MAYBE_APPENDED = frozenset({ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
                              ErrorCode.KAFKA_STORAGE_ERROR})
+_NOT_APPENDED = RETRIABLE - _MAYBE_APPENDED
 
 
 class Refused(Exception):

@@ -11,6 +11,7 @@ import asyncio
 import logging
 from typing import Any
 
+from strom.client.topic_io import NETWORK_ERRORS, error_code
 from strom.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ async def _ask(pool: Any, leader: int, tps: list[TopicPartition]) -> dict[TopicP
                "topics": [{"name": name, "partitions": ps} for name, ps in by_topic.items()]}
     try:
         body = await pool.call(leader, LIST_OFFSETS, _VERSION, request, _TIMEOUT_S)
-    except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, LookupError) as e:
+    except NETWORK_ERRORS as e:
         log.info("partition leader %d not reached for end offsets: %s", leader, e or type(e).__name__)
         return dict.fromkeys(tps, ErrorCode.LEADER_NOT_AVAILABLE)
     out: dict[TopicPartition, int | ErrorCode] = dict.fromkeys(tps, ErrorCode.LEADER_NOT_AVAILABLE)
@@ -60,12 +61,6 @@ async def _ask(pool: Any, leader: int, tps: list[TopicPartition]) -> dict[TopicP
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             if tp in out:
-                out[tp] = p.offset if p.error_code == ErrorCode.NONE else _code(p.error_code)
+                out[tp] = p.offset if p.error_code == ErrorCode.NONE else error_code(p.error_code)
     return out
 
-
-def _code(code: int) -> ErrorCode:
-    try:
-        return ErrorCode(code)
-    except ValueError:
-        return ErrorCode.UNKNOWN_SERVER_ERROR
