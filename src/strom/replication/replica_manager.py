@@ -236,17 +236,10 @@ class ReplicaManager:
         so that a first produce to thousands of new partitions does not make them on the loop;
         more of their topics' new logs come along (LogManager.unmade_alongside). A failure is
         left for the write to meet again and report (KAFKA_STORAGE_ERROR)."""
-        fresh = self.unmade_logs(tps)
+        fresh = [p.log for tp in tps if (p := self.partitions.get(tp)) is not None and not p.log.dir_made]
         if fresh:
-            await self.make_log_files(fresh)
-
-    def unmade_logs(self, tps: Iterable[TopicPartition]) -> list[Log]:
-        """The logs among `tps` that have no files yet."""
-        return [p.log for tp in tps if (p := self.partitions.get(tp)) is not None and not p.log.dir_made]
-
-    async def make_log_files(self, fresh: list[Log]) -> None:
-        batch = self.log_manager.unmade_alongside(fresh, max(len(fresh), MAKE_FILES_TOGETHER))
-        await asyncio.to_thread(self.log_manager.make_files, batch)
+            batch = self.log_manager.unmade_alongside(fresh, max(len(fresh), MAKE_FILES_TOGETHER))
+            await asyncio.to_thread(self.log_manager.make_files, batch)
 
     def _read_lazily_opened(self, partition: Partition) -> None:
         """Read the directory of a lazily opened log that the background load has not reached

@@ -82,8 +82,7 @@ class KafkaApis:
         self.broker = broker
 
     def supports(self, api_key: int, version: int) -> bool:
-        # served() only where it can say no: asked of every request
-        return supports(api_key, version) and (api_key not in KRAFT_ONLY_APIS or served(self.broker, api_key))
+        return supports(api_key, version) and served(self.broker, api_key)
 
     def handle(self, ctx: RequestContext, body: Any) -> Awaitable[Any]:
         """The handler's awaitable itself: a coroutine around it would cost every request one

@@ -147,7 +147,6 @@ async def _prepare(broker, request, version: int, entries: list, results: dict, 
     start-up, schema validation, making new logs' files. Returns the entries still to append
     (the refused ones' results added to `results`)."""
     rm = broker.replica_manager
-    admitted = len(entries)
     if request.transactional_id:
         refused = await _check_transaction(broker, request.transactional_id, entries, version)
         if refused:
@@ -161,10 +160,8 @@ async def _prepare(broker, request, version: int, entries: list, results: dict, 
         if refused:
             results.update(refused)
             entries = [(tp, records) for tp, records in entries if tp not in refused]
-    if len(entries) != admitted:  # only the refused partitions' logs may stay without files
-        fresh = rm.unmade_logs(tp for tp, _ in entries)
-    if fresh and (fresh := [lg for lg in fresh if not lg.dir_made]):  # made meanwhile by another
-        await rm.make_log_files(fresh)
+    if fresh:  # those still to append that are still without files (not refused, not made meanwhile)
+        await rm.make_files(tp for tp, _ in entries)
     return entries
 
 
