@@ -108,3 +108,94 @@ def test_every_truncation_of_a_request_is_malformed(version):
     for cut in range(len(body)):
         with pytest.raises(MalformedRequest):
             parse_produce_request(memoryview(bytearray(body[:cut])), version)
+
+
+# --- the compiled parser of the usual Produce request (_produce.c) -----------------------------
+
+def _frame(version: int, txn: str | None = None, client_id: str | None = "client", *,
+           topics=(("t", ((0, b"v"),)),)) -> bytearray:
+    from strom.protocol.records import build_batch
+
+    body = {"transactional_id": txn, "acks": -1, "timeout_ms": 1234, "topic_data": [
+        {"name": name, "topic_id": uuid.uuid4(), "partition_data": [
+            {"index": idx, "records": None if value is None else build_batch([(None, value)])}
+            for idx, value in parts]} for name, parts in topics]}
+    frame = bytearray(messages.encode_request(PRODUCE, version, body, correlation_id=77, client_id=client_id or "")[4:])
+    if client_id is None:
+        frame[8:10] = b"\xff\xff"  # a null client id (length -1)
+    return frame
+
+
+def _plain(request) -> tuple:
+    body = request.body
+    return (request.header, request.size, body.transactional_id, body.acks, body.timeout_ms,
+            [(t.name, t.topic_id, [(p.index, None if p.records is None else (bytes(p.records), p.records.readonly))
+                                   for p in t.partition_data]) for t in body.topic_data])
+
+
+def test_the_compiled_produce_parser_is_built() -> None:
+    """scripts/bootstrap builds it; without it every Produce takes the Python parser."""
+    assert messages._parse_produce is not None
+
+
+@pytest.mark.parametrize("version", range(3, 14))
+def test_compiled_and_python_parsers_agree(version):
+    """Both parsers make the same objects, record sets writable views of the frame; v13
+    (topic ids) is left to Python."""
+    long_value = b"x" * 300
+    cases = [_frame(version), _frame(version, "txn-" * 40, None),
+             _frame(version, client_id="ünï", topics=(("long-" * 40, ((1, long_value), (2, None), (5, b"v"))),
+                                                      ("second", ()), ("third", ((0, b"w"),))))]
+    for frame in cases:
+        compiled = messages._parse_produce(frame)
+        python = messages.parse_request_py(bytearray(frame))
+        if version >= 13:
+            assert compiled is None
+            continue
+        assert compiled is not None
+        assert type(compiled) is type(python) and type(compiled.body) is type(python.body)
+        assert _plain(compiled) == _plain(python)
+        records = compiled.body.topic_data[0].partition_data[0].records
+        assert records.obj is frame and not records.readonly  # offsets are assigned in place
+
+
+def test_other_requests_and_unusual_produce_requests_are_left_to_python() -> None:
+    metadata = bytearray(messages.encode_request(3, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                                         "include_topic_authorized_operations": False})[4:])
+    assert messages._parse_produce(metadata) is None
+    frame = _frame(9)
+    assert messages._parse_produce(frame) is not None
+    tags_at = 10 + len("client")  # api key, version, correlation id, client id: then the tags
+    with_header_tag = frame[:tags_at] + b"\x01\x05\x01\x00" + frame[tags_at + 1:]  # one tagged field
+    assert messages._parse_produce(with_header_tag) is None
+    assert messages.parse_request_py(with_header_tag).header.correlation_id == 77
+    assert messages._parse_produce(bytearray(b"\x00\x00\x00\x09\x00")) is None
+    assert messages._parse_produce(bytearray()) is None
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 12])
+def test_compiled_parser_never_accepts_what_python_refuses(version):
+    """Every truncation and thousands of random byte changes: the compiled parser answers
+    None (left to Python, which names the fault) or exactly what Python parses."""
+    import random
+
+    rng = random.Random(version)
+    good = _frame(version, "t", topics=(("a", ((0, b"v" * 3), (1, None))), ("b", ((2, b"w"),))))
+    frames = [good[:cut] for cut in range(len(good))]
+    for _ in range(3000):
+        frame = bytearray(good)
+        for _ in range(rng.randint(1, 3)):
+            frame[rng.randrange(len(frame))] = rng.choice((0, 1, 0x7F, 0x80, 0xFF, rng.randrange(256)))
+        frames.append(frame)
+    accepted = 0
+    for frame in frames:
+        compiled = messages._parse_produce(bytearray(frame))
+        try:
+            python = messages.parse_request_py(bytearray(frame))
+        except (messages.InvalidRequest, messages.UnsupportedRequest):
+            assert compiled is None, frame
+            continue
+        if compiled is not None:
+            accepted += 1
+            assert _plain(compiled) == _plain(python), frame
+    assert accepted > 100  # the changes that keep a frame well formed (a value, an index)

@@ -11,6 +11,8 @@
  * validation on produce: (the distinct ids, in order of first use, the indexes of the records
  * whose non-null field is not framed), or None when the records are malformed (the framing
  * check refuses those) or use more distinct ids than it keeps.
+ *
+ * The module also holds the Produce request parser (_produce.c).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -247,4 +249,12 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_records", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__records(void) { return PyModule_Create(&module); }
+extern PyMethodDef produce_methods[]; /* _produce.c: the Produce request parser */
+
+PyMODINIT_FUNC PyInit__records(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddFunctions(m, produce_methods) < 0)
+        Py_CLEAR(m);
+    return m;
+}

@@ -30,7 +30,13 @@ from strom.protocol.frames import frame
 from strom.protocol.list_offsets import parse_list_offsets_request
 from strom.protocol.metadata import parse_describe_topic_partitions_request, parse_metadata_request
 from strom.protocol.produce import MAX_VERSION as PRODUCE_MAX_VERSION
-from strom.protocol.produce import MalformedRequest, parse_produce_request
+from strom.protocol.produce import (
+    MalformedRequest,
+    PartitionProduceData,
+    ProduceRequest,
+    TopicProduceData,
+    parse_produce_request,
+)
 from strom.protocol.varint import VarintError, skip_tagged_fields, write_uvarint
 
 _HEADER_V1 = struct.Struct(">hhih")
@@ -195,7 +201,24 @@ def parse_header(buf, flexible: bool | None = None) -> tuple[RequestHeader, int]
     return RequestHeader(api_key, api_version, correlation_id, client_id, flexible), pos
 
 
+try:  # the compiled parser of the usual Produce request (_produce.c); the Python one otherwise
+    from strom.protocol._records import parse_produce as _parse_produce
+    from strom.protocol._records import produce_types as _produce_types
+except ImportError:  # pragma: no cover - exercised by the tests directly
+    _parse_produce = None
+else:
+    _produce_types(Request, RequestHeader, ProduceRequest, TopicProduceData, PartitionProduceData)
+
+
 def parse_request(buf) -> Request:
+    """The request in a frame (without its size): header and body. Raises UnsupportedRequest
+    for an api key or version the codec does not know, InvalidRequest for a malformed one."""
+    if _parse_produce is not None and (request := _parse_produce(buf)) is not None:
+        return request  # the usual Produce request, parsed in one compiled call
+    return parse_request_py(buf)
+
+
+def parse_request_py(buf) -> Request:
     if len(buf) < 4:
         raise InvalidRequest("request shorter than its header")
     api_key, api_version = _KEY_VERSION.unpack_from(buf, 0)
