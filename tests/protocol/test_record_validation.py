@@ -199,3 +199,49 @@ def test_schema_ids_beyond_what_the_compiled_walk_keeps() -> None:
     batch = build_batch(rows)
     ids, unframed = records.batch_schema_ids(memoryview(batch), 0, read_header(batch, 0), True)
     assert ids == tuple(range(100)) and unframed == []
+
+
+# -- the compiled check of a whole record set (validate_batches) and its CRC-32C
+
+def test_compiled_crc32c_matches_the_library() -> None:
+    rng = random.Random(7)
+    for size in [0, 1, 7, 8, 9, 61, 255, 4096, 100_003]:
+        data = rng.randbytes(size)
+        assert records._crc32c(data) == records._crc32c(data, True) == crc32c(data), size
+
+
+def _verdict(check, buf: bytearray, max_bytes: int, check_records: bool, require_keys: bool):
+    try:
+        return [(pos, h) for pos, h in check(buf, max_bytes, check_records=check_records, require_keys=require_keys)]
+    except (InvalidRecordError, records.CorruptRecordError, records.RecordTooLargeError) as e:
+        return (type(e), str(e), getattr(e, "record_errors", None))
+
+
+def test_compiled_set_check_agrees_with_python_on_random_damage() -> None:
+    """validate_batches (compiled where the set passes) against validate_batches_py: the same
+    batches and headers, or the same error, over sets of several batches (one compressed) with
+    headers, lengths, counts and records damaged and some CRCs mended."""
+    assert records._validate_batches is not None, "the compiled set check is not built"
+    rng = random.Random(99)
+    parts = [build_batch([(b"k%d" % i, rng.randbytes(rng.randrange(40))) for i in range(5)]),
+             build_batch([(None, b"v" * 50)] * 3, codec=compression.LZ4),
+             build_batch([(b"x", b"y")])]
+    good = bytearray(b"".join(parts))
+    starts = [0, len(parts[0]), len(parts[0]) + len(parts[1])]
+    accepted = 0
+    for trial in range(3000):
+        buf = bytearray(good[:rng.choice([len(good)] * 6 + [rng.randrange(len(good))])])
+        for _ in range(rng.randrange(0, 3)):
+            buf[rng.randrange(len(buf))] = rng.choice([0, 2, 0x7F, 0xFF, rng.randrange(256)])
+        if rng.random() < 0.5:  # mended, as a hostile client would: the damage is then past the CRC
+            for start in starts:
+                end = start + 12 + int.from_bytes(good[start + 8:start + 12], "big")
+                if end <= len(buf):
+                    struct.pack_into(">I", buf, start + 17, crc32c(bytes(buf[start + CRC_START:end])))
+        for check_records, keys in ((True, False), (True, True), (False, False)):
+            max_bytes = rng.choice([1 << 20, 200])
+            compiled = _verdict(validate_batches, bytearray(buf), max_bytes, check_records, keys)
+            python = _verdict(records.validate_batches_py, bytearray(buf), max_bytes, check_records, keys)
+            assert compiled == python, trial
+            accepted += isinstance(compiled, list)
+    assert accepted > 300

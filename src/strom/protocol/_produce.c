@@ -12,15 +12,12 @@
  * PartitionProduceData) names the classes to make, once: slotted dataclasses, filled here
  * slot by slot (their __init__, run in Python, cost as much as the parse).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
+#include "_slots.h"
 #include <stdint.h>
 
 enum { REQUEST, HEADER, PRODUCE, TOPIC, PARTITION, KINDS };
-#define MAX_FIELDS 5
 
-static const char *const field_names[KINDS][MAX_FIELDS + 1] = {
+static const char *const field_names[KINDS][6] = {
     {"header", "body", "size", NULL},
     {"api_key", "api_version", "correlation_id", "client_id", "flexible", NULL},
     {"transactional_id", "acks", "timeout_ms", "topic_data", NULL},
@@ -28,55 +25,18 @@ static const char *const field_names[KINDS][MAX_FIELDS + 1] = {
     {"index", "records", NULL},
 };
 
-static PyTypeObject *types[KINDS];
-static Py_ssize_t offsets[KINDS][MAX_FIELDS];
+static SlotClass classes[KINDS];
 
-/* A new instance of kind `k` with its slots set from `values` (references stolen; a NULL
- * value is a failure already raised), or NULL. */
-static PyObject *make(int k, PyObject **values)
-{
-    int n = 0, complete = 1;
-    while (field_names[k][n])
-        complete &= values[n++] != NULL;
-    PyObject *obj = NULL;
-    if (!types[k])
-        PyErr_SetString(PyExc_RuntimeError, "produce_types() was not called");
-    else if (complete)
-        obj = types[k]->tp_alloc(types[k], 0);
-    for (int i = 0; i < n; i++) {
-        if (obj)
-            *(PyObject **)((char *)obj + offsets[k][i]) = values[i];
-        else
-            Py_XDECREF(values[i]);
-    }
-    return obj;
-}
+#define MAKE(kind, values) slot_class_make(&classes[kind], values, (int)(sizeof(values) / sizeof(values[0])))
 
 static PyObject *produce_types(PyObject *self, PyObject *args)
 {
     PyObject *given[KINDS];
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!", &PyType_Type, &given[0], &PyType_Type, &given[1],
-                          &PyType_Type, &given[2], &PyType_Type, &given[3], &PyType_Type, &given[4]))
+    if (!PyArg_ParseTuple(args, "OOOOO", &given[0], &given[1], &given[2], &given[3], &given[4]))
         return NULL;
-    for (int k = 0; k < KINDS; k++) {
-        for (int i = 0; field_names[k][i]; i++) {
-            PyObject *d = PyObject_GetAttrString(given[k], field_names[k][i]);
-            if (!d)
-                return NULL;
-            int ok = Py_IS_TYPE(d, &PyMemberDescr_Type)
-                     && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
-            if (ok)
-                offsets[k][i] = ((PyMemberDescrObject *)d)->d_member->offset;
-            Py_DECREF(d);
-            if (!ok)
-                return PyErr_Format(PyExc_TypeError, "%s.%s is not a slot",
-                                    ((PyTypeObject *)given[k])->tp_name, field_names[k][i]);
-        }
-    }
-    for (int k = 0; k < KINDS; k++) {
-        Py_INCREF(given[k]);
-        Py_XSETREF(types[k], (PyTypeObject *)given[k]);
-    }
+    for (int k = 0; k < KINDS; k++)
+        if (slot_class_init(&classes[k], given[k], field_names[k]) < 0)
+            return NULL;
     Py_RETURN_NONE;
 }
 
@@ -178,7 +138,7 @@ static PyObject *parse_topics(Reader *r, PyObject *view, int flexible)
             goto fail;
         }
         PyObject *topic_fields[] = {name, partitions, Py_NewRef(Py_None)};
-        PyObject *topic = make(TOPIC, topic_fields);
+        PyObject *topic = MAKE(TOPIC, topic_fields);
         if (!topic)
             goto fail;
         PyList_SET_ITEM(topics, t, topic);
@@ -199,7 +159,7 @@ static PyObject *parse_topics(Reader *r, PyObject *view, int flexible)
                 Py_INCREF(records);
             }
             PyObject *partition_fields[] = {PyLong_FromLongLong(index), records};
-            PyObject *partition = make(PARTITION, partition_fields);
+            PyObject *partition = MAKE(PARTITION, partition_fields);
             if (!partition)
                 goto fail;
             PyList_SET_ITEM(partitions, i, partition);
@@ -252,16 +212,16 @@ static PyObject *parse_produce(PyObject *self, PyObject *frame)
     PyObject *body_fields[] = {transactional_id ? transactional_id : Py_NewRef(Py_None),
                                PyLong_FromLong((long)acks), PyLong_FromLong((long)timeout_ms), topics};
     transactional_id = NULL;
-    PyObject *body = make(PRODUCE, body_fields);
+    PyObject *body = MAKE(PRODUCE, body_fields);
     PyObject *header_fields[] = {PyLong_FromLong(key), PyLong_FromLong(version),
                                  PyLong_FromLong(correlation_id),
                                  client_id ? client_id : Py_NewRef(Py_None),
                                  PyBool_FromLong(flexible)};
     client_id = NULL;
-    PyObject *header = make(HEADER, header_fields);
+    PyObject *header = MAKE(HEADER, header_fields);
     PyObject *request_fields[] = {header, body, PyLong_FromSsize_t(buf.len)};
     if (header && body && request_fields[2])
-        result = make(REQUEST, request_fields);
+        result = MAKE(REQUEST, request_fields);
     else {
         Py_XDECREF(header);
         Py_XDECREF(body);

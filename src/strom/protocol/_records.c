@@ -12,11 +12,16 @@
  * whose non-null field is not framed), or None when the records are malformed (the framing
  * check refuses those) or use more distinct ids than it keeps.
  *
+ * validate_batches(buf, max_batch_bytes, check_records, require_keys) checks a produce request's
+ * record set as `strom.protocol.records.validate_batches` does (headers, sizes, CRC-32C, the
+ * framing of uncompressed records) in one call, and makes its [(position, BatchHeader)]; None
+ * when the set does not pass: the Python function then raises the error that says why.
+ *
  * The module also holds the Produce request parser (_produce.c).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_slots.h"
 #include <stdint.h>
+#include <string.h>
 
 enum { VARINT_OK = 0, VARINT_TRUNCATED = 1, VARINT_TOO_LONG = 2 };
 
@@ -111,34 +116,221 @@ static int walk_args(PyObject *args, Py_buffer *view, Py_ssize_t *start, Py_ssiz
     return 0;
 }
 
+/* The `count` records of p[start:end]: NULL when each is well framed (and keyed, if asked)
+ * and they fill it exactly, else the reason, with the bad record's index in *index. */
+static const char *walk_records(const unsigned char *p, Py_ssize_t start, Py_ssize_t end, Py_ssize_t count,
+                                int require_keys, Py_ssize_t *index)
+{
+    Py_ssize_t pos = start;
+    for (*index = 0; *index < count; (*index)++) {
+        if (pos >= end)
+            return "fewer records than the batch header counts";
+        const char *error = check_one(p, &pos, end, require_keys);
+        if (error)
+            return error;
+    }
+    if (pos != end) {
+        *index = count - 1;
+        return "bytes left after the last record the batch header counts";
+    }
+    return NULL;
+}
+
 static PyObject *check_records(PyObject *self, PyObject *args)
 {
     Py_buffer view;
-    Py_ssize_t start, end, count;
+    Py_ssize_t start, end, count, index;
     int require_keys;
     if (walk_args(args, &view, &start, &end, &count, &require_keys) != 0)
         return NULL;
-    const unsigned char *p = (const unsigned char *)view.buf;
-    const char *error = NULL;
-    Py_ssize_t pos = start, index = 0;
+    const char *error;
     Py_BEGIN_ALLOW_THREADS
-    for (; index < count; index++) {
-        if (pos >= end) {
-            error = "fewer records than the batch header counts";
-            break;
-        }
-        if ((error = check_one(p, &pos, end, require_keys)))
-            break;
-    }
-    if (!error && pos != end) {
-        error = "bytes left after the last record the batch header counts";
-        index = count - 1;
-    }
+    error = walk_records((const unsigned char *)view.buf, start, end, count, require_keys, &index);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (!error)
         Py_RETURN_NONE;
     return Py_BuildValue("(ns)", index, error);
+}
+
+/* --- CRC-32C (Castagnoli), as record batches carry it ------------------------------------- */
+
+static uint32_t crc_table[8][256];
+
+static void crc_table_init(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[0][n] = c;
+    }
+    for (int t = 1; t < 8; t++)
+        for (int n = 0; n < 256; n++)
+            crc_table[t][n] = (crc_table[t - 1][n] >> 8) ^ crc_table[0][crc_table[t - 1][n] & 0xff];
+}
+
+/* Eight bytes a step through the tables: where the CPU has no CRC-32C instruction. */
+static uint32_t crc32c_tables(uint32_t crc, const unsigned char *p, size_t n)
+{
+    for (; n >= 8; p += 8, n -= 8) {
+        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        crc = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^ crc_table[5][(lo >> 16) & 0xff]
+              ^ crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^ crc_table[2][p[5]] ^ crc_table[1][p[6]]
+              ^ crc_table[0][p[7]];
+    }
+    while (n--)
+        crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xff];
+    return crc;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, const unsigned char *p, size_t n)
+{
+    uint64_t c = crc;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        c = _mm_crc32_u64(c, word);
+    }
+    crc = (uint32_t)c;
+    while (n--)
+        crc = _mm_crc32_u8(crc, *p++);
+    return crc;
+}
+static int have_sse42;
+#define CRC32C_HW_INIT() (have_sse42 = __builtin_cpu_supports("sse4.2"))
+#define CRC32C_HW(crc, p, n) (have_sse42 ? crc32c_sse42(crc, p, n) : crc32c_tables(crc, p, n))
+#else
+#define CRC32C_HW_INIT() ((void)0)
+#define CRC32C_HW(crc, p, n) crc32c_tables(crc, p, n)
+#endif
+
+static uint32_t crc32c(const unsigned char *p, size_t n)
+{
+    return ~CRC32C_HW(0xFFFFFFFFu, p, n);
+}
+
+/* --- validate_batches: a produce request's record set, checked in one call ----------------- */
+
+static const char *const header_fields[] = {
+    "base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
+    "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
+    "base_sequence", "record_count", NULL};
+enum { HEADER_FIELDS = 13, HEADER_SIZE = 61, LOG_OVERHEAD = 12, CRC_START = 21, COMPRESSION_MASK = 7 };
+
+static SlotClass batch_header;
+
+static PyObject *batch_header_type(PyObject *self, PyObject *type)
+{
+    if (slot_class_init(&batch_header, type, header_fields) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static uint64_t be(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* The header of the batch at p as a BatchHeader, or NULL. */
+static PyObject *make_header(const unsigned char *p)
+{
+    PyObject *values[HEADER_FIELDS] = {
+        PyLong_FromLongLong((int64_t)be(p, 8)), PyLong_FromLong((int32_t)be(p + 8, 4)),
+        PyLong_FromLong((int32_t)be(p + 12, 4)), PyLong_FromLong(p[16]),
+        PyLong_FromUnsignedLong((uint32_t)be(p + 17, 4)), PyLong_FromLong((int16_t)be(p + 21, 2)),
+        PyLong_FromLong((int32_t)be(p + 23, 4)), PyLong_FromLongLong((int64_t)be(p + 27, 8)),
+        PyLong_FromLongLong((int64_t)be(p + 35, 8)), PyLong_FromLongLong((int64_t)be(p + 43, 8)),
+        PyLong_FromLong((int16_t)be(p + 51, 2)), PyLong_FromLong((int32_t)be(p + 53, 4)),
+        PyLong_FromLong((int32_t)be(p + 57, 4))};
+    return slot_class_make(&batch_header, values, HEADER_FIELDS);
+}
+
+/* Whether the batch at p[pos:] (`size` bytes) passes what Python's validate_batches checks,
+ * the records' framing only where they are not compressed (Python walks those). */
+static int batch_ok(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_batch_bytes,
+                    int check_records, int require_keys, Py_ssize_t *size)
+{
+    const unsigned char *h = p + pos;
+    if (end - pos < HEADER_SIZE || h[16] != 2)
+        return 0;
+    int32_t length = (int32_t)be(h + 8, 4), last_offset_delta = (int32_t)be(h + 23, 4);
+    int32_t count = (int32_t)be(h + 57, 4);
+    if (length < HEADER_SIZE - LOG_OVERHEAD || length + (Py_ssize_t)LOG_OVERHEAD > end - pos)
+        return 0;
+    *size = length + (Py_ssize_t)LOG_OVERHEAD;
+    if (*size > max_batch_bytes || count <= 0 || last_offset_delta != count - 1)
+        return 0;
+    if (crc32c(h + CRC_START, (size_t)(*size - CRC_START)) != (uint32_t)be(h + 17, 4))
+        return 0;
+    Py_ssize_t index;
+    if (check_records && !(be(h + 21, 2) & COMPRESSION_MASK)
+        && walk_records(p, pos + HEADER_SIZE, pos + *size, count, require_keys, &index))
+        return 0;
+    return 1;
+}
+
+/* validate_batches(buf, max_batch_bytes, check_records, require_keys) ->
+ * [(position, BatchHeader)] when the record set passes, None when it does not (Python's
+ * validate_batches then raises the error that names why). */
+static PyObject *validate_batches(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "validate_batches takes 4 arguments"), NULL;
+    Py_ssize_t max_batch_bytes = PyLong_AsSsize_t(args[1]);
+    int check_records = PyObject_IsTrue(args[2]), require_keys = PyObject_IsTrue(args[3]);
+    if ((max_batch_bytes == -1 && PyErr_Occurred()) || check_records < 0 || require_keys < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *p = view.buf;
+    Py_ssize_t pos = 0, end = view.len, size = 0, batches = 0;
+    int ok = end > 0;
+    /* First the checks, with the GIL let go for a large set (its CRC), then the objects. */
+    if (end > (1 << 16)) {
+        Py_BEGIN_ALLOW_THREADS
+        for (; ok && pos < end; pos += size, batches++)
+            ok = batch_ok(p, pos, end, max_batch_bytes, check_records, require_keys, &size);
+        Py_END_ALLOW_THREADS
+    } else {
+        for (; ok && pos < end; pos += size, batches++)
+            ok = batch_ok(p, pos, end, max_batch_bytes, check_records, require_keys, &size);
+    }
+    PyObject *result = ok ? PyList_New(batches) : Py_NewRef(Py_None);
+    for (Py_ssize_t i = 0, at = 0; ok && result && i < batches; i++) {
+        PyObject *header = make_header(p + at);
+        PyObject *entry = header ? Py_BuildValue("(nN)", at, header) : NULL;
+        if (!entry) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SET_ITEM(result, i, entry);
+        at += (Py_ssize_t)be(p + at + 8, 4) + LOG_OVERHEAD;
+    }
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* crc32c(data, portable=False) -> the CRC-32C of a bytes-like object (portable: by the
+ * tables, as where the CPU has no instruction for it; for the tests). */
+static PyObject *crc32c_of(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    int portable = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &view, &portable))
+        return NULL;
+    uint32_t crc;
+    Py_BEGIN_ALLOW_THREADS
+    crc = portable ? ~crc32c_tables(0xFFFFFFFFu, view.buf, (size_t)view.len) : crc32c(view.buf, (size_t)view.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
 }
 
 #define MAX_SCHEMA_IDS 64
@@ -244,6 +436,10 @@ static PyMethodDef methods[] = {
      "schema_ids(buf, start, end, count, value) -> None | (ids, unframed indexes)"},
     {"check_records", check_records, METH_VARARGS,
      "check_records(buf, start, end, count, require_keys) -> None | (index, reason)"},
+    {"validate_batches", (PyCFunction)(void (*)(void))validate_batches, METH_FASTCALL,
+     "validate_batches(buf, max_batch_bytes, check_records, require_keys) -> [(pos, BatchHeader)] | None"},
+    {"batch_header_type", batch_header_type, METH_O, "batch_header_type(BatchHeader): the class to make"},
+    {"crc32c", crc32c_of, METH_VARARGS, "crc32c(data, portable=False) -> int"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -253,6 +449,8 @@ extern PyMethodDef produce_methods[]; /* _produce.c: the Produce request parser 
 
 PyMODINIT_FUNC PyInit__records(void)
 {
+    crc_table_init();
+    CRC32C_HW_INIT();
     PyObject *m = PyModule_Create(&module);
     if (m && PyModule_AddFunctions(m, produce_methods) < 0)
         Py_CLEAR(m);
