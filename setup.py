@@ -9,4 +9,4 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("strom.protocol._records", ["src/strom/protocol/_records.c",
                                                           "src/strom/protocol/_produce.c"],
-                             optional=True)])
+                             depends=["src/strom/protocol/_slots.h"], optional=True)])
