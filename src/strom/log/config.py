@@ -107,6 +107,21 @@ class LogConfig:
     # Not a topic config: whether the broker runs the schema registry (schema.registry.listeners),
     # which the schema modes read; None where it is not known (nothing is checked).
     schema_registry_enable: bool | None = None
+    # Derived from the fields above when made (asked at every append; a LogConfig is never
+    # changed in place: with_overrides makes a new one).
+    log_append_time: bool = dataclasses.field(init=False)  # message.timestamp.type=LogAppendTime
+    delete_enabled: bool = dataclasses.field(init=False)  # cleanup.policy has delete
+    compact: bool = dataclasses.field(init=False)  # cleanup.policy has compact
+    # (codec, level) batches must be in (compression.type), or None to keep the producer's.
+    recompress_to: tuple[int, int | None] | None = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log_append_time = self.message_timestamp_type == LOG_APPEND_TIME
+        policies = _policies(self.cleanup_policy)
+        self.delete_enabled, self.compact = "delete" in policies, "compact" in policies
+        self.recompress_to = None if self.compression_type == "producer" else _recompress_to(
+            self.compression_type, self.compression_gzip_level, self.compression_lz4_level,
+            self.compression_zstd_level)
 
     def replication_throttled(self, follower: bool, partition: int, broker: int) -> bool:
         """Is this replica's replication throttled (asked per partition per fetch, so the list
@@ -114,14 +129,6 @@ class LogConfig:
         listed = _parsed_throttled(self.follower_replication_throttled_replicas if follower
                                    else self.leader_replication_throttled_replicas)
         return listed is None or (partition, broker) in listed
-
-    @property
-    def recompress_to(self) -> tuple[int, int | None] | None:
-        """(codec, level) batches must be in (compression.type), or None to keep the producer's."""
-        if self.compression_type == "producer":
-            return None
-        return _recompress_to(self.compression_type, self.compression_gzip_level,
-                              self.compression_lz4_level, self.compression_zstd_level)
 
     @property
     def local_retention_ms_effective(self) -> int:
@@ -132,18 +139,6 @@ class LogConfig:
     @property
     def local_retention_bytes_effective(self) -> int:
         return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
-
-    @property
-    def log_append_time(self) -> bool:
-        return self.message_timestamp_type == LOG_APPEND_TIME
-
-    @property
-    def delete_enabled(self) -> bool:
-        return "delete" in _policies(self.cleanup_policy)
-
-    @property
-    def compact(self) -> bool:
-        return "compact" in _policies(self.cleanup_policy)
 
     def with_overrides(self, overrides: Mapping[str, str]) -> LogConfig:
         """A copy with Kafka topic config overrides applied; ValueError("<key>: <reason>")."""

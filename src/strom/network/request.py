@@ -38,7 +38,8 @@ class CloseConnection(Exception):
 
 class RequestHandler(Protocol):
     def supports(self, api_key: int, version: int) -> bool:
-        """Whether a request of this api key and version has a handler."""
+        """Whether a request of this api key and version has a handler (a fixed answer: the
+        socket server keeps the pairs that have one)."""
 
     async def handle(self, ctx: RequestContext, body: Any) -> Any:
         """The response as plain dicts, a RawResponse, or None (no response, acks=0)."""

@@ -139,7 +139,7 @@ class Connection(asyncio.BufferedProtocol):
         self.accepted = False
         self.busy = False  # a request is being answered (a long poll is not idleness)
         self.last_active = 0.0
-        self.answered = 0.0  # monotonic time the last answer was written
+        self.answered = 0.0  # monotonic time the last timed answer was written
         # Answers held while more requests of this connection wait, written together (one
         # syscall for a burst of small requests instead of one each) at the end of this turn
         # of the loop, or before anything that must follow them (a file region, a close).
@@ -336,9 +336,6 @@ class Connection(asyncio.BufferedProtocol):
                     self.wakeup = loop.create_future()
                     await self.wakeup
                 frame, reservation, received = self.queue.popleft()
-                # Kafka reads a connection's next request only after answering the previous one,
-                # so its queue time starts then, not while it waited behind that one.
-                received = max(received, self.answered)
                 if self.paused and len(self.queue) < _PAUSE_AT // 2:
                     self.paused = False
                     self._update_reading()
@@ -353,7 +350,6 @@ class Connection(asyncio.BufferedProtocol):
                     self.server.in_flight -= 1
                     self.busy = False
                     self.last_active = loop.time()
-                    self.answered = time.monotonic()
                 if self.transport is not None and self.transport.get_write_buffer_size() > _MAX_UNSENT:
                     await self.drained.wait()
         except asyncio.CancelledError:
@@ -370,7 +366,11 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
 
     async def _process(self, frame: bytearray, received: float) -> None:
-        started = time.monotonic()
+        server = self.server
+        # The clock is read only for what needs it: request metrics, the request log, quotas.
+        timed = server.request_metrics is not None or request_log.isEnabledFor(logging.DEBUG)
+        metered = timed or bool(server.quotas.entities)
+        started = time.monotonic() if metered else 0.0
         if self.sasl is not None and self.sasl.raw_tokens:
             await self._raw_sasl_token(frame)
             return
@@ -386,7 +386,7 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
             return
         header = request.header
-        if not self.server.apis.supports(header.api_key, header.api_version):
+        if (header.api_key, header.api_version) not in server.supported and not server.supports(header):
             self._reject_unsupported(frame, f"api key {header.api_key} v{header.api_version} is not supported")
             return
         if self.sasl is not None and await self._sasl_gate(header, request.body):
@@ -398,20 +398,21 @@ class Connection(asyncio.BufferedProtocol):
             # As Kafka starts processing requests only once started: a client asking a broker
             # that has not heard from the controller yet would be told its topics do not exist.
             await self.server.ready.wait()
-        timed = self.server.request_metrics is not None or request_log.isEnabledFor(logging.DEBUG)
-        timer = RequestTimer(received, started) if timed else None
+        # Kafka reads a connection's next request only after answering the previous one, so
+        # its queue time starts then, not while it waited behind that one.
+        timer = RequestTimer(max(received, self.answered), started) if timed else None
         CURRENT_REQUEST.set(timer)
         try:
-            response = await self.server.apis.handle(ctx, request.body)
+            response = await server.apis.handle(ctx, request.body)
         except CloseConnection as e:
             log.info("closing connection from %s: %s", self.peer, e)
             self.close()
             return
-        handled = time.monotonic()
+        handled = time.monotonic() if metered else 0.0
         if timer is not None:
             timer.handled = timer.sending = handled
         throttle = 0
-        if self.server.quotas.entities:  # any client quota configured at all
+        if server.quotas.entities:  # any client quota configured at all
             throttle = self.server.quotas.request_throttle_ms(
                 _user(self.principal), header.client_id or "", header.api_key, len(frame),
                 _response_size(header.api_key, response), handled - started - (timer.remote if timer else 0.0),
@@ -439,7 +440,8 @@ class Connection(asyncio.BufferedProtocol):
                 timer.sending = time.monotonic()
             self.write(encoded)
         if timer is not None:
-            self.server.request_done(self, header, len(frame), size, timer, time.monotonic())
+            self.answered = time.monotonic()
+            server.request_done(self, header, len(frame), size, timer, self.answered)
         if len(frame) + size > _TRIM_AFTER_BYTES:
             self.server.trim_memory_soon()
         if throttle:
@@ -657,6 +659,9 @@ class SocketServer:
                  queued_max_request_bytes: int = -1) -> None:
         self.broker = broker
         self.apis = apis  # where requests go: the broker's KafkaApis
+        # (api key, version) pairs the handlers serve, as asked so far: each request looks in
+        # this set rather than asking the handlers (bounded by their table: refusals are not kept).
+        self.supported: set[tuple[int, int]] = set()
         self.max_request_bytes = max_request_bytes
         self.request_memory = RequestMemory(queued_max_request_bytes)
         self.servers: list[asyncio.base_events.Server] = []
@@ -687,6 +692,13 @@ class SocketServer:
         # Connections the open-file limit leaves room for after the log's share (set at start-up
         # by budget_file_descriptors): clients cannot take the descriptors segment rolls need.
         self.max_connections_by_fds = 2**31 - 1
+
+    def supports(self, header: Any) -> bool:
+        """Whether a handler serves the request's api key and version (kept once it does)."""
+        if not self.apis.supports(header.api_key, header.api_version):
+            return False
+        self.supported.add((header.api_key, header.api_version))
+        return True
 
     def budget_file_descriptors(self) -> None:
         """Raise the open-file limit to its hard maximum (as the JVM does for Kafka) and split it:
