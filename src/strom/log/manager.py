@@ -205,7 +205,9 @@ class LogManager:
         # space returns, instead of failing as a whole when the disk fills.
         self.min_free_bytes = 0  # log.dir.min.free.bytes
         self.low_space_dirs: dict[Path, int] = {}  # dir -> free bytes needed to write again
-        self._appended_since_check = 0  # a fast producer may not outrun the periodic check
+        # Bytes appended before the next free-space check (a fast producer may not outrun the
+        # periodic one): at least SPACE_CHECK_BYTES, an eighth of min_free_bytes when larger.
+        self._until_space_check = SPACE_CHECK_BYTES
         # Logs appended to since they were last seen flushed: what flush.ms looks at, instead
         # of every log every second.
         self._unflushed: dict[Log, None] = {}
@@ -780,9 +782,9 @@ class LogManager:
     def _appended(self, lg: Log, nbytes: int) -> None:
         if lg.config.flush_ms < LONG_MAX:  # the default, never: no time check needs this log
             self._unflushed[lg] = None
-        self._appended_since_check += nbytes
-        if self._appended_since_check >= max(SPACE_CHECK_BYTES, self.min_free_bytes // 8):
-            self._appended_since_check = 0
+        self._until_space_check -= nbytes
+        if self._until_space_check <= 0:
+            self._until_space_check = max(SPACE_CHECK_BYTES, self.min_free_bytes // 8)
             self.check_free_space()
 
     def mark_low_space(self, d: Path) -> None:

@@ -97,12 +97,6 @@ class OpenFiles:
         finally:
             self._unpin(owner)
 
-    def acquire(self, owner: object, opener: Callable[[], int]) -> int:
-        """As `use` without the context manager (the append path): pair with `release`."""
-        return self._pinned(owner, opener)
-
-    def release(self, owner: object) -> None:
-        self._unpin(owner)
 
     def pin(self, owner: object, opener: Callable[[], int]) -> Pin:
         """A descriptor that stays open until the returned `Pin` is released or collected."""
@@ -118,6 +112,11 @@ class OpenFiles:
             fd = self._closed_while_pinned.pop(owner, None)
         if fd is not None:
             os.close(fd)
+
+    # As `use` without the context manager (the append path): `acquire(owner, opener)` pairs
+    # with `release(owner)`. The pinning functions themselves: a call less each per append.
+    acquire = _pinned
+    release = _unpin
 
     def close(self, owner: object) -> None:
         """The owner is done with its file: close it now, or when its last pin goes."""

@@ -240,10 +240,9 @@ def _response(results: dict, version: int, ids: dict | None) -> RawResponse:
 
 
 def _partition_response(index: int, r: ProduceResult, version: int) -> PartitionProduceResponse:
-    return PartitionProduceResponse(index, _error_for_version(r.error, version), r.base_offset, r.log_append_time,
-                                    r.log_start_offset, r.record_errors, r.message)
-
-
-def _error_for_version(error: ErrorCode, version: int) -> ErrorCode:
-    # INVALID_RECORD came with Produce v8 (KIP-467); older clients know the batch as corrupt.
-    return ErrorCode.CORRUPT_MESSAGE if error == ErrorCode.INVALID_RECORD and version < 8 else error
+    error = r.error
+    if error == ErrorCode.INVALID_RECORD and version < 8:
+        # INVALID_RECORD came with Produce v8 (KIP-467); older clients know the batch as corrupt.
+        error = ErrorCode.CORRUPT_MESSAGE
+    return PartitionProduceResponse(index, error, r.base_offset, r.log_append_time, r.log_start_offset,
+                                    r.record_errors, r.message)
