@@ -143,3 +143,30 @@ def test_reopen_restores_state_from_indexes(tmp_path):
     assert (seg.next_offset, seg.size, seg.max_timestamp) == (nxt, size, 7000)
     assert scan_valid_prefix(os.pread(seg.fd, seg.size, 0))[1] == size
     seg.close()
+
+
+def test_reads_start_at_the_last_appended_batch_only_while_it_is_there(tmp_path):
+    """A read at or past the batch appended last starts there (not at its index entry); after
+    a truncation, a failed append or a recovery it is forgotten: new batches at the same
+    positions must not be read from a stale place. Every offset is checked against the layout."""
+    seg = LogSegment(tmp_path, 0, LogConfig(index_interval_bytes=100_000))  # one index entry
+    layout = fill(seg, 30)
+
+    def check(layout: list[tuple[int, int]]) -> None:
+        ends = [pos for _, pos in layout[1:]] + [seg.size]
+        for (base, pos), end in zip(layout, ends, strict=True):
+            for offset in (base, base + 2):
+                assert seg.read(offset, 1) == (pos, end - pos), offset
+            assert seg.position_of(base) == pos
+        assert seg.read(seg.next_offset, 100) is None
+
+    check(layout)
+    assert seg._last_appended == (layout[-1][1], layout[-1][0])
+    seg.truncate_to(layout[20][0])  # the last batch gone; longer batches written at its place
+    assert seg._last_appended is None
+    layout = layout[:20] + fill(seg, 5, first=layout[20][0], value_size=57)
+    check(layout)
+    seg.recover(1 << 20)
+    assert seg._last_appended is None
+    check(layout)
+    seg.close()

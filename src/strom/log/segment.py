@@ -130,6 +130,9 @@ class LogSegment:
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry
         self._next_offset: int | None = base_offset if self.size == 0 else None
         self._bytes_since_index = self.size - self.offset_index.last_entry[1]
+        # (position, base offset) of the batch appended last since this segment was loaded or
+        # cut: reading at or past it starts there, not at its index entry (see _scan_start).
+        self._last_appended: tuple[int, int] | None = None
         self.deleted = False
         self.closed = False
         self.created_here = False  # a log's first segment, made when the log was
@@ -284,9 +287,11 @@ class LogSegment:
         time_entries: list[tuple[int, int]] = []
         index_room = -1  # the indexes' room, read only when an entry is due (most small appends add none)
         offset = first_offset
+        last_pos = last_base = -1
         for pos, header in batches:
             if keep_offsets:
                 offset = header.base_offset
+            last_pos, last_base = pos, offset
             ts = header.max_timestamp if log_append_time is None else log_append_time
             if ts > set_max:
                 set_max, set_off = ts, offset
@@ -316,6 +321,8 @@ class LogSegment:
             raise StorageError(f"index write for {self.log_path} failed: {e}") from e
         self._bytes_since_index = since
         self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_off
+        if last_pos >= 0:
+            self._last_appended = (start + last_pos, last_base)
         self._next_offset = offset
         return offset - 1, set_max, set_off
 
@@ -327,6 +334,7 @@ class LogSegment:
         with self._file() as fd:
             os.ftruncate(fd, start)
         self.size = start
+        self._last_appended = None
 
     def _write(self, buf, position: int) -> None:
         # The descriptor is pinned by hand, not with `_file()`: once per append, the generator
@@ -388,18 +396,27 @@ class LogSegment:
         with self._file() as fd:
             yield from scan_headers(fd, start, end)
 
+    def _scan_start(self, offset: int) -> int:
+        """Where the batches to look through for `offset` start: at its index entry, or at the
+        batch appended last when that starts at or before `offset` (no batch before it can
+        hold `offset`): a consumer or follower at the end of the log reads one header, not
+        the walk from the entry up to index.interval.bytes back."""
+        _, start = self.offset_index.lookup(offset)
+        last = self._last_appended
+        if last is not None and last[1] <= offset and last[0] > start:
+            return last[0]
+        return start
+
     def locate(self, offset: int) -> tuple[int, tuple] | None:
         """(position, header tuple) of the first batch whose last offset is >= `offset`."""
-        _, start = self.offset_index.lookup(offset)
-        for pos, h in self._headers(start, self.size):
+        for pos, h in self._headers(self._scan_start(offset), self.size):
             if h[_BASE] + h[_LAST_DELTA] >= offset:
                 return pos, h
         return None
 
     def position_of(self, offset: int) -> int:
         """Position of the first batch with base offset >= `offset` (the size if none)."""
-        _, start = self.offset_index.lookup(offset)
-        for pos, h in self._headers(start, self.size):
+        for pos, h in self._headers(self._scan_start(offset), self.size):
             if h[_BASE] >= offset:
                 return pos
         return self.size
@@ -539,6 +556,7 @@ class LogSegment:
         if truncated:
             os.ftruncate(fd, pos)
         self.size = pos
+        self._last_appended = None
         if max_ts > last_time_ts:
             time_entries.append((max_ts, max_off))
         self.offset_index.reset(entries)
@@ -559,6 +577,7 @@ class LogSegment:
         with self._file() as fd:
             os.ftruncate(fd, pos)
         self.size = pos
+        self._last_appended = None
         self.offset_index.truncate_to_position(pos)
         self.time_index.truncate_to(h[_BASE])
         self.txn_index.truncate_to(h[_BASE])
