@@ -69,3 +69,22 @@ def test_current_leader_and_node_endpoints_from_v16():
             continue
         assert (p0.current_leader.leader_id, p0.current_leader.leader_epoch) == (2, 7)
         assert [(n.node_id, n.host, n.port, n.rack) for n in decoded.node_endpoints] == [(2, "broker-2", 9093, None)]
+
+
+@pytest.mark.parametrize("version", [4, 12, 14, 15, 17])
+@pytest.mark.parametrize("replica", [-1, 3])
+def test_the_replica_of_a_fetch_is_read_where_its_version_puts_it(version, replica):
+    """ReplicaId is a field up to v14 and in the tagged ReplicaState from v15 (KIP-903): a
+    follower is known as one either way (its fetches are replication, not a client's)."""
+    from strom.protocol.fetch import fetch_replica_id
+
+    fields = {"max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+              "session_id": 0, "session_epoch": -1, "topics": [], "forgotten_topics_data": [], "rack_id": ""}
+    if version >= 15:
+        if replica >= 0:
+            fields["replica_state"] = {"replica_id": replica, "replica_epoch": 7}
+    else:
+        fields["replica_id"] = replica
+    frame = messages.encode_request(1, version, fields)
+    request = messages.parse_request(bytearray(frame[4:]))
+    assert fetch_replica_id(request.body) == replica

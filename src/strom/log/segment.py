@@ -407,19 +407,30 @@ class LogSegment:
             return last[0]
         return start
 
+    def _first_batch(self, offset: int, by_last: bool) -> tuple[int, tuple] | None:
+        """(position, header tuple) of the first batch whose last offset (`by_last`) or base
+        offset is >= `offset`. Every fetch asks: the descriptor is pinned by hand, not with
+        the generator context manager `_headers` uses."""
+        start, end = self._scan_start(offset), self.size
+        if end - start < HEADER_SIZE:
+            return None
+        fd = OPEN_FILES.acquire(self, self._open)
+        try:
+            for pos, h in scan_headers(fd, start, end):
+                if (h[_BASE] + h[_LAST_DELTA] if by_last else h[_BASE]) >= offset:
+                    return pos, h
+        finally:
+            OPEN_FILES.release(self)
+        return None
+
     def locate(self, offset: int) -> tuple[int, tuple] | None:
         """(position, header tuple) of the first batch whose last offset is >= `offset`."""
-        for pos, h in self._headers(self._scan_start(offset), self.size):
-            if h[_BASE] + h[_LAST_DELTA] >= offset:
-                return pos, h
-        return None
+        return self._first_batch(offset, True)
 
     def position_of(self, offset: int) -> int:
         """Position of the first batch with base offset >= `offset` (the size if none)."""
-        for pos, h in self._headers(self._scan_start(offset), self.size):
-            if h[_BASE] >= offset:
-                return pos
-        return self.size
+        found = self._first_batch(offset, False)
+        return self.size if found is None else found[0]
 
     def read(
         self,

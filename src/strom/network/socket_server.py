@@ -38,6 +38,7 @@ from strom.network.request import (
     RequestHandler,
 )
 from strom.protocol import messages
+from strom.protocol.fetch import fetch_replica_id
 from strom.protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrame
 from strom.security.sasl import (
     SASL_AUTHENTICATE,
@@ -391,7 +392,6 @@ class Connection(asyncio.BufferedProtocol):
             return
         if self.sasl is not None and await self._sasl_gate(header, request.body):
             return
-        follower = header.api_key == _FETCH and getattr(request.body, "replica_id", -1) >= 0
         ctx = RequestContext(header, self.listener, self.peer, self.principal, self.protocol,
                              self.sasl is not None and self.sasl.token_authenticated)
         if header.api_key not in _BEFORE_READY and not self.server.ready.is_set():
@@ -413,7 +413,8 @@ class Connection(asyncio.BufferedProtocol):
             timer.handled = timer.sending = handled
         throttle = 0
         if server.quotas.entities:  # any client quota configured at all
-            throttle = self.server.quotas.request_throttle_ms(
+            follower = header.api_key == _FETCH and fetch_replica_id(request.body) >= 0
+            throttle = server.quotas.request_throttle_ms(
                 _user(self.principal), header.client_id or "", header.api_key, len(frame),
                 _response_size(header.api_key, response), handled - started - (timer.remote if timer else 0.0),
                 follower)

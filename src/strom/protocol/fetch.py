@@ -28,6 +28,16 @@ _CURRENT_LEADER = struct.Struct(">BBiiB")
 FLEXIBLE_FROM, TOPIC_IDS_FROM, LEADER_DISCOVERY_FROM, MAX_VERSION = 12, 13, 16, 18
 
 
+def fetch_replica_id(request: Any) -> int:
+    """The replica a Fetch request comes from: >= 0 a follower replicating (in ReplicaState from
+    v15, KIP-903), -1 a consumer."""
+    state = getattr(request, "replica_state", None)
+    if state is not None and getattr(state, "replica_id", -1) >= 0:
+        return state.replica_id
+    rid = getattr(request, "replica_id", -1)
+    return -1 if rid is None else rid
+
+
 @dataclass(slots=True)
 class PartitionData:
     index: int

@@ -34,6 +34,7 @@ from strom.protocol.fetch import (
     TOPIC_IDS_FROM,
     PartitionData,
     encode_fetch_response,
+    fetch_replica_id,
 )
 from strom.remote.manager import RemoteFetchRefused
 from strom.replication.fetch_session import new_context
@@ -50,15 +51,6 @@ HIGH_WATERMARK_NOT_SENT = (1 << 63) - 1  # the field's default: a follower that 
 CLIENT_METADATA_FROM = 11  # KIP-392: rack_id, and consumers may read from followers
 _UNKNOWN = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)
 _MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
-
-
-def replica_id(request) -> int:
-    """>= 0: a follower replicating (in ReplicaState from v15, KIP-903)."""
-    state = getattr(request, "replica_state", None)
-    if state is not None and getattr(state, "replica_id", -1) >= 0:
-        return state.replica_id
-    rid = getattr(request, "replica_id", -1)
-    return -1 if rid is None else rid
 
 
 class TopicNames:
@@ -107,10 +99,10 @@ class RemoteRead:
     min_one_message: bool
 
 
-def read_preference(broker, ctx: RequestContext, request) -> ReadPreference | None:
+def read_preference(broker, ctx: RequestContext, request, follower_id: int) -> ReadPreference | None:
     """A consumer's v11+ fetch to a broker with a replica selector: what the leader needs to
     name a preferred read replica (Kafka's ClientMetadata, with the reachable brokers' racks)."""
-    if ctx.header.api_version < CLIENT_METADATA_FROM or replica_id(request) >= 0:
+    if ctx.header.api_version < CLIENT_METADATA_FROM or follower_id >= 0:
         return None
     config = getattr(broker, "config", None)  # a stand-in broker of a unit test may have none
     selector = None if config is None else replica_selector(config["replica.selector.class"])
@@ -122,7 +114,7 @@ def read_preference(broker, ctx: RequestContext, request) -> ReadPreference | No
     return ReadPreference(client, selector, racks)
 
 
-def _read_all(broker, request, wanted, denied: dict[str, ErrorCode], version: int,
+def _read_all(broker, request, wanted, denied: dict[str, ErrorCode], version: int, follower_id: int,
               preference: ReadPreference | None
               ) -> tuple[list[tuple[str, list[PartitionData]]], int, bool, RemoteRead | None]:
     """The partitions' answers, the bytes they carry, whether to answer at once (an error, or
@@ -131,7 +123,6 @@ def _read_all(broker, request, wanted, denied: dict[str, ErrorCode], version: in
     remaining = request.max_bytes
     topics, total, at_once, remote = [], 0, False, None
     read_committed = request.isolation_level == READ_COMMITTED
-    follower_id = replica_id(request)
     fetch_only_leader = follower_id >= 0 or version < CLIENT_METADATA_FROM
     for topic, partitions in wanted:
         out = []
@@ -170,7 +161,8 @@ def _read_all(broker, request, wanted, denied: dict[str, ErrorCode], version: in
 @api(FETCH, 4, MAX_VERSION)
 async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
     version = ctx.header.api_version
-    follower = replica_id(request) >= 0
+    follower_id = fetch_replica_id(request)
+    follower = follower_id >= 0
     names = TopicNames(broker, version)
     requested = [((names.name(t), p.partition), p) for t in request.topics for p in t.partitions]
     forgotten = [(names.name(f), index) for f in getattr(request, "forgotten_topics_data", None) or ()
@@ -182,17 +174,18 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> RawResponse:
     rm = broker.replica_manager
     # A follower's session reads only what changed: the partitions its request named, and
     # those of the others that have something new (records, high watermark, log start).
-    news = functools.partial(rm.follower_news, replica_id=replica_id(request)) \
+    news = functools.partial(rm.follower_news, replica_id=follower_id) \
         if follower and context.incremental else None
     wanted = context.to_read(news)
-    denied = {**_denied(broker, ctx, request, wanted), **names.unknown}
+    denied = {**_denied(broker, ctx, follower, wanted), **names.unknown}
     await rm.load_logs((topic, p.partition) for topic, ps in wanted for p in ps)
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
     keys = [(topic, p.partition) for topic, ps in wanted for p in ps if topic not in denied] if news is None else ()
     known = _follower_high_watermarks(requested) if follower and version >= HIGH_WATERMARK_FROM else None
-    preference = read_preference(broker, ctx, request)
+    preference = read_preference(broker, ctx, request, follower_id)
     while True:
-        topics, total, at_once, remote = _read_all(broker, request, wanted, denied, version, preference)
+        topics, total, at_once, remote = _read_all(broker, request, wanted, denied, version, follower_id,
+                                                   preference)
         if remote is not None:  # answered once it is read (or remote.fetch.max.wait.ms passed)
             await read_remote(broker, remote)
             break
@@ -281,12 +274,12 @@ def _current_leaders(broker, ctx: RequestContext, topics) -> list[tuple[int, str
             if b["node_id"] in leaders]
 
 
-def _denied(broker, ctx: RequestContext, request, wanted) -> dict[str, ErrorCode]:
+def _denied(broker, ctx: RequestContext, follower: bool, wanted) -> dict[str, ErrorCode]:
     """Topics this fetch may not read: consumers need READ on each topic, followers
     CLUSTER_ACTION on the cluster (Kafka's checks)."""
     if broker.authorizer is None:
         return {}
-    if replica_id(request) >= 0:
+    if follower:
         if allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
             return {}
         return {topic: ErrorCode.CLUSTER_AUTHORIZATION_FAILED for topic, _ in wanted}
