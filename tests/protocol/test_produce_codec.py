@@ -135,7 +135,7 @@ def _plain(request) -> tuple:
 
 def test_the_compiled_produce_parser_is_built() -> None:
     """scripts/bootstrap builds it; without it every Produce takes the Python parser."""
-    assert messages._parse_produce is not None
+    assert messages._parse_compiled is not None
 
 
 @pytest.mark.parametrize("version", range(3, 14))
@@ -147,7 +147,7 @@ def test_compiled_and_python_parsers_agree(version):
              _frame(version, client_id="ünï", topics=(("long-" * 40, ((1, long_value), (2, None), (5, b"v"))),
                                                       ("second", ()), ("third", ((0, b"w"),))))]
     for frame in cases:
-        compiled = messages._parse_produce(frame)
+        compiled = messages._parse_compiled(frame)
         python = messages.parse_request_py(bytearray(frame))
         if version >= 13:
             assert compiled is None
@@ -162,15 +162,15 @@ def test_compiled_and_python_parsers_agree(version):
 def test_other_requests_and_unusual_produce_requests_are_left_to_python() -> None:
     metadata = bytearray(messages.encode_request(3, 12, {"topics": None, "allow_auto_topic_creation": False,
                                                          "include_topic_authorized_operations": False})[4:])
-    assert messages._parse_produce(metadata) is None
+    assert messages._parse_compiled(metadata) is None
     frame = _frame(9)
-    assert messages._parse_produce(frame) is not None
+    assert messages._parse_compiled(frame) is not None
     tags_at = 10 + len("client")  # api key, version, correlation id, client id: then the tags
     with_header_tag = frame[:tags_at] + b"\x01\x05\x01\x00" + frame[tags_at + 1:]  # one tagged field
-    assert messages._parse_produce(with_header_tag) is None
+    assert messages._parse_compiled(with_header_tag) is None
     assert messages.parse_request_py(with_header_tag).header.correlation_id == 77
-    assert messages._parse_produce(bytearray(b"\x00\x00\x00\x09\x00")) is None
-    assert messages._parse_produce(bytearray()) is None
+    assert messages._parse_compiled(bytearray(b"\x00\x00\x00\x09\x00")) is None
+    assert messages._parse_compiled(bytearray()) is None
 
 
 @pytest.mark.parametrize("version", [3, 8, 9, 12])
@@ -189,7 +189,7 @@ def test_compiled_parser_never_accepts_what_python_refuses(version):
         frames.append(frame)
     accepted = 0
     for frame in frames:
-        compiled = messages._parse_produce(bytearray(frame))
+        compiled = messages._parse_compiled(bytearray(frame))
         try:
             python = messages.parse_request_py(bytearray(frame))
         except (messages.InvalidRequest, messages.UnsupportedRequest):

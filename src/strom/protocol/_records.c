@@ -17,7 +17,7 @@
  * framing of uncompressed records) in one call, and makes its [(position, BatchHeader)]; None
  * when the set does not pass: the Python function then raises the error that says why.
  *
- * The module also holds the Produce request parser (_produce.c).
+ * The module also holds the Produce and Fetch request parsers (_requests.c).
  */
 #include "_slots.h"
 #include <stdint.h>
@@ -445,14 +445,14 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_records", NULL, -1, methods};
 
-extern PyMethodDef produce_methods[]; /* _produce.c: the Produce request parser */
+extern PyMethodDef request_methods[]; /* _requests.c: the Produce and Fetch request parsers */
 
 PyMODINIT_FUNC PyInit__records(void)
 {
     crc_table_init();
     CRC32C_HW_INIT();
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddFunctions(m, produce_methods) < 0)
+    if (m && PyModule_AddFunctions(m, request_methods) < 0)
         Py_CLEAR(m);
     return m;
 }

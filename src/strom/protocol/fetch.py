@@ -10,6 +10,7 @@ current leader, and the response the endpoints of those leaders (KIP-951).
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import uuid
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,64 @@ _ABORTED = struct.Struct(">qq")  # producer id, first offset
 _DIVERGING = struct.Struct(">BBiqB")
 _CURRENT_LEADER = struct.Struct(">BBiiB")
 FLEXIBLE_FROM, TOPIC_IDS_FROM, LEADER_DISCOVERY_FROM, MAX_VERSION = 12, 13, 16, 18
+
+
+# --- the request, as the compiled parser makes it (_requests.c) ------------------------------
+# The same fields, names and defaults as the codec's objects (a field a version lacks holds the
+# schema's default), so handlers read either alike; the codec parses what the compiled parser
+# leaves to it (unknown tagged fields, malformed requests, which it names).
+
+@dataclass(slots=True)
+class FetchPartition:
+    partition: int
+    current_leader_epoch: int  # v9+, else -1
+    fetch_offset: int
+    last_fetched_epoch: int  # v12+, else -1
+    log_start_offset: int  # v5+, else -1
+    partition_max_bytes: int
+    replica_directory_id: uuid.UUID | None  # v17+, tagged
+    high_watermark: int  # v18+, tagged; (1 << 63) - 1: not sent
+
+
+@dataclass(slots=True)
+class FetchTopic:
+    topic: str  # up to v12; "" from v13
+    topic_id: uuid.UUID | None  # v13+
+    partitions: list[FetchPartition]
+
+
+@dataclass(slots=True)
+class ForgottenTopic:
+    topic: str
+    topic_id: uuid.UUID | None
+    partitions: list[int]
+
+
+@dataclass(slots=True)
+class ReplicaState:  # v15+ (KIP-903), tagged
+    replica_id: int
+    replica_epoch: int
+
+
+@dataclass(slots=True)
+class FetchRequest:
+    cluster_id: str | None  # v12+, tagged
+    replica_id: int  # up to v14, else -1
+    replica_state: ReplicaState | None
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    session_id: int  # v7+, else 0
+    session_epoch: int  # v7+, else -1
+    topics: list[FetchTopic]
+    forgotten_topics_data: list[ForgottenTopic]  # v7+, else empty
+    rack_id: str  # v11+, else ""
+
+    def to_dict(self, json: bool = False) -> dict[str, Any]:
+        """Plain dicts of the fields, as the codec's objects give them (the Raft core reads
+        those)."""
+        return dataclasses.asdict(self)
 
 
 def fetch_replica_id(request: Any) -> int:

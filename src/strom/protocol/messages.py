@@ -14,8 +14,10 @@ needs from it passes through here:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import struct
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,7 @@ from kafka.protocol.schemas.fields.simple import SimpleField
 from kafka.protocol.schemas.fields.struct import StructField
 from kafka.protocol.schemas.fields.struct_array import StructArrayField
 
+from strom.protocol import fetch
 from strom.protocol.frames import frame
 from strom.protocol.list_offsets import parse_list_offsets_request
 from strom.protocol.metadata import parse_describe_topic_partitions_request, parse_metadata_request
@@ -201,20 +204,31 @@ def parse_header(buf, flexible: bool | None = None) -> tuple[RequestHeader, int]
     return RequestHeader(api_key, api_version, correlation_id, client_id, flexible), pos
 
 
-try:  # the compiled parser of the usual Produce request (_produce.c); the Python one otherwise
-    from strom.protocol._records import parse_produce as _parse_produce
-    from strom.protocol._records import produce_types as _produce_types
+@functools.lru_cache(maxsize=1024)  # the same few topic ids, request after request
+def _topic_id(raw: bytes) -> uuid.UUID | None:
+    """A topic id from its 16 bytes; all zeros is none, as the codec reads it."""
+    return uuid.UUID(bytes=raw) if any(raw) else None
+
+
+try:  # the compiled parser of the usual Produce and Fetch requests (_requests.c)
+    from strom.protocol._records import parse_request as _parse_compiled
+    from strom.protocol._records import request_types as _request_types
 except ImportError:  # pragma: no cover - exercised by the tests directly
-    _parse_produce = None
+    _parse_compiled = None
 else:
-    _produce_types(Request, RequestHeader, ProduceRequest, TopicProduceData, PartitionProduceData)
+    _request_types({"Request": Request, "RequestHeader": RequestHeader, "ProduceRequest": ProduceRequest,
+                    "TopicProduceData": TopicProduceData, "PartitionProduceData": PartitionProduceData,
+                    "FetchRequest": fetch.FetchRequest, "FetchTopic": fetch.FetchTopic,
+                    "FetchPartition": fetch.FetchPartition, "ForgottenTopic": fetch.ForgottenTopic,
+                    "ReplicaState": fetch.ReplicaState},
+                   _topic_id)
 
 
 def parse_request(buf) -> Request:
     """The request in a frame (without its size): header and body. Raises UnsupportedRequest
     for an api key or version the codec does not know, InvalidRequest for a malformed one."""
-    if _parse_produce is not None and (request := _parse_produce(buf)) is not None:
-        return request  # the usual Produce request, parsed in one compiled call
+    if _parse_compiled is not None and (request := _parse_compiled(buf)) is not None:
+        return request  # the usual Produce or Fetch request, parsed in one compiled call
     return parse_request_py(buf)
 
 
