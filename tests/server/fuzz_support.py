@@ -817,10 +817,16 @@ class Fuzzer:
         self._lock = threading.Lock()
         self._numbers = itertools.count()
         self._stop = threading.Event()
+        self._min_rounds = 0
 
-    def run(self, seconds: float, max_cases: int | None = None) -> FuzzReport:
+    def run(self, seconds: float, max_cases: int | None = None, min_cases: int = 0) -> FuzzReport:
+        """Fuzz until `seconds` have passed and each target has had `min_cases` cases (its valid
+        one included), or `max_cases` cases in all. The minimum is counted, not timed: a busy
+        machine sends fewer cases a second, and would otherwise leave targets untried."""
         begin = time.monotonic()
         deadline = begin + seconds
+        # Every worker sends each target once a round.
+        self._min_rounds = -(-min_cases // self.workers)
         if self.workers == 1:
             self._work(self.rng, self.factory, self.mutator, deadline, max_cases)
         else:
@@ -840,7 +846,11 @@ class Fuzzer:
     def _work(self, rng: random.Random, factory: RequestFactory, mutator: Mutator, deadline: float,
               max_cases: int | None) -> None:
         rounds = 0
-        while not self._stop.is_set() and time.monotonic() < deadline:
+
+        def more() -> bool:
+            return rounds < self._min_rounds or time.monotonic() < deadline
+
+        while not self._stop.is_set() and more():
             if self.prepare is not None:
                 self.prepare(self.port)
             order = list(self.targets)
@@ -860,7 +870,7 @@ class Fuzzer:
                              for _ in range(rng.randint(2, 4))]
                 else:
                     cases = [mutator.mutate(req, number)]
-                if not self._send(cases) or self._stop.is_set() or time.monotonic() >= deadline:
+                if not self._send(cases) or self._stop.is_set() or not more():
                     return
             rounds += 1
 

@@ -47,7 +47,7 @@ FORWARDED_SECONDS = float(os.environ.get("STROM_FUZZ_FORWARDED_SECONDS", "8"))  
 # An idle broker holds ~50 MB; the fuzzer's requests are small, so anything near this bound
 # means some request made the broker allocate far more than it sent.
 PEAK_RSS_LIMIT_MB = 256
-MIN_CASES_PER_VERSION = 20
+MIN_CASES_PER_VERSION = 20  # sent whatever the time it takes (Fuzzer.run)
 
 # No auto-created topics from fuzzed Metadata requests; groups form at once. A flipped bit in
 # a partition count is a valid CreateTopics or CreatePartitions of thousands of partitions, up
@@ -120,7 +120,7 @@ def _fuzz_listener(node: BrokerProcess, port: int, seconds: float, prepare, sett
           f"clients at once, seed {SEED} (STROM_FUZZ_SEED)")
     fuzzer = Fuzzer(port, SEED, targets, node.stderr_lines, alive=lambda: node.proc.poll() is None,
                     prepare=prepare, workers=WORKERS)
-    report = fuzzer.run(seconds)
+    report = fuzzer.run(seconds, min_cases=MIN_CASES_PER_VERSION)
     print(report.summary())
     for case in report.held:
         print("held:", case.describe())
