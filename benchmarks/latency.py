@@ -13,8 +13,9 @@ baseline commit, and Tansu (the Rust peer), all in one invocation on the same ma
   against librdkafka's in-process mock broker (`test.mock.num.brokers=1`), the client's own
   limit on this machine;
 - `--only instructions` (not run by default): the user-space instructions each Strom broker
-  runs per single-record Produce request, one request at a time, counted by valgrind's
-  callgrind: the same on a busy machine as on an idle one, unlike CPU time.
+  runs per single-record Produce request, and per Fetch of a consumer at the end of the log,
+  one request at a time, counted by valgrind's callgrind: the same on a busy machine as on an
+  idle one, unlike CPU time.
 
 The first second of each run (connecting, metadata) is left out. p50/p90/p99/p99.9 in µs,
 and each broker's ratio to Tansu. Measurements wait for a quiet machine (1-minute load
@@ -165,20 +166,20 @@ def _wait_port(port: int, timeout: float) -> None:
 
 
 def baseline_src(rev: str, workdir: Path) -> Path:
-    """`src/` of commit `rev` (git archive). Its compiled record helper is today's build when
-    the C source is the same, else the pure-Python fallback runs (said in the JSON)."""
+    """`src/` of commit `rev` (git archive), with its compiled helper built from its own C
+    sources by its own setup.py (where that fails, its pure-Python fallback runs: the log of
+    this run says so)."""
     archive = workdir / "baseline.tar"
     with open(archive, "wb") as out:
-        subprocess.run(["git", "-C", str(REPO), "archive", rev, "src"], stdout=out, check=True)
+        subprocess.run(["git", "-C", str(REPO), "archive", rev, "src", "setup.py", "pyproject.toml"],
+                       stdout=out, check=True)
     with tarfile.open(archive) as tar:
         tar.extractall(workdir, filter="data")
-    src = workdir / "src"
-    helper = src / "strom" / "protocol" / "_records.c"
-    here = REPO / "src" / "strom" / "protocol"
-    if helper.exists() and helper.read_bytes() == (here / "_records.c").read_bytes():
-        for built in here.glob("_records*.so"):
-            shutil.copy(built, src / "strom" / "protocol" / built.name)
-    return src
+    built = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=workdir,
+                           capture_output=True, text=True)
+    if built.returncode != 0 or not list((workdir / "src" / "strom" / "protocol").glob("_records*.so")):
+        log(f"{rev}: its compiled helper did not build; its Python fallback runs ({built.stderr.strip()[-200:]})")
+    return workdir / "src"
 
 
 def _perf(tool: str, *args: str, timeout: float) -> subprocess.CompletedProcess:
@@ -238,7 +239,9 @@ def bulk(tool: str, bootstrap: str | None, topic: str, count: int) -> dict:
 def instructions_per_request(name: str, src: Path | None, acks: int, count: int, workdir: Path) -> dict:
     """User-space instructions the broker runs per single-record Produce request (v9, 100 B,
     one request in flight), counted by callgrind over `count` requests after a warm-up: the
-    number that, unlike CPU time, is the same on a busy machine as on an idle one."""
+    number that, unlike CPU time, is the same on a busy machine as on an idle one. Then, on the
+    same broker, per Fetch (v12, one partition) of a consumer at the end of the log: its next
+    offset is the newest record's, which comes back (about 170 bytes)."""
     from strom.protocol import messages
     from strom.protocol.frames import FrameDecoder
     from strom.protocol.records import build_batch
@@ -267,28 +270,45 @@ def instructions_per_request(name: str, src: Path | None, acks: int, count: int,
                                        "assignments": [], "configs": []}], "timeout_ms": 60000})
         admin.close()
         time.sleep(1)
-        request = messages.encode_request(0, 9, {
+        produce = messages.encode_request(0, 9, {
             "transactional_id": None, "acks": acks, "timeout_ms": 30000, "topic_data": [
                 {"name": "i", "partition_data": [{"index": 0, "records": build_batch([(None, b"x" * SIZE)])}]}]},
             correlation_id=1)
         with socket.create_connection(("127.0.0.1", broker.port)) as sock:
             decoder = FrameDecoder(1 << 26)
 
-            def produce(n: int) -> None:
-                for _ in range(n):
-                    sock.sendall(request)
-                    while not decoder.feed(sock.recv(1 << 16)):
-                        pass
+            def call(request: bytes) -> None:
+                sock.sendall(request)
+                while not decoder.feed(sock.recv(1 << 16)):
+                    pass
 
-            produce(300)
+            def counted(requests: list[bytes]) -> int:
+                """Instructions over `requests`, answered one at a time."""
+                before = set(workdir.glob(f"{out.name}*"))
+                subprocess.run([control, "-i", "on", pid], check=True, capture_output=True)
+                for request in requests:
+                    call(request)
+                subprocess.run([control, "-i", "off", pid], check=True, capture_output=True)
+                subprocess.run([control, "-d", pid], check=True, capture_output=True)
+                return sum(int(line.split()[1]) for f in set(workdir.glob(f"{out.name}*")) - before
+                           for line in f.read_text().splitlines() if line.startswith("totals:"))
+
             pid = str(broker.proc.pid)
-            subprocess.run([control, "-i", "on", pid], check=True, capture_output=True)
-            produce(count)
-            subprocess.run([control, "-i", "off", pid], check=True, capture_output=True)
-            subprocess.run([control, "-d", pid], check=True, capture_output=True)
-        totals = [int(line.split()[1]) for f in workdir.glob(f"{out.name}*")
-                  for line in f.read_text().splitlines() if line.startswith("totals:")]
-        return {"instructions_per_request": round(sum(totals) / count), "requests": count}
+            for _ in range(300):
+                call(produce)
+            produced = counted([produce] * count)
+            newest = 300 + count - 1
+            fetch = messages.encode_request(1, 12, {
+                "replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+                "topics": [{"topic": "i", "partitions": [{
+                    "partition": 0, "current_leader_epoch": -1, "fetch_offset": newest, "last_fetched_epoch": -1,
+                    "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}, correlation_id=2)
+            for _ in range(300):
+                call(fetch)
+            fetched = counted([fetch] * count)
+        return {"instructions_per_request": round(produced / count),
+                "instructions_per_fetch": round(fetched / count), "requests": count}
     finally:
         broker.kill()
         broker.close()
@@ -422,7 +442,8 @@ def print_table(results: dict) -> None:
                         + (" (under load)" if r.get("under_load") else ""))
     for scenario, row in results.get("instructions", {}).items():
         for name, r in row.items():
-            log(f"| instructions {scenario} | {name} | {r.get('instructions_per_request', r.get('skipped'))} |")
+            log(f"| instructions {scenario} | {name} | {r.get('instructions_per_request', r.get('skipped'))} "
+                f"| fetch {r.get('instructions_per_fetch', '-')} |")
     for name, r in results["bulk"].items():
         log(f"| bulk 100 B | {name} | {r.get('records_per_s')} | {r.get('ratio_to_mock', '-')} |")
 
