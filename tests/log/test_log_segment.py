@@ -157,10 +157,15 @@ def test_reads_start_at_the_last_appended_batch_only_while_it_is_there(tmp_path)
         for (base, pos), end in zip(layout, ends, strict=True):
             for offset in (base, base + 2):
                 assert seg.read(offset, 1) == (pos, end - pos), offset
+                # the bytes, when the search for the batch read them already, are the file's
+                for max_size in (1, 1 << 20):
+                    at, size, data = seg.read_region(offset, max_size)
+                    assert data is None or data == seg.read_batch(at, size), offset
             assert seg.position_of(base) == pos
         assert seg.read(seg.next_offset, 100) is None
 
     check(layout)
+    assert seg.read_region(layout[-1][0], 1 << 20)[2] is not None  # a read at the end: one pread
     assert seg._last_appended == (layout[-1][1], layout[-1][0])
     seg.truncate_to(layout[20][0])  # the last batch gone; longer batches written at its place
     assert seg._last_appended is None

@@ -737,15 +737,16 @@ class Log:
                 if max_offset < upper:
                     max_position = segment.position_of(max_offset)
             try:
-                found = segment.read(offset, max_bytes, max_position, min_one_message)
+                found = segment.read_region(offset, max_bytes, max_position, min_one_message)
+                if found is not None and found[2] is None and 0 < found[1] <= SMALL_REGION:
+                    found = found[0], found[1], segment.read_batch(found[0], found[1])
             except OSError as e:
                 raise self._io_error(e) from e
             if found is not None:
-                position, size = found
+                position, size, data = found
                 if size <= 0:
                     return FetchSlice(-1, position, 0, segment)
                 if size <= SMALL_REGION:
-                    data = segment.read_batch(position, size)
                     return FetchSlice(-1, position, len(data), segment, data=data)
                 pin = segment.pin()
                 return FetchSlice(pin.fd, position, size, segment, pin)

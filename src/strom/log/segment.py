@@ -61,9 +61,10 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def scan_headers(fd: int, start: int, end: int) -> Iterator[tuple[int, tuple]]:
+def scan_headers(fd: int, start: int, end: int, read: list | None = None) -> Iterator[tuple[int, tuple]]:
     """(position, HEADER tuple) of each batch of file `fd` from `start` up to `end`, stopping at
-    the first header that is not a plausible v2 batch or runs past `end`."""
+    the first header that is not a plausible v2 batch or runs past `end`. `read`, when given,
+    holds [bytes, position] of the chunk last read (a small fetch's batches may be in it)."""
     pos = start
     buf = b""
     buf_pos = start
@@ -72,6 +73,8 @@ def scan_headers(fd: int, start: int, end: int) -> Iterator[tuple[int, tuple]]:
         if off + HEADER_SIZE > len(buf):
             buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
             buf_pos, off = pos, 0
+            if read is not None:
+                read[:] = buf, pos
             if len(buf) < HEADER_SIZE:
                 return
         h = HEADER.unpack_from(buf, off)
@@ -407,16 +410,16 @@ class LogSegment:
             return last[0]
         return start
 
-    def _first_batch(self, offset: int, by_last: bool) -> tuple[int, tuple] | None:
+    def _first_batch(self, offset: int, by_last: bool, read: list | None = None) -> tuple[int, tuple] | None:
         """(position, header tuple) of the first batch whose last offset (`by_last`) or base
-        offset is >= `offset`. Every fetch asks: the descriptor is pinned by hand, not with
-        the generator context manager `_headers` uses."""
+        offset is >= `offset` (`read`: see scan_headers). Every fetch asks: the descriptor is
+        pinned by hand, not with the generator context manager `_headers` uses."""
         start, end = self._scan_start(offset), self.size
         if end - start < HEADER_SIZE:
             return None
         fd = OPEN_FILES.acquire(self, self._open)
         try:
-            for pos, h in scan_headers(fd, start, end):
+            for pos, h in scan_headers(fd, start, end, read):
                 if (h[_BASE] + h[_LAST_DELTA] if by_last else h[_BASE]) >= offset:
                     return pos, h
         finally:
@@ -447,17 +450,32 @@ class LogSegment:
         batch is returned whole even above `max_size`; without it a first batch that does not
         fit gives an empty slice (Kafka replaces such an incomplete set with an empty one).
         """
-        found = self.locate(start_offset)
+        found = self.read_region(start_offset, max_size, max_position, min_one_message)
+        return None if found is None else found[:2]
+
+    def read_region(self, start_offset: int, max_size: int, max_position: int | None = None,
+                    min_one_message: bool = True) -> tuple[int, int, bytes | None] | None:
+        """As `read`, plus the region's bytes when looking for its first batch read them all
+        already (a consumer at the end of the log: one read of the file, not two)."""
+        read: list = []
+        found = self._first_batch(start_offset, True, read)
         if found is None:
             return None
         pos, h = found
         end = self.size if max_position is None else min(max_position, self.size)
         if pos >= end:
-            return pos, 0
+            return pos, 0, None
         first_size = h[_LENGTH] + LOG_OVERHEAD
         if first_size > max_size:
-            return (pos, min(end - pos, first_size)) if min_one_message else (pos, 0)
-        return pos, min(end - pos, max_size)
+            size = min(end - pos, first_size) if min_one_message else 0
+        else:
+            size = min(end - pos, max_size)
+        data = None
+        if read and size:
+            chunk, at = read
+            if pos + size <= at + len(chunk):
+                data = chunk[pos - at:pos - at + size]
+        return pos, size, data
 
     def read_batch(self, position: int, size: int) -> bytes:
         with self._file() as fd:
