@@ -125,6 +125,8 @@ def _string(s: str, flexible: bool) -> bytes:
 
 
 def _partition_tags(p: PartitionData, version: int) -> bytes:
+    if p.diverging_epoch is None and p.current_leader is None:
+        return b"\x00"  # the usual: no tagged field
     fields = []
     if p.diverging_epoch is not None:
         fields.append(_DIVERGING.pack(0, 13, p.diverging_epoch[0], p.diverging_epoch[1], 0))

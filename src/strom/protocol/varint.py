@@ -31,7 +31,12 @@ def read_varint(buf, pos: int) -> tuple[int, int]:
     return (raw >> 1) ^ -(raw & 1), pos
 
 
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]  # most lengths and counts: one byte, made once
+
+
 def write_uvarint(n: int) -> bytes:
+    if 0 <= n < 0x80:
+        return _ONE_BYTE[n]
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
