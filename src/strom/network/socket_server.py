@@ -193,7 +193,8 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
             return
         self._queue_frames(frames)
-        self._admit_large_frame()
+        if self.decoder.awaiting_admission:
+            self._admit_large_frame()
 
     def _queue_frames(self, frames: list[bytearray]) -> None:
         if not frames:
