@@ -16,8 +16,8 @@
   them first, so that no long module is left to run alone at the end. Such a run keeps a
   module on one worker (its tests share brokers and clusters), and the modules of each group
   in TOGETHER on one worker too: those that run Spark in two groups (the ones that start Spark
-  processes of their own, and those sharing one local session), so that at most two workers
-  run JVMs at once, and the power cuts.
+  processes of their own, and those sharing one local session), so that few workers run JVMs
+  at once (the README's test starts two more of its own), and the power cuts.
 """
 
 from __future__ import annotations
@@ -147,32 +147,34 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 # --- slow modules, and the order a parallel run starts them in ----------------------------------
-# Longest first, as measured (the junit times of a whole run, per module: 4 workers on 2 cores).
-# `-m "not slow"` leaves these out.
+# Longest first, as measured: the junit times of two whole runs, per module or TOGETHER group
+# (5 workers on 2 cores, the second run's in brackets). `-m "not slow"` leaves these out.
 SLOW: tuple[str, ...] = (
-    "tests/spark/",                                  # 420 s, and 300 more with the two below: two groups
-    "tests/test_readme.py",                          # 110 (its PySpark section)
-    "tests/integration/test_secure_walkthrough.py",  # 86 (its PySpark client)
-    "tests/integration/test_partition_scale.py",     # 165
-    "tests/server/test_fuzz.py",                     # 85 (a broker, then a controller listener)
-    "tests/cluster/test_replication.py",             # 113 (both modes)
-    "tests/cluster/test_partition_scale_cluster.py", # 113
-    "tests/raft/test_simulation.py",                 # 70
-    "tests/cluster/test_nemesis.py",                 # 100
-    "tests/cluster/test_failover.py",                # 95
-    "tests/cluster/test_cluster.py",                 # 87
-    "tests/integration/test_tls_failures.py",        # 76
-    "tests/cli/test_produce_consume_cli.py",         # 63
-    "tests/server/test_hardening.py",                # 60
-    "tests/server/test_hardening2.py",               # 54
-    "tests/cluster/test_transactions_cluster.py",    # 53
-    "tests/cli/test_reassign_cli.py",                # 53
-    "tests/cli/test_offsets_cli.py",                 # 53
-    "tests/cli/test_topics_cli.py",                  # 44
-    "tests/powerloss/",                              # 63
-    "tests/cluster/",                                # 20-42 each, the other modules
+    "tests/spark/",                                  # 376 (466) the shared session's group, 425 (337) the other
+    "tests/test_readme.py",                          # 174 (171), its PySpark section 40-57
+    "tests/integration/test_secure_walkthrough.py",  # 51 (62), with the group that starts Spark processes
+    "tests/cluster/test_failover.py",                # 106 (117)
+    "tests/cluster/test_replication.py",             # 103 (112), both modes
+    "tests/cluster/test_nemesis.py",                 # 98 (110)
+    "tests/cluster/test_cluster.py",                 # 79 (90)
+    "tests/server/test_hardening2.py",               # 83 (87)
+    "tests/raft/test_simulation.py",                 # 62 (85)
+    "tests/integration/test_tls_failures.py",        # 73 (82)
+    "tests/cluster/test_partition_scale_cluster.py", # 76 (82)
+    "tests/cli/test_cluster_cli.py",                 # 73 (81)
+    "tests/powerloss/",                              # 74 (104), one group
+    "tests/server/test_fuzz.py",                     # 48 (63): a broker, then a controller listener
+    "tests/cluster/test_transactions_cluster.py",    # 50 (61)
+    "tests/cli/test_produce_consume_cli.py",         # 36 (59)
+    "tests/cli/test_offsets_cli.py",                 # 70 (49)
+    "tests/cli/test_topics_cli.py",                  # 63 (37)
+    "tests/integration/test_partition_scale.py",     # 36 (47)
+    "tests/cli/test_admin_tools_cli.py",             # 40 (50)
+    "tests/test_mutation_check.py",                  # 43 (37), a pytest run per mutant
+    "tests/cli/test_reassign_cli.py",                # 25 (41)
+    "tests/server/test_hardening.py",                # 24 (31)
+    "tests/cluster/",                                # 20-52 each, the other modules
     "tests/tables/test_iceberg_cluster.py",          # 20 (a KRaft cluster)
-    "tests/cli/test_cluster_cli.py",                 # 39
     "tests/kraft/",                                  # 5-23 each
 )
 
@@ -185,8 +187,10 @@ def _slow_rank(item: pytest.Item) -> int:
     return len(SLOW)
 
 
+# test_readme.py runs alone: in that group it made a chain of 425-507 s on one worker, longer than
+# the rest of the suite takes on the others; it starts two Spark processes in one of its tests.
 TOGETHER = {
-    "spark-processes": ("tests/spark/test_standalone.py", "tests/spark/test_dropin.py", "tests/test_readme.py",
+    "spark-processes": ("tests/spark/test_standalone.py", "tests/spark/test_dropin.py",
                         "tests/integration/test_secure_walkthrough.py"),
     "spark": ("tests/spark/",),
     "powerloss": ("tests/powerloss/",),
