@@ -245,3 +245,18 @@ def test_compiled_set_check_agrees_with_python_on_random_damage() -> None:
             assert compiled == python, trial
             accepted += isinstance(compiled, list)
     assert accepted > 300
+
+
+@pytest.mark.parametrize("check_records", [False, True])
+def test_large_batches_crcs_are_checked_too(check_records) -> None:
+    """Batches over 4 KiB have their CRC checked by the crc32c library, after the compiled
+    check: a damaged value byte (framing intact) is still CORRUPT_MESSAGE, and the batch
+    before it in the set does not hide it."""
+    small = build_batch([(b"k", b"v")])
+    large = bytearray(build_batch([(b"k", b"x" * 6000)]))
+    assert len(large) > 4096
+    assert [h.record_count for _, h in validate_batches(bytearray(small + large), 1 << 20,
+                                                         check_records=check_records)] == [1, 1]
+    large[-100] ^= 0x01  # inside the value: the records still frame, only the CRC can tell
+    with pytest.raises(records.CorruptRecordError, match="CRC mismatch"):
+        validate_batches(bytearray(small + large), 1 << 20, check_records=check_records)

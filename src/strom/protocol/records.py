@@ -101,6 +101,7 @@ class BatchHeader:
 
 if _batch_header_type is not None:
     _batch_header_type(BatchHeader)
+_CRC_IN_C_MAX = 4096  # _records.c's CRC_HERE_MAX: larger batches' CRCs are checked here
 
 
 def read_header(buf, pos: int = 0) -> BatchHeader:
@@ -149,6 +150,13 @@ def validate_batches(buf, max_batch_bytes: int, *, check_records: bool = False,
     batches = _validate_batches(buf, max_batch_bytes, check_records, require_keys)
     if batches is None:  # refused: the Python checks name why
         return validate_batches_py(buf, max_batch_bytes, check_records=check_records, require_keys=require_keys)
+    if len(buf) > _CRC_IN_C_MAX:  # the CRCs of batches above it are the crc32c library's (faster there)
+        view = memoryview(buf)
+        for pos, header in batches:
+            size = header.batch_length + LOG_OVERHEAD
+            if size > _CRC_IN_C_MAX and crc32c(view[pos + CRC_START : pos + size]) != header.crc:
+                return validate_batches_py(buf, max_batch_bytes, check_records=check_records,
+                                           require_keys=require_keys)
     if check_records:  # the compiled walk leaves compressed records to Python
         records_before = 0
         for pos, header in batches:
