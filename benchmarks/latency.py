@@ -182,6 +182,14 @@ def baseline_src(rev: str, workdir: Path) -> Path:
     return workdir / "src"
 
 
+def _commit(rev: str | None) -> str | None:
+    """A revision as its short commit id (what a result was measured at, recorded as such)."""
+    if rev is None:
+        return None
+    found = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", rev], capture_output=True, text=True)
+    return found.stdout.strip() or rev
+
+
 def _perf(tool: str, *args: str, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run([tool, *args], capture_output=True, text=True, timeout=timeout)
 
@@ -417,7 +425,8 @@ def main() -> int:
     ratios(results["produce"], "p50_us")
     ratios(results["e2e"], "p50_us")
     document = {"meta": {"size": SIZE, "seconds": args.seconds, "warmup": args.warmup,
-                         "baseline": args.baseline, "current": args.current, "tool": tool, "tansu": args.tansu,
+                         "baseline": _commit(args.baseline), "current": _commit(args.current or "HEAD")
+                         + ("" if args.current else " + working tree"), "tool": tool, "tansu": args.tansu,
                          "cores": os.cpu_count()},
                 "results": results}
     text = json.dumps(document, indent=1)
