@@ -459,7 +459,8 @@ PyMODINIT_FUNC PyInit__records(void)
     crc_table_init();
     CRC32C_HW_INIT();
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddFunctions(m, request_methods) < 0)
+    if (m && (PyModule_AddFunctions(m, request_methods) < 0
+              || PyModule_AddIntConstant(m, "CRC_HERE_MAX", CRC_HERE_MAX) < 0))
         Py_CLEAR(m);
     return m;
 }

@@ -237,22 +237,17 @@ static PyObject *make_request(int16_t key, int16_t version, int flexible, int32_
 
 static PyObject *parse_topics(Reader *r, PyObject *view, int flexible)
 {
-    int64_t count = read_length(r, flexible, 4);
-    if (r->bad || count < 0 || count > r->end - r->pos) {
-        r->bad = 1;
-        return NULL;
-    }
-    PyObject *topics = PyList_New(count);
+    Py_ssize_t count = read_count(r, flexible);
+    PyObject *topics = count >= 0 ? PyList_New(count) : NULL;
     if (!topics)
         return NULL;
-    for (int64_t t = 0; t < count; t++) {
-        PyObject *name = read_text(r, read_length(r, flexible, 2), NULL);
+    for (Py_ssize_t t = 0; t < count; t++) {
+        PyObject *name = read_string(r, flexible);
         if (!name)
             goto fail;
-        int64_t n = read_length(r, flexible, 4);
-        PyObject *partitions = (r->bad || n < 0 || n > r->end - r->pos) ? NULL : PyList_New(n);
+        Py_ssize_t n = read_count(r, flexible);
+        PyObject *partitions = n >= 0 ? PyList_New(n) : NULL;
         if (!partitions) {
-            r->bad = 1;
             Py_DECREF(name);
             goto fail;
         }
@@ -261,7 +256,7 @@ static PyObject *parse_topics(Reader *r, PyObject *view, int flexible)
         if (!topic)
             goto fail;
         PyList_SET_ITEM(topics, t, topic);
-        for (int64_t i = 0; i < n; i++) {
+        for (Py_ssize_t i = 0; i < n; i++) {
             int64_t index = read_be(r, 4);
             int64_t size = read_length(r, flexible, 4);
             if (r->bad || size > r->end - r->pos) {

@@ -25,6 +25,7 @@ from strom.protocol.errors import CorruptRecordError, InvalidRecordError, Record
 from strom.protocol.varint import VarintError, read_varint, write_varint
 
 try:  # the compiled record walks (built by the project's set-up); the Python ones below otherwise
+    from strom.protocol._records import CRC_HERE_MAX as _CRC_IN_C_MAX
     from strom.protocol._records import batch_header_type as _batch_header_type
     from strom.protocol._records import check_records as _check_records
     from strom.protocol._records import crc32c as _crc32c
@@ -32,6 +33,7 @@ try:  # the compiled record walks (built by the project's set-up); the Python on
     from strom.protocol._records import validate_batches as _validate_batches
 except ImportError:  # pragma: no cover - exercised by the tests directly
     _check_records = _schema_ids = _validate_batches = _batch_header_type = _crc32c = None
+    _CRC_IN_C_MAX = 0  # unused: the compiled check is what leaves large batches' CRCs here
 
 HEADER = struct.Struct(">qiiBIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -101,7 +103,6 @@ class BatchHeader:
 
 if _batch_header_type is not None:
     _batch_header_type(BatchHeader)
-_CRC_IN_C_MAX = 4096  # _records.c's CRC_HERE_MAX: larger batches' CRCs are checked here
 
 
 def read_header(buf, pos: int = 0) -> BatchHeader:
