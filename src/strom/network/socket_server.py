@@ -450,6 +450,8 @@ class Connection(asyncio.BufferedProtocol):
             # KIP-219: the answer goes out at once, saying how long; the connection is read no
             # further meanwhile (its next request waits here), as Kafka mutes the channel.
             await asyncio.sleep(throttle / 1000)
+            if timer is not None:  # the next request's queue time starts once it is unmuted
+                self.answered = time.monotonic()
 
     # --- SASL (Kafka's SaslServerAuthenticator) ------------------------------------------------
 
